@@ -1,0 +1,89 @@
+//! `botvisord`: the botvisor service. See `botvisord --help`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use botvisor::config::{Config, paths};
+
+/// Supervises coding-agent CLI sessions ("bots") and serves them over D-Bus as
+/// org.botvisor.Botvisor1 on the session bus.
+#[derive(Parser, Debug)]
+#[command(name = "botvisord", version)]
+struct Args {
+    /// Configuration file [default: $XDG_CONFIG_HOME/botvisor/config.toml; a missing default
+    /// file means all defaults].
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// SQLite database [default: config `database`, else $XDG_STATE_HOME/botvisor/botvisor.db].
+    #[arg(long, value_name = "PATH")]
+    database: Option<PathBuf>,
+    /// Check the configuration file and exit: 0 when valid, 1 with the error otherwise.
+    #[arg(long)]
+    check_config: bool,
+    /// More logging (-v debug, -vv trace); RUST_LOG wins when set.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let (config_path, required) = match &args.config {
+        Some(p) => (p.clone(), true),
+        None => (paths::default_config(), false),
+    };
+    let config = match Config::load(&config_path, required || args.check_config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("botvisord: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.check_config {
+        println!("{}: valid", config_path.display());
+        return ExitCode::SUCCESS;
+    }
+    botvisor::logging::init(args.verbose);
+    let database = args
+        .database
+        .or_else(|| config.database.clone())
+        .unwrap_or_else(paths::default_database);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("botvisord: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let store = match botvisor::store::Store::open(&database) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("botvisord: cannot open the database {}: {e}", database.display());
+                return ExitCode::FAILURE;
+            }
+        };
+        let conn = match zbus::Connection::session().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!(
+                    "botvisord: cannot connect to the session bus ({e}); is DBUS_SESSION_BUS_ADDRESS set?"
+                );
+                return ExitCode::FAILURE;
+            }
+        };
+        tracing::info!(database = %database.display(), "starting");
+        match botvisor::dbus::service::run(conn, config, store).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("botvisord: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}

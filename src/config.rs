@@ -1,0 +1,239 @@
+//! The daemon's configuration: one TOML file, every key optional, each with the default written
+//! here and in `docs/configuration.md`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Environment variables a bot's CLI inherits from the daemon. An entry ending in `*` is a prefix.
+/// Everything else in the daemon's environment stays out; a bot's own `env` option is added on top.
+pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "TMPDIR",
+    "TERM",
+    "XDG_RUNTIME_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_STATE_HOME",
+    "ANTHROPIC_*",
+    "CLAUDE_*",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+];
+
+/// Everything the daemon reads from `config.toml`. Unknown keys are an error, so a typo never
+/// silently falls back to a default.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The Claude Code binary. Default: the environment variable `BOTVISOR_CLAUDE_BIN`, else
+    /// `claude` on the daemon's `PATH`.
+    pub claude_bin: Option<PathBuf>,
+    /// The SQLite database. Default: `$XDG_STATE_HOME/botvisor/botvisor.db`.
+    pub database: Option<PathBuf>,
+    /// Model for bots created without one (empty: the CLI's own default).
+    pub default_model: Option<String>,
+    /// Permission mode for bots created without one (empty: the CLI's own default).
+    pub default_permission_mode: Option<String>,
+    /// Seconds between SIGTERM and SIGKILL when a bot is stopped (default 5).
+    pub stop_grace_s: f64,
+    /// Seconds of idleness after which a bot is stopped; 0 means never (default 900).
+    pub idle_timeout_s: u64,
+    /// How many crashes within `crash_loop_window_s` put a bot in state `failed` (default 5).
+    pub crash_loop_limit: u32,
+    /// The crash-loop window in seconds (default 120).
+    pub crash_loop_window_s: u64,
+    /// A process that dies within this many seconds of its launch, with no turn begun, makes the
+    /// next start a new conversation (default 15). The fallback of design rule 4.
+    pub fresh_start_if_dies_within_s: f64,
+    /// Environment variables passed from the daemon to each bot's CLI (see
+    /// [`DEFAULT_ENV_ALLOWLIST`]).
+    pub env_allowlist: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            claude_bin: None,
+            database: None,
+            default_model: None,
+            default_permission_mode: None,
+            stop_grace_s: 5.0,
+            idle_timeout_s: 900,
+            crash_loop_limit: 5,
+            crash_loop_window_s: 120,
+            fresh_start_if_dies_within_s: 15.0,
+            env_allowlist: DEFAULT_ENV_ALLOWLIST
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        }
+    }
+}
+
+/// A configuration file that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or a key has a wrong name or type; the message names the key
+    /// and the line.
+    #[error("invalid configuration in {path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+}
+
+impl Config {
+    /// Parses a configuration from TOML text. `path` is only used in error messages.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Invalid {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        config.validate().map_err(|message| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        })?;
+        Ok(config)
+    }
+
+    /// Reads `path`. With `required` false a missing file gives the defaults.
+    pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::from_toml(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+                Ok(Config::default())
+            }
+            Err(source) => Err(ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if !(self.stop_grace_s.is_finite() && self.stop_grace_s >= 0.0) {
+            return Err("key `stop_grace_s` must be a number of seconds, 0 or more".into());
+        }
+        if !(self.fresh_start_if_dies_within_s.is_finite()
+            && self.fresh_start_if_dies_within_s >= 0.0)
+        {
+            return Err(
+                "key `fresh_start_if_dies_within_s` must be a number of seconds, 0 or more".into(),
+            );
+        }
+        if self.crash_loop_limit == 0 {
+            return Err("key `crash_loop_limit` must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The stop grace period.
+    pub fn stop_grace(&self) -> Duration {
+        Duration::from_secs_f64(self.stop_grace_s)
+    }
+
+    /// Whether the daemon environment variable `name` may pass to a bot's CLI.
+    pub fn env_allowed(&self, name: &str) -> bool {
+        self.env_allowlist
+            .iter()
+            .any(|entry| match entry.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => entry == name,
+            })
+    }
+}
+
+/// Where the daemon keeps its files, after the XDG base directory specification (macOS: the
+/// equivalents under `~/Library`).
+pub mod paths {
+    use std::path::PathBuf;
+
+    fn dirs() -> Option<directories::ProjectDirs> {
+        directories::ProjectDirs::from("org", "botvisor", "botvisor")
+    }
+
+    /// `$XDG_STATE_HOME/botvisor` (default `~/.local/state/botvisor`).
+    pub fn state_dir() -> PathBuf {
+        dirs()
+            .and_then(|d| d.state_dir().map(|p| p.to_owned()))
+            .or_else(|| dirs().map(|d| d.data_local_dir().to_owned()))
+            .unwrap_or_else(|| PathBuf::from(".botvisor"))
+    }
+
+    /// The default database: `$XDG_STATE_HOME/botvisor/botvisor.db`.
+    pub fn default_database() -> PathBuf {
+        state_dir().join("botvisor.db")
+    }
+
+    /// The default configuration file: `$XDG_CONFIG_HOME/botvisor/config.toml`.
+    pub fn default_config() -> PathBuf {
+        dirs()
+            .map(|d| d.config_dir().join("config.toml"))
+            .unwrap_or_else(|| PathBuf::from("config.toml"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = Config::from_toml("", Path::new("x.toml")).unwrap();
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let err = Config::from_toml(
+            "stop_grace_s = 2\nclaude_binn = \"x\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("claude_binn"), "{err}");
+        assert!(err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_is_an_error() {
+        let err = Config::from_toml("idle_timeout_s = \"soon\"", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("idle_timeout_s"), "{err}");
+    }
+
+    #[test]
+    fn allowlist_prefixes() {
+        let c = Config::default();
+        assert!(c.env_allowed("LC_TIME"));
+        assert!(c.env_allowed("PATH"));
+        assert!(!c.env_allowed("DBUS_SESSION_BUS_ADDRESS"));
+        assert!(!c.env_allowed("PATHX"));
+    }
+}

@@ -1,0 +1,195 @@
+//! `/org/botvisor/Botvisor1/<id>`: the `org.botvisor.Botvisor1.Bot` interface.
+
+use std::sync::Arc;
+
+use zbus::message::Header;
+use zbus::object_server::{ObjectServer, SignalEmitter};
+use zbus::{Connection, interface};
+
+use super::error::{Error, Result};
+use super::options::{OptionReader, Options};
+use super::paths::bot_path;
+use super::service::Ctx;
+use crate::store;
+use crate::supervisor::BotHandle;
+
+/// The most chat items one `GetChat` returns; a `limit` of 0 means this many.
+pub const MAX_CHAT_PAGE: u32 = 10_000;
+
+/// One bot object.
+pub struct BotObject {
+    handle: BotHandle,
+    ctx: Arc<Ctx>,
+}
+
+impl BotObject {
+    /// The object for a bot's handle.
+    pub fn new(handle: BotHandle, ctx: Arc<Ctx>) -> Self {
+        BotObject { handle, ctx }
+    }
+
+    fn view(&self) -> crate::supervisor::BotView {
+        self.handle.snapshot()
+    }
+}
+
+/// A supervised agent: its conversation, its process and its settings.
+#[interface(name = "org.botvisor.Botvisor1.Bot")]
+impl BotObject {
+    /// Queues a message and returns its turn id at once; the turn's end is the `TurnFinished`
+    /// signal. Starts the agent when it is not running (resuming its conversation when the
+    /// transcript exists). No options yet. Errors: InvalidArgument (empty text),
+    /// RuntimeUnavailable.
+    async fn send(
+        &self,
+        text: String,
+        options: Options,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        OptionReader::new("Send", &options).finish()?;
+        Ok(self.handle.send(text).await?)
+    }
+
+    /// Stops the agent gently (close stdin, SIGTERM, grace period, SIGKILL) and returns once it
+    /// is gone. Messages not yet taken stay queued for the next start.
+    async fn stop(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<()> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        Ok(self.handle.stop().await?)
+    }
+
+    /// Stops the agent and deletes the bot with its chat history. The object goes away
+    /// (`InterfacesRemoved`).
+    async fn delete(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(object_server)] server: &ObjectServer,
+    ) -> Result<()> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        let id = self.handle.id.clone();
+        self.ctx.supervisor.delete(&id).await?;
+        let server = server.clone();
+        // The object is removed once this call has returned (the call holds the object).
+        tokio::spawn(async move {
+            let _ = server.remove::<BotObject, _>(bot_path(&id)).await;
+        });
+        Ok(())
+    }
+
+    /// Chat items with `seq > after_seq`, at most `limit` (0: up to 10,000), in order, as
+    /// `(seq, kind, RFC 3339 time, JSON payload)`.
+    async fn get_chat(
+        &self,
+        after_seq: u64,
+        limit: u32,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<(u64, String, String, String)>> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        let limit = if limit == 0 {
+            MAX_CHAT_PAGE
+        } else {
+            limit.min(MAX_CHAT_PAGE)
+        };
+        let items = self
+            .ctx
+            .supervisor
+            .store()
+            .read(|c| store::chat::after(c, &self.handle.id, after_seq, limit))
+            .map_err(|e| Error::Failed(e.to_string()))?;
+        Ok(items
+            .into_iter()
+            .map(|i| (i.seq, i.kind, i.time, i.payload))
+            .collect())
+    }
+
+    /// A chat item was committed: `(seq, kind, JSON payload)`.
+    #[zbus(signal)]
+    pub async fn chat_item_added(
+        emitter: &SignalEmitter<'_>,
+        seq: u64,
+        kind: &str,
+        payload: &str,
+    ) -> zbus::Result<()>;
+
+    /// A turn ended: `(turn_id, outcome)`, outcome one of `success`, `error`, `crashed`,
+    /// `interrupted`.
+    #[zbus(signal)]
+    pub async fn turn_finished(
+        emitter: &SignalEmitter<'_>,
+        turn_id: &str,
+        outcome: &str,
+    ) -> zbus::Result<()>;
+
+    /// The bot id (32 hex digits).
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn id(&self) -> String {
+        self.handle.id.clone()
+    }
+
+    /// A name for people.
+    #[zbus(property)]
+    fn name(&self) -> String {
+        self.view().record.name
+    }
+
+    /// The canonical working directory.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn cwd(&self) -> String {
+        self.view().record.cwd
+    }
+
+    /// The runtime, for example `claude`.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn runtime(&self) -> String {
+        self.view().record.runtime
+    }
+
+    /// The model; empty for the CLI's default.
+    #[zbus(property)]
+    fn model(&self) -> String {
+        self.view().record.model
+    }
+
+    /// The permission mode; empty for the CLI's default.
+    #[zbus(property)]
+    fn permission_mode(&self) -> String {
+        self.view().record.permission_mode
+    }
+
+    /// `stopped`, `idle`, `busy`, `stopping` or `failed`.
+    #[zbus(property)]
+    fn state(&self) -> String {
+        self.view().state.as_str().to_owned()
+    }
+
+    /// The recorded conversation (set once a turn began in it); empty when none.
+    #[zbus(property)]
+    fn session_id(&self) -> String {
+        self.view().record.session_id.unwrap_or_default()
+    }
+
+    /// The agent's root process id; 0 when not running.
+    #[zbus(property)]
+    fn process_id(&self) -> u32 {
+        self.view().process_id
+    }
+
+    /// The last error a person should know of; empty when none.
+    #[zbus(property)]
+    fn last_error(&self) -> String {
+        self.view().record.last_error
+    }
+
+    /// Messages sent and not yet taken by the agent.
+    #[zbus(property)]
+    fn queued_messages(&self) -> u32 {
+        self.view().queued
+    }
+}

@@ -1,0 +1,83 @@
+//! Client proxies for the API, used by `botvisorctl` and the tests.
+
+use std::collections::HashMap;
+
+use zbus::{OwnedObjectPath, Variant, proxy};
+
+/// `org.botvisor.Botvisor1.Manager` at `/org/botvisor/Botvisor1`.
+#[proxy(
+    interface = "org.botvisor.Botvisor1.Manager",
+    default_service = "org.botvisor.Botvisor1",
+    default_path = "/org/botvisor/Botvisor1"
+)]
+pub trait Manager {
+    /// See the service's `CreateBot`.
+    fn create_bot(&self, options: HashMap<&str, Variant<'_>>) -> zbus::Result<OwnedObjectPath>;
+    /// See the service's `ListBots`.
+    fn list_bots(&self) -> zbus::Result<Vec<OwnedObjectPath>>;
+    /// The API version.
+    #[zbus(property)]
+    fn version(&self) -> zbus::Result<String>;
+    /// The runtimes.
+    #[zbus(property)]
+    fn runtimes(&self) -> zbus::Result<Vec<String>>;
+}
+
+/// `org.botvisor.Botvisor1.Bot` at `/org/botvisor/Botvisor1/<id>`.
+#[proxy(
+    interface = "org.botvisor.Botvisor1.Bot",
+    default_service = "org.botvisor.Botvisor1"
+)]
+pub trait Bot {
+    /// Queue a message; returns the turn id.
+    fn send(&self, text: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<String>;
+    /// Stop the agent.
+    fn stop(&self) -> zbus::Result<()>;
+    /// Delete the bot.
+    fn delete(&self) -> zbus::Result<()>;
+    /// Chat items after `after_seq`.
+    fn get_chat(
+        &self,
+        after_seq: u64,
+        limit: u32,
+    ) -> zbus::Result<Vec<(u64, String, String, String)>>;
+    /// A chat item was added.
+    #[zbus(signal)]
+    fn chat_item_added(&self, seq: u64, kind: String, payload: String) -> zbus::Result<()>;
+    /// A turn finished.
+    #[zbus(signal)]
+    fn turn_finished(&self, turn_id: String, outcome: String) -> zbus::Result<()>;
+    /// Bot id.
+    #[zbus(property)]
+    fn id(&self) -> zbus::Result<String>;
+    /// Name.
+    #[zbus(property)]
+    fn name(&self) -> zbus::Result<String>;
+    /// Working directory.
+    #[zbus(property)]
+    fn cwd(&self) -> zbus::Result<String>;
+    /// Runtime.
+    #[zbus(property)]
+    fn runtime(&self) -> zbus::Result<String>;
+    /// Model.
+    #[zbus(property)]
+    fn model(&self) -> zbus::Result<String>;
+    /// Permission mode.
+    #[zbus(property)]
+    fn permission_mode(&self) -> zbus::Result<String>;
+    /// State.
+    #[zbus(property)]
+    fn state(&self) -> zbus::Result<String>;
+    /// Session id.
+    #[zbus(property)]
+    fn session_id(&self) -> zbus::Result<String>;
+    /// Process id.
+    #[zbus(property)]
+    fn process_id(&self) -> zbus::Result<u32>;
+    /// Last error.
+    #[zbus(property)]
+    fn last_error(&self) -> zbus::Result<String>;
+    /// Queued messages.
+    #[zbus(property)]
+    fn queued_messages(&self) -> zbus::Result<u32>;
+}

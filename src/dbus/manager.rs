@@ -1,0 +1,113 @@
+//! `/org/botvisor/Botvisor1`: the `org.botvisor.Botvisor1.Manager` interface.
+
+use std::sync::Arc;
+
+use zbus::message::Header;
+use zbus::object_server::ObjectServer;
+use zbus::{Connection, OwnedObjectPath, interface};
+
+use super::bot::BotObject;
+use super::error::{Error, Result};
+use super::options::{OptionReader, Options};
+use super::paths::bot_path;
+use super::service::Ctx;
+use crate::supervisor::NewBot;
+
+/// The Manager object.
+pub struct Manager {
+    pub(crate) ctx: Arc<Ctx>,
+}
+
+/// Checks the `env` option: names non-empty without `=` or NUL, values without NUL.
+fn check_env(env: &std::collections::BTreeMap<String, String>) -> Result<()> {
+    for (k, v) in env {
+        if k.is_empty() || k.contains(['=', '\0']) {
+            return Err(Error::InvalidArgument(format!(
+                "CreateBot: option `env` has an invalid variable name `{k}` (empty, or holds `=` or NUL)"
+            )));
+        }
+        if v.contains('\0') {
+            return Err(Error::InvalidArgument(format!(
+                "CreateBot: option `env`: the value of `{k}` holds a NUL byte"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Manages bots: creates them and lists them.
+#[interface(name = "org.botvisor.Botvisor1.Manager")]
+impl Manager {
+    /// Creates a bot and returns its object path. Options: `cwd` (s, required: absolute path of
+    /// an existing directory), `name` (s), `runtime` (s, default `claude`), `model` (s),
+    /// `permission_mode` (s), `env` (a{ss}, added to the CLI's environment), `idle_timeout_s`
+    /// (u, seconds, 0 = never). Errors: InvalidArgument, RuntimeUnavailable, AccessDenied.
+    async fn create_bot(
+        &self,
+        options: Options,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(object_server)] server: &ObjectServer,
+    ) -> Result<OwnedObjectPath> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        let mut r = OptionReader::new("CreateBot", &options);
+        let cwd = r.string("cwd")?;
+        let name = r.string("name")?;
+        let runtime = r.string("runtime")?;
+        let model = r.string("model")?;
+        let permission_mode = r.string("permission_mode")?;
+        let env = r.string_map("env")?.unwrap_or_default();
+        let idle_timeout_s = r.seconds("idle_timeout_s")?;
+        r.finish()?;
+        let cwd = cwd.ok_or_else(|| {
+            Error::InvalidArgument(
+                "CreateBot: option `cwd` is required: the absolute path of the bot's working \
+                 directory, for example {'cwd': <'/home/me/project'>}"
+                    .into(),
+            )
+        })?;
+        check_env(&env)?;
+        let handle = self.ctx.supervisor.create(NewBot {
+            cwd,
+            name,
+            runtime,
+            model,
+            permission_mode,
+            env,
+            idle_timeout_s,
+        })?;
+        let path = bot_path(&handle.id);
+        server
+            .at(&path, BotObject::new(handle, self.ctx.clone()))
+            .await?;
+        Ok(path)
+    }
+
+    /// The object paths of all bots, oldest first.
+    async fn list_bots(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<OwnedObjectPath>> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        Ok(self
+            .ctx
+            .supervisor
+            .list()
+            .iter()
+            .map(|h| bot_path(&h.id))
+            .collect())
+    }
+
+    /// The API version: `1`.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn version(&self) -> String {
+        super::API_VERSION.to_owned()
+    }
+
+    /// The runtimes bots can be created with, for example `["claude"]`.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn runtimes(&self) -> Vec<String> {
+        self.ctx.supervisor.runtime_names()
+    }
+}

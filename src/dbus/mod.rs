@@ -1,0 +1,27 @@
+//! The D-Bus face of botvisor: API version 1, `org.botvisor.Botvisor1` on the session bus.
+//!
+//! [`manager`] serves `/org/botvisor/Botvisor1` (the Manager and the ObjectManager), [`bot`] one
+//! object per bot below it. Every method checks its caller ([`caller`]) and validates its
+//! arguments before anything changes; errors are [`error::Error`]. [`publisher`] turns committed
+//! changes into signals. [`client`] holds the proxies `botvisorctl` and the tests use.
+
+pub mod bot;
+pub mod caller;
+pub mod client;
+pub mod error;
+pub mod manager;
+pub mod options;
+pub mod paths;
+pub mod publisher;
+pub mod service;
+
+/// The well-known bus name.
+pub const BUS_NAME: &str = "org.botvisor.Botvisor1";
+/// The root object path.
+pub const ROOT_PATH: &str = "/org/botvisor/Botvisor1";
+/// The Manager interface.
+pub const MANAGER_INTERFACE: &str = "org.botvisor.Botvisor1.Manager";
+/// The Bot interface.
+pub const BOT_INTERFACE: &str = "org.botvisor.Botvisor1.Bot";
+/// The API version the Manager's `Version` property reports.
+pub const API_VERSION: &str = "1";

@@ -1,0 +1,118 @@
+//! Reading the `a{sv}` options of a method: each key has one D-Bus type, and a wrong type or an
+//! unknown key is an `InvalidArgument` error that names the key.
+
+use std::collections::{BTreeMap, HashMap};
+
+use zbus::{OwnedVariant, Variant};
+
+use super::error::Error;
+
+/// A method's options.
+pub type Options = HashMap<String, OwnedVariant>;
+
+/// Typed access to options, remembering which keys were read.
+pub struct OptionReader<'a> {
+    method: &'static str,
+    options: &'a Options,
+    read: Vec<&'static str>,
+}
+
+fn type_error(method: &str, key: &str, want: &str, v: &Variant<'_>) -> Error {
+    Error::InvalidArgument(format!(
+        "{method}: option `{key}` must be of type `{want}`, got `{}`",
+        v.value_signature()
+    ))
+}
+
+impl<'a> OptionReader<'a> {
+    /// A reader over the options of `method`.
+    pub fn new(method: &'static str, options: &'a Options) -> Self {
+        OptionReader {
+            method,
+            options,
+            read: Vec::new(),
+        }
+    }
+
+    fn get(&mut self, key: &'static str) -> Option<&'a Variant<'static>> {
+        self.read.push(key);
+        self.options.get(key).map(|v| &**v)
+    }
+
+    /// A string (`s`).
+    pub fn string(&mut self, key: &'static str) -> Result<Option<String>, Error> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Variant::Str(s)) => Ok(Some(s.as_str().to_owned())),
+            Some(v) => Err(type_error(self.method, key, "s", v)),
+        }
+    }
+
+    /// A boolean (`b`).
+    pub fn boolean(&mut self, key: &'static str) -> Result<Option<bool>, Error> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Variant::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(type_error(self.method, key, "b", v)),
+        }
+    }
+
+    /// A count of seconds: any unsigned integer type, or a signed one that is not negative.
+    pub fn seconds(&mut self, key: &'static str) -> Result<Option<u64>, Error> {
+        let method = self.method;
+        let negative =
+            || Error::InvalidArgument(format!("{method}: option `{key}` must not be negative"));
+        match self.get(key) {
+            None => Ok(None),
+            Some(Variant::U8(n)) => Ok(Some(u64::from(*n))),
+            Some(Variant::U16(n)) => Ok(Some(u64::from(*n))),
+            Some(Variant::U32(n)) => Ok(Some(u64::from(*n))),
+            Some(Variant::U64(n)) => Ok(Some(*n)),
+            Some(Variant::I16(n)) => u64::try_from(*n).map(Some).map_err(|_| negative()),
+            Some(Variant::I32(n)) => u64::try_from(*n).map(Some).map_err(|_| negative()),
+            Some(Variant::I64(n)) => u64::try_from(*n).map(Some).map_err(|_| negative()),
+            Some(v) => Err(type_error(self.method, key, "u", v)),
+        }
+    }
+
+    /// A string-to-string dictionary (`a{ss}`).
+    pub fn string_map(
+        &mut self,
+        key: &'static str,
+    ) -> Result<Option<BTreeMap<String, String>>, Error> {
+        let method = self.method;
+        let Some(owned) = self.options.get(key) else {
+            self.read.push(key);
+            return Ok(None);
+        };
+        self.read.push(key);
+        let bad = || type_error(method, key, "a{ss}", owned);
+        let copy = owned.try_clone().map_err(|_| bad())?;
+        let map: HashMap<String, String> = HashMap::try_from(copy).map_err(|_| bad())?;
+        Ok(Some(map.into_iter().collect()))
+    }
+
+    /// Fails on keys no getter asked for, naming them and the known ones.
+    pub fn finish(self) -> Result<(), Error> {
+        let mut unknown: Vec<&str> = self
+            .options
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !self.read.contains(k))
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        unknown.sort();
+        Err(Error::InvalidArgument(format!(
+            "{}: unknown option(s) {}; known options: {}",
+            self.method,
+            unknown
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.read.join(", ")
+        )))
+    }
+}

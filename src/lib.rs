@@ -1,0 +1,16 @@
+//! botvisor: a per-user OS service that supervises coding-agent CLI sessions ("bots") and serves
+//! them over D-Bus as `org.botvisor.Botvisor1`.
+//!
+//! The data flows one way (see `docs/architecture.md` and the design):
+//! D-Bus call → [`dbus`] → [`supervisor`] (one actor per bot) → [`runtime`] (argv, resume
+//! decision, stream-json codec) → [`process`] (spawn, read lines, stop). A CLI stdout line flows
+//! back: [`runtime`] parse → [`supervisor`] → [`store`] commit → [`dbus`] signal.
+
+pub mod config;
+pub mod dbus;
+pub mod logging;
+pub mod process;
+pub mod runtime;
+pub mod store;
+pub mod supervisor;
+pub mod time;

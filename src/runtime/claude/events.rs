@@ -1,0 +1,315 @@
+//! Claude Code's stream-json stdout, one JSON object per line, turned into [`RuntimeEvent`]s
+//! (claude-code-facts.md, "The stream-json protocol").
+
+use serde_json::{Value, json};
+
+use crate::runtime::{ChatPayload, ResultOutcome, RuntimeEvent};
+
+/// The error text of a `result` for a `--resume` whose transcript does not exist.
+pub const CONVERSATION_NOT_FOUND: &str = "No conversation found with session ID";
+
+/// Longest piece of an unparsed line kept in its `error` chat item, in bytes.
+pub const MAX_UNPARSED_KEPT: usize = 4096;
+
+/// A stream-json user message for stdin.
+pub fn encode_user_message(text: &str) -> String {
+    json!({"type": "user", "message": {"role": "user", "content": text}}).to_string()
+}
+
+fn str_field(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// The text of a message's `content`: a string, or the `text` blocks joined.
+fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+fn unparsed(line: &[u8], reason: String) -> RuntimeEvent {
+    let mut end = line.len().min(MAX_UNPARSED_KEPT);
+    while end > 0 && end < line.len() && (line[end] & 0xC0) == 0x80 {
+        end -= 1;
+    }
+    RuntimeEvent::Unparsed {
+        line: String::from_utf8_lossy(&line[..end]).into_owned(),
+        reason,
+    }
+}
+
+/// `Error: Session ID X is already in use.` (plain text on stdout, exit code 1).
+fn session_in_use(line: &str) -> Option<String> {
+    let rest = line.trim().strip_prefix("Error: Session ID ")?;
+    let id = rest.strip_suffix(" is already in use.")?;
+    (!id.is_empty() && !id.contains(' ')).then(|| id.to_owned())
+}
+
+/// Reads one stdout line.
+pub fn parse_line(line: &[u8]) -> Vec<RuntimeEvent> {
+    let trimmed = line.trim_ascii();
+    if trimmed.is_empty() {
+        return vec![RuntimeEvent::Ignored];
+    }
+    let v: Value = match serde_json::from_slice(trimmed) {
+        Ok(v) => v,
+        Err(e) => {
+            if let Some(id) = std::str::from_utf8(trimmed).ok().and_then(session_in_use) {
+                return vec![RuntimeEvent::SessionInUse { session_id: id }];
+            }
+            return vec![unparsed(line, format!("not JSON: {e}"))];
+        }
+    };
+    if !v.is_object() {
+        return vec![unparsed(line, "not a JSON object".into())];
+    }
+    let session_id = str_field(&v, "session_id");
+    match v.get("type").and_then(Value::as_str) {
+        Some("system") => parse_system(&v, session_id),
+        Some("user") => parse_user(&v, session_id),
+        Some("assistant") => parse_assistant(&v),
+        Some("result") => vec![parse_result(&v, session_id)],
+        Some(_) => vec![RuntimeEvent::Ignored],
+        None => vec![unparsed(line, "a JSON object without `type`".into())],
+    }
+}
+
+fn parse_system(v: &Value, session_id: Option<String>) -> Vec<RuntimeEvent> {
+    match v.get("subtype").and_then(Value::as_str) {
+        Some("init") => vec![RuntimeEvent::Init {
+            session_id,
+            model: str_field(v, "model"),
+            permission_mode: str_field(v, "permissionMode"),
+        }],
+        _ => vec![RuntimeEvent::Ignored],
+    }
+}
+
+fn parse_user(v: &Value, session_id: Option<String>) -> Vec<RuntimeEvent> {
+    let message = v.get("message");
+    let content = message.and_then(|m| m.get("content"));
+    if v.get("isReplay").and_then(Value::as_bool) == Some(true) {
+        return vec![RuntimeEvent::UserReplay {
+            session_id,
+            text: content_text(content),
+        }];
+    }
+    let Some(Value::Array(blocks)) = content else {
+        return vec![RuntimeEvent::Ignored];
+    };
+    let events: Vec<RuntimeEvent> = blocks
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+        .map(|b| {
+            RuntimeEvent::Chat(ChatPayload {
+                kind: "tool_result",
+                payload: json!({
+                    "tool_use_id": b.get("tool_use_id").cloned().unwrap_or(Value::Null),
+                    "content": b.get("content").cloned().unwrap_or(Value::Null),
+                    "is_error": b.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+                }),
+            })
+        })
+        .collect();
+    if events.is_empty() {
+        vec![RuntimeEvent::Ignored]
+    } else {
+        events
+    }
+}
+
+fn parse_assistant(v: &Value) -> Vec<RuntimeEvent> {
+    let message = v.get("message");
+    let parent = v.get("parent_tool_use_id").cloned().unwrap_or(Value::Null);
+    let Some(Value::Array(blocks)) = message.and_then(|m| m.get("content")) else {
+        return vec![RuntimeEvent::Ignored];
+    };
+    let mut events = Vec::new();
+    for b in blocks {
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                let text = b.get("text").and_then(Value::as_str).unwrap_or_default();
+                let mut payload = json!({ "text": text });
+                if !parent.is_null() {
+                    payload["parent_tool_use_id"] = parent.clone();
+                }
+                events.push(RuntimeEvent::Chat(ChatPayload {
+                    kind: "assistant",
+                    payload,
+                }));
+            }
+            Some("tool_use") => events.push(RuntimeEvent::Chat(ChatPayload {
+                kind: "tool_use",
+                payload: json!({
+                    "id": b.get("id").cloned().unwrap_or(Value::Null),
+                    "name": b.get("name").cloned().unwrap_or(Value::Null),
+                    "input": b.get("input").cloned().unwrap_or(Value::Null),
+                }),
+            })),
+            _ => {}
+        }
+    }
+    if events.is_empty() {
+        events.push(RuntimeEvent::Ignored);
+    }
+    events
+}
+
+fn parse_result(v: &Value, session_id: Option<String>) -> RuntimeEvent {
+    let subtype = str_field(v, "subtype").unwrap_or_default();
+    let is_error = v.get("is_error").and_then(Value::as_bool).unwrap_or(false);
+    let errors: Vec<String> = v
+        .get("errors")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| e.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    if subtype == "error_during_execution" {
+        if let Some(e) = errors
+            .iter()
+            .find(|e| e.starts_with(CONVERSATION_NOT_FOUND))
+        {
+            let named = e[CONVERSATION_NOT_FOUND.len()..]
+                .trim_start_matches(':')
+                .trim()
+                .trim_end_matches('.')
+                .to_owned();
+            return RuntimeEvent::ConversationNotFound {
+                session_id: if named.is_empty() {
+                    session_id.unwrap_or_default()
+                } else {
+                    named
+                },
+            };
+        }
+    }
+    let mut payload = json!({
+        "subtype": subtype,
+        "is_error": is_error,
+    });
+    for key in [
+        "result",
+        "num_turns",
+        "duration_ms",
+        "duration_api_ms",
+        "total_cost_usd",
+        "usage",
+        "stop_reason",
+    ] {
+        if let Some(x) = v.get(key) {
+            payload[key] = x.clone();
+        }
+    }
+    if !errors.is_empty() {
+        payload["errors"] = json!(errors);
+    }
+    let failed = is_error || subtype != "success";
+    let error = failed.then(|| {
+        errors
+            .first()
+            .cloned()
+            .or_else(|| str_field(v, "result"))
+            .unwrap_or_else(|| format!("the turn ended with `{subtype}`"))
+    });
+    RuntimeEvent::TurnResult {
+        outcome: if failed {
+            ResultOutcome::Error
+        } else {
+            ResultOutcome::Success
+        },
+        session_id,
+        payload,
+        error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(line: &str) -> RuntimeEvent {
+        let mut v = parse_line(line.as_bytes());
+        assert_eq!(v.len(), 1, "{v:?}");
+        v.remove(0)
+    }
+
+    #[test]
+    fn replay_is_a_turn_start() {
+        let e = one(
+            r#"{"type":"user","isReplay":true,"session_id":"s","message":{"role":"user","content":"hi"}}"#,
+        );
+        assert_eq!(
+            e,
+            RuntimeEvent::UserReplay {
+                session_id: Some("s".into()),
+                text: "hi".into()
+            }
+        );
+    }
+
+    #[test]
+    fn not_found_result_is_recognised() {
+        let e = one(
+            r#"{"type":"result","subtype":"error_during_execution","is_error":true,"num_turns":0,"session_id":"x","errors":["No conversation found with session ID: 1234"]}"#,
+        );
+        assert_eq!(
+            e,
+            RuntimeEvent::ConversationNotFound {
+                session_id: "1234".into()
+            }
+        );
+    }
+
+    #[test]
+    fn other_error_result_fails_the_turn() {
+        let e = one(
+            r#"{"type":"result","subtype":"error_during_execution","is_error":true,"errors":["boom"]}"#,
+        );
+        assert!(matches!(
+            e,
+            RuntimeEvent::TurnResult { outcome: ResultOutcome::Error, error: Some(ref m), .. } if m == "boom"
+        ));
+    }
+
+    #[test]
+    fn session_in_use_plain_text() {
+        let e = one("Error: Session ID 1b2c is already in use.");
+        assert_eq!(
+            e,
+            RuntimeEvent::SessionInUse {
+                session_id: "1b2c".into()
+            }
+        );
+    }
+
+    #[test]
+    fn garbage_is_unparsed_and_bounded() {
+        let long = "é".repeat(10_000);
+        match one(&long) {
+            RuntimeEvent::Unparsed { line, .. } => assert!(line.len() <= MAX_UNPARSED_KEPT),
+            e => panic!("{e:?}"),
+        }
+        assert!(matches!(one("[1,2]"), RuntimeEvent::Unparsed { .. }));
+        assert!(matches!(one("{\"x\":1}"), RuntimeEvent::Unparsed { .. }));
+    }
+
+    #[test]
+    fn assistant_blocks() {
+        let v = parse_line(
+            br#"{"type":"assistant","message":{"content":[{"type":"text","text":"a"},{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls"}}]}}"#,
+        );
+        assert_eq!(v.len(), 2);
+        assert!(matches!(&v[0], RuntimeEvent::Chat(c) if c.kind == "assistant"));
+        assert!(matches!(&v[1], RuntimeEvent::Chat(c) if c.kind == "tool_use"));
+    }
+}

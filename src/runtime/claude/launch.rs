@@ -1,0 +1,79 @@
+//! The Claude Code command line.
+//!
+//! `claude -p --input-format stream-json --output-format stream-json --verbose
+//! --replay-user-messages (--session-id NEW | --resume ID) [--permission-mode M] [--model M]`,
+//! started in the bot's working directory (claude-code-facts.md, "The stream-json protocol").
+
+use std::path::PathBuf;
+
+use crate::runtime::{LaunchCommand, LaunchSpec, SessionStart};
+
+/// The full command for one launch.
+pub fn command(program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand {
+    let mut args: Vec<String> = [
+        "-p",
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--replay-user-messages",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    match spec.start {
+        SessionStart::New(id) => args.extend(["--session-id".to_owned(), id.clone()]),
+        SessionStart::Resume(id) => args.extend(["--resume".to_owned(), id.clone()]),
+    }
+    if !spec.permission_mode.is_empty() {
+        args.extend([
+            "--permission-mode".to_owned(),
+            spec.permission_mode.to_owned(),
+        ]);
+    }
+    if !spec.model.is_empty() {
+        args.extend(["--model".to_owned(), spec.model.to_owned()]);
+    }
+    LaunchCommand {
+        program,
+        args,
+        cwd: spec.cwd.to_owned(),
+        env: spec.env.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    #[test]
+    fn new_and_resume_argv() {
+        let env = BTreeMap::new();
+        let start = SessionStart::New("abc".into());
+        let spec = LaunchSpec {
+            cwd: Path::new("/w"),
+            model: "",
+            permission_mode: "plan",
+            env: &env,
+            start: &start,
+        };
+        let c = command("/bin/claude".into(), &spec);
+        let argv = c.args.join(" ");
+        assert!(argv.contains("--session-id abc"), "{argv}");
+        assert!(argv.contains("--permission-mode plan"), "{argv}");
+        assert!(!argv.contains("--model"), "{argv}");
+        let start = SessionStart::Resume("abc".into());
+        let spec = LaunchSpec {
+            start: &start,
+            model: "opus",
+            ..spec
+        };
+        let argv = command("/bin/claude".into(), &spec).args.join(" ");
+        assert!(argv.contains("--resume abc"), "{argv}");
+        assert!(argv.contains("--model opus"), "{argv}");
+        assert!(!argv.contains("--session-id"), "{argv}");
+    }
+}

@@ -1,0 +1,120 @@
+//! Claude Code (`@anthropic-ai/claude-code`), driven through its stream-json protocol.
+//!
+//! Every fact about Claude Code's files and messages lives in this folder:
+//! [`launch`] (argv), [`events`] (stdout lines), [`transcript`] (where conversations are kept).
+//! The facts come from `shared/claude-code-facts.md` and were re-checked on the real CLI 2.1.328
+//! by the tier-3 tests.
+
+pub mod events;
+pub mod launch;
+pub mod transcript;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::{LaunchCommand, LaunchSpec, Runtime, RuntimeError, RuntimeEvent};
+
+/// The environment variable that names the binary when the config has no `claude_bin`.
+pub const BIN_ENV: &str = "BOTVISOR_CLAUDE_BIN";
+
+/// The permission modes `claude --help` of 2.1.328 lists (`--permission-mode` choices), plus
+/// `default`, which the CLI also accepts.
+pub const PERMISSION_MODES: &[&str] = &[
+    "default",
+    "manual",
+    "acceptEdits",
+    "auto",
+    "bypassPermissions",
+    "dontAsk",
+    "plan",
+];
+
+/// The Claude Code runtime.
+#[derive(Debug, Clone)]
+pub struct Claude {
+    configured: Option<PathBuf>,
+    path_env: Option<std::ffi::OsString>,
+}
+
+impl Claude {
+    /// A runtime whose binary is `configured` (config key `claude_bin`), else the environment
+    /// variable `BOTVISOR_CLAUDE_BIN`, else `claude` on the daemon's `PATH`.
+    pub fn new(configured: Option<PathBuf>) -> Claude {
+        let configured = configured.or_else(|| {
+            std::env::var_os(BIN_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        });
+        Claude {
+            configured,
+            path_env: std::env::var_os("PATH"),
+        }
+    }
+}
+
+impl Runtime for Claude {
+    fn name(&self) -> &'static str {
+        "claude"
+    }
+
+    fn can_resume(&self) -> bool {
+        true
+    }
+
+    fn binary(&self) -> Result<PathBuf, RuntimeError> {
+        match &self.configured {
+            Some(path) => {
+                let path = if path.components().count() == 1 && !path.is_absolute() {
+                    super::find_on_path(&path.to_string_lossy(), self.path_env.as_deref())
+                        .unwrap_or_else(|| path.clone())
+                } else {
+                    path.clone()
+                };
+                if super::is_executable(&path) {
+                    Ok(path)
+                } else {
+                    Err(RuntimeError::Unavailable(format!(
+                        "the Claude Code binary {} does not exist or is not executable \
+                         (set `claude_bin` in config.toml or {BIN_ENV})",
+                        path.display()
+                    )))
+                }
+            }
+            None => super::find_on_path("claude", self.path_env.as_deref()).ok_or_else(|| {
+                RuntimeError::Unavailable(format!(
+                    "no `claude` on the daemon's PATH; install Claude Code \
+                     (npm install -g @anthropic-ai/claude-code) or set `claude_bin` in \
+                     config.toml or {BIN_ENV}"
+                ))
+            }),
+        }
+    }
+
+    fn permission_modes(&self) -> &'static [&'static str] {
+        PERMISSION_MODES
+    }
+
+    fn transcript_exists(
+        &self,
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+        session_id: &str,
+    ) -> bool {
+        let Some(config_dir) = transcript::config_dir(env) else {
+            return false;
+        };
+        transcript::find(&config_dir, cwd, session_id).is_some()
+    }
+
+    fn command(&self, program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand {
+        launch::command(program, spec)
+    }
+
+    fn encode_user_message(&self, text: &str) -> String {
+        events::encode_user_message(text)
+    }
+
+    fn parse_line(&self, line: &[u8]) -> Vec<RuntimeEvent> {
+        events::parse_line(line)
+    }
+}

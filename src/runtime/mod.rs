@@ -1,0 +1,271 @@
+//! Runtimes: the kinds of agent CLI botvisor can supervise.
+//!
+//! A [`Runtime`] knows one CLI: how to launch it, where it keeps transcripts, and how to read and
+//! write its stdin/stdout protocol. Everything specific to one CLI lives in that CLI's folder
+//! ([`claude`]); the supervisor only sees [`RuntimeEvent`]s. The resume decision of design rule 2
+//! is [`decide_start`], the one function every launch goes through.
+
+pub mod claude;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// How a process starts its conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionStart {
+    /// A new conversation with this id (`--session-id` for Claude Code).
+    New(String),
+    /// Continue the conversation with this id (`--resume` for Claude Code).
+    Resume(String),
+}
+
+impl SessionStart {
+    /// The session id either way.
+    pub fn session_id(&self) -> &str {
+        match self {
+            SessionStart::New(id) | SessionStart::Resume(id) => id,
+        }
+    }
+}
+
+/// Why a recorded conversation is not resumed (the system chat item says so).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForgetReason {
+    /// The runtime cannot resume conversations.
+    RuntimeCannotResume,
+    /// The transcript for the recorded id is not on disk.
+    TranscriptMissing,
+}
+
+/// The outcome of [`decide_start`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartDecision {
+    /// What the process is launched with.
+    pub start: SessionStart,
+    /// A recorded session id that must be cleared, in the same transaction as a system chat item
+    /// that says why, before the process starts.
+    pub forget: Option<(String, ForgetReason)>,
+}
+
+/// Design rule 2, in one function: resume only when a session id is recorded, the runtime can
+/// resume, and the runtime's transcript for that id exists on disk now; otherwise a new
+/// conversation with `new_id()`, and the old record is to be forgotten.
+///
+/// `transcript_exists` is only asked when the other two conditions hold.
+pub fn decide_start(
+    recorded: Option<&str>,
+    can_resume: bool,
+    transcript_exists: impl FnOnce(&str) -> bool,
+    new_id: impl FnOnce() -> String,
+) -> StartDecision {
+    match recorded {
+        None => StartDecision {
+            start: SessionStart::New(new_id()),
+            forget: None,
+        },
+        Some(id) if !can_resume => StartDecision {
+            start: SessionStart::New(new_id()),
+            forget: Some((id.to_owned(), ForgetReason::RuntimeCannotResume)),
+        },
+        Some(id) if transcript_exists(id) => StartDecision {
+            start: SessionStart::Resume(id.to_owned()),
+            forget: None,
+        },
+        Some(id) => StartDecision {
+            start: SessionStart::New(new_id()),
+            forget: Some((id.to_owned(), ForgetReason::TranscriptMissing)),
+        },
+    }
+}
+
+/// What a process is started with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchCommand {
+    /// The binary.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its working directory.
+    pub cwd: PathBuf,
+    /// Its whole environment (nothing else is inherited).
+    pub env: BTreeMap<String, String>,
+}
+
+/// The settings a launch needs.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec<'a> {
+    /// The canonical working directory.
+    pub cwd: &'a Path,
+    /// Model, empty for the CLI's default.
+    pub model: &'a str,
+    /// Permission mode, empty for the CLI's default.
+    pub permission_mode: &'a str,
+    /// The process's whole environment.
+    pub env: &'a BTreeMap<String, String>,
+    /// New conversation or resume.
+    pub start: &'a SessionStart,
+}
+
+/// A chat item a runtime event asks to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatPayload {
+    /// The chat item kind (`assistant`, `tool_use`, `tool_result`, `system`, …).
+    pub kind: &'static str,
+    /// A JSON object.
+    pub payload: serde_json::Value,
+}
+
+/// How a turn ended, as the runtime reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResultOutcome {
+    /// The turn completed.
+    Success,
+    /// The CLI reported an error for the turn.
+    Error,
+}
+
+/// Something a CLI said, in runtime-neutral terms.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RuntimeEvent {
+    /// A turn's start-up report (Claude: `system`/`init`). Not a sign that a turn began.
+    Init {
+        /// The conversation.
+        session_id: Option<String>,
+        /// The model in use.
+        model: Option<String>,
+        /// The permission mode in use.
+        permission_mode: Option<String>,
+    },
+    /// The CLI echoed a user message: a turn began in `session_id` (design rule 3).
+    UserReplay {
+        /// The conversation.
+        session_id: Option<String>,
+        /// The message text.
+        text: String,
+    },
+    /// Something to record in the chat.
+    Chat(ChatPayload),
+    /// The end of a turn.
+    TurnResult {
+        /// Success or error.
+        outcome: ResultOutcome,
+        /// The conversation.
+        session_id: Option<String>,
+        /// What to record as the `result` chat item (cost, usage, errors…).
+        payload: serde_json::Value,
+        /// A short error text when `outcome` is `Error`.
+        error: Option<String>,
+    },
+    /// The CLI could not find the conversation it was asked to resume (design rule 4).
+    ConversationNotFound {
+        /// The id it named.
+        session_id: String,
+    },
+    /// The CLI refused a new conversation because its id is already in use.
+    SessionInUse {
+        /// The id.
+        session_id: String,
+    },
+    /// A line that is not the runtime's protocol; recorded as an `error` chat item.
+    Unparsed {
+        /// The line (lossy UTF-8, cut to a bounded length).
+        line: String,
+        /// Why it was not understood.
+        reason: String,
+    },
+    /// Understood, but nothing to do.
+    Ignored,
+}
+
+/// The runtime could not be used.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum RuntimeError {
+    /// The CLI binary was not found or is not executable.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// One kind of agent CLI.
+pub trait Runtime: Send + Sync + 'static {
+    /// The name clients use (`claude`).
+    fn name(&self) -> &'static str;
+    /// Whether a conversation can be continued by a later process.
+    fn can_resume(&self) -> bool;
+    /// The CLI binary, checked to exist and be executable now.
+    fn binary(&self) -> Result<PathBuf, RuntimeError>;
+    /// The permission modes the CLI accepts.
+    fn permission_modes(&self) -> &'static [&'static str];
+    /// Whether the transcript of `session_id` exists on disk now, for a CLI started with `env`
+    /// in `cwd`.
+    fn transcript_exists(
+        &self,
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+        session_id: &str,
+    ) -> bool;
+    /// The command for a launch.
+    fn command(&self, program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand;
+    /// One stdin line (without the newline) that sends a user message.
+    fn encode_user_message(&self, text: &str) -> String;
+    /// Reads one stdout line (without the newline).
+    fn parse_line(&self, line: &[u8]) -> Vec<RuntimeEvent>;
+}
+
+/// Looks `name` up on `path` (a `PATH`-style list) and returns the first executable file.
+pub fn find_on_path(name: &str, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    let path = path?;
+    std::env::split_paths(path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+}
+
+/// Whether `path` is a regular file with an execute bit.
+pub fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn new_id() -> String {
+        "new".to_owned()
+    }
+
+    #[test]
+    fn no_record_starts_new() {
+        let d = decide_start(None, true, |_| panic!("not asked"), new_id);
+        assert_eq!(d.start, SessionStart::New("new".into()));
+        assert_eq!(d.forget, None);
+    }
+
+    #[test]
+    fn record_and_transcript_resumes() {
+        let d = decide_start(Some("old"), true, |id| id == "old", new_id);
+        assert_eq!(d.start, SessionStart::Resume("old".into()));
+        assert_eq!(d.forget, None);
+    }
+
+    #[test]
+    fn record_without_transcript_starts_new_and_forgets() {
+        let d = decide_start(Some("old"), true, |_| false, new_id);
+        assert_eq!(d.start, SessionStart::New("new".into()));
+        assert_eq!(
+            d.forget,
+            Some(("old".into(), ForgetReason::TranscriptMissing))
+        );
+    }
+
+    #[test]
+    fn runtime_that_cannot_resume_starts_new() {
+        let d = decide_start(Some("old"), false, |_| panic!("not asked"), new_id);
+        assert_eq!(d.start, SessionStart::New("new".into()));
+        assert_eq!(
+            d.forget,
+            Some(("old".into(), ForgetReason::RuntimeCannotResume))
+        );
+    }
+}

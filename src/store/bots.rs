@@ -1,0 +1,121 @@
+//! The `bots` table: one row per bot, with its settings and its recorded session id.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+/// A bot as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BotRecord {
+    /// 32 lower-case hex digits; also the last element of the bot's object path.
+    pub id: String,
+    /// A name for people; defaults to the last element of `cwd`.
+    pub name: String,
+    /// The canonical, absolute working directory, fixed at creation.
+    pub cwd: String,
+    /// The runtime's name, for example `claude`.
+    pub runtime: String,
+    /// The model; empty for the CLI's default.
+    pub model: String,
+    /// The permission mode; empty for the CLI's default.
+    pub permission_mode: String,
+    /// Extra environment variables for the CLI.
+    pub env: BTreeMap<String, String>,
+    /// Idle stop after this many seconds; `None` takes the daemon's default, 0 is never.
+    pub idle_timeout_s: Option<u64>,
+    /// The conversation to resume, recorded once a turn began in it (design rule 3).
+    pub session_id: Option<String>,
+    /// The last error a person should know of; empty when none.
+    pub last_error: String,
+    /// RFC 3339.
+    pub created_at: String,
+}
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
+    let env: String = r.get("env")?;
+    Ok(BotRecord {
+        id: r.get("id")?,
+        name: r.get("name")?,
+        cwd: r.get("cwd")?,
+        runtime: r.get("runtime")?,
+        model: r.get("model")?,
+        permission_mode: r.get("permission_mode")?,
+        env: serde_json::from_str(&env).unwrap_or_default(),
+        idle_timeout_s: r.get::<_, Option<i64>>("idle_timeout_s")?.map(|v| v as u64),
+        session_id: r.get("session_id")?,
+        last_error: r.get("last_error")?,
+        created_at: r.get("created_at")?,
+    })
+}
+
+/// Inserts a new bot.
+pub fn insert(conn: &Connection, b: &BotRecord) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO bots (id, name, cwd, runtime, model, permission_mode, env, idle_timeout_s,
+                           session_id, last_error, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        params![
+            b.id,
+            b.name,
+            b.cwd,
+            b.runtime,
+            b.model,
+            b.permission_mode,
+            serde_json::to_string(&b.env).unwrap_or_else(|_| "{}".into()),
+            b.idle_timeout_s.map(|v| v as i64),
+            b.session_id,
+            b.last_error,
+            b.created_at,
+        ],
+    )?;
+    Ok(())
+}
+
+/// All bots, oldest first.
+pub fn load_all(conn: &Connection) -> rusqlite::Result<Vec<BotRecord>> {
+    let mut st = conn.prepare("SELECT * FROM bots ORDER BY created_at, id")?;
+    st.query_map([], from_row)?.collect()
+}
+
+/// One bot.
+pub fn load(conn: &Connection, id: &str) -> rusqlite::Result<Option<BotRecord>> {
+    conn.query_row("SELECT * FROM bots WHERE id = ?1", [id], from_row)
+        .optional()
+}
+
+/// Deletes a bot with its chat items and turns. Returns whether it existed.
+pub fn delete(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
+    Ok(conn.execute("DELETE FROM bots WHERE id = ?1", [id])? > 0)
+}
+
+/// Records (or with `None` clears) the conversation to resume.
+pub fn set_session(conn: &Connection, id: &str, session_id: Option<&str>) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE bots SET session_id = ?2 WHERE id = ?1")?
+        .execute(params![id, session_id])?;
+    Ok(())
+}
+
+/// Stores the model.
+pub fn set_model(conn: &Connection, id: &str, model: &str) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE bots SET model = ?2 WHERE id = ?1",
+        params![id, model],
+    )?;
+    Ok(())
+}
+
+/// Stores the permission mode.
+pub fn set_permission_mode(conn: &Connection, id: &str, mode: &str) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE bots SET permission_mode = ?2 WHERE id = ?1",
+        params![id, mode],
+    )?;
+    Ok(())
+}
+
+/// Stores the last error (empty clears it).
+pub fn set_last_error(conn: &Connection, id: &str, last_error: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE bots SET last_error = ?2 WHERE id = ?1")?
+        .execute(params![id, last_error])?;
+    Ok(())
+}

@@ -1,0 +1,62 @@
+//! The `turns` table: every message a user sent, and what became of it.
+//!
+//! A turn is `queued` from `Send` until the CLI replays its message (design rule 8: nothing the
+//! user sent is lost), `running` until its result, then `finished` with an outcome.
+
+use rusqlite::{Connection, params};
+
+use crate::time::now_rfc3339;
+
+/// A message waiting for a process to take it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedTurn {
+    /// The turn id `Send` returned.
+    pub id: String,
+    /// The user's text.
+    pub text: String,
+}
+
+/// Adds a queued turn.
+pub fn insert(conn: &Connection, bot_id: &str, turn_id: &str, text: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO turns (id, bot_id, text, status, created_at) VALUES (?1, ?2, ?3, 'queued', ?4)",
+    )?
+    .execute(params![turn_id, bot_id, text, now_rfc3339()])?;
+    Ok(())
+}
+
+/// Marks a turn as running: its message was replayed by the CLI.
+pub fn set_running(conn: &Connection, turn_id: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE turns SET status = 'running' WHERE id = ?1 AND status = 'queued'")?
+        .execute([turn_id])?;
+    Ok(())
+}
+
+/// Settles a turn with its outcome.
+pub fn finish(conn: &Connection, turn_id: &str, outcome: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE turns SET status = 'finished', outcome = ?2 WHERE id = ?1")?
+        .execute(params![turn_id, outcome])?;
+    Ok(())
+}
+
+/// The queued turns of a bot, oldest first.
+pub fn queued(conn: &Connection, bot_id: &str) -> rusqlite::Result<Vec<QueuedTurn>> {
+    let mut st = conn.prepare_cached(
+        "SELECT id, text FROM turns WHERE bot_id = ?1 AND status = 'queued' ORDER BY pos",
+    )?;
+    st.query_map([bot_id], |r| {
+        Ok(QueuedTurn {
+            id: r.get(0)?,
+            text: r.get(1)?,
+        })
+    })?
+    .collect()
+}
+
+/// The ids of the turns of a bot that were running (replayed, no result).
+pub fn running(conn: &Connection, bot_id: &str) -> rusqlite::Result<Vec<String>> {
+    let mut st = conn.prepare_cached(
+        "SELECT id FROM turns WHERE bot_id = ?1 AND status = 'running' ORDER BY pos",
+    )?;
+    st.query_map([bot_id], |r| r.get(0))?.collect()
+}

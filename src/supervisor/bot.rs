@@ -1,0 +1,896 @@
+//! The bot actor: one task per bot that owns its process, its queue of messages and its state.
+//!
+//! Every input (a client's command, a stdout line, the process's exit, a restart timer) is
+//! handled to its end before the next, so calls on one bot apply in order (design rule 7) and
+//! there is never more than one live process per bot, hence per conversation.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+use super::{BotError, BotHandle, Command, Publication, Publisher};
+use crate::config::Config;
+use crate::process::{self, ExitInfo, ProcEvent, ProcessHandle};
+use crate::runtime::{
+    ForgetReason, LaunchSpec, ResultOutcome, Runtime, RuntimeEvent, SessionStart, StartDecision,
+    decide_start,
+};
+use crate::store::{self, BotRecord, ChatItem, QueuedTurn, Store};
+
+/// Hard limit after SIGKILL for the root process to be reaped before the stop is declared failed.
+pub const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// Longest wait between two restarts after crashes.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// A bot's state, as the `State` property shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// No process.
+    Stopped,
+    /// A process is running and no turn is.
+    Idle,
+    /// A process is running a turn.
+    Busy,
+    /// The process is being stopped.
+    Stopping,
+    /// Crash loop or a stop that failed: waits for an explicit restart.
+    Failed,
+}
+
+impl State {
+    /// The property value: `stopped`, `idle`, `busy`, `stopping`, `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Stopped => "stopped",
+            State::Idle => "idle",
+            State::Busy => "busy",
+            State::Stopping => "stopping",
+            State::Failed => "failed",
+        }
+    }
+}
+
+/// What clients may read of a bot without asking its actor.
+#[derive(Debug, Clone)]
+pub struct BotView {
+    /// The stored record (kept in step with the database).
+    pub record: BotRecord,
+    /// The state.
+    pub state: State,
+    /// The root process's pid, 0 when none.
+    pub process_id: u32,
+    /// Messages sent and not yet taken by the CLI (not replayed).
+    pub queued: u32,
+}
+
+struct Inflight {
+    turn: QueuedTurn,
+    replayed: bool,
+}
+
+struct Proc {
+    handle: ProcessHandle,
+    stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    start: SessionStart,
+    turn_began: bool,
+    stopping: bool,
+    lost: bool,
+    in_use: Option<String>,
+}
+
+/// What handling an event asks the actor to do next.
+#[derive(Debug, PartialEq)]
+enum Next {
+    Nothing,
+    StopProcess,
+}
+
+struct Actor {
+    id: String,
+    runtime: Arc<dyn Runtime>,
+    store: Arc<Store>,
+    config: Arc<Config>,
+    publisher: Publisher,
+    view: Arc<RwLock<BotView>>,
+    proc: Option<Proc>,
+    generation: u64,
+    proc_tx: mpsc::UnboundedSender<ProcEvent>,
+    proc_rx: mpsc::UnboundedReceiver<ProcEvent>,
+    queue: VecDeque<QueuedTurn>,
+    inflight: Option<Inflight>,
+    crashes: VecDeque<Instant>,
+    restart_at: Option<tokio::time::Instant>,
+    force_resume: Option<String>,
+    in_use_retried: bool,
+    parked: bool,
+}
+
+/// Starts the actor of a bot. With `loaded` (daemon start), turns the previous daemon left
+/// running are settled as `interrupted` and queued messages are delivered.
+pub fn spawn_actor(
+    record: BotRecord,
+    runtime: Arc<dyn Runtime>,
+    store: Arc<Store>,
+    config: Arc<Config>,
+    publisher: Publisher,
+    loaded: bool,
+    gate: tokio::sync::watch::Receiver<bool>,
+) -> BotHandle {
+    let (tx, rx) = mpsc::channel(64);
+    let (proc_tx, proc_rx) = mpsc::unbounded_channel();
+    let id = record.id.clone();
+    let view = Arc::new(RwLock::new(BotView {
+        record,
+        state: State::Stopped,
+        process_id: 0,
+        queued: 0,
+    }));
+    let actor = Actor {
+        id: id.clone(),
+        runtime,
+        store,
+        config,
+        publisher,
+        view: view.clone(),
+        proc: None,
+        generation: 0,
+        proc_tx,
+        proc_rx,
+        queue: VecDeque::new(),
+        inflight: None,
+        crashes: VecDeque::new(),
+        restart_at: None,
+        force_resume: None,
+        in_use_retried: false,
+        parked: false,
+    };
+    tokio::spawn(actor.run(rx, loaded, gate));
+    BotHandle { id, tx, view }
+}
+
+async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Actor {
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Command>,
+        loaded: bool,
+        mut gate: tokio::sync::watch::Receiver<bool>,
+    ) {
+        if gate.wait_for(|open| *open).await.is_err() {
+            return;
+        }
+        if loaded {
+            if let Err(e) = self.recover() {
+                tracing::error!(bot_id = %self.id, error = %e, "cannot recover the bot's turns");
+            }
+        }
+        self.pump().await;
+        loop {
+            tokio::select! {
+                cmd = rx.recv() => {
+                    let Some(cmd) = cmd else { break };
+                    if !self.on_command(cmd).await {
+                        return;
+                    }
+                }
+                Some(ev) = self.proc_rx.recv() => {
+                    if self.on_proc_event(ev) == Next::StopProcess {
+                        self.stop_process("replaced").await;
+                    }
+                }
+                _ = sleep_until_opt(self.restart_at) => {
+                    self.restart_at = None;
+                }
+            }
+            self.pump().await;
+        }
+        self.stop_process("shutdown").await;
+    }
+
+    // ----- views and publications -------------------------------------------------------
+
+    fn record(&self) -> BotRecord {
+        self.view
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .record
+            .clone()
+    }
+
+    fn update(&self, names: Vec<&'static str>, f: impl FnOnce(&mut BotView)) {
+        {
+            let mut v = self.view.write().unwrap_or_else(|p| p.into_inner());
+            f(&mut v);
+        }
+        if !names.is_empty() {
+            let _ = self.publisher.send(Publication::PropertiesChanged {
+                bot_id: self.id.clone(),
+                names,
+            });
+        }
+    }
+
+    fn set_state(&self, state: State) {
+        let changed = self.view.read().unwrap_or_else(|p| p.into_inner()).state != state;
+        if changed {
+            tracing::debug!(bot_id = %self.id, state = state.as_str(), "state");
+            self.update(vec!["State"], |v| v.state = state);
+        }
+    }
+
+    fn state(&self) -> State {
+        self.view.read().unwrap_or_else(|p| p.into_inner()).state
+    }
+
+    fn publish_queue(&self) {
+        let queued =
+            self.queue.len() as u32 + self.inflight.as_ref().map_or(0, |i| u32::from(!i.replayed));
+        let changed = self.view.read().unwrap_or_else(|p| p.into_inner()).queued != queued;
+        if changed {
+            self.update(vec!["QueuedMessages"], |v| v.queued = queued);
+        }
+    }
+
+    fn publish_item(&self, item: &ChatItem) {
+        let _ = self.publisher.send(Publication::ChatItemAdded {
+            bot_id: self.id.clone(),
+            seq: item.seq,
+            kind: item.kind.clone(),
+            payload: item.payload.clone(),
+        });
+    }
+
+    fn publish_turn(&self, turn_id: &str, outcome: &str) {
+        let _ = self.publisher.send(Publication::TurnFinished {
+            bot_id: self.id.clone(),
+            turn_id: turn_id.to_owned(),
+            outcome: outcome.to_owned(),
+        });
+    }
+
+    /// Commits one chat item and publishes it.
+    fn add_item(&self, kind: &str, turn_id: Option<&str>, payload: Value) {
+        let payload = payload.to_string();
+        match self
+            .store
+            .tx(|tx| store::chat::append(tx, &self.id, kind, turn_id, &payload))
+        {
+            Ok(item) => self.publish_item(&item),
+            Err(e) => tracing::error!(bot_id = %self.id, error = %e, "cannot record a chat item"),
+        }
+    }
+
+    fn set_last_error(&self, text: &str) {
+        if let Err(e) = self
+            .store
+            .tx(|tx| store::bots::set_last_error(tx, &self.id, text))
+        {
+            tracing::error!(bot_id = %self.id, error = %e, "cannot record the last error");
+            return;
+        }
+        self.update(vec!["LastError"], |v| v.record.last_error = text.to_owned());
+    }
+
+    /// Clears the recorded session in one transaction with a system chat item saying why.
+    fn forget_session(&self, old: &str, reason: &str, text: String) {
+        let payload = json!({"text": text, "reason": reason, "session_id": old}).to_string();
+        let result = self.store.tx(|tx| {
+            store::bots::set_session(tx, &self.id, None)?;
+            store::chat::append(tx, &self.id, "system", None, &payload)
+        });
+        match result {
+            Ok(item) => {
+                self.update(vec!["SessionId"], |v| v.record.session_id = None);
+                self.publish_item(&item);
+            }
+            Err(e) => tracing::error!(bot_id = %self.id, error = %e, "cannot clear the session"),
+        }
+    }
+
+    // ----- commands -----------------------------------------------------------------------
+
+    /// Returns false when the actor must end.
+    async fn on_command(&mut self, cmd: Command) -> bool {
+        match cmd {
+            Command::Send(text, reply) => {
+                let r = self.on_send(text);
+                let _ = reply.send(r);
+                true
+            }
+            Command::Stop(reply) => {
+                self.parked = true;
+                self.restart_at = None;
+                self.stop_process("stop").await;
+                if self.state() != State::Failed {
+                    self.set_state(State::Stopped);
+                }
+                let _ = reply.send(Ok(()));
+                true
+            }
+            Command::Delete(reply) => {
+                self.parked = true;
+                self.stop_process("delete").await;
+                let r = self
+                    .store
+                    .tx(|tx| store::bots::delete(tx, &self.id))
+                    .map(|_| ())
+                    .map_err(BotError::from);
+                let ok = r.is_ok();
+                if ok {
+                    tracing::info!(bot_id = %self.id, "bot deleted");
+                }
+                let _ = reply.send(r);
+                !ok
+            }
+            Command::Shutdown(reply) => {
+                self.parked = true;
+                self.stop_process("shutdown").await;
+                let _ = reply.send(());
+                false
+            }
+        }
+    }
+
+    fn on_send(&mut self, text: String) -> Result<String, BotError> {
+        if text.trim().is_empty() {
+            return Err(BotError::InvalidArgument(
+                "the message is empty; send some text".into(),
+            ));
+        }
+        if self.proc.is_none() {
+            self.runtime
+                .binary()
+                .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
+        }
+        let turn_id = uuid::Uuid::new_v4().to_string();
+        let payload = json!({"text": text, "turn_id": turn_id}).to_string();
+        let item = self.store.tx(|tx| {
+            store::turns::insert(tx, &self.id, &turn_id, &text)?;
+            store::chat::append(tx, &self.id, "user", Some(&turn_id), &payload)
+        })?;
+        self.publish_item(&item);
+        self.queue.push_back(QueuedTurn {
+            id: turn_id.clone(),
+            text,
+        });
+        self.parked = false;
+        self.publish_queue();
+        Ok(turn_id)
+    }
+
+    // ----- process life -------------------------------------------------------------------
+
+    /// Starts a process when messages wait, and feeds it the next message when it is free.
+    async fn pump(&mut self) {
+        if self.parked || matches!(self.state(), State::Failed | State::Stopping) {
+            return;
+        }
+        match &self.proc {
+            None => {
+                if !self.queue.is_empty() && self.restart_at.is_none() {
+                    self.start();
+                }
+            }
+            Some(p) if p.stopping || p.lost || p.in_use.is_some() => return,
+            Some(_) => {}
+        }
+        if self.inflight.is_none() {
+            self.write_next();
+        }
+    }
+
+    fn build_env(&self, record: &BotRecord) -> BTreeMap<String, String> {
+        let mut env: BTreeMap<String, String> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .filter(|(k, _)| self.config.env_allowed(k))
+            .collect();
+        env.extend(record.env.clone());
+        env
+    }
+
+    fn start(&mut self) {
+        let record = self.record();
+        let program = match self.runtime.binary() {
+            Ok(p) => p,
+            Err(e) => {
+                let text = format!("cannot start the agent: {e}");
+                self.add_item("error", None, json!({ "text": text }));
+                self.set_last_error(&text);
+                self.parked = true;
+                return;
+            }
+        };
+        let env = self.build_env(&record);
+        let cwd = Path::new(&record.cwd);
+        let decision = match self.force_resume.take() {
+            Some(id) => StartDecision {
+                start: SessionStart::Resume(id),
+                forget: None,
+            },
+            None => decide_start(
+                record.session_id.as_deref(),
+                self.runtime.can_resume(),
+                |id| self.runtime.transcript_exists(&env, cwd, id),
+                || uuid::Uuid::new_v4().to_string(),
+            ),
+        };
+        if let Some((old, reason)) = &decision.forget {
+            let (code, why) = match reason {
+                ForgetReason::TranscriptMissing => (
+                    "transcript_missing",
+                    "its transcript is not on disk".to_owned(),
+                ),
+                ForgetReason::RuntimeCannotResume => (
+                    "runtime_cannot_resume",
+                    format!("the {} runtime cannot resume", self.runtime.name()),
+                ),
+            };
+            self.forget_session(
+                old,
+                code,
+                format!(
+                    "The earlier conversation {old} could not be found ({why}); a new conversation began."
+                ),
+            );
+        }
+        let cmd = self.runtime.command(
+            program,
+            &LaunchSpec {
+                cwd,
+                model: &record.model,
+                permission_mode: &record.permission_mode,
+                env: &env,
+                start: &decision.start,
+            },
+        );
+        self.generation += 1;
+        match process::spawn(&cmd, self.generation, self.proc_tx.clone()) {
+            Ok(mut handle) => {
+                tracing::info!(
+                    bot_id = %self.id,
+                    pid = handle.pid,
+                    session_id = decision.start.session_id(),
+                    resume = matches!(decision.start, SessionStart::Resume(_)),
+                    "agent started"
+                );
+                let stdin = handle.stdin.take().map(spawn_writer);
+                let pid = handle.pid;
+                self.proc = Some(Proc {
+                    handle,
+                    stdin,
+                    start: decision.start,
+                    turn_began: false,
+                    stopping: false,
+                    lost: false,
+                    in_use: None,
+                });
+                self.update(vec!["ProcessId"], |v| v.process_id = pid);
+                self.set_state(State::Idle);
+            }
+            Err(e) => {
+                let text = format!("cannot start {}: {e}", cmd.program.display());
+                tracing::error!(bot_id = %self.id, error = %text, "spawn failed");
+                self.add_item("error", None, json!({ "text": text }));
+                self.set_last_error(&text);
+                self.parked = true;
+            }
+        }
+    }
+
+    fn write_next(&mut self) {
+        let Some(proc) = self.proc.as_mut() else {
+            return;
+        };
+        let Some(stdin) = proc.stdin.as_ref() else {
+            return;
+        };
+        let Some(turn) = self.queue.pop_front() else {
+            return;
+        };
+        let mut line = self.runtime.encode_user_message(&turn.text).into_bytes();
+        line.push(b'\n');
+        if stdin.send(line).is_err() {
+            self.queue.push_front(turn);
+            return;
+        }
+        self.inflight = Some(Inflight {
+            turn,
+            replayed: false,
+        });
+        self.set_state(State::Busy);
+        self.publish_queue();
+    }
+
+    fn on_proc_event(&mut self, ev: ProcEvent) -> Next {
+        let current = self.proc.as_ref().map(|p| p.handle.generation);
+        match ev {
+            ProcEvent::Line(generation, line) if Some(generation) == current => {
+                let mut next = Next::Nothing;
+                for event in self.runtime.parse_line(&line) {
+                    if self.on_runtime_event(event) == Next::StopProcess {
+                        next = Next::StopProcess;
+                    }
+                }
+                next
+            }
+            ProcEvent::Exited(generation, info) if Some(generation) == current => {
+                self.on_exit(info);
+                Next::Nothing
+            }
+            _ => Next::Nothing,
+        }
+    }
+
+    fn on_runtime_event(&mut self, event: RuntimeEvent) -> Next {
+        match event {
+            RuntimeEvent::Init { .. } | RuntimeEvent::Ignored => Next::Nothing,
+            RuntimeEvent::UserReplay { session_id, .. } => {
+                self.on_replay(session_id);
+                Next::Nothing
+            }
+            RuntimeEvent::Chat(chat) => {
+                let turn = self.current_turn_id();
+                self.add_item(chat.kind, turn.as_deref(), chat.payload);
+                Next::Nothing
+            }
+            RuntimeEvent::TurnResult {
+                outcome,
+                payload,
+                error,
+                ..
+            } => {
+                self.on_result(outcome, payload, error);
+                Next::Nothing
+            }
+            RuntimeEvent::ConversationNotFound { session_id } => {
+                let Some(proc) = self.proc.as_mut() else {
+                    return Next::Nothing;
+                };
+                if proc.lost {
+                    return Next::Nothing;
+                }
+                proc.lost = true;
+                let stopping = proc.stopping;
+                tracing::info!(bot_id = %self.id, %session_id, "conversation not found; starting a new one");
+                if let Some(inf) = self.inflight.take() {
+                    if !inf.replayed {
+                        self.queue.push_front(inf.turn);
+                    }
+                }
+                self.forget_session(
+                    &session_id,
+                    "conversation_not_found",
+                    format!(
+                        "The CLI could not find the conversation {session_id}; a new conversation began."
+                    ),
+                );
+                self.publish_queue();
+                if stopping {
+                    Next::Nothing
+                } else {
+                    Next::StopProcess
+                }
+            }
+            RuntimeEvent::SessionInUse { session_id } => {
+                if let Some(proc) = self.proc.as_mut() {
+                    tracing::info!(bot_id = %self.id, %session_id, "session id already in use");
+                    proc.in_use = Some(session_id);
+                }
+                Next::Nothing
+            }
+            RuntimeEvent::Unparsed { line, reason } => {
+                let turn = self.current_turn_id();
+                self.add_item(
+                    "error",
+                    turn.as_deref(),
+                    json!({
+                        "text": format!("The agent printed a line botvisor could not read ({reason})."),
+                        "line": line,
+                    }),
+                );
+                Next::Nothing
+            }
+        }
+    }
+
+    fn current_turn_id(&self) -> Option<String> {
+        self.inflight
+            .as_ref()
+            .filter(|i| i.replayed)
+            .map(|i| i.turn.id.clone())
+    }
+
+    fn on_replay(&mut self, session_id: Option<String>) {
+        let Some(proc) = self.proc.as_mut() else {
+            return;
+        };
+        let Some(inf) = self.inflight.as_mut().filter(|i| !i.replayed) else {
+            return;
+        };
+        inf.replayed = true;
+        proc.turn_began = true;
+        let sid = session_id.unwrap_or_else(|| proc.start.session_id().to_owned());
+        let turn_id = inf.turn.id.clone();
+        let recorded = self.record().session_id;
+        let changed = recorded.as_deref() != Some(sid.as_str());
+        let r = self.store.tx(|tx| {
+            store::turns::set_running(tx, &turn_id)?;
+            if changed {
+                store::bots::set_session(tx, &self.id, Some(&sid))?;
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            tracing::error!(bot_id = %self.id, error = %e, "cannot record the turn start");
+            return;
+        }
+        if changed {
+            tracing::info!(bot_id = %self.id, session_id = %sid, "session recorded");
+            self.update(vec!["SessionId"], |v| v.record.session_id = Some(sid));
+        }
+        self.publish_queue();
+    }
+
+    fn on_result(&mut self, outcome: ResultOutcome, payload: Value, error: Option<String>) {
+        // A result belongs to our message once it was replayed; an error result before the
+        // replay also settles it (design rule 4's fallback: the turn fails visibly).
+        let ours = match &self.inflight {
+            Some(i) if i.replayed => true,
+            Some(_) => outcome == ResultOutcome::Error,
+            None => false,
+        };
+        let turn = if ours { self.inflight.take() } else { None };
+        let turn_id = turn.as_ref().map(|t| t.turn.id.clone());
+        let outcome_str = match outcome {
+            ResultOutcome::Success => "success",
+            ResultOutcome::Error => "error",
+        };
+        let payload = payload.to_string();
+        let r = self.store.tx(|tx| {
+            let item = store::chat::append(tx, &self.id, "result", turn_id.as_deref(), &payload)?;
+            if let Some(t) = &turn_id {
+                store::turns::finish(tx, t, outcome_str)?;
+            }
+            if let Some(e) = &error {
+                store::bots::set_last_error(tx, &self.id, e)?;
+            }
+            Ok(item)
+        });
+        match r {
+            Ok(item) => {
+                self.publish_item(&item);
+                if let Some(e) = error {
+                    self.update(vec!["LastError"], |v| v.record.last_error = e);
+                }
+                if let Some(t) = &turn_id {
+                    self.publish_turn(t, outcome_str);
+                }
+            }
+            Err(e) => tracing::error!(bot_id = %self.id, error = %e, "cannot record a result"),
+        }
+        if self.inflight.is_none() && self.proc.as_ref().is_some_and(|p| !p.stopping) {
+            self.set_state(State::Idle);
+        }
+        self.publish_queue();
+    }
+
+    /// Settles the turn in flight when its process is gone: a replayed one ends with `outcome`,
+    /// one not yet replayed goes back to the head of the queue (design rule 8).
+    fn settle_inflight(&mut self, outcome: &str, text: String) {
+        let Some(inf) = self.inflight.take() else {
+            return;
+        };
+        if !inf.replayed {
+            self.queue.push_front(inf.turn);
+            self.publish_queue();
+            return;
+        }
+        let payload = json!({ "text": text }).to_string();
+        let kind = if outcome == "crashed" {
+            "error"
+        } else {
+            "system"
+        };
+        let r = self.store.tx(|tx| {
+            store::turns::finish(tx, &inf.turn.id, outcome)?;
+            store::chat::append(tx, &self.id, kind, Some(&inf.turn.id), &payload)
+        });
+        match r {
+            Ok(item) => {
+                self.publish_item(&item);
+                self.publish_turn(&inf.turn.id, outcome);
+            }
+            Err(e) => tracing::error!(bot_id = %self.id, error = %e, "cannot settle a turn"),
+        }
+    }
+
+    /// The process exited without being asked to.
+    fn on_exit(&mut self, info: ExitInfo) {
+        let Some(proc) = self.proc.take() else {
+            return;
+        };
+        self.update(vec!["ProcessId"], |v| v.process_id = 0);
+        let lived = proc.handle.started.elapsed();
+        tracing::info!(bot_id = %self.id, pid = proc.handle.pid, status = %info, "agent exited");
+        if proc.lost {
+            self.settle_inflight("error", String::new());
+            self.set_state(State::Stopped);
+            return;
+        }
+        if let Some(id) = proc.in_use {
+            self.settle_inflight("error", String::new());
+            self.set_state(State::Stopped);
+            if !self.in_use_retried {
+                self.in_use_retried = true;
+                self.force_resume = Some(id);
+                return;
+            }
+        }
+        let stderr = proc.handle.stderr_text();
+        let clean = info.code == Some(0) && self.inflight.is_none();
+        self.settle_inflight(
+            "crashed",
+            format!("The agent exited before the turn finished ({info})."),
+        );
+        if let SessionStart::Resume(id) = &proc.start {
+            let window = Duration::from_secs_f64(self.config.fresh_start_if_dies_within_s);
+            if !proc.turn_began && !clean && lived < window {
+                self.forget_session(
+                    id,
+                    "died_after_launch",
+                    format!(
+                        "The agent exited {:.1} s after it was started on conversation {id} without \
+                         beginning a turn; the next start begins a new conversation.",
+                        lived.as_secs_f64()
+                    ),
+                );
+            }
+        }
+        if clean {
+            self.set_state(State::Stopped);
+            return;
+        }
+        let mut text = format!("The agent exited unexpectedly ({info}).");
+        if !stderr.is_empty() {
+            text.push_str(" Its last output: ");
+            text.push_str(&stderr);
+        }
+        self.set_last_error(&text);
+        let now = Instant::now();
+        let window = Duration::from_secs(self.config.crash_loop_window_s);
+        self.crashes.push_back(now);
+        while self
+            .crashes
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > window)
+        {
+            self.crashes.pop_front();
+        }
+        if self.crashes.len() as u32 >= self.config.crash_loop_limit {
+            let text = format!(
+                "The agent crashed {} times within {} s; botvisor stopped restarting it. \
+                 Call Restart to try again. Last: {text}",
+                self.crashes.len(),
+                self.config.crash_loop_window_s
+            );
+            self.set_last_error(&text);
+            self.set_state(State::Failed);
+            return;
+        }
+        let backoff = Duration::from_millis(250)
+            .saturating_mul(1 << (self.crashes.len().saturating_sub(1)).min(10))
+            .min(MAX_BACKOFF);
+        self.restart_at = Some(tokio::time::Instant::now() + backoff);
+        self.set_state(State::Stopped);
+    }
+
+    /// Stops the process gently: close stdin, SIGTERM the group, grace, SIGKILL. Lines the
+    /// process writes meanwhile are still recorded. Returns once its exit was seen (or the stop
+    /// failed).
+    async fn stop_process(&mut self, why: &'static str) {
+        let Some(proc) = self.proc.as_mut() else {
+            return;
+        };
+        proc.stopping = true;
+        proc.stdin = None;
+        let pid = proc.handle.pid;
+        let generation = proc.handle.generation;
+        let exited = proc.handle.exited().is_some();
+        self.set_state(State::Stopping);
+        tracing::info!(bot_id = %self.id, pid, why, "stopping agent");
+        if !exited {
+            process::signal_group(pid, libc::SIGTERM);
+        }
+        let grace = tokio::time::Instant::now() + self.config.stop_grace();
+        let hard = grace + KILL_WAIT;
+        let mut killed = false;
+        let exit = loop {
+            tokio::select! {
+                ev = self.proc_rx.recv() => match ev {
+                    Some(ProcEvent::Exited(g, info)) if g == generation => break Some(info),
+                    Some(ev) => { let _ = self.on_proc_event(ev); }
+                    None => break None,
+                },
+                _ = tokio::time::sleep_until(grace), if !killed => {
+                    killed = true;
+                    tracing::warn!(bot_id = %self.id, pid, "grace period over; SIGKILL");
+                    process::signal_group(pid, libc::SIGKILL);
+                }
+                _ = tokio::time::sleep_until(hard) => break None,
+            }
+        };
+        // Whatever is left in the group goes too (the group id cannot be reused while any
+        // member lives).
+        process::signal_group(pid, libc::SIGKILL);
+        match exit {
+            Some(info) => {
+                tracing::info!(bot_id = %self.id, pid, status = %info, "agent stopped");
+                let proc = self.proc.take();
+                self.update(vec!["ProcessId"], |v| v.process_id = 0);
+                self.settle_inflight(
+                    "interrupted",
+                    "The agent was stopped before the turn finished.".into(),
+                );
+                if proc.is_some_and(|p| p.lost) {
+                    self.parked = false;
+                }
+                self.set_state(State::Stopped);
+            }
+            None => {
+                let text = format!("The agent process {pid} did not exit after SIGKILL.");
+                tracing::error!(bot_id = %self.id, pid, "{text}");
+                self.set_last_error(&text);
+                self.set_state(State::Failed);
+            }
+        }
+    }
+
+    /// At daemon start: settle turns left running by the previous daemon, reload the queue.
+    fn recover(&mut self) -> Result<(), BotError> {
+        let running = self.store.read(|c| store::turns::running(c, &self.id))?;
+        for turn_id in running {
+            let payload = json!({
+                "text": "botvisord stopped before the turn finished."
+            })
+            .to_string();
+            let item = self.store.tx(|tx| {
+                store::turns::finish(tx, &turn_id, "interrupted")?;
+                store::chat::append(tx, &self.id, "system", Some(&turn_id), &payload)
+            })?;
+            self.publish_item(&item);
+            self.publish_turn(&turn_id, "interrupted");
+        }
+        self.queue = self
+            .store
+            .read(|c| store::turns::queued(c, &self.id))?
+            .into();
+        self.publish_queue();
+        Ok(())
+    }
+}
+
+/// A task that owns a process's stdin and writes what it is sent; dropping the sender closes
+/// stdin.
+fn spawn_writer(mut stdin: tokio::process::ChildStdin) -> mpsc::UnboundedSender<Vec<u8>> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        while let Some(bytes) = rx.recv().await {
+            if stdin.write_all(&bytes).await.is_err() || stdin.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    tx
+}

@@ -1,0 +1,84 @@
+//! Tier 3: the `botvisord` binary on a private bus with the real Claude Code CLI against the
+//! loopback stand-in API. Skipped (loudly) without `BOTVISOR_TEST_CLAUDE_BIN`; CI always sets it.
+
+mod support;
+
+use support::stand_in_api::{StandInApi, echo_script};
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_reply_arrives_and_survives_a_daemon_restart() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let api = StandInApi::start(echo_script()).await;
+    let cfg = env.daemon_config(Some(claude));
+    let mut daemon = Daemon::start(&cfg, &env.conn).await;
+
+    let bot_env = claude_env(&env.home, &api.url);
+    let work = env.work.to_str().unwrap().to_owned();
+    let path = env
+        .manager()
+        .await
+        .create_bot(create_options(&work, &bot_env))
+        .await
+        .unwrap();
+    let bot = env.bot(&path).await;
+    assert_eq!(
+        bot.session_id().await.unwrap(),
+        "",
+        "no session before a turn"
+    );
+
+    let seen = send_and_wait(&bot, "hello").await;
+    assert_eq!(seen.outcome, "success", "{seen:?}\n{}", daemon.log_text());
+    let kinds: Vec<&str> = seen.items.iter().map(|(_, k, _)| k.as_str()).collect();
+    assert_eq!(kinds.first(), Some(&"user"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"result"), "{kinds:?}");
+    let reply = seen
+        .items
+        .iter()
+        .find(|(_, k, _)| k == "assistant")
+        .expect("an assistant item");
+    assert_eq!(reply.2["text"], "Hello! You said: hello");
+    let result = &seen.items.last().unwrap().2;
+    assert_eq!(result["subtype"], "success");
+    assert!(result.get("total_cost_usd").is_some(), "{result}");
+    assert_eq!(seen.items[0].2["turn_id"], seen.turn_id);
+    let seqs: Vec<u64> = seen.items.iter().map(|(s, _, _)| *s).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+
+    let history = bot.get_chat(0, 0).await.unwrap();
+    let history_kinds: Vec<(u64, String)> =
+        history.iter().map(|(s, k, _, _)| (*s, k.clone())).collect();
+    let signalled: Vec<(u64, String)> =
+        seen.items.iter().map(|(s, k, _)| (*s, k.clone())).collect();
+    assert_eq!(history_kinds, signalled);
+    let session = bot.session_id().await.unwrap();
+    assert!(
+        !session.is_empty(),
+        "a turn began, so the session is recorded"
+    );
+
+    // Stop the daemon; start it again: the bot and every chat item are still there.
+    let status = daemon.terminate().await;
+    assert!(status.success(), "{status:?}\n{}", daemon.log_text());
+    let _daemon = Daemon::start(&cfg, &env.conn).await;
+    let paths = env.manager().await.list_bots().await.unwrap();
+    assert_eq!(paths, vec![path.clone()]);
+    let bot = env.bot(&path).await;
+    let after = bot.get_chat(0, 0).await.unwrap();
+    assert_eq!(after, history);
+    assert_eq!(bot.session_id().await.unwrap(), session);
+    assert_eq!(bot.state().await.unwrap(), "stopped");
+
+    // The next message resumes the same conversation: the model sees the first exchange.
+    let seen = send_and_wait(&bot, "again").await;
+    assert_eq!(seen.outcome, "success", "{seen:?}");
+    assert_eq!(bot.session_id().await.unwrap(), session);
+    let last = api.requests().into_iter().rfind(|r| r.has_tools).unwrap();
+    let body = last.body.to_string();
+    assert!(
+        body.contains("Hello! You said: hello"),
+        "history not resumed"
+    );
+}

@@ -1,0 +1,390 @@
+//! Test support: a private `dbus-daemon` per test, the `botvisord` binary on it, the stand-in
+//! Messages API, and the real Claude Code CLI found through `BOTVISOR_TEST_CLAUDE_BIN`.
+//! Nothing here touches the user's session bus or `~/.claude`.
+
+#![allow(dead_code)]
+
+pub mod stand_in_api;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use zbus::{Connection, Variant};
+
+use botvisor::dbus::BUS_NAME;
+use botvisor::dbus::client::{BotProxy, ManagerProxy};
+
+/// How long any single awaited event may take before the test fails.
+pub const EVENT_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The real Claude Code binary, or `None` after printing the skip line.
+pub fn claude_bin() -> Option<PathBuf> {
+    match std::env::var_os("BOTVISOR_TEST_CLAUDE_BIN").filter(|v| !v.is_empty()) {
+        Some(p) => Some(PathBuf::from(p)),
+        None => {
+            eprintln!("skipped: BOTVISOR_TEST_CLAUDE_BIN not set");
+            None
+        }
+    }
+}
+
+/// A private `dbus-daemon` from a temporary configuration.
+pub struct PrivateBus {
+    child: Child,
+    /// The bus address.
+    pub address: String,
+    /// The folder holding its configuration and socket.
+    pub dir: PathBuf,
+}
+
+impl PrivateBus {
+    /// Starts a bus in `dir`, optionally with a services folder for D-Bus activation.
+    pub fn start(dir: &Path) -> PrivateBus {
+        std::fs::create_dir_all(dir).unwrap();
+        let socket = dir.join("bus.sock");
+        let config = dir.join("bus.conf");
+        std::fs::write(
+            &config,
+            format!(
+                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:path={}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+"#,
+                socket.display()
+            ),
+        )
+        .unwrap();
+        let mut child = std::process::Command::new("dbus-daemon")
+            .arg(format!("--config-file={}", config.display()))
+            .arg("--nofork")
+            .arg("--print-address=1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dbus-daemon must be installed");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert!(!line.trim().is_empty(), "dbus-daemon printed no address");
+        PrivateBus {
+            child,
+            address: line.trim().to_owned(),
+            dir: dir.to_owned(),
+        }
+    }
+
+    /// A new client connection to this bus.
+    pub async fn connect(&self) -> Connection {
+        zbus::connection::Builder::address(self.address.as_str())
+            .build()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for PrivateBus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One `botvisord` process on a private bus.
+pub struct Daemon {
+    child: Option<Child>,
+    /// Its stderr log.
+    pub log: PathBuf,
+}
+
+/// How a test's daemon is set up.
+#[derive(Clone, Debug)]
+pub struct DaemonConfig {
+    /// Bus address.
+    pub bus: String,
+    /// The database file.
+    pub database: PathBuf,
+    /// `HOME` (and the XDG folders below it).
+    pub home: PathBuf,
+    /// `BOTVISOR_CLAUDE_BIN`, if any.
+    pub claude_bin: Option<PathBuf>,
+    /// A config file, if any.
+    pub config: Option<PathBuf>,
+}
+
+impl Daemon {
+    /// Spawns the daemon without waiting for it.
+    pub fn spawn(cfg: &DaemonConfig, log_name: &str) -> Daemon {
+        let log = cfg.home.join(log_name);
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_botvisord"));
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &cfg.home)
+            .env("XDG_STATE_HOME", cfg.home.join(".local/state"))
+            .env("XDG_CONFIG_HOME", cfg.home.join(".config"))
+            .env("XDG_RUNTIME_DIR", cfg.home.join("run"))
+            .env("DBUS_SESSION_BUS_ADDRESS", &cfg.bus)
+            .env("RUST_LOG", "botvisor=debug,info")
+            .arg("--database")
+            .arg(&cfg.database)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        if let Some(bin) = &cfg.claude_bin {
+            cmd.env("BOTVISOR_CLAUDE_BIN", bin);
+        }
+        if let Some(config) = &cfg.config {
+            cmd.arg("--config").arg(config);
+        }
+        Daemon {
+            child: Some(cmd.spawn().expect("spawn botvisord")),
+            log,
+        }
+    }
+
+    /// Spawns the daemon and waits until it owns the bus name.
+    pub async fn start(cfg: &DaemonConfig, conn: &Connection) -> Daemon {
+        let mut stream = zbus::fdo::DBusProxy::new(conn)
+            .await
+            .unwrap()
+            .receive_name_owner_changed_with_args(&[(0, BUS_NAME)])
+            .await
+            .unwrap();
+        let daemon = Daemon::spawn(cfg, "botvisord.log");
+        let dbus = zbus::fdo::DBusProxy::new(conn).await.unwrap();
+        if dbus
+            .name_has_owner(BUS_NAME.try_into().unwrap())
+            .await
+            .unwrap()
+        {
+            return daemon;
+        }
+        let got = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(sig) = stream.next().await {
+                let args = sig.args().unwrap();
+                if args.new_owner().is_some() {
+                    return;
+                }
+            }
+        })
+        .await;
+        if got.is_err() {
+            panic!(
+                "botvisord did not take the bus name:\n{}",
+                daemon.log_text()
+            );
+        }
+        daemon
+    }
+
+    /// The daemon's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        tokio::task::spawn_blocking(move || child.wait().unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// Waits for the daemon to exit by itself.
+    pub async fn wait(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        tokio::task::spawn_blocking(move || child.wait().unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// Kills the daemon with SIGKILL (a crash).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Everything one test needs: a temp folder, a bus, a client connection, a home.
+pub struct TestEnv {
+    /// The temp folder (removed at the end).
+    pub dir: tempfile::TempDir,
+    /// The private bus.
+    pub bus: PrivateBus,
+    /// A client connection on it.
+    pub conn: Connection,
+    /// The daemon's and the CLI's `HOME`.
+    pub home: PathBuf,
+    /// A working directory for bots.
+    pub work: PathBuf,
+}
+
+impl TestEnv {
+    /// A new environment.
+    pub async fn new() -> TestEnv {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        let bus = PrivateBus::start(&dir.path().join("bus"));
+        let conn = bus.connect().await;
+        TestEnv {
+            dir,
+            bus,
+            conn,
+            home,
+            work,
+        }
+    }
+
+    /// A daemon configuration for this environment.
+    pub fn daemon_config(&self, claude_bin: Option<PathBuf>) -> DaemonConfig {
+        DaemonConfig {
+            bus: self.bus.address.clone(),
+            database: self.dir.path().join("botvisor.db"),
+            home: self.home.clone(),
+            claude_bin,
+            config: None,
+        }
+    }
+
+    /// A Manager proxy.
+    pub async fn manager(&self) -> ManagerProxy<'static> {
+        ManagerProxy::new(&self.conn).await.unwrap()
+    }
+
+    /// A Bot proxy.
+    pub async fn bot(&self, path: &zbus::OwnedObjectPath) -> BotProxy<'static> {
+        BotProxy::builder(&self.conn)
+            .path(path.clone())
+            .build()
+            .await
+            .unwrap()
+    }
+}
+
+/// The environment a bot's real CLI needs to run offline against `api_url`.
+pub fn claude_env(home: &Path, api_url: &str) -> HashMap<String, String> {
+    [
+        ("HOME", home.to_string_lossy().into_owned()),
+        ("ANTHROPIC_BASE_URL", api_url.to_owned()),
+        ("ANTHROPIC_API_KEY", "sk-ant-test-stand-in".to_owned()),
+        ("DISABLE_TELEMETRY", "1".to_owned()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_owned()),
+        ("DISABLE_AUTOUPDATER", "1".to_owned()),
+        ("DISABLE_ERROR_REPORTING", "1".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// CreateBot options: `cwd` and `env`.
+pub fn create_options<'a>(
+    cwd: &'a str,
+    env: &'a HashMap<String, String>,
+) -> HashMap<&'static str, Variant<'a>> {
+    let mut o = HashMap::new();
+    o.insert("cwd", Variant::from(cwd));
+    o.insert("env", Variant::from(env.clone()));
+    o
+}
+
+/// What one turn showed a client.
+#[derive(Debug)]
+pub struct TurnSeen {
+    /// The turn id `Send` returned.
+    pub turn_id: String,
+    /// `(seq, kind, payload)` of every `ChatItemAdded` until `TurnFinished`.
+    pub items: Vec<(u64, String, serde_json::Value)>,
+    /// The outcome.
+    pub outcome: String,
+}
+
+/// Sends `text` and collects the signals until its `TurnFinished`.
+pub async fn send_and_wait(bot: &BotProxy<'_>, text: &str) -> TurnSeen {
+    let mut items_stream = bot.receive_chat_item_added().await.unwrap();
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn_id = bot.send(text, HashMap::new()).await.unwrap();
+    let mut items = Vec::new();
+    let outcome = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            tokio::select! {
+                Some(sig) = items_stream.next() => {
+                    let a = sig.args().unwrap();
+                    items.push((a.seq, a.kind.clone(), serde_json::from_str(&a.payload).unwrap()));
+                }
+                Some(sig) = finished.next() => {
+                    let a = sig.args().unwrap();
+                    if a.turn_id == turn_id {
+                        return a.outcome.clone();
+                    }
+                }
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("turn {turn_id} did not finish; items so far: {items:?}"));
+    // Items committed before TurnFinished may still be in flight on the bus: drain what is queued.
+    while let Ok(Some(sig)) =
+        tokio::time::timeout(Duration::from_millis(0), items_stream.next()).await
+    {
+        let a = sig.args().unwrap();
+        items.push((
+            a.seq,
+            a.kind.clone(),
+            serde_json::from_str(&a.payload).unwrap(),
+        ));
+    }
+    TurnSeen {
+        turn_id,
+        items,
+        outcome,
+    }
+}
+
+/// Waits until the bot's property `State` reads `want`.
+pub async fn wait_state(bot: &BotProxy<'_>, want: &str) {
+    let mut changes = bot.receive_state_changed().await;
+    if bot.state().await.unwrap() == want {
+        return;
+    }
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(c) = changes.next().await {
+            if c.get().await.unwrap() == want {
+                return;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("state never became {want}"));
+}

@@ -1,0 +1,260 @@
+//! A loopback stand-in for the Anthropic Messages API, enough for the real Claude Code CLI to run
+//! offline (claude-code-facts.md, "Getting the real CLI on a machine without an account").
+//!
+//! `POST /v1/messages` answers with the streaming (SSE) event sequence when the request has
+//! `"stream": true`, and with one JSON message otherwise. What it answers is decided by a
+//! [`Script`] from the request: plain text, or a tool call that the real CLI then runs.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+
+/// What the stand-in saw of one request.
+#[derive(Debug, Clone)]
+pub struct ApiRequest {
+    /// The text of the last `user` message (text blocks that are not system reminders).
+    pub last_user_text: String,
+    /// Whether the last `user` message carries a `tool_result` block.
+    pub has_tool_result: bool,
+    /// Whether the client asked for a stream.
+    pub stream: bool,
+    /// Whether the request offers tools (the main conversation does; side requests don't).
+    pub has_tools: bool,
+    /// The whole body.
+    pub body: Value,
+}
+
+/// One answer.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// An assistant text, then `end_turn`.
+    Text(String),
+    /// A tool call, then `tool_use`.
+    ToolUse {
+        /// Tool name, for example `Bash`.
+        name: String,
+        /// Tool input.
+        input: Value,
+    },
+}
+
+/// Decides the answer to a request.
+pub type Script = Arc<dyn Fn(&ApiRequest) -> Reply + Send + Sync>;
+
+/// The default script: after a tool result, `Tool finished.`; otherwise `Hello! You said: <text>`.
+pub fn echo_script() -> Script {
+    Arc::new(|req: &ApiRequest| {
+        if req.has_tool_result {
+            Reply::Text("Tool finished.".into())
+        } else {
+            Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+        }
+    })
+}
+
+#[derive(Clone)]
+struct Shared {
+    script: Script,
+    seen: Arc<Mutex<Vec<ApiRequest>>>,
+}
+
+/// A running stand-in on `127.0.0.1`.
+pub struct StandInApi {
+    /// `http://127.0.0.1:PORT`, for `ANTHROPIC_BASE_URL`.
+    pub url: String,
+    seen: Arc<Mutex<Vec<ApiRequest>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StandInApi {
+    /// Starts a stand-in with `script`.
+    pub async fn start(script: Script) -> StandInApi {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let shared = Shared {
+            script,
+            seen: seen.clone(),
+        };
+        let app = Router::new()
+            .route("/v1/messages", post(messages))
+            .fallback(|| async { axum::Json(json!({})) })
+            .with_state(shared);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the stand-in API");
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        StandInApi {
+            url: format!("http://{addr}"),
+            seen,
+            task,
+        }
+    }
+
+    /// The requests seen so far.
+    pub fn requests(&self) -> Vec<ApiRequest> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for StandInApi {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn request_of(body: Value) -> ApiRequest {
+    let last_user = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|m| {
+            m.iter()
+                .rev()
+                .find(|x| x.get("role").and_then(Value::as_str) == Some("user"))
+        })
+        .cloned()
+        .unwrap_or(Value::Null);
+    let (text, has_tool_result) = match last_user.get("content") {
+        Some(Value::String(s)) => (s.clone(), false),
+        Some(Value::Array(blocks)) => {
+            let texts: Vec<&str> = blocks
+                .iter()
+                .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .filter(|t| !t.trim_start().starts_with("<system-reminder>"))
+                .collect();
+            let tool = blocks
+                .iter()
+                .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"));
+            (texts.last().copied().unwrap_or_default().to_owned(), tool)
+        }
+        _ => (String::new(), false),
+    };
+    ApiRequest {
+        last_user_text: text,
+        has_tool_result,
+        stream: body.get("stream").and_then(Value::as_bool) == Some(true),
+        has_tools: body
+            .get("tools")
+            .and_then(Value::as_array)
+            .is_some_and(|t| !t.is_empty()),
+        body,
+    }
+}
+
+async fn messages(State(shared): State<Shared>, body: Bytes) -> Response {
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return (StatusCode::BAD_REQUEST, "not JSON").into_response();
+    };
+    let req = request_of(body);
+    // Side requests (titles, summaries) get plain text and never consume the script.
+    let reply = if req.has_tools {
+        (shared.script)(&req)
+    } else {
+        Reply::Text("Side note.".into())
+    };
+    let stream = req.stream;
+    let model = req
+        .body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("claude-stand-in")
+        .to_owned();
+    shared.seen.lock().unwrap().push(req);
+    if stream {
+        let mut resp = sse_body(&model, &reply).into_response();
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        resp
+    } else {
+        axum::Json(json_message(&model, &reply)).into_response()
+    }
+}
+
+fn usage() -> Value {
+    json!({"input_tokens": 12, "output_tokens": 7, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0})
+}
+
+fn json_message(model: &str, reply: &Reply) -> Value {
+    let (content, stop) = match reply {
+        Reply::Text(t) => (json!([{"type": "text", "text": t}]), "end_turn"),
+        Reply::ToolUse { name, input } => (
+            json!([{"type": "tool_use", "id": "toolu_standin_1", "name": name, "input": input}]),
+            "tool_use",
+        ),
+    };
+    json!({
+        "id": "msg_standin", "type": "message", "role": "assistant", "model": model,
+        "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage(),
+    })
+}
+
+fn event(out: &mut String, name: &str, data: Value) {
+    out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+}
+
+fn sse_body(model: &str, reply: &Reply) -> String {
+    let mut out = String::new();
+    event(
+        &mut out,
+        "message_start",
+        json!({"type": "message_start", "message": {
+            "id": "msg_standin", "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": null, "stop_sequence": null, "usage": usage()}}),
+    );
+    let stop = match reply {
+        Reply::Text(text) => {
+            event(
+                &mut out,
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            );
+            event(
+                &mut out,
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+            );
+            "end_turn"
+        }
+        Reply::ToolUse { name, input } => {
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+            let id = format!(
+                "toolu_standin_{}",
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            );
+            event(
+                &mut out,
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+            );
+            event(
+                &mut out,
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
+            );
+            "tool_use"
+        }
+    };
+    event(
+        &mut out,
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    );
+    event(
+        &mut out,
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 7}}),
+    );
+    event(&mut out, "message_stop", json!({"type": "message_stop"}));
+    out
+}

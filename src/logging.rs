@@ -32,6 +32,7 @@ pub fn init(verbosity: u8) {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_target(false),
         )
         .try_init();

@@ -13,6 +13,8 @@ use zbus::{OwnedObjectPath, Variant, proxy};
 pub trait Manager {
     /// See the service's `CreateBot`.
     fn create_bot(&self, options: HashMap<&str, Variant<'_>>) -> zbus::Result<OwnedObjectPath>;
+    /// See the service's `GetBot`.
+    fn get_bot(&self, id_or_name: &str) -> zbus::Result<OwnedObjectPath>;
     /// See the service's `ListBots`.
     fn list_bots(&self) -> zbus::Result<Vec<OwnedObjectPath>>;
     /// The API version.

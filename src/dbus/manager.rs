@@ -99,6 +99,39 @@ impl Manager {
             .collect())
     }
 
+    /// The object path of the bot whose id or name is `id_or_name` (a unique id prefix of at
+    /// least 4 digits also works). Errors: NotFound (no such bot), InvalidArgument (a name or
+    /// prefix that fits several bots).
+    async fn get_bot(
+        &self,
+        id_or_name: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<OwnedObjectPath> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        let bots = self.ctx.supervisor.list();
+        if let Some(h) = bots.iter().find(|h| h.id == id_or_name) {
+            return Ok(bot_path(&h.id));
+        }
+        let matches: Vec<_> = bots
+            .iter()
+            .filter(|h| {
+                h.snapshot().record.name == id_or_name
+                    || (id_or_name.len() >= 4 && h.id.starts_with(&id_or_name))
+            })
+            .collect();
+        match matches.as_slice() {
+            [] => Err(Error::NotFound(format!(
+                "no bot has the id or name `{id_or_name}`; ListBots shows them all"
+            ))),
+            [one] => Ok(bot_path(&one.id)),
+            many => Err(Error::InvalidArgument(format!(
+                "`{id_or_name}` fits {} bots; use the bot id",
+                many.len()
+            ))),
+        }
+    }
+
     /// The API version: `1`.
     #[zbus(property(emits_changed_signal = "const"))]
     fn version(&self) -> String {

@@ -68,11 +68,12 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
     tokio::spawn(super::publisher::run(conn.clone(), pub_rx));
 
     let flags = RequestNameFlags::DO_NOT_QUEUE;
-    match conn.request_name_with_flags(BUS_NAME, flags).await? {
-        RequestNameReply::PrimaryOwner | RequestNameReply::AlreadyOwner => {}
-        RequestNameReply::Exists | RequestNameReply::InQueue => {
+    match conn.request_name_with_flags(BUS_NAME, flags).await {
+        Ok(RequestNameReply::PrimaryOwner | RequestNameReply::AlreadyOwner) => {}
+        Ok(RequestNameReply::Exists | RequestNameReply::InQueue) | Err(zbus::Error::NameTaken) => {
             return Err(ServiceError::AlreadyRunning);
         }
+        Err(e) => return Err(e.into()),
     }
     supervisor.open();
     tracing::info!(bots = count, "botvisord is serving {BUS_NAME}");

@@ -1,0 +1,258 @@
+//! Tier 2: the API's contract on a private bus, with a stand-in binary for the CLI (these tests
+//! never send a message, so no agent runs).
+
+mod support;
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use zbus::Variant;
+
+use support::*;
+
+/// An executable that stands where the CLI binary is expected (never run by these tests).
+fn placeholder_cli(dir: &Path) -> PathBuf {
+    let path = dir.join("claude-placeholder");
+    std::fs::write(&path, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+fn error_name(e: &zbus::Error) -> String {
+    match e {
+        zbus::Error::MethodError(name, _, _) => name.to_string(),
+        other => format!("not a method error: {other}"),
+    }
+}
+
+fn error_text(e: &zbus::Error) -> String {
+    match e {
+        zbus::Error::MethodError(_, Some(text), _) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+async fn bot_count(env: &TestEnv) -> usize {
+    env.manager().await.list_bots().await.unwrap().len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_calls_get_named_errors_and_change_nothing() {
+    let env = TestEnv::new().await;
+    let cli = placeholder_cli(env.dir.path());
+    let _daemon = Daemon::start(&env.daemon_config(Some(cli)), &env.conn).await;
+    let manager = env.manager().await;
+    let work = env.work.to_str().unwrap().to_owned();
+    let file = env.dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let file = file.to_str().unwrap().to_owned();
+
+    let cases: Vec<(&str, HashMap<&str, Variant<'_>>, &str, &str)> = vec![
+        ("no cwd", HashMap::new(), "InvalidArgument", "cwd"),
+        (
+            "relative cwd",
+            HashMap::from([("cwd", Variant::from("work"))]),
+            "InvalidArgument",
+            "absolute",
+        ),
+        (
+            "missing cwd",
+            HashMap::from([("cwd", Variant::from("/no/such/folder/here"))]),
+            "InvalidArgument",
+            "/no/such/folder/here",
+        ),
+        (
+            "cwd is a file",
+            HashMap::from([("cwd", Variant::from(file.as_str()))]),
+            "InvalidArgument",
+            "not a directory",
+        ),
+        (
+            "unknown runtime",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("runtime", Variant::from("gpt-cli")),
+            ]),
+            "InvalidArgument",
+            "gpt-cli",
+        ),
+        (
+            "wrong option type",
+            HashMap::from([("cwd", Variant::from(42u32))]),
+            "InvalidArgument",
+            "`cwd` must be of type `s`",
+        ),
+        (
+            "wrong env type",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("env", Variant::from(vec!["A=1"])),
+            ]),
+            "InvalidArgument",
+            "`env`",
+        ),
+        (
+            "unknown option",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("cwdd", Variant::from("x")),
+            ]),
+            "InvalidArgument",
+            "cwdd",
+        ),
+        (
+            "unknown permission mode",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("permission_mode", Variant::from("yolo")),
+            ]),
+            "InvalidArgument",
+            "yolo",
+        ),
+        (
+            "negative idle timeout",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("idle_timeout_s", Variant::from(-5i32)),
+            ]),
+            "InvalidArgument",
+            "negative",
+        ),
+    ];
+    for (what, options, name, mention) in cases {
+        let err = manager.create_bot(options).await.unwrap_err();
+        assert_eq!(
+            error_name(&err),
+            format!("org.botvisor.Botvisor1.Error.{name}"),
+            "{what}: {err}"
+        );
+        assert!(error_text(&err).contains(mention), "{what}: {err}");
+        assert_eq!(bot_count(&env).await, 0, "{what} changed something");
+    }
+
+    // An unknown bot.
+    let err = manager.get_bot("no-such-bot").await.unwrap_err();
+    assert_eq!(error_name(&err), "org.botvisor.Botvisor1.Error.NotFound");
+
+    // A valid bot, then an empty message: named error, no chat item.
+    let path = manager
+        .create_bot(HashMap::from([("cwd", Variant::from(work.as_str()))]))
+        .await
+        .unwrap();
+    assert_eq!(manager.get_bot("work").await.unwrap(), path);
+    let bot = env.bot(&path).await;
+    let err = bot.send("  ", HashMap::new()).await.unwrap_err();
+    assert_eq!(
+        error_name(&err),
+        "org.botvisor.Botvisor1.Error.InvalidArgument"
+    );
+    let err = bot
+        .send("hi", HashMap::from([("bogus", Variant::from(true))]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error_name(&err),
+        "org.botvisor.Botvisor1.Error.InvalidArgument"
+    );
+    assert!(bot.get_chat(0, 0).await.unwrap().is_empty());
+    assert_eq!(bot.queued_messages().await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_cli_binary_is_runtime_unavailable_on_create_and_send() {
+    let env = TestEnv::new().await;
+    let cli = placeholder_cli(env.dir.path());
+    let mut daemon = Daemon::start(&env.daemon_config(Some(cli.clone())), &env.conn).await;
+    let manager = env.manager().await;
+    let work = env.work.to_str().unwrap().to_owned();
+    let path = manager
+        .create_bot(HashMap::from([("cwd", Variant::from(work.as_str()))]))
+        .await
+        .unwrap();
+    std::fs::remove_file(&cli).unwrap();
+    let bot = env.bot(&path).await;
+    let err = bot.send("hello", HashMap::new()).await.unwrap_err();
+    assert_eq!(
+        error_name(&err),
+        "org.botvisor.Botvisor1.Error.RuntimeUnavailable"
+    );
+    assert!(error_text(&err).contains("claude-placeholder"), "{err}");
+    assert!(bot.get_chat(0, 0).await.unwrap().is_empty());
+    let err = manager
+        .create_bot(HashMap::from([("cwd", Variant::from(work.as_str()))]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error_name(&err),
+        "org.botvisor.Botvisor1.Error.RuntimeUnavailable"
+    );
+    assert_eq!(bot_count(&env).await, 1);
+    assert!(daemon.terminate().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_daemon_on_the_same_bus_exits_non_zero() {
+    let env = TestEnv::new().await;
+    let cli = placeholder_cli(env.dir.path());
+    let cfg = env.daemon_config(Some(cli));
+    let _first = Daemon::start(&cfg, &env.conn).await;
+    let mut second_cfg = cfg.clone();
+    second_cfg.database = env.dir.path().join("other.db");
+    let mut second = Daemon::spawn(&second_cfg, "second.log");
+    let status = tokio::time::timeout(EVENT_TIMEOUT, second.wait())
+        .await
+        .expect("the second daemon exits by itself");
+    assert!(!status.success());
+    assert!(
+        second.log_text().contains("already owns"),
+        "{}",
+        second.log_text()
+    );
+    // The first one still answers.
+    assert_eq!(env.manager().await.version().await.unwrap(), "1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn created_bots_appear_in_the_object_manager_and_delete_removes_them() {
+    let env = TestEnv::new().await;
+    let cli = placeholder_cli(env.dir.path());
+    let _daemon = Daemon::start(&env.daemon_config(Some(cli)), &env.conn).await;
+    let om = zbus::fdo::ObjectManagerProxy::builder(&env.conn)
+        .destination("org.botvisor.Botvisor1")
+        .path("/org/botvisor/Botvisor1")
+        .build()
+        .await
+        .unwrap();
+    let mut added = om.receive_interfaces_added().await.unwrap();
+    let mut removed = om.receive_interfaces_removed().await.unwrap();
+    let work = env.work.to_str().unwrap().to_owned();
+    let path = env
+        .manager()
+        .await
+        .create_bot(HashMap::from([
+            ("cwd", Variant::from(work.as_str())),
+            ("name", Variant::from("mine")),
+        ]))
+        .await
+        .unwrap();
+    use futures_util::StreamExt;
+    let sig = tokio::time::timeout(EVENT_TIMEOUT, added.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(sig.args().unwrap().object_path.as_str(), path.as_str());
+    let objects = om.get_managed_objects().await.unwrap();
+    assert!(objects.keys().any(|p| p.as_str() == path.as_str()));
+    let bot = env.bot(&path).await;
+    assert_eq!(bot.name().await.unwrap(), "mine");
+    assert_eq!(bot.cwd().await.unwrap(), work);
+    assert_eq!(bot.state().await.unwrap(), "stopped");
+    bot.delete().await.unwrap();
+    let sig = tokio::time::timeout(EVENT_TIMEOUT, removed.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(sig.args().unwrap().object_path.as_str(), path.as_str());
+    assert_eq!(bot_count(&env).await, 0);
+}

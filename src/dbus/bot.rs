@@ -40,6 +40,7 @@ impl BotObject {
     /// signal. Starts the agent when it is not running (resuming its conversation when the
     /// transcript exists). No options yet. Errors: InvalidArgument (empty text),
     /// RuntimeUnavailable.
+    #[zbus(out_args("turn_id"))]
     async fn send(
         &self,
         text: String,
@@ -84,6 +85,7 @@ impl BotObject {
 
     /// Chat items with `seq > after_seq`, at most `limit` (0: up to 10,000), in order, as
     /// `(seq, kind, RFC 3339 time, JSON payload)`.
+    #[zbus(out_args("items"))]
     async fn get_chat(
         &self,
         after_seq: u64,

@@ -42,6 +42,7 @@ impl Manager {
     /// an existing directory), `name` (s), `runtime` (s, default `claude`), `model` (s),
     /// `permission_mode` (s), `env` (a{ss}, added to the CLI's environment), `idle_timeout_s`
     /// (u, seconds, 0 = never). Errors: InvalidArgument, RuntimeUnavailable, AccessDenied.
+    #[zbus(out_args("bot"))]
     async fn create_bot(
         &self,
         options: Options,
@@ -84,6 +85,7 @@ impl Manager {
     }
 
     /// The object paths of all bots, oldest first.
+    #[zbus(out_args("bots"))]
     async fn list_bots(
         &self,
         #[zbus(header)] hdr: Header<'_>,
@@ -102,6 +104,7 @@ impl Manager {
     /// The object path of the bot whose id or name is `id_or_name` (a unique id prefix of at
     /// least 4 digits also works). Errors: NotFound (no such bot), InvalidArgument (a name or
     /// prefix that fits several bots).
+    #[zbus(out_args("bot"))]
     async fn get_bot(
         &self,
         id_or_name: String,

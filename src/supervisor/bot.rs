@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use super::{BotError, BotHandle, Command, Publication, Publisher};
+use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher};
 use crate::config::Config;
 use crate::process::{self, ExitInfo, ProcEvent, ProcessHandle};
 use crate::runtime::{
@@ -67,6 +67,27 @@ pub struct BotView {
     pub process_id: u32,
     /// Messages sent and not yet taken by the CLI (not replayed).
     pub queued: u32,
+}
+
+impl BotView {
+    /// The value of the D-Bus property `name` of the Bot interface (names as in the XML).
+    pub fn property(&self, name: &str) -> PropertyValue {
+        let s = |v: &str| PropertyValue::Str(v.to_owned());
+        match name {
+            "Id" => s(&self.record.id),
+            "Name" => s(&self.record.name),
+            "Cwd" => s(&self.record.cwd),
+            "Runtime" => s(&self.record.runtime),
+            "Model" => s(&self.record.model),
+            "PermissionMode" => s(&self.record.permission_mode),
+            "State" => s(self.state.as_str()),
+            "SessionId" => s(self.record.session_id.as_deref().unwrap_or_default()),
+            "ProcessId" => PropertyValue::U32(self.process_id),
+            "LastError" => s(&self.record.last_error),
+            "QueuedMessages" => PropertyValue::U32(self.queued),
+            _ => s(""),
+        }
+    }
 }
 
 struct Inflight {
@@ -215,9 +236,11 @@ impl Actor {
             f(&mut v);
         }
         if !names.is_empty() {
+            let view = self.view.read().unwrap_or_else(|p| p.into_inner());
+            let changed = names.into_iter().map(|n| (n, view.property(n))).collect();
             let _ = self.publisher.send(Publication::PropertiesChanged {
                 bot_id: self.id.clone(),
-                names,
+                changed,
             });
         }
     }

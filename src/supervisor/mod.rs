@@ -68,13 +68,22 @@ pub enum Publication {
         /// `success`, `error`, `crashed` or `interrupted`.
         outcome: String,
     },
-    /// `PropertiesChanged` for these properties of the bot.
+    /// `PropertiesChanged` for these properties of the bot, with their values at the change.
     PropertiesChanged {
         /// The bot.
         bot_id: String,
-        /// D-Bus property names.
-        names: Vec<&'static str>,
+        /// D-Bus property names and values.
+        changed: Vec<(&'static str, PropertyValue)>,
     },
+}
+
+/// A property value as published.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PropertyValue {
+    /// A D-Bus `s`.
+    Str(String),
+    /// A D-Bus `u`.
+    U32(u32),
 }
 
 /// The sending side of the publication channel.

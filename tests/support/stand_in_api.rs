@@ -5,6 +5,8 @@
 //! `"stream": true`, and with one JSON message otherwise. What it answers is decided by a
 //! [`Script`] from the request: plain text, or a tool call that the real CLI then runs.
 
+#![allow(dead_code)]
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -74,8 +76,13 @@ pub struct StandInApi {
 }
 
 impl StandInApi {
-    /// Starts a stand-in with `script`.
+    /// Starts a stand-in with `script` on a free port.
     pub async fn start(script: Script) -> StandInApi {
+        StandInApi::start_on(0, script).await
+    }
+
+    /// Starts a stand-in with `script` on `port` (0: a free one).
+    pub async fn start_on(port: u16, script: Script) -> StandInApi {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let shared = Shared {
             script,
@@ -85,7 +92,7 @@ impl StandInApi {
             .route("/v1/messages", post(messages))
             .fallback(|| async { axum::Json(json!({})) })
             .with_state(shared);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
             .expect("bind the stand-in API");
         let addr: SocketAddr = listener.local_addr().unwrap();

@@ -64,6 +64,47 @@ impl BotObject {
         Ok(self.handle.stop().await?)
     }
 
+    /// Sets the permission mode: on the running agent at once (control protocol), and for every
+    /// later start. Errors: InvalidArgument (a mode the runtime does not know).
+    async fn set_permission_mode(
+        &self,
+        mode: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<()> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        Ok(self.handle.set_permission_mode(mode).await?)
+    }
+
+    /// Sets the model: on the running agent for its next request, and for every later start.
+    /// Empty means the CLI's default (from the next start). Errors: InvalidArgument.
+    async fn set_model(
+        &self,
+        model: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<()> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        Ok(self.handle.set_model(model).await?)
+    }
+
+    /// Stops the agent and starts it again. Options: `fresh` (b, default false): forget the
+    /// conversation durably first, so that neither this start nor any later one resumes it;
+    /// otherwise the conversation is resumed when its transcript exists. Clears state `failed`.
+    /// Errors: RuntimeUnavailable, InvalidArgument.
+    async fn restart(
+        &self,
+        options: Options,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<()> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        let mut r = OptionReader::new("Restart", &options);
+        let fresh = r.boolean("fresh")?.unwrap_or(false);
+        r.finish()?;
+        Ok(self.handle.restart(fresh).await?)
+    }
+
     /// Stops the agent and deletes the bot with its chat history. The object goes away
     /// (`InterfacesRemoved`).
     async fn delete(

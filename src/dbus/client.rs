@@ -33,6 +33,12 @@ pub trait Manager {
 pub trait Bot {
     /// Queue a message; returns the turn id.
     fn send(&self, text: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<String>;
+    /// Set the permission mode.
+    fn set_permission_mode(&self, mode: &str) -> zbus::Result<()>;
+    /// Set the model.
+    fn set_model(&self, model: &str) -> zbus::Result<()>;
+    /// Restart (`fresh`: b).
+    fn restart(&self, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
     /// Stop the agent.
     fn stop(&self) -> zbus::Result<()>;
     /// Delete the bot.

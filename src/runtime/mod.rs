@@ -173,8 +173,37 @@ pub enum RuntimeEvent {
         /// Why it was not understood.
         reason: String,
     },
+    /// The CLI answered one of our control requests.
+    ControlResponse {
+        /// The id we sent.
+        request_id: String,
+        /// `Ok` with the response body, or `Err` with the CLI's error text.
+        result: Result<serde_json::Value, String>,
+    },
+    /// The CLI asks the host something over the control protocol.
+    ControlRequest {
+        /// The CLI's request id, to answer with.
+        request_id: String,
+        /// The request's `subtype`.
+        subtype: String,
+        /// The whole request object.
+        request: serde_json::Value,
+    },
     /// Understood, but nothing to do.
     Ignored,
+}
+
+/// A request to a running CLI over its control protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlRequest {
+    /// The handshake, sent once right after launch.
+    Initialize,
+    /// Change the permission mode of the running process.
+    SetPermissionMode(String),
+    /// Change the model for the next model request.
+    SetModel(String),
+    /// End the running turn.
+    Interrupt,
 }
 
 /// The runtime could not be used.
@@ -209,6 +238,11 @@ pub trait Runtime: Send + Sync + 'static {
     fn encode_user_message(&self, text: &str) -> String;
     /// Reads one stdout line (without the newline).
     fn parse_line(&self, line: &[u8]) -> Vec<RuntimeEvent>;
+    /// One stdin line (without the newline) carrying a control request; `None` when the runtime
+    /// has no control protocol.
+    fn encode_control(&self, request_id: &str, request: &ControlRequest) -> Option<String>;
+    /// One stdin line refusing a control request of the CLI that botvisor does not serve.
+    fn encode_control_error(&self, request_id: &str, message: &str) -> Option<String>;
 }
 
 /// Looks `name` up on `path` (a `PATH`-style list) and returns the first executable file.

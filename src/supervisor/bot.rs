@@ -17,7 +17,7 @@ use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher}
 use crate::config::Config;
 use crate::process::{self, ExitInfo, ProcEvent, ProcessHandle};
 use crate::runtime::{
-    ForgetReason, LaunchSpec, ResultOutcome, Runtime, RuntimeEvent, SessionStart, StartDecision,
+    ControlRequest, ForgetReason, LaunchSpec, ResultOutcome, Runtime, RuntimeEvent, SessionStart, StartDecision,
     decide_start,
 };
 use crate::store::{self, BotRecord, ChatItem, QueuedTurn, Store};
@@ -103,6 +103,8 @@ struct Proc {
     stopping: bool,
     lost: bool,
     in_use: Option<String>,
+    /// Control requests sent and not yet answered, by request id.
+    pending_control: std::collections::HashMap<String, ControlRequest>,
 }
 
 /// What handling an event asks the actor to do next.
@@ -130,6 +132,7 @@ struct Actor {
     force_resume: Option<String>,
     in_use_retried: bool,
     parked: bool,
+    control_seq: u64,
 }
 
 /// Starts the actor of a bot. With `loaded` (daemon start), turns the previous daemon left
@@ -170,6 +173,7 @@ pub fn spawn_actor(
         force_resume: None,
         in_use_retried: false,
         parked: false,
+        control_seq: 0,
     };
     tokio::spawn(actor.run(rx, loaded, gate));
     BotHandle { id, tx, view }
@@ -363,6 +367,125 @@ impl Actor {
                 let _ = reply.send(());
                 false
             }
+            Command::SetPermissionMode(mode, reply) => {
+                let _ = reply.send(self.on_set_permission_mode(mode));
+                true
+            }
+            Command::SetModel(model, reply) => {
+                let _ = reply.send(self.on_set_model(model));
+                true
+            }
+            Command::Restart(fresh, reply) => {
+                let r = self.on_restart(fresh).await;
+                let _ = reply.send(r);
+                true
+            }
+        }
+    }
+
+    fn on_set_permission_mode(&mut self, mode: String) -> Result<(), BotError> {
+        super::check_permission_mode(self.runtime.as_ref(), &mode)?;
+        self.store
+            .tx(|tx| store::bots::set_permission_mode(tx, &self.id, &mode))?;
+        self.update(vec!["PermissionMode"], |v| {
+            v.record.permission_mode = mode.clone()
+        });
+        if !mode.is_empty() {
+            self.send_control(ControlRequest::SetPermissionMode(mode));
+        }
+        Ok(())
+    }
+
+    fn on_set_model(&mut self, model: String) -> Result<(), BotError> {
+        super::check_model(&model)?;
+        self.store
+            .tx(|tx| store::bots::set_model(tx, &self.id, &model))?;
+        self.update(vec!["Model"], |v| v.record.model = model.clone());
+        if !model.is_empty() {
+            self.send_control(ControlRequest::SetModel(model));
+        }
+        Ok(())
+    }
+
+    async fn on_restart(&mut self, fresh: bool) -> Result<(), BotError> {
+        self.runtime
+            .binary()
+            .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
+        self.restart_at = None;
+        self.stop_process("restart").await;
+        if fresh {
+            if let Some(old) = self.record().session_id {
+                self.forget_session(
+                    &old,
+                    "fresh_restart",
+                    format!(
+                        "Restarted fresh: the conversation {old} is left for good; a new one begins."
+                    ),
+                );
+            }
+        }
+        self.crashes.clear();
+        self.force_resume = None;
+        self.in_use_retried = false;
+        self.parked = false;
+        self.set_state(State::Stopped);
+        self.start();
+        Ok(())
+    }
+
+    /// Sends a control request to the running process, if there is one that can take it.
+    fn send_control(&mut self, request: ControlRequest) -> bool {
+        self.control_seq += 1;
+        let request_id = format!("botvisor-{}", self.control_seq);
+        let Some(line) = self.runtime.encode_control(&request_id, &request) else {
+            return false;
+        };
+        let Some(proc) = self.proc.as_mut().filter(|p| !p.stopping) else {
+            return false;
+        };
+        let Some(stdin) = proc.stdin.as_ref() else {
+            return false;
+        };
+        let mut bytes = line.into_bytes();
+        bytes.push(b'\n');
+        if stdin.send(bytes).is_err() {
+            return false;
+        }
+        proc.pending_control.insert(request_id, request);
+        true
+    }
+
+    fn on_control_response(&mut self, request_id: String, result: Result<Value, String>) {
+        let Some(request) = self
+            .proc
+            .as_mut()
+            .and_then(|p| p.pending_control.remove(&request_id))
+        else {
+            return;
+        };
+        let what = match &request {
+            ControlRequest::Initialize | ControlRequest::Interrupt => {
+                if let Err(e) = result {
+                    tracing::warn!(bot_id = %self.id, ?request, error = %e, "control request refused");
+                }
+                return;
+            }
+            ControlRequest::SetPermissionMode(mode) => format!("the permission mode to `{mode}`"),
+            ControlRequest::SetModel(model) => format!("the model to `{model}`"),
+        };
+        match result {
+            Ok(_) => self.add_item(
+                "system",
+                None,
+                json!({"text": format!("The running agent changed {what}."), "reason": "setting_applied"}),
+            ),
+            Err(e) => {
+                let text = format!(
+                    "The running agent refused to change {what}: {e}. The setting is kept for its next start."
+                );
+                self.add_item("error", None, json!({ "text": text }));
+                self.set_last_error(&text);
+            }
         }
     }
 
@@ -498,9 +621,11 @@ impl Actor {
                     stopping: false,
                     lost: false,
                     in_use: None,
+                    pending_control: Default::default(),
                 });
                 self.update(vec!["ProcessId"], |v| v.process_id = pid);
                 self.set_state(State::Idle);
+                self.send_control(ControlRequest::Initialize);
             }
             Err(e) => {
                 let text = format!("cannot start {}: {e}", cmd.program.display());
@@ -559,6 +684,28 @@ impl Actor {
     fn on_runtime_event(&mut self, event: RuntimeEvent) -> Next {
         match event {
             RuntimeEvent::Init { .. } | RuntimeEvent::Ignored => Next::Nothing,
+            RuntimeEvent::ControlResponse { request_id, result } => {
+                self.on_control_response(request_id, result);
+                Next::Nothing
+            }
+            RuntimeEvent::ControlRequest {
+                request_id,
+                subtype,
+                ..
+            } => {
+                tracing::debug!(bot_id = %self.id, %subtype, "control request of the CLI refused");
+                if let Some(line) = self.runtime.encode_control_error(
+                    &request_id,
+                    &format!("botvisor does not serve `{subtype}` requests"),
+                ) {
+                    if let Some(stdin) = self.proc.as_ref().and_then(|p| p.stdin.as_ref()) {
+                        let mut bytes = line.into_bytes();
+                        bytes.push(b'\n');
+                        let _ = stdin.send(bytes);
+                    }
+                }
+                Next::Nothing
+            }
             RuntimeEvent::UserReplay { session_id, .. } => {
                 self.on_replay(session_id);
                 Next::Nothing

@@ -100,6 +100,12 @@ pub enum Command {
     Delete(oneshot::Sender<Result<(), BotError>>),
     /// Stop the process for daemon shutdown and end the actor.
     Shutdown(oneshot::Sender<()>),
+    /// Change the permission mode (live when running) and persist it.
+    SetPermissionMode(String, oneshot::Sender<Result<(), BotError>>),
+    /// Change the model (live when running) and persist it.
+    SetModel(String, oneshot::Sender<Result<(), BotError>>),
+    /// Stop and start again; with `fresh`, forget the conversation first.
+    Restart(bool, oneshot::Sender<Result<(), BotError>>),
 }
 
 /// A handle on one bot's actor.
@@ -134,6 +140,21 @@ impl BotHandle {
     /// Stops the bot's process gently.
     pub async fn stop(&self) -> Result<(), BotError> {
         self.ask(Command::Stop).await
+    }
+
+    /// Changes the permission mode.
+    pub async fn set_permission_mode(&self, mode: String) -> Result<(), BotError> {
+        self.ask(|tx| Command::SetPermissionMode(mode, tx)).await
+    }
+
+    /// Changes the model.
+    pub async fn set_model(&self, model: String) -> Result<(), BotError> {
+        self.ask(|tx| Command::SetModel(model, tx)).await
+    }
+
+    /// Restarts the agent; `fresh` starts a new conversation.
+    pub async fn restart(&self, fresh: bool) -> Result<(), BotError> {
+        self.ask(|tx| Command::Restart(fresh, tx)).await
     }
 
     /// Stops and deletes the bot.
@@ -247,6 +268,7 @@ impl Supervisor {
             .or_else(|| self.config.default_permission_mode.clone())
             .unwrap_or_default();
         check_permission_mode(runtime.as_ref(), &permission_mode)?;
+        check_model(&model)?;
         runtime
             .binary()
             .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
@@ -360,6 +382,16 @@ pub fn check_permission_mode(runtime: &dyn Runtime, mode: &str) -> Result<(), Bo
             runtime.permission_modes().join(", ")
         )))
     }
+}
+
+/// A model name: empty (the CLI's default) or up to 200 printable characters without spaces.
+pub fn check_model(model: &str) -> Result<(), BotError> {
+    if model.len() > 200 || model.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(BotError::InvalidArgument(format!(
+            "invalid model name `{model}`: use a name such as `sonnet` or `claude-sonnet-4-5`"
+        )));
+    }
+    Ok(())
 }
 
 /// `cwd` must be an absolute path of an existing directory; returns its canonical form (symlinks

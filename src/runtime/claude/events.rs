@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::runtime::{ChatPayload, ResultOutcome, RuntimeEvent};
+use crate::runtime::{ChatPayload, ControlRequest, ResultOutcome, RuntimeEvent};
 
 /// The error text of a `result` for a `--resume` whose transcript does not exist.
 pub const CONVERSATION_NOT_FOUND: &str = "No conversation found with session ID";
@@ -14,6 +14,26 @@ pub const MAX_UNPARSED_KEPT: usize = 4096;
 /// A stream-json user message for stdin.
 pub fn encode_user_message(text: &str) -> String {
     json!({"type": "user", "message": {"role": "user", "content": text}}).to_string()
+}
+
+/// A control request line (claude-code-facts.md, "The control protocol").
+pub fn encode_control(request_id: &str, request: &ControlRequest) -> String {
+    let request = match request {
+        ControlRequest::Initialize => json!({"subtype": "initialize"}),
+        ControlRequest::SetPermissionMode(mode) => {
+            json!({"subtype": "set_permission_mode", "mode": mode})
+        }
+        ControlRequest::SetModel(model) => json!({"subtype": "set_model", "model": model}),
+        ControlRequest::Interrupt => json!({"subtype": "interrupt"}),
+    };
+    json!({"type": "control_request", "request_id": request_id, "request": request}).to_string()
+}
+
+/// An error answer to a control request of the CLI.
+pub fn encode_control_error(request_id: &str, message: &str) -> String {
+    json!({"type": "control_response", "response": {
+        "subtype": "error", "request_id": request_id, "error": message}})
+    .to_string()
 }
 
 fn str_field(v: &Value, key: &str) -> Option<String> {
@@ -76,9 +96,31 @@ pub fn parse_line(line: &[u8]) -> Vec<RuntimeEvent> {
         Some("user") => parse_user(&v, session_id),
         Some("assistant") => parse_assistant(&v),
         Some("result") => vec![parse_result(&v, session_id)],
+        Some("control_response") => vec![parse_control_response(&v)],
+        Some("control_request") => vec![RuntimeEvent::ControlRequest {
+            request_id: str_field(&v, "request_id").unwrap_or_default(),
+            subtype: v
+                .get("request")
+                .and_then(|r| r.get("subtype"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            request: v.get("request").cloned().unwrap_or(Value::Null),
+        }],
         Some(_) => vec![RuntimeEvent::Ignored],
         None => vec![unparsed(line, "a JSON object without `type`".into())],
     }
+}
+
+fn parse_control_response(v: &Value) -> RuntimeEvent {
+    let response = v.get("response").cloned().unwrap_or(Value::Null);
+    let request_id = str_field(&response, "request_id").unwrap_or_default();
+    let result = if response.get("subtype").and_then(Value::as_str) == Some("success") {
+        Ok(response.get("response").cloned().unwrap_or(Value::Null))
+    } else {
+        Err(str_field(&response, "error").unwrap_or_else(|| "the CLI refused the request".into()))
+    };
+    RuntimeEvent::ControlResponse { request_id, result }
 }
 
 fn parse_system(v: &Value, session_id: Option<String>) -> Vec<RuntimeEvent> {
@@ -301,6 +343,21 @@ mod tests {
         }
         assert!(matches!(one("[1,2]"), RuntimeEvent::Unparsed { .. }));
         assert!(matches!(one("{\"x\":1}"), RuntimeEvent::Unparsed { .. }));
+    }
+
+    #[test]
+    fn control_lines() {
+        let line = encode_control("r1", &ControlRequest::SetPermissionMode("plan".into()));
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["request"]["mode"], "plan");
+        assert_eq!(
+            one(r#"{"type":"control_response","response":{"subtype":"success","request_id":"r2","response":{"mode":"plan"}}}"#),
+            RuntimeEvent::ControlResponse { request_id: "r2".into(), result: Ok(json!({"mode":"plan"})) }
+        );
+        assert_eq!(
+            one(r#"{"type":"control_response","response":{"subtype":"error","request_id":"r4","error":"Cannot set"}}"#),
+            RuntimeEvent::ControlResponse { request_id: "r4".into(), result: Err("Cannot set".into()) }
+        );
     }
 
     #[test]

@@ -12,16 +12,16 @@ pub mod transcript;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{LaunchCommand, LaunchSpec, Runtime, RuntimeError, RuntimeEvent};
+use super::{ControlRequest, LaunchCommand, LaunchSpec, Runtime, RuntimeError, RuntimeEvent};
 
 /// The environment variable that names the binary when the config has no `claude_bin`.
 pub const BIN_ENV: &str = "BOTVISOR_CLAUDE_BIN";
 
-/// The permission modes `claude --help` of 2.1.328 lists (`--permission-mode` choices), plus
-/// `default`, which the CLI also accepts.
+/// The permission modes both `--permission-mode` and the control protocol's
+/// `set_permission_mode` accept in 2.1.328. (`claude --help` also lists `manual` for the flag, but
+/// `set_permission_mode` refuses it, so a bot could not be switched to it live: left out.)
 pub const PERMISSION_MODES: &[&str] = &[
     "default",
-    "manual",
     "acceptEdits",
     "auto",
     "bypassPermissions",
@@ -116,5 +116,13 @@ impl Runtime for Claude {
 
     fn parse_line(&self, line: &[u8]) -> Vec<RuntimeEvent> {
         events::parse_line(line)
+    }
+
+    fn encode_control(&self, request_id: &str, request: &ControlRequest) -> Option<String> {
+        Some(events::encode_control(request_id, request))
+    }
+
+    fn encode_control_error(&self, request_id: &str, message: &str) -> Option<String> {
+        Some(events::encode_control_error(request_id, message))
     }
 }

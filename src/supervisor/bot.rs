@@ -17,8 +17,8 @@ use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher}
 use crate::config::Config;
 use crate::process::{self, ExitInfo, ProcEvent, ProcessHandle};
 use crate::runtime::{
-    ControlRequest, ForgetReason, LaunchSpec, ResultOutcome, Runtime, RuntimeEvent, SessionStart, StartDecision,
-    decide_start,
+    ControlRequest, ForgetReason, LaunchSpec, ResultOutcome, Runtime, RuntimeEvent, SessionStart,
+    StartDecision, decide_start,
 };
 use crate::store::{self, BotRecord, ChatItem, QueuedTurn, Store};
 

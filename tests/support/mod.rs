@@ -388,3 +388,141 @@ pub async fn wait_state(bot: &BotProxy<'_>, want: &str) {
     .await
     .unwrap_or_else(|_| panic!("state never became {want}"));
 }
+
+/// The scripted fake CLI (`tests/fake_cli/fake_claude.py`).
+pub fn fake_cli() -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fake_cli/fake_claude.py"
+    ))
+}
+
+/// The environment of a bot run by the fake CLI with `plan` (see the script's doc).
+pub fn fake_env(home: &Path, state: &Path, plan: serde_json::Value) -> HashMap<String, String> {
+    HashMap::from([
+        ("HOME".to_owned(), home.to_string_lossy().into_owned()),
+        (
+            "FAKE_CLAUDE_STATE".to_owned(),
+            state.to_string_lossy().into_owned(),
+        ),
+        ("FAKE_CLAUDE_PLAN".to_owned(), plan.to_string()),
+    ])
+}
+
+/// Reads a JSON-lines file (missing: empty).
+pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Writes a daemon configuration file and returns its path.
+pub fn write_config(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("config.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The whole chat of a bot as `(seq, kind, payload)`.
+pub async fn chat(bot: &BotProxy<'_>) -> Vec<(u64, String, serde_json::Value)> {
+    bot.get_chat(0, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(s, k, _, p)| (s, k, serde_json::from_str(&p).unwrap()))
+        .collect()
+}
+
+/// Chat items of one kind.
+pub fn of_kind<'a>(
+    items: &'a [(u64, String, serde_json::Value)],
+    kind: &str,
+) -> Vec<&'a serde_json::Value> {
+    items
+        .iter()
+        .filter(|(_, k, _)| k == kind)
+        .map(|(_, _, p)| p)
+        .collect()
+}
+
+/// Waits for the `TurnFinished` of each id in `turn_ids` (a stream subscribed before the
+/// sends) and returns the outcomes in the order the turns finished.
+pub async fn wait_turns(
+    finished: &mut botvisor::dbus::client::TurnFinishedStream,
+    turn_ids: &[String],
+) -> Vec<(String, String)> {
+    let mut done = Vec::new();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while done.len() < turn_ids.len() {
+            let sig = finished.next().await.expect("signal stream");
+            let a = sig.args().unwrap();
+            if turn_ids.contains(&a.turn_id) {
+                done.push((a.turn_id.clone(), a.outcome.clone()));
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("turns did not finish: {turn_ids:?}, done: {done:?}"));
+    done
+}
+
+/// Everything a real-CLI test needs: the stand-in API, a running daemon, the bot environment.
+pub struct RealSetup {
+    /// The stand-in API.
+    pub api: stand_in_api::StandInApi,
+    /// The daemon.
+    pub daemon: Daemon,
+    /// The daemon's configuration.
+    pub cfg: DaemonConfig,
+    /// The env a bot needs to reach the stand-in.
+    pub bot_env: HashMap<String, String>,
+}
+
+impl RealSetup {
+    /// Starts the stand-in with `script` and the daemon with the real CLI.
+    pub async fn start(env: &TestEnv, claude: PathBuf, script: stand_in_api::Script) -> RealSetup {
+        let api = stand_in_api::StandInApi::start(script).await;
+        let cfg = env.daemon_config(Some(claude));
+        let daemon = Daemon::start(&cfg, &env.conn).await;
+        let bot_env = claude_env(&env.home, &api.url);
+        RealSetup {
+            api,
+            daemon,
+            cfg,
+            bot_env,
+        }
+    }
+
+    /// Creates a bot in `cwd` with the stand-in environment plus `extra`.
+    pub async fn create_bot(
+        &self,
+        env: &TestEnv,
+        cwd: &Path,
+        extra: &[(&str, &str)],
+    ) -> BotProxy<'static> {
+        let mut bot_env = self.bot_env.clone();
+        for (k, v) in extra {
+            bot_env.insert(k.to_string(), v.to_string());
+        }
+        let cwd = cwd.to_str().unwrap();
+        let path = env
+            .manager()
+            .await
+            .create_bot(create_options(cwd, &bot_env))
+            .await
+            .unwrap_or_else(|e| panic!("CreateBot {cwd}: {e}"));
+        env.bot(&path).await
+    }
+
+    /// The user texts the model was asked about, in order (main conversation only).
+    pub fn asked(&self) -> Vec<String> {
+        self.api
+            .requests()
+            .into_iter()
+            .filter(|r| r.has_tools && !r.has_tool_result)
+            .map(|r| r.last_user_text)
+            .collect()
+    }
+}

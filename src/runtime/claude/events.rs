@@ -351,12 +351,22 @@ mod tests {
         let v: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["request"]["mode"], "plan");
         assert_eq!(
-            one(r#"{"type":"control_response","response":{"subtype":"success","request_id":"r2","response":{"mode":"plan"}}}"#),
-            RuntimeEvent::ControlResponse { request_id: "r2".into(), result: Ok(json!({"mode":"plan"})) }
+            one(
+                r#"{"type":"control_response","response":{"subtype":"success","request_id":"r2","response":{"mode":"plan"}}}"#
+            ),
+            RuntimeEvent::ControlResponse {
+                request_id: "r2".into(),
+                result: Ok(json!({"mode":"plan"}))
+            }
         );
         assert_eq!(
-            one(r#"{"type":"control_response","response":{"subtype":"error","request_id":"r4","error":"Cannot set"}}"#),
-            RuntimeEvent::ControlResponse { request_id: "r4".into(), result: Err("Cannot set".into()) }
+            one(
+                r#"{"type":"control_response","response":{"subtype":"error","request_id":"r4","error":"Cannot set"}}"#
+            ),
+            RuntimeEvent::ControlResponse {
+                request_id: "r4".into(),
+                result: Err("Cannot set".into())
+            }
         );
     }
 

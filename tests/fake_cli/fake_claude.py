@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""A scripted stand-in for the Claude Code CLI, for faults the real CLI will not produce on demand
+(tier 2 of the tests). It speaks the same stream-json protocol (see shared/claude-code-facts.md).
+
+Environment:
+  FAKE_CLAUDE_STATE  a folder: launches.jsonl (argv of each launch, in order) and messages.jsonl
+                     (each user message read, with its launch number) are appended there.
+  FAKE_CLAUDE_PLAN   a JSON list; launch N (0-based) follows entry N, or the last entry:
+    {"mode": "normal"}             answer every message: init, replay, assistant, result
+    {"mode": "not_found", "linger_s": S, "ignore_term": B}
+                                   print the CLI's "No conversation found" result, then wait S s
+    {"mode": "in_use"}             print "Error: Session ID X is already in use." and exit 1
+    {"mode": "die_before_replay", "code": C}   read one message, exit C without a replay
+    {"mode": "die_after_replay", "code": C}    replay one message, exit C
+    {"mode": "unrecognized_error", "code": C}  at start, an error result in words the daemon
+                                   does not know (a future CLI's "not found"), then exit C
+    {"mode": "garbage"}            print lines that are not the protocol, then behave normally
+  Any entry may have "ignore_term": true (SIGTERM ignored) and "reply": "text".
+"""
+import json
+import os
+import signal
+import sys
+import time
+
+state = os.environ.get("FAKE_CLAUDE_STATE", "/tmp")
+plan = json.loads(os.environ.get("FAKE_CLAUDE_PLAN", '[{"mode": "normal"}]'))
+os.makedirs(state, exist_ok=True)
+with open(os.path.join(state, "launches.jsonl"), "a+") as f:
+    f.seek(0)
+    launch = sum(1 for _ in f)
+    f.write(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid()}) + "\n")
+step = plan[min(launch, len(plan) - 1)]
+mode = step.get("mode", "normal")
+if step.get("ignore_term"):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def arg(name):
+    a = sys.argv[1:]
+    return a[a.index(name) + 1] if name in a else None
+
+
+session = arg("--session-id") or arg("--resume")
+
+
+def out(obj):
+    sys.stdout.write((obj if isinstance(obj, str) else json.dumps(obj)) + "\n")
+    sys.stdout.flush()
+
+
+def slug(path):
+    units = path.encode("utf-16-le")
+    res = []
+    for i in range(0, len(units), 2):
+        u = units[i] | (units[i + 1] << 8)
+        res.append(chr(u) if u < 128 and chr(u).isalnum() else "-")
+    return "".join(res)
+
+
+def write_transcript():
+    base = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.environ["HOME"], ".claude")
+    folder = os.path.join(base, "projects", slug(os.getcwd())[:200])
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, session + ".jsonl"), "a") as f:
+        f.write("{}\n")
+
+
+def result(subtype="success", errors=None):
+    r = {"type": "result", "subtype": subtype, "is_error": subtype != "success", "num_turns": 1,
+         "duration_ms": 1, "total_cost_usd": 0, "usage": {}, "session_id": session}
+    if errors:
+        r["errors"] = errors
+    if subtype == "success":
+        r["result"] = "ok"
+    out(r)
+
+
+if mode == "not_found":
+    result("error_during_execution", ["No conversation found with session ID: %s" % session])
+    time.sleep(step.get("linger_s", 0))
+    sys.exit(1)
+if mode == "unrecognized_error":
+    result("error_during_execution", ["The conversation %s went missing" % session])
+    sys.exit(step.get("code", 1))
+if mode == "in_use":
+    out("Error: Session ID %s is already in use." % session)
+    sys.exit(1)
+if mode == "garbage":
+    out("this is not json")
+    out("[1, 2, 3]")
+    out("x" * 300000)
+
+for line in sys.stdin:
+    line = line.strip()
+    if not line:
+        continue
+    msg = json.loads(line)
+    if msg.get("type") == "control_request":
+        out({"type": "control_response", "response": {"subtype": "success",
+             "request_id": msg["request_id"], "response": {}}})
+        continue
+    if msg.get("type") != "user":
+        continue
+    text = msg["message"]["content"]
+    with open(os.path.join(state, "messages.jsonl"), "a") as f:
+        f.write(json.dumps({"launch": launch, "text": text}) + "\n")
+    if mode == "die_before_replay":
+        sys.exit(step.get("code", 1))
+    out({"type": "system", "subtype": "init", "session_id": session, "model": "fake",
+         "permissionMode": "default", "cwd": os.getcwd(), "tools": []})
+    out({"type": "user", "isReplay": True, "session_id": session,
+         "message": {"role": "user", "content": text}})
+    if mode == "die_after_replay":
+        sys.exit(step.get("code", 1))
+    write_transcript()
+    out({"type": "assistant", "session_id": session, "message": {"role": "assistant", "content": [
+        {"type": "text", "text": step.get("reply", "fake: " + text)}]}})
+    result()

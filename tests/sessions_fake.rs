@@ -1,0 +1,218 @@
+//! Tier 2: conversation lifecycle faults that the real CLI does not produce on demand, driven by
+//! the scripted fake CLI (`tests/fake_cli/fake_claude.py`).
+
+mod support;
+
+use std::collections::HashMap;
+
+use serde_json::json;
+use support::*;
+
+struct Fake {
+    env: TestEnv,
+    _daemon: Daemon,
+    state: std::path::PathBuf,
+}
+
+impl Fake {
+    async fn start() -> Fake {
+        let env = TestEnv::new().await;
+        let mut cfg = env.daemon_config(Some(fake_cli()));
+        cfg.config = Some(write_config(
+            env.dir.path(),
+            "stop_grace_s = 0.5\nfresh_start_if_dies_within_s = 15\n",
+        ));
+        let daemon = Daemon::start(&cfg, &env.conn).await;
+        let state = env.dir.path().join("fake-state");
+        Fake {
+            env,
+            _daemon: daemon,
+            state,
+        }
+    }
+
+    async fn bot(&self, plan: serde_json::Value) -> botvisor::dbus::client::BotProxy<'static> {
+        let env_map = fake_env(&self.env.home, &self.state, plan);
+        let work = self.env.work.to_str().unwrap().to_owned();
+        let path = self
+            .env
+            .manager()
+            .await
+            .create_bot(create_options(&work, &env_map))
+            .await
+            .unwrap();
+        self.env.bot(&path).await
+    }
+
+    fn launches(&self) -> Vec<Vec<String>> {
+        json_lines(&self.state.join("launches.jsonl"))
+            .into_iter()
+            .map(|l| {
+                l["argv"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn messages(&self) -> Vec<(u64, String)> {
+        json_lines(&self.state.join("messages.jsonl"))
+            .into_iter()
+            .map(|m| {
+                (
+                    m["launch"].as_u64().unwrap(),
+                    m["text"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+}
+
+fn flag<'a>(argv: &'a [String], name: &str) -> Option<&'a str> {
+    argv.iter()
+        .position(|a| a == name)
+        .map(|i| argv[i + 1].as_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_conversation_whose_process_is_slow_to_exit_is_replaced_without_a_failed_turn() {
+    let fake = Fake::start().await;
+    let bot = fake
+        .bot(json!([
+            {"mode": "normal"},
+            {"mode": "not_found", "linger_s": 60, "ignore_term": true},
+            {"mode": "normal"}
+        ]))
+        .await;
+    let first = send_and_wait(&bot, "one").await;
+    assert_eq!(first.outcome, "success");
+    let old_session = bot.session_id().await.unwrap();
+    bot.stop().await.unwrap();
+
+    let second = send_and_wait(&bot, "two").await;
+    assert_eq!(second.outcome, "success", "{second:?}");
+    let launches = fake.launches();
+    assert_eq!(launches.len(), 3, "{launches:?}");
+    assert_eq!(flag(&launches[1], "--resume"), Some(old_session.as_str()));
+    let new_session = flag(&launches[2], "--session-id").expect("a new conversation");
+    assert_ne!(new_session, old_session);
+    assert_eq!(bot.session_id().await.unwrap(), new_session);
+
+    let items = chat(&bot).await;
+    assert!(of_kind(&items, "error").is_empty(), "{items:?}");
+    let notes = of_kind(&items, "system");
+    assert_eq!(notes.len(), 1, "{items:?}");
+    assert_eq!(notes[0]["reason"], "conversation_not_found");
+    // "two" went to the new process, once.
+    let got: Vec<_> = fake
+        .messages()
+        .into_iter()
+        .filter(|(_, t)| t == "two")
+        .collect();
+    assert_eq!(got, vec![(2, "two".to_owned())]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_id_in_use_switches_to_resume_once_and_never_repeats_arguments() {
+    let fake = Fake::start().await;
+    let bot = fake
+        .bot(json!([{"mode": "in_use"}, {"mode": "in_use"}, {"mode": "normal"}]))
+        .await;
+    let seen = send_and_wait(&bot, "hi").await;
+    assert_eq!(seen.outcome, "success", "{seen:?}");
+    let launches = fake.launches();
+    assert_eq!(launches.len(), 3, "{launches:?}");
+    let first = flag(&launches[0], "--session-id").unwrap();
+    assert_eq!(flag(&launches[1], "--resume"), Some(first));
+    let third = flag(&launches[2], "--session-id").expect("a new conversation");
+    assert_ne!(third, first);
+    for pair in launches.windows(2) {
+        assert_ne!(pair[0], pair[1], "the same arguments were retried");
+    }
+    let got: Vec<_> = fake.messages().into_iter().map(|(_, t)| t).collect();
+    assert_eq!(got, vec!["hi"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrecognised_lost_conversation_fails_the_turn_then_starts_fresh() {
+    let fake = Fake::start().await;
+    let bot = fake
+        .bot(json!([
+            {"mode": "normal"},
+            {"mode": "unrecognized_error", "code": 1},
+            {"mode": "normal"}
+        ]))
+        .await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let old_session = bot.session_id().await.unwrap();
+    bot.stop().await.unwrap();
+    let two = send_and_wait(&bot, "two").await;
+    assert_eq!(two.outcome, "error", "the turn fails visibly");
+    wait_state(&bot, "stopped").await;
+    assert_eq!(bot.session_id().await.unwrap(), "", "the record is cleared");
+    let three = send_and_wait(&bot, "three").await;
+    assert_eq!(three.outcome, "success");
+    let launches = fake.launches();
+    assert_eq!(flag(&launches[1], "--resume"), Some(old_session.as_str()));
+    let new_session = flag(&launches[2], "--session-id").expect("a new conversation");
+    assert_ne!(new_session, old_session);
+    let items = chat(&bot).await;
+    assert!(
+        of_kind(&items, "system")
+            .iter()
+            .any(|p| p["reason"] == "died_after_launch"),
+        "{items:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_process_died_before_the_replay_goes_to_the_next_process_once() {
+    let fake = Fake::start().await;
+    let bot = fake
+        .bot(json!([{"mode": "die_before_replay", "code": 3}, {"mode": "normal"}]))
+        .await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let seen = send_and_wait(&bot, "m1").await;
+    assert_eq!(seen.outcome, "success", "{seen:?}");
+    assert_eq!(
+        fake.messages(),
+        vec![(0, "m1".to_owned()), (1, "m1".to_owned())],
+        "read by the dying process, then once by the next"
+    );
+    let items = chat(&bot).await;
+    assert_eq!(of_kind(&items, "user").len(), 1);
+    assert_eq!(of_kind(&items, "assistant").len(), 1);
+    assert_eq!(of_kind(&items, "result").len(), 1);
+    // Exactly one TurnFinished for it.
+    use futures_util::StreamExt;
+    let mut count = 0;
+    while let Ok(Some(sig)) =
+        tokio::time::timeout(std::time::Duration::from_millis(200), finished.next()).await
+    {
+        if sig.args().unwrap().turn_id == seen.turn_id {
+            count += 1;
+        }
+    }
+    assert_eq!(count, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_that_are_not_the_protocol_become_error_items_and_the_stream_goes_on() {
+    let fake = Fake::start().await;
+    let bot = fake.bot(json!([{"mode": "garbage"}])).await;
+    let seen = send_and_wait(&bot, "still there?").await;
+    assert_eq!(seen.outcome, "success");
+    let items = chat(&bot).await;
+    let errors = of_kind(&items, "error");
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    assert_eq!(errors[0]["line"], "this is not json");
+    assert!(errors[2]["line"].as_str().unwrap().len() <= 4096);
+    assert_eq!(
+        of_kind(&items, "assistant")[0]["text"],
+        "fake: still there?"
+    );
+    let _ = HashMap::<(), ()>::new();
+}

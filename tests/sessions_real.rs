@@ -1,0 +1,333 @@
+//! Tier 3: conversations come back only when they exist, on the real Claude Code CLI.
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use futures_util::StreamExt;
+use zbus::Variant;
+
+use support::stand_in_api::echo_script;
+use support::*;
+
+fn transcript_exists(config_dir: &Path, session: &str) -> bool {
+    let Ok(dirs) = std::fs::read_dir(config_dir.join("projects")) else {
+        return false;
+    };
+    dirs.filter_map(Result::ok)
+        .any(|d| d.path().join(format!("{session}.jsonl")).is_file())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setting_changed_20ms_after_create_starts_a_new_conversation_without_error() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude, echo_script()).await;
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await; // the reported timing
+    bot.set_permission_mode("acceptEdits").await.unwrap();
+    bot.set_model("sonnet").await.unwrap();
+    let err = bot.set_permission_mode("yolo").await.unwrap_err();
+    assert!(err.to_string().contains("InvalidArgument"), "{err}");
+    let seen = send_and_wait(&bot, "first words").await;
+    assert_eq!(seen.outcome, "success", "{seen:?}");
+    let items = chat(&bot).await;
+    assert!(of_kind(&items, "error").is_empty(), "{items:?}");
+    assert!(of_kind(&items, "system").is_empty(), "{items:?}");
+    assert_eq!(bot.permission_mode().await.unwrap(), "acceptEdits");
+    assert_eq!(bot.model().await.unwrap(), "sonnet");
+    assert!(!bot.session_id().await.unwrap().is_empty());
+    let first = setup
+        .api
+        .requests()
+        .into_iter()
+        .find(|r| r.has_tools)
+        .unwrap();
+    let messages = first.body["messages"].as_array().unwrap().clone();
+    assert_eq!(
+        messages.iter().filter(|m| m["role"] == "assistant").count(),
+        0,
+        "a new conversation has no history"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_change_live_on_a_running_agent_without_a_restart() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude, echo_script()).await;
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let pid = bot.process_id().await.unwrap();
+    let session = bot.session_id().await.unwrap();
+    assert_ne!(pid, 0);
+    let mut items = bot.receive_chat_item_added().await.unwrap();
+    bot.set_permission_mode("plan").await.unwrap();
+    bot.set_model("opus").await.unwrap();
+    // Both changes are confirmed by the running CLI.
+    let mut applied = 0;
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while applied < 2 {
+            let sig = items.next().await.unwrap();
+            let a = sig.args().unwrap();
+            let p: serde_json::Value = serde_json::from_str(&a.payload).unwrap();
+            assert_ne!(a.kind, "error", "{p}");
+            if p["reason"] == "setting_applied" {
+                applied += 1;
+            }
+        }
+    })
+    .await
+    .expect("the CLI confirms both settings");
+    let before = setup.api.requests().len();
+    assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
+    assert_eq!(bot.process_id().await.unwrap(), pid, "no restart");
+    assert_eq!(
+        bot.session_id().await.unwrap(),
+        session,
+        "no new conversation"
+    );
+    let models: Vec<String> = setup.api.requests()[before..]
+        .iter()
+        .filter(|r| r.has_tools)
+        .map(|r| r.body["model"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        models.iter().all(|m| m.contains("opus")),
+        "the next request uses the new model: {models:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_is_resumed_and_one_killed_at_its_first_replay_is_replaced() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude, echo_script()).await;
+
+    // Resumed once a turn began and the transcript exists.
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    assert_eq!(send_and_wait(&bot, "remember me").await.outcome, "success");
+    let session = bot.session_id().await.unwrap();
+    bot.stop().await.unwrap();
+    assert!(transcript_exists(&env.home.join(".claude"), &session));
+    assert_eq!(send_and_wait(&bot, "again").await.outcome, "success");
+    assert_eq!(bot.session_id().await.unwrap(), session);
+    assert!(
+        setup
+            .api
+            .requests()
+            .last()
+            .unwrap()
+            .body
+            .to_string()
+            .contains("remember me")
+    );
+    bot.delete().await.unwrap();
+
+    // SIGKILL right at the first replayed message: no transcript yet.
+    let other = env.dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let bot = setup.create_bot(&env, &other, &[]).await;
+    let mut session_changes = bot.receive_session_id_changed().await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send("doomed", HashMap::new()).await.unwrap();
+    let killed_session = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let c = session_changes.next().await.unwrap();
+            let s = c.get().await.unwrap();
+            if !s.is_empty() {
+                let pid = bot.process_id().await.unwrap();
+                // SAFETY: kill(2) on the agent's pid, as a crash from outside.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                return s;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let outcomes = wait_turns(&mut finished, std::slice::from_ref(&turn)).await;
+    assert_eq!(outcomes[0].1, "crashed");
+    assert!(
+        !transcript_exists(&env.home.join(".claude"), &killed_session),
+        "premise: the CLI had not written its transcript yet"
+    );
+    let crash_items = chat(&bot).await.len();
+    let seen = send_and_wait(&bot, "fresh start").await;
+    assert_eq!(seen.outcome, "success", "{seen:?}");
+    let new_session = bot.session_id().await.unwrap();
+    assert_ne!(new_session, killed_session);
+    let items = chat(&bot).await;
+    let after: Vec<_> = items[crash_items..].to_vec();
+    assert!(of_kind(&after, "error").is_empty(), "{after:?}");
+    let notes = of_kind(&after, "system");
+    assert_eq!(notes.len(), 1, "{after:?}");
+    assert_eq!(notes[0]["reason"], "transcript_missing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transcript_removed_while_the_daemon_was_down_is_replaced_without_a_failed_turn() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let mut setup = RealSetup::start(&env, claude, echo_script()).await;
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    assert_eq!(send_and_wait(&bot, "hello").await.outcome, "success");
+    let session = bot.session_id().await.unwrap();
+    let path = bot.inner().path().to_owned();
+    assert!(setup.daemon.terminate().await.success());
+    std::fs::remove_dir_all(env.home.join(".claude/projects")).unwrap();
+    let _daemon = Daemon::start(&setup.cfg, &env.conn).await;
+    let bot = env.bot(&path.into()).await;
+    let before = chat(&bot).await.len();
+    let seen = send_and_wait(&bot, "still there?").await;
+    assert_eq!(seen.outcome, "success", "{seen:?}");
+    assert_ne!(bot.session_id().await.unwrap(), session);
+    let items = chat(&bot).await;
+    let after = items[before..].to_vec();
+    assert!(of_kind(&after, "error").is_empty(), "{after:?}");
+    assert_eq!(of_kind(&after, "system")[0]["reason"], "transcript_missing");
+    assert_eq!(of_kind(&after, "result").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversations_in_unusual_working_directories_are_found_and_resumed() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude, echo_script()).await;
+    let root = env.dir.path().join("dirs");
+    let target = root.join("real target");
+    std::fs::create_dir_all(&target).unwrap();
+    let link = root.join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let mut long = root.join("long");
+    while long.to_string_lossy().len() < 260 {
+        long = long.join("a_rather_long.folder name-x");
+    }
+    let cases = vec![
+        root.join("with spaces"),
+        root.join("dots.in.name"),
+        root.join("under_score"),
+        root.join("Grüße-日本-😀"),
+        link.clone(),
+        long,
+    ];
+    for cwd in cases {
+        std::fs::create_dir_all(&cwd).unwrap();
+        let bot = setup.create_bot(&env, &cwd, &[]).await;
+        let expected = std::fs::canonicalize(&cwd).unwrap();
+        assert_eq!(bot.cwd().await.unwrap(), expected.to_str().unwrap());
+        assert_eq!(
+            send_and_wait(&bot, "one").await.outcome,
+            "success",
+            "{cwd:?}"
+        );
+        let session = bot.session_id().await.unwrap();
+        bot.stop().await.unwrap();
+        assert_eq!(
+            send_and_wait(&bot, "two").await.outcome,
+            "success",
+            "{cwd:?}"
+        );
+        assert_eq!(
+            bot.session_id().await.unwrap(),
+            session,
+            "{cwd:?} was not resumed"
+        );
+        let items = chat(&bot).await;
+        assert!(of_kind(&items, "system").is_empty(), "{cwd:?}: {items:?}");
+        assert!(of_kind(&items, "error").is_empty(), "{cwd:?}: {items:?}");
+        bot.stop().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_transcript_is_looked_up_in_the_bots_claude_config_dir() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude, echo_script()).await;
+    let config_dir = env.dir.path().join("claude-config");
+    let bot = setup
+        .create_bot(
+            &env,
+            &env.work,
+            &[("CLAUDE_CONFIG_DIR", config_dir.to_str().unwrap())],
+        )
+        .await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let session = bot.session_id().await.unwrap();
+    bot.stop().await.unwrap();
+    assert!(transcript_exists(&config_dir, &session));
+    assert!(!transcript_exists(&env.home.join(".claude"), &session));
+    assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
+    assert_eq!(bot.session_id().await.unwrap(), session);
+    assert!(of_kind(&chat(&bot).await, "system").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_sent_while_starting_and_busy_arrive_once_in_order() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude, echo_script()).await;
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let mut ids = Vec::new();
+    for text in ["m1", "m2", "m3", "m4"] {
+        ids.push(bot.send(text, HashMap::new()).await.unwrap());
+    }
+    assert!(bot.queued_messages().await.unwrap() >= 1);
+    let outcomes = wait_turns(&mut finished, &ids).await;
+    let order: Vec<&String> = outcomes.iter().map(|(id, _)| id).collect();
+    assert_eq!(order, ids.iter().collect::<Vec<_>>());
+    assert!(outcomes.iter().all(|(_, o)| o == "success"), "{outcomes:?}");
+    assert_eq!(setup.asked(), vec!["m1", "m2", "m3", "m4"]);
+    assert_eq!(bot.queued_messages().await.unwrap(), 0);
+    let replies: Vec<String> = of_kind(&chat(&bot).await, "assistant")
+        .iter()
+        .map(|p| p["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        replies,
+        ["m1", "m2", "m3", "m4"].map(|m| format!("Hello! You said: {m}"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_restart_leaves_the_old_conversation_for_good_across_a_daemon_restart() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let mut setup = RealSetup::start(&env, claude, echo_script()).await;
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    assert_eq!(send_and_wait(&bot, "secret one").await.outcome, "success");
+    let old = bot.session_id().await.unwrap();
+    bot.restart(HashMap::from([("fresh", Variant::from(true))]))
+        .await
+        .unwrap();
+    assert_eq!(
+        bot.session_id().await.unwrap(),
+        "",
+        "cleared before the restart returns"
+    );
+    let path = bot.inner().path().to_owned();
+    assert!(setup.daemon.terminate().await.success());
+    let _daemon = Daemon::start(&setup.cfg, &env.conn).await;
+    let bot = env.bot(&path.into()).await;
+    assert_eq!(bot.session_id().await.unwrap(), "");
+    assert_eq!(send_and_wait(&bot, "who am i").await.outcome, "success");
+    let new = bot.session_id().await.unwrap();
+    assert_ne!(new, old);
+    let last = setup
+        .api
+        .requests()
+        .into_iter()
+        .rfind(|r| r.has_tools)
+        .unwrap();
+    assert!(
+        !last.body.to_string().contains("secret one"),
+        "the old conversation came back"
+    );
+    assert!(
+        of_kind(&chat(&bot).await, "system")
+            .iter()
+            .any(|p| p["reason"] == "fresh_restart")
+    );
+}

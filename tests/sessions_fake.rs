@@ -90,7 +90,7 @@ async fn a_lost_conversation_whose_process_is_slow_to_exit_is_replaced_without_a
     let first = send_and_wait(&bot, "one").await;
     assert_eq!(first.outcome, "success");
     let old_session = bot.session_id().await.unwrap();
-    bot.stop().await.unwrap();
+    stop_and_wait(&bot).await;
 
     let second = send_and_wait(&bot, "two").await;
     assert_eq!(second.outcome, "success", "{second:?}");
@@ -148,7 +148,7 @@ async fn an_unrecognised_lost_conversation_fails_the_turn_then_starts_fresh() {
         .await;
     assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
     let old_session = bot.session_id().await.unwrap();
-    bot.stop().await.unwrap();
+    stop_and_wait(&bot).await;
     let two = send_and_wait(&bot, "two").await;
     assert_eq!(two.outcome, "error", "the turn fails visibly");
     wait_state(&bot, "stopped").await;
@@ -215,4 +215,27 @@ async fn lines_that_are_not_the_protocol_become_error_items_and_the_stream_goes_
         "fake: still there?"
     );
     let _ = HashMap::<(), ()>::new();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_calls_on_one_bot_are_applied_in_the_order_sent() {
+    let fake = Fake::start().await;
+    let bot = fake.bot(json!([{"mode": "normal"}])).await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let texts: Vec<String> = (0..40).map(|i| format!("m{i:02}")).collect();
+    // All calls leave before any reply comes back.
+    let calls = texts.iter().map(|t| bot.send(t, HashMap::new()));
+    let ids: Vec<String> = futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    wait_turns(&mut finished, &ids).await;
+    let users: Vec<String> = of_kind(&chat(&bot).await, "user")
+        .iter()
+        .map(|p| p["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(users, texts);
+    let taken: Vec<String> = fake.messages().into_iter().map(|(_, t)| t).collect();
+    assert_eq!(taken, texts);
 }

@@ -109,7 +109,7 @@ async fn a_conversation_is_resumed_and_one_killed_at_its_first_replay_is_replace
     let bot = setup.create_bot(&env, &env.work, &[]).await;
     assert_eq!(send_and_wait(&bot, "remember me").await.outcome, "success");
     let session = bot.session_id().await.unwrap();
-    bot.stop().await.unwrap();
+    stop_and_wait(&bot).await;
     assert!(transcript_exists(&env.home.join(".claude"), &session));
     assert_eq!(send_and_wait(&bot, "again").await.outcome, "success");
     assert_eq!(bot.session_id().await.unwrap(), session);
@@ -222,7 +222,7 @@ async fn conversations_in_unusual_working_directories_are_found_and_resumed() {
             "{cwd:?}"
         );
         let session = bot.session_id().await.unwrap();
-        bot.stop().await.unwrap();
+        stop_and_wait(&bot).await;
         assert_eq!(
             send_and_wait(&bot, "two").await.outcome,
             "success",
@@ -236,7 +236,7 @@ async fn conversations_in_unusual_working_directories_are_found_and_resumed() {
         let items = chat(&bot).await;
         assert!(of_kind(&items, "system").is_empty(), "{cwd:?}: {items:?}");
         assert!(of_kind(&items, "error").is_empty(), "{cwd:?}: {items:?}");
-        bot.stop().await.unwrap();
+        stop_and_wait(&bot).await;
     }
 }
 
@@ -255,7 +255,7 @@ async fn the_transcript_is_looked_up_in_the_bots_claude_config_dir() {
         .await;
     assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
     let session = bot.session_id().await.unwrap();
-    bot.stop().await.unwrap();
+    stop_and_wait(&bot).await;
     assert!(transcript_exists(&config_dir, &session));
     assert!(!transcript_exists(&env.home.join(".claude"), &session));
     assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
@@ -302,12 +302,13 @@ async fn a_fresh_restart_leaves_the_old_conversation_for_good_across_a_daemon_re
     bot.restart(HashMap::from([("fresh", Variant::from(true))]))
         .await
         .unwrap();
+    let path = bot.inner().path().to_owned();
+    let direct = env.bot_uncached(&path.clone().into()).await;
     assert_eq!(
-        bot.session_id().await.unwrap(),
+        direct.session_id().await.unwrap(),
         "",
         "cleared before the restart returns"
     );
-    let path = bot.inner().path().to_owned();
     assert!(setup.daemon.terminate().await.success());
     let _daemon = Daemon::start(&setup.cfg, &env.conn).await;
     let bot = env.bot(&path.into()).await;
@@ -329,5 +330,37 @@ async fn a_fresh_restart_leaves_the_old_conversation_for_good_across_a_daemon_re
         of_kind(&chat(&bot).await, "system")
             .iter()
             .any(|p| p["reason"] == "fresh_restart")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_stopped_before_any_turn_leaves_no_session_record() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude, echo_script()).await;
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    bot.restart(HashMap::new()).await.unwrap();
+    wait_state(&bot, "idle").await;
+    assert_ne!(
+        bot.process_id().await.unwrap(),
+        0,
+        "Restart starts the agent"
+    );
+    bot.set_model("sonnet").await.unwrap();
+    stop_and_wait(&bot).await;
+    assert_eq!(
+        bot.session_id().await.unwrap(),
+        "",
+        "no turn began: nothing recorded"
+    );
+    let seen = send_and_wait(&bot, "hi").await;
+    assert_eq!(seen.outcome, "success");
+    let items = chat(&bot).await;
+    assert!(of_kind(&items, "error").is_empty(), "{items:?}");
+    assert!(
+        of_kind(&items, "system")
+            .iter()
+            .all(|p| p["reason"] == "setting_applied"),
+        "{items:?}"
     );
 }

@@ -3,12 +3,11 @@
 use std::sync::Arc;
 
 use zbus::message::Header;
-use zbus::object_server::{ObjectServer, SignalEmitter};
+use zbus::object_server::SignalEmitter;
 use zbus::{Connection, interface};
 
 use super::error::{Error, Result};
 use super::options::{OptionReader, Options};
-use super::paths::bot_path;
 use super::service::Ctx;
 use crate::store;
 use crate::supervisor::BotHandle;
@@ -34,7 +33,7 @@ impl BotObject {
 }
 
 /// A supervised agent: its conversation, its process and its settings.
-#[interface(name = "org.botvisor.Botvisor1.Bot")]
+#[interface(name = "org.botvisor.Botvisor1.Bot", spawn = false)]
 impl BotObject {
     /// Queues a message and returns its turn id at once; the turn's end is the `TurnFinished`
     /// signal. Starts the agent when it is not running (resuming its conversation when the
@@ -50,18 +49,19 @@ impl BotObject {
     ) -> Result<String> {
         self.ctx.caller.check(conn, &hdr).await?;
         OptionReader::new("Send", &options).finish()?;
-        Ok(self.handle.send(text).await?)
+        Ok(self.handle.send(text)?)
     }
 
-    /// Stops the agent gently (close stdin, SIGTERM, grace period, SIGKILL) and returns once it
-    /// is gone. Messages not yet taken stay queued for the next start.
+    /// Stops the agent gently (close stdin, SIGTERM to its process group, grace period,
+    /// SIGKILL). Returns at once; `State` goes `stopping`, then `stopped`. A turn that had begun
+    /// ends `interrupted`; messages not yet taken stay queued until the next `Send`.
     async fn stop(
         &self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
     ) -> Result<()> {
         self.ctx.caller.check(conn, &hdr).await?;
-        Ok(self.handle.stop().await?)
+        Ok(self.handle.stop()?)
     }
 
     /// Sets the permission mode: on the running agent at once (control protocol), and for every
@@ -73,7 +73,7 @@ impl BotObject {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<()> {
         self.ctx.caller.check(conn, &hdr).await?;
-        Ok(self.handle.set_permission_mode(mode).await?)
+        Ok(self.handle.set_permission_mode(mode)?)
     }
 
     /// Sets the model: on the running agent for its next request, and for every later start.
@@ -85,13 +85,14 @@ impl BotObject {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<()> {
         self.ctx.caller.check(conn, &hdr).await?;
-        Ok(self.handle.set_model(model).await?)
+        Ok(self.handle.set_model(model)?)
     }
 
     /// Stops the agent and starts it again. Options: `fresh` (b, default false): forget the
     /// conversation durably first, so that neither this start nor any later one resumes it;
     /// otherwise the conversation is resumed when its transcript exists. Clears state `failed`.
-    /// Errors: RuntimeUnavailable, InvalidArgument.
+    /// Returns at once; `State` and `ProcessId` show the progress. Errors: RuntimeUnavailable,
+    /// InvalidArgument.
     async fn restart(
         &self,
         options: Options,
@@ -102,26 +103,18 @@ impl BotObject {
         let mut r = OptionReader::new("Restart", &options);
         let fresh = r.boolean("fresh")?.unwrap_or(false);
         r.finish()?;
-        Ok(self.handle.restart(fresh).await?)
+        Ok(self.handle.restart(fresh)?)
     }
 
-    /// Stops the agent and deletes the bot with its chat history. The object goes away
-    /// (`InterfacesRemoved`).
+    /// Deletes the bot with its chat history. Returns at once: the bot leaves `ListBots`, its
+    /// agent is stopped gently, then the object goes away (`InterfacesRemoved`).
     async fn delete(
         &self,
         #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
-        #[zbus(object_server)] server: &ObjectServer,
     ) -> Result<()> {
         self.ctx.caller.check(conn, &hdr).await?;
-        let id = self.handle.id.clone();
-        self.ctx.supervisor.delete(&id).await?;
-        let server = server.clone();
-        // The object is removed once this call has returned (the call holds the object).
-        tokio::spawn(async move {
-            let _ = server.remove::<BotObject, _>(bot_path(&id)).await;
-        });
-        Ok(())
+        Ok(self.ctx.supervisor.delete(&self.handle.id)?)
     }
 
     /// Chat items with `seq > after_seq`, at most `limit` (0: up to 10,000), in order, as

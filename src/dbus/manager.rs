@@ -36,7 +36,7 @@ fn check_env(env: &std::collections::BTreeMap<String, String>) -> Result<()> {
 }
 
 /// Manages bots: creates them and lists them.
-#[interface(name = "org.botvisor.Botvisor1.Manager")]
+#[interface(name = "org.botvisor.Botvisor1.Manager", spawn = false)]
 impl Manager {
     /// Creates a bot and returns its object path. Options: `cwd` (s, required: absolute path of
     /// an existing directory), `name` (s), `runtime` (s, default `claude`), `model` (s),

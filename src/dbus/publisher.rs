@@ -41,6 +41,12 @@ async fn publish(conn: &Connection, p: Publication) -> zbus::Result<()> {
             let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
             BotObject::turn_finished(&emitter, &turn_id, &outcome).await
         }
+        Publication::BotRemoved { bot_id } => {
+            conn.object_server()
+                .remove::<BotObject, _>(bot_path(&bot_id))
+                .await?;
+            Ok(())
+        }
         Publication::PropertiesChanged { bot_id, changed } => {
             let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
             let mut map: HashMap<&str, Variant<'_>> = HashMap::new();

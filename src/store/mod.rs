@@ -88,6 +88,22 @@ impl Store {
         Ok(r)
     }
 
+    /// Like [`Store::tx`], and runs `then` with the result after the commit while still holding
+    /// the connection, so that what `then` publishes is published in commit order (rule 1 and a
+    /// single order of chat items for every client).
+    pub fn tx_then<R>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
+        then: impl FnOnce(&R),
+    ) -> Result<R, StoreError> {
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let tx = conn.transaction()?;
+        let r = f(&tx)?;
+        tx.commit()?;
+        then(&r);
+        Ok(r)
+    }
+
     /// Runs a read on the connection.
     pub fn read<R>(
         &self,

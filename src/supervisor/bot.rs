@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher};
+use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher, Shared};
 use crate::config::Config;
 use crate::process::{self, ExitInfo, ProcEvent, ProcessHandle};
 use crate::runtime::{
@@ -135,6 +135,68 @@ struct Actor {
     control_seq: u64,
 }
 
+/// Updates a bot's view and publishes the named properties with their new values, under the
+/// view's lock so that publications follow the order of the updates.
+pub(crate) fn update_view(
+    view: &RwLock<BotView>,
+    publisher: &Publisher,
+    bot_id: &str,
+    names: Vec<&'static str>,
+    f: impl FnOnce(&mut BotView),
+) {
+    let mut v = view.write().unwrap_or_else(|p| p.into_inner());
+    f(&mut v);
+    if !names.is_empty() {
+        let changed = names.into_iter().map(|n| (n, v.property(n))).collect();
+        let _ = publisher.send(Publication::PropertiesChanged {
+            bot_id: bot_id.to_owned(),
+            changed,
+        });
+    }
+}
+
+/// Publishes a committed chat item.
+pub(crate) fn publish_item(publisher: &Publisher, bot_id: &str, item: &ChatItem) {
+    let _ = publisher.send(Publication::ChatItemAdded {
+        bot_id: bot_id.to_owned(),
+        seq: item.seq,
+        kind: item.kind.clone(),
+        payload: item.payload.clone(),
+    });
+}
+
+fn fresh_restart_text(old: &str) -> String {
+    format!("Restarted fresh: the conversation {old} is left for good; a new one begins.")
+}
+
+/// For a fresh restart asked through `handle`: clears the recorded session now, in one
+/// transaction with a system chat item, and publishes both.
+pub(crate) fn forget_session(handle: &BotHandle, reason: &str) -> Result<(), BotError> {
+    let Some(old) = handle.snapshot().record.session_id else {
+        return Ok(());
+    };
+    let payload =
+        json!({"text": fresh_restart_text(&old), "reason": reason, "session_id": old}).to_string();
+    let shared = &handle.shared;
+    shared.store.tx_then(
+        |tx| {
+            store::bots::set_session(tx, &handle.id, None)?;
+            store::chat::append(tx, &handle.id, "system", None, &payload)
+        },
+        |item| {
+            update_view(
+                &handle.view,
+                &shared.publisher,
+                &handle.id,
+                vec!["SessionId"],
+                |v| v.record.session_id = None,
+            );
+            publish_item(&shared.publisher, &handle.id, item);
+        },
+    )?;
+    Ok(())
+}
+
 /// Starts the actor of a bot. With `loaded` (daemon start), turns the previous daemon left
 /// running are settled as `interrupted` and queued messages are delivered.
 pub fn spawn_actor(
@@ -146,7 +208,7 @@ pub fn spawn_actor(
     loaded: bool,
     gate: tokio::sync::watch::Receiver<bool>,
 ) -> BotHandle {
-    let (tx, rx) = mpsc::channel(64);
+    let (tx, rx) = mpsc::unbounded_channel();
     let (proc_tx, proc_rx) = mpsc::unbounded_channel();
     let id = record.id.clone();
     let view = Arc::new(RwLock::new(BotView {
@@ -155,6 +217,12 @@ pub fn spawn_actor(
         process_id: 0,
         queued: 0,
     }));
+    let shared = Arc::new(Shared {
+        runtime: runtime.clone(),
+        store: store.clone(),
+        publisher: publisher.clone(),
+        deleted: std::sync::atomic::AtomicBool::new(false),
+    });
     let actor = Actor {
         id: id.clone(),
         runtime,
@@ -176,7 +244,12 @@ pub fn spawn_actor(
         control_seq: 0,
     };
     tokio::spawn(actor.run(rx, loaded, gate));
-    BotHandle { id, tx, view }
+    BotHandle {
+        id,
+        tx,
+        view,
+        shared,
+    }
 }
 
 async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
@@ -189,7 +262,7 @@ async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
 impl Actor {
     async fn run(
         mut self,
-        mut rx: mpsc::Receiver<Command>,
+        mut rx: mpsc::UnboundedReceiver<Command>,
         loaded: bool,
         mut gate: tokio::sync::watch::Receiver<bool>,
     ) {
@@ -235,18 +308,7 @@ impl Actor {
     }
 
     fn update(&self, names: Vec<&'static str>, f: impl FnOnce(&mut BotView)) {
-        {
-            let mut v = self.view.write().unwrap_or_else(|p| p.into_inner());
-            f(&mut v);
-        }
-        if !names.is_empty() {
-            let view = self.view.read().unwrap_or_else(|p| p.into_inner());
-            let changed = names.into_iter().map(|n| (n, view.property(n))).collect();
-            let _ = self.publisher.send(Publication::PropertiesChanged {
-                bot_id: self.id.clone(),
-                changed,
-            });
-        }
+        update_view(&self.view, &self.publisher, &self.id, names, f);
     }
 
     fn set_state(&self, state: State) {
@@ -271,12 +333,7 @@ impl Actor {
     }
 
     fn publish_item(&self, item: &ChatItem) {
-        let _ = self.publisher.send(Publication::ChatItemAdded {
-            bot_id: self.id.clone(),
-            seq: item.seq,
-            kind: item.kind.clone(),
-            payload: item.payload.clone(),
-        });
+        publish_item(&self.publisher, &self.id, item);
     }
 
     fn publish_turn(&self, turn_id: &str, outcome: &str) {
@@ -290,12 +347,11 @@ impl Actor {
     /// Commits one chat item and publishes it.
     fn add_item(&self, kind: &str, turn_id: Option<&str>, payload: Value) {
         let payload = payload.to_string();
-        match self
-            .store
-            .tx(|tx| store::chat::append(tx, &self.id, kind, turn_id, &payload))
-        {
-            Ok(item) => self.publish_item(&item),
-            Err(e) => tracing::error!(bot_id = %self.id, error = %e, "cannot record a chat item"),
+        if let Err(e) = self.store.tx_then(
+            |tx| store::chat::append(tx, &self.id, kind, turn_id, &payload),
+            |item| self.publish_item(item),
+        ) {
+            tracing::error!(bot_id = %self.id, error = %e, "cannot record a chat item");
         }
     }
 
@@ -313,16 +369,18 @@ impl Actor {
     /// Clears the recorded session in one transaction with a system chat item saying why.
     fn forget_session(&self, old: &str, reason: &str, text: String) {
         let payload = json!({"text": text, "reason": reason, "session_id": old}).to_string();
-        let result = self.store.tx(|tx| {
-            store::bots::set_session(tx, &self.id, None)?;
-            store::chat::append(tx, &self.id, "system", None, &payload)
-        });
-        match result {
-            Ok(item) => {
+        let result = self.store.tx_then(
+            |tx| {
+                store::bots::set_session(tx, &self.id, None)?;
+                store::chat::append(tx, &self.id, "system", None, &payload)
+            },
+            |item| {
                 self.update(vec!["SessionId"], |v| v.record.session_id = None);
-                self.publish_item(&item);
-            }
-            Err(e) => tracing::error!(bot_id = %self.id, error = %e, "cannot clear the session"),
+                self.publish_item(item);
+            },
+        );
+        if let Err(e) = result {
+            tracing::error!(bot_id = %self.id, error = %e, "cannot clear the session");
         }
     }
 
@@ -331,35 +389,36 @@ impl Actor {
     /// Returns false when the actor must end.
     async fn on_command(&mut self, cmd: Command) -> bool {
         match cmd {
-            Command::Send(text, reply) => {
-                let r = self.on_send(text);
-                let _ = reply.send(r);
+            Command::Queued(turn) => {
+                self.queue.push_back(turn);
+                self.parked = false;
+                self.publish_queue();
                 true
             }
-            Command::Stop(reply) => {
+            Command::Stop => {
                 self.parked = true;
                 self.restart_at = None;
                 self.stop_process("stop").await;
                 if self.state() != State::Failed {
                     self.set_state(State::Stopped);
                 }
-                let _ = reply.send(Ok(()));
                 true
             }
-            Command::Delete(reply) => {
+            Command::Delete => {
                 self.parked = true;
                 self.stop_process("delete").await;
-                let r = self
-                    .store
-                    .tx(|tx| store::bots::delete(tx, &self.id))
-                    .map(|_| ())
-                    .map_err(BotError::from);
-                let ok = r.is_ok();
-                if ok {
-                    tracing::info!(bot_id = %self.id, "bot deleted");
+                match self.store.tx(|tx| store::bots::delete(tx, &self.id)) {
+                    Ok(_) => {
+                        tracing::info!(bot_id = %self.id, "bot deleted");
+                        let _ = self.publisher.send(Publication::BotRemoved {
+                            bot_id: self.id.clone(),
+                        });
+                    }
+                    Err(e) => {
+                        tracing::error!(bot_id = %self.id, error = %e, "cannot delete the bot")
+                    }
                 }
-                let _ = reply.send(r);
-                !ok
+                false
             }
             Command::Shutdown(reply) => {
                 self.parked = true;
@@ -367,61 +426,23 @@ impl Actor {
                 let _ = reply.send(());
                 false
             }
-            Command::SetPermissionMode(mode, reply) => {
-                let _ = reply.send(self.on_set_permission_mode(mode));
+            Command::ApplyLive(request) => {
+                self.send_control(request);
                 true
             }
-            Command::SetModel(model, reply) => {
-                let _ = reply.send(self.on_set_model(model));
-                true
-            }
-            Command::Restart(fresh, reply) => {
-                let r = self.on_restart(fresh).await;
-                let _ = reply.send(r);
+            Command::Restart(fresh) => {
+                self.on_restart(fresh).await;
                 true
             }
         }
     }
 
-    fn on_set_permission_mode(&mut self, mode: String) -> Result<(), BotError> {
-        super::check_permission_mode(self.runtime.as_ref(), &mode)?;
-        self.store
-            .tx(|tx| store::bots::set_permission_mode(tx, &self.id, &mode))?;
-        self.update(vec!["PermissionMode"], |v| {
-            v.record.permission_mode = mode.clone()
-        });
-        if !mode.is_empty() {
-            self.send_control(ControlRequest::SetPermissionMode(mode));
-        }
-        Ok(())
-    }
-
-    fn on_set_model(&mut self, model: String) -> Result<(), BotError> {
-        super::check_model(&model)?;
-        self.store
-            .tx(|tx| store::bots::set_model(tx, &self.id, &model))?;
-        self.update(vec!["Model"], |v| v.record.model = model.clone());
-        if !model.is_empty() {
-            self.send_control(ControlRequest::SetModel(model));
-        }
-        Ok(())
-    }
-
-    async fn on_restart(&mut self, fresh: bool) -> Result<(), BotError> {
-        self.runtime
-            .binary()
-            .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
+    async fn on_restart(&mut self, fresh: bool) {
         self.restart_at = None;
         self.stop_process("restart").await;
         if fresh {
             if let Some(old) = self.record().session_id {
-                self.forget_session(
-                    &old,
-                    "fresh_restart",
-                    format!(
-                        "Restarted fresh: the conversation {old} is left for good; a new one begins."
-                    ),
-                );
+                self.forget_session(&old, "fresh_restart", fresh_restart_text(&old));
             }
         }
         self.crashes.clear();
@@ -430,7 +451,6 @@ impl Actor {
         self.parked = false;
         self.set_state(State::Stopped);
         self.start();
-        Ok(())
     }
 
     /// Sends a control request to the running process, if there is one that can take it.
@@ -487,33 +507,6 @@ impl Actor {
                 self.set_last_error(&text);
             }
         }
-    }
-
-    fn on_send(&mut self, text: String) -> Result<String, BotError> {
-        if text.trim().is_empty() {
-            return Err(BotError::InvalidArgument(
-                "the message is empty; send some text".into(),
-            ));
-        }
-        if self.proc.is_none() {
-            self.runtime
-                .binary()
-                .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
-        }
-        let turn_id = uuid::Uuid::new_v4().to_string();
-        let payload = json!({"text": text, "turn_id": turn_id}).to_string();
-        let item = self.store.tx(|tx| {
-            store::turns::insert(tx, &self.id, &turn_id, &text)?;
-            store::chat::append(tx, &self.id, "user", Some(&turn_id), &payload)
-        })?;
-        self.publish_item(&item);
-        self.queue.push_back(QueuedTurn {
-            id: turn_id.clone(),
-            text,
-        });
-        self.parked = false;
-        self.publish_queue();
-        Ok(turn_id)
     }
 
     // ----- process life -------------------------------------------------------------------

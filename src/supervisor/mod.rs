@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Config;
-use crate::runtime::Runtime;
+use crate::runtime::{ControlRequest, Runtime};
 use crate::store::{self, BotRecord, Store};
 
 pub use bot::{BotView, State};
@@ -68,6 +68,11 @@ pub enum Publication {
         /// `success`, `error`, `crashed` or `interrupted`.
         outcome: String,
     },
+    /// The bot was deleted: its object goes away.
+    BotRemoved {
+        /// The bot.
+        bot_id: String,
+    },
     /// `PropertiesChanged` for these properties of the bot, with their values at the change.
     PropertiesChanged {
         /// The bot.
@@ -89,77 +94,157 @@ pub enum PropertyValue {
 /// The sending side of the publication channel.
 pub type Publisher = mpsc::UnboundedSender<Publication>;
 
-/// A command to a bot actor.
+/// A command to a bot actor. Commands are queued by the D-Bus layer in the order the calls
+/// arrived, and the actor applies them in that order (design rule 7).
 #[derive(Debug)]
 pub enum Command {
-    /// Queue a user message; answers the turn id.
-    Send(String, oneshot::Sender<Result<String, BotError>>),
+    /// A message already committed by [`BotHandle::send`], for the queue.
+    Queued(store::QueuedTurn),
     /// Stop the process gently.
-    Stop(oneshot::Sender<Result<(), BotError>>),
-    /// Stop and delete the bot with its history.
-    Delete(oneshot::Sender<Result<(), BotError>>),
+    Stop,
+    /// Stop, then delete the bot with its history.
+    Delete,
     /// Stop the process for daemon shutdown and end the actor.
     Shutdown(oneshot::Sender<()>),
-    /// Change the permission mode (live when running) and persist it.
-    SetPermissionMode(String, oneshot::Sender<Result<(), BotError>>),
-    /// Change the model (live when running) and persist it.
-    SetModel(String, oneshot::Sender<Result<(), BotError>>),
+    /// Apply a setting (already persisted) to the running process, if any.
+    ApplyLive(ControlRequest),
     /// Stop and start again; with `fresh`, forget the conversation first.
-    Restart(bool, oneshot::Sender<Result<(), BotError>>),
+    Restart(bool),
 }
 
-/// A handle on one bot's actor.
+/// What a handle shares with its actor.
+pub(crate) struct Shared {
+    pub(crate) runtime: Arc<dyn Runtime>,
+    pub(crate) store: Arc<Store>,
+    pub(crate) publisher: Publisher,
+    pub(crate) deleted: std::sync::atomic::AtomicBool,
+}
+
+/// A handle on one bot. Its methods never wait for the actor: they validate, commit what must
+/// be durable at once, and queue a [`Command`]; what follows is published as signals.
 #[derive(Clone)]
 pub struct BotHandle {
     /// The bot id.
     pub id: String,
-    tx: mpsc::Sender<Command>,
+    tx: mpsc::UnboundedSender<Command>,
     /// What clients can read without asking the actor.
     pub view: Arc<RwLock<BotView>>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl BotHandle {
-    async fn ask<T>(
-        &self,
-        make: impl FnOnce(oneshot::Sender<Result<T, BotError>>) -> Command,
-    ) -> Result<T, BotError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(make(tx))
-            .await
-            .map_err(|_| BotError::NotFound(format!("bot {} no longer exists", self.id)))?;
-        rx.await
-            .map_err(|_| BotError::NotFound(format!("bot {} no longer exists", self.id)))?
+    fn gone(&self) -> BotError {
+        BotError::NotFound(format!("bot {} has been deleted", self.id))
     }
 
-    /// Queues a message; returns the turn id at once.
-    pub async fn send(&self, text: String) -> Result<String, BotError> {
-        self.ask(|tx| Command::Send(text, tx)).await
+    fn check_alive(&self) -> Result<(), BotError> {
+        if self
+            .shared
+            .deleted
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            Err(self.gone())
+        } else {
+            Ok(())
+        }
     }
 
-    /// Stops the bot's process gently.
-    pub async fn stop(&self) -> Result<(), BotError> {
-        self.ask(Command::Stop).await
+    fn command(&self, c: Command) -> Result<(), BotError> {
+        self.check_alive()?;
+        self.tx.send(c).map_err(|_| self.gone())
     }
 
-    /// Changes the permission mode.
-    pub async fn set_permission_mode(&self, mode: String) -> Result<(), BotError> {
-        self.ask(|tx| Command::SetPermissionMode(mode, tx)).await
+    /// Queues a message: commits the turn and its `user` chat item, publishes the item, and
+    /// returns the turn id. Errors: InvalidArgument (empty), RuntimeUnavailable (no process and
+    /// no binary), NotFound (deleted), Failed (database).
+    pub fn send(&self, text: String) -> Result<String, BotError> {
+        self.check_alive()?;
+        if text.trim().is_empty() {
+            return Err(BotError::InvalidArgument(
+                "the message is empty; send some text".into(),
+            ));
+        }
+        if self.snapshot().process_id == 0 {
+            self.shared
+                .runtime
+                .binary()
+                .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
+        }
+        let turn_id = uuid::Uuid::new_v4().to_string();
+        let payload = serde_json::json!({"text": text, "turn_id": turn_id}).to_string();
+        self.shared.store.tx_then(
+            |tx| {
+                store::turns::insert(tx, &self.id, &turn_id, &text)?;
+                store::chat::append(tx, &self.id, "user", Some(&turn_id), &payload)
+            },
+            |item| bot::publish_item(&self.shared.publisher, &self.id, item),
+        )?;
+        self.command(Command::Queued(store::QueuedTurn {
+            id: turn_id.clone(),
+            text,
+        }))?;
+        Ok(turn_id)
     }
 
-    /// Changes the model.
-    pub async fn set_model(&self, model: String) -> Result<(), BotError> {
-        self.ask(|tx| Command::SetModel(model, tx)).await
+    /// Asks the actor to stop the process gently; `State` shows the progress.
+    pub fn stop(&self) -> Result<(), BotError> {
+        self.command(Command::Stop)
     }
 
-    /// Restarts the agent; `fresh` starts a new conversation.
-    pub async fn restart(&self, fresh: bool) -> Result<(), BotError> {
-        self.ask(|tx| Command::Restart(fresh, tx)).await
+    /// Persists a permission mode and applies it to the running process.
+    pub fn set_permission_mode(&self, mode: String) -> Result<(), BotError> {
+        self.check_alive()?;
+        check_permission_mode(self.shared.runtime.as_ref(), &mode)?;
+        self.shared
+            .store
+            .tx(|tx| store::bots::set_permission_mode(tx, &self.id, &mode))?;
+        bot::update_view(
+            &self.view,
+            &self.shared.publisher,
+            &self.id,
+            vec!["PermissionMode"],
+            |v| v.record.permission_mode = mode.clone(),
+        );
+        if mode.is_empty() {
+            return Ok(());
+        }
+        self.command(Command::ApplyLive(ControlRequest::SetPermissionMode(mode)))
     }
 
-    /// Stops and deletes the bot.
-    pub async fn delete(&self) -> Result<(), BotError> {
-        self.ask(Command::Delete).await
+    /// Persists a model and applies it to the running process (empty: the CLI's default, from
+    /// the next start).
+    pub fn set_model(&self, model: String) -> Result<(), BotError> {
+        self.check_alive()?;
+        check_model(&model)?;
+        self.shared
+            .store
+            .tx(|tx| store::bots::set_model(tx, &self.id, &model))?;
+        bot::update_view(
+            &self.view,
+            &self.shared.publisher,
+            &self.id,
+            vec!["Model"],
+            |v| v.record.model = model.clone(),
+        );
+        if model.is_empty() {
+            return Ok(());
+        }
+        self.command(Command::ApplyLive(ControlRequest::SetModel(model)))
+    }
+
+    /// Asks for a restart; `fresh` starts a new conversation. Errors: RuntimeUnavailable.
+    pub fn restart(&self, fresh: bool) -> Result<(), BotError> {
+        self.check_alive()?;
+        self.shared
+            .runtime
+            .binary()
+            .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
+        if fresh {
+            // Durably forgotten before this call returns; the actor forgets again after the stop
+            // in case the old process began a turn meanwhile.
+            bot::forget_session(self, "fresh_restart")?;
+        }
+        self.command(Command::Restart(fresh))
     }
 
     /// A copy of the bot's current view.
@@ -342,10 +427,15 @@ impl Supervisor {
         v
     }
 
-    /// Deletes a bot: stops it, removes it and its history from the store.
-    pub async fn delete(&self, id: &str) -> Result<(), BotError> {
+    /// Deletes a bot: it leaves the list at once; its actor stops the process, deletes it from
+    /// the store, and then its object goes away.
+    pub fn delete(&self, id: &str) -> Result<(), BotError> {
         let handle = self.get(id)?;
-        handle.delete().await?;
+        handle.command(Command::Delete)?;
+        handle
+            .shared
+            .deleted
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.bots
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -358,7 +448,7 @@ impl Supervisor {
         let handles = self.list();
         let waits = handles.into_iter().map(|h| async move {
             let (tx, rx) = oneshot::channel();
-            if h.tx.send(Command::Shutdown(tx)).await.is_ok() {
+            if h.tx.send(Command::Shutdown(tx)).is_ok() {
                 let _ = rx.await;
             }
         });

@@ -282,6 +282,16 @@ impl TestEnv {
         ManagerProxy::new(&self.conn).await.unwrap()
     }
 
+    /// A Bot proxy that reads properties from the daemon on every call (no cache).
+    pub async fn bot_uncached(&self, path: &zbus::OwnedObjectPath) -> BotProxy<'static> {
+        BotProxy::builder(&self.conn)
+            .path(path.clone())
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .unwrap()
+    }
+
     /// A Bot proxy.
     pub async fn bot(&self, path: &zbus::OwnedObjectPath) -> BotProxy<'static> {
         BotProxy::builder(&self.conn)
@@ -370,6 +380,24 @@ pub async fn send_and_wait(bot: &BotProxy<'_>, text: &str) -> TurnSeen {
         items,
         outcome,
     }
+}
+
+/// Calls `Stop` and waits until the bot's `State` is `stopped`.
+pub async fn stop_and_wait(bot: &BotProxy<'_>) {
+    let mut changes = bot.receive_state_changed().await;
+    bot.stop().await.unwrap();
+    if bot.state().await.unwrap() == "stopped" {
+        return;
+    }
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(c) = changes.next().await {
+            if c.get().await.unwrap() == "stopped" {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the bot stops");
 }
 
 /// Waits until the bot's property `State` reads `want`.

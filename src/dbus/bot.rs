@@ -15,6 +15,11 @@ use crate::supervisor::BotHandle;
 /// The most chat items one `GetChat` returns; a `limit` of 0 means this many.
 pub const MAX_CHAT_PAGE: u32 = 10_000;
 
+/// The caller's unique bus name (empty on a peer-to-peer connection).
+fn client_of(hdr: &Header<'_>) -> String {
+    hdr.sender().map(|s| s.to_string()).unwrap_or_default()
+}
+
 /// One bot object.
 pub struct BotObject {
     handle: BotHandle,
@@ -115,6 +120,28 @@ impl BotObject {
     ) -> Result<()> {
         self.ctx.caller.check(conn, &hdr).await?;
         Ok(self.ctx.supervisor.delete(&self.handle.id)?)
+    }
+
+    /// Takes a lease on the bot for the calling client: while any client holds it, the bot is
+    /// never stopped for idleness and restarts after a crash. The lease ends with `Release` or
+    /// when the client leaves the bus. Holding twice is one lease.
+    async fn hold(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<()> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        Ok(self.handle.hold(&client_of(&hdr))?)
+    }
+
+    /// Ends the calling client's lease. Errors: NotFound (it holds none).
+    async fn release(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<()> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        Ok(self.handle.release(&client_of(&hdr))?)
     }
 
     /// Chat items with `seq > after_seq`, at most `limit` (0: up to 10,000), in order, as
@@ -227,5 +254,19 @@ impl BotObject {
     #[zbus(property)]
     fn queued_messages(&self) -> u32 {
         self.view().queued
+    }
+
+    /// How many clients hold the bot (`Hold`).
+    #[zbus(property)]
+    fn holders(&self) -> u32 {
+        self.view().holders
+    }
+
+    /// The verdict of the agent's last stop: `clean` (the agent and every known descendant are
+    /// proven gone), `root-exited` (survivors are named in `LastError`),
+    /// `root-exited-unverified`, `root-alive` (the stop failed); empty before the first stop.
+    #[zbus(property)]
+    fn stop_verdict(&self) -> String {
+        self.view().stop_verdict
     }
 }

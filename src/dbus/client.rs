@@ -39,6 +39,10 @@ pub trait Bot {
     fn set_model(&self, model: &str) -> zbus::Result<()>;
     /// Restart (`fresh`: b).
     fn restart(&self, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
+    /// Take a lease.
+    fn hold(&self) -> zbus::Result<()>;
+    /// End the lease.
+    fn release(&self) -> zbus::Result<()>;
     /// Stop the agent.
     fn stop(&self) -> zbus::Result<()>;
     /// Delete the bot.
@@ -88,4 +92,10 @@ pub trait Bot {
     /// Queued messages.
     #[zbus(property)]
     fn queued_messages(&self) -> zbus::Result<u32>;
+    /// Lease holders.
+    #[zbus(property)]
+    fn holders(&self) -> zbus::Result<u32>;
+    /// Verdict of the last stop.
+    #[zbus(property)]
+    fn stop_verdict(&self) -> zbus::Result<String>;
 }

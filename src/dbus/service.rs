@@ -67,6 +67,14 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
     }
     tokio::spawn(super::publisher::run(conn.clone(), pub_rx));
 
+    match crate::process::subreaper::become_subreaper() {
+        Ok(true) => tracing::debug!("child subreaper: descendants that escape come back here"),
+        Ok(false) => tracing::info!("no child subreaper on this system: best-effort proof"),
+        Err(e) => tracing::warn!(error = %e, "cannot become a child subreaper"),
+    }
+    tokio::spawn(reap_orphans());
+    tokio::spawn(watch_clients(conn.clone(), ctx.clone()));
+
     let flags = RequestNameFlags::DO_NOT_QUEUE;
     match conn.request_name_with_flags(BUS_NAME, flags).await {
         Ok(RequestNameReply::PrimaryOwner | RequestNameReply::AlreadyOwner) => {}
@@ -74,6 +82,11 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
             return Err(ServiceError::AlreadyRunning);
         }
         Err(e) => return Err(e.into()),
+    }
+    match supervisor.recover_processes().await {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(count = n, "stopped processes left by the previous run"),
+        Err(e) => tracing::error!(error = %e, "cannot check processes left by the previous run"),
     }
     supervisor.open();
     tracing::info!(bots = count, "botvisord is serving {BUS_NAME}");
@@ -89,4 +102,41 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
     let _ = conn.release_name(BUS_NAME).await;
     tracing::info!("botvisord stopped");
     Ok(())
+}
+
+/// Reaps orphans adopted as child subreaper whenever a child changes state.
+async fn reap_orphans() {
+    let Ok(mut sigchld) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+    else {
+        tracing::warn!("cannot watch SIGCHLD; orphans are reaped at stops only");
+        return;
+    };
+    loop {
+        for pid in crate::process::subreaper::reap_orphans() {
+            tracing::debug!(pid, "reaped an adopted orphan");
+        }
+        if sigchld.recv().await.is_none() {
+            return;
+        }
+    }
+}
+
+/// Ends the leases (and forgets the cached user id) of clients that leave the bus.
+async fn watch_clients(conn: Connection, ctx: Arc<Ctx>) {
+    use futures_util::StreamExt;
+    let Ok(dbus) = zbus::fdo::DBusProxy::new(&conn).await else {
+        return;
+    };
+    let Ok(mut changes) = dbus.receive_name_owner_changed().await else {
+        tracing::warn!("cannot watch clients leaving the bus; leases end only with Release");
+        return;
+    };
+    while let Some(signal) = changes.next().await {
+        let Ok(args) = signal.args() else { continue };
+        let name = args.name().to_string();
+        if name.starts_with(':') && args.new_owner().is_none() {
+            ctx.caller.forget(&name);
+            ctx.supervisor.client_gone(&name);
+        }
+    }
 }

@@ -1,8 +1,15 @@
 //! Agent processes: spawn one in its own process group, read its stdout line by line, watch its
-//! exit, and stop it gently (close stdin, SIGTERM the group, grace, SIGKILL).
+//! exit, know its descendants by identity, stop it gently and prove what is gone.
 
+pub mod identity;
+pub mod signal;
 pub mod spawn;
 pub mod stop;
+pub mod subreaper;
+pub mod tree;
+pub mod verdict;
 
+pub use identity::{Liveness, ProcessIdentity};
+pub use signal::signal_group;
 pub use spawn::{ExitInfo, ProcEvent, ProcessHandle, spawn};
-pub use stop::signal_group;
+pub use verdict::{Proof, StopObservation, StopVerdict, verdict};

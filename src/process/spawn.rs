@@ -94,8 +94,11 @@ pub fn spawn(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(false);
-    let mut child = command.spawn()?;
-    let pid = child.id().unwrap_or(0);
+    let (mut child, pid) = super::subreaper::spawn_protected(|| {
+        let child = command.spawn()?;
+        let pid = child.id().unwrap_or(0);
+        Ok((child, pid))
+    })?;
     let stdin = child.stdin.take();
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
@@ -144,6 +147,7 @@ pub fn spawn(
                 info
             }
         };
+        super::subreaper::unprotect(pid);
         let _ = events.send(ProcEvent::Exited(generation, info));
     });
 

@@ -189,6 +189,23 @@ pub enum RuntimeEvent {
         /// The whole request object.
         request: serde_json::Value,
     },
+    /// The CLI reported its background tasks (`Some(count)` of those running now) or a task
+    /// event (`None`): a moment to look for new descendants.
+    Tasks {
+        /// How many background tasks run now, when the event says.
+        running: Option<usize>,
+    },
+    /// The CLI is retrying a failed model request.
+    ApiRetry {
+        /// The CLI's error word, for example `authentication_failed`.
+        error: String,
+        /// The HTTP status, if any.
+        status: Option<u64>,
+        /// This attempt.
+        attempt: u64,
+        /// The most attempts it will make.
+        max_retries: u64,
+    },
     /// Understood, but nothing to do.
     Ignored,
 }
@@ -243,6 +260,9 @@ pub trait Runtime: Send + Sync + 'static {
     fn encode_control(&self, request_id: &str, request: &ControlRequest) -> Option<String>;
     /// One stdin line refusing a control request of the CLI that botvisor does not serve.
     fn encode_control_error(&self, request_id: &str, message: &str) -> Option<String>;
+    /// Whether an error text means a failure that restarting cannot fix: `Some("authentication")`
+    /// or `Some("usage limit")`.
+    fn fatal_reason(&self, text: &str) -> Option<&'static str>;
 }
 
 /// Looks `name` up on `path` (a `PATH`-style list) and returns the first executable file.

@@ -44,6 +44,17 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX turns_open ON turns (bot_id, status) WHERE status != 'finished';
     "#,
+    // 2: identities of live agent processes and their known descendants.
+    r#"
+    CREATE TABLE processes (
+        bot_id     TEXT NOT NULL REFERENCES bots(id) ON DELETE CASCADE,
+        pid        INTEGER NOT NULL,
+        start_time INTEGER NOT NULL,
+        boot_id    TEXT NOT NULL,
+        role       TEXT NOT NULL CHECK (role IN ('root', 'descendant')),
+        PRIMARY KEY (bot_id, pid, start_time)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 /// Brings the schema up to the newest version. A database from a newer botvisor is refused.

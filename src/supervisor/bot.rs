@@ -15,7 +15,9 @@ use tokio::sync::mpsc;
 
 use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher, Shared};
 use crate::config::Config;
-use crate::process::{self, ExitInfo, ProcEvent, ProcessHandle};
+use crate::process::identity::{Liveness, ProcessIdentity, identify, liveness};
+use crate::process::verdict::{Proof, StopObservation, StopVerdict, verdict};
+use crate::process::{self, ExitInfo, ProcEvent, ProcessHandle, stop::stop_by_identity, subreaper, tree};
 use crate::runtime::{
     ControlRequest, ForgetReason, LaunchSpec, ResultOutcome, Runtime, RuntimeEvent, SessionStart,
     StartDecision, decide_start,
@@ -24,6 +26,16 @@ use crate::store::{self, BotRecord, ChatItem, QueuedTurn, Store};
 
 /// Hard limit after SIGKILL for the root process to be reaped before the stop is declared failed.
 pub const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// How long descendants left after the root exited get between SIGTERM and SIGKILL.
+pub const DESCENDANT_GRACE: Duration = Duration::from_secs(1);
+
+/// How "gone" is proven on this system.
+#[cfg(target_os = "linux")]
+pub const PROOF: Proof = Proof::ProcessTree;
+/// How "gone" is proven on this system.
+#[cfg(not(target_os = "linux"))]
+pub const PROOF: Proof = Proof::BestEffort;
 
 /// Longest wait between two restarts after crashes.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -67,6 +79,10 @@ pub struct BotView {
     pub process_id: u32,
     /// Messages sent and not yet taken by the CLI (not replayed).
     pub queued: u32,
+    /// Clients holding the bot (leases).
+    pub holders: u32,
+    /// The verdict of the last stop (`clean`, `root-exited`, …); empty before the first.
+    pub stop_verdict: String,
 }
 
 impl BotView {
@@ -85,6 +101,8 @@ impl BotView {
             "ProcessId" => PropertyValue::U32(self.process_id),
             "LastError" => s(&self.record.last_error),
             "QueuedMessages" => PropertyValue::U32(self.queued),
+            "Holders" => PropertyValue::U32(self.holders),
+            "StopVerdict" => s(&self.stop_verdict),
             _ => s(""),
         }
     }
@@ -112,6 +130,7 @@ struct Proc {
 enum Next {
     Nothing,
     StopProcess,
+    Exited(ExitInfo),
 }
 
 struct Actor {
@@ -133,6 +152,17 @@ struct Actor {
     in_use_retried: bool,
     parked: bool,
     control_seq: u64,
+    /// Known descendants of the current (or last) process, by identity.
+    known: Vec<ProcessIdentity>,
+    /// Background tasks the CLI reports as running.
+    background_tasks: usize,
+    /// When the bot stops for idleness, if it stays idle.
+    idle_deadline: Option<tokio::time::Instant>,
+    /// A crashed process is to be restarted (messages wait or a client holds the bot).
+    restart_pending: bool,
+    /// A failure restarting cannot fix (authentication, usage limit), with the CLI's words.
+    fatal: Option<String>,
+    shared: Arc<Shared>,
 }
 
 /// Updates a bot's view and publishes the named properties with their new values, under the
@@ -216,12 +246,15 @@ pub fn spawn_actor(
         state: State::Stopped,
         process_id: 0,
         queued: 0,
+        holders: 0,
+        stop_verdict: String::new(),
     }));
     let shared = Arc::new(Shared {
         runtime: runtime.clone(),
         store: store.clone(),
         publisher: publisher.clone(),
         deleted: std::sync::atomic::AtomicBool::new(false),
+        holders: Default::default(),
     });
     let actor = Actor {
         id: id.clone(),
@@ -242,6 +275,12 @@ pub fn spawn_actor(
         in_use_retried: false,
         parked: false,
         control_seq: 0,
+        known: Vec::new(),
+        background_tasks: 0,
+        idle_deadline: None,
+        restart_pending: false,
+        fatal: None,
+        shared: shared.clone(),
     };
     tokio::spawn(actor.run(rx, loaded, gate));
     BotHandle {
@@ -276,6 +315,7 @@ impl Actor {
         }
         self.pump().await;
         loop {
+            let idle_at = self.idle_deadline;
             tokio::select! {
                 cmd = rx.recv() => {
                     let Some(cmd) = cmd else { break };
@@ -284,15 +324,23 @@ impl Actor {
                     }
                 }
                 Some(ev) = self.proc_rx.recv() => {
-                    if self.on_proc_event(ev) == Next::StopProcess {
-                        self.stop_process("replaced").await;
+                    match self.on_proc_event(ev) {
+                        Next::StopProcess => {
+                            self.stop_process("replaced").await;
+                        }
+                        Next::Exited(info) => self.on_exit(info).await,
+                        Next::Nothing => {}
                     }
                 }
                 _ = sleep_until_opt(self.restart_at) => {
                     self.restart_at = None;
                 }
+                _ = sleep_until_opt(idle_at) => {
+                    self.on_idle_deadline().await;
+                }
             }
             self.pump().await;
+            self.rearm_idle();
         }
         self.stop_process("shutdown").await;
     }
@@ -434,6 +482,7 @@ impl Actor {
                 self.on_restart(fresh).await;
                 true
             }
+            Command::HoldersChanged => true,
         }
     }
 
@@ -518,7 +567,7 @@ impl Actor {
         }
         match &self.proc {
             None => {
-                if !self.queue.is_empty() && self.restart_at.is_none() {
+                if (!self.queue.is_empty() || self.restart_pending) && self.restart_at.is_none() {
                     self.start();
                 }
             }
@@ -536,6 +585,7 @@ impl Actor {
             .filter(|(k, _)| self.config.env_allowed(k))
             .collect();
         env.extend(record.env.clone());
+        env.insert(tree::BOT_MARKER.to_owned(), record.id.clone());
         env
     }
 
@@ -606,6 +656,17 @@ impl Actor {
                 );
                 let stdin = handle.stdin.take().map(spawn_writer);
                 let pid = handle.pid;
+                self.restart_pending = false;
+                self.known.clear();
+                self.background_tasks = 0;
+                if let Ok(id) = identify(pid) {
+                    if let Err(e) = self
+                        .store
+                        .tx(|tx| store::processes::insert(tx, &self.id, &id, "root"))
+                    {
+                        tracing::error!(bot_id = %self.id, error = %e, "cannot record the process");
+                    }
+                }
                 self.proc = Some(Proc {
                     handle,
                     stdin,
@@ -667,8 +728,7 @@ impl Actor {
                 next
             }
             ProcEvent::Exited(generation, info) if Some(generation) == current => {
-                self.on_exit(info);
-                Next::Nothing
+                Next::Exited(info)
             }
             _ => Next::Nothing,
         }
@@ -705,7 +765,35 @@ impl Actor {
             }
             RuntimeEvent::Chat(chat) => {
                 let turn = self.current_turn_id();
+                let tool = matches!(chat.kind, "tool_use" | "tool_result");
                 self.add_item(chat.kind, turn.as_deref(), chat.payload);
+                if tool {
+                    self.snapshot_descendants();
+                }
+                Next::Nothing
+            }
+            RuntimeEvent::Tasks { running } => {
+                if let Some(n) = running {
+                    self.background_tasks = n;
+                }
+                self.snapshot_descendants();
+                Next::Nothing
+            }
+            RuntimeEvent::ApiRetry {
+                error,
+                status,
+                attempt,
+                max_retries,
+            } => {
+                if let Some(kind) = self.runtime.fatal_reason(&error) {
+                    let text = format!(
+                        "The model API refused the request ({kind} error: {error}, HTTP {}); \
+                         the agent retries ({attempt} of {max_retries}). Check the credentials \
+                         or the plan.",
+                        status.map_or("?".to_owned(), |s| s.to_string())
+                    );
+                    self.set_last_error(&text);
+                }
                 Next::Nothing
             }
             RuntimeEvent::TurnResult {
@@ -815,6 +903,11 @@ impl Actor {
             None => false,
         };
         let turn = if ours { self.inflight.take() } else { None };
+        if let Some(e) = &error {
+            if let Some(kind) = self.runtime.fatal_reason(e) {
+                self.fatal = Some(format!("{kind} error: {e}"));
+            }
+        }
         let turn_id = turn.as_ref().map(|t| t.turn.id.clone());
         let outcome_str = match outcome {
             ResultOutcome::Success => "success",
@@ -880,29 +973,32 @@ impl Actor {
     }
 
     /// The process exited without being asked to.
-    fn on_exit(&mut self, info: ExitInfo) {
+    async fn on_exit(&mut self, info: ExitInfo) {
         let Some(proc) = self.proc.take() else {
             return;
         };
         self.update(vec!["ProcessId"], |v| v.process_id = 0);
         let lived = proc.handle.started.elapsed();
-        tracing::info!(bot_id = %self.id, pid = proc.handle.pid, status = %info, "agent exited");
-        if proc.lost {
+        let root_pid = proc.handle.pid;
+        tracing::info!(bot_id = %self.id, pid = root_pid, status = %info, "agent exited");
+        if proc.lost || proc.in_use.is_some() {
             self.settle_inflight("error", String::new());
             self.set_state(State::Stopped);
-            return;
-        }
-        if let Some(id) = proc.in_use {
-            self.settle_inflight("error", String::new());
-            self.set_state(State::Stopped);
-            if !self.in_use_retried {
-                self.in_use_retried = true;
-                self.force_resume = Some(id);
+            if let Some(id) = proc.in_use {
+                if !self.in_use_retried {
+                    self.in_use_retried = true;
+                    self.force_resume = Some(id);
+                    self.clean_up_after_exit(root_pid, "exit").await;
+                    return;
+                }
+            } else {
+                self.clean_up_after_exit(root_pid, "exit").await;
                 return;
             }
         }
         let stderr = proc.handle.stderr_text();
         let clean = info.code == Some(0) && self.inflight.is_none();
+        // Published at once (rule 11): the running turn ends, waiting messages stay queued.
         self.settle_inflight(
             "crashed",
             format!("The agent exited before the turn finished ({info})."),
@@ -921,8 +1017,25 @@ impl Actor {
                 );
             }
         }
+        self.set_state(State::Stopped);
+        self.clean_up_after_exit(root_pid, if clean { "exit" } else { "crash" })
+            .await;
         if clean {
-            self.set_state(State::Stopped);
+            return;
+        }
+        let fatal = self.fatal.take().or_else(|| {
+            self.runtime
+                .fatal_reason(&stderr)
+                .map(|kind| format!("{kind} error: {stderr}"))
+        });
+        if let Some(reason) = fatal {
+            let text = format!(
+                "The agent stopped on an error that restarting cannot fix ({reason}). Fix it, then \
+                 call Restart."
+            );
+            self.add_item("error", None, json!({ "text": text, "reason": "fatal" }));
+            self.set_last_error(&text);
+            self.set_state(State::Failed);
             return;
         }
         let mut text = format!("The agent exited unexpectedly ({info}).");
@@ -948,24 +1061,135 @@ impl Actor {
                 self.crashes.len(),
                 self.config.crash_loop_window_s
             );
+            self.add_item("error", None, json!({ "text": text, "reason": "crash_loop" }));
             self.set_last_error(&text);
             self.set_state(State::Failed);
             return;
         }
-        let backoff = Duration::from_millis(250)
-            .saturating_mul(1 << (self.crashes.len().saturating_sub(1)).min(10))
-            .min(MAX_BACKOFF);
-        self.restart_at = Some(tokio::time::Instant::now() + backoff);
-        self.set_state(State::Stopped);
+        if !self.queue.is_empty() || self.holders() > 0 {
+            let backoff = Duration::from_millis(250)
+                .saturating_mul(1 << (self.crashes.len().saturating_sub(1)).min(10))
+                .min(MAX_BACKOFF);
+            self.restart_at = Some(tokio::time::Instant::now() + backoff);
+            self.restart_pending = true;
+        }
     }
 
-    /// Stops the process gently: close stdin, SIGTERM the group, grace, SIGKILL. Lines the
-    /// process writes meanwhile are still recorded. Returns once its exit was seen (or the stop
-    /// failed).
-    async fn stop_process(&mut self, why: &'static str) {
-        let Some(proc) = self.proc.as_mut() else {
+    fn holders(&self) -> usize {
+        self.shared
+            .holders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    // ----- descendants and proof --------------------------------------------------------
+
+    /// Walks the current process's descendants (targeted `/proc` reads from its pid) and records
+    /// the new ones by identity.
+    fn snapshot_descendants(&mut self) {
+        let Some(proc) = &self.proc else {
             return;
         };
+        let found = tree::descendants(proc.handle.pid);
+        let new: Vec<ProcessIdentity> = found
+            .into_iter()
+            .filter(|id| !self.known.contains(id))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        tracing::debug!(bot_id = %self.id, count = new.len(), "new descendants");
+        let r = self.store.tx(|tx| {
+            for id in &new {
+                store::processes::insert(tx, &self.id, id, "descendant")?;
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            tracing::error!(bot_id = %self.id, error = %e, "cannot record descendants");
+        }
+        self.known.extend(new);
+    }
+
+    /// Every process still to stop for this bot once its root is gone: known descendants, orphans
+    /// the daemon adopted that carry the bot's marker, and what descends from either.
+    fn leftovers(&self) -> Vec<ProcessIdentity> {
+        let mut out: Vec<ProcessIdentity> = self.known.clone();
+        let mut roots: Vec<u32> = subreaper::adopted_orphans(&self.id);
+        roots.extend(
+            self.known
+                .iter()
+                .filter(|id| liveness(id) == Liveness::Alive)
+                .map(|id| id.pid),
+        );
+        for pid in roots {
+            let found = identify(pid).into_iter().chain(tree::descendants(pid));
+            for id in found {
+                if !out.contains(&id) {
+                    out.push(id);
+                }
+            }
+        }
+        out
+    }
+
+    /// After the root exited: stops what is left by identity, and reads the verdict.
+    async fn clean_up_after_exit(&mut self, root_pid: u32, why: &'static str) -> StopVerdict {
+        let leftovers = self.leftovers();
+        let observed = stop_by_identity(&leftovers, DESCENDANT_GRACE).await;
+        let v = verdict(&StopObservation {
+            root_exited: true,
+            descendants: observed,
+            proof: PROOF,
+        });
+        self.read_verdict(root_pid, why, &v);
+        v
+    }
+
+    /// The one place a verdict is read: the journal always; the chat and `LastError` when it is
+    /// not clean; the `StopVerdict` property.
+    fn read_verdict(&mut self, root_pid: u32, why: &'static str, v: &StopVerdict) {
+        tracing::info!(
+            bot_id = %self.id,
+            pid = root_pid,
+            why,
+            verdict = v.name(),
+            proof = PROOF.as_str(),
+            "stop verdict"
+        );
+        let name = v.name().to_owned();
+        self.update(vec!["StopVerdict"], |view| view.stop_verdict = name);
+        if let Some(text) = v.report(root_pid) {
+            tracing::warn!(bot_id = %self.id, pid = root_pid, "{text}");
+            let survivors: Vec<u32> = match v {
+                StopVerdict::RootExited { survivors, .. }
+                | StopVerdict::RootExitedUnverified { survivors, .. } => {
+                    survivors.iter().map(|p| p.pid).collect()
+                }
+                _ => Vec::new(),
+            };
+            self.add_item(
+                "system",
+                None,
+                json!({"text": text, "reason": "stop_verdict", "verdict": v.name(), "survivors": survivors}),
+            );
+            self.set_last_error(&text);
+        }
+        if v.released() {
+            self.known.clear();
+            if let Err(e) = self.store.tx(|tx| store::processes::clear(tx, &self.id)) {
+                tracing::error!(bot_id = %self.id, error = %e, "cannot clear process records");
+            }
+        }
+    }
+
+    /// Stops the process gently: close stdin, SIGTERM the group, grace, SIGKILL the group, then
+    /// every known descendant by identity. Lines the process writes meanwhile are still recorded.
+    /// Returns the verdict (`None` when no process ran).
+    async fn stop_process(&mut self, why: &'static str) -> Option<StopVerdict> {
+        self.snapshot_descendants();
+        let proc = self.proc.as_mut()?;
         proc.stopping = true;
         proc.stdin = None;
         let pid = proc.handle.pid;
@@ -974,6 +1198,7 @@ impl Actor {
         self.set_state(State::Stopping);
         tracing::info!(bot_id = %self.id, pid, why, "stopping agent");
         if !exited {
+            // The root is our child and not reaped yet, so its group id is still ours.
             process::signal_group(pid, libc::SIGTERM);
         }
         let grace = tokio::time::Instant::now() + self.config.stop_grace();
@@ -988,36 +1213,79 @@ impl Actor {
                 },
                 _ = tokio::time::sleep_until(grace), if !killed => {
                     killed = true;
-                    tracing::warn!(bot_id = %self.id, pid, "grace period over; SIGKILL");
-                    process::signal_group(pid, libc::SIGKILL);
+                    let unreaped = self.proc.as_ref().is_some_and(|p| p.handle.exited().is_none());
+                    if unreaped {
+                        tracing::warn!(bot_id = %self.id, pid, "grace period over; SIGKILL");
+                        process::signal_group(pid, libc::SIGKILL);
+                    }
                 }
                 _ = tokio::time::sleep_until(hard) => break None,
             }
         };
-        // Whatever is left in the group goes too (the group id cannot be reused while any
-        // member lives).
-        process::signal_group(pid, libc::SIGKILL);
-        match exit {
-            Some(info) => {
-                tracing::info!(bot_id = %self.id, pid, status = %info, "agent stopped");
-                let proc = self.proc.take();
-                self.update(vec!["ProcessId"], |v| v.process_id = 0);
-                self.settle_inflight(
-                    "interrupted",
-                    "The agent was stopped before the turn finished.".into(),
-                );
-                if proc.is_some_and(|p| p.lost) {
-                    self.parked = false;
-                }
-                self.set_state(State::Stopped);
-            }
-            None => {
-                let text = format!("The agent process {pid} did not exit after SIGKILL.");
-                tracing::error!(bot_id = %self.id, pid, "{text}");
-                self.set_last_error(&text);
-                self.set_state(State::Failed);
-            }
+        let Some(info) = exit else {
+            let v = verdict(&StopObservation {
+                root_exited: false,
+                descendants: Vec::new(),
+                proof: PROOF,
+            });
+            self.read_verdict(pid, why, &v);
+            self.set_state(State::Failed);
+            return Some(v);
+        };
+        tracing::info!(bot_id = %self.id, pid, status = %info, "agent stopped");
+        let proc = self.proc.take();
+        self.update(vec!["ProcessId"], |v| v.process_id = 0);
+        self.settle_inflight(
+            "interrupted",
+            "The agent was stopped before the turn finished.".into(),
+        );
+        if proc.is_some_and(|p| p.lost) {
+            self.parked = false;
         }
+        let v = self.clean_up_after_exit(pid, why).await;
+        self.set_state(State::Stopped);
+        Some(v)
+    }
+
+    // ----- idle stop (rule 12) ------------------------------------------------------------
+
+    fn idle_timeout(&self) -> Option<Duration> {
+        let s = self
+            .record()
+            .idle_timeout_s
+            .unwrap_or(self.config.idle_timeout_s);
+        (s > 0).then(|| Duration::from_secs(s))
+    }
+
+    /// Idle by every sign the actor has without reading `/proc`.
+    fn looks_idle(&self) -> bool {
+        self.proc.as_ref().is_some_and(|p| !p.stopping)
+            && self.inflight.is_none()
+            && self.queue.is_empty()
+            && self.background_tasks == 0
+            && self.holders() == 0
+    }
+
+    /// After every event: an idle bot gets a fresh deadline, a busy one none.
+    fn rearm_idle(&mut self) {
+        self.idle_deadline = match self.idle_timeout() {
+            Some(t) if self.looks_idle() => Some(tokio::time::Instant::now() + t),
+            _ => None,
+        };
+    }
+
+    async fn on_idle_deadline(&mut self) {
+        self.idle_deadline = None;
+        if !self.looks_idle() {
+            return;
+        }
+        self.snapshot_descendants();
+        if self.known.iter().any(|id| liveness(id) == Liveness::Alive) {
+            tracing::debug!(bot_id = %self.id, "idle, but a descendant lives: not stopped");
+            return;
+        }
+        tracing::info!(bot_id = %self.id, "idle stop");
+        self.stop_process("idle").await;
     }
 
     /// At daemon start: settle turns left running by the previous daemon, reload the queue.

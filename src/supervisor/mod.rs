@@ -110,6 +110,8 @@ pub enum Command {
     ApplyLive(ControlRequest),
     /// Stop and start again; with `fresh`, forget the conversation first.
     Restart(bool),
+    /// The set of clients holding the bot changed.
+    HoldersChanged,
 }
 
 /// What a handle shares with its actor.
@@ -118,6 +120,8 @@ pub(crate) struct Shared {
     pub(crate) store: Arc<Store>,
     pub(crate) publisher: Publisher,
     pub(crate) deleted: std::sync::atomic::AtomicBool,
+    /// Unique bus names of the clients holding the bot (design rule 13).
+    pub(crate) holders: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// A handle on one bot. Its methods never wait for the actor: they validate, commit what must
@@ -245,6 +249,50 @@ impl BotHandle {
             bot::forget_session(self, "fresh_restart")?;
         }
         self.command(Command::Restart(fresh))
+    }
+
+    /// Adds a lease for `client` (a unique bus name); holding twice is one lease.
+    pub fn hold(&self, client: &str) -> Result<(), BotError> {
+        self.check_alive()?;
+        self.change_holders(|h| {
+            h.insert(client.to_owned());
+        });
+        Ok(())
+    }
+
+    /// Ends the lease of `client`. Errors: NotFound when it holds none.
+    pub fn release(&self, client: &str) -> Result<(), BotError> {
+        self.check_alive()?;
+        let mut had = false;
+        self.change_holders(|h| had = h.remove(client));
+        if had {
+            Ok(())
+        } else {
+            Err(BotError::NotFound(format!(
+                "{client} holds no lease on bot {}",
+                self.id
+            )))
+        }
+    }
+
+    /// Ends the lease of a client that left the bus; true if it had one.
+    pub fn client_gone(&self, client: &str) -> bool {
+        let mut had = false;
+        self.change_holders(|h| had = h.remove(client));
+        had
+    }
+
+    fn change_holders(&self, f: impl FnOnce(&mut std::collections::BTreeSet<String>)) {
+        let mut holders = self.shared.holders.lock().unwrap_or_else(|p| p.into_inner());
+        let before = holders.len();
+        f(&mut holders);
+        let count = holders.len() as u32;
+        if count as usize != before {
+            bot::update_view(&self.view, &self.shared.publisher, &self.id, vec!["Holders"], |v| {
+                v.holders = count
+            });
+            let _ = self.tx.send(Command::HoldersChanged);
+        }
     }
 
     /// A copy of the bot's current view.
@@ -441,6 +489,97 @@ impl Supervisor {
             .unwrap_or_else(|p| p.into_inner())
             .remove(id);
         Ok(())
+    }
+
+    /// At daemon start, before any bot runs: every process the previous run recorded that is
+    /// still alive (same identity) is stopped by identity, with its descendants, and each bot's
+    /// chat says so. Returns how many were alive.
+    pub async fn recover_processes(&self) -> Result<usize, BotError> {
+        use crate::process::identity::{Liveness, liveness};
+        use crate::process::verdict::{StopObservation, verdict};
+        let records = self.store.read(store::processes::all)?;
+        if records.is_empty() {
+            return Ok(0);
+        }
+        let mut by_bot: BTreeMap<String, Vec<store::processes::ProcessRecord>> = BTreeMap::new();
+        for r in records {
+            by_bot.entry(r.bot_id.clone()).or_default().push(r);
+        }
+        let mut alive_total = 0;
+        for (bot_id, recs) in by_bot {
+            let mut targets = Vec::new();
+            for r in &recs {
+                if liveness(&r.identity) == Liveness::Alive {
+                    targets.push(r.identity.clone());
+                    for d in crate::process::tree::descendants(r.identity.pid) {
+                        if !targets.contains(&d) {
+                            targets.push(d);
+                        }
+                    }
+                }
+            }
+            if !targets.is_empty() {
+                alive_total += targets.len();
+                let observed = crate::process::stop::stop_by_identity(
+                    &targets,
+                    self.config.stop_grace(),
+                )
+                .await;
+                let roots: Vec<_> = recs
+                    .iter()
+                    .filter(|r| r.role == "root")
+                    .map(|r| r.identity.clone())
+                    .collect();
+                let root_exited = observed
+                    .iter()
+                    .all(|(id, l)| !roots.contains(id) || *l != Liveness::Alive);
+                let v = verdict(&StopObservation {
+                    root_exited,
+                    descendants: observed
+                        .into_iter()
+                        .filter(|(id, _)| !roots.contains(id))
+                        .collect(),
+                    proof: bot::PROOF,
+                });
+                let pids: Vec<u32> = targets.iter().map(|t| t.pid).collect();
+                let text = format!(
+                    "botvisord restarted and found {} process(es) of this bot left by its \
+                     previous run (pid {}); it stopped them (verdict: {}).",
+                    targets.len(),
+                    pids.iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    v.name()
+                );
+                tracing::warn!(bot_id = %bot_id, verdict = v.name(), "{text}");
+                let payload = serde_json::json!({
+                    "text": text, "reason": "recovered_processes", "verdict": v.name(), "pids": pids
+                })
+                .to_string();
+                let publisher = &self.publisher;
+                self.store.tx_then(
+                    |tx| {
+                        store::processes::clear(tx, &bot_id)?;
+                        store::chat::append(tx, &bot_id, "system", None, &payload)
+                    },
+                    |item| bot::publish_item(publisher, &bot_id, item),
+                )?;
+            } else {
+                self.store
+                    .tx(|tx| store::processes::clear(tx, &bot_id))?;
+            }
+        }
+        Ok(alive_total)
+    }
+
+    /// A client left the bus: its leases end.
+    pub fn client_gone(&self, client: &str) {
+        for h in self.list() {
+            if h.client_gone(client) {
+                tracing::info!(bot_id = %h.id, client, "lease ended: the client left the bus");
+            }
+        }
     }
 
     /// Stops every bot gently and in parallel, for daemon shutdown.

@@ -16,6 +16,33 @@ pub fn encode_user_message(text: &str) -> String {
     json!({"type": "user", "message": {"role": "user", "content": text}}).to_string()
 }
 
+/// Words in an error (a `result`'s errors, an `api_retry` event, stderr) that mean a failure a
+/// restart cannot fix. Seen on 2.1.328: a 401 from the API gives `api_retry` events with
+/// `"error": "authentication_failed"` while the CLI retries (up to 10 times) without exiting.
+pub fn fatal_reason(text: &str) -> Option<&'static str> {
+    let t = text.to_ascii_lowercase();
+    if [
+        "authentication_failed",
+        "authentication_error",
+        "invalid api key",
+        "invalid x-api-key",
+        "please run /login",
+        "oauth token has expired",
+    ]
+    .iter()
+    .any(|w| t.contains(w))
+    {
+        Some("authentication")
+    } else if ["usage limit", "usage_limit", "credit balance is too low"]
+        .iter()
+        .any(|w| t.contains(w))
+    {
+        Some("usage limit")
+    } else {
+        None
+    }
+}
+
 /// A control request line (claude-code-facts.md, "The control protocol").
 pub fn encode_control(request_id: &str, request: &ControlRequest) -> String {
     let request = match request {
@@ -129,6 +156,18 @@ fn parse_system(v: &Value, session_id: Option<String>) -> Vec<RuntimeEvent> {
             session_id,
             model: str_field(v, "model"),
             permission_mode: str_field(v, "permissionMode"),
+        }],
+        Some("background_tasks_changed") => vec![RuntimeEvent::Tasks {
+            running: Some(v.get("tasks").and_then(Value::as_array).map_or(0, Vec::len)),
+        }],
+        Some("task_started" | "task_updated" | "task_notification") => {
+            vec![RuntimeEvent::Tasks { running: None }]
+        }
+        Some("api_retry") => vec![RuntimeEvent::ApiRetry {
+            error: str_field(v, "error").unwrap_or_default(),
+            status: v.get("error_status").and_then(Value::as_u64),
+            attempt: v.get("attempt").and_then(Value::as_u64).unwrap_or(0),
+            max_retries: v.get("max_retries").and_then(Value::as_u64).unwrap_or(0),
         }],
         _ => vec![RuntimeEvent::Ignored],
     }
@@ -368,6 +407,25 @@ mod tests {
                 result: Err("Cannot set".into())
             }
         );
+    }
+
+    #[test]
+    fn task_and_retry_events() {
+        assert_eq!(
+            one(r#"{"type":"system","subtype":"background_tasks_changed","tasks":[{"task_id":"a"}]}"#),
+            RuntimeEvent::Tasks { running: Some(1) }
+        );
+        assert_eq!(
+            one(r#"{"type":"system","subtype":"task_started","task_id":"a"}"#),
+            RuntimeEvent::Tasks { running: None }
+        );
+        assert!(matches!(
+            one(r#"{"type":"system","subtype":"api_retry","attempt":2,"max_retries":10,"error_status":401,"error":"authentication_failed"}"#),
+            RuntimeEvent::ApiRetry { ref error, status: Some(401), attempt: 2, max_retries: 10 } if error == "authentication_failed"
+        ));
+        assert_eq!(fatal_reason("authentication_failed"), Some("authentication"));
+        assert_eq!(fatal_reason("Claude AI usage limit reached"), Some("usage limit"));
+        assert_eq!(fatal_reason("overloaded"), None);
     }
 
     #[test]

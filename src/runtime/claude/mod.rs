@@ -125,4 +125,8 @@ impl Runtime for Claude {
     fn encode_control_error(&self, request_id: &str, message: &str) -> Option<String> {
         Some(events::encode_control_error(request_id, message))
     }
+
+    fn fatal_reason(&self, text: &str) -> Option<&'static str> {
+        events::fatal_reason(text)
+    }
 }

@@ -1,0 +1,121 @@
+//! Signals by identity. A signal goes to a process only if its identity still matches; on Linux
+//! the check and the signal go through one pidfd (pidfd_open(2), pidfd_send_signal(2)), so the
+//! pid cannot be reused in between.
+
+use super::identity::{Liveness, ProcessIdentity, liveness};
+
+/// What became of a signal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signalled {
+    /// Delivered to the process named by the identity.
+    Sent,
+    /// The process is gone (or the pid names another process now): nothing was sent.
+    Gone,
+    /// It could not be sent (permission, an unreadable process).
+    Failed(String),
+}
+
+#[cfg(target_os = "linux")]
+fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        None
+    } else {
+        // SAFETY: the kernel just gave us this fd; we own it.
+        Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+    }
+}
+
+/// Sends `signal` to the process named by `id`, only if it is still that process.
+pub fn signal_identity(id: &ProcessIdentity, signal: i32) -> Signalled {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        if let Some(fd) = pidfd_open(id.pid) {
+            // The pidfd pins whatever process had the pid when it was opened: check that it is
+            // ours, then signal through it.
+            return match liveness(id) {
+                Liveness::Alive => {
+                    // SAFETY: pidfd_send_signal on a pidfd we own; no siginfo.
+                    let rc = unsafe {
+                        libc::syscall(
+                            libc::SYS_pidfd_send_signal,
+                            fd.as_raw_fd(),
+                            signal,
+                            std::ptr::null::<libc::siginfo_t>(),
+                            0,
+                        )
+                    };
+                    if rc == 0 {
+                        Signalled::Sent
+                    } else {
+                        let e = std::io::Error::last_os_error();
+                        if e.raw_os_error() == Some(libc::ESRCH) {
+                            Signalled::Gone
+                        } else {
+                            Signalled::Failed(e.to_string())
+                        }
+                    }
+                }
+                Liveness::Gone => Signalled::Gone,
+                Liveness::Unknown(e) => Signalled::Failed(e),
+            };
+        }
+    }
+    match liveness(id) {
+        Liveness::Alive => {
+            // SAFETY: kill(2) on a pid whose identity was just checked.
+            let rc = unsafe { libc::kill(id.pid as libc::pid_t, signal) };
+            if rc == 0 {
+                Signalled::Sent
+            } else {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::ESRCH) {
+                    Signalled::Gone
+                } else {
+                    Signalled::Failed(e.to_string())
+                }
+            }
+        }
+        Liveness::Gone => Signalled::Gone,
+        Liveness::Unknown(e) => Signalled::Failed(e),
+    }
+}
+
+/// Sends `signal` to the process group `pgid`. Only for a group whose leader is our own child
+/// not yet reaped (its pid, hence the group id, cannot be reused meanwhile). Returns false when
+/// no member is left. A pgid of 0 or 1 is never signalled.
+pub fn signal_group(pgid: u32, signal: i32) -> bool {
+    if pgid <= 1 {
+        return false;
+    }
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
+    let rc = unsafe { libc::kill(-(pgid as libc::pid_t), signal) };
+    rc == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::identity::identify;
+
+    #[test]
+    fn a_reused_identity_is_never_signalled() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let id = identify(child.id()).unwrap();
+        let stale = ProcessIdentity {
+            start_time: id.start_time.wrapping_sub(1),
+            ..id.clone()
+        };
+        assert_eq!(signal_identity(&stale, libc::SIGKILL), Signalled::Gone);
+        assert!(child.try_wait().unwrap().is_none(), "the live process was not touched");
+        assert_eq!(signal_identity(&id, libc::SIGKILL), Signalled::Sent);
+        child.wait().unwrap();
+        assert_eq!(signal_identity(&id, libc::SIGKILL), Signalled::Gone);
+    }
+}

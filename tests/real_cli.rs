@@ -14,7 +14,7 @@ async fn hello_reply_arrives_and_survives_a_daemon_restart() {
     let cfg = env.daemon_config(Some(claude));
     let mut daemon = Daemon::start(&cfg, &env.conn).await;
 
-    let bot_env = claude_env(&env.home, &api.url);
+    let bot_env = claude_env(&env.home, &api.url, &env.marker);
     let work = env.work.to_str().unwrap().to_owned();
     let path = env
         .manager()

@@ -9,8 +9,9 @@ use serde_json::json;
 use support::*;
 
 struct Fake {
-    env: TestEnv,
+    // Dropped first: the daemon stops its bots before the environment checks for leftovers.
     _daemon: Daemon,
+    env: TestEnv,
     state: std::path::PathBuf,
 }
 
@@ -32,7 +33,7 @@ impl Fake {
     }
 
     async fn bot(&self, plan: serde_json::Value) -> botvisor::dbus::client::BotProxy<'static> {
-        let env_map = fake_env(&self.env.home, &self.state, plan);
+        let env_map = fake_env(&self.env.home, &self.state, plan, &self.env.marker);
         let work = self.env.work.to_str().unwrap().to_owned();
         let path = self
             .env

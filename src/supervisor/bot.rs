@@ -37,6 +37,9 @@ pub const PROOF: Proof = Proof::ProcessTree;
 #[cfg(not(target_os = "linux"))]
 pub const PROOF: Proof = Proof::BestEffort;
 
+/// When descendants are looked for again after a tool starts.
+pub const SNAPSHOT_AFTER_TOOL: [Duration; 2] = [Duration::from_millis(200), Duration::from_secs(1)];
+
 /// Longest wait between two restarts after crashes.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -162,6 +165,9 @@ struct Actor {
     restart_pending: bool,
     /// A failure restarting cannot fix (authentication, usage limit), with the CLI's words.
     fatal: Option<String>,
+    /// One-shot moments to look for descendants again after a tool started (a foreground tool
+    /// prints nothing while it runs).
+    snapshot_at: VecDeque<tokio::time::Instant>,
     shared: Arc<Shared>,
 }
 
@@ -280,6 +286,7 @@ pub fn spawn_actor(
         idle_deadline: None,
         restart_pending: false,
         fatal: None,
+        snapshot_at: VecDeque::new(),
         shared: shared.clone(),
     };
     tokio::spawn(actor.run(rx, loaded, gate));
@@ -337,6 +344,14 @@ impl Actor {
                 }
                 _ = sleep_until_opt(idle_at) => {
                     self.on_idle_deadline().await;
+                }
+                _ = sleep_until_opt(self.snapshot_at.front().copied()) => {
+                    let now = tokio::time::Instant::now();
+                    while self.snapshot_at.front().is_some_and(|t| *t <= now) {
+                        self.snapshot_at.pop_front();
+                    }
+                    self.snapshot_descendants();
+                    continue;
                 }
             }
             self.pump().await;
@@ -769,6 +784,10 @@ impl Actor {
                 self.add_item(chat.kind, turn.as_deref(), chat.payload);
                 if tool {
                     self.snapshot_descendants();
+                    let now = tokio::time::Instant::now();
+                    for delay in SNAPSHOT_AFTER_TOOL {
+                        self.snapshot_at.push_back(now + delay);
+                    }
                 }
                 Next::Nothing
             }
@@ -1043,6 +1062,7 @@ impl Actor {
             text.push_str(" Its last output: ");
             text.push_str(&stderr);
         }
+        self.add_item("error", None, json!({ "text": text, "reason": "crash" }));
         self.set_last_error(&text);
         let now = Instant::now();
         let window = Duration::from_secs(self.config.crash_loop_window_s);

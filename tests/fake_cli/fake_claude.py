@@ -15,7 +15,11 @@ Environment:
     {"mode": "unrecognized_error", "code": C}  at start, an error result in words the daemon
                                    does not know (a future CLI's "not found"), then exit C
     {"mode": "garbage"}            print lines that are not the protocol, then behave normally
-  Any entry may have "ignore_term": true (SIGTERM ignored) and "reply": "text".
+    {"mode": "die_at_start", "code": C}        exit C at once
+    {"mode": "auth_error"}         replay, then an authentication error result, then exit 1
+  Any entry may have "ignore_term": true (SIGTERM ignored), "reply": "text", and
+  "spawn": ["shell command", ...]: started at launch as children (their pids are appended to
+  spawned.jsonl in the state folder).
 """
 import json
 import os
@@ -80,6 +84,14 @@ if mode == "not_found":
     result("error_during_execution", ["No conversation found with session ID: %s" % session])
     time.sleep(step.get("linger_s", 0))
     sys.exit(1)
+import subprocess
+for cmd in step.get("spawn", []):
+    child = subprocess.Popen(["/bin/sh", "-c", cmd], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(os.path.join(state, "spawned.jsonl"), "a") as f:
+        f.write(json.dumps({"launch": launch, "pid": child.pid, "cmd": cmd}) + "\n")
+if mode == "die_at_start":
+    sys.exit(step.get("code", 1))
 if mode == "unrecognized_error":
     result("error_during_execution", ["The conversation %s went missing" % session])
     sys.exit(step.get("code", 1))
@@ -113,6 +125,9 @@ for line in sys.stdin:
          "message": {"role": "user", "content": text}})
     if mode == "die_after_replay":
         sys.exit(step.get("code", 1))
+    if mode == "auth_error":
+        result("error_during_execution", ["Invalid API key · Please run /login"])
+        sys.exit(1)
     write_transcript()
     out({"type": "assistant", "session_id": session, "message": {"role": "assistant", "content": [
         {"type": "text", "text": step.get("reply", "fake: " + text)}]}})

@@ -97,6 +97,15 @@ impl PrivateBus {
     }
 }
 
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        // Daemons are dropped (and stopped gently) before the environment they run in.
+        if !std::thread::panicking() {
+            self.assert_no_leftovers();
+        }
+    }
+}
+
 impl Drop for PrivateBus {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -245,6 +254,9 @@ pub struct TestEnv {
     pub home: PathBuf,
     /// A working directory for bots.
     pub work: PathBuf,
+    /// A value put in every bot's environment (`BOTVISOR_TEST_RUN`), inherited by every process
+    /// the bots start: what is left running with it at the end is a leak.
+    pub marker: String,
 }
 
 impl TestEnv {
@@ -263,7 +275,42 @@ impl TestEnv {
             conn,
             home,
             work,
+            marker: uuid::Uuid::new_v4().to_string(),
         }
+    }
+
+    /// Live processes (not zombies) that carry this test's marker: `(pid, command line)`. The
+    /// test scans `/proc` itself; the daemon never does.
+    pub fn leftovers(&self) -> Vec<(u32, String)> {
+        let want = format!("BOTVISOR_TEST_RUN={}", self.marker);
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(env) = std::fs::read(entry.path().join("environ")) else {
+                continue;
+            };
+            if !env.split(|b| *b == 0).any(|kv| kv == want.as_bytes()) {
+                continue;
+            }
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let state = stat.rsplit(')').next().unwrap_or("").trim().chars().next();
+            if matches!(state, Some('Z') | Some('X') | None) {
+                continue;
+            }
+            let cmd = std::fs::read(entry.path().join("cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                .unwrap_or_default();
+            out.push((pid, cmd));
+        }
+        out
+    }
+
+    /// Fails the test if any process it started is still running.
+    pub fn assert_no_leftovers(&self) {
+        let left = self.leftovers();
+        assert!(left.is_empty(), "processes left running: {left:?}");
     }
 
     /// A daemon configuration for this environment.
@@ -303,8 +350,9 @@ impl TestEnv {
 }
 
 /// The environment a bot's real CLI needs to run offline against `api_url`.
-pub fn claude_env(home: &Path, api_url: &str) -> HashMap<String, String> {
+pub fn claude_env(home: &Path, api_url: &str, marker: &str) -> HashMap<String, String> {
     [
+        ("BOTVISOR_TEST_RUN", marker.to_owned()),
         ("HOME", home.to_string_lossy().into_owned()),
         ("ANTHROPIC_BASE_URL", api_url.to_owned()),
         ("ANTHROPIC_API_KEY", "sk-ant-test-stand-in".to_owned()),
@@ -426,8 +474,14 @@ pub fn fake_cli() -> PathBuf {
 }
 
 /// The environment of a bot run by the fake CLI with `plan` (see the script's doc).
-pub fn fake_env(home: &Path, state: &Path, plan: serde_json::Value) -> HashMap<String, String> {
+pub fn fake_env(
+    home: &Path,
+    state: &Path,
+    plan: serde_json::Value,
+    marker: &str,
+) -> HashMap<String, String> {
     HashMap::from([
+        ("BOTVISOR_TEST_RUN".to_owned(), marker.to_owned()),
         ("HOME".to_owned(), home.to_string_lossy().into_owned()),
         (
             "FAKE_CLAUDE_STATE".to_owned(),
@@ -514,7 +568,7 @@ impl RealSetup {
         let api = stand_in_api::StandInApi::start(script).await;
         let cfg = env.daemon_config(Some(claude));
         let daemon = Daemon::start(&cfg, &env.conn).await;
-        let bot_env = claude_env(&env.home, &api.url);
+        let bot_env = claude_env(&env.home, &api.url, &env.marker);
         RealSetup {
             api,
             daemon,

@@ -1036,12 +1036,12 @@ impl Actor {
                 );
             }
         }
-        self.set_state(State::Stopped);
-        self.clean_up_after_exit(root_pid, if clean { "exit" } else { "crash" })
-            .await;
         if clean {
+            self.set_state(State::Stopped);
+            self.clean_up_after_exit(root_pid, "exit").await;
             return;
         }
+        // Published at once, before the clean-up (rule 11).
         let fatal = self.fatal.take().or_else(|| {
             self.runtime
                 .fatal_reason(&stderr)
@@ -1055,6 +1055,7 @@ impl Actor {
             self.add_item("error", None, json!({ "text": text, "reason": "fatal" }));
             self.set_last_error(&text);
             self.set_state(State::Failed);
+            self.clean_up_after_exit(root_pid, "exit").await;
             return;
         }
         let mut text = format!("The agent exited unexpectedly ({info}).");
@@ -1064,6 +1065,8 @@ impl Actor {
         }
         self.add_item("error", None, json!({ "text": text, "reason": "crash" }));
         self.set_last_error(&text);
+        self.set_state(State::Stopped);
+        self.clean_up_after_exit(root_pid, "crash").await;
         let now = Instant::now();
         let window = Duration::from_secs(self.config.crash_loop_window_s);
         self.crashes.push_back(now);

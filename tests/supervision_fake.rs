@@ -1,0 +1,333 @@
+//! Tier 2: supervision faults the real CLI will not produce on demand, with the scripted fake CLI:
+//! stubborn and escaping descendants, a CLI that ignores SIGTERM, pid reuse, crash loops,
+//! authentication failures, leases.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::json;
+use support::*;
+
+struct Fake {
+    daemon: Daemon,
+    cfg: DaemonConfig,
+    env: TestEnv,
+    state: std::path::PathBuf,
+}
+
+impl Fake {
+    async fn start() -> Fake {
+        let env = TestEnv::new().await;
+        let mut cfg = env.daemon_config(Some(fake_cli()));
+        cfg.config = Some(write_config(env.dir.path(), "stop_grace_s = 0.5\n"));
+        let daemon = Daemon::start(&cfg, &env.conn).await;
+        let state = env.dir.path().join("fake-state");
+        Fake {
+            daemon,
+            cfg,
+            env,
+            state,
+        }
+    }
+
+    async fn bot(&self, plan: serde_json::Value) -> botvisor::dbus::client::BotProxy<'static> {
+        let env_map = fake_env(&self.env.home, &self.state, plan, &self.env.marker);
+        let work = self.env.work.to_str().unwrap().to_owned();
+        let path = self
+            .env
+            .manager()
+            .await
+            .create_bot(create_options(&work, &env_map))
+            .await
+            .unwrap();
+        self.env.bot(&path).await
+    }
+
+    fn spawned(&self) -> Vec<u32> {
+        json_lines(&self.state.join("spawned.jsonl"))
+            .iter()
+            .map(|l| l["pid"].as_u64().unwrap() as u32)
+            .collect()
+    }
+
+    fn launches(&self) -> usize {
+        json_lines(&self.state.join("launches.jsonl")).len()
+    }
+}
+
+/// Waits until `count` processes carry the test's marker besides the fake CLI itself.
+async fn wait_marked(env: &TestEnv, count: usize) -> Vec<(u32, String)> {
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let left: Vec<_> = env
+                .leftovers()
+                .into_iter()
+                .filter(|(_, cmd)| !cmd.contains("fake_claude.py"))
+                .collect();
+            if left.len() >= count {
+                return left;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the descendants start")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stubborn_escaping_and_short_lived_descendants_are_all_proven_gone() {
+    let fake = Fake::start().await;
+    let bot = fake
+        .bot(json!([{
+            "mode": "normal",
+            "ignore_term": true,
+            "spawn": [
+                "trap '' TERM; sleep 300",
+                "setsid sh -c 'sleep 300 & sleep 300 & exit 0' & exit 0",
+                "sleep 0.1"
+            ]
+        }]))
+        .await;
+    assert_eq!(send_and_wait(&bot, "hi").await.outcome, "success");
+    // The stubborn one, the two escaped grandchildren (orphans of a setsid'd shell that exited).
+    let before = wait_marked(&fake.env, 3).await;
+    assert!(before.iter().any(|(_, c)| c.contains("trap")), "{before:?}");
+    stop_and_wait(&bot).await;
+    assert_eq!(bot.stop_verdict().await.unwrap(), "clean");
+    fake.env.assert_no_leftovers();
+    let items = chat(&bot).await;
+    assert!(
+        of_kind(&items, "system")
+            .iter()
+            .all(|p| p["reason"] != "stop_verdict"),
+        "a clean stop adds no chat item: {items:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_is_published_and_its_orphans_are_stopped() {
+    let fake = Fake::start().await;
+    let bot = fake
+        .bot(json!([{"mode": "normal", "spawn": ["setsid sleep 300"]}]))
+        .await;
+    assert_eq!(send_and_wait(&bot, "hi").await.outcome, "success");
+    wait_marked(&fake.env, 1).await;
+    let pid = bot.process_id().await.unwrap();
+    let mut errors = bot.receive_chat_item_added().await.unwrap();
+    // SAFETY: kill(2) on the fake agent, as a crash from outside.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let crash = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let sig = errors.next().await.unwrap();
+            let a = sig.args().unwrap();
+            if a.kind == "error" {
+                return serde_json::from_str::<serde_json::Value>(&a.payload).unwrap();
+            }
+        }
+    })
+    .await
+    .expect("the crash is published");
+    assert_eq!(crash["reason"], "crash");
+    wait_state(&bot, "stopped").await;
+    let verdict = tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut changes = bot.receive_stop_verdict_changed().await;
+        loop {
+            let v = bot.stop_verdict().await.unwrap();
+            if !v.is_empty() {
+                return v;
+            }
+            changes.next().await;
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(verdict, "clean");
+    assert!(crash["text"].as_str().unwrap().contains("signal 9"), "{crash}");
+    fake.env.assert_no_leftovers();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_that_ignores_sigterm_is_killed_after_the_grace_period() {
+    let fake = Fake::start().await;
+    let bot = fake
+        .bot(json!([{"mode": "normal", "ignore_term": true}]))
+        .await;
+    assert_eq!(send_and_wait(&bot, "hi").await.outcome, "success");
+    stop_and_wait(&bot).await;
+    assert_eq!(bot.stop_verdict().await.unwrap(), "clean");
+    assert_eq!(bot.process_id().await.unwrap(), 0);
+    fake.env.assert_no_leftovers();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_pid_is_never_signalled_at_recovery() {
+    let mut fake = Fake::start().await;
+    let bot = fake.bot(json!([{"mode": "normal"}])).await;
+    assert_eq!(send_and_wait(&bot, "hi").await.outcome, "success");
+    let bot_id = bot.id().await.unwrap();
+    assert!(fake.daemon.terminate().await.success());
+    // An unrelated process whose pid the database names, with another start time: as if the
+    // recorded process had exited and its pid been reused.
+    let mut unrelated = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
+    let db = rusqlite::Connection::open(&fake.cfg.database).unwrap();
+    db.execute(
+        "INSERT INTO processes (bot_id, pid, start_time, boot_id, role) VALUES (?1, ?2, 1, ?3, 'root')",
+        rusqlite::params![
+            bot_id,
+            unrelated.id(),
+            std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .unwrap()
+                .trim()
+        ],
+    )
+    .unwrap();
+    drop(db);
+    let _daemon = Daemon::start(&fake.cfg, &fake.env.conn).await;
+    let bot = fake.env.bot(&bot.inner().path().to_owned().into()).await;
+    assert_eq!(send_and_wait(&bot, "again").await.outcome, "success");
+    assert!(
+        unrelated.try_wait().unwrap().is_none(),
+        "the unrelated process was signalled"
+    );
+    let left: i64 = rusqlite::Connection::open(&fake.cfg.database)
+        .unwrap()
+        .query_row(
+            "SELECT COUNT(*) FROM processes WHERE pid = ?1",
+            [unrelated.id()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(left, 0, "the stale record is dropped");
+    unrelated.kill().unwrap();
+    unrelated.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_loop_ends_in_failed_until_restart() {
+    let fake = Fake::start().await;
+    let bot = fake
+        .bot(json!([
+            {"mode": "die_after_replay", "code": 1},
+            {"mode": "die_at_start", "code": 1},
+            {"mode": "die_at_start", "code": 1},
+            {"mode": "die_at_start", "code": 1},
+            {"mode": "die_at_start", "code": 1},
+            {"mode": "normal"}
+        ]))
+        .await;
+    bot.hold().await.unwrap();
+    let seen = send_and_wait(&bot, "boom").await;
+    assert_eq!(seen.outcome, "crashed");
+    wait_state(&bot, "failed").await;
+    assert_eq!(fake.launches(), 5, "restarted while held, up to the limit");
+    assert!(bot.last_error().await.unwrap().contains("crashed 5 times"));
+    assert!(
+        of_kind(&chat(&bot).await, "error")
+            .iter()
+            .any(|p| p["reason"] == "crash_loop")
+    );
+    bot.restart(HashMap::new()).await.unwrap();
+    assert_eq!(send_and_wait(&bot, "ok now").await.outcome, "success");
+    assert_eq!(fake.launches(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authentication_error_goes_straight_to_failed() {
+    let fake = Fake::start().await;
+    let bot = fake
+        .bot(json!([{"mode": "auth_error"}, {"mode": "normal"}]))
+        .await;
+    bot.hold().await.unwrap();
+    let seen = send_and_wait(&bot, "hi").await;
+    assert_eq!(seen.outcome, "error");
+    wait_state(&bot, "failed").await;
+    assert_eq!(fake.launches(), 1, "no restart loop");
+    let last = bot.last_error().await.unwrap();
+    assert!(last.contains("authentication"), "{last}");
+    assert!(last.contains("Invalid API key"), "{last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_without_release_drops_its_lease() {
+    let fake = Fake::start().await;
+    let bot = fake.bot(json!([{"mode": "normal"}])).await;
+    let other = fake.env.bus.connect().await;
+    let theirs = botvisor::dbus::client::BotProxy::builder(&other)
+        .path(bot.inner().path().to_owned())
+        .build()
+        .await
+        .unwrap();
+    theirs.hold().await.unwrap();
+    theirs.hold().await.unwrap();
+    bot.hold().await.unwrap();
+    wait_holders(&bot, 2).await;
+    other.close().await.unwrap();
+    wait_holders(&bot, 1).await;
+    bot.release().await.unwrap();
+    wait_holders(&bot, 0).await;
+    let err = bot.release().await.unwrap_err();
+    assert!(err.to_string().contains("NotFound"), "{err}");
+}
+
+/// Waits until `Holders` reads `n` (read from the daemon, not a cache).
+async fn wait_holders(bot: &botvisor::dbus::client::BotProxy<'static>, n: u32) {
+    let mut changes = bot.receive_holders_changed().await;
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let now: u32 = bot
+                .inner()
+                .get_property("Holders")
+                .await
+                .unwrap();
+            if now == n {
+                return;
+            }
+            changes.next().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("Holders never became {n}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_stop_waits_for_holders_and_then_the_next_message_resumes() {
+    let fake = Fake::start().await;
+    let env_map = fake_env(
+        &fake.env.home,
+        &fake.state,
+        json!([{"mode": "normal"}]),
+        &fake.env.marker,
+    );
+    let work = fake.env.work.to_str().unwrap().to_owned();
+    let mut options = create_options(&work, &env_map);
+    options.insert("idle_timeout_s", zbus::Variant::from(1u32));
+    let path = fake.env.manager().await.create_bot(options).await.unwrap();
+    let bot = fake.env.bot(&path).await;
+    bot.hold().await.unwrap();
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let session = bot.session_id().await.unwrap();
+    wait_state(&bot, "idle").await;
+    // Held: no idle stop within three timeouts.
+    let mut states = bot.receive_state_changed().await;
+    let left_idle = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            let c = states.next().await.unwrap();
+            if c.get().await.unwrap() != "idle" {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(left_idle.is_err(), "the bot left idle while held");
+    bot.release().await.unwrap();
+    wait_state(&bot, "stopped").await;
+    assert_eq!(bot.stop_verdict().await.unwrap(), "clean");
+    assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
+    assert_eq!(bot.session_id().await.unwrap(), session, "resumed");
+}

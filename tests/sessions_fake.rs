@@ -215,7 +215,6 @@ async fn lines_that_are_not_the_protocol_become_error_items_and_the_stream_goes_
         of_kind(&items, "assistant")[0]["text"],
         "fake: still there?"
     );
-    let _ = HashMap::<(), ()>::new();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -46,13 +46,6 @@ impl Fake {
         self.env.bot(&path).await
     }
 
-    fn spawned(&self) -> Vec<u32> {
-        json_lines(&self.state.join("spawned.jsonl"))
-            .iter()
-            .map(|l| l["pid"].as_u64().unwrap() as u32)
-            .collect()
-    }
-
     fn launches(&self) -> usize {
         json_lines(&self.state.join("launches.jsonl")).len()
     }
@@ -145,7 +138,10 @@ async fn a_crash_is_published_and_its_orphans_are_stopped() {
     .await
     .unwrap();
     assert_eq!(verdict, "clean");
-    assert!(crash["text"].as_str().unwrap().contains("signal 9"), "{crash}");
+    assert!(
+        crash["text"].as_str().unwrap().contains("signal 9"),
+        "{crash}"
+    );
     fake.env.assert_no_leftovers();
 }
 
@@ -280,11 +276,7 @@ async fn wait_holders(bot: &botvisor::dbus::client::BotProxy<'static>, n: u32) {
     let mut changes = bot.receive_holders_changed().await;
     tokio::time::timeout(EVENT_TIMEOUT, async {
         loop {
-            let now: u32 = bot
-                .inner()
-                .get_property("Holders")
-                .await
-                .unwrap();
+            let now: u32 = bot.inner().get_property("Holders").await.unwrap();
             if now == n {
                 return;
             }

@@ -160,7 +160,8 @@ mod tests {
 
     #[test]
     fn parses_names_with_spaces_and_parens() {
-        let line = "4242 (we(ird) name) S 1 4242 4242 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 987654 0 0";
+        let line =
+            "4242 (we(ird) name) S 1 4242 4242 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 987654 0 0";
         let s = parse_stat(line).unwrap();
         assert_eq!(
             s,

@@ -113,7 +113,10 @@ mod tests {
             ..id.clone()
         };
         assert_eq!(signal_identity(&stale, libc::SIGKILL), Signalled::Gone);
-        assert!(child.try_wait().unwrap().is_none(), "the live process was not touched");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the live process was not touched"
+        );
         assert_eq!(signal_identity(&id, libc::SIGKILL), Signalled::Sent);
         child.wait().unwrap();
         assert_eq!(signal_identity(&id, libc::SIGKILL), Signalled::Gone);

@@ -21,7 +21,10 @@ pub fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     for task in tasks.filter_map(Result::ok) {
         if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-            out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
         }
     }
     out

@@ -202,7 +202,10 @@ mod tests {
             StopVerdict::RootExitedUnverified { ref unverified, ref survivors, .. }
                 if unverified.len() == 1 && survivors == &vec![id(6)]
         ));
-        assert_eq!(obs(false, vec![(5, Liveness::Gone)]), StopVerdict::RootAlive);
+        assert_eq!(
+            obs(false, vec![(5, Liveness::Gone)]),
+            StopVerdict::RootAlive
+        );
         assert!(!StopVerdict::RootAlive.released());
         assert!(obs(true, vec![(6, Liveness::Alive)]).released());
         assert!(obs(true, vec![]).report(1).is_none());

@@ -27,7 +27,13 @@ pub fn insert(
         "INSERT OR IGNORE INTO processes (bot_id, pid, start_time, boot_id, role)
          VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
-    .execute(params![bot_id, id.pid, id.start_time as i64, id.boot_id, role])?;
+    .execute(params![
+        bot_id,
+        id.pid,
+        id.start_time as i64,
+        id.boot_id,
+        role
+    ])?;
     Ok(())
 }
 

@@ -17,7 +17,9 @@ use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher,
 use crate::config::Config;
 use crate::process::identity::{Liveness, ProcessIdentity, identify, liveness};
 use crate::process::verdict::{Proof, StopObservation, StopVerdict, verdict};
-use crate::process::{self, ExitInfo, ProcEvent, ProcessHandle, stop::stop_by_identity, subreaper, tree};
+use crate::process::{
+    self, ExitInfo, ProcEvent, ProcessHandle, stop::stop_by_identity, subreaper, tree,
+};
 use crate::runtime::{
     ControlRequest, ForgetReason, LaunchSpec, ResultOutcome, Runtime, RuntimeEvent, SessionStart,
     StartDecision, decide_start,
@@ -1084,7 +1086,11 @@ impl Actor {
                 self.crashes.len(),
                 self.config.crash_loop_window_s
             );
-            self.add_item("error", None, json!({ "text": text, "reason": "crash_loop" }));
+            self.add_item(
+                "error",
+                None,
+                json!({ "text": text, "reason": "crash_loop" }),
+            );
             self.set_last_error(&text);
             self.set_state(State::Failed);
             return;

@@ -283,14 +283,22 @@ impl BotHandle {
     }
 
     fn change_holders(&self, f: impl FnOnce(&mut std::collections::BTreeSet<String>)) {
-        let mut holders = self.shared.holders.lock().unwrap_or_else(|p| p.into_inner());
+        let mut holders = self
+            .shared
+            .holders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let before = holders.len();
         f(&mut holders);
         let count = holders.len() as u32;
         if count as usize != before {
-            bot::update_view(&self.view, &self.shared.publisher, &self.id, vec!["Holders"], |v| {
-                v.holders = count
-            });
+            bot::update_view(
+                &self.view,
+                &self.shared.publisher,
+                &self.id,
+                vec!["Holders"],
+                |v| v.holders = count,
+            );
             let _ = self.tx.send(Command::HoldersChanged);
         }
     }
@@ -520,11 +528,9 @@ impl Supervisor {
             }
             if !targets.is_empty() {
                 alive_total += targets.len();
-                let observed = crate::process::stop::stop_by_identity(
-                    &targets,
-                    self.config.stop_grace(),
-                )
-                .await;
+                let observed =
+                    crate::process::stop::stop_by_identity(&targets, self.config.stop_grace())
+                        .await;
                 let roots: Vec<_> = recs
                     .iter()
                     .filter(|r| r.role == "root")
@@ -566,8 +572,7 @@ impl Supervisor {
                     |item| bot::publish_item(publisher, &bot_id, item),
                 )?;
             } else {
-                self.store
-                    .tx(|tx| store::processes::clear(tx, &bot_id))?;
+                self.store.tx(|tx| store::processes::clear(tx, &bot_id))?;
             }
         }
         Ok(alive_total)

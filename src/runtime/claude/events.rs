@@ -412,7 +412,9 @@ mod tests {
     #[test]
     fn task_and_retry_events() {
         assert_eq!(
-            one(r#"{"type":"system","subtype":"background_tasks_changed","tasks":[{"task_id":"a"}]}"#),
+            one(
+                r#"{"type":"system","subtype":"background_tasks_changed","tasks":[{"task_id":"a"}]}"#
+            ),
             RuntimeEvent::Tasks { running: Some(1) }
         );
         assert_eq!(
@@ -423,8 +425,14 @@ mod tests {
             one(r#"{"type":"system","subtype":"api_retry","attempt":2,"max_retries":10,"error_status":401,"error":"authentication_failed"}"#),
             RuntimeEvent::ApiRetry { ref error, status: Some(401), attempt: 2, max_retries: 10 } if error == "authentication_failed"
         ));
-        assert_eq!(fatal_reason("authentication_failed"), Some("authentication"));
-        assert_eq!(fatal_reason("Claude AI usage limit reached"), Some("usage limit"));
+        assert_eq!(
+            fatal_reason("authentication_failed"),
+            Some("authentication")
+        );
+        assert_eq!(
+            fatal_reason("Claude AI usage limit reached"),
+            Some("usage limit")
+        );
         assert_eq!(fatal_reason("overloaded"), None);
     }
 

@@ -85,8 +85,14 @@ pub fn boot_id() -> &'static str {
 #[cfg(target_os = "linux")]
 pub fn stat(pid: u32) -> Result<StatInfo, ReadError> {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(text) => parse_stat(&text)
-            .ok_or_else(|| ReadError::Unreadable(format!("malformed /proc/{pid}/stat"))),
+        Ok(text) => parse_stat(&text).ok_or_else(|| {
+            // A process being torn down can show an empty file for a moment.
+            if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                ReadError::Unreadable(format!("malformed /proc/{pid}/stat: {text:?}"))
+            } else {
+                ReadError::Gone
+            }
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ReadError::Gone),
         // ESRCH shows up when the process vanishes mid-read.
         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Err(ReadError::Gone),

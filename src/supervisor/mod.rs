@@ -517,7 +517,7 @@ impl Supervisor {
         for (bot_id, recs) in by_bot {
             let mut targets = Vec::new();
             for r in &recs {
-                if liveness(&r.identity) == Liveness::Alive {
+                if liveness(&r.identity) == Liveness::Alive && !targets.contains(&r.identity) {
                     targets.push(r.identity.clone());
                     for d in crate::process::tree::descendants(r.identity.pid) {
                         if !targets.contains(&d) {
@@ -548,7 +548,7 @@ impl Supervisor {
                     proof: bot::PROOF,
                 });
                 let pids: Vec<u32> = targets.iter().map(|t| t.pid).collect();
-                let text = format!(
+                let mut text = format!(
                     "botvisord restarted and found {} process(es) of this bot left by its \
                      previous run (pid {}); it stopped them (verdict: {}).",
                     targets.len(),
@@ -558,6 +558,10 @@ impl Supervisor {
                         .join(", "),
                     v.name()
                 );
+                if let Some(report) = v.report(roots.first().map_or(0, |r| r.pid)) {
+                    text.push(' ');
+                    text.push_str(&report);
+                }
                 tracing::warn!(bot_id = %bot_id, verdict = v.name(), "{text}");
                 let payload = serde_json::json!({
                     "text": text, "reason": "recovered_processes", "verdict": v.name(), "pids": pids

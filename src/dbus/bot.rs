@@ -144,6 +144,46 @@ impl BotObject {
         Ok(self.handle.release(&client_of(&hdr))?)
     }
 
+    /// Answers an open permission request. `behavior`: `allow` or `deny`. Options:
+    /// `updated_input` (s, a JSON object: the input the tool runs with, for `allow`), `message`
+    /// (s, what the model is told, for `deny`). The first answer wins; it is recorded in the chat
+    /// with the answering client's bus name. Errors: NotFound (unknown or already answered
+    /// request), InvalidArgument.
+    async fn respond_permission(
+        &self,
+        request_id: String,
+        behavior: String,
+        options: Options,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<()> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        let mut r = OptionReader::new("RespondPermission", &options);
+        let updated_input = r.string("updated_input")?;
+        let message = r.string("message")?;
+        r.finish()?;
+        Ok(self.handle.respond_permission(
+            &request_id,
+            &behavior,
+            message,
+            updated_input,
+            &client_of(&hdr),
+        )?)
+    }
+
+    /// Ends the running turn through the CLI's control protocol; the turn ends with outcome
+    /// `interrupted` and queued messages stay queued. Returns false (and does nothing) when no
+    /// turn runs.
+    #[zbus(out_args("interrupted"))]
+    async fn interrupt(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<bool> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        Ok(self.handle.interrupt()?)
+    }
+
     /// Chat items with `seq > after_seq`, at most `limit` (0: up to 10,000), in order, as
     /// `(seq, kind, RFC 3339 time, JSON payload)`.
     #[zbus(out_args("items"))]
@@ -188,6 +228,26 @@ impl BotObject {
         emitter: &SignalEmitter<'_>,
         turn_id: &str,
         outcome: &str,
+    ) -> zbus::Result<()>;
+
+    /// The agent asks whether a tool may run: `(request_id, tool, input_json)`. Answer with
+    /// `RespondPermission`.
+    #[zbus(signal)]
+    pub async fn permission_requested(
+        emitter: &SignalEmitter<'_>,
+        request_id: &str,
+        tool: &str,
+        input_json: &str,
+    ) -> zbus::Result<()>;
+
+    /// Assistant text as it streams, at most one signal per bot every 50 ms: `(turn_id, text)`,
+    /// the text written since the previous signal. Not stored; the finished message is a
+    /// `ChatItemAdded`.
+    #[zbus(signal)]
+    pub async fn text_delta(
+        emitter: &SignalEmitter<'_>,
+        turn_id: &str,
+        text: &str,
     ) -> zbus::Result<()>;
 
     /// The bot id (32 hex digits).
@@ -254,6 +314,20 @@ impl BotObject {
     #[zbus(property)]
     fn queued_messages(&self) -> u32 {
         self.view().queued
+    }
+
+    /// Open permission requests: `(request_id, tool, input_json)`.
+    #[zbus(property)]
+    fn pending_permissions(&self) -> Vec<(String, String, String)> {
+        self.view().pending
+    }
+
+    /// The assistant text streamed so far in the message being written (empty between
+    /// messages). A client joining mid-message reads it, then follows `TextDelta`. Changes are
+    /// not signalled (`TextDelta` is the change).
+    #[zbus(property(emits_changed_signal = "false"))]
+    fn partial_text(&self) -> String {
+        self.view().partial_text
     }
 
     /// How many clients hold the bot (`Hold`).

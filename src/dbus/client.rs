@@ -39,6 +39,32 @@ pub trait Bot {
     fn set_model(&self, model: &str) -> zbus::Result<()>;
     /// Restart (`fresh`: b).
     fn restart(&self, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
+    /// Answer a permission request.
+    fn respond_permission(
+        &self,
+        request_id: &str,
+        behavior: &str,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<()>;
+    /// Interrupt the running turn.
+    fn interrupt(&self) -> zbus::Result<bool>;
+    /// A permission request.
+    #[zbus(signal)]
+    fn permission_requested(
+        &self,
+        request_id: String,
+        tool: String,
+        input_json: String,
+    ) -> zbus::Result<()>;
+    /// Streamed text.
+    #[zbus(signal)]
+    fn text_delta(&self, turn_id: String, text: String) -> zbus::Result<()>;
+    /// Open permission requests.
+    #[zbus(property)]
+    fn pending_permissions(&self) -> zbus::Result<Vec<(String, String, String)>>;
+    /// Text streamed so far.
+    #[zbus(property)]
+    fn partial_text(&self) -> zbus::Result<String>;
     /// Take a lease.
     fn hold(&self) -> zbus::Result<()>;
     /// End the lease.

@@ -41,6 +41,23 @@ async fn publish(conn: &Connection, p: Publication) -> zbus::Result<()> {
             let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
             BotObject::turn_finished(&emitter, &turn_id, &outcome).await
         }
+        Publication::PermissionRequested {
+            bot_id,
+            request_id,
+            tool,
+            input,
+        } => {
+            let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
+            BotObject::permission_requested(&emitter, &request_id, &tool, &input).await
+        }
+        Publication::TextDelta {
+            bot_id,
+            turn_id,
+            text,
+        } => {
+            let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
+            BotObject::text_delta(&emitter, &turn_id, &text).await
+        }
         Publication::BotRemoved { bot_id } => {
             conn.object_server()
                 .remove::<BotObject, _>(bot_path(&bot_id))
@@ -54,6 +71,7 @@ async fn publish(conn: &Connection, p: Publication) -> zbus::Result<()> {
                 let v = match value {
                     PropertyValue::Str(s) => Variant::from(s.as_str()),
                     PropertyValue::U32(n) => Variant::from(*n),
+                    PropertyValue::Triples(v) => Variant::from(v.clone()),
                 };
                 map.insert(name, v);
             }

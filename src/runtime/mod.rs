@@ -206,6 +206,22 @@ pub enum RuntimeEvent {
         /// The most attempts it will make.
         max_retries: u64,
     },
+    /// Assistant text as it streams (a piece of the message being written).
+    TextDelta(String),
+    /// A new assistant message begins streaming: the text so far starts again.
+    MessageStart,
+    /// The CLI asks whether a tool may run (Claude: `can_use_tool` with
+    /// `--permission-prompt-tool stdio`). It waits for the answer.
+    PermissionRequest {
+        /// The CLI's request id, to answer with.
+        request_id: String,
+        /// The tool, for example `Write`.
+        tool: String,
+        /// The tool's input.
+        input: serde_json::Value,
+        /// The whole request (suggestions, tool use id, …).
+        request: serde_json::Value,
+    },
     /// Understood, but nothing to do.
     Ignored,
 }
@@ -221,6 +237,21 @@ pub enum ControlRequest {
     SetModel(String),
     /// End the running turn.
     Interrupt,
+}
+
+/// An answer to a permission request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PermissionAnswer {
+    /// Let the tool run, with this input.
+    Allow {
+        /// The input the tool runs with (the requested one unless a client changed it).
+        updated_input: serde_json::Value,
+    },
+    /// Do not run the tool; the model is told `message`.
+    Deny {
+        /// What the model is told.
+        message: String,
+    },
 }
 
 /// The runtime could not be used.
@@ -260,6 +291,12 @@ pub trait Runtime: Send + Sync + 'static {
     fn encode_control(&self, request_id: &str, request: &ControlRequest) -> Option<String>;
     /// One stdin line refusing a control request of the CLI that botvisor does not serve.
     fn encode_control_error(&self, request_id: &str, message: &str) -> Option<String>;
+    /// One stdin line answering a permission request.
+    fn encode_permission_answer(
+        &self,
+        request_id: &str,
+        answer: &PermissionAnswer,
+    ) -> Option<String>;
     /// Whether an error text means a failure that restarting cannot fix: `Some("authentication")`
     /// or `Some("usage limit")`.
     fn fatal_reason(&self, text: &str) -> Option<&'static str>;

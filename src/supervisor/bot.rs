@@ -21,8 +21,8 @@ use crate::process::{
     self, ExitInfo, ProcEvent, ProcessHandle, stop::stop_by_identity, subreaper, tree,
 };
 use crate::runtime::{
-    ControlRequest, ForgetReason, LaunchSpec, ResultOutcome, Runtime, RuntimeEvent, SessionStart,
-    StartDecision, decide_start,
+    ControlRequest, ForgetReason, LaunchSpec, PermissionAnswer, ResultOutcome, Runtime,
+    RuntimeEvent, SessionStart, StartDecision, decide_start,
 };
 use crate::store::{self, BotRecord, ChatItem, QueuedTurn, Store};
 
@@ -38,6 +38,9 @@ pub const PROOF: Proof = Proof::ProcessTree;
 /// How "gone" is proven on this system.
 #[cfg(not(target_os = "linux"))]
 pub const PROOF: Proof = Proof::BestEffort;
+
+/// At most one `TextDelta` signal per bot in this interval.
+pub const TEXT_DELTA_INTERVAL: Duration = Duration::from_millis(50);
 
 /// When descendants are looked for again after a tool starts.
 pub const SNAPSHOT_AFTER_TOOL: [Duration; 2] = [Duration::from_millis(200), Duration::from_secs(1)];
@@ -88,6 +91,10 @@ pub struct BotView {
     pub holders: u32,
     /// The verdict of the last stop (`clean`, `root-exited`, …); empty before the first.
     pub stop_verdict: String,
+    /// Open permission requests: `(request_id, tool, input_json)`.
+    pub pending: Vec<(String, String, String)>,
+    /// The assistant text streamed so far in the message being written.
+    pub partial_text: String,
 }
 
 impl BotView {
@@ -108,6 +115,7 @@ impl BotView {
             "QueuedMessages" => PropertyValue::U32(self.queued),
             "Holders" => PropertyValue::U32(self.holders),
             "StopVerdict" => s(&self.stop_verdict),
+            "PendingPermissions" => PropertyValue::Triples(self.pending.clone()),
             _ => s(""),
         }
     }
@@ -170,6 +178,12 @@ struct Actor {
     /// One-shot moments to look for descendants again after a tool started (a foreground tool
     /// prints nothing while it runs).
     snapshot_at: VecDeque<tokio::time::Instant>,
+    /// Streamed text not yet signalled, and when it may be.
+    delta_buf: String,
+    delta_flush_at: Option<tokio::time::Instant>,
+    last_delta_sent: Option<tokio::time::Instant>,
+    /// The turn an `Interrupt` was sent for.
+    interrupting: Option<String>,
     shared: Arc<Shared>,
 }
 
@@ -256,6 +270,8 @@ pub fn spawn_actor(
         queued: 0,
         holders: 0,
         stop_verdict: String::new(),
+        pending: Vec::new(),
+        partial_text: String::new(),
     }));
     let shared = Arc::new(Shared {
         runtime: runtime.clone(),
@@ -263,6 +279,7 @@ pub fn spawn_actor(
         publisher: publisher.clone(),
         deleted: std::sync::atomic::AtomicBool::new(false),
         holders: Default::default(),
+        prompts: Default::default(),
     });
     let actor = Actor {
         id: id.clone(),
@@ -289,6 +306,10 @@ pub fn spawn_actor(
         restart_pending: false,
         fatal: None,
         snapshot_at: VecDeque::new(),
+        delta_buf: String::new(),
+        delta_flush_at: None,
+        last_delta_sent: None,
+        interrupting: None,
         shared: shared.clone(),
     };
     tokio::spawn(actor.run(rx, loaded, gate));
@@ -346,6 +367,10 @@ impl Actor {
                 }
                 _ = sleep_until_opt(idle_at) => {
                     self.on_idle_deadline().await;
+                }
+                _ = sleep_until_opt(self.delta_flush_at) => {
+                    self.flush_delta();
+                    continue;
                 }
                 _ = sleep_until_opt(self.snapshot_at.front().copied()) => {
                     let now = tokio::time::Instant::now();
@@ -500,7 +525,169 @@ impl Actor {
                 true
             }
             Command::HoldersChanged => true,
+            Command::Respond(request_id, answer) => {
+                self.answer_cli(&request_id, &answer);
+                true
+            }
+            Command::Interrupt => {
+                if let Some(inf) = &self.inflight {
+                    let turn = inf.turn.id.clone();
+                    if self.send_control(ControlRequest::Interrupt) {
+                        tracing::info!(bot_id = %self.id, turn_id = %turn, "interrupting");
+                        self.interrupting = Some(turn);
+                    }
+                }
+                true
+            }
         }
+    }
+
+    /// Writes a permission answer to the process that asked, if it still runs.
+    fn answer_cli(&mut self, request_id: &str, answer: &PermissionAnswer) {
+        let Some(line) = self.runtime.encode_permission_answer(request_id, answer) else {
+            return;
+        };
+        if let Some(stdin) = self.proc.as_ref().and_then(|p| p.stdin.as_ref()) {
+            let mut bytes = line.into_bytes();
+            bytes.push(b'\n');
+            let _ = stdin.send(bytes);
+        }
+    }
+
+    fn pending_prompts(&self) -> usize {
+        self.shared
+            .prompts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .open
+            .len()
+    }
+
+    /// A permission request of the CLI: recorded, signalled, and open until a client answers.
+    fn on_permission_request(
+        &mut self,
+        request_id: String,
+        tool: String,
+        input: Value,
+        request: Value,
+    ) {
+        let input_json = input.to_string();
+        let pending = {
+            let mut book = self
+                .shared
+                .prompts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            book.open.insert(
+                request_id.clone(),
+                super::Prompt {
+                    tool: tool.clone(),
+                    input: input_json.clone(),
+                },
+            );
+            book.list()
+        };
+        let turn = self.current_turn_id();
+        let payload = json!({
+            "request_id": request_id,
+            "tool": tool,
+            "input": input,
+            "suggestions": request.get("permission_suggestions").cloned().unwrap_or(Value::Null),
+            "tool_use_id": request.get("tool_use_id").cloned().unwrap_or(Value::Null),
+        })
+        .to_string();
+        let r = self.store.tx_then(
+            |tx| {
+                store::chat::append(
+                    tx,
+                    &self.id,
+                    "permission_request",
+                    turn.as_deref(),
+                    &payload,
+                )
+            },
+            |item| {
+                self.publish_item(item);
+                let _ = self.publisher.send(Publication::PermissionRequested {
+                    bot_id: self.id.clone(),
+                    request_id: request_id.clone(),
+                    tool: tool.clone(),
+                    input: input_json.clone(),
+                });
+            },
+        );
+        if let Err(e) = r {
+            tracing::error!(bot_id = %self.id, error = %e, "cannot record a permission request");
+        }
+        self.update(vec!["PendingPermissions"], |v| v.pending = pending);
+    }
+
+    /// The process is gone: every open request is denied, and the chat says so.
+    fn deny_open_prompts(&mut self) {
+        let denied: Vec<(String, super::Prompt)> = {
+            let mut book = self
+                .shared
+                .prompts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let ids: Vec<String> = book.open.keys().cloned().collect();
+            ids.into_iter()
+                .filter_map(|id| book.answer(&id, "botvisord", "deny").map(|p| (id, p)))
+                .collect()
+        };
+        if denied.is_empty() {
+            return;
+        }
+        for (request_id, prompt) in denied {
+            self.add_item(
+                "permission_answer",
+                None,
+                json!({
+                    "request_id": request_id, "tool": prompt.tool, "behavior": "deny",
+                    "by": "botvisord",
+                    "message": "The agent stopped before this request was answered.",
+                }),
+            );
+        }
+        self.update(vec!["PendingPermissions"], |v| v.pending.clear());
+    }
+
+    /// Streamed text: signalled at most once per [`TEXT_DELTA_INTERVAL`].
+    fn on_text_delta(&mut self, text: String) {
+        self.delta_buf.push_str(&text);
+        {
+            let mut v = self.view.write().unwrap_or_else(|p| p.into_inner());
+            v.partial_text.push_str(&text);
+        }
+        let now = tokio::time::Instant::now();
+        match self.last_delta_sent {
+            Some(last) if now < last + TEXT_DELTA_INTERVAL => {
+                if self.delta_flush_at.is_none() {
+                    self.delta_flush_at = Some(last + TEXT_DELTA_INTERVAL);
+                }
+            }
+            _ => self.flush_delta(),
+        }
+    }
+
+    fn flush_delta(&mut self) {
+        self.delta_flush_at = None;
+        if self.delta_buf.is_empty() {
+            return;
+        }
+        self.last_delta_sent = Some(tokio::time::Instant::now());
+        let _ = self.publisher.send(Publication::TextDelta {
+            bot_id: self.id.clone(),
+            turn_id: self.current_turn_id().unwrap_or_default(),
+            text: std::mem::take(&mut self.delta_buf),
+        });
+    }
+
+    /// A message is complete (or a new one starts): signal what is left, start over.
+    fn end_streamed_message(&mut self) {
+        self.flush_delta();
+        let mut v = self.view.write().unwrap_or_else(|p| p.into_inner());
+        v.partial_text.clear();
     }
 
     async fn on_restart(&mut self, fresh: bool) {
@@ -754,6 +941,23 @@ impl Actor {
     fn on_runtime_event(&mut self, event: RuntimeEvent) -> Next {
         match event {
             RuntimeEvent::Init { .. } | RuntimeEvent::Ignored => Next::Nothing,
+            RuntimeEvent::TextDelta(text) => {
+                self.on_text_delta(text);
+                Next::Nothing
+            }
+            RuntimeEvent::MessageStart => {
+                self.end_streamed_message();
+                Next::Nothing
+            }
+            RuntimeEvent::PermissionRequest {
+                request_id,
+                tool,
+                input,
+                request,
+            } => {
+                self.on_permission_request(request_id, tool, input, request);
+                Next::Nothing
+            }
             RuntimeEvent::ControlResponse { request_id, result } => {
                 self.on_control_response(request_id, result);
                 Next::Nothing
@@ -781,9 +985,15 @@ impl Actor {
                 Next::Nothing
             }
             RuntimeEvent::Chat(chat) => {
+                if chat.kind == "assistant" {
+                    self.flush_delta();
+                }
                 let turn = self.current_turn_id();
                 let tool = matches!(chat.kind, "tool_use" | "tool_result");
                 self.add_item(chat.kind, turn.as_deref(), chat.payload);
+                if chat.kind == "assistant" {
+                    self.end_streamed_message();
+                }
                 if tool {
                     self.snapshot_descendants();
                     let now = tokio::time::Instant::now();
@@ -924,6 +1134,14 @@ impl Actor {
             None => false,
         };
         let turn = if ours { self.inflight.take() } else { None };
+        self.end_streamed_message();
+        let interrupted = turn.is_some()
+            && self.interrupting.is_some()
+            && self.interrupting.as_deref() == turn.as_ref().map(|t| t.turn.id.as_str());
+        if interrupted {
+            self.interrupting = None;
+        }
+        let error = if interrupted { None } else { error };
         if let Some(e) = &error {
             if let Some(kind) = self.runtime.fatal_reason(e) {
                 self.fatal = Some(format!("{kind} error: {e}"));
@@ -931,6 +1149,7 @@ impl Actor {
         }
         let turn_id = turn.as_ref().map(|t| t.turn.id.clone());
         let outcome_str = match outcome {
+            _ if interrupted => "interrupted",
             ResultOutcome::Success => "success",
             ResultOutcome::Error => "error",
         };
@@ -999,6 +1218,9 @@ impl Actor {
             return;
         };
         self.update(vec!["ProcessId"], |v| v.process_id = 0);
+        self.deny_open_prompts();
+        self.end_streamed_message();
+        self.interrupting = None;
         let lived = proc.handle.started.elapsed();
         let root_pid = proc.handle.pid;
         tracing::info!(bot_id = %self.id, pid = root_pid, status = %info, "agent exited");
@@ -1264,6 +1486,9 @@ impl Actor {
         tracing::info!(bot_id = %self.id, pid, status = %info, "agent stopped");
         let proc = self.proc.take();
         self.update(vec!["ProcessId"], |v| v.process_id = 0);
+        self.deny_open_prompts();
+        self.end_streamed_message();
+        self.interrupting = None;
         self.settle_inflight(
             "interrupted",
             "The agent was stopped before the turn finished.".into(),
@@ -1293,6 +1518,7 @@ impl Actor {
             && self.queue.is_empty()
             && self.background_tasks == 0
             && self.holders() == 0
+            && self.pending_prompts() == 0
     }
 
     /// After every event: an idle bot gets a fresh deadline, a busy one none.

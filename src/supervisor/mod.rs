@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Config;
-use crate::runtime::{ControlRequest, Runtime};
+use crate::runtime::{ControlRequest, PermissionAnswer, Runtime};
 use crate::store::{self, BotRecord, Store};
 
 pub use bot::{BotView, State};
@@ -73,6 +73,26 @@ pub enum Publication {
         /// The bot.
         bot_id: String,
     },
+    /// `PermissionRequested(s request_id, s tool, s input_json)` on the bot.
+    PermissionRequested {
+        /// The bot.
+        bot_id: String,
+        /// The CLI's request id.
+        request_id: String,
+        /// The tool.
+        tool: String,
+        /// Its input, as JSON.
+        input: String,
+    },
+    /// `TextDelta(s turn_id, s text)`: assistant text as it streams, coalesced.
+    TextDelta {
+        /// The bot.
+        bot_id: String,
+        /// The turn (empty for a turn the CLI started by itself).
+        turn_id: String,
+        /// The new text since the last signal.
+        text: String,
+    },
     /// `PropertiesChanged` for these properties of the bot, with their values at the change.
     PropertiesChanged {
         /// The bot.
@@ -89,6 +109,8 @@ pub enum PropertyValue {
     Str(String),
     /// A D-Bus `u`.
     U32(u32),
+    /// A D-Bus `a(sss)`.
+    Triples(Vec<(String, String, String)>),
 }
 
 /// The sending side of the publication channel.
@@ -112,6 +134,10 @@ pub enum Command {
     Restart(bool),
     /// The set of clients holding the bot changed.
     HoldersChanged,
+    /// A client answered a permission request (already recorded): pass it to the CLI.
+    Respond(String, PermissionAnswer),
+    /// End the running turn.
+    Interrupt,
 }
 
 /// What a handle shares with its actor.
@@ -122,6 +148,50 @@ pub(crate) struct Shared {
     pub(crate) deleted: std::sync::atomic::AtomicBool,
     /// Unique bus names of the clients holding the bot (design rule 13).
     pub(crate) holders: Mutex<std::collections::BTreeSet<String>>,
+    /// Open and recently answered permission requests.
+    pub(crate) prompts: Mutex<PromptBook>,
+}
+
+/// An open permission request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompt {
+    /// The tool, for example `Write`.
+    pub tool: String,
+    /// The tool's input, as JSON text.
+    pub input: String,
+}
+
+/// How many answered request ids are remembered to tell "already answered" from "unknown".
+pub const ANSWERED_KEPT: usize = 256;
+
+/// The permission requests of a bot: open ones by request id, and who answered the last ones.
+#[derive(Debug, Default)]
+pub struct PromptBook {
+    /// Open requests, by request id.
+    pub open: BTreeMap<String, Prompt>,
+    /// Recently answered: (request id, who answered, behavior).
+    pub answered: std::collections::VecDeque<(String, String, String)>,
+}
+
+impl PromptBook {
+    /// The open requests as `(request_id, tool, input_json)`, the `PendingPermissions` value.
+    pub fn list(&self) -> Vec<(String, String, String)> {
+        self.open
+            .iter()
+            .map(|(id, p)| (id.clone(), p.tool.clone(), p.input.clone()))
+            .collect()
+    }
+
+    /// Moves a request from open to answered.
+    pub fn answer(&mut self, request_id: &str, by: &str, behavior: &str) -> Option<Prompt> {
+        let p = self.open.remove(request_id)?;
+        if self.answered.len() == ANSWERED_KEPT {
+            self.answered.pop_front();
+        }
+        self.answered
+            .push_back((request_id.to_owned(), by.to_owned(), behavior.to_owned()));
+        Some(p)
+    }
 }
 
 /// A handle on one bot. Its methods never wait for the actor: they validate, commit what must
@@ -301,6 +371,110 @@ impl BotHandle {
             );
             let _ = self.tx.send(Command::HoldersChanged);
         }
+    }
+
+    /// Answers an open permission request: `behavior` `allow` (optionally with `updated_input`,
+    /// a JSON object) or `deny` (with `message`). The answer and who gave it (`client`) are
+    /// recorded in the chat. The first answer wins. Errors: InvalidArgument (behavior, JSON),
+    /// NotFound (unknown or already answered id).
+    pub fn respond_permission(
+        &self,
+        request_id: &str,
+        behavior: &str,
+        message: Option<String>,
+        updated_input: Option<String>,
+        client: &str,
+    ) -> Result<(), BotError> {
+        self.check_alive()?;
+        let updated: Option<serde_json::Value> = match &updated_input {
+            None => None,
+            Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(v) if v.is_object() => Some(v),
+                _ => {
+                    return Err(BotError::InvalidArgument(
+                        "option `updated_input` must be a JSON object (the tool's input)".into(),
+                    ));
+                }
+            },
+        };
+        if behavior != "allow" && behavior != "deny" {
+            return Err(BotError::InvalidArgument(format!(
+                "behavior must be `allow` or `deny`, got `{behavior}`"
+            )));
+        }
+        if behavior == "allow" && message.is_some() {
+            return Err(BotError::InvalidArgument(
+                "option `message` goes with `deny`".into(),
+            ));
+        }
+        if behavior == "deny" && updated.is_some() {
+            return Err(BotError::InvalidArgument(
+                "option `updated_input` goes with `allow`".into(),
+            ));
+        }
+        let mut book = self
+            .shared
+            .prompts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let Some(prompt) = book.answer(request_id, client, behavior) else {
+            let earlier = book.answered.iter().find(|(id, _, _)| id == request_id);
+            return Err(BotError::NotFound(match earlier {
+                Some((_, by, b)) => {
+                    format!("permission request {request_id} was already answered ({b}) by {by}")
+                }
+                None => format!("no open permission request {request_id} on bot {}", self.id),
+            }));
+        };
+        let answer = if behavior == "allow" {
+            PermissionAnswer::Allow {
+                updated_input: updated.clone().unwrap_or_else(|| {
+                    serde_json::from_str(&prompt.input).unwrap_or(serde_json::json!({}))
+                }),
+            }
+        } else {
+            PermissionAnswer::Deny {
+                message: message
+                    .clone()
+                    .unwrap_or_else(|| "The user denied this tool use.".to_owned()),
+            }
+        };
+        let mut payload = serde_json::json!({
+            "request_id": request_id, "tool": prompt.tool, "behavior": behavior, "by": client,
+        });
+        match &answer {
+            PermissionAnswer::Allow { updated_input } if updated.is_some() => {
+                payload["updated_input"] = updated_input.clone();
+            }
+            PermissionAnswer::Deny { message } => payload["message"] = serde_json::json!(message),
+            _ => {}
+        }
+        let payload = payload.to_string();
+        let pending = book.list();
+        self.shared.store.tx_then(
+            |tx| store::chat::append(tx, &self.id, "permission_answer", None, &payload),
+            |item| bot::publish_item(&self.shared.publisher, &self.id, item),
+        )?;
+        bot::update_view(
+            &self.view,
+            &self.shared.publisher,
+            &self.id,
+            vec!["PendingPermissions"],
+            |v| v.pending = pending,
+        );
+        drop(book);
+        self.command(Command::Respond(request_id.to_owned(), answer))
+    }
+
+    /// Ends the running turn (outcome `interrupted`); queued messages stay queued. Returns
+    /// whether a turn was running: interrupting an idle bot does nothing and says so.
+    pub fn interrupt(&self) -> Result<bool, BotError> {
+        self.check_alive()?;
+        if self.snapshot().state != State::Busy {
+            return Ok(false);
+        }
+        self.command(Command::Interrupt)?;
+        Ok(true)
     }
 
     /// A copy of the bot's current view.

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::runtime::{ChatPayload, ControlRequest, ResultOutcome, RuntimeEvent};
+use crate::runtime::{ChatPayload, ControlRequest, PermissionAnswer, ResultOutcome, RuntimeEvent};
 
 /// The error text of a `result` for a `--resume` whose transcript does not exist.
 pub const CONVERSATION_NOT_FOUND: &str = "No conversation found with session ID";
@@ -54,6 +54,20 @@ pub fn encode_control(request_id: &str, request: &ControlRequest) -> String {
         ControlRequest::Interrupt => json!({"subtype": "interrupt"}),
     };
     json!({"type": "control_request", "request_id": request_id, "request": request}).to_string()
+}
+
+/// The answer to a `can_use_tool` request: `{"behavior":"allow","updatedInput":{…}}` or
+/// `{"behavior":"deny","message":"…"}` (claude-code-facts.md, "The control protocol").
+pub fn encode_permission_answer(request_id: &str, answer: &PermissionAnswer) -> String {
+    let response = match answer {
+        PermissionAnswer::Allow { updated_input } => {
+            json!({"behavior": "allow", "updatedInput": updated_input})
+        }
+        PermissionAnswer::Deny { message } => json!({"behavior": "deny", "message": message}),
+    };
+    json!({"type": "control_response", "response": {
+        "subtype": "success", "request_id": request_id, "response": response}})
+    .to_string()
 }
 
 /// An error answer to a control request of the CLI.
@@ -124,18 +138,48 @@ pub fn parse_line(line: &[u8]) -> Vec<RuntimeEvent> {
         Some("assistant") => parse_assistant(&v),
         Some("result") => vec![parse_result(&v, session_id)],
         Some("control_response") => vec![parse_control_response(&v)],
-        Some("control_request") => vec![RuntimeEvent::ControlRequest {
-            request_id: str_field(&v, "request_id").unwrap_or_default(),
-            subtype: v
-                .get("request")
-                .and_then(|r| r.get("subtype"))
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            request: v.get("request").cloned().unwrap_or(Value::Null),
-        }],
+        Some("control_request") => vec![parse_control_request(&v)],
+        Some("stream_event") => vec![parse_stream_event(&v)],
         Some(_) => vec![RuntimeEvent::Ignored],
         None => vec![unparsed(line, "a JSON object without `type`".into())],
+    }
+}
+
+fn parse_control_request(v: &Value) -> RuntimeEvent {
+    let request_id = str_field(v, "request_id").unwrap_or_default();
+    let request = v.get("request").cloned().unwrap_or(Value::Null);
+    let subtype = str_field(&request, "subtype").unwrap_or_default();
+    if subtype == "can_use_tool" {
+        return RuntimeEvent::PermissionRequest {
+            request_id,
+            tool: str_field(&request, "tool_name").unwrap_or_default(),
+            input: request.get("input").cloned().unwrap_or(json!({})),
+            request,
+        };
+    }
+    RuntimeEvent::ControlRequest {
+        request_id,
+        subtype,
+        request,
+    }
+}
+
+/// `--include-partial-messages`: the API's streaming events wrapped in `stream_event` lines.
+fn parse_stream_event(v: &Value) -> RuntimeEvent {
+    let event = v.get("event").unwrap_or(&Value::Null);
+    match event.get("type").and_then(Value::as_str) {
+        Some("message_start") => RuntimeEvent::MessageStart,
+        Some("content_block_delta") => {
+            let delta = event.get("delta").unwrap_or(&Value::Null);
+            match (
+                delta.get("type").and_then(Value::as_str),
+                delta.get("text").and_then(Value::as_str),
+            ) {
+                (Some("text_delta"), Some(text)) => RuntimeEvent::TextDelta(text.to_owned()),
+                _ => RuntimeEvent::Ignored,
+            }
+        }
+        _ => RuntimeEvent::Ignored,
     }
 }
 
@@ -434,6 +478,43 @@ mod tests {
             Some("usage limit")
         );
         assert_eq!(fatal_reason("overloaded"), None);
+    }
+
+    #[test]
+    fn permission_requests_and_streamed_text() {
+        match one(
+            r#"{"type":"control_request","request_id":"b8","request":{"subtype":"can_use_tool","tool_name":"Write","input":{"file_path":"/t/x"},"tool_use_id":"toolu_1"}}"#,
+        ) {
+            RuntimeEvent::PermissionRequest {
+                request_id,
+                tool,
+                input,
+                ..
+            } => {
+                assert_eq!((request_id.as_str(), tool.as_str()), ("b8", "Write"));
+                assert_eq!(input["file_path"], "/t/x");
+            }
+            e => panic!("{e:?}"),
+        }
+        assert_eq!(
+            one(
+                r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"wor"}}}"#
+            ),
+            RuntimeEvent::TextDelta("wor".into())
+        );
+        assert_eq!(
+            one(r#"{"type":"stream_event","event":{"type":"message_start","message":{}}}"#),
+            RuntimeEvent::MessageStart
+        );
+        let line = encode_permission_answer(
+            "b8",
+            &PermissionAnswer::Deny {
+                message: "no".into(),
+            },
+        );
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["response"]["response"]["behavior"], "deny");
+        assert_eq!(v["response"]["request_id"], "b8");
     }
 
     #[test]

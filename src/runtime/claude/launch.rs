@@ -1,8 +1,11 @@
 //! The Claude Code command line.
 //!
 //! `claude -p --input-format stream-json --output-format stream-json --verbose
-//! --replay-user-messages (--session-id NEW | --resume ID) [--permission-mode M] [--model M]`,
-//! started in the bot's working directory (claude-code-facts.md, "The stream-json protocol").
+//! --replay-user-messages --permission-prompt-tool stdio --include-partial-messages
+//! (--session-id NEW | --resume ID) [--permission-mode M] [--model M]`, started in the bot's
+//! working directory (claude-code-facts.md, "The stream-json protocol" and "The control
+//! protocol"): permission prompts come as `can_use_tool` control requests on stdout, and the
+//! assistant's text streams as `stream_event` lines.
 
 use std::path::PathBuf;
 
@@ -18,6 +21,9 @@ pub fn command(program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand {
         "stream-json",
         "--verbose",
         "--replay-user-messages",
+        "--permission-prompt-tool",
+        "stdio",
+        "--include-partial-messages",
     ]
     .iter()
     .map(|s| s.to_string())

@@ -12,7 +12,10 @@ pub mod transcript;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{ControlRequest, LaunchCommand, LaunchSpec, Runtime, RuntimeError, RuntimeEvent};
+use super::{
+    ControlRequest, LaunchCommand, LaunchSpec, PermissionAnswer, Runtime, RuntimeError,
+    RuntimeEvent,
+};
 
 /// The environment variable that names the binary when the config has no `claude_bin`.
 pub const BIN_ENV: &str = "BOTVISOR_CLAUDE_BIN";
@@ -124,6 +127,14 @@ impl Runtime for Claude {
 
     fn encode_control_error(&self, request_id: &str, message: &str) -> Option<String> {
         Some(events::encode_control_error(request_id, message))
+    }
+
+    fn encode_permission_answer(
+        &self,
+        request_id: &str,
+        answer: &PermissionAnswer,
+    ) -> Option<String> {
+        Some(events::encode_permission_answer(request_id, answer))
     }
 
     fn fatal_reason(&self, text: &str) -> Option<&'static str> {

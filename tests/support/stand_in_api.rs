@@ -38,6 +38,14 @@ pub struct ApiRequest {
 pub enum Reply {
     /// An assistant text, then `end_turn`.
     Text(String),
+    /// An assistant text streamed in pieces, one every `every`, then `end_turn`. The stream is
+    /// dropped if the client goes away (an interrupt).
+    SlowText {
+        /// The pieces.
+        chunks: Vec<String>,
+        /// The pause before each piece.
+        every: std::time::Duration,
+    },
     /// A tool call, then `tool_use`.
     ToolUse {
         /// Tool name, for example `Bash`.
@@ -176,6 +184,9 @@ async fn messages(State(shared): State<Shared>, body: Bytes) -> Response {
         .unwrap_or("claude-stand-in")
         .to_owned();
     shared.seen.lock().unwrap().push(req);
+    if let (true, Reply::SlowText { chunks, every }) = (stream, &reply) {
+        return slow_text(&model, chunks.clone(), *every);
+    }
     if stream {
         let mut resp = sse_body(&model, &reply).into_response();
         resp.headers_mut().insert(
@@ -188,6 +199,60 @@ async fn messages(State(shared): State<Shared>, body: Bytes) -> Response {
     }
 }
 
+/// Streams `chunks` as text deltas, one every `every`.
+fn slow_text(model: &str, chunks: Vec<String>, every: std::time::Duration) -> Response {
+    let mut head = String::new();
+    event(
+        &mut head,
+        "message_start",
+        json!({"type": "message_start", "message": {
+            "id": "msg_standin", "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": null, "stop_sequence": null, "usage": usage()}}),
+    );
+    event(
+        &mut head,
+        "content_block_start",
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    );
+    let mut tail = String::new();
+    event(
+        &mut tail,
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    );
+    event(
+        &mut tail,
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 7}}),
+    );
+    event(&mut tail, "message_stop", json!({"type": "message_stop"}));
+    let pieces: Vec<(bool, String)> = std::iter::once((false, head))
+        .chain(chunks.into_iter().map(|c| {
+            let mut e = String::new();
+            event(
+                &mut e,
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": c}}),
+            );
+            (true, e)
+        }))
+        .chain(std::iter::once((false, tail)))
+        .collect();
+    let stream = futures_util::stream::unfold(pieces.into_iter(), move |mut it| async move {
+        let (wait, piece) = it.next()?;
+        if wait {
+            tokio::time::sleep(every).await;
+        }
+        Some((Ok::<_, std::convert::Infallible>(piece), it))
+    });
+    let mut resp = axum::body::Body::from_stream(stream).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    resp
+}
+
 fn usage() -> Value {
     json!({"input_tokens": 12, "output_tokens": 7, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0})
 }
@@ -195,6 +260,10 @@ fn usage() -> Value {
 fn json_message(model: &str, reply: &Reply) -> Value {
     let (content, stop) = match reply {
         Reply::Text(t) => (json!([{"type": "text", "text": t}]), "end_turn"),
+        Reply::SlowText { chunks, .. } => (
+            json!([{"type": "text", "text": chunks.concat()}]),
+            "end_turn",
+        ),
         Reply::ToolUse { name, input } => (
             json!([{"type": "tool_use", "id": "toolu_standin_1", "name": name, "input": input}]),
             "tool_use",
@@ -220,6 +289,7 @@ fn sse_body(model: &str, reply: &Reply) -> String {
             "content": [], "stop_reason": null, "stop_sequence": null, "usage": usage()}}),
     );
     let stop = match reply {
+        Reply::SlowText { .. } => unreachable!("streamed by slow_text"),
         Reply::Text(text) => {
             event(
                 &mut out,

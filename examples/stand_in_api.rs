@@ -1,5 +1,6 @@
 //! Runs the loopback stand-in for the Anthropic Messages API that the tests use, so that Claude
-//! Code can answer offline (it echoes what it is told). Prints the URL for `ANTHROPIC_BASE_URL`.
+//! Code can answer offline. It echoes what it is told; `write /abs/path: some text` makes the
+//! model ask to write that file (a permission prompt). Prints the URL for `ANTHROPIC_BASE_URL`.
 //!
 //! `cargo run --example stand_in_api [PORT]` (default: a free port).
 
@@ -12,7 +13,7 @@ async fn main() {
         .nth(1)
         .map(|p| p.parse().expect("PORT must be a number"))
         .unwrap_or(0);
-    let api = stand_in_api::StandInApi::start_on(port, stand_in_api::echo_script()).await;
+    let api = stand_in_api::StandInApi::start_on(port, stand_in_api::demo_script()).await;
     println!("{}", api.url);
     eprintln!("stand-in Messages API listening; Ctrl-C to stop");
     let _ = tokio::signal::ctrl_c().await;

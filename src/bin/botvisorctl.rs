@@ -68,10 +68,56 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         limit: u32,
     },
-    /// Stop a bot's agent gently.
+    /// Stop a bot's agent gently; returns once it is stopped.
     Stop {
         /// Bot id, name, id prefix or object path.
         bot: String,
+    },
+    /// Follow one bot (or all) live: state changes, chat items, text as it streams, permission
+    /// prompts. Ctrl-C ends it.
+    Watch {
+        /// Bot id, name, id prefix or object path; all bots when left out.
+        bot: Option<String>,
+    },
+    /// Answer a permission prompt.
+    Answer {
+        /// Bot id, name, id prefix or object path.
+        bot: String,
+        /// The request id (shown by `watch` and `send`).
+        request: String,
+        /// `allow` or `deny`.
+        #[arg(value_parser = ["allow", "deny"])]
+        behavior: String,
+        /// What the model is told (with deny).
+        #[arg(long)]
+        message: Option<String>,
+        /// The input the tool runs with instead, as a JSON object (with allow).
+        #[arg(long, value_name = "JSON")]
+        updated_input: Option<String>,
+    },
+    /// End the running turn; queued messages stay queued.
+    Interrupt {
+        /// Bot id, name, id prefix or object path.
+        bot: String,
+    },
+    /// Change the permission mode and/or the model, live when the agent runs.
+    Set {
+        /// Bot id, name, id prefix or object path.
+        bot: String,
+        /// Permission mode (default, acceptEdits, plan, auto, dontAsk, bypassPermissions).
+        #[arg(long)]
+        mode: Option<String>,
+        /// Model.
+        #[arg(long)]
+        model: Option<String>,
+    },
+    /// Restart a bot's agent (also after state `failed`).
+    Restart {
+        /// Bot id, name, id prefix or object path.
+        bot: String,
+        /// Forget the conversation: the next one is new.
+        #[arg(long)]
+        fresh: bool,
     },
     /// Delete a bot and its history.
     Delete {
@@ -260,11 +306,15 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
             let bot = resolve(conn, &bot).await?;
             let mut items = bot.receive_chat_item_added().await?;
             let mut finished = bot.receive_turn_finished().await?;
+            let mut deltas = bot.receive_text_delta().await?;
+            let mut prompts = bot.receive_permission_requested().await?;
             let turn_id = bot.send(&text, HashMap::new()).await?;
+            let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
             if !json && std::io::stderr().is_terminal() {
                 eprintln!("(turn {turn_id})");
             }
             let mut mine = false;
+            let mut streamed = false;
             loop {
                 tokio::select! {
                     Some(sig) = items.next() => {
@@ -274,8 +324,46 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
                             mine = payload["turn_id"] == turn_id.as_str();
                             continue;
                         }
-                        if mine || payload.get("turn_id").is_none() {
-                            print_item(json, a.seq, &a.kind, "", &payload);
+                        if !(mine || payload.get("turn_id").is_none()) {
+                            continue;
+                        }
+                        if a.kind == "assistant" && streamed && !json {
+                            println!();
+                            streamed = false;
+                            continue;
+                        }
+                        print_item(json, a.seq, &a.kind, "", &payload);
+                    }
+                    Some(sig) = deltas.next() => {
+                        let a = sig.args()?;
+                        if a.turn_id == turn_id && !json {
+                            use std::io::Write;
+                            print!("{}", a.text);
+                            let _ = std::io::stdout().flush();
+                            streamed = true;
+                        }
+                    }
+                    Some(sig) = prompts.next() => {
+                        let a = sig.args()?;
+                        let (id, tool, input) = (a.request_id.clone(), a.tool.clone(), a.input_json.clone());
+                        if json {
+                            println!("{}", json!({"permission_requested": id, "tool": tool, "input": serde_json::from_str::<Value>(&input).unwrap_or(Value::Null)}));
+                        }
+                        if interactive {
+                            let question = format!("Allow {tool} {}? [y/N] ", cut(&input, 300));
+                            let yes = tokio::task::spawn_blocking(move || ask(&question))
+                                .await
+                                .unwrap_or(false);
+                            let behavior = if yes { "allow" } else { "deny" };
+                            if let Err(e) = bot.respond_permission(&id, behavior, HashMap::new()).await {
+                                eprintln!("botvisorctl: {}", describe(&e));
+                            }
+                        } else if !json {
+                            println!(
+                                "[permission] {tool} {} — answer with: botvisorctl answer {} {id} allow|deny",
+                                cut(&input, 200),
+                                bot.id().await.unwrap_or_default()
+                            );
                         }
                     }
                     Some(sig) = finished.next() => {
@@ -301,13 +389,265 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
             }
         }
         Cmd::Stop { bot } => {
-            resolve(conn, &bot).await?.stop().await?;
+            let bot = resolve(conn, &bot).await?;
+            let mut changes = bot.receive_state_changed().await;
+            bot.stop().await?;
+            let done = tokio::time::timeout(std::time::Duration::from_secs(120), async {
+                loop {
+                    let state: String = bot.inner().get_property("State").await?;
+                    if state == "stopped" || state == "failed" {
+                        return Ok::<_, zbus::Error>(state);
+                    }
+                    changes.next().await;
+                }
+            })
+            .await;
+            match done {
+                Ok(Ok(state)) if state == "failed" => {
+                    let last = bot.last_error().await.unwrap_or_default();
+                    return Err(Failure(format!("the stop failed: {last}")));
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => return Err(Failure("the agent did not stop within 120 s".into())),
+            }
+        }
+        Cmd::Watch { bot } => return watch(conn, bot, json).await,
+        Cmd::Answer {
+            bot,
+            request,
+            behavior,
+            message,
+            updated_input,
+        } => {
+            let bot = resolve(conn, &bot).await?;
+            let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
+            if let Some(m) = &message {
+                options.insert("message", Variant::from(m.as_str()));
+            }
+            if let Some(u) = &updated_input {
+                options.insert("updated_input", Variant::from(u.as_str()));
+            }
+            bot.respond_permission(&request, &behavior, options).await?;
+        }
+        Cmd::Interrupt { bot } => {
+            let done = resolve(conn, &bot).await?.interrupt().await?;
+            if json {
+                println!("{}", json!({ "interrupted": done }));
+            } else if !done {
+                println!("no turn was running: nothing to interrupt");
+            }
+        }
+        Cmd::Set { bot, mode, model } => {
+            if mode.is_none() && model.is_none() {
+                return Err(Failure("give --mode and/or --model".into()));
+            }
+            let bot = resolve(conn, &bot).await?;
+            if let Some(mode) = mode {
+                bot.set_permission_mode(&mode).await?;
+            }
+            if let Some(model) = model {
+                bot.set_model(&model).await?;
+            }
+        }
+        Cmd::Restart { bot, fresh } => {
+            let bot = resolve(conn, &bot).await?;
+            let options = HashMap::from([("fresh", Variant::from(fresh))]);
+            bot.restart(options).await?;
         }
         Cmd::Delete { bot } => {
             resolve(conn, &bot).await?.delete().await?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Asks a yes/no question on the terminal.
+fn ask(question: &str) -> bool {
+    use std::io::Write;
+    eprint!("{question}");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    if std::io::stdin().read_line(&mut line).is_err() {
+        return false;
+    }
+    matches!(line.trim(), "y" | "Y" | "yes" | "Yes")
+}
+
+/// Follows the daemon's signals for one bot or all of them.
+async fn watch(conn: &Connection, bot: Option<String>, json: bool) -> Result<ExitCode, Failure> {
+    let only: Option<String> = match &bot {
+        Some(b) => Some(resolve(conn, b).await?.inner().path().to_string()),
+        None => None,
+    };
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .sender(botvisor::dbus::BUS_NAME)
+        .build()?;
+    let mut stream = zbus::MessageStream::for_match_rule(rule, conn, None).await?;
+    let mut names: HashMap<String, String> = HashMap::new();
+    if !json {
+        eprintln!(
+            "watching {}; Ctrl-C to stop",
+            bot.as_deref().unwrap_or("all bots")
+        );
+    }
+    let mut streaming: Option<String> = None;
+    loop {
+        let msg = tokio::select! {
+            m = stream.next() => match m {
+                Some(Ok(m)) => m,
+                Some(Err(e)) => return Err(e.into()),
+                None => return Ok(ExitCode::SUCCESS),
+            },
+            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+        };
+        let hdr = msg.header();
+        let path = hdr.path().map(|p| p.to_string()).unwrap_or_default();
+        let member = hdr.member().map(|m| m.to_string()).unwrap_or_default();
+        if only.as_ref().is_some_and(|o| *o != path && member != "InterfacesRemoved") {
+            continue;
+        }
+        let label = if path.starts_with(&format!("{}/", botvisor::dbus::ROOT_PATH)) {
+            if !names.contains_key(&path) {
+                let name = match BotProxy::builder(conn).path(path.clone()).build().await {
+                    Ok(p) => p.name().await.unwrap_or_else(|_| path.clone()),
+                    Err(_) => path.clone(),
+                };
+                names.insert(path.clone(), name);
+            }
+            names[&path].clone()
+        } else {
+            String::new()
+        };
+        let body = msg.body();
+        let line: Option<(Value, String)> = match member.as_str() {
+            "ChatItemAdded" => {
+                let (seq, kind, payload): (u64, String, String) = body.deserialize()?;
+                let p: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
+                if kind == "assistant" && streaming.take().is_some() {
+                    println!();
+                    if !json {
+                        continue;
+                    }
+                }
+                let text = format!("[{label}] #{seq} {}", item_text(&kind, &p));
+                Some((json!({"bot": path, "event": "chat", "seq": seq, "kind": kind, "payload": p}), text))
+            }
+            "TurnFinished" => {
+                let (turn, outcome): (String, String) = body.deserialize()?;
+                Some((json!({"bot": path, "event": "turn_finished", "turn_id": turn, "outcome": outcome}),
+                      format!("[{label}] turn {turn} ended: {outcome}")))
+            }
+            "PermissionRequested" => {
+                let (id, tool, input): (String, String, String) = body.deserialize()?;
+                let bot_id = path.rsplit('/').next().unwrap_or_default().to_owned();
+                Some((json!({"bot": path, "event": "permission_requested", "request_id": id, "tool": tool, "input": serde_json::from_str::<Value>(&input).unwrap_or(Value::Null)}),
+                      format!("[{label}] permission? {tool} {} — botvisorctl answer {bot_id} {id} allow|deny", cut(&input, 200))))
+            }
+            "TextDelta" => {
+                let (turn, text): (String, String) = body.deserialize()?;
+                if json {
+                    Some((json!({"bot": path, "event": "text_delta", "turn_id": turn, "text": text}), String::new()))
+                } else {
+                    use std::io::Write;
+                    if streaming.as_deref() != Some(path.as_str()) {
+                        print!("[{label}] ");
+                        streaming = Some(path.clone());
+                    }
+                    print!("{text}");
+                    let _ = std::io::stdout().flush();
+                    None
+                }
+            }
+            "PropertiesChanged" => {
+                let (_iface, changed, _inv): (String, HashMap<String, zbus::OwnedVariant>, Vec<String>) =
+                    body.deserialize()?;
+                let mut v = serde_json::Map::new();
+                let mut parts = Vec::new();
+                for (k, val) in changed {
+                    let shown = match &*val {
+                        Variant::Str(s) => json!(s.as_str()),
+                        Variant::U32(n) => json!(n),
+                        other => json!(format!("{other:?}")),
+                    };
+                    if k == "State" || k == "LastError" || k == "StopVerdict" || k == "SessionId" {
+                        parts.push(format!("{k}={shown}"));
+                    }
+                    v.insert(k, shown);
+                }
+                if parts.is_empty() && !json {
+                    None
+                } else {
+                    Some((json!({"bot": path, "event": "properties", "changed": v}), format!("[{label}] {}", parts.join(" "))))
+                }
+            }
+            "InterfacesAdded" => {
+                let (p, _): (zbus::OwnedObjectPath, HashMap<String, HashMap<String, zbus::OwnedVariant>>) = body.deserialize()?;
+                Some((json!({"event": "bot_added", "bot": p.as_str()}), format!("bot added: {}", p.as_str())))
+            }
+            "InterfacesRemoved" => {
+                let (p, _): (zbus::OwnedObjectPath, Vec<String>) = body.deserialize()?;
+                if only.as_ref().is_some_and(|o| o != p.as_str()) {
+                    None
+                } else {
+                    Some((json!({"event": "bot_removed", "bot": p.as_str()}), format!("bot removed: {}", p.as_str())))
+                }
+            }
+            _ => None,
+        };
+        if let Some((j, text)) = line {
+            if json {
+                println!("{j}");
+            } else {
+                if streaming.take().is_some() {
+                    println!();
+                }
+                println!("{text}");
+            }
+        }
+    }
+}
+
+fn item_text(kind: &str, payload: &Value) -> String {
+    let text = payload["text"].as_str().unwrap_or_default();
+    match kind {
+        "user" => format!("> {text}"),
+        "assistant" => text.to_owned(),
+        "tool_use" => format!(
+            "[tool {}] {}",
+            payload["name"].as_str().unwrap_or("?"),
+            cut(&payload["input"].to_string(), 200)
+        ),
+        "tool_result" => {
+            let content = match &payload["content"] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            format!("[tool result] {}", cut(&content, 200))
+        }
+        "permission_request" => format!(
+            "[permission?] {} {}",
+            payload["tool"].as_str().unwrap_or("?"),
+            cut(&payload["input"].to_string(), 200)
+        ),
+        "permission_answer" => format!(
+            "[permission {}] by {}",
+            payload["behavior"].as_str().unwrap_or("?"),
+            payload["by"].as_str().unwrap_or("?")
+        ),
+        "result" => {
+            let mut parts = vec![payload["subtype"].as_str().unwrap_or("?").to_owned()];
+            if let Some(c) = payload["total_cost_usd"].as_f64() {
+                parts.push(format!("${c:.4}"));
+            }
+            if let Some(ms) = payload["duration_ms"].as_u64() {
+                parts.push(format!("{ms} ms"));
+            }
+            format!("[done: {}]", parts.join(", "))
+        }
+        other => format!("[{other}] {text}"),
+    }
 }
 
 fn cut(s: &str, max: usize) -> String {
@@ -329,32 +669,5 @@ fn print_item(json: bool, seq: u64, kind: &str, time: &str, payload: &Value) {
         println!("{o}");
         return;
     }
-    let text = payload["text"].as_str().unwrap_or_default();
-    match kind {
-        "user" => println!("> {text}"),
-        "assistant" => println!("{text}"),
-        "tool_use" => println!(
-            "[tool {}] {}",
-            payload["name"].as_str().unwrap_or("?"),
-            cut(&payload["input"].to_string(), 200)
-        ),
-        "tool_result" => {
-            let content = match &payload["content"] {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            println!("[tool result] {}", cut(&content, 200));
-        }
-        "result" => {
-            let mut parts = vec![payload["subtype"].as_str().unwrap_or("?").to_owned()];
-            if let Some(c) = payload["total_cost_usd"].as_f64() {
-                parts.push(format!("${c:.4}"));
-            }
-            if let Some(ms) = payload["duration_ms"].as_u64() {
-                parts.push(format!("{ms} ms"));
-            }
-            println!("[done: {}]", parts.join(", "));
-        }
-        other => println!("[{other}] {text}"),
-    }
+    println!("{}", item_text(kind, payload));
 }

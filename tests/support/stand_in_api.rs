@@ -69,6 +69,28 @@ pub fn echo_script() -> Script {
     })
 }
 
+/// The demo script of `cargo run --example stand_in_api`: like [`echo_script`], and a message
+/// `write PATH: TEXT` makes the model ask to `Write` TEXT to PATH (a permission prompt unless the
+/// permission mode allows edits).
+pub fn demo_script() -> Script {
+    Arc::new(|req: &ApiRequest| {
+        if req.has_tool_result {
+            return Reply::Text("Done.".into());
+        }
+        let text = req.last_user_text.trim();
+        if let Some((path, content)) = text
+            .strip_prefix("write ")
+            .and_then(|rest| rest.split_once(": "))
+        {
+            return Reply::ToolUse {
+                name: "Write".into(),
+                input: json!({"file_path": path.trim(), "content": content}),
+            };
+        }
+        Reply::Text(format!("Hello! You said: {text}"))
+    })
+}
+
 #[derive(Clone)]
 struct Shared {
     script: Script,

@@ -1,0 +1,166 @@
+//! `botvisorctl` end to end on a private bus with the real CLI: a whole conversation with a
+//! permission prompt, driven from two "terminals": `watch` in one, `send` and `answer` in others.
+
+mod support;
+
+use std::process::Stdio;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use support::stand_in_api::demo_script;
+use support::*;
+
+fn ctl(env: &TestEnv) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_botvisorctl"));
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("DBUS_SESSION_BUS_ADDRESS", &env.bus.address)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    c
+}
+
+async fn run(env: &TestEnv, args: &[&str]) -> (bool, String, String) {
+    let out = ctl(env).args(args).output().await.unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude, demo_script()).await;
+    let work = env.work.to_str().unwrap();
+    let mut create = vec!["create", "--cwd", work, "--name", "demo"];
+    let envs: Vec<String> = setup
+        .bot_env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    for e in &envs {
+        create.extend(["--env", e.as_str()]);
+    }
+    let (ok, id, err) = run(&env, &create).await;
+    assert!(ok, "{err}");
+    let id = id.trim().to_owned();
+    assert_eq!(id.len(), 32);
+
+    // Terminal 1: watch everything, as JSON lines.
+    let mut watch = ctl(&env)
+        .args(["--json", "watch"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut watched = BufReader::new(watch.stdout.take().unwrap()).lines();
+
+    // Terminal 2: send (not a terminal, so the prompt is shown, not asked).
+    let target = env.work.join("note.txt");
+    let message = format!("write {}: hi there", target.display());
+    let mut send = ctl(&env)
+        .args(["send", "demo", &message])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut sent = BufReader::new(send.stdout.take().unwrap()).lines();
+
+    // The watcher sees the prompt and answers it from a third command.
+    let request = tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(line) = watched.next_line().await.unwrap() {
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["event"] == "permission_requested" {
+                return v["request_id"].as_str().unwrap().to_owned();
+            }
+        }
+        panic!("watch ended");
+    })
+    .await
+    .expect("watch shows the prompt");
+    let shown = tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(line) = sent.next_line().await.unwrap() {
+            if line.starts_with("[permission]") {
+                return line;
+            }
+        }
+        panic!("send ended");
+    })
+    .await
+    .expect("send shows the prompt");
+    assert!(shown.contains(&request), "{shown}");
+    let (ok, _, err) = run(&env, &["answer", &id, &request, "allow"]).await;
+    assert!(ok, "{err}");
+
+    let status = tokio::time::timeout(EVENT_TIMEOUT, send.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut rest = Vec::new();
+    while let Some(line) = sent.next_line().await.unwrap() {
+        rest.push(line);
+    }
+    assert!(status.success(), "send failed: {rest:?}");
+    assert!(rest.iter().any(|l| l == "Done."), "{rest:?}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "hi there");
+
+    // The watcher saw the answer and the end of the turn.
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut answered = false;
+        while let Some(line) = watched.next_line().await.unwrap() {
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["event"] == "chat" && v["kind"] == "permission_answer" {
+                answered = true;
+            }
+            if v["event"] == "turn_finished" {
+                assert!(answered);
+                assert_eq!(v["outcome"], "success");
+                return;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    watch.kill().await.unwrap();
+
+    // History, set, interrupt, restart, stop, delete.
+    let (ok, out, _) = run(&env, &["--json", "chat", "demo"]).await;
+    assert!(ok);
+    let kinds: Vec<String> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(kinds.contains(&"permission_request".to_owned()), "{kinds:?}");
+    let (ok, _, err) = run(&env, &["set", "demo", "--mode", "acceptEdits"]).await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = run(&env, &["set", "demo", "--mode", "nonsense"]).await;
+    assert!(!ok);
+    assert!(err.contains("InvalidArgument"), "{err}");
+    let (ok, out, _) = run(&env, &["interrupt", "demo"]).await;
+    assert!(ok);
+    assert!(out.contains("nothing to interrupt"), "{out}");
+    let (ok, _, err) = run(&env, &["restart", "demo", "--fresh"]).await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = run(&env, &["stop", "demo"]).await;
+    assert!(ok, "{err}");
+    let (ok, out, _) = run(&env, &["--json", "list"]).await;
+    assert!(ok);
+    let list: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(list[0]["state"], "stopped");
+    assert_eq!(list[0]["session_id"], "");
+    let (ok, _, err) = run(&env, &["delete", "demo"]).await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = run(&env, &["send", "demo", "hi"]).await;
+    assert!(!ok);
+    assert!(err.contains("NotFound"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn botvisorctl_says_when_the_daemon_is_not_running() {
+    let env = TestEnv::new().await;
+    let (ok, _, err) = run(&env, &["list"]).await;
+    assert!(!ok);
+    assert!(err.contains("botvisord is not running"), "{err}");
+}

@@ -35,6 +35,12 @@ pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &[
     "no_proxy",
 ];
 
+/// The longest stop grace period accepted, in seconds (one hour).
+pub const MAX_STOP_GRACE_S: f64 = 3600.0;
+
+/// The longest other duration accepted, in seconds (one year).
+pub const MAX_SECONDS: u64 = 365 * 24 * 3600;
+
 /// Everything the daemon reads from `config.toml`. Unknown keys are an error, so a typo never
 /// silently falls back to a default.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -136,16 +142,31 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
-        if !(self.stop_grace_s.is_finite() && self.stop_grace_s >= 0.0) {
-            return Err("key `stop_grace_s` must be a number of seconds, 0 or more".into());
-        }
-        if !(self.fresh_start_if_dies_within_s.is_finite()
-            && self.fresh_start_if_dies_within_s >= 0.0)
-        {
-            return Err(
-                "key `fresh_start_if_dies_within_s` must be a number of seconds, 0 or more".into(),
-            );
-        }
+        let seconds = |key: &str, v: f64, max: f64| {
+            if v.is_finite() && (0.0..=max).contains(&v) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "key `{key}` must be a number of seconds from 0 to {max}, got {v}"
+                ))
+            }
+        };
+        seconds("stop_grace_s", self.stop_grace_s, MAX_STOP_GRACE_S)?;
+        seconds(
+            "fresh_start_if_dies_within_s",
+            self.fresh_start_if_dies_within_s,
+            MAX_SECONDS as f64,
+        )?;
+        seconds(
+            "idle_timeout_s",
+            self.idle_timeout_s as f64,
+            MAX_SECONDS as f64,
+        )?;
+        seconds(
+            "crash_loop_window_s",
+            self.crash_loop_window_s as f64,
+            MAX_SECONDS as f64,
+        )?;
         if self.crash_loop_limit == 0 {
             return Err("key `crash_loop_limit` must be at least 1".into());
         }
@@ -226,6 +247,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("idle_timeout_s"), "{err}");
+    }
+
+    #[test]
+    fn durations_out_of_range_are_errors() {
+        for text in [
+            "stop_grace_s = 1e20",
+            "stop_grace_s = -1",
+            "fresh_start_if_dies_within_s = 1e30",
+            "idle_timeout_s = 18446744073709551615",
+        ] {
+            let err = Config::from_toml(text, Path::new("c.toml"));
+            assert!(err.is_err(), "{text} was accepted");
+        }
     }
 
     #[test]

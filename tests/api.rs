@@ -111,6 +111,15 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
             "yolo",
         ),
         (
+            "idle timeout beyond a year",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("idle_timeout_s", Variant::from(u64::MAX)),
+            ]),
+            "InvalidArgument",
+            "at most",
+        ),
+        (
             "negative idle timeout",
             HashMap::from([
                 ("cwd", Variant::from(work.as_str())),

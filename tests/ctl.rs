@@ -130,9 +130,17 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     assert!(ok);
     let kinds: Vec<String> = out
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["kind"].as_str().unwrap().to_owned())
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
         .collect();
-    assert!(kinds.contains(&"permission_request".to_owned()), "{kinds:?}");
+    assert!(
+        kinds.contains(&"permission_request".to_owned()),
+        "{kinds:?}"
+    );
     let (ok, _, err) = run(&env, &["set", "demo", "--mode", "acceptEdits"]).await;
     assert!(ok, "{err}");
     let (ok, _, err) = run(&env, &["set", "demo", "--mode", "nonsense"]).await;

@@ -323,3 +323,142 @@ async fn idle_stop_waits_for_holders_and_then_the_next_message_resumes() {
     assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
     assert_eq!(bot.session_id().await.unwrap(), session, "resumed");
 }
+
+/// How many times the fake CLI read `text`.
+fn taken(fake: &Fake, text: &str) -> usize {
+    json_lines(&fake.state.join("messages.jsonl"))
+        .iter()
+        .filter(|m| m["text"] == text)
+        .count()
+}
+
+/// Expects `State` to stay away from every value in `not` for `within`.
+async fn state_stays_clear_of(
+    bot: &botvisor::dbus::client::BotProxy<'static>,
+    not: &[&str],
+    within: Duration,
+) {
+    let mut states = bot.receive_state_changed().await;
+    let left = tokio::time::timeout(within, async {
+        loop {
+            let s = states.next().await.unwrap().get().await.unwrap();
+            if not.contains(&s.as_str()) {
+                return s;
+            }
+        }
+    })
+    .await;
+    assert!(left.is_err(), "the state became {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_while_the_daemon_recovers_is_delivered_once() {
+    let mut fake = Fake::start().await;
+    let bot = fake.bot(json!([{"mode": "normal"}])).await;
+    let path: zbus::OwnedObjectPath = bot.inner().path().to_owned().into();
+    let bot_id = bot.id().await.unwrap();
+    assert!(fake.daemon.terminate().await.success());
+    // A process the previous run "left" that ignores SIGTERM: recovery takes the grace period,
+    // during which the daemon owns its name and takes calls.
+    let mut left = std::process::Command::new("sh")
+        .args(["-c", "trap '' TERM; while :; do sleep 0.05; done"])
+        .spawn()
+        .unwrap();
+    let id = botvisor::process::identity::identify(left.id()).unwrap();
+    rusqlite::Connection::open(&fake.cfg.database)
+        .unwrap()
+        .execute(
+            "INSERT INTO processes (bot_id, pid, start_time, boot_id, role) VALUES (?1, ?2, ?3, ?4, 'root')",
+            rusqlite::params![bot_id, id.pid, id.start_time as i64, id.boot_id],
+        )
+        .unwrap();
+    let _daemon = Daemon::start(&fake.cfg, &fake.env.conn).await;
+    let bot = fake.env.bot(&path).await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let first = bot.send("only once", HashMap::new()).await.unwrap();
+    let second = bot.send("then this", HashMap::new()).await.unwrap();
+    wait_turns(&mut finished, &[first, second]).await;
+    left.wait().unwrap();
+    assert_eq!(taken(&fake, "only once"), 1);
+    assert_eq!(taken(&fake, "then this"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_stop_waits_for_an_escaped_descendant() {
+    let fake = Fake::start().await;
+    let env_map = fake_env(
+        &fake.env.home,
+        &fake.state,
+        json!([{"mode": "normal", "spawn": ["setsid sleep 300 &"]}]),
+        &fake.env.marker,
+    );
+    let work = fake.env.work.to_str().unwrap().to_owned();
+    let mut options = create_options(&work, &env_map);
+    options.insert("idle_timeout_s", zbus::Variant::from(1u32));
+    let path = fake.env.manager().await.create_bot(options).await.unwrap();
+    let bot = fake.env.bot(&path).await;
+    assert_eq!(send_and_wait(&bot, "hi").await.outcome, "success");
+    let escaped = wait_marked(&fake.env, 1).await;
+    state_stays_clear_of(&bot, &["stopping", "stopped"], Duration::from_secs(3)).await;
+    // The escaped process ends: now the bot is idle and stops.
+    // SAFETY: kill(2) on the test's own escaped sleep.
+    unsafe { libc::kill(escaped[0].0 as i32, libc::SIGKILL) };
+    wait_state(&bot, "stopped").await;
+    assert_eq!(bot.stop_verdict().await.unwrap(), "clean");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_conversation_reported_during_a_stop_does_not_undo_the_stop() {
+    let fake = Fake::start().await;
+    let bot = fake
+        .bot(json!([{"mode": "silent", "not_found_on_term": true}, {"mode": "normal"}]))
+        .await;
+    // Written to the agent, never replayed: it goes back to the queue when the agent stops.
+    bot.send("not taken", HashMap::new()).await.unwrap();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while taken(&fake, "not taken") == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap();
+    // The agent answers the SIGTERM with "No conversation found".
+    stop_and_wait(&bot).await;
+    state_stays_clear_of(&bot, &["idle", "busy"], Duration::from_secs(2)).await;
+    assert_eq!(fake.launches(), 1, "the stopped bot started again");
+    let direct = fake
+        .env
+        .bot_uncached(&bot.inner().path().to_owned().into())
+        .await;
+    assert_eq!(
+        direct.queued_messages().await.unwrap(),
+        1,
+        "the message waits"
+    );
+    assert_eq!(direct.session_id().await.unwrap(), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_survives_a_daemon_restart() {
+    let mut fake = Fake::start().await;
+    let bot = fake
+        .bot(json!([{"mode": "auth_error"}, {"mode": "normal"}]))
+        .await;
+    let path: zbus::OwnedObjectPath = bot.inner().path().to_owned().into();
+    assert_eq!(send_and_wait(&bot, "hi").await.outcome, "error");
+    wait_state(&bot, "failed").await;
+    bot.send("waits for a Restart", HashMap::new())
+        .await
+        .unwrap();
+    assert!(fake.daemon.terminate().await.success());
+    let _daemon = Daemon::start(&fake.cfg, &fake.env.conn).await;
+    let bot = fake.env.bot(&path).await;
+    assert_eq!(bot.state().await.unwrap(), "failed");
+    state_stays_clear_of(&bot, &["idle", "busy"], Duration::from_secs(2)).await;
+    assert_eq!(fake.launches(), 1);
+    assert_eq!(bot.queued_messages().await.unwrap(), 1);
+    bot.restart(HashMap::new()).await.unwrap();
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let _ = tokio::time::timeout(EVENT_TIMEOUT, finished.next()).await;
+    assert_eq!(fake.launches(), 2);
+}

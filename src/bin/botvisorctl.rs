@@ -505,7 +505,10 @@ async fn watch(conn: &Connection, bot: Option<String>, json: bool) -> Result<Exi
         let hdr = msg.header();
         let path = hdr.path().map(|p| p.to_string()).unwrap_or_default();
         let member = hdr.member().map(|m| m.to_string()).unwrap_or_default();
-        if only.as_ref().is_some_and(|o| *o != path && member != "InterfacesRemoved") {
+        if only
+            .as_ref()
+            .is_some_and(|o| *o != path && member != "InterfacesRemoved")
+        {
             continue;
         }
         let label = if path.starts_with(&format!("{}/", botvisor::dbus::ROOT_PATH)) {
@@ -532,23 +535,36 @@ async fn watch(conn: &Connection, bot: Option<String>, json: bool) -> Result<Exi
                     }
                 }
                 let text = format!("[{label}] #{seq} {}", item_text(&kind, &p));
-                Some((json!({"bot": path, "event": "chat", "seq": seq, "kind": kind, "payload": p}), text))
+                Some((
+                    json!({"bot": path, "event": "chat", "seq": seq, "kind": kind, "payload": p}),
+                    text,
+                ))
             }
             "TurnFinished" => {
                 let (turn, outcome): (String, String) = body.deserialize()?;
-                Some((json!({"bot": path, "event": "turn_finished", "turn_id": turn, "outcome": outcome}),
-                      format!("[{label}] turn {turn} ended: {outcome}")))
+                Some((
+                    json!({"bot": path, "event": "turn_finished", "turn_id": turn, "outcome": outcome}),
+                    format!("[{label}] turn {turn} ended: {outcome}"),
+                ))
             }
             "PermissionRequested" => {
                 let (id, tool, input): (String, String, String) = body.deserialize()?;
                 let bot_id = path.rsplit('/').next().unwrap_or_default().to_owned();
-                Some((json!({"bot": path, "event": "permission_requested", "request_id": id, "tool": tool, "input": serde_json::from_str::<Value>(&input).unwrap_or(Value::Null)}),
-                      format!("[{label}] permission? {tool} {} — botvisorctl answer {bot_id} {id} allow|deny", cut(&input, 200))))
+                Some((
+                    json!({"bot": path, "event": "permission_requested", "request_id": id, "tool": tool, "input": serde_json::from_str::<Value>(&input).unwrap_or(Value::Null)}),
+                    format!(
+                        "[{label}] permission? {tool} {} — botvisorctl answer {bot_id} {id} allow|deny",
+                        cut(&input, 200)
+                    ),
+                ))
             }
             "TextDelta" => {
                 let (turn, text): (String, String) = body.deserialize()?;
                 if json {
-                    Some((json!({"bot": path, "event": "text_delta", "turn_id": turn, "text": text}), String::new()))
+                    Some((
+                        json!({"bot": path, "event": "text_delta", "turn_id": turn, "text": text}),
+                        String::new(),
+                    ))
                 } else {
                     use std::io::Write;
                     if streaming.as_deref() != Some(path.as_str()) {
@@ -561,8 +577,11 @@ async fn watch(conn: &Connection, bot: Option<String>, json: bool) -> Result<Exi
                 }
             }
             "PropertiesChanged" => {
-                let (_iface, changed, _inv): (String, HashMap<String, zbus::OwnedVariant>, Vec<String>) =
-                    body.deserialize()?;
+                let (_iface, changed, _inv): (
+                    String,
+                    HashMap<String, zbus::OwnedVariant>,
+                    Vec<String>,
+                ) = body.deserialize()?;
                 let mut v = serde_json::Map::new();
                 let mut parts = Vec::new();
                 for (k, val) in changed {
@@ -579,19 +598,31 @@ async fn watch(conn: &Connection, bot: Option<String>, json: bool) -> Result<Exi
                 if parts.is_empty() && !json {
                     None
                 } else {
-                    Some((json!({"bot": path, "event": "properties", "changed": v}), format!("[{label}] {}", parts.join(" "))))
+                    Some((
+                        json!({"bot": path, "event": "properties", "changed": v}),
+                        format!("[{label}] {}", parts.join(" ")),
+                    ))
                 }
             }
             "InterfacesAdded" => {
-                let (p, _): (zbus::OwnedObjectPath, HashMap<String, HashMap<String, zbus::OwnedVariant>>) = body.deserialize()?;
-                Some((json!({"event": "bot_added", "bot": p.as_str()}), format!("bot added: {}", p.as_str())))
+                let (p, _): (
+                    zbus::OwnedObjectPath,
+                    HashMap<String, HashMap<String, zbus::OwnedVariant>>,
+                ) = body.deserialize()?;
+                Some((
+                    json!({"event": "bot_added", "bot": p.as_str()}),
+                    format!("bot added: {}", p.as_str()),
+                ))
             }
             "InterfacesRemoved" => {
                 let (p, _): (zbus::OwnedObjectPath, Vec<String>) = body.deserialize()?;
                 if only.as_ref().is_some_and(|o| o != p.as_str()) {
                     None
                 } else {
-                    Some((json!({"event": "bot_removed", "bot": p.as_str()}), format!("bot removed: {}", p.as_str())))
+                    Some((
+                        json!({"event": "bot_removed", "bot": p.as_str()}),
+                        format!("bot removed: {}", p.as_str()),
+                    ))
                 }
             }
             _ => None,

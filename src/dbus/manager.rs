@@ -68,6 +68,12 @@ impl Manager {
             )
         })?;
         check_env(&env)?;
+        if idle_timeout_s.is_some_and(|s| s > crate::config::MAX_SECONDS) {
+            return Err(Error::InvalidArgument(format!(
+                "CreateBot: option `idle_timeout_s` must be at most {} (one year); 0 means never",
+                crate::config::MAX_SECONDS
+            )));
+        }
         let handle = self.ctx.supervisor.create(NewBot {
             cwd,
             name,

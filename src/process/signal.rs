@@ -15,6 +15,59 @@ pub enum Signalled {
     Failed(String),
 }
 
+/// `PIDFD_SIGNAL_PROCESS_GROUP` of linux/pidfd.h (Linux 6.9): signal the target's process group.
+#[cfg(target_os = "linux")]
+const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
+
+/// Sends `signal` to the process group led by the process `pidfd` refers to. The pidfd pins that
+/// process's pid (the kernel's `struct pid`, which is also the group's id), so only that group's
+/// members can be hit, never a group that later reuses the number. On kernels without group
+/// signals through pidfds (before 6.9), falls back to `kill(-pgid)` while the leader is known not
+/// to be reaped (`unreaped`). Returns whether a signal was sent.
+pub fn signal_group_pinned(
+    pidfd: Option<&std::os::fd::OwnedFd>,
+    pgid: u32,
+    signal: i32,
+    unreaped: bool,
+) -> bool {
+    #[cfg(target_os = "linux")]
+    if let Some(fd) = pidfd {
+        use std::os::fd::AsRawFd;
+        // SAFETY: pidfd_send_signal on a pidfd we own; no siginfo.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd.as_raw_fd(),
+                signal,
+                std::ptr::null::<libc::siginfo_t>(),
+                PIDFD_SIGNAL_PROCESS_GROUP,
+            )
+        };
+        if rc == 0 {
+            return true;
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+            return false;
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = pidfd;
+    unreaped && signal_group(pgid, signal)
+}
+
+/// Opens a pidfd for `pid` (Linux 5.3+); `None` elsewhere or on failure.
+pub fn open_pidfd(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    #[cfg(target_os = "linux")]
+    {
+        pidfd_open(pid)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        None
+    }
+}
+
 #[cfg(target_os = "linux")]
 fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
@@ -99,7 +152,46 @@ pub fn signal_group(pgid: u32, signal: i32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::identity::identify;
+    use crate::process::identity::{Liveness, identify, liveness};
+
+    #[test]
+    fn a_group_is_signalled_through_its_leaders_pidfd() {
+        use std::os::unix::process::CommandExt;
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let fd = open_pidfd(leader.id());
+        assert!(fd.is_some());
+        let mut member = None;
+        for _ in 0..200 {
+            member = crate::process::tree::descendants(leader.id()).pop();
+            if member.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let member = member.expect("the group member starts");
+        assert!(signal_group_pinned(
+            fd.as_ref(),
+            leader.id(),
+            libc::SIGKILL,
+            true
+        ));
+        leader.wait().unwrap();
+        for _ in 0..200 {
+            if liveness(&member) != Liveness::Alive {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_ne!(
+            liveness(&member),
+            Liveness::Alive,
+            "the group member got the signal"
+        );
+    }
 
     #[test]
     fn a_reused_identity_is_never_signalled() {

@@ -61,9 +61,21 @@ pub struct ProcessHandle {
     pub started: Instant,
     /// The last lines of its stderr.
     pub stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// A pidfd pinning the root process (Linux), for signals to its group.
+    pub pidfd: Option<std::os::fd::OwnedFd>,
 }
 
 impl ProcessHandle {
+    /// Sends `signal` to the root's process group, only while the root is not reaped.
+    pub fn signal_group(&self, signal: i32) -> bool {
+        super::signal::signal_group_pinned(
+            self.pidfd.as_ref(),
+            self.pid,
+            signal,
+            self.exited().is_none(),
+        )
+    }
+
     /// Whether the root process has exited.
     pub fn exited(&self) -> Option<ExitInfo> {
         *self.exit.borrow()
@@ -94,10 +106,12 @@ pub fn spawn(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(false);
-    let (mut child, pid) = super::subreaper::spawn_protected(|| {
+    let ((mut child, pidfd), pid) = super::subreaper::spawn_protected(|| {
         let child = command.spawn()?;
         let pid = child.id().unwrap_or(0);
-        Ok((child, pid))
+        // Opened while the child cannot have been reaped: it pins this very process.
+        let pidfd = super::signal::open_pidfd(pid);
+        Ok(((child, pidfd), pid))
     })?;
     let stdin = child.stdin.take();
     let stdout = child.stdout.take().expect("stdout is piped");
@@ -158,6 +172,7 @@ pub fn spawn(
         exit: exit_rx,
         started: Instant::now(),
         stderr_tail,
+        pidfd,
     })
 }
 

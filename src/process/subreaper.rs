@@ -6,17 +6,19 @@
 //! botvisor spawns through tokio is registered here ([`spawn_protected`]) until tokio has waited
 //! for it, and [`reap_orphans`] only reaps zombie children that are not registered.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::identity::stat;
 use super::tree::{children, has_marker};
 
-static PROTECTED: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
+/// Pids tokio waits for, counted: a pid reused by a new agent before the old one's
+/// [`unprotect`] ran stays protected.
+static PROTECTED: Mutex<Option<HashMap<u32, usize>>> = Mutex::new(None);
 
-fn with_protected<R>(f: impl FnOnce(&mut HashSet<u32>) -> R) -> R {
+fn with_protected<R>(f: impl FnOnce(&mut HashMap<u32, usize>) -> R) -> R {
     let mut guard = PROTECTED.lock().unwrap_or_else(|p| p.into_inner());
-    f(guard.get_or_insert_with(HashSet::new))
+    f(guard.get_or_insert_with(HashMap::new))
 }
 
 /// Makes the calling process a child subreaper. Linux only; elsewhere a no-op that says so.
@@ -43,7 +45,7 @@ pub fn spawn_protected<T>(
 ) -> std::io::Result<(T, u32)> {
     with_protected(|set| {
         let (t, pid) = spawn()?;
-        set.insert(pid);
+        *set.entry(pid).or_insert(0) += 1;
         Ok((t, pid))
     })
 }
@@ -51,7 +53,12 @@ pub fn spawn_protected<T>(
 /// Unregisters a pid once tokio has waited for it.
 pub fn unprotect(pid: u32) {
     with_protected(|set| {
-        set.remove(&pid);
+        if let Some(n) = set.get_mut(&pid) {
+            *n -= 1;
+            if *n == 0 {
+                set.remove(&pid);
+            }
+        }
     });
 }
 
@@ -60,7 +67,7 @@ pub fn reap_orphans() -> Vec<u32> {
     with_protected(|set| {
         let mut reaped = Vec::new();
         for pid in children(std::process::id()) {
-            if set.contains(&pid) {
+            if set.contains_key(&pid) {
                 continue;
             }
             if stat(pid).is_ok_and(|s| s.is_dead()) {
@@ -79,7 +86,7 @@ pub fn reap_orphans() -> Vec<u32> {
 /// Live children of the daemon that tokio did not spawn (adopted orphans) and that carry the
 /// marker of `bot_id`.
 pub fn adopted_orphans(bot_id: &str) -> Vec<u32> {
-    let own: HashSet<u32> = with_protected(|set| set.clone());
+    let own: Vec<u32> = with_protected(|set| set.keys().copied().collect());
     children(std::process::id())
         .into_iter()
         .filter(|pid| !own.contains(pid))

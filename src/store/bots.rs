@@ -29,6 +29,10 @@ pub struct BotRecord {
     pub last_error: String,
     /// RFC 3339.
     pub created_at: String,
+    /// In state `failed`: waits for an explicit Restart, across daemon restarts.
+    pub failed: bool,
+    /// The verdict of the last stop; empty before the first.
+    pub stop_verdict: String,
 }
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
@@ -45,6 +49,8 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
         session_id: r.get("session_id")?,
         last_error: r.get("last_error")?,
         created_at: r.get("created_at")?,
+        failed: r.get::<_, i64>("failed")? != 0,
+        stop_verdict: r.get("stop_verdict")?,
     })
 }
 
@@ -110,6 +116,22 @@ pub fn set_permission_mode(conn: &Connection, id: &str, mode: &str) -> rusqlite:
         "UPDATE bots SET permission_mode = ?2 WHERE id = ?1",
         params![id, mode],
     )?;
+    Ok(())
+}
+
+/// Stores whether the bot is in state `failed`.
+pub fn set_failed(conn: &Connection, id: &str, failed: bool) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE bots SET failed = ?2 WHERE id = ?1",
+        params![id, failed as i64],
+    )?;
+    Ok(())
+}
+
+/// Stores the verdict of the last stop.
+pub fn set_stop_verdict(conn: &Connection, id: &str, verdict: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE bots SET stop_verdict = ?2 WHERE id = ?1")?
+        .execute(params![id, verdict])?;
     Ok(())
 }
 

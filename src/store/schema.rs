@@ -55,6 +55,11 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (bot_id, pid, start_time)
     ) WITHOUT ROWID;
     "#,
+    // 3: the failed state and the last stop verdict survive daemon restarts.
+    r#"
+    ALTER TABLE bots ADD COLUMN failed INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE bots ADD COLUMN stop_verdict TEXT NOT NULL DEFAULT '';
+    "#,
 ];
 
 /// Brings the schema up to the newest version. A database from a newer botvisor is refused.

@@ -263,13 +263,19 @@ pub fn spawn_actor(
     let (tx, rx) = mpsc::unbounded_channel();
     let (proc_tx, proc_rx) = mpsc::unbounded_channel();
     let id = record.id.clone();
+    let state = if record.failed {
+        State::Failed
+    } else {
+        State::Stopped
+    };
+    let stop_verdict = record.stop_verdict.clone();
     let view = Arc::new(RwLock::new(BotView {
         record,
-        state: State::Stopped,
+        state,
         process_id: 0,
         queued: 0,
         holders: 0,
-        stop_verdict: String::new(),
+        stop_verdict,
         pending: Vec::new(),
         partial_text: String::new(),
     }));
@@ -402,11 +408,22 @@ impl Actor {
     }
 
     fn set_state(&self, state: State) {
-        let changed = self.view.read().unwrap_or_else(|p| p.into_inner()).state != state;
-        if changed {
-            tracing::debug!(bot_id = %self.id, state = state.as_str(), "state");
-            self.update(vec!["State"], |v| v.state = state);
+        let before = self.view.read().unwrap_or_else(|p| p.into_inner()).state;
+        if before == state {
+            return;
         }
+        tracing::debug!(bot_id = %self.id, state = state.as_str(), "state");
+        if before == State::Failed || state == State::Failed {
+            // `failed` waits for an explicit Restart, across daemon restarts too.
+            let failed = state == State::Failed;
+            if let Err(e) = self
+                .store
+                .tx(|tx| store::bots::set_failed(tx, &self.id, failed))
+            {
+                tracing::error!(bot_id = %self.id, error = %e, "cannot record the failed state");
+            }
+        }
+        self.update(vec!["State"], |v| v.state = state);
     }
 
     fn state(&self) -> State {
@@ -480,7 +497,13 @@ impl Actor {
     async fn on_command(&mut self, cmd: Command) -> bool {
         match cmd {
             Command::Queued(turn) => {
-                self.queue.push_back(turn);
+                // A message sent before the actor ran `recover()` was loaded from the store
+                // already: never queue it twice (rule 8).
+                let known = self.queue.iter().any(|t| t.id == turn.id)
+                    || self.inflight.as_ref().is_some_and(|i| i.turn.id == turn.id);
+                if !known {
+                    self.queue.push_back(turn);
+                }
                 self.parked = false;
                 self.publish_queue();
                 true
@@ -692,7 +715,12 @@ impl Actor {
 
     async fn on_restart(&mut self, fresh: bool) {
         self.restart_at = None;
-        self.stop_process("restart").await;
+        if let Some(v) = self.stop_process("restart").await {
+            if !v.released() {
+                // The old root survived SIGKILL: never a second process beside it (rule 7).
+                return;
+            }
+        }
         if fresh {
             if let Some(old) = self.record().session_id {
                 self.forget_session(&old, "fresh_restart", fresh_restart_text(&old));
@@ -1221,6 +1249,16 @@ impl Actor {
         self.deny_open_prompts();
         self.end_streamed_message();
         self.interrupting = None;
+        if proc.stopping {
+            // A root that survived SIGKILL (verdict `root-alive`) exited at last: released now.
+            self.settle_inflight(
+                "interrupted",
+                "The agent was stopped before the turn finished.".into(),
+            );
+            self.clean_up_after_exit(proc.handle.pid, "late exit").await;
+            self.set_state(State::Stopped);
+            return;
+        }
         let lived = proc.handle.started.elapsed();
         let root_pid = proc.handle.pid;
         tracing::info!(bot_id = %self.id, pid = root_pid, status = %info, "agent exited");
@@ -1342,7 +1380,11 @@ impl Actor {
         let Some(proc) = &self.proc else {
             return;
         };
-        let found = tree::descendants(proc.handle.pid);
+        let mut found = tree::descendants(proc.handle.pid);
+        // Descendants that escaped and lost their parent were adopted by the daemon: theirs too.
+        for pid in subreaper::adopted_orphans(&self.id) {
+            found.extend(identify(pid).into_iter().chain(tree::descendants(pid)));
+        }
         let new: Vec<ProcessIdentity> = found
             .into_iter()
             .filter(|id| !self.known.contains(id))
@@ -1410,6 +1452,12 @@ impl Actor {
             "stop verdict"
         );
         let name = v.name().to_owned();
+        if let Err(e) = self
+            .store
+            .tx(|tx| store::bots::set_stop_verdict(tx, &self.id, &name))
+        {
+            tracing::error!(bot_id = %self.id, error = %e, "cannot record the verdict");
+        }
         self.update(vec!["StopVerdict"], |view| view.stop_verdict = name);
         if let Some(text) = v.report(root_pid) {
             tracing::warn!(bot_id = %self.id, pid = root_pid, "{text}");
@@ -1449,8 +1497,9 @@ impl Actor {
         self.set_state(State::Stopping);
         tracing::info!(bot_id = %self.id, pid, why, "stopping agent");
         if !exited {
-            // The root is our child and not reaped yet, so its group id is still ours.
-            process::signal_group(pid, libc::SIGTERM);
+            if let Some(p) = &self.proc {
+                p.handle.signal_group(libc::SIGTERM);
+            }
         }
         let grace = tokio::time::Instant::now() + self.config.stop_grace();
         let hard = grace + KILL_WAIT;
@@ -1464,10 +1513,9 @@ impl Actor {
                 },
                 _ = tokio::time::sleep_until(grace), if !killed => {
                     killed = true;
-                    let unreaped = self.proc.as_ref().is_some_and(|p| p.handle.exited().is_none());
-                    if unreaped {
+                    if let Some(p) = self.proc.as_ref().filter(|p| p.handle.exited().is_none()) {
                         tracing::warn!(bot_id = %self.id, pid, "grace period over; SIGKILL");
-                        process::signal_group(pid, libc::SIGKILL);
+                        p.handle.signal_group(libc::SIGKILL);
                     }
                 }
                 _ = tokio::time::sleep_until(hard) => break None,
@@ -1493,7 +1541,8 @@ impl Actor {
             "interrupted",
             "The agent was stopped before the turn finished.".into(),
         );
-        if proc.is_some_and(|p| p.lost) {
+        if why == "replaced" && proc.is_some_and(|p| p.lost) {
+            // The lost conversation's own stop: its waiting message goes to a new one now.
             self.parked = false;
         }
         let v = self.clean_up_after_exit(pid, why).await;
@@ -1524,7 +1573,7 @@ impl Actor {
     /// After every event: an idle bot gets a fresh deadline, a busy one none.
     fn rearm_idle(&mut self) {
         self.idle_deadline = match self.idle_timeout() {
-            Some(t) if self.looks_idle() => Some(tokio::time::Instant::now() + t),
+            Some(t) if self.looks_idle() => tokio::time::Instant::now().checked_add(t),
             _ => None,
         };
     }

@@ -608,6 +608,8 @@ impl Supervisor {
             session_id: None,
             last_error: String::new(),
             created_at: crate::time::now_rfc3339(),
+            failed: false,
+            stop_verdict: String::new(),
         };
         self.store.tx(|tx| store::bots::insert(tx, &record))?;
         tracing::info!(bot_id = %record.id, cwd = %record.cwd, "bot created");

@@ -17,7 +17,9 @@ Environment:
     {"mode": "garbage"}            print lines that are not the protocol, then behave normally
     {"mode": "die_at_start", "code": C}        exit C at once
     {"mode": "auth_error"}         replay, then an authentication error result, then exit 1
-  Any entry may have "ignore_term": true (SIGTERM ignored), "reply": "text", and
+    {"mode": "silent"}             read messages and never answer
+  Any entry may have "ignore_term": true (SIGTERM ignored), "not_found_on_term": true (on
+  SIGTERM, print the "No conversation found" result and linger, ignoring SIGTERM), "reply": "text", and
   "spawn": ["shell command", ...]: started at launch as children (their pids are appended to
   spawned.jsonl in the state folder).
 """
@@ -38,6 +40,19 @@ step = plan[min(launch, len(plan) - 1)]
 mode = step.get("mode", "normal")
 if step.get("ignore_term"):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def not_found_on_term(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.stdout.write(json.dumps({"type": "result", "subtype": "error_during_execution",
+                                 "is_error": True, "num_turns": 0, "session_id": "x",
+                                 "errors": ["No conversation found with session ID: x"]}) + "\n")
+    sys.stdout.flush()
+    time.sleep(60)
+
+
+if step.get("not_found_on_term"):
+    signal.signal(signal.SIGTERM, not_found_on_term)
 
 
 def arg(name):
@@ -119,6 +134,8 @@ for line in sys.stdin:
         f.write(json.dumps({"launch": launch, "text": text}) + "\n")
     if mode == "die_before_replay":
         sys.exit(step.get("code", 1))
+    if mode == "silent":
+        continue
     out({"type": "system", "subtype": "init", "session_id": session, "model": "fake",
          "permissionMode": "default", "cwd": os.getcwd(), "tools": []})
     out({"type": "user", "isReplay": True, "session_id": session,
@@ -132,3 +149,7 @@ for line in sys.stdin:
     out({"type": "assistant", "session_id": session, "message": {"role": "assistant", "content": [
         {"type": "text", "text": step.get("reply", "fake: " + text)}]}})
     result()
+
+if mode == "silent":
+    # Like the real CLI with work left: it does not end when stdin closes.
+    time.sleep(60)

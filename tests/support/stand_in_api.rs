@@ -168,9 +168,16 @@ fn request_of(body: Value) -> ApiRequest {
                 .filter_map(|b| b.get("text").and_then(Value::as_str))
                 .filter(|t| !t.trim_start().starts_with("<system-reminder>"))
                 .collect();
+            // A tool result answers the model's last request unless the user wrote after it.
             let tool = blocks
                 .iter()
-                .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"));
+                .rev()
+                .find(|b| {
+                    !b.get("text")
+                        .and_then(Value::as_str)
+                        .is_some_and(|t| t.trim_start().starts_with("<system-reminder>"))
+                })
+                .is_some_and(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"));
             (texts.last().copied().unwrap_or_default().to_owned(), tool)
         }
         _ => (String::new(), false),

@@ -211,6 +211,31 @@ pub mod paths {
         state_dir().join("botvisor.db")
     }
 
+    /// Where the lock files live: `$XDG_RUNTIME_DIR/botvisor` (macOS, or without
+    /// `XDG_RUNTIME_DIR`: the state folder).
+    pub fn runtime_dir() -> PathBuf {
+        directories::BaseDirs::new()
+            .and_then(|b| b.runtime_dir().map(|r| r.join("botvisor")))
+            .unwrap_or_else(state_dir)
+    }
+
+    /// The lock file that keeps two daemons from sharing `database`, even on two buses:
+    /// `<runtime_dir>/db-<FNV-1a hash of the absolute database path>.lock`.
+    pub fn lock_file(database: &std::path::Path) -> PathBuf {
+        let absolute = std::path::absolute(database).unwrap_or_else(|_| database.to_owned());
+        let absolute = absolute
+            .parent()
+            .and_then(|p| std::fs::canonicalize(p).ok())
+            .map(|p| p.join(absolute.file_name().unwrap_or_default()))
+            .unwrap_or(absolute);
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in absolute.as_os_str().as_encoded_bytes() {
+            hash ^= u64::from(*b);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        runtime_dir().join(format!("db-{hash:016x}.lock"))
+    }
+
     /// The default configuration file: `$XDG_CONFIG_HOME/botvisor/config.toml`.
     pub fn default_config() -> PathBuf {
         dirs()

@@ -17,15 +17,15 @@ pub fn init(verbosity: u8) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    if std::env::var_os("JOURNAL_STREAM").is_some() {
-        if let Ok(journald) = tracing_journald::layer() {
-            let journald = journald.with_syslog_identifier(SYSLOG_IDENTIFIER.to_owned());
-            let _ = tracing_subscriber::registry()
-                .with(filter)
-                .with(journald)
-                .try_init();
-            return;
-        }
+    if std::env::var_os("JOURNAL_STREAM").is_some()
+        && let Ok(journald) = tracing_journald::layer()
+    {
+        let journald = journald.with_syslog_identifier(SYSLOG_IDENTIFIER.to_owned());
+        let _ = tracing_subscriber::registry()
+            .with(filter)
+            .with(journald)
+            .try_init();
+        return;
     }
     let _ = tracing_subscriber::registry()
         .with(filter)

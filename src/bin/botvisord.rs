@@ -60,6 +60,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // One daemon per database, whatever bus it is on.
+    let lock_path = paths::lock_file(&database);
+    let _lock = match take_lock(&lock_path) {
+        Ok(file) => file,
+        Err(e) => {
+            eprintln!("botvisord: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     runtime.block_on(async move {
         let store = match botvisor::store::Store::open(&database) {
             Ok(s) => s,
@@ -68,7 +77,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let conn = match zbus::Connection::session().await {
+        let conn = match connect().await {
             Ok(c) => c,
             Err(e) => {
                 eprintln!(
@@ -86,4 +95,51 @@ fn main() -> ExitCode {
             }
         }
     })
+}
+
+/// The bus that started us (D-Bus activation sets `DBUS_STARTER_ADDRESS`), else the session
+/// bus.
+async fn connect() -> zbus::Result<zbus::Connection> {
+    match std::env::var("DBUS_STARTER_ADDRESS") {
+        Ok(addr) if std::env::var("DBUS_STARTER_BUS_TYPE").as_deref() != Ok("system") => {
+            zbus::connection::Builder::address(addr.as_str())
+                .build()
+                .await
+        }
+        _ => zbus::Connection::session().await,
+    }
+}
+
+/// Takes the database's lock file, or says which daemon holds it.
+fn take_lock(path: &std::path::Path) -> Result<std::fs::File, String> {
+    use std::io::{Read, Seek, Write};
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| format!("cannot open the lock file {}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {
+            let _ = file.set_len(0);
+            let _ = file.rewind();
+            let _ = writeln!(file, "{}", std::process::id());
+            Ok(file)
+        }
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            Err(format!(
+                "another botvisord (pid {}) already uses this database (lock file {})",
+                holder.trim(),
+                path.display()
+            ))
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(format!("cannot lock {}: {e}", path.display())),
+    }
 }

@@ -318,7 +318,11 @@ pub fn spawn_actor(
         interrupting: None,
         shared: shared.clone(),
     };
-    tokio::spawn(actor.run(rx, loaded, gate));
+    let span = tracing::info_span!("bot", bot_id = %id);
+    tokio::spawn(tracing::Instrument::instrument(
+        actor.run(rx, loaded, gate),
+        span,
+    ));
     BotHandle {
         id,
         tx,
@@ -344,10 +348,8 @@ impl Actor {
         if gate.wait_for(|open| *open).await.is_err() {
             return;
         }
-        if loaded {
-            if let Err(e) = self.recover() {
-                tracing::error!(bot_id = %self.id, error = %e, "cannot recover the bot's turns");
-            }
+        if loaded && let Err(e) = self.recover() {
+            tracing::error!(bot_id = %self.id, error = %e, "cannot recover the bot's turns");
         }
         self.pump().await;
         loop {
@@ -715,16 +717,14 @@ impl Actor {
 
     async fn on_restart(&mut self, fresh: bool) {
         self.restart_at = None;
-        if let Some(v) = self.stop_process("restart").await {
-            if !v.released() {
-                // The old root survived SIGKILL: never a second process beside it (rule 7).
-                return;
-            }
+        if let Some(v) = self.stop_process("restart").await
+            && !v.released()
+        {
+            // The old root survived SIGKILL: never a second process beside it (rule 7).
+            return;
         }
-        if fresh {
-            if let Some(old) = self.record().session_id {
-                self.forget_session(&old, "fresh_restart", fresh_restart_text(&old));
-            }
+        if fresh && let Some(old) = self.record().session_id {
+            self.forget_session(&old, "fresh_restart", fresh_restart_text(&old));
         }
         self.crashes.clear();
         self.force_resume = None;
@@ -891,13 +891,12 @@ impl Actor {
                 self.restart_pending = false;
                 self.known.clear();
                 self.background_tasks = 0;
-                if let Ok(id) = identify(pid) {
-                    if let Err(e) = self
+                if let Ok(id) = identify(pid)
+                    && let Err(e) = self
                         .store
                         .tx(|tx| store::processes::insert(tx, &self.id, &id, "root"))
-                    {
-                        tracing::error!(bot_id = %self.id, error = %e, "cannot record the process");
-                    }
+                {
+                    tracing::error!(bot_id = %self.id, error = %e, "cannot record the process");
                 }
                 self.proc = Some(Proc {
                     handle,
@@ -999,12 +998,11 @@ impl Actor {
                 if let Some(line) = self.runtime.encode_control_error(
                     &request_id,
                     &format!("botvisor does not serve `{subtype}` requests"),
-                ) {
-                    if let Some(stdin) = self.proc.as_ref().and_then(|p| p.stdin.as_ref()) {
-                        let mut bytes = line.into_bytes();
-                        bytes.push(b'\n');
-                        let _ = stdin.send(bytes);
-                    }
+                ) && let Some(stdin) = self.proc.as_ref().and_then(|p| p.stdin.as_ref())
+                {
+                    let mut bytes = line.into_bytes();
+                    bytes.push(b'\n');
+                    let _ = stdin.send(bytes);
                 }
                 Next::Nothing
             }
@@ -1074,10 +1072,10 @@ impl Actor {
                 proc.lost = true;
                 let stopping = proc.stopping;
                 tracing::info!(bot_id = %self.id, %session_id, "conversation not found; starting a new one");
-                if let Some(inf) = self.inflight.take() {
-                    if !inf.replayed {
-                        self.queue.push_front(inf.turn);
-                    }
+                if let Some(inf) = self.inflight.take()
+                    && !inf.replayed
+                {
+                    self.queue.push_front(inf.turn);
                 }
                 self.forget_session(
                     &session_id,
@@ -1170,10 +1168,10 @@ impl Actor {
             self.interrupting = None;
         }
         let error = if interrupted { None } else { error };
-        if let Some(e) = &error {
-            if let Some(kind) = self.runtime.fatal_reason(e) {
-                self.fatal = Some(format!("{kind} error: {e}"));
-            }
+        if let Some(e) = &error
+            && let Some(kind) = self.runtime.fatal_reason(e)
+        {
+            self.fatal = Some(format!("{kind} error: {e}"));
         }
         let turn_id = turn.as_ref().map(|t| t.turn.id.clone());
         let outcome_str = match outcome {
@@ -1496,10 +1494,8 @@ impl Actor {
         let exited = proc.handle.exited().is_some();
         self.set_state(State::Stopping);
         tracing::info!(bot_id = %self.id, pid, why, "stopping agent");
-        if !exited {
-            if let Some(p) = &self.proc {
-                p.handle.signal_group(libc::SIGTERM);
-            }
+        if !exited && let Some(p) = &self.proc {
+            p.handle.signal_group(libc::SIGTERM);
         }
         let grace = tokio::time::Instant::now() + self.config.stop_grace();
         let hard = grace + KILL_WAIT;

@@ -41,8 +41,14 @@ pub struct PrivateBus {
 }
 
 impl PrivateBus {
-    /// Starts a bus in `dir`, optionally with a services folder for D-Bus activation.
+    /// Starts a bus in `dir`.
     pub fn start(dir: &Path) -> PrivateBus {
+        PrivateBus::start_with(dir, None, &[])
+    }
+
+    /// Starts a bus in `dir`, with `services` as its D-Bus activation folder and `env` as the
+    /// whole environment it (and what it activates) runs with.
+    pub fn start_with(dir: &Path, services: Option<&Path>, env: &[(&str, &str)]) -> PrivateBus {
         std::fs::create_dir_all(dir).unwrap();
         let socket = dir.join("bus.sock");
         let config = dir.join("bus.conf");
@@ -54,7 +60,7 @@ impl PrivateBus {
 <busconfig>
   <type>session</type>
   <listen>unix:path={}</listen>
-  <auth>EXTERNAL</auth>
+  <auth>EXTERNAL</auth>{}
   <policy context="default">
     <allow send_destination="*" eavesdrop="true"/>
     <allow eavesdrop="true"/>
@@ -62,11 +68,18 @@ impl PrivateBus {
   </policy>
 </busconfig>
 "#,
-                socket.display()
+                socket.display(),
+                services
+                    .map(|d| format!("\n  <servicedir>{}</servicedir>", d.display()))
+                    .unwrap_or_default()
             ),
         )
         .unwrap();
-        let mut child = std::process::Command::new("dbus-daemon")
+        let mut cmd = std::process::Command::new("dbus-daemon");
+        if !env.is_empty() {
+            cmd.env_clear().envs(env.iter().copied());
+        }
+        let mut child = cmd
             .arg(format!("--config-file={}", config.display()))
             .arg("--nofork")
             .arg("--print-address=1")

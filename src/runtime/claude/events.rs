@@ -299,24 +299,23 @@ fn parse_result(v: &Value, session_id: Option<String>) -> RuntimeEvent {
                 .collect()
         })
         .unwrap_or_default();
-    if subtype == "error_during_execution" {
-        if let Some(e) = errors
+    if subtype == "error_during_execution"
+        && let Some(e) = errors
             .iter()
             .find(|e| e.starts_with(CONVERSATION_NOT_FOUND))
-        {
-            let named = e[CONVERSATION_NOT_FOUND.len()..]
-                .trim_start_matches(':')
-                .trim()
-                .trim_end_matches('.')
-                .to_owned();
-            return RuntimeEvent::ConversationNotFound {
-                session_id: if named.is_empty() {
-                    session_id.unwrap_or_default()
-                } else {
-                    named
-                },
-            };
-        }
+    {
+        let named = e[CONVERSATION_NOT_FOUND.len()..]
+            .trim_start_matches(':')
+            .trim()
+            .trim_end_matches('.')
+            .to_owned();
+        return RuntimeEvent::ConversationNotFound {
+            session_id: if named.is_empty() {
+                session_id.unwrap_or_default()
+            } else {
+                named
+            },
+        };
     }
     let mut payload = json!({
         "subtype": subtype,

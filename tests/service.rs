@@ -1,0 +1,327 @@
+//! The OS service: D-Bus activation, one daemon per database, a graceful SIGTERM, and the
+//! packaging files (systemd unit, D-Bus service file, launchd plist, --help, --check-config).
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::json;
+use support::*;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const BOTVISORD: &str = env!("CARGO_BIN_EXE_botvisord");
+const BOTVISORCTL: &str = env!("CARGO_BIN_EXE_botvisorctl");
+
+fn filled(file: &str, bindir: &Path) -> String {
+    std::fs::read_to_string(Path::new(ROOT).join(file))
+        .unwrap()
+        .replace("@BINDIR@", bindir.to_str().unwrap())
+        .replace("@DOCDIR@", "/usr/share/doc/botvisor")
+        .replace("@LOGDIR@", "/tmp")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_call_starts_the_daemon_through_dbus_activation() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let services = dir.path().join("services");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&services).unwrap();
+    let db = dir.path().join("activated.db");
+    // The installed file, pointing at the built binary, with the test's own paths.
+    let service = filled(
+        "packaging/dbus/org.botvisor.Botvisor1.service",
+        Path::new("/unused"),
+    )
+    .replace(
+        "Exec=/unused/botvisord",
+        &format!("Exec={BOTVISORD} --database {}", db.display()),
+    );
+    std::fs::write(services.join("org.botvisor.Botvisor1.service"), service).unwrap();
+    let path = std::env::var("PATH").unwrap_or_default();
+    let home_s = home.to_str().unwrap().to_owned();
+    let run = home.join("run");
+    let bus = PrivateBus::start_with(
+        &dir.path().join("bus"),
+        Some(&services),
+        &[
+            ("PATH", path.as_str()),
+            ("HOME", home_s.as_str()),
+            ("XDG_RUNTIME_DIR", run.to_str().unwrap()),
+            ("BOTVISOR_CLAUDE_BIN", "/bin/true"),
+        ],
+    );
+    let conn = bus.connect().await;
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
+    let name = || botvisor::dbus::BUS_NAME.try_into().unwrap();
+    assert!(
+        !dbus.name_has_owner(name()).await.unwrap(),
+        "nothing runs yet"
+    );
+    // The first method call starts it.
+    let manager = botvisor::dbus::client::ManagerProxy::new(&conn)
+        .await
+        .unwrap();
+    assert!(manager.list_bots().await.unwrap().is_empty());
+    assert_eq!(manager.version().await.unwrap(), "1");
+    assert!(db.exists(), "the activated daemon opened its database");
+    let pid = dbus
+        .get_connection_unix_process_id(botvisor::dbus::BUS_NAME.try_into().unwrap())
+        .await
+        .unwrap();
+    // SAFETY: kill(2) on the daemon the test's bus started.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let mut gone = dbus
+        .receive_name_owner_changed_with_args(&[(0, botvisor::dbus::BUS_NAME)])
+        .await
+        .unwrap();
+    if dbus.name_has_owner(name()).await.unwrap() {
+        tokio::time::timeout(EVENT_TIMEOUT, gone.next())
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_daemons_never_share_one_database_even_on_two_buses() {
+    let env = TestEnv::new().await;
+    let cfg = env.daemon_config(Some("/bin/true".into()));
+    let _first = Daemon::start(&cfg, &env.conn).await;
+    let other_bus = PrivateBus::start(&env.dir.path().join("other-bus"));
+    let mut second_cfg = cfg.clone();
+    second_cfg.bus = other_bus.address.clone();
+    let mut second = Daemon::spawn(&second_cfg, "second.log");
+    let status = tokio::time::timeout(EVENT_TIMEOUT, second.wait())
+        .await
+        .expect("the second daemon exits");
+    assert!(!status.success());
+    let log = second.log_text();
+    assert!(log.contains("already uses this database"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_every_bot_before_the_name_is_released() {
+    let env = TestEnv::new().await;
+    let mut cfg = env.daemon_config(Some(fake_cli()));
+    cfg.config = Some(write_config(env.dir.path(), "stop_grace_s = 0.5\n"));
+    let mut daemon = Daemon::start(&cfg, &env.conn).await;
+    let state = env.dir.path().join("fake-state");
+    let work = env.work.to_str().unwrap().to_owned();
+    let mut bots = Vec::new();
+    for i in 0..3 {
+        let plan = json!([{"mode": "normal", "ignore_term": i == 0, "spawn": ["sleep 300"]}]);
+        let env_map = fake_env(&env.home, &state, plan, &env.marker);
+        let path = env
+            .manager()
+            .await
+            .create_bot(create_options(&work, &env_map))
+            .await
+            .unwrap();
+        let bot = env.bot(&path).await;
+        assert_eq!(send_and_wait(&bot, "hi").await.outcome, "success");
+        bots.push(bot);
+    }
+    assert!(env.leftovers().len() >= 6);
+    let dbus = zbus::fdo::DBusProxy::new(&env.conn).await.unwrap();
+    let mut owner = dbus
+        .receive_name_owner_changed_with_args(&[(0, botvisor::dbus::BUS_NAME)])
+        .await
+        .unwrap();
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .member("PropertiesChanged")
+        .build()
+        .unwrap();
+    let mut changes = zbus::MessageStream::for_match_rule(rule, &env.conn, None)
+        .await
+        .unwrap();
+    let exit = tokio::spawn(async move { daemon.terminate().await });
+    let released = tokio::time::timeout(EVENT_TIMEOUT, owner.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(released.args().unwrap().new_owner().is_none());
+    let left = env.leftovers();
+    assert!(left.is_empty(), "name released while bots ran: {left:?}");
+    assert!(exit.await.unwrap().success());
+    // In parallel: every bot was stopping before the stubborn one (first in line) was stopped.
+    let stubborn = bots[0].inner().path().to_string();
+    let mut stopping = Vec::new();
+    while let Ok(Some(Ok(msg))) =
+        tokio::time::timeout(Duration::from_millis(0), changes.next()).await
+    {
+        let path = msg.header().path().unwrap().to_string();
+        let (_, changed, _): (String, HashMap<String, zbus::OwnedVariant>, Vec<String>) =
+            msg.body().deserialize().unwrap();
+        let Some(state) = changed.get("State") else {
+            continue;
+        };
+        let state: String = state.try_clone().unwrap().try_into().unwrap();
+        if state == "stopping" {
+            stopping.push(path);
+        } else if state == "stopped" && path == stubborn {
+            break;
+        }
+    }
+    assert_eq!(
+        stopping.len(),
+        3,
+        "bots were stopped one after another: {stopping:?}"
+    );
+}
+
+#[test]
+fn the_systemd_user_unit_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let bindir = Path::new(BOTVISORD).parent().unwrap();
+    let unit = dir.path().join("botvisord.service");
+    let text = filled("packaging/systemd/botvisord.service", bindir);
+    for key in [
+        "Type=dbus",
+        "BusName=org.botvisor.Botvisor1",
+        "WantedBy=default.target",
+        "KillMode=mixed",
+        "Delegate=yes",
+    ] {
+        assert!(text.contains(key), "the unit lacks {key}");
+    }
+    let timeout: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("TimeoutStopSec="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        timeout as f64 > botvisor::config::Config::default().stop_grace_s + 5.0,
+        "TimeoutStopSec must outlast the stop grace period"
+    );
+    std::fs::write(&unit, text).unwrap();
+    let run = dir.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let out = std::process::Command::new("systemd-analyze")
+        .args(["--user", "verify"])
+        .arg(&unit)
+        .env("XDG_RUNTIME_DIR", &run)
+        .output()
+        .expect("systemd-analyze runs");
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "systemd-analyze verify: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_dbus_service_file_names_the_bus_name_and_the_unit() {
+    let text = filled(
+        "packaging/dbus/org.botvisor.Botvisor1.service",
+        Path::new("/usr/bin"),
+    );
+    let keys: HashMap<&str, &str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains('='))
+        .filter_map(|l| l.split_once('='))
+        .collect();
+    assert!(text.contains("[D-BUS Service]"));
+    assert_eq!(keys["Name"], "org.botvisor.Botvisor1");
+    assert_eq!(keys["Exec"], "/usr/bin/botvisord");
+    assert_eq!(keys["SystemdService"], "botvisord.service");
+}
+
+#[test]
+fn the_launchd_plist_is_a_well_formed_user_agent() {
+    let text = filled(
+        "packaging/launchd/org.botvisor.botvisord.plist",
+        Path::new("/opt/bin"),
+    );
+    let doc = roxmltree::Document::parse_with_options(
+        &text,
+        roxmltree::ParsingOptions {
+            allow_dtd: true,
+            ..Default::default()
+        },
+    )
+    .expect("the plist is XML");
+    let dict = doc.descendants().find(|n| n.has_tag_name("dict")).unwrap();
+    let keys: Vec<&str> = dict
+        .children()
+        .filter(|n| n.has_tag_name("key"))
+        .filter_map(|n| n.text())
+        .collect();
+    for key in [
+        "Label",
+        "ProgramArguments",
+        "RunAtLoad",
+        "KeepAlive",
+        "StandardOutPath",
+        "StandardErrorPath",
+        "ExitTimeOut",
+    ] {
+        assert!(keys.contains(&key), "the plist lacks {key}");
+    }
+    assert!(text.contains("<string>/opt/bin/botvisord</string>"));
+    assert!(text.contains("<key>SuccessfulExit</key>"));
+}
+
+#[test]
+fn help_and_check_config() {
+    let out = std::process::Command::new(BOTVISORD)
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    for flag in ["--database", "--config", "--check-config", "--verbose"] {
+        assert!(help.contains(flag), "botvisord --help lacks {flag}");
+    }
+    let out = std::process::Command::new(BOTVISORCTL)
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    for cmd in [
+        "create",
+        "list",
+        "send",
+        "chat",
+        "stop",
+        "delete",
+        "watch",
+        "answer",
+        "interrupt",
+        "set",
+        "restart",
+    ] {
+        assert!(help.contains(cmd), "botvisorctl --help lacks {cmd}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "stop_grace_s = 8\nidle_timeout_s = 0\n").unwrap();
+    let out = std::process::Command::new(BOTVISORD)
+        .args(["--check-config", "--config"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "stop_grace_s = 8\nidle_timeot_s = 5\n").unwrap();
+    let out = std::process::Command::new(BOTVISORD)
+        .args(["--check-config", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("idle_timeot_s") && err.contains("line 2"),
+        "{err}"
+    );
+}

@@ -80,20 +80,22 @@ mod tests {
             .env(BOT_MARKER, "testbot")
             .spawn()
             .unwrap();
-        // The grandchild appears once sh has forked; wait for it (bounded).
+        // The grandchild appears once sh has forked; wait for it (bounded, generous under load).
         let mut found = Vec::new();
-        for _ in 0..200 {
+        for _ in 0..1000 {
             found = descendants(child.id());
             if !found.is_empty() {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert!(has_marker(found[0].pid, "testbot"));
-        assert!(!has_marker(found[0].pid, "otherbot"));
-        // SAFETY: kill(2) on our own test processes.
-        unsafe { libc::kill(found[0].pid as i32, libc::SIGKILL) };
+        assert!(!found.is_empty(), "the grandchild was not found");
+        for id in &found {
+            assert!(has_marker(id.pid, "testbot"), "{id:?}");
+            assert!(!has_marker(id.pid, "otherbot"));
+            // SAFETY: kill(2) on our own test processes.
+            unsafe { libc::kill(id.pid as i32, libc::SIGKILL) };
+        }
         child.wait().unwrap();
     }
 }

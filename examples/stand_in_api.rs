@@ -13,7 +13,14 @@ async fn main() {
         .nth(1)
         .map(|p| p.parse().expect("PORT must be a number"))
         .unwrap_or(0);
-    let api = stand_in_api::StandInApi::start_on(port, stand_in_api::demo_script()).await;
+    let api = match stand_in_api::StandInApi::try_start_on(port, stand_in_api::demo_script()).await
+    {
+        Ok(api) => api,
+        Err(e) => {
+            eprintln!("stand_in_api: cannot listen on 127.0.0.1:{port}: {e} (try another port)");
+            std::process::exit(1);
+        }
+    };
     println!("{}", api.url);
     eprintln!("stand-in Messages API listening; Ctrl-C to stop");
     let _ = tokio::signal::ctrl_c().await;

@@ -167,6 +167,15 @@ impl Config {
             self.crash_loop_window_s as f64,
             MAX_SECONDS as f64,
         )?;
+        if let Some(mode) = &self.default_permission_mode
+            && !mode.is_empty()
+            && !crate::runtime::claude::PERMISSION_MODES.contains(&mode.as_str())
+        {
+            return Err(format!(
+                "key `default_permission_mode`: unknown mode `{mode}`; use one of {}",
+                crate::runtime::claude::PERMISSION_MODES.join(", ")
+            ));
+        }
         if self.crash_loop_limit == 0 {
             return Err("key `crash_loop_limit` must be at least 1".into());
         }

@@ -140,6 +140,39 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
         assert_eq!(bot_count(&env).await, 0, "{what} changed something");
     }
 
+    // Names pick bots out: an explicit duplicate is refused, a default one gets a suffix.
+    let named = manager
+        .create_bot(HashMap::from([
+            ("cwd", Variant::from(work.as_str())),
+            ("name", Variant::from("twin")),
+        ]))
+        .await
+        .unwrap();
+    let err = manager
+        .create_bot(HashMap::from([
+            ("cwd", Variant::from(work.as_str())),
+            ("name", Variant::from("twin")),
+        ]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error_name(&err),
+        "org.botvisor.Botvisor1.Error.InvalidArgument"
+    );
+    env.bot(&named).await.delete().await.unwrap();
+    let long_name = "n".repeat(201);
+    let err = manager
+        .create_bot(HashMap::from([
+            ("cwd", Variant::from(work.as_str())),
+            ("name", Variant::from(long_name.as_str())),
+        ]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error_name(&err),
+        "org.botvisor.Botvisor1.Error.InvalidArgument"
+    );
+
     // An unknown bot.
     let err = manager.get_bot("no-such-bot").await.unwrap_err();
     assert_eq!(error_name(&err), "org.botvisor.Botvisor1.Error.NotFound");
@@ -166,6 +199,17 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
     );
     assert!(bot.get_chat(0, 0).await.unwrap().is_empty());
     assert_eq!(bot.queued_messages().await.unwrap(), 0);
+    let again = manager
+        .create_bot(HashMap::from([("cwd", Variant::from(work.as_str()))]))
+        .await
+        .unwrap();
+    assert_eq!(env.bot(&again).await.name().await.unwrap(), "work-2");
+
+    // The chats are private to the user.
+    use std::os::unix::fs::PermissionsExt;
+    let db = env.dir.path().join("botvisor.db");
+    let mode = std::fs::metadata(&db).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the database is readable by others");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -299,6 +299,18 @@ fn help_and_check_config() {
         assert!(help.contains(cmd), "botvisorctl --help lacks {cmd}");
     }
     let dir = tempfile::tempdir().unwrap();
+    // No configuration file at all is the defaults, and valid.
+    let out = std::process::Command::new(BOTVISORD)
+        .arg("--check-config")
+        .env("HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path().join("nothing-here"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let good = dir.path().join("good.toml");
     std::fs::write(&good, "stop_grace_s = 8\nidle_timeout_s = 0\n").unwrap();
     let out = std::process::Command::new(BOTVISORD)
@@ -310,6 +322,17 @@ fn help_and_check_config() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let unknown_mode = dir.path().join("mode.toml");
+    std::fs::write(&unknown_mode, "default_permission_mode = \"manual\"\n").unwrap();
+    let out = std::process::Command::new(BOTVISORD)
+        .args(["--check-config", "--config"])
+        .arg(&unknown_mode)
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "an unusable default mode passed the check"
     );
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "stop_grace_s = 8\nidle_timeot_s = 5\n").unwrap();

@@ -439,6 +439,40 @@ async fn a_lost_conversation_reported_during_a_stop_does_not_undo_the_stop() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_keeps_waiting_messages_waiting_across_a_daemon_restart() {
+    let mut fake = Fake::start().await;
+    let bot = fake
+        .bot(json!([{"mode": "silent"}, {"mode": "normal"}]))
+        .await;
+    let path: zbus::OwnedObjectPath = bot.inner().path().to_owned().into();
+    bot.send("waits", HashMap::new()).await.unwrap();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while taken(&fake, "waits") == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap();
+    stop_and_wait(&bot).await;
+    assert!(fake.daemon.terminate().await.success());
+    let _daemon = Daemon::start(&fake.cfg, &fake.env.conn).await;
+    let bot = fake.env.bot(&path).await;
+    state_stays_clear_of(&bot, &["idle", "busy"], Duration::from_secs(2)).await;
+    assert_eq!(fake.launches(), 1, "a stopped bot started at daemon start");
+    assert_eq!(bot.queued_messages().await.unwrap(), 1);
+    // The next Send delivers both, in order.
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let next = bot.send("and this", HashMap::new()).await.unwrap();
+    wait_turns(&mut finished, &[next]).await;
+    assert_eq!(
+        taken(&fake, "waits"),
+        2,
+        "once to the stopped agent, once to the next"
+    );
+    assert_eq!(taken(&fake, "and this"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_survives_a_daemon_restart() {
     let mut fake = Fake::start().await;
     let bot = fake
@@ -447,18 +481,18 @@ async fn failed_survives_a_daemon_restart() {
     let path: zbus::OwnedObjectPath = bot.inner().path().to_owned().into();
     assert_eq!(send_and_wait(&bot, "hi").await.outcome, "error");
     wait_state(&bot, "failed").await;
-    bot.send("waits for a Restart", HashMap::new())
-        .await
-        .unwrap();
+    let err = bot.send("refused", HashMap::new()).await.unwrap_err();
+    assert!(err.to_string().contains("Busy"), "{err}");
     assert!(fake.daemon.terminate().await.success());
     let _daemon = Daemon::start(&fake.cfg, &fake.env.conn).await;
     let bot = fake.env.bot(&path).await;
     assert_eq!(bot.state().await.unwrap(), "failed");
     state_stays_clear_of(&bot, &["idle", "busy"], Duration::from_secs(2)).await;
     assert_eq!(fake.launches(), 1);
-    assert_eq!(bot.queued_messages().await.unwrap(), 1);
     bot.restart(HashMap::new()).await.unwrap();
-    let mut finished = bot.receive_turn_finished().await.unwrap();
-    let _ = tokio::time::timeout(EVENT_TIMEOUT, finished.next()).await;
+    assert_eq!(
+        send_and_wait(&bot, "after restart").await.outcome,
+        "success"
+    );
     assert_eq!(fake.launches(), 2);
 }

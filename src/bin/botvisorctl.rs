@@ -299,6 +299,13 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
                 std::io::stdin()
                     .read_to_string(&mut s)
                     .map_err(|e| Failure(format!("cannot read stdin: {e}")))?;
+                // The newline that ends the last line is not part of the message.
+                if s.ends_with('\n') {
+                    s.pop();
+                    if s.ends_with('\r') {
+                        s.pop();
+                    }
+                }
                 s
             } else {
                 text
@@ -308,6 +315,11 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
             let mut finished = bot.receive_turn_finished().await?;
             let mut deltas = bot.receive_text_delta().await?;
             let mut prompts = bot.receive_permission_requested().await?;
+            let mut states = bot.receive_state_changed().await;
+            let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+            let mut owner = dbus
+                .receive_name_owner_changed_with_args(&[(0, botvisor::dbus::BUS_NAME)])
+                .await?;
             let turn_id = bot.send(&text, HashMap::new()).await?;
             let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
             if !json && std::io::stderr().is_terminal() {
@@ -364,6 +376,19 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
                                 cut(&input, 200),
                                 bot.id().await.unwrap_or_default()
                             );
+                        }
+                    }
+                    Some(change) = states.next() => {
+                        if change.get().await.ok().as_deref() == Some("failed") {
+                            let last = bot.last_error().await.unwrap_or_default();
+                            return Err(Failure(format!("the bot failed before the turn ended: {last}")));
+                        }
+                    }
+                    Some(sig) = owner.next() => {
+                        if sig.args().is_ok_and(|a| a.new_owner().is_none()) {
+                            return Err(Failure(
+                                "botvisord went away; the message stays queued for its next start".into(),
+                            ));
                         }
                     }
                     Some(sig) = finished.next() => {

@@ -33,7 +33,7 @@ fn main() -> ExitCode {
         Some(p) => (p.clone(), true),
         None => (paths::default_config(), false),
     };
-    let config = match Config::load(&config_path, required || args.check_config) {
+    let config = match Config::load(&config_path, required) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("botvisord: {e}");

@@ -195,6 +195,7 @@ impl BotObject {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<(u64, String, String, String)>> {
         self.ctx.caller.check(conn, &hdr).await?;
+        self.handle.check_alive()?;
         let limit = if limit == 0 {
             MAX_CHAT_PAGE
         } else {

@@ -33,6 +33,9 @@ pub struct BotRecord {
     pub failed: bool,
     /// The verdict of the last stop; empty before the first.
     pub stop_verdict: String,
+    /// Stopped by a client: waiting messages wait for the next Send or Restart, across daemon
+    /// restarts.
+    pub parked: bool,
 }
 
 fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
@@ -51,6 +54,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
         created_at: r.get("created_at")?,
         failed: r.get::<_, i64>("failed")? != 0,
         stop_verdict: r.get("stop_verdict")?,
+        parked: r.get::<_, i64>("parked")? != 0,
     })
 }
 
@@ -125,6 +129,13 @@ pub fn set_failed(conn: &Connection, id: &str, failed: bool) -> rusqlite::Result
         "UPDATE bots SET failed = ?2 WHERE id = ?1",
         params![id, failed as i64],
     )?;
+    Ok(())
+}
+
+/// Stores whether a client stopped the bot (its waiting messages wait).
+pub fn set_parked(conn: &Connection, id: &str, parked: bool) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE bots SET parked = ?2 WHERE id = ?1")?
+        .execute(params![id, parked as i64])?;
     Ok(())
 }
 

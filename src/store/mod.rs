@@ -11,6 +11,7 @@ pub mod processes;
 pub mod schema;
 pub mod turns;
 
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -52,12 +53,22 @@ impl Store {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|source| StoreError::Folder {
-                path: parent.display().to_string(),
-                source,
-            })?;
+            // The chats are the user's own: a new folder is private (0700).
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|source| StoreError::Folder {
+                    path: parent.display().to_string(),
+                    source,
+                })?;
         }
+        let new = !path.exists();
         let conn = Connection::open(path)?;
+        if new {
+            // SQLite gives its -wal and -shm files the database file's mode.
+            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+        }
         Store::from_connection(conn)
     }
 

@@ -55,10 +55,11 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (bot_id, pid, start_time)
     ) WITHOUT ROWID;
     "#,
-    // 3: the failed state and the last stop verdict survive daemon restarts.
+    // 3: the failed state, a client's Stop and the last stop verdict survive daemon restarts.
     r#"
     ALTER TABLE bots ADD COLUMN failed INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE bots ADD COLUMN stop_verdict TEXT NOT NULL DEFAULT '';
+    ALTER TABLE bots ADD COLUMN parked INTEGER NOT NULL DEFAULT 0;
     "#,
 ];
 

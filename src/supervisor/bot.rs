@@ -269,6 +269,7 @@ pub fn spawn_actor(
         State::Stopped
     };
     let stop_verdict = record.stop_verdict.clone();
+    let parked = record.parked;
     let view = Arc::new(RwLock::new(BotView {
         record,
         state,
@@ -304,7 +305,7 @@ pub fn spawn_actor(
         restart_at: None,
         force_resume: None,
         in_use_retried: false,
-        parked: false,
+        parked,
         control_seq: 0,
         known: Vec::new(),
         background_tasks: 0,
@@ -319,10 +320,29 @@ pub fn spawn_actor(
         shared: shared.clone(),
     };
     let span = tracing::info_span!("bot", bot_id = %id);
-    tokio::spawn(tracing::Instrument::instrument(
-        actor.run(rx, loaded, gate),
-        span,
-    ));
+    let guarded = {
+        let view = view.clone();
+        let publisher = shared.publisher.clone();
+        let id = id.clone();
+        async move {
+            let run = std::panic::AssertUnwindSafe(actor.run(rx, loaded, gate));
+            if let Err(panic) = futures_util::FutureExt::catch_unwind(run).await {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!(bot_id = %id, panic = %what, "the bot's supervisor failed");
+                update_view(&view, &publisher, &id, vec!["State", "LastError"], |v| {
+                    v.state = State::Failed;
+                    v.record.last_error = format!(
+                        "botvisor's supervisor of this bot failed ({what}); restart botvisord"
+                    );
+                });
+            }
+        }
+    };
+    tokio::spawn(tracing::Instrument::instrument(guarded, span));
     BotHandle {
         id,
         tx,
@@ -506,12 +526,12 @@ impl Actor {
                 if !known {
                     self.queue.push_back(turn);
                 }
-                self.parked = false;
+                self.park(false);
                 self.publish_queue();
                 true
             }
             Command::Stop => {
-                self.parked = true;
+                self.park(true);
                 self.restart_at = None;
                 self.stop_process("stop").await;
                 if self.state() != State::Failed {
@@ -729,9 +749,24 @@ impl Actor {
         self.crashes.clear();
         self.force_resume = None;
         self.in_use_retried = false;
-        self.parked = false;
+        self.park(false);
         self.set_state(State::Stopped);
         self.start();
+    }
+
+    /// A client's Stop parks the bot (waiting messages wait for its next Send or Restart);
+    /// recorded so that a daemon restart keeps it parked.
+    fn park(&mut self, parked: bool) {
+        if self.record().parked != parked {
+            if let Err(e) = self
+                .store
+                .tx(|tx| store::bots::set_parked(tx, &self.id, parked))
+            {
+                tracing::error!(bot_id = %self.id, error = %e, "cannot record the stop");
+            }
+            self.update(vec![], |v| v.record.parked = parked);
+        }
+        self.parked = parked;
     }
 
     /// Sends a control request to the running process, if there is one that can take it.

@@ -211,13 +211,20 @@ impl BotHandle {
         BotError::NotFound(format!("bot {} has been deleted", self.id))
     }
 
-    fn check_alive(&self) -> Result<(), BotError> {
+    /// Ok while the bot exists and its actor runs; a failed call changes nothing.
+    pub fn check_alive(&self) -> Result<(), BotError> {
         if self
             .shared
             .deleted
             .load(std::sync::atomic::Ordering::SeqCst)
         {
             Err(self.gone())
+        } else if self.tx.is_closed() {
+            Err(BotError::Failed(format!(
+                "the supervisor of bot {} stopped after an internal error (see the journal); \
+                 restart botvisord",
+                self.id
+            )))
         } else {
             Ok(())
         }
@@ -238,7 +245,14 @@ impl BotHandle {
                 "the message is empty; send some text".into(),
             ));
         }
-        if self.snapshot().process_id == 0 {
+        let view = self.snapshot();
+        if view.state == State::Failed {
+            return Err(BotError::Busy(format!(
+                "bot {} is in state failed and takes no message until Restart: {}",
+                self.id, view.record.last_error
+            )));
+        }
+        if view.process_id == 0 {
             self.shared
                 .runtime
                 .binary()
@@ -587,15 +601,45 @@ impl Supervisor {
         runtime
             .binary()
             .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
-        let name = new
-            .name
-            .filter(|n| !n.trim().is_empty())
-            .unwrap_or_else(|| {
-                Path::new(&cwd)
+        let taken: Vec<String> = self
+            .list()
+            .iter()
+            .map(|h| h.snapshot().record.name)
+            .collect();
+        let name = match new.name.filter(|n| !n.trim().is_empty()) {
+            Some(name) => {
+                if name.chars().count() > MAX_NAME_CHARS {
+                    return Err(BotError::InvalidArgument(format!(
+                        "option `name` is longer than {MAX_NAME_CHARS} characters"
+                    )));
+                }
+                if taken.contains(&name) {
+                    return Err(BotError::InvalidArgument(format!(
+                        "a bot named `{name}` exists already; names pick bots out, so choose another"
+                    )));
+                }
+                name
+            }
+            None => {
+                let base: String = Path::new(&cwd)
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| cwd.clone())
-            });
+                    .unwrap_or_else(|| "bot".to_owned())
+                    .chars()
+                    .take(MAX_NAME_CHARS - 8)
+                    .collect();
+                (1..)
+                    .map(|i| {
+                        if i == 1 {
+                            base.clone()
+                        } else {
+                            format!("{base}-{i}")
+                        }
+                    })
+                    .find(|n| !taken.contains(n))
+                    .expect("some suffix is free")
+            }
+        };
         let record = BotRecord {
             id: uuid::Uuid::new_v4().simple().to_string(),
             name,
@@ -610,6 +654,7 @@ impl Supervisor {
             created_at: crate::time::now_rfc3339(),
             failed: false,
             stop_verdict: String::new(),
+            parked: false,
         };
         self.store.tx(|tx| store::bots::insert(tx, &record))?;
         tracing::info!(bot_id = %record.id, cwd = %record.cwd, "bot created");
@@ -797,6 +842,9 @@ pub fn check_permission_mode(runtime: &dyn Runtime, mode: &str) -> Result<(), Bo
         )))
     }
 }
+
+/// The longest bot name, in characters.
+pub const MAX_NAME_CHARS: usize = 200;
 
 /// A model name: empty (the CLI's default) or up to 200 printable characters without spaces.
 pub fn check_model(model: &str) -> Result<(), BotError> {

@@ -113,6 +113,13 @@ impl StandInApi {
 
     /// Starts a stand-in with `script` on `port` (0: a free one).
     pub async fn start_on(port: u16, script: Script) -> StandInApi {
+        StandInApi::try_start_on(port, script)
+            .await
+            .expect("bind the stand-in API")
+    }
+
+    /// Like [`StandInApi::start_on`], with the bind error.
+    pub async fn try_start_on(port: u16, script: Script) -> std::io::Result<StandInApi> {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let shared = Shared {
             script,
@@ -122,18 +129,16 @@ impl StandInApi {
             .route("/v1/messages", post(messages))
             .fallback(|| async { axum::Json(json!({})) })
             .with_state(shared);
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-            .await
-            .expect("bind the stand-in API");
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let addr: SocketAddr = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        StandInApi {
+        Ok(StandInApi {
             url: format!("http://{addr}"),
             seen,
             task,
-        }
+        })
     }
 
     /// The requests seen so far.

@@ -697,9 +697,9 @@ impl Supervisor {
             .values()
             .cloned()
             .collect();
-        v.sort_by(|a, b| {
-            let (a, b) = (a.snapshot(), b.snapshot());
-            (a.record.created_at, a.record.id).cmp(&(b.record.created_at, b.record.id))
+        v.sort_by_cached_key(|h| {
+            let view = h.view.read().unwrap_or_else(|p| p.into_inner());
+            (view.record.created_at.clone(), h.id.clone())
         });
         v
     }

@@ -213,6 +213,11 @@ impl Daemon {
         daemon
     }
 
+    /// The daemon's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
     /// The daemon's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -7,7 +7,6 @@
 //! rounds.
 
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 use std::collections::HashMap;

@@ -100,15 +100,7 @@ impl Bench {
         for (k, v) in extra {
             env_map.insert(k.to_string(), v.to_string());
         }
-        let work = self.env.work.to_str().unwrap().to_owned();
-        let path = self
-            .env
-            .manager()
-            .await
-            .create_bot(create_options(&work, &env_map))
-            .await
-            .unwrap();
-        self.env.bot(&path).await
+        create_bot_in(&self.env, &env_map).await
     }
 }
 
@@ -321,22 +313,7 @@ async fn throughput(rows: &mut Vec<Row>) {
     // Baseline: raw SQLite inserts, same settings and schema, one transaction each.
     let dir = tempfile::tempdir().unwrap();
     let store = botvisor::store::Store::open(&dir.path().join("raw.db")).unwrap();
-    let rec = botvisor::store::BotRecord {
-        id: "raw".into(),
-        name: "raw".into(),
-        cwd: "/".into(),
-        runtime: "claude".into(),
-        model: String::new(),
-        permission_mode: String::new(),
-        env: Default::default(),
-        idle_timeout_s: None,
-        session_id: None,
-        last_error: String::new(),
-        created_at: botvisor::time::now_rfc3339(),
-        failed: false,
-        stop_verdict: String::new(),
-        parked: false,
-    };
+    let rec = botvisor::store::BotRecord::new("raw", "raw", "/", "claude");
     store
         .tx(|tx| botvisor::store::bots::insert(tx, &rec))
         .unwrap();
@@ -627,20 +604,13 @@ async fn cold_start(rows: &mut Vec<Row>) {
                 .tx(|tx| {
                     for i in 0..bots {
                         let rec = botvisor::store::BotRecord {
-                            id: format!("{i:032x}"),
-                            name: format!("bot{i}"),
-                            cwd: env.work.to_str().unwrap().to_owned(),
-                            runtime: "claude".into(),
-                            model: String::new(),
-                            permission_mode: String::new(),
-                            env: Default::default(),
-                            idle_timeout_s: None,
                             session_id: Some(format!("session-{i}")),
-                            last_error: String::new(),
-                            created_at: botvisor::time::now_rfc3339(),
-                            failed: false,
-                            stop_verdict: String::new(),
-                            parked: false,
+                            ..botvisor::store::BotRecord::new(
+                                &format!("{i:032x}"),
+                                &format!("bot{i}"),
+                                env.work.to_str().unwrap(),
+                                "claude",
+                            )
                         };
                         botvisor::store::bots::insert(tx, &rec)?;
                         for j in 0..20 {

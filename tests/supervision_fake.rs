@@ -35,15 +35,7 @@ impl Fake {
 
     async fn bot(&self, plan: serde_json::Value) -> botvisor::dbus::client::BotProxy<'static> {
         let env_map = fake_env(&self.env.home, &self.state, plan, &self.env.marker);
-        let work = self.env.work.to_str().unwrap().to_owned();
-        let path = self
-            .env
-            .manager()
-            .await
-            .create_bot(create_options(&work, &env_map))
-            .await
-            .unwrap();
-        self.env.bot(&path).await
+        create_bot_in(&self.env, &env_map).await
     }
 
     fn launches(&self) -> usize {

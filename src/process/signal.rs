@@ -81,60 +81,48 @@ fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
     }
 }
 
+/// What a signalling syscall's return code means.
+fn outcome(rc: i64) -> Signalled {
+    if rc == 0 {
+        return Signalled::Sent;
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::ESRCH) {
+        Signalled::Gone
+    } else {
+        Signalled::Failed(e.to_string())
+    }
+}
+
 /// Sends `signal` to the process named by `id`, only if it is still that process.
 pub fn signal_identity(id: &ProcessIdentity, signal: i32) -> Signalled {
+    // On Linux the pidfd pins whatever process had the pid when it was opened: check that it is
+    // ours, then signal through it, so the pid cannot be reused in between.
     #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        if let Some(fd) = pidfd_open(id.pid) {
-            // The pidfd pins whatever process had the pid when it was opened: check that it is
-            // ours, then signal through it.
-            return match liveness(id) {
-                Liveness::Alive => {
-                    // SAFETY: pidfd_send_signal on a pidfd we own; no siginfo.
-                    let rc = unsafe {
-                        libc::syscall(
-                            libc::SYS_pidfd_send_signal,
-                            fd.as_raw_fd(),
-                            signal,
-                            std::ptr::null::<libc::siginfo_t>(),
-                            0,
-                        )
-                    };
-                    if rc == 0 {
-                        Signalled::Sent
-                    } else {
-                        let e = std::io::Error::last_os_error();
-                        if e.raw_os_error() == Some(libc::ESRCH) {
-                            Signalled::Gone
-                        } else {
-                            Signalled::Failed(e.to_string())
-                        }
-                    }
-                }
-                Liveness::Gone => Signalled::Gone,
-                Liveness::Unknown(e) => Signalled::Failed(e),
-            };
-        }
-    }
+    let pidfd = pidfd_open(id.pid);
     match liveness(id) {
-        Liveness::Alive => {
-            // SAFETY: kill(2) on a pid whose identity was just checked.
-            let rc = unsafe { libc::kill(id.pid as libc::pid_t, signal) };
-            if rc == 0 {
-                Signalled::Sent
-            } else {
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::ESRCH) {
-                    Signalled::Gone
-                } else {
-                    Signalled::Failed(e.to_string())
-                }
-            }
-        }
-        Liveness::Gone => Signalled::Gone,
-        Liveness::Unknown(e) => Signalled::Failed(e),
+        Liveness::Alive => {}
+        Liveness::Gone => return Signalled::Gone,
+        Liveness::Unknown(e) => return Signalled::Failed(e),
     }
+    #[cfg(target_os = "linux")]
+    if let Some(fd) = pidfd {
+        use std::os::fd::AsRawFd;
+        // SAFETY: pidfd_send_signal on a pidfd we own; no siginfo.
+        return outcome(unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd.as_raw_fd(),
+                signal,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        });
+    }
+    // SAFETY: kill(2) on a pid whose identity was just checked.
+    outcome(i64::from(unsafe {
+        libc::kill(id.pid as libc::pid_t, signal)
+    }))
 }
 
 /// Sends `signal` to the process group `pgid`. Only for a group whose leader is our own child

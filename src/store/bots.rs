@@ -38,6 +38,28 @@ pub struct BotRecord {
     pub parked: bool,
 }
 
+impl BotRecord {
+    /// A new bot's record: no session, no error, settings at their defaults, created now.
+    pub fn new(id: &str, name: &str, cwd: &str, runtime: &str) -> BotRecord {
+        BotRecord {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            cwd: cwd.to_owned(),
+            runtime: runtime.to_owned(),
+            model: String::new(),
+            permission_mode: String::new(),
+            env: BTreeMap::new(),
+            idle_timeout_s: None,
+            session_id: None,
+            last_error: String::new(),
+            created_at: crate::time::now_rfc3339(),
+            failed: false,
+            stop_verdict: String::new(),
+            parked: false,
+        }
+    }
+}
+
 fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
     let env: String = r.get("env")?;
     Ok(BotRecord {

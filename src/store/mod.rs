@@ -224,22 +224,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("t.db");
         let store = Store::open(&db).unwrap();
-        let rec = BotRecord {
-            id: "b".into(),
-            name: "b".into(),
-            cwd: "/".into(),
-            runtime: "claude".into(),
-            model: String::new(),
-            permission_mode: String::new(),
-            env: Default::default(),
-            idle_timeout_s: None,
-            session_id: None,
-            last_error: String::new(),
-            created_at: crate::time::now_rfc3339(),
-            failed: false,
-            stop_verdict: String::new(),
-            parked: false,
-        };
+        let rec = BotRecord::new("b", "b", "/", "claude");
         store.tx(|tx| bots::insert(tx, &rec)).unwrap();
         let payload = format!("{{\"text\":\"{}\"}}", "x".repeat(3000));
         for _ in 0..(2 * CHECKPOINT_EVERY) {

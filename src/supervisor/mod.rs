@@ -640,21 +640,13 @@ impl Supervisor {
                     .expect("some suffix is free")
             }
         };
+        let id = uuid::Uuid::new_v4().simple().to_string();
         let record = BotRecord {
-            id: uuid::Uuid::new_v4().simple().to_string(),
-            name,
-            cwd,
-            runtime: runtime_name,
             model,
             permission_mode,
             env: new.env,
             idle_timeout_s: new.idle_timeout_s,
-            session_id: None,
-            last_error: String::new(),
-            created_at: crate::time::now_rfc3339(),
-            failed: false,
-            stop_verdict: String::new(),
-            parked: false,
+            ..BotRecord::new(&id, &name, &cwd, &runtime_name)
         };
         self.store.tx(|tx| store::bots::insert(tx, &record))?;
         tracing::info!(bot_id = %record.id, cwd = %record.cwd, "bot created");

@@ -395,6 +395,18 @@ pub fn create_options<'a>(
     o
 }
 
+/// Creates a bot working in `env.work` whose CLI gets `bot_env`.
+pub async fn create_bot_in(env: &TestEnv, bot_env: &HashMap<String, String>) -> BotProxy<'static> {
+    let work = env.work.to_str().unwrap().to_owned();
+    let path = env
+        .manager()
+        .await
+        .create_bot(create_options(&work, bot_env))
+        .await
+        .unwrap();
+    env.bot(&path).await
+}
+
 /// What one turn showed a client.
 #[derive(Debug)]
 pub struct TurnSeen {

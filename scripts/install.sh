@@ -3,17 +3,20 @@
 # D-Bus activation file (Linux) or the launchd agent (macOS). See docs/install.md.
 #
 #   scripts/install.sh              build (release) and install into ~/.local
+#   scripts/install.sh --no-build   install target/release/ as it is (built before)
 #   scripts/install.sh --uninstall  remove what install put there (the database stays)
 #   PREFIX=/usr/local sudo -E scripts/install.sh --system   for every user (systemd --global)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=install
 scope=user
+build=yes
 for a in "$@"; do
   case "$a" in
     --uninstall) mode=uninstall ;;
     --system) scope=system ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    --no-build) build=no ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "unknown argument: $a" >&2; exit 2 ;;
   esac
 done
@@ -45,11 +48,16 @@ if [ "$mode" = uninstall ]; then
   fi
   rm -f "$bindir/botvisord" "$bindir/botvisorctl"
   rm -rf "$docdir"
-  echo "uninstalled; the database in \${XDG_STATE_HOME:-~/.local/state}/botvisor is kept"
+  echo "uninstalled; the database in ${XDG_STATE_HOME:-$HOME/.local/state}/botvisor is kept"
   exit 0
 fi
 
-cargo build --release --locked --bins
+if [ "$build" = yes ]; then
+  cargo build --release --locked --bins
+elif [ ! -x target/release/botvisord ] || [ ! -x target/release/botvisorctl ]; then
+  echo "no target/release/botvisord: build first (cargo build --release) or drop --no-build" >&2
+  exit 1
+fi
 install -d "$bindir" "$docdir"
 install -m 0755 target/release/botvisord target/release/botvisorctl "$bindir/"
 install -m 0644 README.md docs/*.md dbus/org.botvisor.Botvisor1.xml "$docdir/"

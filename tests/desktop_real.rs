@@ -247,6 +247,38 @@ async fn a_prompt_open_when_the_bot_stops_is_denied_and_recorded() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupting_a_turn_that_asks_closes_its_prompt() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let target = env.work.join("out.txt");
+    let setup = RealSetup::start(&env, claude, script(target.clone())).await;
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    let prompt = {
+        let bot = bot.clone();
+        tokio::spawn(async move { next_prompt(&bot).await })
+    };
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send(WRITE, HashMap::new()).await.unwrap();
+    let (id, _, _) = prompt.await.unwrap();
+    assert!(bot.interrupt().await.unwrap());
+    let outcomes = wait_turns(&mut finished, std::slice::from_ref(&turn)).await;
+    assert_eq!(outcomes[0].1, "interrupted");
+    let direct = env
+        .bot_uncached(&bot.inner().path().to_owned().into())
+        .await;
+    assert!(direct.pending_permissions().await.unwrap().is_empty());
+    let err = bot
+        .respond_permission(&id, "allow", HashMap::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("NotFound"), "{err}");
+    let items = chat(&bot).await;
+    let closed = of_kind(&items, "permission_answer")[0].clone();
+    assert_eq!(closed["by"], "botvisord");
+    assert!(!target.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_text_arrives_before_the_final_message() {
     let Some(claude) = claude_bin() else { return };
     let env = TestEnv::new().await;

@@ -93,6 +93,9 @@ async fn two_daemons_never_share_one_database_even_on_two_buses() {
     let other_bus = PrivateBus::start(&env.dir.path().join("other-bus"));
     let mut second_cfg = cfg.clone();
     second_cfg.bus = other_bus.address.clone();
+    // Another HOME, so another XDG_RUNTIME_DIR: the lock beside the database still holds.
+    second_cfg.home = env.dir.path().join("other-home");
+    std::fs::create_dir_all(&second_cfg.home).unwrap();
     let mut second = Daemon::spawn(&second_cfg, "second.log");
     let status = tokio::time::timeout(EVENT_TIMEOUT, second.wait())
         .await

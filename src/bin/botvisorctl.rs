@@ -327,14 +327,50 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
             }
             let mut mine = false;
             let mut streamed = false;
+            // Inline answers: one question at a time on the terminal, while events keep coming.
+            let mut waiting: std::collections::VecDeque<(String, String, String)> =
+                Default::default();
+            let mut asking: Option<(String, tokio::task::JoinHandle<bool>)> = None;
+            let mut answered_elsewhere: Option<String> = None;
             loop {
+                if asking.is_none()
+                    && let Some((id, tool, input)) = waiting.pop_front()
+                {
+                    let question = format!("Allow {tool} {}? [y/N] ", cut(&input, 300));
+                    asking = Some((id, tokio::task::spawn_blocking(move || ask(&question))));
+                }
                 tokio::select! {
+                    yes = async { (&mut asking.as_mut().unwrap().1).await }, if asking.is_some() => {
+                        let (id, _) = asking.take().unwrap();
+                        if answered_elsewhere.as_deref() == Some(id.as_str()) {
+                            continue;
+                        }
+                        let behavior = if yes.unwrap_or(false) { "allow" } else { "deny" };
+                        if let Err(e) = bot.respond_permission(&id, behavior, HashMap::new()).await {
+                            eprintln!("botvisorctl: {}", describe(&e));
+                        }
+                    }
                     Some(sig) = items.next() => {
                         let a = sig.args()?;
                         let payload: Value = serde_json::from_str(&a.payload).unwrap_or(Value::Null);
                         if a.kind == "user" {
                             mine = payload["turn_id"] == turn_id.as_str();
                             continue;
+                        }
+                        if a.kind == "permission_answer" {
+                            let id = payload["request_id"].as_str().unwrap_or_default().to_owned();
+                            let me = conn.unique_name().map(|n| n.to_string()).unwrap_or_default();
+                            if payload["by"] != me.as_str() {
+                                waiting.retain(|(w, _, _)| *w != id);
+                                if asking.as_ref().is_some_and(|(a, _)| *a == id) {
+                                    eprintln!(
+                                        "\n(answered elsewhere: {} by {}; press Enter to go on)",
+                                        payload["behavior"].as_str().unwrap_or("?"),
+                                        payload["by"].as_str().unwrap_or("?")
+                                    );
+                                    answered_elsewhere = Some(id);
+                                }
+                            }
                         }
                         if !(mine || payload.get("turn_id").is_none()) {
                             continue;
@@ -362,14 +398,7 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
                             println!("{}", json!({"permission_requested": id, "tool": tool, "input": serde_json::from_str::<Value>(&input).unwrap_or(Value::Null)}));
                         }
                         if interactive {
-                            let question = format!("Allow {tool} {}? [y/N] ", cut(&input, 300));
-                            let yes = tokio::task::spawn_blocking(move || ask(&question))
-                                .await
-                                .unwrap_or(false);
-                            let behavior = if yes { "allow" } else { "deny" };
-                            if let Err(e) = bot.respond_permission(&id, behavior, HashMap::new()).await {
-                                eprintln!("botvisorctl: {}", describe(&e));
-                            }
+                            waiting.push_back((id, tool, input));
                         } else if !json {
                             println!(
                                 "[permission] {tool} {} — answer with: botvisorctl answer {} {id} allow|deny",
@@ -559,7 +588,14 @@ async fn watch(conn: &Connection, bot: Option<String>, json: bool) -> Result<Exi
                         continue;
                     }
                 }
-                let text = format!("[{label}] #{seq} {}", item_text(&kind, &p));
+                let mut text = format!("[{label}] #{seq} {}", item_text(&kind, &p));
+                if kind == "permission_request" {
+                    let bot_id = path.rsplit('/').next().unwrap_or_default();
+                    text.push_str(&format!(
+                        " — botvisorctl answer {bot_id} {} allow|deny",
+                        p["request_id"].as_str().unwrap_or("?")
+                    ));
+                }
                 Some((
                     json!({"bot": path, "event": "chat", "seq": seq, "kind": kind, "payload": p}),
                     text,
@@ -574,14 +610,13 @@ async fn watch(conn: &Connection, bot: Option<String>, json: bool) -> Result<Exi
             }
             "PermissionRequested" => {
                 let (id, tool, input): (String, String, String) = body.deserialize()?;
-                let bot_id = path.rsplit('/').next().unwrap_or_default().to_owned();
-                Some((
-                    json!({"bot": path, "event": "permission_requested", "request_id": id, "tool": tool, "input": serde_json::from_str::<Value>(&input).unwrap_or(Value::Null)}),
-                    format!(
-                        "[{label}] permission? {tool} {} — botvisorctl answer {bot_id} {id} allow|deny",
-                        cut(&input, 200)
-                    ),
-                ))
+                // Shown once in readable output: as the `permission_request` chat item.
+                json.then(|| {
+                    (
+                        json!({"bot": path, "event": "permission_requested", "request_id": id, "tool": tool, "input": serde_json::from_str::<Value>(&input).unwrap_or(Value::Null)}),
+                        String::new(),
+                    )
+                })
             }
             "TextDelta" => {
                 let (turn, text): (String, String) = body.deserialize()?;

@@ -41,7 +41,14 @@ fn main() -> ExitCode {
         }
     };
     if args.check_config {
-        println!("{}: valid", config_path.display());
+        if config_path.exists() {
+            println!("{}: valid", config_path.display());
+        } else {
+            println!(
+                "{}: no such file; all defaults apply (docs/configuration.md)",
+                config_path.display()
+            );
+        }
         return ExitCode::SUCCESS;
     }
     botvisor::logging::init(args.verbose);
@@ -60,15 +67,23 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // One daemon per database, whatever bus it is on.
-    let lock_path = paths::lock_file(&database);
-    let _lock = match take_lock(&lock_path) {
-        Ok(file) => file,
-        Err(e) => {
-            eprintln!("botvisord: {e}");
-            return ExitCode::FAILURE;
+    // One daemon per database, whatever bus it is on: a lock under $XDG_RUNTIME_DIR, and one
+    // beside the database itself for daemons whose runtime folders differ.
+    let mut beside = database.clone().into_os_string();
+    beside.push(".lock");
+    let mut locks = Vec::new();
+    for lock_path in [
+        paths::lock_file(&database),
+        std::path::PathBuf::from(beside),
+    ] {
+        match take_lock(&lock_path) {
+            Ok(file) => locks.push(file),
+            Err(e) => {
+                eprintln!("botvisord: {e}");
+                return ExitCode::FAILURE;
+            }
         }
-    };
+    }
     runtime.block_on(async move {
         let store = match botvisor::store::Store::open(&database) {
             Ok(s) => s,
@@ -113,8 +128,12 @@ async fn connect() -> zbus::Result<zbus::Connection> {
 /// Takes the database's lock file, or says which daemon holds it.
 fn take_lock(path: &std::path::Path) -> Result<std::fs::File, String> {
     use std::io::{Read, Seek, Write};
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     let mut file = std::fs::OpenOptions::new()

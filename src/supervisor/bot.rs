@@ -669,6 +669,12 @@ impl Actor {
 
     /// The process is gone: every open request is denied, and the chat says so.
     fn deny_open_prompts(&mut self) {
+        self.close_open_prompts("The agent stopped before this request was answered.");
+    }
+
+    /// Every open request is closed as denied by botvisord, with `message` in the chat: when the
+    /// agent stops, or when its turn ends (an interrupt) while it was asking.
+    fn close_open_prompts(&mut self, message: &str) {
         let denied: Vec<(String, super::Prompt)> = {
             let mut book = self
                 .shared
@@ -690,7 +696,7 @@ impl Actor {
                 json!({
                     "request_id": request_id, "tool": prompt.tool, "behavior": "deny",
                     "by": "botvisord",
-                    "message": "The agent stopped before this request was answered.",
+                    "message": message,
                 }),
             );
         }
@@ -1196,6 +1202,9 @@ impl Actor {
         };
         let turn = if ours { self.inflight.take() } else { None };
         self.end_streamed_message();
+        // A turn that ended (interrupted, failed) while the agent was asking leaves nobody
+        // waiting for the answer.
+        self.close_open_prompts("The turn ended before this request was answered.");
         let interrupted = turn.is_some()
             && self.interrupting.is_some()
             && self.interrupting.as_deref() == turn.as_ref().map(|t| t.turn.id.as_str());

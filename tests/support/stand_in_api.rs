@@ -154,38 +154,38 @@ impl Drop for StandInApi {
 }
 
 fn request_of(body: Value) -> ApiRequest {
-    let last_user = body
+    let messages: Vec<Value> = body
         .get("messages")
         .and_then(Value::as_array)
-        .and_then(|m| {
-            m.iter()
-                .rev()
-                .find(|x| x.get("role").and_then(Value::as_str) == Some("user"))
-        })
         .cloned()
+        .unwrap_or_default();
+    let role = |m: &Value, r: &str| m.get("role").and_then(Value::as_str) == Some(r);
+    let last_user_at = messages.iter().rposition(|m| role(m, "user"));
+    let last_user = last_user_at
+        .map(|i| messages[i].clone())
         .unwrap_or(Value::Null);
-    let (text, has_tool_result) = match last_user.get("content") {
-        Some(Value::String(s)) => (s.clone(), false),
-        Some(Value::Array(blocks)) => {
-            let texts: Vec<&str> = blocks
-                .iter()
-                .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-                .filter_map(|b| b.get("text").and_then(Value::as_str))
-                .filter(|t| !t.trim_start().starts_with("<system-reminder>"))
-                .collect();
-            // A tool result answers the model's last request unless the user wrote after it.
-            let tool = blocks
-                .iter()
-                .rev()
-                .find(|b| {
-                    !b.get("text")
-                        .and_then(Value::as_str)
-                        .is_some_and(|t| t.trim_start().starts_with("<system-reminder>"))
-                })
-                .is_some_and(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"));
-            (texts.last().copied().unwrap_or_default().to_owned(), tool)
-        }
-        _ => (String::new(), false),
+    let blocks_of = |m: &Value, kind: &str| match m.get("content") {
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .any(|b| b.get("type").and_then(Value::as_str) == Some(kind)),
+        _ => false,
+    };
+    // A tool result answers the model only when the model's message right before asked for a
+    // tool; a new request from the user comes after a plain answer.
+    let asked_for_tool = last_user_at
+        .and_then(|i| messages[..i].iter().rev().find(|m| role(m, "assistant")))
+        .is_some_and(|m| blocks_of(m, "tool_use"));
+    let has_tool_result = asked_for_tool && blocks_of(&last_user, "tool_result");
+    let text = match last_user.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .rfind(|t| !t.trim_start().starts_with("<system-reminder>"))
+            .unwrap_or_default()
+            .to_owned(),
+        _ => String::new(),
     };
     ApiRequest {
         last_user_text: text,

@@ -82,9 +82,20 @@ pub fn demo_script() -> Script {
             .strip_prefix("write ")
             .and_then(|rest| rest.split_once(": "))
         {
+            let input = json!({"file_path": path.trim(), "content": content});
+            // Asked already in this conversation (the answer came back merged with it): done.
+            let asked = req.body["messages"].as_array().is_some_and(|m| {
+                m.iter()
+                    .filter_map(|m| m["content"].as_array())
+                    .flatten()
+                    .any(|b| b["type"] == "tool_use" && b["input"] == input)
+            });
+            if asked {
+                return Reply::Text("Done.".into());
+            }
             return Reply::ToolUse {
                 name: "Write".into(),
-                input: json!({"file_path": path.trim(), "content": content}),
+                input,
             };
         }
         Reply::Text(format!("Hello! You said: {text}"))
@@ -159,23 +170,25 @@ fn request_of(body: Value) -> ApiRequest {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let role = |m: &Value, r: &str| m.get("role").and_then(Value::as_str) == Some(r);
-    let last_user_at = messages.iter().rposition(|m| role(m, "user"));
-    let last_user = last_user_at
-        .map(|i| messages[i].clone())
+    let last_user = messages
+        .iter()
+        .rfind(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .cloned()
         .unwrap_or(Value::Null);
-    let blocks_of = |m: &Value, kind: &str| match m.get("content") {
+    // Claude Code merges: a new request from the user can share a message with the last tool
+    // result (seen on 2.1.328: user[tool_result, text]). The result answers the model only when
+    // nothing the user wrote follows it.
+    let has_tool_result = match last_user.get("content") {
         Some(Value::Array(blocks)) => blocks
             .iter()
-            .any(|b| b.get("type").and_then(Value::as_str) == Some(kind)),
+            .rfind(|b| {
+                !b.get("text")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| t.trim_start().starts_with("<system-reminder>"))
+            })
+            .is_some_and(|b| b.get("type").and_then(Value::as_str) == Some("tool_result")),
         _ => false,
     };
-    // A tool result answers the model only when the model's message right before asked for a
-    // tool; a new request from the user comes after a plain answer.
-    let asked_for_tool = last_user_at
-        .and_then(|i| messages[..i].iter().rev().find(|m| role(m, "assistant")))
-        .is_some_and(|m| blocks_of(m, "tool_use"));
-    let has_tool_result = asked_for_tool && blocks_of(&last_user, "tool_result");
     let text = match last_user.get("content") {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Array(blocks)) => blocks

@@ -185,13 +185,21 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&conn, args).await {
+    let code = match run(&conn, args).await {
         Ok(code) => code,
         Err(Failure(text)) => {
             eprintln!("botvisorctl: {text}");
             ExitCode::FAILURE
         }
+    };
+    // Do not wait for a terminal question that another client answered meanwhile: the runtime
+    // would wait for its blocking read.
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    if code == ExitCode::SUCCESS {
+        std::process::exit(0);
     }
+    std::process::exit(1);
 }
 
 async fn resolve(conn: &Connection, bot: &str) -> Result<BotProxy<'static>, Failure> {

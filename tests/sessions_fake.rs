@@ -231,3 +231,28 @@ async fn pipelined_calls_on_one_bot_are_applied_in_the_order_sent() {
     let taken: Vec<String> = fake.messages().into_iter().map(|(_, t)| t).collect();
     assert_eq!(taken, texts);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_cli_took_without_a_replay_is_not_sent_again() {
+    let fake = Fake::start().await;
+    let bot = fake
+        .bot(json!([
+            {"mode": "normal"},
+            {"mode": "take_then_die"},
+            {"mode": "normal"}
+        ]))
+        .await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    stop_and_wait(&bot).await;
+    // Resumed; the CLI writes "two" into the conversation and dies before replaying it.
+    let seen = send_and_wait(&bot, "two").await;
+    assert_eq!(seen.outcome, "crashed");
+    assert!(
+        of_kind(&chat(&bot).await, "system")
+            .iter()
+            .any(|p| p["reason"] == "taken_not_answered")
+    );
+    assert_eq!(send_and_wait(&bot, "three").await.outcome, "success");
+    let taken: Vec<String> = fake.messages().into_iter().map(|(_, t)| t).collect();
+    assert_eq!(taken, vec!["one", "two", "three"], "two was sent again");
+}

@@ -280,6 +280,16 @@ pub trait Runtime: Send + Sync + 'static {
         cwd: &Path,
         session_id: &str,
     ) -> bool;
+    /// Whether the conversation `session_id` already holds the user message `text`, written at
+    /// or after `since`: the CLI took it even though it did not replay it before it stopped.
+    fn conversation_has_message(
+        &self,
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+        session_id: &str,
+        text: &str,
+        since: std::time::SystemTime,
+    ) -> bool;
     /// The command for a launch.
     fn command(&self, program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand;
     /// One stdin line (without the newline) that sends a user message.

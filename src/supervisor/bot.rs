@@ -124,6 +124,9 @@ impl BotView {
 struct Inflight {
     turn: QueuedTurn,
     replayed: bool,
+    /// The conversation it was written to, and when.
+    session: String,
+    written: std::time::SystemTime,
 }
 
 struct Proc {
@@ -973,6 +976,7 @@ impl Actor {
         let Some(turn) = self.queue.pop_front() else {
             return;
         };
+        let session = proc.start.session_id().to_owned();
         let mut line = self.runtime.encode_user_message(&turn.text).into_bytes();
         line.push(b'\n');
         if stdin.send(line).is_err() {
@@ -982,6 +986,8 @@ impl Actor {
         self.inflight = Some(Inflight {
             turn,
             replayed: false,
+            session,
+            written: std::time::SystemTime::now(),
         });
         self.set_state(State::Busy);
         self.publish_queue();
@@ -1259,7 +1265,42 @@ impl Actor {
             return;
         };
         if !inf.replayed {
-            self.queue.push_front(inf.turn);
+            // Not replayed, but maybe taken: the CLI writes the message into its transcript
+            // before it replays it. Sent again, the resumed conversation would hold it twice.
+            // Only a recorded conversation is resumed; a new one that never replayed is left,
+            // and the message goes to the next one.
+            let record = self.record();
+            let env = self.build_env(&record);
+            let taken = record.session_id.as_deref() == Some(inf.session.as_str())
+                && self.runtime.conversation_has_message(
+                    &env,
+                    Path::new(&record.cwd),
+                    &inf.session,
+                    &inf.turn.text,
+                    inf.written,
+                );
+            if !taken {
+                self.queue.push_front(inf.turn);
+                self.publish_queue();
+                return;
+            }
+            let note = json!({
+                "text": "The agent stopped after this message reached the conversation and before it \
+                         was answered; it is not sent again.",
+                "reason": "taken_not_answered",
+            })
+            .to_string();
+            let r = self.store.tx_then(
+                |tx| {
+                    store::turns::finish(tx, &inf.turn.id, outcome)?;
+                    store::chat::append(tx, &self.id, "system", Some(&inf.turn.id), &note)
+                },
+                |item| self.publish_item(item),
+            );
+            match r {
+                Ok(_) => self.publish_turn(&inf.turn.id, outcome),
+                Err(e) => tracing::error!(bot_id = %self.id, error = %e, "cannot settle a turn"),
+            }
             self.publish_queue();
             return;
         }

@@ -18,6 +18,7 @@ Environment:
     {"mode": "die_at_start", "code": C}        exit C at once
     {"mode": "auth_error"}         replay, then an authentication error result, then exit 1
     {"mode": "silent"}             read messages and never answer
+    {"mode": "take_then_die"}      write the message into the transcript, then exit 1 unreplayed
   Any entry may have "ignore_term": true (SIGTERM ignored), "not_found_on_term": true (on
   SIGTERM, print the "No conversation found" result and linger, ignoring SIGTERM), "reply": "text", and
   "spawn": ["shell command", ...]: started at launch as children (their pids are appended to
@@ -77,12 +78,12 @@ def slug(path):
     return "".join(res)
 
 
-def write_transcript():
+def write_transcript(entry=None):
     base = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.environ["HOME"], ".claude")
     folder = os.path.join(base, "projects", slug(os.getcwd())[:200])
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, session + ".jsonl"), "a") as f:
-        f.write("{}\n")
+        f.write(json.dumps(entry or {}) + "\n")
 
 
 def result(subtype="success", errors=None):
@@ -136,6 +137,11 @@ for line in sys.stdin:
         sys.exit(step.get("code", 1))
     if mode == "silent":
         continue
+    if mode == "take_then_die":
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + ".000Z"
+        write_transcript({"type": "user", "message": {"role": "user", "content": text},
+                          "timestamp": stamp})
+        sys.exit(1)
     out({"type": "system", "subtype": "init", "session_id": session, "model": "fake",
          "permissionMode": "default", "cwd": os.getcwd(), "tools": []})
     out({"type": "user", "isReplay": True, "session_id": session,

@@ -109,6 +109,19 @@ impl Runtime for Claude {
         transcript::find(&config_dir, cwd, session_id).is_some()
     }
 
+    fn conversation_has_message(
+        &self,
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+        session_id: &str,
+        text: &str,
+        since: std::time::SystemTime,
+    ) -> bool {
+        transcript::config_dir(env)
+            .and_then(|dir| transcript::find(&dir, cwd, session_id))
+            .is_some_and(|path| transcript::has_user_message_since(&path, text, since))
+    }
+
     fn command(&self, program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand {
         launch::command(program, spec)
     }

@@ -56,6 +56,39 @@ pub fn find(config_dir: &Path, cwd: &Path, session_id: &str) -> Option<PathBuf> 
         .find(|path| path.is_file())
 }
 
+/// Whether the transcript at `path` holds a user message with exactly `text`, written at or
+/// after `since` (its `timestamp`, less one second for clock rounding). Claude Code writes the
+/// user's message into the transcript about 0.1 s after `system`/`init`, before it replays it
+/// (seen on 2.1.328), so a message can be in the conversation without a replay.
+pub fn has_user_message_since(path: &Path, text: &str, since: std::time::SystemTime) -> bool {
+    use serde_json::Value;
+    let Ok(content) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    let since = since - std::time::Duration::from_secs(1);
+    content.lines().rev().any(|line| {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            return false;
+        };
+        if v.get("type").and_then(Value::as_str) != Some("user") {
+            return false;
+        }
+        let said = match v.pointer("/message/content") {
+            Some(Value::String(s)) => s.as_str() == text,
+            Some(Value::Array(blocks)) => blocks.iter().any(|b| {
+                b.get("type").and_then(Value::as_str) == Some("text")
+                    && b.get("text").and_then(Value::as_str) == Some(text)
+            }),
+            _ => false,
+        };
+        said && v
+            .get("timestamp")
+            .and_then(Value::as_str)
+            .and_then(|t| humantime::parse_rfc3339(t).ok())
+            .is_some_and(|t| t >= since)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +111,35 @@ mod tests {
         assert_eq!(config_dir(&env), Some(PathBuf::from("/h/.claude")));
         env.insert("CLAUDE_CONFIG_DIR".into(), "/c".into());
         assert_eq!(config_dir(&env), Some(PathBuf::from("/c")));
+    }
+
+    #[test]
+    fn finds_a_user_message_written_since() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        std::fs::write(
+            &path,
+            concat!(
+                r#"{"type":"queue-operation","content":"hi"}"#,
+                "\n",
+                r#"{"type":"user","message":{"role":"user","content":"hi"},"timestamp":"2026-11-29T19:51:05.084Z"}"#,
+                "\n"
+            ),
+        )
+        .unwrap();
+        let before = humantime::parse_rfc3339("2026-11-29T19:51:00Z").unwrap();
+        let after = humantime::parse_rfc3339("2026-11-29T19:52:00Z").unwrap();
+        assert!(has_user_message_since(&path, "hi", before));
+        assert!(
+            !has_user_message_since(&path, "hi", after),
+            "an older message"
+        );
+        assert!(!has_user_message_since(&path, "other", before));
+        assert!(!has_user_message_since(
+            &dir.path().join("none"),
+            "hi",
+            before
+        ));
     }
 
     #[test]

@@ -34,13 +34,10 @@ fn script(target: std::path::PathBuf) -> Script {
             }
         } else {
             Reply::SlowText {
-                chunks: vec![
-                    "Hel".into(),
-                    "lo, ".into(),
-                    "stream".into(),
-                    "ing world".into(),
-                ],
-                every: Duration::from_millis(120),
+                chunks: ["Hel", "lo", ", ", "str", "eam", "ing", " wor", "ld"]
+                    .map(String::from)
+                    .to_vec(),
+                every: Duration::from_millis(150),
             }
         }
     })

@@ -170,12 +170,16 @@ impl Store {
     }
 
     /// Runs `f` in one transaction and commits it; an error rolls everything back.
+    ///
+    /// Transactions begin IMMEDIATE: they take the write lock first, so contention with the
+    /// checkpoint thread waits in SQLite's busy handler instead of failing a commit halfway with
+    /// `SQLITE_BUSY` (a deferred transaction that read first cannot wait for the lock).
     pub fn tx<R>(
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
     ) -> Result<R, StoreError> {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let r = f(&tx)?;
         tx.commit()?;
         self.committed();
@@ -191,7 +195,7 @@ impl Store {
         then: impl FnOnce(&R),
     ) -> Result<R, StoreError> {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let r = f(&tx)?;
         tx.commit()?;
         then(&r);

@@ -332,6 +332,19 @@ impl BotHandle {
             // in case the old process began a turn meanwhile.
             bot::forget_session(self, "fresh_restart")?;
         }
+        if self.snapshot().state == State::Failed {
+            // Calls apply in order: a Send right after this Restart is taken, not refused.
+            self.shared
+                .store
+                .tx(|tx| store::bots::set_failed(tx, &self.id, false))?;
+            bot::update_view(
+                &self.view,
+                &self.shared.publisher,
+                &self.id,
+                vec!["State"],
+                |v| v.state = State::Stopped,
+            );
+        }
         self.command(Command::Restart(fresh))
     }
 

@@ -252,6 +252,14 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The test failed: its output shows what the daemon said.
+            eprintln!(
+                "--- botvisord log ({}) ---\n{}",
+                self.log.display(),
+                self.log_text()
+            );
+        }
         if let Some(mut child) = self.child.take() {
             // SAFETY: kill(2) on our own child's pid.
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -281,6 +289,7 @@ impl TestEnv {
     /// A new environment.
     pub async fn new() -> TestEnv {
         let dir = tempfile::tempdir().unwrap();
+
         let home = dir.path().join("home");
         let work = dir.path().join("work");
         std::fs::create_dir_all(&home).unwrap();

@@ -224,6 +224,34 @@ mod tests {
     }
 
     #[test]
+    fn a_commit_is_not_lost_to_another_writer_on_the_same_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.db");
+        let store = Store::open(&db).unwrap();
+        let rec = BotRecord::new("b", "b", "/", "claude");
+        store.tx(|tx| bots::insert(tx, &rec)).unwrap();
+        // Another connection (the checkpoint thread has one) writes while our transaction runs,
+        // after our transaction has read: a deferred transaction would then fail with
+        // SQLITE_BUSY and lose the item; an immediate one holds the write lock from the start.
+        let other = Connection::open(&db).unwrap();
+        other.busy_timeout(std::time::Duration::ZERO).unwrap();
+        let mut other_wrote = None;
+        let item = store
+            .tx(|tx| {
+                let n: i64 = tx.query_row("SELECT COUNT(*) FROM chat_items", [], |r| r.get(0))?;
+                other_wrote = Some(
+                    other
+                        .execute("UPDATE bots SET name = 'x' WHERE id = 'b'", [])
+                        .is_ok(),
+                );
+                chat::append(tx, "b", "assistant", None, &format!("{{\"n\":{n}}}"))
+            })
+            .expect("the commit went through");
+        assert_eq!(item.seq, 1);
+        assert_eq!(other_wrote, Some(false), "the other writer had to wait");
+    }
+
+    #[test]
     fn the_wal_is_checkpointed_off_the_commit_path() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("t.db");

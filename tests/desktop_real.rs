@@ -77,6 +77,12 @@ async fn next_prompt(bot: &BotProxy<'static>) -> (String, String, Value) {
     )
 }
 
+/// Waits, in a task of its own, for the bot's next permission request.
+fn watch_prompt(bot: &BotProxy<'static>) -> tokio::task::JoinHandle<(String, String, Value)> {
+    let bot = bot.clone();
+    tokio::spawn(async move { next_prompt(&bot).await })
+}
+
 /// `(seq, kind)` of the ChatItemAdded signals in a log, until `TurnFinished` of `turn`.
 async fn chat_signals_until(log: &mut zbus::MessageStream, turn: &str) -> Vec<(u64, String)> {
     let mut out = Vec::new();
@@ -222,10 +228,7 @@ async fn a_prompt_open_when_the_bot_stops_is_denied_and_recorded() {
     let target = env.work.join("out.txt");
     let setup = RealSetup::start(&env, claude, script(target.clone())).await;
     let bot = setup.create_bot(&env, &env.work, &[]).await;
-    let prompt = {
-        let bot = bot.clone();
-        tokio::spawn(async move { next_prompt(&bot).await })
-    };
+    let prompt = watch_prompt(&bot);
     bot.send(WRITE, HashMap::new()).await.unwrap();
     let (id, _, _) = prompt.await.unwrap();
     stop_and_wait(&bot).await;
@@ -250,10 +253,7 @@ async fn interrupting_a_turn_that_asks_closes_its_prompt() {
     let target = env.work.join("out.txt");
     let setup = RealSetup::start(&env, claude, script(target.clone())).await;
     let bot = setup.create_bot(&env, &env.work, &[]).await;
-    let prompt = {
-        let bot = bot.clone();
-        tokio::spawn(async move { next_prompt(&bot).await })
-    };
+    let prompt = watch_prompt(&bot);
     let mut finished = bot.receive_turn_finished().await.unwrap();
     let turn = bot.send(WRITE, HashMap::new()).await.unwrap();
     let (id, _, _) = prompt.await.unwrap();

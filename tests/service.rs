@@ -269,6 +269,16 @@ fn the_launchd_plist_is_a_well_formed_user_agent() {
     assert!(text.contains("<key>SuccessfulExit</key>"));
 }
 
+/// Runs `botvisord --check-config` with `args` and `env`.
+fn check_config(args: &[&std::ffi::OsStr], env: &[(&str, &Path)]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(BOTVISORD);
+    cmd.arg("--check-config").args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
 #[test]
 fn help_and_check_config() {
     let out = std::process::Command::new(BOTVISORD)
@@ -303,12 +313,8 @@ fn help_and_check_config() {
     }
     let dir = tempfile::tempdir().unwrap();
     // No configuration file at all is the defaults, and valid.
-    let out = std::process::Command::new(BOTVISORD)
-        .arg("--check-config")
-        .env("HOME", dir.path())
-        .env("XDG_CONFIG_HOME", dir.path().join("nothing-here"))
-        .output()
-        .unwrap();
+    let nothing = dir.path().join("nothing-here");
+    let out = check_config(&[], &[("HOME", dir.path()), ("XDG_CONFIG_HOME", &nothing)]);
     assert!(
         out.status.success(),
         "{}",
@@ -316,11 +322,7 @@ fn help_and_check_config() {
     );
     let good = dir.path().join("good.toml");
     std::fs::write(&good, "stop_grace_s = 8\nidle_timeout_s = 0\n").unwrap();
-    let out = std::process::Command::new(BOTVISORD)
-        .args(["--check-config", "--config"])
-        .arg(&good)
-        .output()
-        .unwrap();
+    let out = check_config(&["--config".as_ref(), good.as_os_str()], &[]);
     assert!(
         out.status.success(),
         "{}",
@@ -328,22 +330,14 @@ fn help_and_check_config() {
     );
     let unknown_mode = dir.path().join("mode.toml");
     std::fs::write(&unknown_mode, "default_permission_mode = \"manual\"\n").unwrap();
-    let out = std::process::Command::new(BOTVISORD)
-        .args(["--check-config", "--config"])
-        .arg(&unknown_mode)
-        .output()
-        .unwrap();
+    let out = check_config(&["--config".as_ref(), unknown_mode.as_os_str()], &[]);
     assert!(
         !out.status.success(),
         "an unusable default mode passed the check"
     );
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "stop_grace_s = 8\nidle_timeot_s = 5\n").unwrap();
-    let out = std::process::Command::new(BOTVISORD)
-        .args(["--check-config", "--config"])
-        .arg(&bad)
-        .output()
-        .unwrap();
+    let out = check_config(&["--config".as_ref(), bad.as_os_str()], &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(

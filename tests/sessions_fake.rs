@@ -8,60 +8,10 @@ use std::collections::HashMap;
 use serde_json::json;
 use support::*;
 
-struct Fake {
-    // Dropped first: the daemon stops its bots before the environment checks for leftovers.
-    _daemon: Daemon,
-    env: TestEnv,
-    state: std::path::PathBuf,
-}
+type Fake = FakeSetup;
 
-impl Fake {
-    async fn start() -> Fake {
-        let env = TestEnv::new().await;
-        let mut cfg = env.daemon_config(Some(fake_cli()));
-        cfg.config = Some(write_config(
-            env.dir.path(),
-            "stop_grace_s = 0.5\nfresh_start_if_dies_within_s = 15\n",
-        ));
-        let daemon = Daemon::start(&cfg, &env.conn).await;
-        let state = env.dir.path().join("fake-state");
-        Fake {
-            env,
-            _daemon: daemon,
-            state,
-        }
-    }
-
-    async fn bot(&self, plan: serde_json::Value) -> botvisor::dbus::client::BotProxy<'static> {
-        let env_map = fake_env(&self.env.home, &self.state, plan, &self.env.marker);
-        create_bot_in(&self.env, &env_map).await
-    }
-
-    fn launches(&self) -> Vec<Vec<String>> {
-        json_lines(&self.state.join("launches.jsonl"))
-            .into_iter()
-            .map(|l| {
-                l["argv"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|a| a.as_str().unwrap().to_owned())
-                    .collect()
-            })
-            .collect()
-    }
-
-    fn messages(&self) -> Vec<(u64, String)> {
-        json_lines(&self.state.join("messages.jsonl"))
-            .into_iter()
-            .map(|m| {
-                (
-                    m["launch"].as_u64().unwrap(),
-                    m["text"].as_str().unwrap().to_owned(),
-                )
-            })
-            .collect()
-    }
+async fn start_fake() -> Fake {
+    FakeSetup::start("stop_grace_s = 0.5\nfresh_start_if_dies_within_s = 15\n").await
 }
 
 fn flag<'a>(argv: &'a [String], name: &str) -> Option<&'a str> {
@@ -72,7 +22,7 @@ fn flag<'a>(argv: &'a [String], name: &str) -> Option<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_conversation_whose_process_is_slow_to_exit_is_replaced_without_a_failed_turn() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let bot = fake
         .bot(json!([
             {"mode": "normal"},
@@ -110,7 +60,7 @@ async fn a_lost_conversation_whose_process_is_slow_to_exit_is_replaced_without_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_id_in_use_switches_to_resume_once_and_never_repeats_arguments() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let bot = fake
         .bot(json!([{"mode": "in_use"}, {"mode": "in_use"}, {"mode": "normal"}]))
         .await;
@@ -131,7 +81,7 @@ async fn session_id_in_use_switches_to_resume_once_and_never_repeats_arguments()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unrecognised_lost_conversation_fails_the_turn_then_starts_fresh() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let bot = fake
         .bot(json!([
             {"mode": "normal"},
@@ -163,7 +113,7 @@ async fn an_unrecognised_lost_conversation_fails_the_turn_then_starts_fresh() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_whose_process_died_before_the_replay_goes_to_the_next_process_once() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let bot = fake
         .bot(json!([{"mode": "die_before_replay", "code": 3}, {"mode": "normal"}]))
         .await;
@@ -194,7 +144,7 @@ async fn a_message_whose_process_died_before_the_replay_goes_to_the_next_process
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lines_that_are_not_the_protocol_become_error_items_and_the_stream_goes_on() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let bot = fake.bot(json!([{"mode": "garbage"}])).await;
     let seen = send_and_wait(&bot, "still there?").await;
     assert_eq!(seen.outcome, "success");
@@ -211,7 +161,7 @@ async fn lines_that_are_not_the_protocol_become_error_items_and_the_stream_goes_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_calls_on_one_bot_are_applied_in_the_order_sent() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let bot = fake.bot(json!([{"mode": "normal"}])).await;
     let mut finished = bot.receive_turn_finished().await.unwrap();
     let texts: Vec<String> = (0..40).map(|i| format!("m{i:02}")).collect();
@@ -234,7 +184,7 @@ async fn pipelined_calls_on_one_bot_are_applied_in_the_order_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_the_cli_took_without_a_replay_is_not_sent_again() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let bot = fake
         .bot(json!([
             {"mode": "normal"},

@@ -11,36 +11,10 @@ use futures_util::StreamExt;
 use serde_json::json;
 use support::*;
 
-struct Fake {
-    daemon: Daemon,
-    cfg: DaemonConfig,
-    env: TestEnv,
-    state: std::path::PathBuf,
-}
+type Fake = FakeSetup;
 
-impl Fake {
-    async fn start() -> Fake {
-        let env = TestEnv::new().await;
-        let mut cfg = env.daemon_config(Some(fake_cli()));
-        cfg.config = Some(write_config(env.dir.path(), "stop_grace_s = 0.5\n"));
-        let daemon = Daemon::start(&cfg, &env.conn).await;
-        let state = env.dir.path().join("fake-state");
-        Fake {
-            daemon,
-            cfg,
-            env,
-            state,
-        }
-    }
-
-    async fn bot(&self, plan: serde_json::Value) -> botvisor::dbus::client::BotProxy<'static> {
-        let env_map = fake_env(&self.env.home, &self.state, plan, &self.env.marker);
-        create_bot_in(&self.env, &env_map).await
-    }
-
-    fn launches(&self) -> usize {
-        json_lines(&self.state.join("launches.jsonl")).len()
-    }
+async fn start_fake() -> Fake {
+    FakeSetup::start("stop_grace_s = 0.5\n").await
 }
 
 /// Waits until `count` processes carry the test's marker besides the fake CLI itself.
@@ -64,7 +38,7 @@ async fn wait_marked(env: &TestEnv, count: usize) -> Vec<(u32, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stubborn_escaping_and_short_lived_descendants_are_all_proven_gone() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let bot = fake
         .bot(json!([{
             "mode": "normal",
@@ -94,7 +68,7 @@ async fn stubborn_escaping_and_short_lived_descendants_are_all_proven_gone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_is_published_and_its_orphans_are_stopped() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let bot = fake
         .bot(json!([{"mode": "normal", "spawn": ["setsid sleep 300"]}]))
         .await;
@@ -139,7 +113,7 @@ async fn a_crash_is_published_and_its_orphans_are_stopped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cli_that_ignores_sigterm_is_killed_after_the_grace_period() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let bot = fake
         .bot(json!([{"mode": "normal", "ignore_term": true}]))
         .await;
@@ -152,7 +126,7 @@ async fn a_cli_that_ignores_sigterm_is_killed_after_the_grace_period() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reused_pid_is_never_signalled_at_recovery() {
-    let mut fake = Fake::start().await;
+    let mut fake = start_fake().await;
     let bot = fake.bot(json!([{"mode": "normal"}])).await;
     assert_eq!(send_and_wait(&bot, "hi").await.outcome, "success");
     let bot_id = bot.id().await.unwrap();
@@ -198,7 +172,7 @@ async fn a_reused_pid_is_never_signalled_at_recovery() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_loop_ends_in_failed_until_restart() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let bot = fake
         .bot(json!([
             {"mode": "die_after_replay", "code": 1},
@@ -213,7 +187,11 @@ async fn a_crash_loop_ends_in_failed_until_restart() {
     let seen = send_and_wait(&bot, "boom").await;
     assert_eq!(seen.outcome, "crashed");
     wait_state(&bot, "failed").await;
-    assert_eq!(fake.launches(), 5, "restarted while held, up to the limit");
+    assert_eq!(
+        fake.launches().len(),
+        5,
+        "restarted while held, up to the limit"
+    );
     assert!(bot.last_error().await.unwrap().contains("crashed 5 times"));
     assert!(
         of_kind(&chat(&bot).await, "error")
@@ -222,12 +200,12 @@ async fn a_crash_loop_ends_in_failed_until_restart() {
     );
     bot.restart(HashMap::new()).await.unwrap();
     assert_eq!(send_and_wait(&bot, "ok now").await.outcome, "success");
-    assert_eq!(fake.launches(), 6);
+    assert_eq!(fake.launches().len(), 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_authentication_error_goes_straight_to_failed() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let bot = fake
         .bot(json!([{"mode": "auth_error"}, {"mode": "normal"}]))
         .await;
@@ -235,7 +213,7 @@ async fn an_authentication_error_goes_straight_to_failed() {
     let seen = send_and_wait(&bot, "hi").await;
     assert_eq!(seen.outcome, "error");
     wait_state(&bot, "failed").await;
-    assert_eq!(fake.launches(), 1, "no restart loop");
+    assert_eq!(fake.launches().len(), 1, "no restart loop");
     let last = bot.last_error().await.unwrap();
     assert!(last.contains("authentication"), "{last}");
     assert!(last.contains("Invalid API key"), "{last}");
@@ -243,7 +221,7 @@ async fn an_authentication_error_goes_straight_to_failed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_disconnects_without_release_drops_its_lease() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let bot = fake.bot(json!([{"mode": "normal"}])).await;
     let other = fake.env.bus.connect().await;
     let theirs = botvisor::dbus::client::BotProxy::builder(&other)
@@ -281,7 +259,7 @@ async fn wait_holders(bot: &botvisor::dbus::client::BotProxy<'static>, n: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_stop_waits_for_holders_and_then_the_next_message_resumes() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let env_map = fake_env(
         &fake.env.home,
         &fake.state,
@@ -345,7 +323,7 @@ async fn state_stays_clear_of(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_sent_while_the_daemon_recovers_is_delivered_once() {
-    let mut fake = Fake::start().await;
+    let mut fake = start_fake().await;
     let bot = fake.bot(json!([{"mode": "normal"}])).await;
     let path: zbus::OwnedObjectPath = bot.inner().path().to_owned().into();
     let bot_id = bot.id().await.unwrap();
@@ -377,7 +355,7 @@ async fn a_message_sent_while_the_daemon_recovers_is_delivered_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_stop_waits_for_an_escaped_descendant() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let env_map = fake_env(
         &fake.env.home,
         &fake.state,
@@ -401,7 +379,7 @@ async fn idle_stop_waits_for_an_escaped_descendant() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_conversation_reported_during_a_stop_does_not_undo_the_stop() {
-    let fake = Fake::start().await;
+    let fake = start_fake().await;
     let bot = fake
         .bot(json!([{"mode": "silent", "not_found_on_term": true}, {"mode": "normal"}]))
         .await;
@@ -417,7 +395,7 @@ async fn a_lost_conversation_reported_during_a_stop_does_not_undo_the_stop() {
     // The agent answers the SIGTERM with "No conversation found".
     stop_and_wait(&bot).await;
     state_stays_clear_of(&bot, &["idle", "busy"], Duration::from_secs(2)).await;
-    assert_eq!(fake.launches(), 1, "the stopped bot started again");
+    assert_eq!(fake.launches().len(), 1, "the stopped bot started again");
     let direct = fake
         .env
         .bot_uncached(&bot.inner().path().to_owned().into())
@@ -432,7 +410,7 @@ async fn a_lost_conversation_reported_during_a_stop_does_not_undo_the_stop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_keeps_waiting_messages_waiting_across_a_daemon_restart() {
-    let mut fake = Fake::start().await;
+    let mut fake = start_fake().await;
     let bot = fake
         .bot(json!([{"mode": "silent"}, {"mode": "normal"}]))
         .await;
@@ -450,7 +428,11 @@ async fn a_stop_keeps_waiting_messages_waiting_across_a_daemon_restart() {
     let _daemon = Daemon::start(&fake.cfg, &fake.env.conn).await;
     let bot = fake.env.bot(&path).await;
     state_stays_clear_of(&bot, &["idle", "busy"], Duration::from_secs(2)).await;
-    assert_eq!(fake.launches(), 1, "a stopped bot started at daemon start");
+    assert_eq!(
+        fake.launches().len(),
+        1,
+        "a stopped bot started at daemon start"
+    );
     assert_eq!(bot.queued_messages().await.unwrap(), 1);
     // The next Send delivers both, in order.
     let mut finished = bot.receive_turn_finished().await.unwrap();
@@ -466,7 +448,7 @@ async fn a_stop_keeps_waiting_messages_waiting_across_a_daemon_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_survives_a_daemon_restart() {
-    let mut fake = Fake::start().await;
+    let mut fake = start_fake().await;
     let bot = fake
         .bot(json!([{"mode": "auth_error"}, {"mode": "normal"}]))
         .await;
@@ -480,11 +462,11 @@ async fn failed_survives_a_daemon_restart() {
     let bot = fake.env.bot(&path).await;
     assert_eq!(bot.state().await.unwrap(), "failed");
     state_stays_clear_of(&bot, &["idle", "busy"], Duration::from_secs(2)).await;
-    assert_eq!(fake.launches(), 1);
+    assert_eq!(fake.launches().len(), 1);
     bot.restart(HashMap::new()).await.unwrap();
     assert_eq!(
         send_and_wait(&bot, "after restart").await.outcome,
         "success"
     );
-    assert_eq!(fake.launches(), 2);
+    assert_eq!(fake.launches().len(), 2);
 }

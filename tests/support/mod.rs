@@ -647,3 +647,66 @@ impl RealSetup {
             .collect()
     }
 }
+
+/// A daemon on a private bus whose bots run the scripted fake CLI.
+pub struct FakeSetup {
+    /// Dropped first: the daemon stops its bots before the environment checks for leftovers.
+    pub daemon: Daemon,
+    /// The daemon's configuration.
+    pub cfg: DaemonConfig,
+    /// The environment.
+    pub env: TestEnv,
+    /// The fake CLI's state folder (launches.jsonl, messages.jsonl, spawned.jsonl).
+    pub state: PathBuf,
+}
+
+impl FakeSetup {
+    /// Starts a daemon with `config` (TOML) and the fake CLI.
+    pub async fn start(config: &str) -> FakeSetup {
+        let env = TestEnv::new().await;
+        let mut cfg = env.daemon_config(Some(fake_cli()));
+        cfg.config = Some(write_config(env.dir.path(), config));
+        let daemon = Daemon::start(&cfg, &env.conn).await;
+        let state = env.dir.path().join("fake-state");
+        FakeSetup {
+            daemon,
+            cfg,
+            env,
+            state,
+        }
+    }
+
+    /// Creates a bot whose fake CLI follows `plan`.
+    pub async fn bot(&self, plan: serde_json::Value) -> BotProxy<'static> {
+        let env_map = fake_env(&self.env.home, &self.state, plan, &self.env.marker);
+        create_bot_in(&self.env, &env_map).await
+    }
+
+    /// The argv of every launch, in order.
+    pub fn launches(&self) -> Vec<Vec<String>> {
+        json_lines(&self.state.join("launches.jsonl"))
+            .into_iter()
+            .map(|l| {
+                l["argv"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Every user message the fake read: `(launch number, text)`.
+    pub fn messages(&self) -> Vec<(u64, String)> {
+        json_lines(&self.state.join("messages.jsonl"))
+            .into_iter()
+            .map(|m| {
+                (
+                    m["launch"].as_u64().unwrap(),
+                    m["text"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+}

@@ -196,7 +196,7 @@ async fn a_message_the_cli_took_without_a_replay_is_not_sent_again() {
     stop_and_wait(&bot).await;
     // Resumed; the CLI writes "two" into the conversation and dies before replaying it.
     let seen = send_and_wait(&bot, "two").await;
-    assert_eq!(seen.outcome, "crashed");
+    assert_eq!(seen.outcome, "taken_not_answered");
     assert!(
         of_kind(&chat(&bot).await, "system")
             .iter()
@@ -205,4 +205,120 @@ async fn a_message_the_cli_took_without_a_replay_is_not_sent_again() {
     assert_eq!(send_and_wait(&bot, "three").await.outcome, "success");
     let taken: Vec<String> = fake.messages().into_iter().map(|(_, t)| t).collect();
     assert_eq!(taken, vec!["one", "two", "three"], "two was sent again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_cli_reporting_another_id_keeps_the_launched_conversation() {
+    let fake = start_fake().await;
+    let bot = fake
+        .bot(json!([
+            {"mode": "normal"},
+            {"mode": "normal", "report_session": "0badc0de-0000-4000-8000-000000000000"},
+            {"mode": "normal"}
+        ]))
+        .await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let launched = bot.session_id().await.unwrap();
+    stop_and_wait(&bot).await;
+    // Resumed on `launched`; the CLI says another id but keeps writing to `launched`.
+    assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
+    assert_eq!(
+        bot.session_id().await.unwrap(),
+        launched,
+        "an id without a transcript was recorded"
+    );
+    stop_and_wait(&bot).await;
+    assert_eq!(send_and_wait(&bot, "three").await.outcome, "success");
+    let launches = fake.launches();
+    assert_eq!(flag(&launches[2], "--resume"), Some(launched.as_str()));
+    let items = chat(&bot).await;
+    assert!(
+        of_kind(&items, "system").is_empty(),
+        "no conversation was replaced: {items:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forked_conversation_is_recorded_once_its_transcript_exists() {
+    let fake = start_fake().await;
+    let bot = fake
+        .bot(json!([{"mode": "normal"}, {"mode": "normal", "fork": true}, {"mode": "normal"}]))
+        .await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let first = bot.session_id().await.unwrap();
+    stop_and_wait(&bot).await;
+    // The CLI forks: the replay names a new id whose transcript is written only after it.
+    assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
+    let forked = bot.session_id().await.unwrap();
+    assert_ne!(forked, first, "the fork was not adopted");
+    stop_and_wait(&bot).await;
+    assert_eq!(send_and_wait(&bot, "three").await.outcome, "success");
+    assert_eq!(flag(&fake.launches()[2], "--resume"), Some(forked.as_str()));
+}
+
+/// The typed outcome a turn left in the history.
+fn turn_outcome(items: &[(u64, String, serde_json::Value)], turn_id: &str) -> Vec<String> {
+    of_kind(items, "turn_finished")
+        .iter()
+        .filter(|p| p["turn_id"] == turn_id)
+        .map(|p| p["outcome"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_turn_leaves_one_typed_outcome_in_the_history() {
+    let fake = FakeSetup::start("stop_grace_s = 0.5\ncrash_loop_limit = 50\n").await;
+    let bot = fake
+        .bot(json!([
+            {"mode": "normal"},
+            {"mode": "die_after_replay", "code": 3},
+            {"mode": "normal", "result_is_error": true},
+            {"mode": "take_then_die"},
+            {"mode": "normal"}
+        ]))
+        .await;
+    let ok = send_and_wait(&bot, "one").await;
+    stop_and_wait(&bot).await;
+    let crashed = send_and_wait(&bot, "two").await;
+    let api_error = send_and_wait(&bot, "three").await;
+    stop_and_wait(&bot).await;
+    let taken = send_and_wait(&bot, "four").await;
+    let items = chat(&bot).await;
+    for (seen, want) in [
+        (&ok, "success"),
+        (&crashed, "crashed"),
+        (&api_error, "error"),
+        (&taken, "taken_not_answered"),
+    ] {
+        assert_eq!(seen.outcome, want, "{seen:?}");
+        assert_eq!(
+            turn_outcome(&items, &seen.turn_id),
+            vec![want],
+            "the history of turn {} ({want}): {items:?}",
+            seen.turn_id
+        );
+    }
+    // Committed before TurnFinished: the client saw the item in the turn's signals.
+    assert!(
+        crashed
+            .items
+            .iter()
+            .any(|(_, k, p)| k == "turn_finished" && p["outcome"] == "crashed")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bot_that_fails_with_messages_waiting_says_so() {
+    let fake = FakeSetup::start("stop_grace_s = 0.5\ncrash_loop_limit = 2\n").await;
+    let bot = fake.bot(json!([{"mode": "die_at_start", "code": 2}])).await;
+    bot.send("waiting", HashMap::new()).await.unwrap();
+    wait_state(&bot, "failed").await;
+    let items = chat(&bot).await;
+    let notes: Vec<_> = of_kind(&items, "system")
+        .into_iter()
+        .filter(|p| p["reason"] == "failed_with_queue")
+        .collect();
+    assert_eq!(notes.len(), 1, "{items:?}");
+    assert_eq!(notes[0]["queued"], 1);
+    assert!(notes[0]["text"].as_str().unwrap().contains("Restart"));
 }

@@ -7,6 +7,7 @@
 
 pub mod bots;
 pub mod chat;
+pub mod deliveries;
 pub mod processes;
 pub mod schema;
 pub mod turns;

@@ -61,6 +61,17 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE bots ADD COLUMN stop_verdict TEXT NOT NULL DEFAULT '';
     ALTER TABLE bots ADD COLUMN parked INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 4: which conversation a queued message was written to, and when (design rule 8 across a
+    // daemon crash: start-up recovery asks that conversation's transcript whether it holds it).
+    r#"
+    CREATE TABLE deliveries (
+        bot_id     TEXT NOT NULL REFERENCES bots(id) ON DELETE CASCADE,
+        turn_id    TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        written_at TEXT NOT NULL,
+        PRIMARY KEY (bot_id, turn_id)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 /// Brings the schema up to the newest version. A database from a newer botvisor is refused.

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
+use super::decide::{self, SessionChoice, TurnOutcome, UnreplayedFate};
 use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher, Shared};
 use crate::config::Config;
 use crate::process::identity::{Liveness, ProcessIdentity, identify, liveness};
@@ -137,6 +138,9 @@ struct Proc {
     stopping: bool,
     lost: bool,
     in_use: Option<String>,
+    /// A session id the CLI reported instead of the launched one, adopted once its transcript
+    /// exists (design rule 3).
+    reported_session: Option<String>,
     /// Control requests sent and not yet answered, by request id.
     pending_control: std::collections::HashMap<String, ControlRequest>,
 }
@@ -438,6 +442,27 @@ impl Actor {
             return;
         }
         tracing::debug!(bot_id = %self.id, state = state.as_str(), "state");
+        if state == State::Failed {
+            let waiting = self.queue.len()
+                + self
+                    .inflight
+                    .as_ref()
+                    .map_or(0, |i| usize::from(!i.replayed));
+            if waiting > 0 {
+                self.add_item(
+                    "system",
+                    None,
+                    json!({
+                        "text": format!(
+                            "{waiting} message(s) wait; this bot takes them to the agent once \
+                             a client calls Restart."
+                        ),
+                        "reason": "failed_with_queue",
+                        "queued": waiting,
+                    }),
+                );
+            }
+        }
         if before == State::Failed || state == State::Failed {
             // `failed` waits for an explicit Restart, across daemon restarts too.
             let failed = state == State::Failed;
@@ -950,6 +975,7 @@ impl Actor {
                     stopping: false,
                     lost: false,
                     in_use: None,
+                    reported_session: None,
                     pending_control: Default::default(),
                 });
                 self.update(vec!["ProcessId"], |v| v.process_id = pid);
@@ -973,10 +999,23 @@ impl Actor {
         let Some(stdin) = proc.stdin.as_ref() else {
             return;
         };
+        if stdin.is_closed() {
+            return;
+        }
         let Some(turn) = self.queue.pop_front() else {
             return;
         };
         let session = proc.start.session_id().to_owned();
+        let stdin = stdin.clone();
+        // Persist, then act: which conversation the message goes to, before it goes (rule 8
+        // across a daemon crash).
+        let written = self
+            .store
+            .tx(|tx| store::deliveries::record(tx, &self.id, &turn.id, &session))
+            .unwrap_or_else(|e| {
+                tracing::error!(bot_id = %self.id, error = %e, "cannot record a delivery");
+                std::time::SystemTime::now()
+            });
         let mut line = self.runtime.encode_user_message(&turn.text).into_bytes();
         line.push(b'\n');
         if stdin.send(line).is_err() {
@@ -987,7 +1026,7 @@ impl Actor {
             turn,
             replayed: false,
             session,
-            written: std::time::SystemTime::now(),
+            written,
         });
         self.set_state(State::Busy);
         self.publish_queue();
@@ -1104,9 +1143,10 @@ impl Actor {
                 outcome,
                 payload,
                 error,
-                ..
+                session_id,
             } => {
                 self.on_result(outcome, payload, error);
+                self.note_reported_session(session_id);
                 Next::Nothing
             }
             RuntimeEvent::ConversationNotFound { session_id } => {
@@ -1168,20 +1208,40 @@ impl Actor {
     }
 
     fn on_replay(&mut self, session_id: Option<String>) {
+        let Some(proc) = self.proc.as_ref() else {
+            return;
+        };
+        if self.inflight.as_ref().is_none_or(|i| i.replayed) {
+            return;
+        }
+        let launched = proc.start.session_id().to_owned();
+        let record = self.record();
+        let env = self.build_env(&record);
+        let choice = decide::session_to_record(&launched, session_id.as_deref(), |r| {
+            self.runtime
+                .transcript_exists(&env, Path::new(&record.cwd), r)
+        });
+        let sid = match &choice {
+            SessionChoice::Reported(r) => r.clone(),
+            SessionChoice::Launched | SessionChoice::LaunchedUntil(_) => launched,
+        };
         let Some(proc) = self.proc.as_mut() else {
             return;
         };
-        let Some(inf) = self.inflight.as_mut().filter(|i| !i.replayed) else {
+        proc.turn_began = true;
+        if let SessionChoice::LaunchedUntil(r) = choice {
+            tracing::info!(bot_id = %self.id, reported = %r, launched = %sid, "the CLI reports another session id; kept until its transcript exists");
+            proc.reported_session = Some(r);
+        }
+        let Some(inf) = self.inflight.as_mut() else {
             return;
         };
         inf.replayed = true;
-        proc.turn_began = true;
-        let sid = session_id.unwrap_or_else(|| proc.start.session_id().to_owned());
         let turn_id = inf.turn.id.clone();
-        let recorded = self.record().session_id;
-        let changed = recorded.as_deref() != Some(sid.as_str());
+        let changed = record.session_id.as_deref() != Some(sid.as_str());
         let r = self.store.tx(|tx| {
             store::turns::set_running(tx, &turn_id)?;
+            store::deliveries::forget(tx, &self.id, &turn_id)?;
             if changed {
                 store::bots::set_session(tx, &self.id, Some(&sid))?;
             }
@@ -1196,6 +1256,56 @@ impl Actor {
             self.update(vec!["SessionId"], |v| v.record.session_id = Some(sid));
         }
         self.publish_queue();
+    }
+
+    /// A session id the CLI reported instead of the launched one is recorded once its transcript
+    /// exists (design rule 3, [`decide::session_to_record`]); until then the launched one stays.
+    fn adopt_reported_session(&self, proc: &Proc) {
+        let Some(reported) = proc.reported_session.as_deref() else {
+            return;
+        };
+        let record = self.record();
+        if record.session_id.as_deref() == Some(reported) {
+            return;
+        }
+        let env = self.build_env(&record);
+        if !self
+            .runtime
+            .transcript_exists(&env, Path::new(&record.cwd), reported)
+        {
+            return;
+        }
+        match self
+            .store
+            .tx(|tx| store::bots::set_session(tx, &self.id, Some(reported)))
+        {
+            Ok(()) => {
+                tracing::info!(bot_id = %self.id, session_id = %reported, "session recorded: the reported conversation's transcript exists");
+                self.update(vec!["SessionId"], |v| {
+                    v.record.session_id = Some(reported.to_owned())
+                });
+            }
+            Err(e) => tracing::error!(bot_id = %self.id, error = %e, "cannot record the session"),
+        }
+    }
+
+    /// A session id the CLI reported at a turn's end (it may have forked or cleared its
+    /// conversation): once a turn began in this process, it is recorded when its transcript
+    /// exists, at once or at the process's end.
+    fn note_reported_session(&mut self, reported: Option<String>) {
+        let Some(proc) = self.proc.as_mut() else {
+            return;
+        };
+        if !proc.turn_began {
+            return;
+        }
+        if let Some(r) = reported.filter(|r| !r.is_empty() && r != proc.start.session_id()) {
+            proc.reported_session = Some(r);
+        }
+        if let Some(proc) = self.proc.take() {
+            self.adopt_reported_session(&proc);
+            self.proc = Some(proc);
+        }
     }
 
     fn on_result(&mut self, outcome: ResultOutcome, payload: Value, error: Option<String>) {
@@ -1224,30 +1334,51 @@ impl Actor {
             self.fatal = Some(format!("{kind} error: {e}"));
         }
         let turn_id = turn.as_ref().map(|t| t.turn.id.clone());
-        let outcome_str = match outcome {
-            _ if interrupted => "interrupted",
-            ResultOutcome::Success => "success",
-            ResultOutcome::Error => "error",
+        let outcome = match outcome {
+            _ if interrupted => TurnOutcome::Interrupted,
+            ResultOutcome::Success => TurnOutcome::Success,
+            ResultOutcome::Error => TurnOutcome::Error,
         };
+        let reason = if interrupted {
+            "interrupt".to_owned()
+        } else {
+            payload
+                .get("subtype")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let finished = turn_id.as_deref().map(|t| {
+            turn_finished_payload(t, outcome, &reason, error.as_deref().unwrap_or_default())
+        });
         let payload = payload.to_string();
         let r = self.store.tx(|tx| {
             let item = store::chat::append(tx, &self.id, "result", turn_id.as_deref(), &payload)?;
-            if let Some(t) = &turn_id {
-                store::turns::finish(tx, t, outcome_str)?;
+            let mut last = None;
+            if let (Some(t), Some(f)) = (&turn_id, &finished) {
+                store::turns::finish(tx, t, outcome.as_str())?;
+                last = Some(store::chat::append(
+                    tx,
+                    &self.id,
+                    "turn_finished",
+                    Some(t),
+                    f,
+                )?);
             }
             if let Some(e) = &error {
                 store::bots::set_last_error(tx, &self.id, e)?;
             }
-            Ok(item)
+            Ok((item, last))
         });
         match r {
-            Ok(item) => {
+            Ok((item, last)) => {
                 self.publish_item(&item);
                 if let Some(e) = error {
                     self.update(vec!["LastError"], |v| v.record.last_error = e);
                 }
-                if let Some(t) = &turn_id {
-                    self.publish_turn(t, outcome_str);
+                if let (Some(t), Some(last)) = (&turn_id, &last) {
+                    self.publish_item(last);
+                    self.publish_turn(t, outcome.as_str());
                 }
             }
             Err(e) => tracing::error!(bot_id = %self.id, error = %e, "cannot record a result"),
@@ -1258,69 +1389,114 @@ impl Actor {
         self.publish_queue();
     }
 
-    /// Settles the turn in flight when its process is gone: a replayed one ends with `outcome`,
-    /// one not yet replayed goes back to the head of the queue (design rule 8).
-    fn settle_inflight(&mut self, outcome: &str, text: String) {
+    /// Ends a turn durably and then says so: its status, an optional chat item (`kind`,
+    /// `payload`), its typed `turn_finished` item, and (with `adopt`) the conversation that took
+    /// it, in one transaction; then the items, `SessionId` and `TurnFinished` are published
+    /// (rules 1 and 8: every turn ends with one durable outcome).
+    fn finish_turn(
+        &self,
+        turn_id: &str,
+        outcome: TurnOutcome,
+        reason: &str,
+        item: Option<(&str, Value)>,
+        adopt: Option<&str>,
+    ) {
+        let text = item
+            .as_ref()
+            .and_then(|(_, p)| p.get("text").and_then(Value::as_str))
+            .unwrap_or_default()
+            .to_owned();
+        let item = item.map(|(k, p)| (k, p.to_string()));
+        let finished = turn_finished_payload(turn_id, outcome, reason, &text);
+        let r = self.store.tx(|tx| {
+            store::turns::finish(tx, turn_id, outcome.as_str())?;
+            store::deliveries::forget(tx, &self.id, turn_id)?;
+            if let Some(s) = adopt {
+                store::bots::set_session(tx, &self.id, Some(s))?;
+            }
+            let first = match &item {
+                Some((kind, payload)) => Some(store::chat::append(
+                    tx,
+                    &self.id,
+                    kind,
+                    Some(turn_id),
+                    payload,
+                )?),
+                None => None,
+            };
+            let last =
+                store::chat::append(tx, &self.id, "turn_finished", Some(turn_id), &finished)?;
+            Ok((first, last))
+        });
+        match r {
+            Ok((first, last)) => {
+                if let Some(s) = adopt {
+                    tracing::info!(bot_id = %self.id, session_id = %s, "session recorded: the conversation took the message");
+                    self.update(vec!["SessionId"], |v| {
+                        v.record.session_id = Some(s.to_owned())
+                    });
+                }
+                if let Some(i) = &first {
+                    self.publish_item(i);
+                }
+                self.publish_item(&last);
+                self.publish_turn(turn_id, outcome.as_str());
+            }
+            Err(e) => tracing::error!(bot_id = %self.id, error = %e, "cannot settle a turn"),
+        }
+    }
+
+    /// Settles the turn in flight when its process is gone: a replayed one ends with `outcome`
+    /// (and `text` in an `error` or `system` item); one not yet replayed goes back to the head of
+    /// the queue, unless its conversation holds it already (design rule 8, decided by
+    /// [`decide::unreplayed_message`]).
+    fn settle_inflight(&mut self, outcome: TurnOutcome, reason: &str, text: String) -> Settled {
         let Some(inf) = self.inflight.take() else {
-            return;
+            return Settled::Nothing;
         };
         if !inf.replayed {
             // Not replayed, but maybe taken: the CLI writes the message into its transcript
-            // before it replays it. Sent again, the resumed conversation would hold it twice.
-            // Only a recorded conversation is resumed; a new one that never replayed is left,
-            // and the message goes to the next one.
+            // before it replays it. Sent again, the conversation would hold it twice.
             let record = self.record();
             let env = self.build_env(&record);
-            let taken = record.session_id.as_deref() == Some(inf.session.as_str())
-                && self.runtime.conversation_has_message(
-                    &env,
-                    Path::new(&record.cwd),
-                    &inf.session,
-                    &inf.turn.text,
-                    inf.written,
-                );
-            if !taken {
-                self.queue.push_front(inf.turn);
-                self.publish_queue();
-                return;
-            }
-            let note = json!({
-                "text": "The agent stopped after this message reached the conversation and before it \
-                         was answered; it is not sent again.",
-                "reason": "taken_not_answered",
-            })
-            .to_string();
-            let r = self.store.tx_then(
-                |tx| {
-                    store::turns::finish(tx, &inf.turn.id, outcome)?;
-                    store::chat::append(tx, &self.id, "system", Some(&inf.turn.id), &note)
-                },
-                |item| self.publish_item(item),
+            let holds = self.runtime.conversation_has_message(
+                &env,
+                Path::new(&record.cwd),
+                &inf.session,
+                &inf.turn.text,
+                inf.written,
             );
-            match r {
-                Ok(_) => self.publish_turn(&inf.turn.id, outcome),
-                Err(e) => tracing::error!(bot_id = %self.id, error = %e, "cannot settle a turn"),
-            }
-            self.publish_queue();
-            return;
+            return match decide::unreplayed_message(
+                record.session_id.as_deref(),
+                &inf.session,
+                holds,
+            ) {
+                UnreplayedFate::Resend => {
+                    self.queue.push_front(inf.turn);
+                    self.publish_queue();
+                    Settled::Requeued
+                }
+                UnreplayedFate::Taken { adopt } => {
+                    self.finish_turn(
+                        &inf.turn.id,
+                        TurnOutcome::TakenNotAnswered,
+                        "taken_not_answered",
+                        Some(("system", taken_note())),
+                        adopt.as_deref(),
+                    );
+                    self.publish_queue();
+                    Settled::Taken
+                }
+            };
         }
-        let payload = json!({ "text": text }).to_string();
-        let kind = if outcome == "crashed" {
+        let kind = if outcome == TurnOutcome::Crashed {
             "error"
         } else {
             "system"
         };
-        let r = self.store.tx(|tx| {
-            store::turns::finish(tx, &inf.turn.id, outcome)?;
-            store::chat::append(tx, &self.id, kind, Some(&inf.turn.id), &payload)
-        });
-        match r {
-            Ok(item) => {
-                self.publish_item(&item);
-                self.publish_turn(&inf.turn.id, outcome);
-            }
-            Err(e) => tracing::error!(bot_id = %self.id, error = %e, "cannot settle a turn"),
-        }
+        let item = (!text.is_empty()).then(|| (kind, json!({ "text": text })));
+        self.finish_turn(&inf.turn.id, outcome, reason, item, None);
+        Settled::Ended
     }
 
     /// The process exited without being asked to.
@@ -1332,10 +1508,12 @@ impl Actor {
         self.deny_open_prompts();
         self.end_streamed_message();
         self.interrupting = None;
+        self.adopt_reported_session(&proc);
         if proc.stopping {
             // A root that survived SIGKILL (verdict `root-alive`) exited at last: released now.
             self.settle_inflight(
-                "interrupted",
+                TurnOutcome::Interrupted,
+                "stopped",
                 "The agent was stopped before the turn finished.".into(),
             );
             self.clean_up_after_exit(proc.handle.pid, "late exit").await;
@@ -1346,7 +1524,7 @@ impl Actor {
         let root_pid = proc.handle.pid;
         tracing::info!(bot_id = %self.id, pid = root_pid, status = %info, "agent exited");
         if proc.lost || proc.in_use.is_some() {
-            self.settle_inflight("error", String::new());
+            self.settle_inflight(TurnOutcome::Error, "agent_exited", String::new());
             self.set_state(State::Stopped);
             if let Some(id) = proc.in_use {
                 if !self.in_use_retried {
@@ -1363,13 +1541,22 @@ impl Actor {
         let stderr = proc.handle.stderr_text();
         let clean = info.code == Some(0) && self.inflight.is_none();
         // Published at once (rule 11): the running turn ends, waiting messages stay queued.
-        self.settle_inflight(
-            "crashed",
+        let settled = self.settle_inflight(
+            TurnOutcome::Crashed,
+            "agent_exited",
             format!("The agent exited before the turn finished ({info})."),
         );
         if let SessionStart::Resume(id) = &proc.start {
             let window = Duration::from_secs_f64(self.config.fresh_start_if_dies_within_s);
-            if !proc.turn_began && !clean && lived < window {
+            let forget = decide::forget_after_early_exit(
+                true,
+                proc.turn_began,
+                settled == Settled::Taken,
+                &info,
+                lived,
+                window,
+            );
+            if forget && self.record().session_id.as_deref() == Some(id.as_str()) {
                 self.forget_session(
                     id,
                     "died_after_launch",
@@ -1618,8 +1805,12 @@ impl Actor {
         self.deny_open_prompts();
         self.end_streamed_message();
         self.interrupting = None;
+        if let Some(p) = &proc {
+            self.adopt_reported_session(p);
+        }
         self.settle_inflight(
-            "interrupted",
+            TurnOutcome::Interrupted,
+            "stopped",
             "The agent was stopped before the turn finished.".into(),
         );
         if why == "replaced" && proc.is_some_and(|p| p.lost) {
@@ -1673,28 +1864,93 @@ impl Actor {
         self.stop_process("idle").await;
     }
 
-    /// At daemon start: settle turns left running by the previous daemon, reload the queue.
+    /// At daemon start, after the previous run's processes were stopped: every turn it left
+    /// open is settled or delivered once ([`decide::left_turn`], design rule 8). A turn that had
+    /// begun ends `interrupted`; a message written to a process whose conversation holds it ends
+    /// `taken_not_answered`; every other queued message is delivered.
     fn recover(&mut self) -> Result<(), BotError> {
         let running = self.store.read(|c| store::turns::running(c, &self.id))?;
         for turn_id in running {
-            let payload = json!({
-                "text": "botvisord stopped before the turn finished."
-            })
-            .to_string();
-            let item = self.store.tx(|tx| {
-                store::turns::finish(tx, &turn_id, "interrupted")?;
-                store::chat::append(tx, &self.id, "system", Some(&turn_id), &payload)
-            })?;
-            self.publish_item(&item);
-            self.publish_turn(&turn_id, "interrupted");
+            self.finish_turn(
+                &turn_id,
+                TurnOutcome::Interrupted,
+                "daemon_restarted",
+                Some((
+                    "system",
+                    json!({"text": "botvisord stopped before the turn finished."}),
+                )),
+                None,
+            );
         }
-        self.queue = self
+        let queued = self.store.read(|c| store::turns::queued(c, &self.id))?;
+        let deliveries = self
             .store
-            .read(|c| store::turns::queued(c, &self.id))?
-            .into();
+            .read(|c| store::deliveries::of_bot(c, &self.id))?;
+        let record = self.record();
+        let env = self.build_env(&record);
+        for turn in queued {
+            let delivery = deliveries.get(&turn.id);
+            let left = decide::left_turn(
+                false,
+                record.session_id.as_deref(),
+                delivery.map(|d| d.session_id.as_str()),
+                |session| {
+                    delivery.is_some_and(|d| {
+                        self.runtime.conversation_has_message(
+                            &env,
+                            Path::new(&record.cwd),
+                            session,
+                            &turn.text,
+                            d.written_at,
+                        )
+                    })
+                },
+            );
+            match left {
+                decide::LeftTurn::Unreplayed(UnreplayedFate::Taken { adopt }) => {
+                    tracing::info!(bot_id = %self.id, turn_id = %turn.id, "a message the previous run wrote is in the conversation: not sent again");
+                    self.finish_turn(
+                        &turn.id,
+                        TurnOutcome::TakenNotAnswered,
+                        "taken_not_answered",
+                        Some(("system", taken_note())),
+                        adopt.as_deref(),
+                    );
+                }
+                _ => self.queue.push_back(turn),
+            }
+        }
         self.publish_queue();
         Ok(())
     }
+}
+
+/// What [`Actor::settle_inflight`] did with the turn in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settled {
+    /// No turn was in flight.
+    Nothing,
+    /// Its message goes to the next process.
+    Requeued,
+    /// Its conversation holds its message: ended `taken_not_answered`.
+    Taken,
+    /// It had begun and ended with the outcome given.
+    Ended,
+}
+
+/// The payload of a `turn_finished` chat item: `{"turn_id", "outcome", "reason", "text"}`.
+fn turn_finished_payload(turn_id: &str, outcome: TurnOutcome, reason: &str, text: &str) -> String {
+    json!({"turn_id": turn_id, "outcome": outcome.as_str(), "reason": reason, "text": text})
+        .to_string()
+}
+
+/// The `system` item of a turn whose message the conversation holds unanswered.
+fn taken_note() -> Value {
+    json!({
+        "text": "The agent stopped after this message reached the conversation and before it \
+                 was answered; it is not sent again.",
+        "reason": "taken_not_answered",
+    })
 }
 
 /// A task that owns a process's stdin and writes what it is sent; dropping the sender closes

@@ -6,6 +6,7 @@
 //! channel, from which the D-Bus layer emits signals (rule 1).
 
 pub mod bot;
+pub mod decide;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

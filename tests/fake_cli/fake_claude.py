@@ -19,7 +19,11 @@ Environment:
     {"mode": "auth_error"}         replay, then an authentication error result, then exit 1
     {"mode": "silent"}             read messages and never answer
     {"mode": "take_then_die"}      write the message into the transcript, then exit 1 unreplayed
-  Any entry may have "ignore_term": true (SIGTERM ignored), "not_found_on_term": true (on
+  Any entry may have "report_session": "ID" (init, replay and result carry ID while the transcript
+  is still written under the launched id, as a CLI that reports another id), "fork": true (the
+  events carry a new id and the transcript is written under it, as --fork-session or /clear),
+  "result_is_error": true (the result says subtype "success" with is_error true, as an API 403),
+  "ignore_term": true (SIGTERM ignored), "not_found_on_term": true (on
   SIGTERM, print the "No conversation found" result and linger, ignoring SIGTERM), "reply": "text", and
   "spawn": ["shell command", ...]: started at launch as children (their pids are appended to
   spawned.jsonl in the state folder).
@@ -62,6 +66,10 @@ def arg(name):
 
 
 session = arg("--session-id") or arg("--resume")
+reported = step.get("report_session") or session
+if step.get("fork"):
+    import uuid
+    session = reported = str(uuid.uuid4())
 
 
 def out(obj):
@@ -88,11 +96,14 @@ def write_transcript(entry=None):
 
 def result(subtype="success", errors=None):
     r = {"type": "result", "subtype": subtype, "is_error": subtype != "success", "num_turns": 1,
-         "duration_ms": 1, "total_cost_usd": 0, "usage": {}, "session_id": session}
+         "duration_ms": 1, "total_cost_usd": 0, "usage": {}, "session_id": reported}
     if errors:
         r["errors"] = errors
     if subtype == "success":
         r["result"] = "ok"
+    if step.get("result_is_error"):
+        r["is_error"] = True
+        r["result"] = "API Error: 403 {\"type\":\"error\",\"error\":{\"type\":\"permission_error\"}}"
     out(r)
 
 
@@ -142,9 +153,9 @@ for line in sys.stdin:
         write_transcript({"type": "user", "message": {"role": "user", "content": text},
                           "timestamp": stamp})
         sys.exit(1)
-    out({"type": "system", "subtype": "init", "session_id": session, "model": "fake",
+    out({"type": "system", "subtype": "init", "session_id": reported, "model": "fake",
          "permissionMode": "default", "cwd": os.getcwd(), "tools": []})
-    out({"type": "user", "isReplay": True, "session_id": session,
+    out({"type": "user", "isReplay": True, "session_id": reported,
          "message": {"role": "user", "content": text}})
     if mode == "die_after_replay":
         sys.exit(step.get("code", 1))
@@ -152,7 +163,7 @@ for line in sys.stdin:
         result("error_during_execution", ["Invalid API key · Please run /login"])
         sys.exit(1)
     write_transcript()
-    out({"type": "assistant", "session_id": session, "message": {"role": "assistant", "content": [
+    out({"type": "assistant", "session_id": reported, "message": {"role": "assistant", "content": [
         {"type": "text", "text": step.get("reply", "fake: " + text)}]}})
     result()
 

@@ -1,0 +1,325 @@
+//! The bot's lifecycle decisions, apart from their effects.
+//!
+//! Pure functions from what was observed (a recorded session id, what a transcript holds, how a
+//! process exited, how long it lived) to what happens next. No I/O, no clock, no process: the
+//! actor ([`super::bot`]) reads the world, asks here, and carries the answer out. Each function
+//! carries one case of a design rule of `DESIGN.md`; `docs/architecture.md` maps rule → function.
+
+use std::time::Duration;
+
+use crate::process::ExitInfo;
+
+/// How a turn ended, as its `turn_finished` chat item and its `TurnFinished` signal say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnOutcome {
+    /// The CLI finished the turn without an error.
+    Success,
+    /// The CLI finished the turn with an error (its `result` has `is_error: true` or an error
+    /// subtype; `is_error` wins over `subtype`).
+    Error,
+    /// A client interrupted the turn, or stopped the agent (or the daemon) before it finished.
+    Interrupted,
+    /// The agent exited by itself (or was killed by someone else) after the turn had begun.
+    Crashed,
+    /// The agent stopped after the message reached the conversation and before it was answered:
+    /// the conversation holds the message, so it is not sent again (design rule 8).
+    TakenNotAnswered,
+}
+
+impl TurnOutcome {
+    /// The outcome's name: `success`, `error`, `interrupted`, `crashed`, `taken_not_answered`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnOutcome::Success => "success",
+            TurnOutcome::Error => "error",
+            TurnOutcome::Interrupted => "interrupted",
+            TurnOutcome::Crashed => "crashed",
+            TurnOutcome::TakenNotAnswered => "taken_not_answered",
+        }
+    }
+}
+
+/// What becomes of a message written to a process that is gone before it replayed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnreplayedFate {
+    /// The conversation does not hold it: it goes back to the head of the queue and the next
+    /// process takes it, once.
+    Resend,
+    /// The conversation it was written to holds it already (the CLI writes a message into its
+    /// transcript before it replays it): the turn ends `taken_not_answered` and the message is
+    /// not sent again. `adopt` is that conversation when it is not the recorded one (a new
+    /// conversation that never replayed): it is recorded, since a turn began in it (rule 3).
+    Taken {
+        /// The session id to record, when it differs from the recorded one.
+        adopt: Option<String>,
+    },
+}
+
+/// Design rule 8, for a message whose process died (or whose daemon died) before the replay:
+/// `sent_to` is the conversation the message was written to, `recorded` the bot's recorded one,
+/// `conversation_holds_it` whether `sent_to`'s transcript holds the message, written since it was
+/// sent. The same decision serves a CLI crash, a stop and a daemon restart.
+pub fn unreplayed_message(
+    recorded: Option<&str>,
+    sent_to: &str,
+    conversation_holds_it: bool,
+) -> UnreplayedFate {
+    if !conversation_holds_it {
+        return UnreplayedFate::Resend;
+    }
+    UnreplayedFate::Taken {
+        adopt: (recorded != Some(sent_to)).then(|| sent_to.to_owned()),
+    }
+}
+
+/// Whether the process chose to exit: an exit code from 1 to 127. A death by a signal, or an
+/// exit code of 128 or more (a shell's or runtime's report of a signal, `128 + n`), is not the
+/// CLI's choice; neither is a clean exit (code 0).
+pub fn exited_by_choice(exit: &ExitInfo) -> bool {
+    exit.signal.is_none() && matches!(exit.code, Some(1..=127))
+}
+
+/// Design rule 4's fallback: whether a process that exited unasked makes the next start a new
+/// conversation. Only a resumed process that exited by its own choice (see [`exited_by_choice`])
+/// within `window` of its launch, with no turn begun and no message taken into the conversation,
+/// counts as a CLI that could not resume. A death by a signal (SIGKILL, another's SIGTERM, the
+/// OOM killer) is a crash and never gives a conversation up.
+pub fn forget_after_early_exit(
+    resumed: bool,
+    turn_began: bool,
+    message_taken: bool,
+    exit: &ExitInfo,
+    lived: Duration,
+    window: Duration,
+) -> bool {
+    resumed && !turn_began && !message_taken && exited_by_choice(exit) && lived < window
+}
+
+/// Which session id to record when a turn begins (design rule 3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionChoice {
+    /// The id the process was launched with.
+    Launched,
+    /// The id the CLI reported: its transcript exists.
+    Reported(String),
+    /// The launched id for now; the reported id is checked again later (its transcript may not
+    /// be written yet).
+    LaunchedUntil(String),
+}
+
+/// Design rule 3 with rule 2's caution: a CLI may report another session id than the one it was
+/// launched with (`/clear`, `--fork-session`, or a resumed CLI that keeps writing to the launched
+/// transcript). The reported id is adopted only once its transcript exists; otherwise the
+/// launched one stays recorded and the reported one is looked at again later.
+pub fn session_to_record(
+    launched: &str,
+    reported: Option<&str>,
+    reported_transcript_exists: impl FnOnce(&str) -> bool,
+) -> SessionChoice {
+    match reported {
+        None => SessionChoice::Launched,
+        Some(r) if r == launched || r.is_empty() => SessionChoice::Launched,
+        Some(r) if reported_transcript_exists(r) => SessionChoice::Reported(r.to_owned()),
+        Some(r) => SessionChoice::LaunchedUntil(r.to_owned()),
+    }
+}
+
+/// What start-up recovery does with a turn the previous daemon left open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeftTurn {
+    /// It had begun (replayed): it ends `interrupted`; its message is in the conversation.
+    Interrupted,
+    /// Not replayed, never written to a process: delivered by this daemon, once.
+    Deliver,
+    /// Not replayed, written to a process: as [`unreplayed_message`] says.
+    Unreplayed(UnreplayedFate),
+}
+
+/// Design rule 8 across a daemon crash: a turn left `running` ends `interrupted`; a `queued` one
+/// that was written to a process goes through [`unreplayed_message`] (`sent_to` and whether that
+/// conversation holds it); one never written is delivered.
+pub fn left_turn(
+    running: bool,
+    recorded: Option<&str>,
+    sent_to: Option<&str>,
+    conversation_holds_it: impl FnOnce(&str) -> bool,
+) -> LeftTurn {
+    if running {
+        return LeftTurn::Interrupted;
+    }
+    match sent_to {
+        None => LeftTurn::Deliver,
+        Some(s) => LeftTurn::Unreplayed(unreplayed_message(recorded, s, conversation_holds_it(s))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(c: i32) -> ExitInfo {
+        ExitInfo {
+            code: Some(c),
+            signal: None,
+        }
+    }
+
+    fn signal(s: i32) -> ExitInfo {
+        ExitInfo {
+            code: None,
+            signal: Some(s),
+        }
+    }
+
+    const WINDOW: Duration = Duration::from_secs(15);
+    const SOON: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn rule_8_a_message_the_conversation_holds_is_not_sent_again() {
+        assert_eq!(
+            unreplayed_message(Some("a"), "a", true),
+            UnreplayedFate::Taken { adopt: None }
+        );
+    }
+
+    #[test]
+    fn rule_8_a_message_the_conversation_lacks_is_sent_again() {
+        assert_eq!(
+            unreplayed_message(Some("a"), "a", false),
+            UnreplayedFate::Resend
+        );
+        assert_eq!(unreplayed_message(None, "n", false), UnreplayedFate::Resend);
+    }
+
+    #[test]
+    fn rule_3_a_new_conversation_that_took_the_message_is_recorded() {
+        assert_eq!(
+            unreplayed_message(None, "n", true),
+            UnreplayedFate::Taken {
+                adopt: Some("n".into())
+            }
+        );
+        assert_eq!(
+            unreplayed_message(Some("old"), "n", true),
+            UnreplayedFate::Taken {
+                adopt: Some("n".into())
+            }
+        );
+    }
+
+    #[test]
+    fn rule_4_a_signal_never_gives_a_conversation_up() {
+        for s in [libc::SIGKILL, libc::SIGTERM, libc::SIGSEGV] {
+            assert!(!forget_after_early_exit(
+                true,
+                false,
+                false,
+                &signal(s),
+                SOON,
+                WINDOW
+            ));
+        }
+        // A runtime that reports a signal as 128 + n.
+        assert!(!forget_after_early_exit(
+            true,
+            false,
+            false,
+            &code(137),
+            SOON,
+            WINDOW
+        ));
+    }
+
+    #[test]
+    fn rule_4_fallback_fires_only_for_a_resumed_cli_that_chose_to_exit_early() {
+        assert!(forget_after_early_exit(
+            true,
+            false,
+            false,
+            &code(1),
+            SOON,
+            WINDOW
+        ));
+        // Not resumed, a turn began, the message was taken, too late, a clean exit: no.
+        assert!(!forget_after_early_exit(
+            false,
+            false,
+            false,
+            &code(1),
+            SOON,
+            WINDOW
+        ));
+        assert!(!forget_after_early_exit(
+            true,
+            true,
+            false,
+            &code(1),
+            SOON,
+            WINDOW
+        ));
+        assert!(!forget_after_early_exit(
+            true,
+            false,
+            true,
+            &code(1),
+            SOON,
+            WINDOW
+        ));
+        assert!(!forget_after_early_exit(
+            true,
+            false,
+            false,
+            &code(1),
+            WINDOW,
+            WINDOW
+        ));
+        assert!(!forget_after_early_exit(
+            true,
+            false,
+            false,
+            &code(0),
+            SOON,
+            WINDOW
+        ));
+    }
+
+    #[test]
+    fn rule_3_a_reported_id_is_adopted_only_once_its_transcript_exists() {
+        assert_eq!(
+            session_to_record("x", None, |_| panic!("not asked")),
+            SessionChoice::Launched
+        );
+        assert_eq!(
+            session_to_record("x", Some("x"), |_| panic!("not asked")),
+            SessionChoice::Launched
+        );
+        assert_eq!(
+            session_to_record("x", Some("y"), |id| id == "y"),
+            SessionChoice::Reported("y".into())
+        );
+        assert_eq!(
+            session_to_record("x", Some("y"), |_| false),
+            SessionChoice::LaunchedUntil("y".into())
+        );
+    }
+
+    #[test]
+    fn rule_8_at_start_up_each_left_turn_is_settled_or_delivered_once() {
+        assert_eq!(
+            left_turn(true, Some("a"), Some("a"), |_| panic!("not asked")),
+            LeftTurn::Interrupted
+        );
+        assert_eq!(
+            left_turn(false, Some("a"), None, |_| panic!("not asked")),
+            LeftTurn::Deliver
+        );
+        assert_eq!(
+            left_turn(false, Some("a"), Some("a"), |_| true),
+            LeftTurn::Unreplayed(UnreplayedFate::Taken { adopt: None })
+        );
+        assert_eq!(
+            left_turn(false, Some("a"), Some("a"), |_| false),
+            LeftTurn::Unreplayed(UnreplayedFate::Resend)
+        );
+    }
+}

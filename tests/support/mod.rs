@@ -604,8 +604,21 @@ pub struct RealSetup {
 impl RealSetup {
     /// Starts the stand-in with `script` and the daemon with the real CLI.
     pub async fn start(env: &TestEnv, claude: PathBuf, script: stand_in_api::Script) -> RealSetup {
+        RealSetup::start_with_config(env, claude, script, "").await
+    }
+
+    /// Like [`RealSetup::start`], with a daemon configuration file holding `config` (TOML).
+    pub async fn start_with_config(
+        env: &TestEnv,
+        claude: PathBuf,
+        script: stand_in_api::Script,
+        config: &str,
+    ) -> RealSetup {
         let api = stand_in_api::StandInApi::start(script).await;
-        let cfg = env.daemon_config(Some(claude));
+        let mut cfg = env.daemon_config(Some(claude));
+        if !config.is_empty() {
+            cfg.config = Some(write_config(env.dir.path(), config));
+        }
         let daemon = Daemon::start(&cfg, &env.conn).await;
         let bot_env = claude_env(&env.home, &api.url, &env.marker);
         RealSetup {

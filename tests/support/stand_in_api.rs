@@ -46,6 +46,20 @@ pub enum Reply {
         /// The pause before each piece.
         every: std::time::Duration,
     },
+    /// An HTTP error: `status` with the JSON `body` (the API's error shape).
+    Status {
+        /// The HTTP status, for example 403.
+        status: u16,
+        /// The body, for example `{"type":"error","error":{"type":"permission_error",…}}`.
+        body: Value,
+    },
+    /// `reply`, after a pause of `after` before the first byte (a model slow to answer).
+    Delayed {
+        /// The pause.
+        after: std::time::Duration,
+        /// The answer.
+        reply: Box<Reply>,
+    },
     /// A tool call, then `tool_use`.
     ToolUse {
         /// Tool name, for example `Bash`.
@@ -106,6 +120,7 @@ pub fn demo_script() -> Script {
 struct Shared {
     script: Script,
     seen: Arc<Mutex<Vec<ApiRequest>>>,
+    arrived: Arc<tokio::sync::Notify>,
 }
 
 /// A running stand-in on `127.0.0.1`.
@@ -113,6 +128,7 @@ pub struct StandInApi {
     /// `http://127.0.0.1:PORT`, for `ANTHROPIC_BASE_URL`.
     pub url: String,
     seen: Arc<Mutex<Vec<ApiRequest>>>,
+    arrived: Arc<tokio::sync::Notify>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -132,9 +148,11 @@ impl StandInApi {
     /// Like [`StandInApi::start_on`], with the bind error.
     pub async fn try_start_on(port: u16, script: Script) -> std::io::Result<StandInApi> {
         let seen = Arc::new(Mutex::new(Vec::new()));
+        let arrived = Arc::new(tokio::sync::Notify::new());
         let shared = Shared {
             script,
             seen: seen.clone(),
+            arrived: arrived.clone(),
         };
         let app = Router::new()
             .route("/v1/messages", post(messages))
@@ -148,6 +166,7 @@ impl StandInApi {
         Ok(StandInApi {
             url: format!("http://{addr}"),
             seen,
+            arrived,
             task,
         })
     }
@@ -155,6 +174,21 @@ impl StandInApi {
     /// The requests seen so far.
     pub fn requests(&self) -> Vec<ApiRequest> {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// Waits (up to `timeout`) until a request for which `pred` holds has arrived.
+    pub async fn wait_for(&self, pred: impl Fn(&ApiRequest) -> bool, timeout: std::time::Duration) {
+        tokio::time::timeout(timeout, async {
+            loop {
+                let notified = self.arrived.notified();
+                if self.requests().iter().any(&pred) {
+                    return;
+                }
+                notified.await;
+            }
+        })
+        .await
+        .expect("the stand-in API saw the awaited request");
     }
 }
 
@@ -231,6 +265,18 @@ async fn messages(State(shared): State<Shared>, body: Bytes) -> Response {
         .unwrap_or("claude-stand-in")
         .to_owned();
     shared.seen.lock().unwrap().push(req);
+    shared.arrived.notify_waiters();
+    let reply = match reply {
+        Reply::Delayed { after, reply } => {
+            tokio::time::sleep(after).await;
+            *reply
+        }
+        r => r,
+    };
+    if let Reply::Status { status, body } = &reply {
+        let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (code, axum::Json(body.clone())).into_response();
+    }
     if let (true, Reply::SlowText { chunks, every }) = (stream, &reply) {
         return slow_text(&model, chunks.clone(), *every);
     }
@@ -315,6 +361,7 @@ fn json_message(model: &str, reply: &Reply) -> Value {
             json!([{"type": "tool_use", "id": "toolu_standin_1", "name": name, "input": input}]),
             "tool_use",
         ),
+        Reply::Status { .. } | Reply::Delayed { .. } => unreachable!("answered before"),
     };
     json!({
         "id": "msg_standin", "type": "message", "role": "assistant", "model": model,
@@ -337,6 +384,7 @@ fn sse_body(model: &str, reply: &Reply) -> String {
     );
     let stop = match reply {
         Reply::SlowText { .. } => unreachable!("streamed by slow_text"),
+        Reply::Status { .. } | Reply::Delayed { .. } => unreachable!("answered before"),
         Reply::Text(text) => {
             event(
                 &mut out,

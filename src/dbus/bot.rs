@@ -222,8 +222,8 @@ impl BotObject {
         payload: &str,
     ) -> zbus::Result<()>;
 
-    /// A turn ended: `(turn_id, outcome)`, outcome one of `success`, `error`, `crashed`,
-    /// `interrupted`.
+    /// A turn ended: `(turn_id, outcome)`, outcome one of `success`, `error`, `interrupted`,
+    /// `crashed`, `taken_not_answered`; sent after the turn's `turn_finished` chat item.
     #[zbus(signal)]
     pub async fn turn_finished(
         emitter: &SignalEmitter<'_>,

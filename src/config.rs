@@ -69,6 +69,15 @@ pub struct Config {
     /// Environment variables passed from the daemon to each bot's CLI (see
     /// [`DEFAULT_ENV_ALLOWLIST`]).
     pub env_allowlist: Vec<String>,
+    /// Seconds a launched CLI may print nothing at all before it is stopped and its waiting turn
+    /// fails (default 60; 0: never). Claude Code answers `initialize` about 0.3 s after launch.
+    pub start_timeout_s: f64,
+    /// Seconds after an `Interrupt` within which the turn must end; past them the agent is
+    /// stopped gently and the turn ends `interrupted` (default 10; 0: never).
+    pub interrupt_grace_s: f64,
+    /// Seconds within which the CLI must answer a control request (`set_model`,
+    /// `set_permission_mode`); past them the change is reported as failed (default 10; 0: never).
+    pub control_timeout_s: f64,
 }
 
 impl Default for Config {
@@ -87,6 +96,9 @@ impl Default for Config {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
+            start_timeout_s: 60.0,
+            interrupt_grace_s: 10.0,
+            control_timeout_s: 10.0,
         }
     }
 }
@@ -167,6 +179,17 @@ impl Config {
             self.crash_loop_window_s as f64,
             MAX_SECONDS as f64,
         )?;
+        seconds("start_timeout_s", self.start_timeout_s, MAX_SECONDS as f64)?;
+        seconds(
+            "interrupt_grace_s",
+            self.interrupt_grace_s,
+            MAX_SECONDS as f64,
+        )?;
+        seconds(
+            "control_timeout_s",
+            self.control_timeout_s,
+            MAX_SECONDS as f64,
+        )?;
         if let Some(mode) = &self.default_permission_mode
             && !mode.is_empty()
             && !crate::runtime::claude::PERMISSION_MODES.contains(&mode.as_str())
@@ -185,6 +208,11 @@ impl Config {
     /// The stop grace period.
     pub fn stop_grace(&self) -> Duration {
         Duration::from_secs_f64(self.stop_grace_s)
+    }
+
+    /// A watchdog's bound from its key's seconds: `None` (never) for 0.
+    pub fn watchdog(seconds: f64) -> Option<Duration> {
+        (seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
     }
 
     /// Whether the daemon environment variable `name` may pass to a bot's CLI.

@@ -307,6 +307,9 @@ pub trait Runtime: Send + Sync + 'static {
         request_id: &str,
         answer: &PermissionAnswer,
     ) -> Option<String>;
+    /// The session id a process refused to start a new conversation on because it is already in
+    /// use, read from what it wrote to stderr before it exited; `None` when it said no such thing.
+    fn session_in_use(&self, stderr: &str) -> Option<String>;
     /// Whether an error text means a failure that restarting cannot fix: `Some("authentication")`
     /// or `Some("usage limit")`.
     fn fatal_reason(&self, text: &str) -> Option<&'static str>;

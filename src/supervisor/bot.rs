@@ -14,6 +14,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use super::decide::{self, SessionChoice, TurnOutcome, UnreplayedFate};
+use super::watchdog::{Expired, Watchdogs};
 use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher, Shared};
 use crate::config::Config;
 use crate::process::identity::{Liveness, ProcessIdentity, identify, liveness};
@@ -191,6 +192,8 @@ struct Actor {
     last_delta_sent: Option<tokio::time::Instant>,
     /// The turn an `Interrupt` was sent for.
     interrupting: Option<String>,
+    /// What the current process must do by when (design rule 15).
+    watch: Watchdogs<tokio::time::Instant>,
     shared: Arc<Shared>,
 }
 
@@ -324,6 +327,7 @@ pub fn spawn_actor(
         delta_flush_at: None,
         last_delta_sent: None,
         interrupting: None,
+        watch: Watchdogs::default(),
         shared: shared.clone(),
     };
     let span = tracing::info_span!("bot", bot_id = %id);
@@ -402,6 +406,12 @@ impl Actor {
                 }
                 _ = sleep_until_opt(idle_at) => {
                     self.on_idle_deadline().await;
+                }
+                _ = sleep_until_opt(self.watch.next()) => {
+                    let expired = self.watch.expired(tokio::time::Instant::now());
+                    for e in expired {
+                        self.on_watchdog(e).await;
+                    }
                 }
                 _ = sleep_until_opt(self.delta_flush_at) => {
                     self.flush_delta();
@@ -607,6 +617,8 @@ impl Actor {
                     let turn = inf.turn.id.clone();
                     if self.send_control(ControlRequest::Interrupt) {
                         tracing::info!(bot_id = %self.id, turn_id = %turn, "interrupting");
+                        self.watch
+                            .interrupt_sent(&turn, self.deadline(self.config.interrupt_grace_s));
                         self.interrupting = Some(turn);
                     }
                 }
@@ -821,11 +833,25 @@ impl Actor {
         if stdin.send(bytes).is_err() {
             return false;
         }
+        if matches!(
+            request,
+            ControlRequest::SetModel(_) | ControlRequest::SetPermissionMode(_)
+        ) {
+            let deadline = Config::watchdog(self.config.control_timeout_s)
+                .map(|d| tokio::time::Instant::now() + d);
+            self.watch.control_sent(&request_id, deadline);
+        }
         proc.pending_control.insert(request_id, request);
         true
     }
 
+    /// Now plus a watchdog's bound in seconds (`None` for 0: never).
+    fn deadline(&self, seconds: f64) -> Option<tokio::time::Instant> {
+        Config::watchdog(seconds).map(|d| tokio::time::Instant::now() + d)
+    }
+
     fn on_control_response(&mut self, request_id: String, result: Result<Value, String>) {
+        self.watch.control_answered(&request_id);
         let Some(request) = self
             .proc
             .as_mut()
@@ -979,6 +1005,8 @@ impl Actor {
                     pending_control: Default::default(),
                 });
                 self.update(vec!["ProcessId"], |v| v.process_id = pid);
+                self.watch
+                    .launched(self.deadline(self.config.start_timeout_s));
                 self.set_state(State::Idle);
                 self.send_control(ControlRequest::Initialize);
             }
@@ -1036,6 +1064,7 @@ impl Actor {
         let current = self.proc.as_ref().map(|p| p.handle.generation);
         match ev {
             ProcEvent::Line(generation, line) if Some(generation) == current => {
+                self.watch.sign_of_life();
                 let mut next = Next::Nothing;
                 for event in self.runtime.parse_line(&line) {
                     if self.on_runtime_event(event) == Next::StopProcess {
@@ -1334,6 +1363,9 @@ impl Actor {
             self.fatal = Some(format!("{kind} error: {e}"));
         }
         let turn_id = turn.as_ref().map(|t| t.turn.id.clone());
+        if let Some(t) = &turn_id {
+            self.watch.turn_ended(t);
+        }
         let outcome = match outcome {
             _ if interrupted => TurnOutcome::Interrupted,
             ResultOutcome::Success => TurnOutcome::Success,
@@ -1504,6 +1536,7 @@ impl Actor {
         let Some(proc) = self.proc.take() else {
             return;
         };
+        self.watch.process_gone();
         self.update(vec!["ProcessId"], |v| v.process_id = 0);
         self.deny_open_prompts();
         self.end_streamed_message();
@@ -1523,6 +1556,10 @@ impl Actor {
         let lived = proc.handle.started.elapsed();
         let root_pid = proc.handle.pid;
         tracing::info!(bot_id = %self.id, pid = root_pid, status = %info, "agent exited");
+        let mut proc = proc;
+        if proc.in_use.is_none() && !proc.turn_began {
+            proc.in_use = self.runtime.session_in_use(&proc.handle.stderr_text());
+        }
         if proc.lost || proc.in_use.is_some() {
             self.settle_inflight(TurnOutcome::Error, "agent_exited", String::new());
             self.set_state(State::Stopped);
@@ -1801,6 +1838,7 @@ impl Actor {
         };
         tracing::info!(bot_id = %self.id, pid, status = %info, "agent stopped");
         let proc = self.proc.take();
+        self.watch.process_gone();
         self.update(vec!["ProcessId"], |v| v.process_id = 0);
         self.deny_open_prompts();
         self.end_streamed_message();
@@ -1820,6 +1858,121 @@ impl Actor {
         let v = self.clean_up_after_exit(pid, why).await;
         self.set_state(State::Stopped);
         Some(v)
+    }
+
+    // ----- watchdogs (rule 15) ------------------------------------------------------------
+
+    /// A watchdog caught a CLI that stopped answering: say so (chat item, `LastError`, journal)
+    /// and act.
+    async fn on_watchdog(&mut self, expired: Expired) {
+        match expired {
+            Expired::Start => {
+                let text = format!(
+                    "The agent printed nothing within {} s of its launch (start_timeout_s); \
+                     botvisor stopped it. Send again to retry; if it keeps happening, check \
+                     the CLI and the bot's environment.",
+                    self.config.start_timeout_s
+                );
+                tracing::warn!(bot_id = %self.id, "{text}");
+                self.add_item(
+                    "error",
+                    None,
+                    json!({"text": text, "reason": "start_timeout"}),
+                );
+                self.set_last_error(&text);
+                // The waiting turn fails visibly; what else waits, waits for the next Send or
+                // Restart (no restart loop).
+                if let Some(inf) = self.inflight.take() {
+                    let record = self.record();
+                    let env = self.build_env(&record);
+                    let holds = self.runtime.conversation_has_message(
+                        &env,
+                        Path::new(&record.cwd),
+                        &inf.session,
+                        &inf.turn.text,
+                        inf.written,
+                    );
+                    match decide::unreplayed_message(
+                        record.session_id.as_deref(),
+                        &inf.session,
+                        holds,
+                    ) {
+                        UnreplayedFate::Taken { adopt } => self.finish_turn(
+                            &inf.turn.id,
+                            TurnOutcome::TakenNotAnswered,
+                            "taken_not_answered",
+                            Some(("system", taken_note())),
+                            adopt.as_deref(),
+                        ),
+                        UnreplayedFate::Resend => self.finish_turn(
+                            &inf.turn.id,
+                            TurnOutcome::Error,
+                            "start_timeout",
+                            None,
+                            None,
+                        ),
+                    }
+                }
+                self.park(true);
+                self.stop_process("start timeout").await;
+                self.publish_queue();
+            }
+            Expired::Interrupt(turn) => {
+                if self.inflight.as_ref().is_none_or(|i| i.turn.id != turn) {
+                    return;
+                }
+                let text = format!(
+                    "The agent did not end the turn within {} s of the interrupt \
+                     (interrupt_grace_s); botvisor stopped it. Waiting messages go to its next \
+                     start, in the same conversation.",
+                    self.config.interrupt_grace_s
+                );
+                tracing::warn!(bot_id = %self.id, turn_id = %turn, "{text}");
+                self.set_last_error(&text);
+                if let Some(inf) = self.inflight.take() {
+                    self.finish_turn(
+                        &inf.turn.id,
+                        TurnOutcome::Interrupted,
+                        "interrupt_timeout",
+                        Some((
+                            "system",
+                            json!({"text": text, "reason": "interrupt_timeout"}),
+                        )),
+                        None,
+                    );
+                }
+                self.interrupting = None;
+                self.stop_process("interrupt timeout").await;
+            }
+            Expired::Control(request_id) => {
+                let Some(request) = self
+                    .proc
+                    .as_mut()
+                    .and_then(|p| p.pending_control.remove(&request_id))
+                else {
+                    return;
+                };
+                let what = match &request {
+                    ControlRequest::SetPermissionMode(mode) => {
+                        format!("the permission mode to `{mode}`")
+                    }
+                    ControlRequest::SetModel(model) => format!("the model to `{model}`"),
+                    ControlRequest::Initialize | ControlRequest::Interrupt => return,
+                };
+                let text = format!(
+                    "The running agent did not answer the request to change {what} within {} s \
+                     (control_timeout_s); the setting is kept for its next start.",
+                    self.config.control_timeout_s
+                );
+                tracing::warn!(bot_id = %self.id, "{text}");
+                self.add_item(
+                    "error",
+                    None,
+                    json!({"text": text, "reason": "control_timeout"}),
+                );
+                self.set_last_error(&text);
+            }
+        }
     }
 
     // ----- idle stop (rule 12) ------------------------------------------------------------

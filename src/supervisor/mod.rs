@@ -7,6 +7,7 @@
 
 pub mod bot;
 pub mod decide;
+pub mod watchdog;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

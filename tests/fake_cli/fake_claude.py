@@ -9,7 +9,7 @@ Environment:
     {"mode": "normal"}             answer every message: init, replay, assistant, result
     {"mode": "not_found", "linger_s": S, "ignore_term": B}
                                    print the CLI's "No conversation found" result, then wait S s
-    {"mode": "in_use"}             print "Error: Session ID X is already in use." and exit 1
+    {"mode": "in_use"}             print "Error: Session ID X is already in use." on stderr, exit 1
     {"mode": "die_before_replay", "code": C}   read one message, exit C without a replay
     {"mode": "die_after_replay", "code": C}    replay one message, exit C
     {"mode": "unrecognized_error", "code": C}  at start, an error result in words the daemon
@@ -19,10 +19,14 @@ Environment:
     {"mode": "auth_error"}         replay, then an authentication error result, then exit 1
     {"mode": "silent"}             read messages and never answer
     {"mode": "take_then_die"}      write the message into the transcript, then exit 1 unreplayed
+    {"mode": "mute"}               print nothing at all, read nothing (a CLI hung at start-up)
+    {"mode": "hang_after_replay"}  replay a message, write the transcript, then hang without
+                                   reading stdin (an interrupt is never answered)
   Any entry may have "report_session": "ID" (init, replay and result carry ID while the transcript
   is still written under the launched id, as a CLI that reports another id), "fork": true (the
   events carry a new id and the transcript is written under it, as --fork-session or /clear),
   "result_is_error": true (the result says subtype "success" with is_error true, as an API 403),
+  "ignore_control": true (control requests other than `initialize` get no answer),
   "ignore_term": true (SIGTERM ignored), "not_found_on_term": true (on
   SIGTERM, print the "No conversation found" result and linger, ignoring SIGTERM), "reply": "text", and
   "spawn": ["shell command", ...]: started at launch as children (their pids are appended to
@@ -117,13 +121,18 @@ for cmd in step.get("spawn", []):
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(os.path.join(state, "spawned.jsonl"), "a") as f:
         f.write(json.dumps({"launch": launch, "pid": child.pid, "cmd": cmd}) + "\n")
+if mode == "mute":
+    time.sleep(600)
+    sys.exit(0)
 if mode == "die_at_start":
     sys.exit(step.get("code", 1))
 if mode == "unrecognized_error":
     result("error_during_execution", ["The conversation %s went missing" % session])
     sys.exit(step.get("code", 1))
 if mode == "in_use":
-    out("Error: Session ID %s is already in use." % session)
+    # On stderr, as Claude Code 2.1.284 to 2.1.332 print it (tests/cli_facts.rs).
+    sys.stderr.write("Error: Session ID %s is already in use.\n" % session)
+    sys.stderr.flush()
     sys.exit(1)
 if mode == "garbage":
     out("this is not json")
@@ -136,6 +145,8 @@ for line in sys.stdin:
         continue
     msg = json.loads(line)
     if msg.get("type") == "control_request":
+        if step.get("ignore_control") and msg["request"].get("subtype") != "initialize":
+            continue
         out({"type": "control_response", "response": {"subtype": "success",
              "request_id": msg["request_id"], "response": {}}})
         continue
@@ -157,6 +168,9 @@ for line in sys.stdin:
          "permissionMode": "default", "cwd": os.getcwd(), "tools": []})
     out({"type": "user", "isReplay": True, "session_id": reported,
          "message": {"role": "user", "content": text}})
+    if mode == "hang_after_replay":
+        write_transcript({"type": "user", "message": {"role": "user", "content": text}})
+        time.sleep(600)
     if mode == "die_after_replay":
         sys.exit(step.get("code", 1))
     if mode == "auth_error":

@@ -378,7 +378,11 @@ impl TestEnv {
 
 /// The environment a bot's real CLI needs to run offline against `api_url`.
 pub fn claude_env(home: &Path, api_url: &str, marker: &str) -> HashMap<String, String> {
+    // The CLI keeps background-task output under $TMPDIR/claude-<uid>/: inside the test's folder.
+    let tmp = home.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
     [
+        ("TMPDIR", tmp.to_string_lossy().into_owned()),
         ("BOTVISOR_TEST_RUN", marker.to_owned()),
         ("HOME", home.to_string_lossy().into_owned()),
         ("ANTHROPIC_BASE_URL", api_url.to_owned()),

@@ -153,4 +153,8 @@ impl Runtime for Claude {
     fn fatal_reason(&self, text: &str) -> Option<&'static str> {
         events::fatal_reason(text)
     }
+
+    fn session_in_use(&self, stderr: &str) -> Option<String> {
+        stderr.lines().find_map(events::session_in_use)
+    }
 }

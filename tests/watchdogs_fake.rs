@@ -1,0 +1,113 @@
+//! Tier 2: design rule 15, a CLI that stops answering is noticed by a watchdog, never by the user
+//! alone: a launch with no sign of life, an interrupt the CLI ignores, a control request with no
+//! answer (the scripted fake CLI: the real one will not hang on demand).
+
+mod support;
+
+use std::collections::HashMap;
+
+use futures_util::StreamExt;
+use serde_json::json;
+
+use support::*;
+
+fn flag<'a>(argv: &'a [String], name: &str) -> Option<&'a str> {
+    argv.iter()
+        .position(|a| a == name)
+        .map(|i| argv[i + 1].as_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_that_prints_nothing_is_stopped_and_its_turn_fails_visibly() {
+    let fake = FakeSetup::start("stop_grace_s = 0.5\nstart_timeout_s = 1\n").await;
+    let bot = fake
+        .bot(json!([{"mode": "mute"}, {"mode": "normal"}]))
+        .await;
+    let seen = send_and_wait(&bot, "hello?").await;
+    assert_eq!(seen.outcome, "error", "{seen:?}");
+    let items = chat(&bot).await;
+    let errors: Vec<_> = of_kind(&items, "error")
+        .into_iter()
+        .filter(|p| p["reason"] == "start_timeout")
+        .collect();
+    assert_eq!(errors.len(), 1, "{items:?}");
+    assert!(
+        bot.last_error().await.unwrap().contains("printed nothing"),
+        "{}",
+        bot.last_error().await.unwrap()
+    );
+    wait_state(&bot, "stopped").await;
+    // Not a restart loop: nothing starts until the next Send, which tries again.
+    assert_eq!(fake.launches().len(), 1);
+    let again = send_and_wait(&bot, "again").await;
+    assert_eq!(again.outcome, "success", "{again:?}");
+    assert_eq!(fake.launches().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_the_cli_ignores_stops_it_and_the_next_message_resumes() {
+    let fake = FakeSetup::start("stop_grace_s = 0.5\ninterrupt_grace_s = 1\n").await;
+    let bot = fake
+        .bot(json!([{"mode": "hang_after_replay"}, {"mode": "normal"}]))
+        .await;
+    let mut sessions = bot.receive_session_id_changed().await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let stuck = bot.send("stuck", HashMap::new()).await.unwrap();
+    let session = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let s = sessions.next().await.unwrap().get().await.unwrap();
+            if !s.is_empty() {
+                return s;
+            }
+        }
+    })
+    .await
+    .expect("the turn begins");
+    let waiting = bot.send("after", HashMap::new()).await.unwrap();
+    assert!(bot.interrupt().await.unwrap());
+    let outcomes = wait_turns(&mut finished, &[stuck.clone(), waiting.clone()]).await;
+    assert_eq!(
+        outcomes,
+        vec![
+            (stuck, "interrupted".to_owned()),
+            (waiting, "success".to_owned())
+        ]
+    );
+    let launches = fake.launches();
+    assert_eq!(launches.len(), 2);
+    assert_eq!(flag(&launches[1], "--resume"), Some(session.as_str()));
+    assert!(bot.last_error().await.unwrap().contains("interrupt"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setting_the_running_cli_never_confirms_is_reported_as_failed() {
+    let fake = FakeSetup::start("stop_grace_s = 0.5\ncontrol_timeout_s = 1\n").await;
+    let bot = fake
+        .bot(json!([{"mode": "normal", "ignore_control": true}]))
+        .await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let mut items = bot.receive_chat_item_added().await.unwrap();
+    bot.set_model("opus").await.unwrap();
+    let report = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let sig = items.next().await.unwrap();
+            let args = sig.args().unwrap();
+            let p: serde_json::Value = serde_json::from_str(&args.payload).unwrap();
+            if p["reason"] == "control_timeout" {
+                return p;
+            }
+        }
+    })
+    .await
+    .expect("the unanswered change is reported");
+    assert!(
+        report["text"].as_str().unwrap().contains("opus"),
+        "{report}"
+    );
+    assert!(bot.last_error().await.unwrap().contains("opus"));
+    assert_eq!(
+        bot.model().await.unwrap(),
+        "opus",
+        "kept for the next start"
+    );
+}

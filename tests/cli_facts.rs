@@ -33,17 +33,32 @@ use support::stand_in_api::{ApiRequest, Reply, Script, StandInApi};
 use support::*;
 
 const WRITE: &str = "please write the file";
+const BACKGROUND: &str = "run sleep in the background";
+/// A message the stand-in answers only after [`SLOW_MODEL`].
+const SLOWLY: &str = "answer slowly";
+const SLOW_MODEL: Duration = Duration::from_secs(1);
+/// The background job of [`BACKGROUND`]; it ends by itself if nothing stops it.
+const BACKGROUND_JOB: &str = "sleep 8";
 
 /// When the stand-in was asked (main conversation requests).
 type Asked = Arc<Mutex<Vec<Instant>>>;
 
-/// Echoes, and answers [`WRITE`] with a `Write` of "written" to `target`; notes in `asked` when
-/// each request came.
+/// Echoes (after [`SLOW_MODEL`] for [`SLOWLY`]); answers [`WRITE`] with a `Write` of "written"
+/// to `target` and [`BACKGROUND`] with a background `Bash` of [`BACKGROUND_JOB`]; notes in `asked`
+/// when each request came.
 fn script(target: PathBuf, asked: Asked) -> Script {
     Arc::new(move |req: &ApiRequest| {
         asked.lock().unwrap().push(Instant::now());
         if req.has_tool_result {
             Reply::Text("Tool finished.".into())
+        } else if req.last_user_text.contains(SLOWLY) {
+            let text = format!("Hello! You said: {}", req.last_user_text);
+            Reply::Delayed(SLOW_MODEL, Box::new(Reply::Text(text)))
+        } else if req.last_user_text.contains(BACKGROUND) {
+            Reply::ToolUse {
+                name: "Bash".into(),
+                input: json!({"command": BACKGROUND_JOB, "run_in_background": true, "description": "sleep"}),
+            }
         } else if req.last_user_text.contains(WRITE) {
             Reply::ToolUse {
                 name: "Write".into(),
@@ -138,9 +153,12 @@ impl Line {
                 .map(str::to_owned),
             _ => None,
         };
-        match sub {
-            Some(s) => format!("{t}/{s}"),
-            None => t.to_owned(),
+        // Task events: with the task's status (`system/task_updated:killed`).
+        let status = v["patch"]["status"].as_str().or(v["status"].as_str());
+        match (sub, status) {
+            (Some(s), Some(st)) if s.starts_with("task_") => format!("{t}/{s}:{st}"),
+            (Some(s), _) => format!("{t}/{s}"),
+            (None, _) => t.to_owned(),
         }
     }
 }
@@ -173,6 +191,9 @@ impl Place {
         let mut vars: BTreeMap<String, String> = claude_env(&home, &api.url, &env.marker)
             .into_iter()
             .collect();
+        // The CLI keeps background task output under $TMPDIR/claude-<uid>/: kept in the test's
+        // folder.
+        vars.insert("TMPDIR".into(), home.to_string_lossy().into_owned());
         vars.insert(
             "PATH".into(),
             std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
@@ -376,8 +397,12 @@ struct TranscriptWatch {
 }
 
 impl TranscriptWatch {
-    /// Stops polling; when the transcript and the message were first seen.
-    async fn finish(self) -> (Option<Duration>, Option<Duration>) {
+    /// When the transcript and the message were first seen: waits until both were, for at most
+    /// [`EVENT_TIMEOUT`] (the transcript may be written a moment after the result).
+    async fn finish(mut self) -> (Option<Duration>, Option<Duration>) {
+        if let Ok(seen) = tokio::time::timeout(EVENT_TIMEOUT, &mut self.task).await {
+            return seen.unwrap();
+        }
         let _ = self.stop.send(());
         self.task.await.unwrap()
     }
@@ -504,6 +529,116 @@ async fn version_and_lost_conversation() {
     r.finish();
 }
 
+/// A first turn, measured by [`first_turn`].
+struct FirstTurn {
+    cli: Cli,
+    init: Option<usize>,
+    replay: Option<usize>,
+    result: Option<usize>,
+    /// When the transcript first held the message, since spawn.
+    message_at: Option<Duration>,
+}
+
+/// Starts the new conversation `id` in `place`, sends `text` at once, and reads up to the turn's
+/// result, noting when the transcript (and the message in it) first appeared. Reports the
+/// timeline as `label`.
+async fn first_turn(
+    place: &Place,
+    id: &str,
+    text: &str,
+    asked: &Asked,
+    r: &mut Report,
+    label: &str,
+) -> FirstTurn {
+    let mut cli = Cli::spawn(place, SessionStart::New(id.to_owned())).await;
+    let watch = watch_transcript(place, id, text, cli.started);
+    cli.send(text).await;
+    let init = cli
+        .until("system/init with the session id", is_init(id))
+        .await;
+    let replay = cli
+        .until(
+            "the replay of the user's message (user, isReplay: true)",
+            is_replay(id, text),
+        )
+        .await;
+    let result = cli.until("the turn's result", is_result).await;
+    let (file_at, message_at) = watch.finish().await;
+    let at = |i: Option<usize>| i.map(|i| cli.at(i));
+    let (init_at, replay_at, result_at) = (at(init), at(replay), at(result));
+    let assistant_at = cli
+        .seen
+        .iter()
+        .find(|l| l.kind().starts_with("assistant"))
+        .map(|l| l.at);
+    let model_at = asked
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|t| **t >= cli.started)
+        .map(|t| t.duration_since(cli.started));
+    r.saw(
+        &format!("{label}: timeline from spawn, the message written at once"),
+        format!(
+            "system/init {}, model asked {}, replay {}, first assistant {}, result {}; \
+             transcript file {}, with the message {}",
+            opt_ms(init_at),
+            opt_ms(model_at),
+            opt_ms(replay_at),
+            opt_ms(assistant_at),
+            opt_ms(result_at),
+            opt_ms(file_at),
+            opt_ms(message_at),
+        ),
+    );
+    let order = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
+        (Some(a), Some(b)) if a <= b => "before",
+        (Some(_), Some(_)) => "after",
+        _ => "?",
+    };
+    r.saw(
+        &format!("{label}: transcript first written"),
+        format!(
+            "{} system/init, {} the replay, {} the first assistant event, {} the result",
+            order(file_at, init_at),
+            order(file_at, replay_at),
+            order(file_at, assistant_at),
+            order(file_at, result_at)
+        ),
+    );
+    r.saw(
+        &format!("{label}: replay printed"),
+        format!(
+            "{} the model was asked, {} the first assistant event",
+            order(replay_at, model_at),
+            order(replay_at, assistant_at)
+        ),
+    );
+    FirstTurn {
+        cli,
+        init,
+        replay,
+        result,
+        message_at,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_turn_with_a_model_slow_to_answer() {
+    let Some(_) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let asked = Asked::default();
+    let api = StandInApi::start(script(env.dir.path().join("written.txt"), asked.clone())).await;
+    let mut r = Report::new("a first turn whose model answers after 1 s");
+    let place = Place::new(&env, &api, "home", &env.work);
+    let id = new_id();
+    let label = "first turn (model answers after 1 s)";
+    let mut turn = first_turn(&place, &id, SLOWLY, &asked, &mut r, label).await;
+    turn.cli.close_stdin();
+    turn.cli.wait("the CLI exits after its stdin closes").await;
+    r.finish();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_as_botvisor_runs_it() {
     let Some(_) = claude_bin() else { return };
@@ -522,20 +657,21 @@ async fn a_conversation_as_botvisor_runs_it() {
 
     // Turn 1: the timeline of a first message, and where the transcript appears.
     let first = "first words";
-    let mut cli = Cli::spawn(&place, SessionStart::New(id.clone())).await;
-    let watch = watch_transcript(&place, &id, first, cli.started);
-    cli.send(first).await;
-    let init = cli
-        .until("system/init with the session id", is_init(&id))
-        .await;
-    let replay = cli
-        .until(
-            "the replay of the user's message (user, isReplay: true)",
-            is_replay(&id, first),
-        )
-        .await;
-    let result = cli.until("the turn's result", is_result).await;
-    let (file_at, message_at) = watch.finish().await;
+    let FirstTurn {
+        mut cli,
+        init,
+        replay,
+        result,
+        message_at,
+    } = first_turn(
+        &place,
+        &id,
+        first,
+        &asked,
+        &mut r,
+        "turn 1 (model answers at once)",
+    )
+    .await;
     let turn1 = cli.seen.len();
     let init_ok = cli.seen.iter().any(|l| {
         l.events
@@ -559,53 +695,6 @@ async fn a_conversation_as_botvisor_runs_it() {
             _ => None,
         })
     });
-    let at = |i: Option<usize>| i.map(|i| cli.at(i));
-    let (init_at, replay_at, result_at) = (at(init), at(replay), at(result));
-    let assistant_at = cli
-        .seen
-        .iter()
-        .find(|l| l.kind().starts_with("assistant"))
-        .map(|l| l.at);
-    let model_at = asked
-        .lock()
-        .unwrap()
-        .first()
-        .map(|t| t.duration_since(cli.started));
-    r.saw(
-        "turn 1 timeline (from spawn, message written at once)",
-        format!(
-            "system/init {}, model asked {}, replay {}, first assistant {}, result {}; \
-             transcript file {}, with the message {}",
-            opt_ms(init_at),
-            opt_ms(model_at),
-            opt_ms(replay_at),
-            opt_ms(assistant_at),
-            opt_ms(result_at),
-            opt_ms(file_at),
-            opt_ms(message_at),
-        ),
-    );
-    let order = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
-        (Some(a), Some(b)) if a <= b => "before",
-        (Some(_), Some(_)) => "after",
-        _ => "?",
-    };
-    r.saw(
-        "transcript first written",
-        format!(
-            "{} system/init, {} the replay",
-            order(file_at, init_at),
-            order(file_at, replay_at)
-        ),
-    );
-    r.saw(
-        "replay printed",
-        format!(
-            "{} the model was asked, {} the first assistant event",
-            order(replay_at, model_at),
-            order(replay_at, assistant_at)
-        ),
-    );
     r.check(init.is_some(), || {
         "system/init no longer names the session id given with --session-id".into()
     });
@@ -845,6 +934,10 @@ async fn hard_and_gentle_stops_at_the_start_of_a_turn() {
     for (moment, signal) in [
         ("SIGKILL at system/init", libc::SIGKILL),
         ("SIGKILL at the first replay", libc::SIGKILL),
+        (
+            "SIGKILL at the first replay, model answering after 1 s",
+            libc::SIGKILL,
+        ),
         ("SIGTERM at system/init", libc::SIGTERM),
     ] {
         let mut left = 0;
@@ -859,7 +952,11 @@ async fn hard_and_gentle_stops_at_the_start_of_a_turn() {
                     .join(format!("{}-{trial}", moment.replace(' ', "_"))),
             );
             let id = new_id();
-            let text = format!("doomed {trial}");
+            let text = if moment.contains("after 1 s") {
+                format!("{SLOWLY} {trial}")
+            } else {
+                format!("doomed {trial}")
+            };
             let from = SystemTime::now();
             let mut cli = Cli::spawn(&place, SessionStart::New(id.clone())).await;
             cli.send(&text).await;
@@ -963,5 +1060,119 @@ async fn a_working_directory_with_a_long_slug() {
              suffix (projects: {projects:?})"
         )
     });
+    r.finish();
+}
+
+/// A CLI in `place` that ran a turn starting the background job; `Some` if
+/// `system/background_tasks_changed` reported it.
+async fn with_background_job(place: &Place) -> (Cli, bool) {
+    let id = new_id();
+    let mut cli = Cli::spawn(place, SessionStart::New(id)).await;
+    cli.send(BACKGROUND).await;
+    let reported = cli
+        .until(
+            "system/background_tasks_changed listing the background Bash task",
+            |e| matches!(e, RuntimeEvent::Tasks { running: Some(n) } if *n > 0),
+        )
+        .await;
+    cli.until("the turn's result", is_result).await;
+    (cli, reported.is_some())
+}
+
+/// Live processes of this test running the background job.
+fn background_jobs(env: &TestEnv) -> Vec<u32> {
+    env.leftovers()
+        .into_iter()
+        .filter(|(_, cmd)| cmd.starts_with(BACKGROUND_JOB))
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// Ends `cli` with `stop` and describes what followed within `grace`: the lines, the exit, the
+/// background job. Then kills whatever is left.
+async fn stop_with_job(env: &TestEnv, mut cli: Cli, stop: &str, grace: Duration) -> String {
+    cli.mark();
+    let from = cli.started.elapsed();
+    if stop.contains("stdin") {
+        cli.close_stdin();
+    }
+    if stop.contains("SIGTERM") {
+        cli.signal(libc::SIGTERM);
+    }
+    let ended = tokio::time::timeout(grace, cli.wait(stop)).await.ok();
+    let after: Vec<String> = cli.seen[cli.cursor..].iter().map(Line::kind).collect();
+    let job_left = !background_jobs(env).is_empty();
+    cli.signal(libc::SIGKILL);
+    let _ = cli.child.wait().await;
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let left = background_jobs(env);
+            if left.is_empty() {
+                return;
+            }
+            for pid in left {
+                // SAFETY: kill(2) on a process this test's CLI started (it carries the marker).
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the background job is stopped");
+    format!(
+        "then {after:?}; {}; the job {}",
+        match ended {
+            Some((status, at)) => format!("{} after {}", exit_text(&status), ms(at - from)),
+            None => format!("still running {} s later", grace.as_secs()),
+        },
+        if job_left { "still ran" } else { "was gone" }
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_task_and_the_end_of_stdin() {
+    let Some(_) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let api = StandInApi::start(script(env.dir.path().join("written.txt"), Asked::default())).await;
+    let mut r = Report::new("a background Bash task (sleep 8), then a stop");
+    let place = Place::new(&env, &api, "home", &env.work);
+    // Bash allowed without a prompt, as a user's own settings would.
+    let settings = env.dir.path().join("home/.claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    std::fs::write(&settings, r#"{"permissions":{"allow":["Bash"]}}"#).unwrap();
+
+    // botvisor's gentle stop: stdin closed and SIGTERM at once, then SIGKILL after
+    // `stop_grace_s` (5 s by default).
+    let (cli, reported) = with_background_job(&place).await;
+    // The job may start a moment after the tool result: waited for.
+    let running = tokio::time::timeout(EVENT_TIMEOUT, async {
+        while background_jobs(&env).is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .is_ok();
+    r.saw("background Bash turn", format!("{:?}", cli.kinds()));
+    r.check(reported, || {
+        "a background Bash task is no longer reported by system/background_tasks_changed listing \
+         it (botvisor's idle stop waits for it, rule 12)"
+            .into()
+    });
+    r.check(running, || {
+        format!("a Bash tool call with run_in_background no longer runs `{BACKGROUND_JOB}`")
+    });
+    let stop = "stdin closed and SIGTERM";
+    r.saw(
+        stop,
+        stop_with_job(&env, cli, stop, Duration::from_secs(5)).await,
+    );
+
+    // Only stdin closed: what the CLI does with a task still running.
+    let (cli, _) = with_background_job(&place).await;
+    let stop = "only stdin closed";
+    r.saw(
+        stop,
+        stop_with_job(&env, cli, stop, Duration::from_secs(12)).await,
+    );
     r.finish();
 }

@@ -46,6 +46,8 @@ pub enum Reply {
         /// The pause before each piece.
         every: std::time::Duration,
     },
+    /// The reply, sent only after a pause (a model that is slow to answer).
+    Delayed(std::time::Duration, Box<Reply>),
     /// A tool call, then `tool_use`.
     ToolUse {
         /// Tool name, for example `Bash`.
@@ -231,6 +233,13 @@ async fn messages(State(shared): State<Shared>, body: Bytes) -> Response {
         .unwrap_or("claude-stand-in")
         .to_owned();
     shared.seen.lock().unwrap().push(req);
+    let reply = match reply {
+        Reply::Delayed(pause, reply) => {
+            tokio::time::sleep(pause).await;
+            *reply
+        }
+        reply => reply,
+    };
     if let (true, Reply::SlowText { chunks, every }) = (stream, &reply) {
         return slow_text(&model, chunks.clone(), *every);
     }
@@ -311,6 +320,7 @@ fn json_message(model: &str, reply: &Reply) -> Value {
             json!([{"type": "text", "text": chunks.concat()}]),
             "end_turn",
         ),
+        Reply::Delayed(..) => unreachable!("waited for by `messages`"),
         Reply::ToolUse { name, input } => (
             json!([{"type": "tool_use", "id": "toolu_standin_1", "name": name, "input": input}]),
             "tool_use",
@@ -337,6 +347,7 @@ fn sse_body(model: &str, reply: &Reply) -> String {
     );
     let stop = match reply {
         Reply::SlowText { .. } => unreachable!("streamed by slow_text"),
+        Reply::Delayed(..) => unreachable!("waited for by `messages`"),
         Reply::Text(text) => {
             event(
                 &mut out,

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Installs the pinned Claude Code CLI that the tier-3 tests run, into a cache folder outside the
-# repository, and prints the native binary's path (the value for BOTVISOR_TEST_CLAUDE_BIN).
+# Installs the Claude Code CLI that the tier-3 tests run, into a cache folder outside the
+# repository (one folder per version), and prints the native binary's path (the value for
+# BOTVISOR_TEST_CLAUDE_BIN). The version: $BOTVISOR_TEST_CLAUDE_VERSION, default the main pinned
+# one (docs/cli-versions.md).
 #
 #   export BOTVISOR_TEST_CLAUDE_BIN="$(scripts/install-test-claude.sh)"
+#   export BOTVISOR_TEST_CLAUDE_BIN="$(BOTVISOR_TEST_CLAUDE_VERSION=2.1.332 scripts/install-test-claude.sh)"
 #
 # Cache folder: $BOTVISOR_TEST_CACHE, default ~/.cache/botvisor-test. Needs Node.js and npm.
 set -euo pipefail

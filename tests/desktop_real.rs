@@ -67,7 +67,12 @@ async fn next_prompt(bot: &BotProxy<'static>) -> (String, String, Value) {
     let mut prompts = bot.receive_permission_requested().await.unwrap();
     let sig = tokio::time::timeout(EVENT_TIMEOUT, prompts.next())
         .await
-        .expect("a permission request")
+        .unwrap_or_else(|_| {
+            panic!(
+                "no permission request; {}",
+                fact("a tool that needs permission asks with a can_use_tool control request")
+            )
+        })
         .unwrap();
     let a = sig.args().unwrap();
     (
@@ -215,7 +220,11 @@ async fn deny_keeps_the_file_unwritten_and_the_model_sees_the_message() {
         .find(|r| r.has_tool_result)
         .expect("the model got the tool result");
     let body = told.body.to_string();
-    assert!(body.contains("not in this folder"), "{body}");
+    assert!(
+        body.contains("not in this folder"),
+        "{}: {body}",
+        fact("a deny answer's message reaches the model in the tool result")
+    );
     let items = chat(&bot).await;
     assert_eq!(of_kind(&items, "permission_answer")[0]["behavior"], "deny");
     assert_eq!(of_kind(&items, "tool_result")[0]["is_error"], true);
@@ -316,7 +325,8 @@ async fn streamed_text_arrives_before_the_final_message() {
     assert_eq!(final_text.as_deref(), Some("Hello, streaming world"));
     assert!(
         deltas_before_final >= 2,
-        "{deltas_before_final} deltas before the message"
+        "{deltas_before_final} deltas before the message; {}",
+        fact("--include-partial-messages streams text_delta events before the message")
     );
     assert_eq!(deltas, "Hello, streaming world");
     assert_eq!(
@@ -353,7 +363,12 @@ async fn interrupt_ends_a_long_turn_and_queued_messages_stay_queued() {
     assert_eq!(direct.queued_messages().await.unwrap(), 1);
     assert!(bot.interrupt().await.unwrap());
     let outcomes = wait_turns(&mut finished, &[long.clone(), next.clone()]).await;
-    assert_eq!(outcomes[0], (long, "interrupted".to_owned()));
+    assert_eq!(
+        outcomes[0],
+        (long, "interrupted".to_owned()),
+        "{}",
+        fact("the interrupt control request ends the running turn")
+    );
     assert_eq!(outcomes[1].0, next);
     let items = chat(&bot).await;
     assert!(of_kind(&items, "error").is_empty(), "{items:?}");

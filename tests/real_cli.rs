@@ -42,7 +42,11 @@ async fn hello_reply_arrives_and_survives_a_daemon_restart() {
     assert_eq!(reply.2["text"], "Hello! You said: hello");
     let result = &seen.items.last().unwrap().2;
     assert_eq!(result["subtype"], "success");
-    assert!(result.get("total_cost_usd").is_some(), "{result}");
+    assert!(
+        result.get("total_cost_usd").is_some(),
+        "{}: {result}",
+        fact("a result line carries total_cost_usd")
+    );
     assert_eq!(seen.items[0].2["turn_id"], seen.turn_id);
     let seqs: Vec<u64> = seen.items.iter().map(|(s, _, _)| *s).collect();
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
@@ -56,7 +60,8 @@ async fn hello_reply_arrives_and_survives_a_daemon_restart() {
     let session = bot.session_id().await.unwrap();
     assert!(
         !session.is_empty(),
-        "a turn began, so the session is recorded"
+        "a turn began, so the session is recorded; {}",
+        fact("--replay-user-messages echoes the message as user with isReplay: true")
     );
 
     // Stop the daemon; start it again: the bot and every chat item are still there.
@@ -79,6 +84,7 @@ async fn hello_reply_arrives_and_survives_a_daemon_restart() {
     let body = last.body.to_string();
     assert!(
         body.contains("Hello! You said: hello"),
-        "history not resumed"
+        "history not resumed; {}",
+        fact("--resume ID sends the conversation's history to the model")
     );
 }

@@ -79,7 +79,12 @@ async fn settings_change_live_on_a_running_agent_without_a_restart() {
         }
     })
     .await
-    .expect("the CLI confirms both settings");
+    .unwrap_or_else(|_| {
+        panic!(
+            "{}",
+            fact("set_permission_mode and set_model are answered by the running CLI")
+        )
+    });
     let before = setup.api.requests().len();
     assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
     assert_eq!(bot.process_id().await.unwrap(), pid, "no restart");
@@ -95,7 +100,8 @@ async fn settings_change_live_on_a_running_agent_without_a_restart() {
         .collect();
     assert!(
         models.iter().all(|m| m.contains("opus")),
-        "the next request uses the new model: {models:?}"
+        "the next request uses the new model: {models:?}; {}",
+        fact("set_model changes the model of the next request")
     );
 }
 
@@ -110,7 +116,11 @@ async fn a_conversation_is_resumed_and_one_killed_at_its_first_replay_is_replace
     assert_eq!(send_and_wait(&bot, "remember me").await.outcome, "success");
     let session = bot.session_id().await.unwrap();
     stop_and_wait(&bot).await;
-    assert!(transcript_exists(&env.home.join(".claude"), &session));
+    assert!(
+        transcript_exists(&env.home.join(".claude"), &session),
+        "{}",
+        fact("a finished turn's transcript is at ~/.claude/projects/<slug>/<session-id>.jsonl")
+    );
     assert_eq!(send_and_wait(&bot, "again").await.outcome, "success");
     assert_eq!(bot.session_id().await.unwrap(), session);
     assert!(
@@ -121,7 +131,9 @@ async fn a_conversation_is_resumed_and_one_killed_at_its_first_replay_is_replace
             .unwrap()
             .body
             .to_string()
-            .contains("remember me")
+            .contains("remember me"),
+        "{}",
+        fact("--resume ID sends the conversation's history to the model")
     );
     bot.delete().await.unwrap();
 
@@ -259,7 +271,11 @@ async fn conversations_in_unusual_working_directories_are_found_and_resumed() {
         assert_eq!(
             bot.session_id().await.unwrap(),
             session,
-            "{cwd:?} was not resumed"
+            "{cwd:?} was not resumed; {}",
+            fact(
+                "the slug is the working directory with each UTF-16 unit outside [A-Za-z0-9] as \
+                 '-', over 200 characters cut and given a suffix"
+            )
         );
         let items = chat(&bot).await;
         assert!(of_kind(&items, "system").is_empty(), "{cwd:?}: {items:?}");
@@ -284,7 +300,11 @@ async fn the_transcript_is_looked_up_in_the_bots_claude_config_dir() {
     assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
     let session = bot.session_id().await.unwrap();
     stop_and_wait(&bot).await;
-    assert!(transcript_exists(&config_dir, &session));
+    assert!(
+        transcript_exists(&config_dir, &session),
+        "{}",
+        fact("the transcript is kept under $CLAUDE_CONFIG_DIR when it is set")
+    );
     assert!(!transcript_exists(&env.home.join(".claude"), &session));
     assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
     assert_eq!(bot.session_id().await.unwrap(), session);

@@ -71,7 +71,12 @@ async fn wait_for(env: &TestEnv, command: &str) -> u32 {
         }
     })
     .await
-    .unwrap_or_else(|_| panic!("`{command}` never started"))
+    .unwrap_or_else(|_| {
+        panic!(
+            "`{command}` never started; {}",
+            fact("the Bash tool runs the command the model asks for")
+        )
+    })
 }
 
 async fn wait_for_sleep(env: &TestEnv) -> u32 {
@@ -164,7 +169,8 @@ async fn idle_stop_waits_for_the_background_task_then_the_next_message_resumes()
     .await;
     assert!(
         stopped.is_err(),
-        "stopped for idleness while a background task ran"
+        "stopped for idleness while a background task ran; {}",
+        fact("a background Bash task is reported (system/background_tasks_changed)")
     );
     assert_ne!(bot.process_id().await.unwrap(), 0);
     // The task ends; the bot goes idle and is stopped.

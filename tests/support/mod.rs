@@ -5,6 +5,10 @@
 #![allow(dead_code)]
 
 pub mod stand_in_api;
+pub mod version;
+
+#[allow(unused_imports)] // not every test binary names a fact
+pub use version::{claude_version, fact};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,1181 @@
+//! Tier 3: the facts of claude-code-facts.md, measured on the Claude Code under test and printed
+//! (`cargo test --test cli_facts -- --nocapture`). The CLI runs with botvisor's own argv, and its
+//! lines are read by botvisor's own parser, against the loopback stand-in API, in a temporary
+//! `HOME`.
+//!
+//! Each test measures first, prints what it saw, then asserts the facts botvisor depends on,
+//! with a message naming the fact and the version: `fact changed in 2.1.332: …`. What botvisor
+//! copes with either way (when the transcript is first written, whether a SIGKILL at the first
+//! replay leaves one, the hash suffix of long slugs, event kinds it ignores) is printed, not
+//! asserted. docs/cli-versions.md keeps the figures per version.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::mpsc;
+
+use botvisor::runtime::claude::Claude;
+use botvisor::runtime::claude::events::CONVERSATION_NOT_FOUND;
+use botvisor::runtime::claude::transcript::{self, MAX_SLUG_LEN};
+use botvisor::runtime::{
+    ControlRequest, LaunchSpec, PermissionAnswer, ResultOutcome, Runtime, RuntimeEvent,
+    SessionStart,
+};
+use support::stand_in_api::{ApiRequest, Reply, Script, StandInApi};
+use support::*;
+
+const WRITE: &str = "please write the file";
+const BACKGROUND: &str = "run sleep in the background";
+/// A message the stand-in answers only after [`SLOW_MODEL`].
+const SLOWLY: &str = "answer slowly";
+const SLOW_MODEL: Duration = Duration::from_secs(1);
+/// The background job of [`BACKGROUND`]; it ends by itself if nothing stops it.
+const BACKGROUND_JOB: &str = "sleep 8";
+
+/// When the stand-in was asked (main conversation requests).
+type Asked = Arc<Mutex<Vec<Instant>>>;
+
+/// Echoes (after [`SLOW_MODEL`] for [`SLOWLY`]); answers [`WRITE`] with a `Write` of "written"
+/// to `target` and [`BACKGROUND`] with a background `Bash` of [`BACKGROUND_JOB`]; notes in `asked`
+/// when each request came.
+fn script(target: PathBuf, asked: Asked) -> Script {
+    Arc::new(move |req: &ApiRequest| {
+        asked.lock().unwrap().push(Instant::now());
+        if req.has_tool_result {
+            Reply::Text("Tool finished.".into())
+        } else if req.last_user_text.contains(SLOWLY) {
+            let text = format!("Hello! You said: {}", req.last_user_text);
+            Reply::Delayed {
+                after: SLOW_MODEL,
+                reply: Box::new(Reply::Text(text)),
+            }
+        } else if req.last_user_text.contains(BACKGROUND) {
+            Reply::ToolUse {
+                name: "Bash".into(),
+                input: json!({"command": BACKGROUND_JOB, "run_in_background": true, "description": "sleep"}),
+            }
+        } else if req.last_user_text.contains(WRITE) {
+            Reply::ToolUse {
+                name: "Write".into(),
+                input: json!({"file_path": target.to_str().unwrap(), "content": "written"}),
+            }
+        } else {
+            Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+        }
+    })
+}
+
+/// What the facts of one test came out as, printed in one piece.
+struct Report {
+    title: String,
+    lines: Vec<(String, String)>,
+    changed: Vec<String>,
+}
+
+impl Report {
+    fn new(title: &str) -> Report {
+        Report {
+            title: title.to_owned(),
+            lines: Vec::new(),
+            changed: Vec::new(),
+        }
+    }
+
+    /// Records a measured fact.
+    fn saw(&mut self, name: &str, value: impl std::fmt::Display) {
+        self.lines.push((name.to_owned(), value.to_string()));
+    }
+
+    /// Records a fact botvisor depends on: `holds`, or `no_longer` says what changed.
+    fn check(&mut self, holds: bool, no_longer: impl FnOnce() -> String) {
+        if !holds {
+            self.changed.push(format!(
+                "fact changed in {}: {}",
+                claude_version(),
+                no_longer()
+            ));
+        }
+    }
+
+    /// Prints the facts, then fails with every changed one.
+    fn finish(self) {
+        let mut out = format!("--- Claude Code {}: {} ---\n", claude_version(), self.title);
+        for (name, value) in &self.lines {
+            out.push_str(&format!("  {name}: {value}\n"));
+        }
+        for c in &self.changed {
+            out.push_str(&format!("  CHANGED: {c}\n"));
+        }
+        println!("{out}");
+        assert!(self.changed.is_empty(), "{}", self.changed.join("\n"));
+    }
+}
+
+/// One stdout line: when it came (since spawn), the line, and botvisor's reading of it.
+struct Line {
+    at: Duration,
+    text: String,
+    events: Vec<RuntimeEvent>,
+}
+
+impl Line {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+    }
+
+    /// `type[/subtype]` of the line: `system/init`, `user/replay`, `stream_event/message_start`,
+    /// `control_request/can_use_tool`, …; `text` for a line that is not JSON.
+    fn kind(&self) -> String {
+        let v = self.json();
+        let Some(t) = v["type"].as_str() else {
+            return "text".into();
+        };
+        let sub = match t {
+            "system" | "result" => v["subtype"].as_str().map(str::to_owned),
+            "control_request" => v["request"]["subtype"].as_str().map(str::to_owned),
+            "control_response" => v["response"]["subtype"].as_str().map(str::to_owned),
+            "stream_event" => v["event"]["type"].as_str().map(str::to_owned),
+            "user" if v["isReplay"] == true => Some("replay".into()),
+            "user" => v["message"]["content"]
+                .as_array()
+                .and_then(|b| b.first())
+                .and_then(|b| b["type"].as_str())
+                .map(str::to_owned),
+            "assistant" => v["message"]["content"]
+                .as_array()
+                .and_then(|b| b.first())
+                .and_then(|b| b["type"].as_str())
+                .map(str::to_owned),
+            _ => None,
+        };
+        // Task events: with the task's status (`system/task_updated:killed`).
+        let status = v["patch"]["status"].as_str().or(v["status"].as_str());
+        match (sub, status) {
+            (Some(s), Some(st)) if s.starts_with("task_") => format!("{t}/{s}:{st}"),
+            (Some(s), _) => format!("{t}/{s}"),
+            (None, _) => t.to_owned(),
+        }
+    }
+}
+
+/// A real Claude Code started the way botvisor starts it.
+struct Cli {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    out: mpsc::UnboundedReceiver<(Duration, String)>,
+    stderr: tokio::task::JoinHandle<String>,
+    started: Instant,
+    /// Every stdout line so far.
+    seen: Vec<Line>,
+    /// [`Cli::until`] looks at the lines from here on.
+    cursor: usize,
+    next_request: u32,
+}
+
+/// The offline environment of one CLI (a `HOME` of its own) plus `PATH`.
+struct Place {
+    env: BTreeMap<String, String>,
+    cwd: PathBuf,
+}
+
+impl Place {
+    fn new(env: &TestEnv, api: &StandInApi, home: &str, cwd: &Path) -> Place {
+        let home = env.dir.path().join(home);
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(cwd).unwrap();
+        let mut vars: BTreeMap<String, String> = claude_env(&home, &api.url, &env.marker)
+            .into_iter()
+            .collect();
+        // The CLI keeps background task output under $TMPDIR/claude-<uid>/: kept in the test's
+        // folder.
+        vars.insert("TMPDIR".into(), home.to_string_lossy().into_owned());
+        vars.insert(
+            "PATH".into(),
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
+        );
+        Place {
+            env: vars,
+            cwd: std::fs::canonicalize(cwd).unwrap(),
+        }
+    }
+
+    fn transcript(&self, session: &str) -> Option<PathBuf> {
+        transcript::find(
+            &transcript::config_dir(&self.env).unwrap(),
+            &self.cwd,
+            session,
+        )
+    }
+}
+
+fn runtime() -> Claude {
+    Claude::new(claude_bin())
+}
+
+impl Cli {
+    async fn spawn(place: &Place, start: SessionStart) -> Cli {
+        let rt = runtime();
+        let spec = LaunchSpec {
+            cwd: &place.cwd,
+            model: "",
+            permission_mode: "",
+            env: &place.env,
+            start: &start,
+        };
+        let cmd = rt.command(rt.binary().unwrap(), &spec);
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new(&cmd.program)
+            .args(&cmd.args)
+            .current_dir(&cmd.cwd)
+            .env_clear()
+            .envs(&cmd.env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn the real CLI");
+        let stdout = child.stdout.take().unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let (tx, out) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if tx.send((started.elapsed(), line)).is_err() {
+                    return;
+                }
+            }
+        });
+        let stderr = tokio::spawn(async move {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s).await;
+            s
+        });
+        let mut cli = Cli {
+            stdin: child.stdin.take(),
+            child,
+            out,
+            stderr,
+            started,
+            seen: Vec::new(),
+            cursor: 0,
+            next_request: 0,
+        };
+        // As botvisor does: the control handshake first.
+        cli.control(&ControlRequest::Initialize).await;
+        cli
+    }
+
+    async fn write(&mut self, line: String) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    async fn send(&mut self, text: &str) {
+        self.write(runtime().encode_user_message(text)).await;
+    }
+
+    /// Sends a control request; returns its id.
+    async fn control(&mut self, request: &ControlRequest) -> String {
+        self.next_request += 1;
+        let id = format!("facts-{}", self.next_request);
+        let line = runtime().encode_control(&id, request).unwrap();
+        self.write(line).await;
+        id
+    }
+
+    /// From now on, [`Cli::until`] looks only at lines that come after those seen so far.
+    fn mark(&mut self) {
+        self.cursor = self.seen.len();
+    }
+
+    fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    fn signal(&self, sig: i32) {
+        if let Some(pid) = self.child.id() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(pid as i32, sig) };
+        }
+    }
+
+    /// The first line since the last [`Cli::mark`] that botvisor reads as an event matching
+    /// `want`, reading on as needed; `None` at the end of stdout. Fails the test (naming `what`)
+    /// after [`EVENT_TIMEOUT`].
+    async fn until(&mut self, what: &str, want: impl Fn(&RuntimeEvent) -> bool) -> Option<usize> {
+        if let Some(i) = self.seen[self.cursor..]
+            .iter()
+            .position(|l| l.events.iter().any(&want))
+        {
+            return Some(self.cursor + i);
+        }
+        let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+        loop {
+            let next = tokio::time::timeout_at(deadline, self.out.recv()).await;
+            let Ok(next) = next else {
+                panic!(
+                    "{}",
+                    fact(&format!(
+                        "{what} (not seen within {EVENT_TIMEOUT:?}; stdout so far: {:?})",
+                        self.kinds()
+                    ))
+                );
+            };
+            let (at, text) = next?;
+            let events = runtime().parse_line(text.as_bytes());
+            let hit = events.iter().any(&want);
+            self.seen.push(Line { at, text, events });
+            if hit {
+                return Some(self.seen.len() - 1);
+            }
+        }
+    }
+
+    /// Reads stdout to its end and waits for the exit. Fails after [`EVENT_TIMEOUT`].
+    async fn wait(&mut self, what: &str) -> (ExitStatus, Duration) {
+        self.until(what, |_| false).await;
+        let status = tokio::time::timeout(EVENT_TIMEOUT, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{}", fact(&format!("{what}: the CLI did not exit"))))
+            .unwrap();
+        (status, self.started.elapsed())
+    }
+
+    async fn stderr(self) -> String {
+        drop(self.child);
+        self.stderr.await.unwrap_or_default()
+    }
+
+    /// The kinds of the lines seen, in order, repeats folded.
+    fn kinds(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for l in &self.seen {
+            let k = l.kind();
+            if out.last() != Some(&k) {
+                out.push(k);
+            }
+        }
+        out
+    }
+
+    fn at(&self, i: usize) -> Duration {
+        self.seen[i].at
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{} ms", d.as_millis())
+}
+
+fn opt_ms(d: Option<Duration>) -> String {
+    d.map_or("never".into(), ms)
+}
+
+fn exit_text(status: &ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        _ => format!("{status:?}"),
+    }
+}
+
+/// A poll, every 2 ms, for a transcript and a message in it.
+struct TranscriptWatch {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<(Option<Duration>, Option<Duration>)>,
+}
+
+impl TranscriptWatch {
+    /// When the transcript and the message were first seen: waits until both were, for at most
+    /// [`EVENT_TIMEOUT`] (the transcript may be written a moment after the result).
+    async fn finish(mut self) -> (Option<Duration>, Option<Duration>) {
+        if let Ok(seen) = tokio::time::timeout(EVENT_TIMEOUT, &mut self.task).await {
+            return seen.unwrap();
+        }
+        let _ = self.stop.send(());
+        self.task.await.unwrap()
+    }
+}
+
+/// Polls for the transcript of `session` (and for `text` in it) from now on, noting when each
+/// was first seen, measured from `since`.
+fn watch_transcript(place: &Place, session: &str, text: &str, since: Instant) -> TranscriptWatch {
+    let (stop, mut stopped) = tokio::sync::oneshot::channel();
+    let env = place.env.clone();
+    let cwd = place.cwd.clone();
+    let session = session.to_owned();
+    let text = text.to_owned();
+    let from = SystemTime::now();
+    let task = tokio::spawn(async move {
+        let rt = runtime();
+        let (mut file, mut message) = (None, None);
+        loop {
+            if file.is_none() && rt.transcript_exists(&env, &cwd, &session) {
+                file = Some(since.elapsed());
+            }
+            if message.is_none() && rt.conversation_has_message(&env, &cwd, &session, &text, from) {
+                message = Some(since.elapsed());
+            }
+            if (file.is_some() && message.is_some()) || stopped.try_recv().is_ok() {
+                return (file, message);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    TranscriptWatch { stop, task }
+}
+
+fn is_init(id: &str) -> impl Fn(&RuntimeEvent) -> bool + '_ {
+    move |e| matches!(e, RuntimeEvent::Init { session_id: Some(s), .. } if s == id)
+}
+
+fn is_replay<'a>(id: &'a str, text: &'a str) -> impl Fn(&RuntimeEvent) -> bool + 'a {
+    move |e| matches!(e, RuntimeEvent::UserReplay { session_id: Some(s), text: t } if s == id && t == text)
+}
+
+fn is_result(e: &RuntimeEvent) -> bool {
+    matches!(e, RuntimeEvent::TurnResult { .. })
+}
+
+fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_and_lost_conversation() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let api = StandInApi::start(script(env.dir.path().join("written.txt"), Asked::default())).await;
+    let mut r = Report::new("version, a lost conversation");
+
+    let out = std::process::Command::new(&claude)
+        .arg("--version")
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    r.saw("claude --version", &printed);
+    r.check(
+        printed == format!("{} (Claude Code)", claude_version()),
+        || format!("`claude --version` no longer prints `VERSION (Claude Code)`: {printed:?}"),
+    );
+
+    // `--resume` of an id that has no transcript, stdin kept open as botvisor keeps it.
+    let place = Place::new(&env, &api, "home", &env.work);
+    let id = new_id();
+    let mut cli = Cli::spawn(&place, SessionStart::Resume(id.clone())).await;
+    cli.send("are you there?").await;
+    let (status, took) = cli.wait("`--resume` of an unknown id ends").await;
+    let kinds = cli.kinds();
+    let lost = cli.seen.iter().any(|l| {
+        l.events.iter().any(
+            |e| matches!(e, RuntimeEvent::ConversationNotFound { session_id } if *session_id == id),
+        )
+    });
+    let results: Vec<Value> = cli
+        .seen
+        .iter()
+        .map(Line::json)
+        .filter(|v| v["type"] == "result")
+        .collect();
+    let init = kinds.iter().any(|k| k == "system/init");
+    let said: Vec<Value> = results.iter().map(|v| v["errors"].clone()).collect();
+    let stderr = cli.stderr().await;
+    r.saw("--resume unknown id: stdout kinds", format!("{kinds:?}"));
+    r.saw(
+        "--resume unknown id: result",
+        results.first().map_or("none".into(), |v| {
+            format!(
+                "subtype {} is_error {} num_turns {} total_cost_usd {} errors {}",
+                v["subtype"], v["is_error"], v["num_turns"], v["total_cost_usd"], v["errors"]
+            )
+        }),
+    );
+    r.saw(
+        "--resume unknown id: stderr",
+        format!("{:?}", stderr.trim()),
+    );
+    r.saw(
+        "--resume unknown id: exit",
+        format!("{} after {} (stdin open)", exit_text(&status), ms(took)),
+    );
+    r.check(lost, || {
+        format!(
+            "`--resume` of an unknown id no longer ends with a result whose errors say \
+             '{CONVERSATION_NOT_FOUND}: ID' (botvisor's rule 4 falls back to a failed turn); \
+             stdout: {kinds:?}, the results' errors: {}; stderr: {stderr:?}",
+            Value::from(said)
+        )
+    });
+    r.check(!init, || {
+        "`--resume` of an unknown id now prints system/init first".into()
+    });
+    r.check(status.code() == Some(1), || {
+        format!(
+            "`--resume` of an unknown id no longer exits by itself with code 1: {}",
+            exit_text(&status)
+        )
+    });
+    r.finish();
+}
+
+/// A first turn, measured by [`first_turn`].
+struct FirstTurn {
+    cli: Cli,
+    init: Option<usize>,
+    replay: Option<usize>,
+    result: Option<usize>,
+    /// When the transcript first held the message, since spawn.
+    message_at: Option<Duration>,
+}
+
+/// Starts the new conversation `id` in `place`, sends `text` at once, and reads up to the turn's
+/// result, noting when the transcript (and the message in it) first appeared. Reports the
+/// timeline as `label`.
+async fn first_turn(
+    place: &Place,
+    id: &str,
+    text: &str,
+    asked: &Asked,
+    r: &mut Report,
+    label: &str,
+) -> FirstTurn {
+    let mut cli = Cli::spawn(place, SessionStart::New(id.to_owned())).await;
+    let watch = watch_transcript(place, id, text, cli.started);
+    cli.send(text).await;
+    let init = cli
+        .until("system/init with the session id", is_init(id))
+        .await;
+    let replay = cli
+        .until(
+            "the replay of the user's message (user, isReplay: true)",
+            is_replay(id, text),
+        )
+        .await;
+    let result = cli.until("the turn's result", is_result).await;
+    let (file_at, message_at) = watch.finish().await;
+    let at = |i: Option<usize>| i.map(|i| cli.at(i));
+    let (init_at, replay_at, result_at) = (at(init), at(replay), at(result));
+    let assistant_at = cli
+        .seen
+        .iter()
+        .find(|l| l.kind().starts_with("assistant"))
+        .map(|l| l.at);
+    let model_at = asked
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|t| **t >= cli.started)
+        .map(|t| t.duration_since(cli.started));
+    r.saw(
+        &format!("{label}: timeline from spawn, the message written at once"),
+        format!(
+            "system/init {}, model asked {}, replay {}, first assistant {}, result {}; \
+             transcript file {}, with the message {}",
+            opt_ms(init_at),
+            opt_ms(model_at),
+            opt_ms(replay_at),
+            opt_ms(assistant_at),
+            opt_ms(result_at),
+            opt_ms(file_at),
+            opt_ms(message_at),
+        ),
+    );
+    let order = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
+        (Some(a), Some(b)) if a <= b => "before",
+        (Some(_), Some(_)) => "after",
+        _ => "?",
+    };
+    r.saw(
+        &format!("{label}: transcript first written"),
+        format!(
+            "{} system/init, {} the replay, {} the first assistant event, {} the result",
+            order(file_at, init_at),
+            order(file_at, replay_at),
+            order(file_at, assistant_at),
+            order(file_at, result_at)
+        ),
+    );
+    r.saw(
+        &format!("{label}: replay printed"),
+        format!(
+            "{} the model was asked, {} the first assistant event",
+            order(replay_at, model_at),
+            order(replay_at, assistant_at)
+        ),
+    );
+    FirstTurn {
+        cli,
+        init,
+        replay,
+        result,
+        message_at,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_turn_with_a_model_slow_to_answer() {
+    let Some(_) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let asked = Asked::default();
+    let api = StandInApi::start(script(env.dir.path().join("written.txt"), asked.clone())).await;
+    let mut r = Report::new("a first turn whose model answers after 1 s");
+    let place = Place::new(&env, &api, "home", &env.work);
+    let id = new_id();
+    let label = "first turn (model answers after 1 s)";
+    let mut turn = first_turn(&place, &id, SLOWLY, &asked, &mut r, label).await;
+    turn.cli.close_stdin();
+    turn.cli.wait("the CLI exits after its stdin closes").await;
+    r.finish();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_as_botvisor_runs_it() {
+    let Some(_) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let asked = Asked::default();
+    let api = StandInApi::start(script(env.dir.path().join("written.txt"), asked.clone())).await;
+    let mut r = Report::new("a conversation: turns, transcript, control, resume");
+    let place = Place::new(
+        &env,
+        &api,
+        "home",
+        &env.dir.path().join("work/a dir.with_odd-Grüße-😀"),
+    );
+    let id = new_id();
+    let slug = transcript::slug(&place.cwd);
+
+    // Turn 1: the timeline of a first message, and where the transcript appears.
+    let first = "first words";
+    let FirstTurn {
+        mut cli,
+        init,
+        replay,
+        result,
+        message_at,
+    } = first_turn(
+        &place,
+        &id,
+        first,
+        &asked,
+        &mut r,
+        "turn 1 (model answers at once)",
+    )
+    .await;
+    let turn1 = cli.seen.len();
+    let init_ok = cli.seen.iter().any(|l| {
+        l.events
+            .iter()
+            .any(|e| matches!(e, RuntimeEvent::ControlResponse { request_id, result: Ok(_) } if request_id == "facts-1"))
+    });
+    let deltas: String = cli
+        .seen
+        .iter()
+        .flat_map(|l| &l.events)
+        .filter_map(|e| match e {
+            RuntimeEvent::TextDelta(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    let result_payload = result.and_then(|i| {
+        cli.seen[i].events.iter().find_map(|e| match e {
+            RuntimeEvent::TurnResult {
+                outcome, payload, ..
+            } => Some((*outcome, payload.clone())),
+            _ => None,
+        })
+    });
+    r.check(init.is_some(), || {
+        "system/init no longer names the session id given with --session-id".into()
+    });
+    r.check(replay.is_some(), || {
+        "--replay-user-messages no longer echoes the message as a user line with isReplay: true \
+         and the session id (botvisor records a session only at the replay, rule 3)"
+            .into()
+    });
+    r.check(init_ok, || {
+        "the control request `initialize` is no longer answered with a success".into()
+    });
+    r.check(
+        matches!(&result_payload, Some((ResultOutcome::Success, p)) if p.get("total_cost_usd").is_some()),
+        || format!("a turn no longer ends with a result of subtype success carrying total_cost_usd: {result_payload:?}"),
+    );
+    r.check(deltas == format!("Hello! You said: {first}"), || {
+        format!(
+            "--include-partial-messages no longer streams the text as stream_event \
+             content_block_delta/text_delta: {deltas:?}"
+        )
+    });
+    let path = place.transcript(&id);
+    r.saw(
+        "transcript path",
+        path.as_ref().map_or("not found".into(), |p| {
+            p.strip_prefix(env.dir.path().join("home"))
+                .unwrap_or(p)
+                .display()
+                .to_string()
+                .replace(&slug, "<slug>")
+                .replace(&id, "<session-id>")
+        }),
+    );
+    r.check(
+        path.as_deref()
+            == Some(
+                &env.dir
+                    .path()
+                    .join("home/.claude/projects")
+                    .join(&slug)
+                    .join(format!("{id}.jsonl")),
+            ),
+        || {
+            format!(
+                "the transcript of a finished turn is no longer at \
+                 $HOME/.claude/projects/<slug>/<session-id>.jsonl with the slug of every \
+                 character outside [A-Za-z0-9] as '-' per UTF-16 unit; projects: {:?}",
+                std::fs::read_dir(env.dir.path().join("home/.claude/projects"))
+                    .map(|d| d
+                        .filter_map(Result::ok)
+                        .map(|e| e.file_name())
+                        .collect::<Vec<_>>())
+                    .unwrap_or_default()
+            )
+        },
+    );
+    r.check(message_at.is_some(), || {
+        "the transcript no longer holds the user's message as a user line with its text and an \
+         RFC 3339 timestamp (botvisor's check against sending a message twice, rule 8)"
+            .into()
+    });
+
+    // Turn 2: a permission prompt answered over the control protocol.
+    cli.mark();
+    cli.send(WRITE).await;
+    let prompt = cli
+        .until(
+            "a can_use_tool control request for Write (--permission-prompt-tool stdio)",
+            |e| matches!(e, RuntimeEvent::PermissionRequest { tool, .. } if tool == "Write"),
+        )
+        .await;
+    let mut written = false;
+    if let Some(i) = prompt {
+        let (request_id, input) = cli.seen[i]
+            .events
+            .iter()
+            .find_map(|e| match e {
+                RuntimeEvent::PermissionRequest {
+                    request_id, input, ..
+                } => Some((request_id.clone(), input.clone())),
+                _ => None,
+            })
+            .unwrap();
+        let answer = runtime()
+            .encode_permission_answer(
+                &request_id,
+                &PermissionAnswer::Allow {
+                    updated_input: input,
+                },
+            )
+            .unwrap();
+        cli.write(answer).await;
+        cli.until("the result of the turn with a tool", is_result)
+            .await;
+        written = env.dir.path().join("written.txt").is_file();
+    }
+    let inits_turn2 = cli.seen[turn1..]
+        .iter()
+        .filter(|l| l.kind() == "system/init")
+        .count();
+    r.saw(
+        "system/init at the start of every turn",
+        format!("{} in turn 2", inits_turn2),
+    );
+    r.check(prompt.is_some() && written, || {
+        format!(
+            "a tool that needs permission no longer asks with a can_use_tool control request \
+             answered by {{\"behavior\":\"allow\",\"updatedInput\":…}} (prompt seen: {}, file \
+             written: {written})",
+            prompt.is_some()
+        )
+    });
+
+    // Live settings: set_permission_mode and set_model on the running process.
+    cli.mark();
+    let mode = cli
+        .control(&ControlRequest::SetPermissionMode("plan".into()))
+        .await;
+    let model = cli.control(&ControlRequest::SetModel("opus".into())).await;
+    let answered = |cli: &Cli, id: &str| {
+        cli.seen.iter().any(|l| {
+            l.events.iter().any(
+                |e| matches!(e, RuntimeEvent::ControlResponse { request_id, result: Ok(_) } if request_id == id),
+            )
+        })
+    };
+    let m = model.clone();
+    cli.until(
+        "the answer to set_model",
+        move |e| matches!(e, RuntimeEvent::ControlResponse { request_id, .. } if *request_id == m),
+    )
+    .await;
+    r.check(answered(&cli, &mode) && answered(&cli, &model), || {
+        "set_permission_mode and set_model are no longer answered with a success on the running \
+         process"
+            .into()
+    });
+
+    // Closing stdin ends the process (the first step of botvisor's gentle stop).
+    let before = cli.started.elapsed();
+    cli.close_stdin();
+    let (status, end) = cli.wait("the CLI exits after its stdin closes").await;
+    r.saw(
+        "stdin closed",
+        format!("{} after {}", exit_text(&status), ms(end - before)),
+    );
+    let mut kinds: BTreeSet<String> = cli.seen.iter().map(Line::kind).collect();
+    drop(cli);
+
+    // A second --session-id on the same id. botvisor reads the CLI's stdout only; the sentence
+    // has been seen on stderr (2.1.284 to 2.1.332), so the stream it comes on is printed, and
+    // what is asserted is the sentence (read by botvisor's parser) and the exit code.
+    let mut again = Cli::spawn(&place, SessionStart::New(id.clone())).await;
+    let (status, _) = again.wait("--session-id of an existing conversation").await;
+    let reads_in_use = |text: &str| {
+        text.lines().any(|line| {
+            runtime().parse_line(line.as_bytes()).iter().any(
+                |e| matches!(e, RuntimeEvent::SessionInUse { session_id } if *session_id == id),
+            )
+        })
+    };
+    let stdout: Vec<String> = again.seen.iter().map(|l| l.text.clone()).collect();
+    let stderr = again.stderr().await;
+    let on_stdout = reads_in_use(&stdout.join("\n"));
+    let on_stderr = reads_in_use(&stderr);
+    r.saw(
+        "--session-id of an existing conversation",
+        format!(
+            "stdout {:?}, stderr {:?}, {}",
+            stdout.join("\n").replace(&id, "ID"),
+            stderr.trim().replace(&id, "ID"),
+            exit_text(&status)
+        ),
+    );
+    r.saw(
+        "'already in use' comes on",
+        match (on_stdout, on_stderr) {
+            (true, true) => "stdout and stderr",
+            (true, false) => "stdout",
+            (false, true) => "stderr (botvisor reads stdout: it sees an exit code 1)",
+            (false, false) => "neither",
+        },
+    );
+    r.check((on_stdout || on_stderr) && status.code() == Some(1), || {
+        format!(
+            "--session-id of an existing conversation no longer prints 'Error: Session ID ID is \
+             already in use.' and exits with code 1: stdout {stdout:?}, stderr {stderr:?}, {}",
+            exit_text(&status)
+        )
+    });
+
+    // --resume continues the conversation under the same id.
+    let mut resumed = Cli::spawn(&place, SessionStart::Resume(id.clone())).await;
+    resumed.send("again").await;
+    let init = resumed
+        .until("system/init of the resumed conversation", is_init(&id))
+        .await;
+    let replay = resumed
+        .until(
+            "the replay in the resumed conversation",
+            is_replay(&id, "again"),
+        )
+        .await;
+    resumed.until("the resumed turn's result", is_result).await;
+    let history = api
+        .requests()
+        .into_iter()
+        .rfind(|q| q.has_tools)
+        .is_some_and(|q| q.body.to_string().contains("Hello! You said: first words"));
+    r.check(init.is_some() && replay.is_some() && history, || {
+        format!(
+            "--resume ID no longer continues the conversation under the same id (init: {}, \
+             replay: {}, history sent to the model: {history})",
+            init.is_some(),
+            replay.is_some()
+        )
+    });
+    kinds.extend(resumed.seen.iter().map(Line::kind));
+    resumed.close_stdin();
+    resumed
+        .wait("the resumed CLI exits after its stdin closes")
+        .await;
+    r.saw(
+        "stream-json kinds seen",
+        kinds.iter().cloned().collect::<Vec<_>>().join(" "),
+    );
+    r.finish();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hard_and_gentle_stops_at_the_start_of_a_turn() {
+    let Some(_) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let api = StandInApi::start(script(env.dir.path().join("written.txt"), Asked::default())).await;
+    let mut r = Report::new("stops at the start of a first turn (transcript left?)");
+    const TRIALS: usize = 3;
+    for (moment, signal) in [
+        ("SIGKILL at system/init", libc::SIGKILL),
+        ("SIGKILL at the first replay", libc::SIGKILL),
+        (
+            "SIGKILL at the first replay, model answering after 1 s",
+            libc::SIGKILL,
+        ),
+        ("SIGTERM at system/init", libc::SIGTERM),
+    ] {
+        let mut left = 0;
+        let mut holding = 0;
+        for trial in 0..TRIALS {
+            let place = Place::new(
+                &env,
+                &api,
+                "home",
+                &env.dir
+                    .path()
+                    .join(format!("{}-{trial}", moment.replace(' ', "_"))),
+            );
+            let id = new_id();
+            let text = if moment.contains("after 1 s") {
+                format!("{SLOWLY} {trial}")
+            } else {
+                format!("doomed {trial}")
+            };
+            let from = SystemTime::now();
+            let mut cli = Cli::spawn(&place, SessionStart::New(id.clone())).await;
+            cli.send(&text).await;
+            let at = if moment.contains("replay") {
+                cli.until("the replay", is_replay(&id, &text)).await
+            } else {
+                cli.until("system/init", is_init(&id)).await
+            };
+            assert!(at.is_some(), "{}", fact(&format!("{moment}: not reached")));
+            cli.signal(signal);
+            cli.wait(moment).await;
+            if place.transcript(&id).is_some() {
+                left += 1;
+            }
+            if runtime().conversation_has_message(&place.env, &place.cwd, &id, &text, from) {
+                holding += 1;
+            }
+        }
+        r.saw(
+            moment,
+            format!("transcript left {left}/{TRIALS}, holding the message {holding}/{TRIALS}"),
+        );
+    }
+    r.finish();
+}
+
+/// Java's `String.hashCode` over UTF-16 units, as a signed 32-bit number.
+fn java_hash(s: &str) -> i32 {
+    s.encode_utf16()
+        .fold(0i32, |h, u| h.wrapping_mul(31).wrapping_add(i32::from(u)))
+}
+
+fn base36(mut n: u64) -> String {
+    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(digits[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_working_directory_with_a_long_slug() {
+    let Some(_) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let api = StandInApi::start(script(env.dir.path().join("written.txt"), Asked::default())).await;
+    let mut r = Report::new("a slug longer than 200 characters");
+    let mut long = env.dir.path().join("long");
+    while long.to_string_lossy().len() < 260 {
+        long = long.join("a_rather_long.folder name-x");
+    }
+    let place = Place::new(&env, &api, "home", &long);
+    let id = new_id();
+    let mut cli = Cli::spawn(&place, SessionStart::New(id.clone())).await;
+    cli.send("hello").await;
+    cli.until("the turn's result", is_result).await;
+    cli.close_stdin();
+    cli.wait("the CLI exits after its stdin closes").await;
+    let slug = transcript::slug(&place.cwd);
+    let projects: Vec<String> = std::fs::read_dir(env.dir.path().join("home/.claude/projects"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let folder = projects
+        .iter()
+        .find(|p| p.starts_with(&slug[..MAX_SLUG_LEN]));
+    let suffix = folder.map(|f| f[MAX_SLUG_LEN..].to_owned());
+    let java = format!(
+        "-{}",
+        base36(u64::from(
+            java_hash(&place.cwd.to_string_lossy()).unsigned_abs()
+        ))
+    );
+    r.saw("slug length", slug.len());
+    r.saw(
+        "folder",
+        folder.map_or("none".into(), |f| {
+            format!("<first 200 of the slug>{}", &f[MAX_SLUG_LEN..])
+        }),
+    );
+    r.saw(
+        "hash suffix",
+        match &suffix {
+            Some(s) if *s == java => format!("{s}: '-' and base 36 of |Java String.hashCode(cwd)|"),
+            Some(s) => format!("{s}: not base 36 of |Java String.hashCode(cwd)| ({java})"),
+            None => "none".into(),
+        },
+    );
+    r.check(place.transcript(&id).is_some(), || {
+        format!(
+            "the transcript of a working directory whose slug is over {MAX_SLUG_LEN} characters \
+             is no longer in a folder named by the slug's first {MAX_SLUG_LEN} characters and a \
+             suffix (projects: {projects:?})"
+        )
+    });
+    r.finish();
+}
+
+/// A CLI in `place` that ran a turn starting the background job; `Some` if
+/// `system/background_tasks_changed` reported it.
+async fn with_background_job(place: &Place) -> (Cli, bool) {
+    let id = new_id();
+    let mut cli = Cli::spawn(place, SessionStart::New(id)).await;
+    cli.send(BACKGROUND).await;
+    let reported = cli
+        .until(
+            "system/background_tasks_changed listing the background Bash task",
+            |e| matches!(e, RuntimeEvent::Tasks { running: Some(n) } if *n > 0),
+        )
+        .await;
+    cli.until("the turn's result", is_result).await;
+    (cli, reported.is_some())
+}
+
+/// Live processes of this test running the background job.
+fn background_jobs(env: &TestEnv) -> Vec<u32> {
+    env.leftovers()
+        .into_iter()
+        .filter(|(_, cmd)| cmd.starts_with(BACKGROUND_JOB))
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// Ends `cli` with `stop` and describes what followed within `grace`: the lines, the exit, the
+/// background job. Then kills whatever is left.
+async fn stop_with_job(env: &TestEnv, mut cli: Cli, stop: &str, grace: Duration) -> String {
+    cli.mark();
+    let from = cli.started.elapsed();
+    if stop.contains("stdin") {
+        cli.close_stdin();
+    }
+    if stop.contains("SIGTERM") {
+        cli.signal(libc::SIGTERM);
+    }
+    let ended = tokio::time::timeout(grace, cli.wait(stop)).await.ok();
+    let after: Vec<String> = cli.seen[cli.cursor..].iter().map(Line::kind).collect();
+    let job_left = !background_jobs(env).is_empty();
+    cli.signal(libc::SIGKILL);
+    let _ = cli.child.wait().await;
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let left = background_jobs(env);
+            if left.is_empty() {
+                return;
+            }
+            for pid in left {
+                // SAFETY: kill(2) on a process this test's CLI started (it carries the marker).
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the background job is stopped");
+    format!(
+        "then {after:?}; {}; the job {}",
+        match ended {
+            Some((status, at)) => format!("{} after {}", exit_text(&status), ms(at - from)),
+            None => format!("still running {} s later", grace.as_secs()),
+        },
+        if job_left { "still ran" } else { "was gone" }
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_task_and_the_end_of_stdin() {
+    let Some(_) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let api = StandInApi::start(script(env.dir.path().join("written.txt"), Asked::default())).await;
+    let mut r = Report::new("a background Bash task (sleep 8), then a stop");
+    let place = Place::new(&env, &api, "home", &env.work);
+    // Bash allowed without a prompt, as a user's own settings would.
+    let settings = env.dir.path().join("home/.claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    std::fs::write(&settings, r#"{"permissions":{"allow":["Bash"]}}"#).unwrap();
+
+    // botvisor's gentle stop: stdin closed and SIGTERM at once, then SIGKILL after
+    // `stop_grace_s` (5 s by default).
+    let (cli, reported) = with_background_job(&place).await;
+    // The job may start a moment after the tool result: waited for.
+    let running = tokio::time::timeout(EVENT_TIMEOUT, async {
+        while background_jobs(&env).is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .is_ok();
+    r.saw("background Bash turn", format!("{:?}", cli.kinds()));
+    r.check(reported, || {
+        "a background Bash task is no longer reported by system/background_tasks_changed listing \
+         it (botvisor's idle stop waits for it, rule 12)"
+            .into()
+    });
+    r.check(running, || {
+        format!("a Bash tool call with run_in_background no longer runs `{BACKGROUND_JOB}`")
+    });
+    let stop = "stdin closed and SIGTERM";
+    r.saw(
+        stop,
+        stop_with_job(&env, cli, stop, Duration::from_secs(5)).await,
+    );
+
+    // Only stdin closed: what the CLI does with a task still running.
+    let (cli, _) = with_background_job(&place).await;
+    let stop = "only stdin closed";
+    r.saw(
+        stop,
+        stop_with_job(&env, cli, stop, Duration::from_secs(12)).await,
+    );
+    r.finish();
+}

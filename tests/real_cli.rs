@@ -33,14 +33,15 @@ async fn hello_reply_arrives_and_survives_a_daemon_restart() {
     assert_eq!(seen.outcome, "success", "{seen:?}\n{}", daemon.log_text());
     let kinds: Vec<&str> = seen.items.iter().map(|(_, k, _)| k.as_str()).collect();
     assert_eq!(kinds.first(), Some(&"user"), "{kinds:?}");
-    assert_eq!(kinds.last(), Some(&"result"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"turn_finished"), "{kinds:?}");
+    assert_eq!(kinds[kinds.len() - 2], "result", "{kinds:?}");
     let reply = seen
         .items
         .iter()
         .find(|(_, k, _)| k == "assistant")
         .expect("an assistant item");
     assert_eq!(reply.2["text"], "Hello! You said: hello");
-    let result = &seen.items.last().unwrap().2;
+    let result = &seen.items[seen.items.len() - 2].2;
     assert_eq!(result["subtype"], "success");
     assert!(
         result.get("total_cost_usd").is_some(),

@@ -308,7 +308,8 @@ impl BotObject {
     /// The last error a person should know of; empty when none.
     #[zbus(property)]
     fn last_error(&self) -> String {
-        self.view().record.last_error
+        let v = self.view();
+        v.storage_error.unwrap_or(v.record.last_error)
     }
 
     /// Messages sent and not yet taken by the agent.

@@ -23,6 +23,9 @@ pub trait Manager {
     /// The runtimes.
     #[zbus(property)]
     fn runtimes(&self) -> zbus::Result<Vec<String>>;
+    /// Why the database cannot be written now; empty while it can.
+    #[zbus(property)]
+    fn storage_error(&self) -> zbus::Result<String>;
 }
 
 /// `org.botvisor.Botvisor1.Bot` at `/org/botvisor/Botvisor1/<id>`.

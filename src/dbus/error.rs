@@ -22,6 +22,9 @@ pub enum Error {
     RuntimeUnavailable(String),
     /// The caller is not the daemon's user.
     AccessDenied(String),
+    /// botvisord cannot write its database now (locked by another process, disk full, I/O);
+    /// nothing was changed; the call may be tried again. Reads keep answering meanwhile.
+    StorageUnavailable(String),
     /// Anything else (database, I/O).
     Failed(String),
 }
@@ -33,6 +36,7 @@ impl From<BotError> for Error {
             BotError::InvalidArgument(m) => Error::InvalidArgument(m),
             BotError::Busy(m) => Error::Busy(m),
             BotError::RuntimeUnavailable(m) => Error::RuntimeUnavailable(m),
+            BotError::StorageUnavailable(m) => Error::StorageUnavailable(m),
             BotError::Failed(m) => Error::Failed(m),
         }
     }

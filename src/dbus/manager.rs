@@ -147,6 +147,20 @@ impl Manager {
         super::API_VERSION.to_owned()
     }
 
+    /// Why botvisord cannot write its database now (locked by another process, disk full,
+    /// I/O); empty while writes succeed. While set, what the agents say is kept in order and
+    /// written once the database can be written, calls that must write answer
+    /// `StorageUnavailable`, and reads keep answering.
+    #[zbus(property)]
+    fn storage_error(&self) -> String {
+        self.ctx
+            .supervisor
+            .store()
+            .health()
+            .failing()
+            .unwrap_or_default()
+    }
+
     /// The runtimes bots can be created with, for example `["claude"]`.
     #[zbus(property(emits_changed_signal = "const"))]
     fn runtimes(&self) -> Vec<String> {

@@ -74,6 +74,7 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
     }
     tokio::spawn(reap_orphans());
     tokio::spawn(watch_clients(conn.clone(), ctx.clone()));
+    tokio::spawn(watch_storage(conn.clone(), ctx.clone()));
 
     let flags = RequestNameFlags::DO_NOT_QUEUE;
     match conn.request_name_with_flags(BUS_NAME, flags).await {
@@ -137,6 +138,27 @@ async fn watch_clients(conn: Connection, ctx: Arc<Ctx>) {
         if name.starts_with(':') && args.new_owner().is_none() {
             ctx.caller.forget(&name);
             ctx.supervisor.client_gone(&name);
+        }
+    }
+}
+
+/// Says when writes to the database start and stop failing (design rule 15): the Manager's
+/// `StorageError` property and every bot's `LastError` change, with `PropertiesChanged`.
+async fn watch_storage(conn: Connection, ctx: Arc<Ctx>) {
+    let mut changes = ctx.supervisor.store().health().subscribe();
+    while changes.changed().await.is_ok() {
+        let why = changes.borrow_and_update().clone();
+        ctx.supervisor.set_storage_error(why);
+        let Ok(manager) = conn
+            .object_server()
+            .interface::<_, Manager>(ROOT_PATH)
+            .await
+        else {
+            continue;
+        };
+        let emitter = manager.signal_emitter();
+        if let Err(e) = manager.get().await.storage_error_changed(emitter).await {
+            tracing::debug!(error = %e, "StorageError change not signalled");
         }
     }
 }

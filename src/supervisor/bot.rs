@@ -97,6 +97,9 @@ pub struct BotView {
     pub pending: Vec<(String, String, String)>,
     /// The assistant text streamed so far in the message being written.
     pub partial_text: String,
+    /// Why botvisord cannot write its database now (design rule 15); while set, `LastError`
+    /// shows it instead of the recorded last error.
+    pub storage_error: Option<String>,
 }
 
 impl BotView {
@@ -113,7 +116,10 @@ impl BotView {
             "State" => s(self.state.as_str()),
             "SessionId" => s(self.record.session_id.as_deref().unwrap_or_default()),
             "ProcessId" => PropertyValue::U32(self.process_id),
-            "LastError" => s(&self.record.last_error),
+            "LastError" => s(self
+                .storage_error
+                .as_deref()
+                .unwrap_or(&self.record.last_error)),
             "QueuedMessages" => PropertyValue::U32(self.queued),
             "Holders" => PropertyValue::U32(self.holders),
             "StopVerdict" => s(&self.stop_verdict),
@@ -240,7 +246,7 @@ pub(crate) fn forget_session(handle: &BotHandle, reason: &str) -> Result<(), Bot
     let payload =
         json!({"text": fresh_restart_text(&old), "reason": reason, "session_id": old}).to_string();
     let shared = &handle.shared;
-    shared.store.tx_then(
+    shared.store.tx_now_then(
         |tx| {
             store::bots::set_session(tx, &handle.id, None)?;
             store::chat::append(tx, &handle.id, "system", None, &payload)
@@ -289,6 +295,7 @@ pub fn spawn_actor(
         stop_verdict,
         pending: Vec::new(),
         partial_text: String::new(),
+        storage_error: None,
     }));
     let shared = Arc::new(Shared {
         runtime: runtime.clone(),

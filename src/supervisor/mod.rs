@@ -36,6 +36,9 @@ pub enum BotError {
     /// The runtime's CLI cannot be started.
     #[error("{0}")]
     RuntimeUnavailable(String),
+    /// The database cannot be written now (design rule 15); nothing changed.
+    #[error("{0}")]
+    StorageUnavailable(String),
     /// Anything else.
     #[error("{0}")]
     Failed(String),
@@ -43,7 +46,10 @@ pub enum BotError {
 
 impl From<store::StoreError> for BotError {
     fn from(e: store::StoreError) -> Self {
-        BotError::Failed(e.to_string())
+        match e {
+            store::StoreError::Unavailable(_) => BotError::StorageUnavailable(e.to_string()),
+            e => BotError::Failed(e.to_string()),
+        }
     }
 }
 
@@ -262,7 +268,7 @@ impl BotHandle {
         }
         let turn_id = uuid::Uuid::new_v4().to_string();
         let payload = serde_json::json!({"text": text, "turn_id": turn_id}).to_string();
-        self.shared.store.tx_then(
+        self.shared.store.tx_now_then(
             |tx| {
                 store::turns::insert(tx, &self.id, &turn_id, &text)?;
                 store::chat::append(tx, &self.id, "user", Some(&turn_id), &payload)
@@ -287,7 +293,7 @@ impl BotHandle {
         check_permission_mode(self.shared.runtime.as_ref(), &mode)?;
         self.shared
             .store
-            .tx(|tx| store::bots::set_permission_mode(tx, &self.id, &mode))?;
+            .tx_now(|tx| store::bots::set_permission_mode(tx, &self.id, &mode))?;
         bot::update_view(
             &self.view,
             &self.shared.publisher,
@@ -308,7 +314,7 @@ impl BotHandle {
         check_model(&model)?;
         self.shared
             .store
-            .tx(|tx| store::bots::set_model(tx, &self.id, &model))?;
+            .tx_now(|tx| store::bots::set_model(tx, &self.id, &model))?;
         bot::update_view(
             &self.view,
             &self.shared.publisher,
@@ -338,7 +344,7 @@ impl BotHandle {
             // Calls apply in order: a Send right after this Restart is taken, not refused.
             self.shared
                 .store
-                .tx(|tx| store::bots::set_failed(tx, &self.id, false))?;
+                .tx_now(|tx| store::bots::set_failed(tx, &self.id, false))?;
             bot::update_view(
                 &self.view,
                 &self.shared.publisher,
@@ -480,7 +486,7 @@ impl BotHandle {
         }
         let payload = payload.to_string();
         let pending = book.list();
-        self.shared.store.tx_then(
+        self.shared.store.tx_now_then(
             |tx| store::chat::append(tx, &self.id, "permission_answer", None, &payload),
             |item| bot::publish_item(&self.shared.publisher, &self.id, item),
         )?;
@@ -663,7 +669,7 @@ impl Supervisor {
             idle_timeout_s: new.idle_timeout_s,
             ..BotRecord::new(&id, &name, &cwd, &runtime_name)
         };
-        self.store.tx(|tx| store::bots::insert(tx, &record))?;
+        self.store.tx_now(|tx| store::bots::insert(tx, &record))?;
         tracing::info!(bot_id = %record.id, cwd = %record.cwd, "bot created");
         Ok(self.start_actor(record, runtime, false))
     }
@@ -808,6 +814,22 @@ impl Supervisor {
             }
         }
         Ok(alive_total)
+    }
+
+    /// Writes to the database fail (`Some(why)`) or succeed again (`None`): every bot's
+    /// `LastError` says so while it lasts (design rule 15).
+    pub fn set_storage_error(&self, why: Option<String>) {
+        let text = why.map(|w| {
+            format!(
+                "botvisord cannot write its database: {w}. What the agents say is kept and \
+                 written once it can; calls that must write answer StorageUnavailable meanwhile."
+            )
+        });
+        for h in self.list() {
+            bot::update_view(&h.view, &self.publisher, &h.id, vec!["LastError"], |v| {
+                v.storage_error = text.clone()
+            });
+        }
     }
 
     /// A client left the bus: its leases end.

@@ -26,6 +26,9 @@ Environment:
   is still written under the launched id, as a CLI that reports another id), "fork": true (the
   events carry a new id and the transcript is written under it, as --fork-session or /clear),
   "result_is_error": true (the result says subtype "success" with is_error true, as an API 403),
+  "stream_s": S (after the replay, stream the reply as text deltas for S seconds first),
+  "reply_after_s": S (after the replay, wait S seconds before answering),
+  "reply_size": N (the reply is N letters "x"),
   "ignore_control": true (control requests other than `initialize` get no answer),
   "ignore_term": true (SIGTERM ignored), "not_found_on_term": true (on
   SIGTERM, print the "No conversation found" result and linger, ignoring SIGTERM), "reply": "text", and
@@ -177,8 +180,18 @@ for line in sys.stdin:
         result("error_during_execution", ["Invalid API key · Please run /login"])
         sys.exit(1)
     write_transcript()
+    reply = step.get("reply", "fake: " + text)
+    if step.get("reply_size"):
+        reply = "x" * step["reply_size"]
+    time.sleep(step.get("reply_after_s", 0))
+    if step.get("stream_s"):
+        pieces = 30
+        for i in range(pieces):
+            out({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0,
+                 "delta": {"type": "text_delta", "text": "piece%d " % i}}})
+            time.sleep(step["stream_s"] / pieces)
     out({"type": "assistant", "session_id": reported, "message": {"role": "assistant", "content": [
-        {"type": "text", "text": step.get("reply", "fake: " + text)}]}})
+        {"type": "text", "text": reply}]}})
     result()
 
 if mode == "silent":

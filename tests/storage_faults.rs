@@ -1,0 +1,238 @@
+//! Tier 2: design rule 15 for storage. A locked database and a full disk mid-turn lose nothing,
+//! stall no unrelated call, are visible while they last, and the turn ends once its result is
+//! stored (the scripted fake CLI; the database is a real SQLite file, locked by a real second
+//! connection, on a real full tmpfs).
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::json;
+
+use botvisor::dbus::BUS_NAME;
+use support::*;
+
+/// Waits until the Manager's `StorageError` satisfies `pred`; returns it.
+async fn wait_storage_error(
+    manager: &botvisor::dbus::client::ManagerProxy<'static>,
+    pred: impl Fn(&str) -> bool,
+) -> String {
+    let mut changes = manager.receive_storage_error_changed().await;
+    let now = manager.storage_error().await.unwrap();
+    if pred(&now) {
+        return now;
+    }
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let v = changes.next().await.unwrap().get().await.unwrap();
+            if pred(&v) {
+                return v;
+            }
+        }
+    })
+    .await
+    .expect("StorageError changes")
+}
+
+/// The turn's user, assistant, result and turn_finished items, once each.
+fn assert_turn_whole(items: &[(u64, String, serde_json::Value)], turn: &str, reply_len: usize) {
+    let of_turn = |kind: &str| -> Vec<&serde_json::Value> {
+        items
+            .iter()
+            .filter(|(_, k, p)| {
+                k == kind && (p["turn_id"] == turn || (kind == "assistant" || kind == "result"))
+            })
+            .map(|(_, _, p)| p)
+            .collect()
+    };
+    assert_eq!(of_turn("user").len(), 1, "{items:?}");
+    let assistant = of_turn("assistant");
+    assert_eq!(assistant.len(), 1, "the assistant item was lost");
+    assert_eq!(assistant[0]["text"].as_str().unwrap().len(), reply_len);
+    assert_eq!(of_turn("result").len(), 1, "the result was lost");
+    assert_eq!(of_turn("turn_finished").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_locked_mid_turn_loses_nothing_and_stalls_nothing() {
+    let fake = FakeSetup::start("stop_grace_s = 0.5\n").await;
+    let bot = fake.bot(json!([{"mode": "normal", "stream_s": 3}])).await;
+    let manager = fake.env.manager().await;
+    let mut sessions = bot.receive_session_id_changed().await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send("hello", HashMap::new()).await.unwrap();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while sessions
+            .next()
+            .await
+            .unwrap()
+            .get()
+            .await
+            .unwrap()
+            .is_empty()
+        {}
+    })
+    .await
+    .expect("the turn begins");
+
+    // Another process holds the write lock for 15 s while the reply streams.
+    let db = fake.cfg.database.clone();
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let locker = std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        locked_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_secs(15)); // the fault's length, not a wait
+        conn.execute_batch("ROLLBACK").unwrap();
+    });
+    locked_rx.recv().unwrap();
+    let held_until = Instant::now() + Duration::from_secs(15);
+
+    // While it is held: the fault is visible, pings and reads answer at once, a call that must
+    // write answers a named error at once and changes nothing.
+    let why = wait_storage_error(&manager, |s| !s.is_empty()).await;
+    assert!(why.contains("locked"), "{why}");
+    let direct = fake
+        .env
+        .bot_uncached(&bot.inner().path().to_owned().into())
+        .await;
+    assert!(direct.last_error().await.unwrap().contains("database"));
+    let refused = bot
+        .send("during the lock", HashMap::new())
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("StorageUnavailable"),
+        "{refused}"
+    );
+    let peer = zbus::fdo::PeerProxy::builder(&fake.env.conn)
+        .destination(BUS_NAME)
+        .path("/org/botvisor/Botvisor1")
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .unwrap();
+    let mut slowest = Duration::ZERO;
+    let mut pings = 0;
+    while Instant::now() + Duration::from_millis(500) < held_until {
+        let t = Instant::now();
+        peer.ping().await.unwrap();
+        manager.list_bots().await.unwrap();
+        bot.get_chat(0, 0).await.unwrap();
+        slowest = slowest.max(t.elapsed());
+        pings += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await; // the sampling interval
+    }
+    println!("{pings} rounds of Ping + ListBots + GetChat during the lock; slowest {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a call stalled {slowest:?} while the database was locked"
+    );
+
+    // Released: the kept items are written, the turn ends, the fault clears.
+    let outcome = wait_turns(&mut finished, std::slice::from_ref(&turn)).await;
+    assert_eq!(outcome[0].1, "success");
+    locker.join().unwrap();
+    wait_storage_error(&manager, str::is_empty).await;
+    assert_eq!(direct.last_error().await.unwrap(), "");
+    let items = chat(&bot).await;
+    assert_turn_whole(&items, &turn, "fake: hello".len());
+    assert!(
+        !of_kind(&items, "user")
+            .iter()
+            .any(|p| p["text"] == "during the lock"),
+        "a refused Send changed the chat"
+    );
+    assert_eq!(send_and_wait(&bot, "after").await.outcome, "success");
+}
+
+/// A tmpfs mounted for one test, unmounted (lazily) at the end whatever happens.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(path: &std::path::Path, size: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(path).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(path.to_owned()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Fills the file system of `dir` to the last byte; returns the filler's path.
+fn fill(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let block = vec![0u8; 4096];
+    while f.write_all(&block).is_ok() {}
+    let _ = f.write_all(&[0u8; 1]);
+    let _ = f.sync_all();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_full_mid_turn_loses_nothing_and_the_turn_ends_when_space_returns() {
+    let env = TestEnv::new().await;
+    let state = env.dir.path().join("state");
+    let Some(mount) = Tmpfs::mount(&state, "8m") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let mut cfg = env.daemon_config(Some(fake_cli()));
+    cfg.database = state.join("botvisor.db");
+    cfg.config = Some(write_config(env.dir.path(), "stop_grace_s = 0.5\n"));
+    let daemon = Daemon::start(&cfg, &env.conn).await;
+    let fake_state = env.dir.path().join("fake-state");
+    const REPLY: usize = 1024 * 1024;
+    let plan = json!([{"mode": "normal", "reply_after_s": 1, "reply_size": REPLY}]);
+    let bot = create_bot_in(&env, &fake_env(&env.home, &fake_state, plan, &env.marker)).await;
+    let manager = env.manager().await;
+    let mut sessions = bot.receive_session_id_changed().await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let big = "y".repeat(200 * 1024);
+    let turn = bot.send(&big, HashMap::new()).await.unwrap();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while sessions
+            .next()
+            .await
+            .unwrap()
+            .get()
+            .await
+            .unwrap()
+            .is_empty()
+        {}
+    })
+    .await
+    .expect("the turn begins");
+    let filler = fill(&state);
+    let why = wait_storage_error(&manager, |s| !s.is_empty()).await;
+    assert!(why.contains("full"), "{why}");
+    let refused = bot.send("while full", HashMap::new()).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("StorageUnavailable"),
+        "{refused}"
+    );
+    assert!(bot.get_chat(0, 0).await.is_ok(), "reads keep answering");
+    std::fs::remove_file(&filler).unwrap();
+    let outcome = wait_turns(&mut finished, std::slice::from_ref(&turn)).await;
+    assert_eq!(outcome[0].1, "success");
+    wait_storage_error(&manager, str::is_empty).await;
+    assert_turn_whole(&chat(&bot).await, &turn, REPLY);
+    assert_eq!(send_and_wait(&bot, "after").await.outcome, "success");
+    drop(daemon);
+    drop(mount);
+}

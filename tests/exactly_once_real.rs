@@ -63,13 +63,21 @@ fn slow_script() -> Script {
 }
 
 /// Checks what a user would see after a sweep: every message once in the chat, every turn
-/// ended once, the model asked about each message at most once, the conversation kept.
+/// ended once, the conversation kept, and (with `model_once`) the model asked about each message
+/// at most once.
+///
+/// `model_once` holds for daemon kills: the CLI lives on until the next daemon stops it gently,
+/// so its transcript says whether it took the message. It cannot hold for SIGKILLs of the CLI
+/// itself: Claude Code sends the request to the model a few milliseconds before it writes the
+/// message into its transcript (docs/cli-versions.md), and a SIGKILL in between leaves no trace
+/// that the model was asked; the conversation still holds the message once.
 async fn check_sweep(
     seed: u64,
     bot: &BotProxy<'_>,
     setup: &RealSetup,
     sent: &[(String, String)],
     session: &str,
+    model_once: bool,
 ) {
     let items = chat(bot).await;
     let users: Vec<&str> = of_kind(&items, "user")
@@ -77,7 +85,7 @@ async fn check_sweep(
         .map(|p| p["text"].as_str().unwrap())
         .collect();
     let asked = setup.asked();
-    for (text, _) in sent {
+    for (text, _) in sent.iter().filter(|_| model_once) {
         let n = asked.iter().filter(|a| *a == text).count();
         assert!(
             n <= 1,
@@ -147,7 +155,7 @@ async fn the_daemon_killed_at_random_moments_of_turns_sends_each_message_once() 
     let last = send_and_wait(&bot, "last").await;
     assert_eq!(last.outcome, "success", "seed {seed}: {last:?}");
     sent.push(("last".to_owned(), last.turn_id));
-    check_sweep(seed, &bot, &setup, &sent, &session).await;
+    check_sweep(seed, &bot, &setup, &sent, &session, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,7 +198,7 @@ async fn the_cli_killed_at_random_moments_never_loses_its_conversation() {
     let last = send_and_wait(&bot, "last").await;
     assert_eq!(last.outcome, "success", "seed {seed}: {last:?}");
     sent.push(("last".to_owned(), last.turn_id));
-    check_sweep(seed, &bot, &setup, &sent, &session).await;
+    check_sweep(seed, &bot, &setup, &sent, &session, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

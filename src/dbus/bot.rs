@@ -280,7 +280,11 @@ impl BotObject {
         self.ctx.caller.check(conn, &hdr).await?;
         OptionReader::new("OpenChatItem", &options).finish()?;
         self.handle.check_alive()?;
-        let fd = super::item_fd::sealed_copy(self.ctx.supervisor.store(), &self.handle.id, seq)
+        // A big item takes a while to copy: off the runtime's worker threads.
+        let (store, id) = (self.ctx.supervisor.store().clone(), self.handle.id.clone());
+        let fd = tokio::task::spawn_blocking(move || super::item_fd::sealed_copy(&store, &id, seq))
+            .await
+            .map_err(|e| Error::Failed(format!("the copy of chat item {seq} failed: {e}")))?
             .map_err(|e| match e {
                 super::item_fd::FdError::NoItem => self.no_item(seq),
                 other => Error::Failed(other.to_string()),

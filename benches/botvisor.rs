@@ -4,7 +4,7 @@
 //! scripted agent CLI that answers at once (`benches/fake_fast.py`, which stamps
 //! CLOCK_MONOTONIC nanoseconds), and prints each figure as median and p99 beside its baseline
 //! measured in the same run. `docs/performance.md` holds the results. `BENCH_QUICK=1` runs fewer
-//! rounds.
+//! rounds; `BENCH_ONLY=8` (a comma list of row numbers) runs only those rows.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -656,6 +656,115 @@ async fn cold_start(rows: &mut Vec<Row>) {
     });
 }
 
+/// 8: paging a big history with `GetChat(last seq, 0)`: 10,000 items of 1 MiB each (the
+/// biggest served whole, so every page is full), against the same pages read straight from
+/// SQLite.
+async fn big_chat(rows: &mut Vec<Row>) {
+    use botvisor::limits::MAX_ITEM_BYTES;
+    let count = if quick() { 1_000 } else { 10_000 };
+    let env = TestEnv::new().await;
+    let cfg = env.daemon_config(Some(fake_fast()));
+    let bot_id = format!("{:032x}", 8);
+    let payload = {
+        let frame = r#"{"text":""}"#.len();
+        format!(r#"{{"text":"{}"}}"#, "x".repeat(MAX_ITEM_BYTES - frame))
+    };
+    assert_eq!(payload.len(), MAX_ITEM_BYTES);
+    {
+        let store = botvisor::store::Store::open(&cfg.database).unwrap();
+        let rec =
+            botvisor::store::BotRecord::new(&bot_id, "big", env.work.to_str().unwrap(), "claude");
+        store
+            .tx(|tx| botvisor::store::bots::insert(tx, &rec))
+            .unwrap();
+    }
+    {
+        // Written in one transaction without a WAL, which is quicker for 10 GiB.
+        let mut conn = botvisor::store::Connection::open(&cfg.database).unwrap();
+        conn.pragma_update(None, "journal_mode", "DELETE").unwrap();
+        conn.pragma_update(None, "synchronous", "OFF").unwrap();
+        let tx = conn.transaction().unwrap();
+        for _ in 0..count {
+            botvisor::store::chat::append(&tx, &bot_id, "assistant", None, &payload).unwrap();
+        }
+        tx.commit().unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    }
+    let mut daemon = Daemon::start(&cfg, &env.conn).await;
+    let path = env.manager().await.list_bots().await.unwrap().remove(0);
+    let bot = env.bot(&path).await;
+    let page = |after: u64| {
+        let bot = bot.clone();
+        async move { bot.get_chat(after, 0).await.unwrap() }
+    };
+    page(0).await; // warm up
+    let (mut over_bus, mut bytes, mut after, mut per_page) = (Vec::new(), 0usize, 0, Vec::new());
+    let started = Instant::now();
+    loop {
+        let t = Instant::now();
+        let items = page(after).await;
+        let took = t.elapsed().as_secs_f64() * 1e6;
+        let Some(last) = items.last() else { break };
+        after = last.0;
+        over_bus.push(took);
+        per_page.push(items.len());
+        bytes += items.iter().map(|i| i.3.len()).sum::<usize>();
+    }
+    let all = started.elapsed().as_secs_f64();
+    assert_eq!(after, count as u64, "every item was paged");
+    daemon.terminate().await;
+    // Baseline: the same pages from SQLite, no bus.
+    let conn = botvisor::store::Connection::open(&cfg.database).unwrap();
+    let mut direct = Vec::new();
+    let mut after = 0;
+    loop {
+        let t = Instant::now();
+        let items = botvisor::store::chat::after(
+            &conn,
+            &bot_id,
+            after,
+            botvisor::limits::MAX_PAGE_ITEMS,
+            botvisor::limits::MAX_PAGE_BYTES,
+        )
+        .unwrap();
+        let took = t.elapsed().as_secs_f64() * 1e6;
+        let Some(last) = items.last() else { break };
+        after = last.seq;
+        direct.push(took);
+    }
+    let (b, d) = (stats(over_bus.clone()), stats(direct));
+    rows.push(Row {
+        name: format!(
+            "8. `GetChat(last seq, 0)` paging {count} items of 1 MiB ({:.1} GiB)",
+            bytes as f64 / (1u64 << 30) as f64
+        ),
+        goal: "every reply within the bus's limits".into(),
+        figure: format!(
+            "median {:.1} ms, p99 {:.1} ms a page; {} pages of {} items (≤ 4 MiB); {:.0} MiB/s",
+            b.median / 1000.0,
+            b.p99 / 1000.0,
+            over_bus.len(),
+            per_page[0],
+            bytes as f64 / (1 << 20) as f64 / all
+        ),
+        baseline: format!(
+            "the same pages from SQLite, no bus: median {:.1} ms, p99 {:.1} ms",
+            d.median / 1000.0,
+            d.p99 / 1000.0
+        ),
+        verdict: "met: the daemon stayed on the bus".into(),
+    });
+}
+
+/// Whether row group `n` runs: all of them, or those listed in `BENCH_ONLY` (for example
+/// `BENCH_ONLY=8` or `BENCH_ONLY=1,7`).
+fn selected(n: u32) -> bool {
+    match std::env::var("BENCH_ONLY") {
+        Ok(list) => list.split(',').any(|x| x.trim() == n.to_string()),
+        Err(_) => true,
+    }
+}
+
 fn main() {
     // `cargo bench` passes --bench; nothing else is accepted.
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -665,12 +774,27 @@ fn main() {
         .unwrap();
     rt.block_on(async {
         let mut rows = Vec::new();
-        latency(&mut rows).await;
-        throughput(&mut rows).await;
-        stop_proof(&mut rows).await;
-        lost_conversation(&mut rows).await;
-        cold_start(&mut rows).await;
-        scale(&mut rows).await;
+        if selected(1) || selected(2) {
+            latency(&mut rows).await;
+        }
+        if selected(3) {
+            throughput(&mut rows).await;
+        }
+        if selected(5) {
+            stop_proof(&mut rows).await;
+        }
+        if selected(6) {
+            lost_conversation(&mut rows).await;
+        }
+        if selected(7) {
+            cold_start(&mut rows).await;
+        }
+        if selected(4) {
+            scale(&mut rows).await;
+        }
+        if selected(8) {
+            big_chat(&mut rows).await;
+        }
         println!();
         println!("| measure | goal | figure | baseline (same run) | against the goal |");
         println!("| --- | --- | --- | --- | --- |");

@@ -8,7 +8,9 @@
 
 pub mod config;
 pub mod dbus;
+pub mod limits;
 pub mod logging;
+pub mod preview;
 pub mod process;
 pub mod runtime;
 pub mod store;

@@ -64,7 +64,7 @@ enum Cmd {
         /// Only items after this sequence number.
         #[arg(long, default_value_t = 0)]
         after: u64,
-        /// At most this many items (0: up to 10,000).
+        /// At most this many items (0: all of them).
         #[arg(long, default_value_t = 0)]
         limit: u32,
     },
@@ -360,7 +360,7 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
                     }
                     Some(sig) = items.next() => {
                         let a = sig.args()?;
-                        let payload: Value = serde_json::from_str(&a.payload).unwrap_or(Value::Null);
+                        let payload = whole_payload(&bot, a.seq, &a.payload).await;
                         if a.kind == "user" {
                             mine = payload["turn_id"] == turn_id.as_str();
                             continue;
@@ -445,9 +445,20 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
         }
         Cmd::Chat { bot, after, limit } => {
             let bot = resolve(conn, &bot).await?;
-            for (seq, kind, time, payload) in bot.get_chat(after, limit).await? {
-                let payload: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
-                print_item(json, seq, &kind, &time, &payload);
+            // Page by page (each reply is bounded) until the end or the limit.
+            let mut after = after;
+            let mut left = if limit == 0 { u64::MAX } else { limit as u64 };
+            while left > 0 {
+                let page = bot.get_chat(after, left.min(10_000) as u32).await?;
+                if page.is_empty() {
+                    break;
+                }
+                for (seq, kind, time, payload) in page {
+                    let payload = whole_payload(&bot, seq, &payload).await;
+                    print_item(json, seq, &kind, &time, &payload);
+                    after = seq;
+                    left -= 1;
+                }
             }
         }
         Cmd::Stop { bot } => {
@@ -589,7 +600,18 @@ async fn watch(conn: &Connection, bot: Option<String>, json: bool) -> Result<Exi
         let line: Option<(Value, String)> = match member.as_str() {
             "ChatItemAdded" => {
                 let (seq, kind, payload): (u64, String, String) = body.deserialize()?;
-                let p: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
+                let mut p: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
+                if botvisor::preview::is_preview(&p) {
+                    match BotProxy::builder(conn)
+                        .path(path.clone())
+                        .cache_properties(zbus::proxy::CacheProperties::No)
+                        .build()
+                        .await
+                    {
+                        Ok(bot) => p = whole_payload(&bot, seq, &payload).await,
+                        Err(e) => eprintln!("botvisorctl: {}", describe(&e)),
+                    }
+                }
                 if kind == "assistant" && streaming.take().is_some() {
                     println!();
                     if !json {
@@ -704,6 +726,26 @@ async fn watch(conn: &Connection, bot: Option<String>, json: bool) -> Result<Exi
                 }
                 println!("{text}");
             }
+        }
+    }
+}
+
+/// A chat item's payload to show: a preview (an item over 1 MiB) is replaced by the whole item,
+/// read with `ReadChatItem` in ranges (which works over any transport); if that fails, the
+/// preview is shown, with a warning.
+async fn whole_payload(bot: &BotProxy<'_>, seq: u64, payload: &str) -> Value {
+    let v: Value = serde_json::from_str(payload).unwrap_or(Value::Null);
+    if !botvisor::preview::is_preview(&v) {
+        return v;
+    }
+    match botvisor::dbus::client::read_whole_item(bot, seq).await {
+        Ok(text) => serde_json::from_str(&text).unwrap_or(v),
+        Err(e) => {
+            eprintln!(
+                "botvisorctl: cannot read chat item {seq} whole ({}); showing its preview",
+                describe(&e)
+            );
+            v
         }
     }
 }

@@ -92,7 +92,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let conn = match connect().await {
+        let conn = match botvisor::dbus::service::connect().await {
             Ok(c) => c,
             Err(e) => {
                 eprintln!(
@@ -110,19 +110,6 @@ fn main() -> ExitCode {
             }
         }
     })
-}
-
-/// The bus that started us (D-Bus activation sets `DBUS_STARTER_ADDRESS`), else the session
-/// bus.
-async fn connect() -> zbus::Result<zbus::Connection> {
-    match std::env::var("DBUS_STARTER_ADDRESS") {
-        Ok(addr) if std::env::var("DBUS_STARTER_BUS_TYPE").as_deref() != Ok("system") => {
-            zbus::connection::Builder::address(addr.as_str())
-                .build()
-                .await
-        }
-        _ => zbus::Connection::session().await,
-    }
 }
 
 /// Takes the database's lock file, or says which daemon holds it.

@@ -6,14 +6,13 @@ use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::{Connection, interface};
 
+use super::bounds;
 use super::error::{Error, Result};
 use super::options::{OptionReader, Options};
 use super::service::Ctx;
+use crate::limits::{MAX_PAGE_BYTES, MAX_PAGE_ITEMS, MAX_READ_BYTES, MAX_SEND_BYTES};
 use crate::store;
 use crate::supervisor::BotHandle;
-
-/// The most chat items one `GetChat` returns; a `limit` of 0 means this many.
-pub const MAX_CHAT_PAGE: u32 = 10_000;
 
 /// The caller's unique bus name (empty on a peer-to-peer connection).
 fn client_of(hdr: &Header<'_>) -> String {
@@ -35,6 +34,13 @@ impl BotObject {
     fn view(&self) -> crate::supervisor::BotView {
         self.handle.snapshot()
     }
+
+    fn no_item(&self, seq: u64) -> Error {
+        Error::NotFound(format!(
+            "bot {} has no chat item {seq} (GetChat lists the items)",
+            self.handle.id
+        ))
+    }
 }
 
 /// A supervised agent: its conversation, its process and its settings.
@@ -42,8 +48,8 @@ impl BotObject {
 impl BotObject {
     /// Queues a message and returns its turn id at once; the turn's end is the `TurnFinished`
     /// signal. Starts the agent when it is not running (resuming its conversation when the
-    /// transcript exists). No options yet. Errors: InvalidArgument (empty text),
-    /// RuntimeUnavailable.
+    /// transcript exists). No options yet. Errors: InvalidArgument (empty text, or longer than
+    /// 1 MiB, 1048576 bytes of UTF-8), RuntimeUnavailable.
     #[zbus(out_args("turn_id"))]
     async fn send(
         &self,
@@ -54,6 +60,14 @@ impl BotObject {
     ) -> Result<String> {
         self.ctx.caller.check(conn, &hdr).await?;
         OptionReader::new("Send", &options).finish()?;
+        if text.len() > MAX_SEND_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "the message is {} bytes; Send takes at most {MAX_SEND_BYTES} bytes (1 MiB). \
+                 Send a shorter message, or write the text to a file in the bot's working \
+                 directory and send its path",
+                text.len()
+            )));
+        }
         Ok(self.handle.send(text)?)
     }
 
@@ -184,8 +198,12 @@ impl BotObject {
         Ok(self.handle.interrupt()?)
     }
 
-    /// Chat items with `seq > after_seq`, at most `limit` (0: up to 10,000), in order, as
-    /// `(seq, kind, RFC 3339 time, JSON payload)`.
+    /// Chat items with `seq > after_seq`, oldest first, as `(seq, kind, RFC 3339 time, JSON
+    /// payload)`: at most `limit` (0: up to 10,000) and at most 4 MiB in all, but always at least
+    /// one item when there is one, so paging with the last seq received always progresses; an
+    /// empty array means there is nothing after `after_seq`. A payload over 1 MiB is served as
+    /// a preview (`{"truncated": true, "size", "preview_of", "preview", …}`); read it whole with
+    /// `ReadChatItem` or `OpenChatItem`.
     #[zbus(out_args("items"))]
     async fn get_chat(
         &self,
@@ -197,15 +215,15 @@ impl BotObject {
         self.ctx.caller.check(conn, &hdr).await?;
         self.handle.check_alive()?;
         let limit = if limit == 0 {
-            MAX_CHAT_PAGE
+            MAX_PAGE_ITEMS
         } else {
-            limit.min(MAX_CHAT_PAGE)
+            limit.min(MAX_PAGE_ITEMS)
         };
         let items = self
             .ctx
             .supervisor
             .store()
-            .read(|c| store::chat::after(c, &self.handle.id, after_seq, limit))
+            .read(|c| store::chat::after(c, &self.handle.id, after_seq, limit, MAX_PAGE_BYTES))
             .map_err(|e| Error::Failed(e.to_string()))?;
         Ok(items
             .into_iter()
@@ -213,7 +231,69 @@ impl BotObject {
             .collect())
     }
 
-    /// A chat item was committed: `(seq, kind, JSON payload)`.
+    /// Bytes `offset .. offset + length` of chat item `seq`'s whole payload (its JSON text,
+    /// UTF-8; a range may end inside a character), with the whole payload's size in bytes.
+    /// `length` 0, or more than 4 MiB, means 4 MiB; fewer bytes come at the end, and none from
+    /// `size` on. Works for every item, previewed or not. No options yet. Errors: NotFound (no
+    /// item `seq`), InvalidArgument.
+    #[zbus(out_args("data", "size"))]
+    async fn read_chat_item(
+        &self,
+        seq: u64,
+        offset: u64,
+        length: u32,
+        options: Options,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(serde_bytes::ByteBuf, u64)> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        OptionReader::new("ReadChatItem", &options).finish()?;
+        self.handle.check_alive()?;
+        let length = if length == 0 {
+            MAX_READ_BYTES
+        } else {
+            length.min(MAX_READ_BYTES)
+        };
+        let (bytes, size) = self
+            .ctx
+            .supervisor
+            .store()
+            .read(|c| store::chat::read(c, &self.handle.id, seq, offset, length as usize))
+            .map_err(|e| Error::Failed(e.to_string()))?
+            .ok_or_else(|| self.no_item(seq))?;
+        Ok((serde_bytes::ByteBuf::from(bytes), size))
+    }
+
+    /// A read-only file descriptor of chat item `seq`'s whole payload (its JSON text, UTF-8):
+    /// a sealed memory file, positioned at its start; its size is the payload's. The way to read
+    /// a big item in one go on the same machine (`ReadChatItem` reads it in ranges, also where
+    /// no descriptor can pass). No options yet. Errors: NotFound (no item `seq`),
+    /// InvalidArgument, Failed (no memory file on this system: use `ReadChatItem`).
+    #[zbus(out_args("fd"))]
+    async fn open_chat_item(
+        &self,
+        seq: u64,
+        options: Options,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<zbus::OwnedFd> {
+        self.ctx.caller.check(conn, &hdr).await?;
+        OptionReader::new("OpenChatItem", &options).finish()?;
+        self.handle.check_alive()?;
+        // A big item takes a while to copy: off the runtime's worker threads.
+        let (store, id) = (self.ctx.supervisor.store().clone(), self.handle.id.clone());
+        let fd = tokio::task::spawn_blocking(move || super::item_fd::sealed_copy(&store, &id, seq))
+            .await
+            .map_err(|e| Error::Failed(format!("the copy of chat item {seq} failed: {e}")))?
+            .map_err(|e| match e {
+                super::item_fd::FdError::NoItem => self.no_item(seq),
+                other => Error::Failed(other.to_string()),
+            })?;
+        Ok(zbus::OwnedFd::from(fd))
+    }
+
+    /// A chat item was committed: `(seq, kind, JSON payload)`; a payload over 1 MiB is a preview,
+    /// as in `GetChat`.
     #[zbus(signal)]
     pub async fn chat_item_added(
         emitter: &SignalEmitter<'_>,
@@ -232,7 +312,8 @@ impl BotObject {
     ) -> zbus::Result<()>;
 
     /// The agent asks whether a tool may run: `(request_id, tool, input_json)`. Answer with
-    /// `RespondPermission`.
+    /// `RespondPermission`. An input over 1 MiB is a preview whose `seq` is the
+    /// `permission_request` chat item holding it whole.
     #[zbus(signal)]
     pub async fn permission_requested(
         emitter: &SignalEmitter<'_>,
@@ -242,7 +323,8 @@ impl BotObject {
     ) -> zbus::Result<()>;
 
     /// Assistant text as it streams, at most one signal per bot every 50 ms: `(turn_id, text)`,
-    /// the text written since the previous signal. Not stored; the finished message is a
+    /// the text written since the previous signal (more than 1 MiB of it comes as several
+    /// signals in a row, each at most 1 MiB). Not stored; the finished message is a
     /// `ChatItemAdded`.
     #[zbus(signal)]
     pub async fn text_delta(
@@ -305,11 +387,12 @@ impl BotObject {
         self.view().process_id
     }
 
-    /// The last error a person should know of; empty when none.
+    /// The last error a person should know of; empty when none. At most 16 KiB (a longer one
+    /// is cut and ends with `…`).
     #[zbus(property)]
     fn last_error(&self) -> String {
         let v = self.view();
-        v.storage_error.unwrap_or(v.record.last_error)
+        bounds::last_error(v.storage_error.as_deref().unwrap_or(&v.record.last_error))
     }
 
     /// Messages sent and not yet taken by the agent.
@@ -318,18 +401,23 @@ impl BotObject {
         self.view().queued
     }
 
-    /// Open permission requests: `(request_id, tool, input_json)`.
+    /// Open permission requests: `(request_id, tool, input_json)`. An input over 16 KiB is
+    /// served as a preview whose `seq` is the `permission_request` chat item holding it whole.
     #[zbus(property)]
     fn pending_permissions(&self) -> Vec<(String, String, String)> {
-        self.view().pending
+        bounds::pending(
+            self.ctx.supervisor.store(),
+            &self.handle.id,
+            self.view().pending,
+        )
     }
 
     /// The assistant text streamed so far in the message being written (empty between
-    /// messages). A client joining mid-message reads it, then follows `TextDelta`. Changes are
-    /// not signalled (`TextDelta` is the change).
+    /// messages), at most its last 16 KiB. A client joining mid-message reads it, then follows
+    /// `TextDelta`. Changes are not signalled (`TextDelta` is the change).
     #[zbus(property(emits_changed_signal = "false"))]
     fn partial_text(&self) -> String {
-        self.view().partial_text
+        bounds::partial_text(&self.view().partial_text)
     }
 
     /// How many clients hold the bot (`Hold`).

@@ -4,6 +4,26 @@ use std::collections::HashMap;
 
 use zbus::{OwnedObjectPath, Variant, proxy};
 
+/// The whole payload of chat item `seq`, read with `ReadChatItem` in ranges of up to 4 MiB
+/// (works over any transport, also where no file descriptor can pass).
+pub async fn read_whole_item(bot: &BotProxy<'_>, seq: u64) -> zbus::Result<String> {
+    let mut whole = Vec::new();
+    loop {
+        let (bytes, size) = bot
+            .read_chat_item(seq, whole.len() as u64, 0, HashMap::new())
+            .await?;
+        if bytes.is_empty() {
+            break;
+        }
+        whole.extend_from_slice(&bytes);
+        if whole.len() as u64 >= size {
+            break;
+        }
+    }
+    String::from_utf8(whole)
+        .map_err(|e| zbus::Error::Failure(format!("chat item {seq} is not UTF-8: {e}")))
+}
+
 /// `org.botvisor.Botvisor1.Manager` at `/org/botvisor/Botvisor1`.
 #[proxy(
     interface = "org.botvisor.Botvisor1.Manager",
@@ -76,12 +96,26 @@ pub trait Bot {
     fn stop(&self) -> zbus::Result<()>;
     /// Delete the bot.
     fn delete(&self) -> zbus::Result<()>;
-    /// Chat items after `after_seq`.
+    /// Chat items after `after_seq` (a page: at most `limit` and 4 MiB).
     fn get_chat(
         &self,
         after_seq: u64,
         limit: u32,
     ) -> zbus::Result<Vec<(u64, String, String, String)>>;
+    /// A range of an item's whole payload, and the payload's size.
+    fn read_chat_item(
+        &self,
+        seq: u64,
+        offset: u64,
+        length: u32,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<(serde_bytes::ByteBuf, u64)>;
+    /// An item's whole payload as a sealed memory file.
+    fn open_chat_item(
+        &self,
+        seq: u64,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<zbus::OwnedFd>;
     /// A chat item was added.
     #[zbus(signal)]
     fn chat_item_added(&self, seq: u64, kind: String, payload: String) -> zbus::Result<()>;

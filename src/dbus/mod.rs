@@ -3,12 +3,15 @@
 //! [`manager`] serves `/org/botvisor/Botvisor1` (the Manager and the ObjectManager), [`bot`] one
 //! object per bot below it. Every method checks its caller ([`caller`]) and validates its
 //! arguments before anything changes; errors are [`error::Error`]. [`publisher`] turns committed
-//! changes into signals. [`client`] holds the proxies `botvisorctl` and the tests use.
+//! changes into signals. [`bounds`] keeps every reply and signal within what the bus accepts.
+//! [`client`] holds the proxies `botvisorctl` and the tests use.
 
 pub mod bot;
+pub mod bounds;
 pub mod caller;
 pub mod client;
 pub mod error;
+pub mod item_fd;
 pub mod manager;
 pub mod options;
 pub mod paths;

@@ -1,6 +1,8 @@
-//! Turns committed changes ([`Publication`]s) into D-Bus signals, in the order they were made.
+//! Turns committed changes ([`Publication`]s) into D-Bus signals, in the order they were made,
+//! each within the bounds of [`super::bounds`].
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use zbus::Connection;
@@ -10,19 +12,26 @@ use zbus::object_server::SignalEmitter;
 
 use super::BOT_INTERFACE;
 use super::bot::BotObject;
+use super::bounds;
 use super::paths::bot_path;
+use crate::limits::MAX_ITEM_BYTES;
+use crate::store::Store;
 use crate::supervisor::{PropertyValue, Publication};
 
-/// Runs until the channel closes.
-pub async fn run(conn: Connection, mut rx: mpsc::UnboundedReceiver<Publication>) {
+/// Runs until the channel closes. `store` finds where a previewed permission input is whole.
+pub async fn run(
+    conn: Connection,
+    store: Arc<Store>,
+    mut rx: mpsc::UnboundedReceiver<Publication>,
+) {
     while let Some(p) = rx.recv().await {
-        if let Err(e) = publish(&conn, p).await {
+        if let Err(e) = publish(&conn, &store, p).await {
             tracing::debug!(error = %e, "signal not sent");
         }
     }
 }
 
-async fn publish(conn: &Connection, p: Publication) -> zbus::Result<()> {
+async fn publish(conn: &Connection, store: &Store, p: Publication) -> zbus::Result<()> {
     match p {
         Publication::ChatItemAdded {
             bot_id,
@@ -31,6 +40,8 @@ async fn publish(conn: &Connection, p: Publication) -> zbus::Result<()> {
             payload,
         } => {
             let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
+            // Stored payloads are bounded already (store::chat); this keeps any other within.
+            let payload = crate::preview::bounded(&payload, MAX_ITEM_BYTES, &[]);
             BotObject::chat_item_added(&emitter, seq, &kind, &payload).await
         }
         Publication::TurnFinished {
@@ -48,6 +59,7 @@ async fn publish(conn: &Connection, p: Publication) -> zbus::Result<()> {
             input,
         } => {
             let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
+            let input = bounds::requested_input(store, &bot_id, &request_id, &input);
             BotObject::permission_requested(&emitter, &request_id, &tool, &input).await
         }
         Publication::TextDelta {
@@ -56,7 +68,10 @@ async fn publish(conn: &Connection, p: Publication) -> zbus::Result<()> {
             text,
         } => {
             let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
-            BotObject::text_delta(&emitter, &turn_id, &text).await
+            for piece in bounds::text_delta_pieces(&text) {
+                BotObject::text_delta(&emitter, &turn_id, piece).await?;
+            }
+            Ok(())
         }
         Publication::BotRemoved { bot_id } => {
             conn.object_server()
@@ -67,11 +82,16 @@ async fn publish(conn: &Connection, p: Publication) -> zbus::Result<()> {
         Publication::PropertiesChanged { bot_id, changed } => {
             let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
             let mut map: HashMap<&str, Variant<'_>> = HashMap::new();
-            for (name, value) in &changed {
-                let v = match value {
-                    PropertyValue::Str(s) => Variant::from(s.as_str()),
-                    PropertyValue::U32(n) => Variant::from(*n),
-                    PropertyValue::Triples(v) => Variant::from(v.clone()),
+            for (name, value) in changed {
+                // The values the property getters serve (dbus/bot.rs), bounded the same way.
+                let v = match (name, value) {
+                    ("LastError", PropertyValue::Str(s)) => Variant::from(bounds::last_error(&s)),
+                    (_, PropertyValue::Str(s)) => Variant::from(s),
+                    (_, PropertyValue::U32(n)) => Variant::from(n),
+                    ("PendingPermissions", PropertyValue::Triples(v)) => {
+                        Variant::from(bounds::pending(store, &bot_id, v))
+                    }
+                    (_, PropertyValue::Triples(v)) => Variant::from(v),
                 };
                 map.insert(name, v);
             }

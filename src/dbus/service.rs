@@ -40,10 +40,63 @@ pub enum ServiceError {
     /// Bots could not be loaded.
     #[error("{0}")]
     Load(#[from] crate::supervisor::BotError),
+    /// The bus dropped our connection while it still runs (the bots were stopped first).
+    #[error("the bus dropped botvisord's connection while the bus still runs: {0}")]
+    Dropped(String),
+}
+
+/// The bus that started us (D-Bus activation sets `DBUS_STARTER_ADDRESS`), else the session
+/// bus.
+pub async fn connect() -> zbus::Result<Connection> {
+    match std::env::var("DBUS_STARTER_ADDRESS") {
+        Ok(addr) if std::env::var("DBUS_STARTER_BUS_TYPE").as_deref() != Ok("system") => {
+            zbus::connection::Builder::address(addr.as_str())
+                .build()
+                .await
+        }
+        _ => Connection::session().await,
+    }
+}
+
+/// How long a new connection may take to tell whether the bus still runs.
+const BUS_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A stream that ends with the error that closed the connection. It matches only `NameLost`
+/// for our name, which a bus sends just before it drops us or when the name is taken away.
+async fn closing_stream(conn: &Connection) -> zbus::Result<zbus::MessageStream> {
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .sender("org.freedesktop.DBus")
+        .interface("org.freedesktop.DBus")
+        .member("NameLost")
+        .arg(0, BUS_NAME)
+        .build()?;
+    zbus::MessageStream::for_match_rule(rule, conn, std::num::NonZeroUsize::new(4)).await
+}
+
+/// Waits until the connection is lost and says why, as far as the connection can tell.
+async fn connection_lost(conn: &Connection, stream: Option<zbus::MessageStream>) -> String {
+    use futures_util::StreamExt;
+    let Some(mut stream) = stream else {
+        conn.closed().await;
+        return "the connection closed".into();
+    };
+    let mut lost_name = false;
+    while let Some(m) = stream.next().await {
+        match m {
+            Ok(_) => lost_name = true,
+            Err(e) if lost_name => return format!("{BUS_NAME} was taken away, then: {e}"),
+            Err(e) => return e.to_string(),
+        }
+    }
+    conn.closed().await;
+    "the connection closed".into()
 }
 
 /// Runs the service on `conn` until SIGTERM or SIGINT (or the bus goes away), then stops every
-/// bot gently and releases the name.
+/// bot gently and releases the name. When the connection is lost, the journal says why and
+/// whether the bus itself is gone (the session ended: `Ok`) or still runs (it dropped us:
+/// [`ServiceError::Dropped`], so that the service manager restarts botvisord).
 pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), ServiceError> {
     let config = Arc::new(config);
     let runtimes: Vec<Arc<dyn Runtime>> = vec![Arc::new(Claude::new(config.claude_bin.clone()))];
@@ -65,7 +118,11 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
             .at(&path, BotObject::new(handle, ctx.clone()))
             .await?;
     }
-    tokio::spawn(super::publisher::run(conn.clone(), pub_rx));
+    tokio::spawn(super::publisher::run(
+        conn.clone(),
+        supervisor.store().clone(),
+        pub_rx,
+    ));
 
     match crate::process::subreaper::become_subreaper() {
         Ok(true) => tracing::debug!("child subreaper: descendants that escape come back here"),
@@ -94,15 +151,45 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| zbus::Error::Failure(e.to_string()))?;
+    let closing = closing_stream(&conn)
+        .await
+        .inspect_err(|e| tracing::warn!(error = %e, "cannot watch the bus connection's end"))
+        .ok();
+    let mut dropped = None;
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: stopping every bot"),
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping every bot"),
-        _ = conn.closed() => tracing::warn!("the bus connection closed: stopping every bot"),
+        why = connection_lost(&conn, closing) => {
+            // The session's end stops the bots; a bus that is still there dropped us for a
+            // reason of ours (a message over its limits, a protocol error), which the journal
+            // must name, and the service manager restarts us.
+            let bus_runs = matches!(
+                tokio::time::timeout(BUS_PROBE_TIMEOUT, connect()).await,
+                Ok(Ok(_))
+            );
+            if bus_runs {
+                tracing::error!(
+                    reason = %why,
+                    "the bus dropped botvisord's connection while the bus still runs (a message \
+                     over the bus's limits or a protocol error): stopping every bot, then exiting \
+                     with an error"
+                );
+                dropped = Some(why);
+            } else {
+                tracing::warn!(
+                    reason = %why,
+                    "the session bus went away (the session ended): stopping every bot"
+                );
+            }
+        }
     }
     supervisor.shutdown().await;
     let _ = conn.release_name(BUS_NAME).await;
     tracing::info!("botvisord stopped");
-    Ok(())
+    match dropped {
+        Some(why) => Err(ServiceError::Dropped(why)),
+        None => Ok(()),
+    }
 }
 
 /// Reaps orphans adopted as child subreaper whenever a child changes state.

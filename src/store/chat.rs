@@ -1,7 +1,14 @@
 //! The `chat_items` table: what a bot's conversation showed, in order, per bot.
+//!
+//! A payload of at most [`MAX_ITEM_BYTES`] is stored whole in `chat_items`. A bigger one is
+//! stored whole in `chat_wholes` (a rowid table, so that a range of it can be read without
+//! loading the rest: SQLite's incremental blob I/O), and `chat_items` holds its preview
+//! ([`crate::preview`]): what `GetChat` and `ChatItemAdded` serve is then exactly the
+//! `chat_items` row, and reading a page never touches a big payload.
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, MAIN_DB, OptionalExtension, params};
 
+use crate::limits::MAX_ITEM_BYTES;
 use crate::time::now_rfc3339;
 
 /// One recorded event of a bot's chat, as `GetChat` returns it.
@@ -16,11 +23,13 @@ pub struct ChatItem {
     pub time: String,
     /// The turn the item belongs to, when known.
     pub turn_id: Option<String>,
-    /// A JSON object.
+    /// A JSON object as served: the whole payload, or its preview when the whole is bigger than
+    /// [`MAX_ITEM_BYTES`].
     pub payload: String,
 }
 
-/// Appends an item at the next sequence number of `bot_id` and returns it.
+/// Appends an item at the next sequence number of `bot_id` and returns it as served (a payload
+/// over [`MAX_ITEM_BYTES`] is kept whole in `chat_wholes` and served as its preview).
 pub fn append(
     conn: &Connection,
     bot_id: &str,
@@ -32,42 +41,265 @@ pub fn append(
         .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM chat_items WHERE bot_id = ?1")?
         .query_row([bot_id], |r| r.get(0))?;
     let time = now_rfc3339();
+    let served = if payload.len() > MAX_ITEM_BYTES {
+        crate::preview::preview(payload, &[])
+    } else {
+        payload.to_owned()
+    };
     conn.prepare_cached(
         "INSERT INTO chat_items (bot_id, seq, kind, time, turn_id, payload)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?
-    .execute(params![bot_id, seq, kind, time, turn_id, payload])?;
+    .execute(params![bot_id, seq, kind, time, turn_id, served])?;
+    if payload.len() > MAX_ITEM_BYTES {
+        conn.prepare_cached("INSERT INTO chat_wholes (bot_id, seq, payload) VALUES (?1, ?2, ?3)")?
+            .execute(params![bot_id, seq, payload])?;
+    }
     Ok(ChatItem {
         seq: seq as u64,
         kind: kind.to_owned(),
         time,
         turn_id: turn_id.map(str::to_owned),
-        payload: payload.to_owned(),
+        payload: served,
     })
 }
 
-/// Up to `limit` items with `seq > after_seq`, in order.
+/// How many bytes an item takes in a `GetChat` reply: its strings, their length words and
+/// terminators, the seq and the struct alignment, rounded up.
+pub fn wire_size(item: &ChatItem) -> usize {
+    32 + item.kind.len() + item.time.len() + item.payload.len()
+}
+
+/// Items with `seq > after_seq`, in order: at most `limit`, and while their [`wire_size`]s add
+/// up to at most `max_bytes`, but always the first one. Payloads are served as stored (whole, or
+/// the preview of a big one).
 pub fn after(
     conn: &Connection,
     bot_id: &str,
     after_seq: u64,
     limit: u32,
+    max_bytes: usize,
 ) -> rusqlite::Result<Vec<ChatItem>> {
     let mut st = conn.prepare_cached(
         "SELECT seq, kind, time, turn_id, payload FROM chat_items
          WHERE bot_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     )?;
-    st.query_map(
-        params![bot_id, after_seq.min(i64::MAX as u64) as i64, limit as i64],
-        |r| {
-            Ok(ChatItem {
-                seq: r.get::<_, i64>(0)? as u64,
-                kind: r.get(1)?,
-                time: r.get(2)?,
-                turn_id: r.get(3)?,
-                payload: r.get(4)?,
-            })
-        },
+    let mut rows = st.query(params![
+        bot_id,
+        after_seq.min(i64::MAX as u64) as i64,
+        limit as i64
+    ])?;
+    let mut items = Vec::new();
+    let mut total = 0;
+    while let Some(r) = rows.next()? {
+        let item = ChatItem {
+            seq: r.get::<_, i64>(0)? as u64,
+            kind: r.get(1)?,
+            time: r.get(2)?,
+            turn_id: r.get(3)?,
+            payload: r.get(4)?,
+        };
+        let size = wire_size(&item);
+        if !items.is_empty() && total + size > max_bytes {
+            break;
+        }
+        total += size;
+        items.push(item);
+    }
+    Ok(items)
+}
+
+/// Where an item's whole payload is.
+enum Whole {
+    /// In `chat_wholes`, at this rowid.
+    Apart(i64),
+    /// In `chat_items` itself.
+    Inline(String),
+}
+
+fn locate(conn: &Connection, bot_id: &str, seq: u64) -> rusqlite::Result<Option<Whole>> {
+    let seq = seq.min(i64::MAX as u64) as i64;
+    if let Some(rowid) = conn
+        .prepare_cached("SELECT rowid FROM chat_wholes WHERE bot_id = ?1 AND seq = ?2")?
+        .query_row(params![bot_id, seq], |r| r.get(0))
+        .optional()?
+    {
+        return Ok(Some(Whole::Apart(rowid)));
+    }
+    conn.prepare_cached("SELECT payload FROM chat_items WHERE bot_id = ?1 AND seq = ?2")?
+        .query_row(params![bot_id, seq], |r| r.get(0))
+        .optional()
+        .map(|p| p.map(Whole::Inline))
+}
+
+/// Bytes `offset .. offset + length` of item `seq`'s whole payload (its JSON text, UTF-8), fewer
+/// at its end and none from its end on, with the whole payload's size in bytes; `None` when the
+/// bot has no item `seq`. Only the range is read from the database.
+pub fn read(
+    conn: &Connection,
+    bot_id: &str,
+    seq: u64,
+    offset: u64,
+    length: usize,
+) -> rusqlite::Result<Option<(Vec<u8>, u64)>> {
+    let range = |size: usize| {
+        let start = offset.min(size as u64) as usize;
+        (start, start + length.min(size - start))
+    };
+    match locate(conn, bot_id, seq)? {
+        None => Ok(None),
+        Some(Whole::Inline(payload)) => {
+            let (start, end) = range(payload.len());
+            Ok(Some((
+                payload.as_bytes()[start..end].to_vec(),
+                payload.len() as u64,
+            )))
+        }
+        Some(Whole::Apart(rowid)) => {
+            let blob = conn.blob_open(MAIN_DB, c"chat_wholes", c"payload", rowid, true)?;
+            let (start, end) = range(blob.len());
+            let mut buf = vec![0; end - start];
+            blob.read_at_exact(&mut buf, start)?;
+            Ok(Some((buf, blob.len() as u64)))
+        }
+    }
+}
+
+/// The size in bytes of item `seq`'s whole payload; `None` when the bot has no item `seq`.
+pub fn whole_size(conn: &Connection, bot_id: &str, seq: u64) -> rusqlite::Result<Option<u64>> {
+    Ok(read(conn, bot_id, seq, 0, 0)?.map(|(_, size)| size))
+}
+
+/// The seq of the newest `permission_request` item of the bot for `request_id`, whose payload's
+/// `input` is that request's whole input. Scans from the newest item back.
+pub fn permission_request_seq(
+    conn: &Connection,
+    bot_id: &str,
+    request_id: &str,
+) -> rusqlite::Result<Option<u64>> {
+    conn.prepare_cached(
+        "SELECT seq FROM chat_items
+         WHERE bot_id = ?1 AND kind = 'permission_request'
+           AND json_extract(payload, '$.request_id') = ?2
+         ORDER BY seq DESC LIMIT 1",
     )?
-    .collect()
+    .query_row(params![bot_id, request_id], |r| r.get::<_, i64>(0))
+    .optional()
+    .map(|s| s.map(|s| s as u64))
+}
+
+/// Migration step (schema version 4): every payload over [`MAX_ITEM_BYTES`] that an older
+/// botvisor stored whole in `chat_items` moves to `chat_wholes`, and `chat_items` gets its
+/// preview. One item in memory at a time.
+pub(crate) fn move_big_payloads(conn: &Connection) -> rusqlite::Result<()> {
+    // octet_length() of a column reads the size without loading the value.
+    let big: Vec<(String, i64)> = conn
+        .prepare("SELECT bot_id, seq FROM chat_items WHERE octet_length(payload) > ?1")?
+        .query_map([MAX_ITEM_BYTES as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (bot_id, seq) in big {
+        let payload: String = conn.query_row(
+            "SELECT payload FROM chat_items WHERE bot_id = ?1 AND seq = ?2",
+            params![bot_id, seq],
+            |r| r.get(0),
+        )?;
+        conn.execute(
+            "INSERT INTO chat_wholes (bot_id, seq, payload) VALUES (?1, ?2, ?3)",
+            params![bot_id, seq, payload],
+        )?;
+        conn.execute(
+            "UPDATE chat_items SET payload = ?3 WHERE bot_id = ?1 AND seq = ?2",
+            params![bot_id, seq, crate::preview::preview(&payload, &[])],
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{BotRecord, Store, bots};
+    use serde_json::{Value, json};
+
+    fn store_with_bot() -> Store {
+        let store = Store::open_in_memory().unwrap();
+        let rec = BotRecord::new("b", "b", "/", "claude");
+        store.tx(|tx| bots::insert(tx, &rec)).unwrap();
+        store
+    }
+
+    #[test]
+    fn a_big_payload_is_served_as_a_preview_and_read_whole_in_ranges() {
+        let store = store_with_bot();
+        let text: String = (0..(3 << 20)).map(|i| ['a', 'é', '€'][i % 3]).collect();
+        let whole = json!({"text": text, "turn_id": "t"}).to_string();
+        let small = json!({"text": "hi"}).to_string();
+        let big = store
+            .tx(|tx| append(tx, "b", "assistant", Some("t"), &whole))
+            .unwrap();
+        store
+            .tx(|tx| append(tx, "b", "assistant", None, &small))
+            .unwrap();
+        let p: Value = serde_json::from_str(&big.payload).unwrap();
+        assert!(crate::preview::is_preview(&p));
+        assert_eq!(p["size"], whole.len() as u64);
+        assert_eq!(p["turn_id"], "t");
+        let served = store.read(|c| after(c, "b", 0, 10, usize::MAX)).unwrap();
+        assert_eq!(served.len(), 2);
+        assert_eq!(served[0].payload, big.payload);
+        assert_eq!(served[1].payload, small);
+
+        let mut got = Vec::new();
+        loop {
+            let (bytes, size) = store
+                .read(|c| read(c, "b", 1, got.len() as u64, 1_000_003))
+                .unwrap()
+                .unwrap();
+            assert_eq!(size, whole.len() as u64);
+            if bytes.is_empty() {
+                break;
+            }
+            got.extend(bytes);
+        }
+        assert_eq!(String::from_utf8(got).unwrap(), whole);
+        let (bytes, size) = store.read(|c| read(c, "b", 2, 1, 4)).unwrap().unwrap();
+        assert_eq!((bytes.as_slice(), size), (&small.as_bytes()[1..5], 13));
+        assert!(store.read(|c| read(c, "b", 3, 0, 4)).unwrap().is_none());
+        assert_eq!(
+            store.read(|c| read(c, "b", 1, u64::MAX, 4)).unwrap(),
+            Some((vec![], whole.len() as u64))
+        );
+    }
+
+    #[test]
+    fn a_page_keeps_to_its_byte_budget_and_always_holds_one_item() {
+        let store = store_with_bot();
+        let payload = json!({"text": "x".repeat(1000)}).to_string();
+        for _ in 0..10 {
+            store
+                .tx(|tx| append(tx, "b", "assistant", None, &payload))
+                .unwrap();
+        }
+        let one = store.read(|c| after(c, "b", 0, 100, 1)).unwrap();
+        assert_eq!(one.len(), 1, "at least one item, whatever the budget");
+        let size = wire_size(&one[0]);
+        let three = store.read(|c| after(c, "b", 0, 100, 3 * size)).unwrap();
+        assert_eq!(three.iter().map(|i| i.seq).collect::<Vec<_>>(), [1, 2, 3]);
+        let counted = store.read(|c| after(c, "b", 4, 2, usize::MAX)).unwrap();
+        assert_eq!(counted.iter().map(|i| i.seq).collect::<Vec<_>>(), [5, 6]);
+    }
+
+    #[test]
+    fn deleting_a_bot_deletes_its_whole_payloads() {
+        let store = store_with_bot();
+        let whole = json!({"text": "x".repeat(MAX_ITEM_BYTES)}).to_string();
+        store
+            .tx(|tx| append(tx, "b", "assistant", None, &whole))
+            .unwrap();
+        store.tx(|tx| bots::delete(tx, "b")).unwrap();
+        let left: i64 = store
+            .read(|c| c.query_row("SELECT COUNT(*) FROM chat_wholes", [], |r| r.get(0)))
+            .unwrap();
+        assert_eq!(left, 0);
+    }
 }

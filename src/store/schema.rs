@@ -61,7 +61,38 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE bots ADD COLUMN stop_verdict TEXT NOT NULL DEFAULT '';
     ALTER TABLE bots ADD COLUMN parked INTEGER NOT NULL DEFAULT 0;
     "#,
-    // 4: which conversation a queued message was written to, and when (design rule 8 across a
+    // 4: a message is stored once: a turn points at its `user` chat item instead of holding a
+    //    copy of the text. A payload too big to serve whole is kept whole in `chat_wholes` (a
+    //    rowid table: ranges of it are read without loading the rest), `chat_items` holding its
+    //    preview; the Rust step `chat::move_big_payloads` moves what older versions stored.
+    r#"
+    CREATE TABLE chat_wholes (
+        bot_id  TEXT NOT NULL,
+        seq     INTEGER NOT NULL,
+        payload TEXT NOT NULL,
+        UNIQUE (bot_id, seq),
+        FOREIGN KEY (bot_id, seq) REFERENCES chat_items (bot_id, seq) ON DELETE CASCADE
+    );
+    ALTER TABLE turns ADD COLUMN chat_seq INTEGER;
+    UPDATE turns SET chat_seq = u.seq
+    FROM (SELECT bot_id, turn_id, MIN(seq) AS seq FROM chat_items
+          WHERE kind = 'user' AND turn_id IS NOT NULL GROUP BY bot_id, turn_id) AS u
+    WHERE u.bot_id = turns.bot_id AND u.turn_id = turns.id;
+    -- A turn without its user item (botvisor never wrote one, but a text is never dropped):
+    -- the item is added at the end of its bot's chat.
+    INSERT INTO chat_items (bot_id, seq, kind, time, turn_id, payload)
+    SELECT t.bot_id,
+           (SELECT COALESCE(MAX(c.seq), 0) FROM chat_items c WHERE c.bot_id = t.bot_id)
+             + ROW_NUMBER() OVER (PARTITION BY t.bot_id ORDER BY t.pos),
+           'user', t.created_at, t.id, json_object('text', t.text, 'turn_id', t.id)
+    FROM turns t WHERE t.chat_seq IS NULL;
+    UPDATE turns SET chat_seq = u.seq
+    FROM (SELECT bot_id, turn_id, MIN(seq) AS seq FROM chat_items
+          WHERE kind = 'user' AND turn_id IS NOT NULL GROUP BY bot_id, turn_id) AS u
+    WHERE u.bot_id = turns.bot_id AND u.turn_id = turns.id AND turns.chat_seq IS NULL;
+    ALTER TABLE turns DROP COLUMN text;
+    "#,
+    // 5: which conversation a queued message was written to, and when (design rule 8 across a
     // daemon crash: start-up recovery asks that conversation's transcript whether it holds it).
     r#"
     CREATE TABLE deliveries (
@@ -74,6 +105,13 @@ pub const MIGRATIONS: &[&str] = &[
     "#,
 ];
 
+/// Work in Rust that a migration does after its SQL, in the same transaction: the schema version
+/// the migration brings the database to, and the step.
+type Step = fn(&rusqlite::Connection) -> rusqlite::Result<()>;
+
+/// The Rust steps, by the version their migration brings the database to.
+const STEPS: &[(usize, Step)] = &[(4, super::chat::move_big_payloads)];
+
 /// Brings the schema up to the newest version. A database from a newer botvisor is refused.
 pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let known = MIGRATIONS.len() as i64;
@@ -84,6 +122,9 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
+        for (_, step) in STEPS.iter().filter(|(v, _)| *v == i + 1) {
+            step(&tx)?;
+        }
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tx.commit()?;
     }
@@ -110,5 +151,74 @@ mod tests {
             migrate(&mut conn),
             Err(StoreError::TooNew { found: 99, .. })
         ));
+    }
+
+    /// A database as version 3 left it: each message twice (the turn's text and its user item),
+    /// and payloads of any size in `chat_items`.
+    #[test]
+    fn version_4_stores_each_message_once_and_moves_big_payloads_apart() {
+        use crate::store::{chat, turns};
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "foreign_keys", "ON").unwrap();
+        for sql in &MIGRATIONS[..3] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 3).unwrap();
+        let big_text = "€".repeat(2 << 20);
+        let big_user = serde_json::json!({"text": big_text, "turn_id": "t2"}).to_string();
+        conn.execute_batch(&format!(
+            r#"
+            INSERT INTO bots (id, name, cwd, runtime, created_at) VALUES ('b', 'b', '/', 'claude', 'x');
+            INSERT INTO chat_items VALUES ('b', 1, 'user', 'x', 't1', '{{"text":"one","turn_id":"t1"}}');
+            INSERT INTO chat_items VALUES ('b', 2, 'assistant', 'x', 't1', '{{"text":"reply"}}');
+            INSERT INTO chat_items VALUES ('b', 3, 'user', 'x', 't2', '{big_user}');
+            INSERT INTO turns (id, bot_id, text, status, outcome, created_at)
+                VALUES ('t1', 'b', 'one', 'finished', 'success', 'x');
+            INSERT INTO turns (id, bot_id, text, status, created_at)
+                VALUES ('t2', 'b', '{big_text}', 'queued', 'x');
+            INSERT INTO turns (id, bot_id, text, status, created_at)
+                VALUES ('t3', 'b', 'orphan "quoted"', 'queued', 'x');
+            "#
+        ))
+        .unwrap();
+        migrate(&mut conn).unwrap();
+
+        let columns: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info('turns')")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(!columns.contains(&"text".to_owned()), "{columns:?}");
+        let seqs: Vec<(String, i64)> = conn
+            .prepare("SELECT id, chat_seq FROM turns ORDER BY pos")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            seqs,
+            [("t1".into(), 1), ("t2".into(), 3), ("t3".into(), 4)],
+            "the turn without a user item got one at the end"
+        );
+        let queued = turns::queued(&conn, "b").unwrap();
+        assert_eq!(
+            queued
+                .iter()
+                .map(|q| (q.id.as_str(), q.text.as_str()))
+                .collect::<Vec<_>>(),
+            [("t2", big_text.as_str()), ("t3", "orphan \"quoted\"")]
+        );
+        let page = chat::after(&conn, "b", 0, 10, usize::MAX).unwrap();
+        assert_eq!(page.len(), 4);
+        let p: serde_json::Value = serde_json::from_str(&page[2].payload).unwrap();
+        assert!(crate::preview::is_preview(&p), "{p}");
+        assert_eq!(p["turn_id"], "t2");
+        let (bytes, size) = chat::read(&conn, "b", 3, 0, usize::MAX).unwrap().unwrap();
+        assert_eq!(size, big_user.len() as u64);
+        assert_eq!(bytes, big_user.as_bytes());
+        assert_eq!(page[3].turn_id.as_deref(), Some("t3"));
     }
 }

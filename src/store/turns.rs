@@ -2,6 +2,9 @@
 //!
 //! A turn is `queued` from `Send` until the CLI replays its message (design rule 8: nothing the
 //! user sent is lost), `running` until its result, then `finished` with an outcome.
+//!
+//! The message itself is stored once: in the turn's `user` chat item, which `chat_seq` points
+//! at (schema version 4; before it, `turns.text` held a second copy).
 
 use rusqlite::{Connection, params};
 
@@ -16,12 +19,19 @@ pub struct QueuedTurn {
     pub text: String,
 }
 
-/// Adds a queued turn.
-pub fn insert(conn: &Connection, bot_id: &str, turn_id: &str, text: &str) -> rusqlite::Result<()> {
+/// Adds a queued turn whose message is the `user` chat item `chat_seq` of the bot (its payload's
+/// `text`), committed in the same transaction.
+pub fn insert(
+    conn: &Connection,
+    bot_id: &str,
+    turn_id: &str,
+    chat_seq: u64,
+) -> rusqlite::Result<()> {
     conn.prepare_cached(
-        "INSERT INTO turns (id, bot_id, text, status, created_at) VALUES (?1, ?2, ?3, 'queued', ?4)",
+        "INSERT INTO turns (id, bot_id, chat_seq, status, created_at)
+         VALUES (?1, ?2, ?3, 'queued', ?4)",
     )?
-    .execute(params![turn_id, bot_id, text, now_rfc3339()])?;
+    .execute(params![turn_id, bot_id, chat_seq as i64, now_rfc3339()])?;
     Ok(())
 }
 
@@ -39,10 +49,15 @@ pub fn finish(conn: &Connection, turn_id: &str, outcome: &str) -> rusqlite::Resu
     Ok(())
 }
 
-/// The queued turns of a bot, oldest first.
+/// The queued turns of a bot, oldest first, with their text read from their `user` chat items
+/// (whole, also when the item is served as a preview).
 pub fn queued(conn: &Connection, bot_id: &str) -> rusqlite::Result<Vec<QueuedTurn>> {
     let mut st = conn.prepare_cached(
-        "SELECT id, text FROM turns WHERE bot_id = ?1 AND status = 'queued' ORDER BY pos",
+        "SELECT t.id, json_extract(COALESCE(w.payload, c.payload), '$.text')
+         FROM turns t
+         JOIN chat_items c ON c.bot_id = t.bot_id AND c.seq = t.chat_seq
+         LEFT JOIN chat_wholes w ON w.bot_id = t.bot_id AND w.seq = t.chat_seq
+         WHERE t.bot_id = ?1 AND t.status = 'queued' ORDER BY t.pos",
     )?;
     st.query_map([bot_id], |r| {
         Ok(QueuedTurn {

@@ -270,8 +270,10 @@ impl BotHandle {
         let payload = serde_json::json!({"text": text, "turn_id": turn_id}).to_string();
         self.shared.store.tx_now_then(
             |tx| {
-                store::turns::insert(tx, &self.id, &turn_id, &text)?;
-                store::chat::append(tx, &self.id, "user", Some(&turn_id), &payload)
+                // The text is stored once, in the user item; the turn points at it.
+                let item = store::chat::append(tx, &self.id, "user", Some(&turn_id), &payload)?;
+                store::turns::insert(tx, &self.id, &turn_id, item.seq)?;
+                Ok(item)
             },
             |item| bot::publish_item(&self.shared.publisher, &self.id, item),
         )?;

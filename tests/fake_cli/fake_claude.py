@@ -34,6 +34,16 @@ Environment:
   SIGTERM, print the "No conversation found" result and linger, ignoring SIGTERM), "reply": "text", and
   "spawn": ["shell command", ...]: started at launch as children (their pids are appended to
   spawned.jsonl in the state folder).
+  Big output, in "normal" mode:
+    "echo_bytes": N    the reply is the message repeated and cut to N characters (N bytes for
+                       an ASCII message), e.g. 12 MiB of assistant text from a short message
+    "ask": {"tool": T, "input_bytes": N}
+                       before replying, ask permission for tool T (a can_use_tool control
+                       request) with input {"file_path": "/dev/null", "content": N "x"s}, wait for
+                       the answer and append {"behavior", "input_equal"} to answers.jsonl
+    "stream_then_wait": true
+                       stream the reply as one text delta (stream_event lines), then wait until
+                       the file "release" appears in the state folder before the assistant message
 """
 import json
 import os
@@ -190,6 +200,30 @@ for line in sys.stdin:
             out({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0,
                  "delta": {"type": "text_delta", "text": "piece%d " % i}}})
             time.sleep(step["stream_s"] / pieces)
+    if "echo_bytes" in step:
+        n = step["echo_bytes"]
+        reply = (text * (n // max(len(text), 1) + 1))[:n]
+    ask = step.get("ask")
+    if ask:
+        tool_input = {"file_path": "/dev/null", "content": "x" * ask["input_bytes"]}
+        out({"type": "control_request", "request_id": "ask-%d" % launch,
+             "request": {"subtype": "can_use_tool", "tool_name": ask["tool"], "input": tool_input,
+                         "tool_use_id": "toolu_ask"}})
+        while True:
+            answer = json.loads(sys.stdin.readline())
+            if answer.get("type") == "control_response":
+                break
+        decided = answer["response"]["response"]
+        with open(os.path.join(state, "answers.jsonl"), "a") as f:
+            f.write(json.dumps({"behavior": decided.get("behavior"),
+                                "input_equal": decided.get("updatedInput") == tool_input}) + "\n")
+    if step.get("stream_then_wait"):
+        out({"type": "stream_event", "session_id": session, "event": {"type": "message_start"}})
+        out({"type": "stream_event", "session_id": session, "event": {
+            "type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": reply}}})
+        while not os.path.exists(os.path.join(state, "release")):
+            time.sleep(0.02)
     out({"type": "assistant", "session_id": reported, "message": {"role": "assistant", "content": [
         {"type": "text", "text": reply}]}})
     result()

@@ -35,6 +35,27 @@ pub fn claude_bin() -> Option<PathBuf> {
     }
 }
 
+/// The `<limit>`s of the stock session bus configuration (`/usr/share/dbus-1/session.conf` of
+/// dbus 1.14), which differ from dbus-daemon's built-in defaults (those allow a message of
+/// 32 MiB, the session bus 1,000,000,000 bytes): a private bus behaves like the user's own.
+pub const SESSION_LIMITS: [(&str, u64); 15] = [
+    ("max_incoming_bytes", 1_000_000_000),
+    ("max_incoming_unix_fds", 250_000_000),
+    ("max_outgoing_bytes", 1_000_000_000),
+    ("max_outgoing_unix_fds", 250_000_000),
+    ("max_message_size", 1_000_000_000),
+    ("service_start_timeout", 120_000),
+    ("auth_timeout", 240_000),
+    ("pending_fd_timeout", 150_000),
+    ("max_completed_connections", 100_000),
+    ("max_incomplete_connections", 10_000),
+    ("max_connections_per_user", 100_000),
+    ("max_pending_service_starts", 10_000),
+    ("max_names_per_connection", 50_000),
+    ("max_match_rules_per_connection", 50_000),
+    ("max_replies_per_connection", 50_000),
+];
+
 /// A private `dbus-daemon` from a temporary configuration.
 pub struct PrivateBus {
     child: Child,
@@ -53,7 +74,28 @@ impl PrivateBus {
     /// Starts a bus in `dir`, with `services` as its D-Bus activation folder and `env` as the
     /// whole environment it (and what it activates) runs with.
     pub fn start_with(dir: &Path, services: Option<&Path>, env: &[(&str, &str)]) -> PrivateBus {
+        PrivateBus::start_limited(dir, services, env, &[])
+    }
+
+    /// Like [`PrivateBus::start_with`], with `limits` instead of the stock session ones of the
+    /// same names.
+    pub fn start_limited(
+        dir: &Path,
+        services: Option<&Path>,
+        env: &[(&str, &str)],
+        limits: &[(&str, u64)],
+    ) -> PrivateBus {
         std::fs::create_dir_all(dir).unwrap();
+        let limits: String = SESSION_LIMITS
+            .iter()
+            .map(|(name, stock)| {
+                let value = limits
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or(*stock, |(_, v)| *v);
+                format!("\n  <limit name=\"{name}\">{value}</limit>")
+            })
+            .collect();
         let socket = dir.join("bus.sock");
         let config = dir.join("bus.conf");
         std::fs::write(
@@ -69,13 +111,14 @@ impl PrivateBus {
     <allow send_destination="*" eavesdrop="true"/>
     <allow eavesdrop="true"/>
     <allow own="*"/>
-  </policy>
+  </policy>{}
 </busconfig>
 "#,
                 socket.display(),
                 services
                     .map(|d| format!("\n  <servicedir>{}</servicedir>", d.display()))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                limits
             ),
         )
         .unwrap();
@@ -103,6 +146,12 @@ impl PrivateBus {
             address: line.trim().to_owned(),
             dir: dir.to_owned(),
         }
+    }
+
+    /// Stops the bus, as when the session ends.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// A new client connection to this bus.
@@ -292,13 +341,18 @@ pub struct TestEnv {
 impl TestEnv {
     /// A new environment.
     pub async fn new() -> TestEnv {
+        TestEnv::new_limited(&[]).await
+    }
+
+    /// A new environment whose bus has `limits` instead of the stock session ones.
+    pub async fn new_limited(limits: &[(&str, u64)]) -> TestEnv {
         let dir = tempfile::tempdir().unwrap();
 
         let home = dir.path().join("home");
         let work = dir.path().join("work");
         std::fs::create_dir_all(&home).unwrap();
         std::fs::create_dir_all(&work).unwrap();
-        let bus = PrivateBus::start(&dir.path().join("bus"));
+        let bus = PrivateBus::start_limited(&dir.path().join("bus"), None, &[], limits);
         let conn = bus.connect().await;
         TestEnv {
             dir,

@@ -244,12 +244,17 @@ async fn a_forked_conversation_is_recorded_once_its_transcript_exists() {
     let bot = fake
         .bot(json!([{"mode": "normal"}, {"mode": "normal", "fork": true}, {"mode": "normal"}]))
         .await;
+    let direct = fake
+        .env
+        .bot_uncached(&bot.inner().path().to_owned().into())
+        .await;
     assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
-    let first = bot.session_id().await.unwrap();
+    let first = direct.session_id().await.unwrap();
     stop_and_wait(&bot).await;
     // The CLI forks: the replay names a new id whose transcript is written only after it.
     assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
-    let forked = bot.session_id().await.unwrap();
+    // Read after TurnFinished, from the daemon itself: adopted before the turn's end.
+    let forked = direct.session_id().await.unwrap();
     assert_ne!(forked, first, "the fork was not adopted");
     stop_and_wait(&bot).await;
     assert_eq!(send_and_wait(&bot, "three").await.outcome, "success");

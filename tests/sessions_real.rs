@@ -8,7 +8,7 @@ use std::path::Path;
 use futures_util::StreamExt;
 use zbus::Variant;
 
-use support::stand_in_api::echo_script;
+use support::stand_in_api::{ApiRequest, Reply, Script, echo_script};
 use support::*;
 
 fn transcript_exists(config_dir: &Path, session: &str) -> bool {
@@ -109,7 +109,7 @@ async fn settings_change_live_on_a_running_agent_without_a_restart() {
 async fn a_conversation_is_resumed_and_one_killed_at_its_first_replay_is_replaced() {
     let Some(claude) = claude_bin() else { return };
     let env = TestEnv::new().await;
-    let setup = RealSetup::start(&env, claude, echo_script()).await;
+    let setup = RealSetup::start(&env, claude, doomed_streams_slowly()).await;
 
     // Resumed once a turn began and the transcript exists.
     let bot = setup.create_bot(&env, &env.work, &[]).await;
@@ -172,6 +172,22 @@ async fn a_conversation_is_resumed_and_one_killed_at_its_first_replay_is_replace
             assert_eq!(notes[0]["reason"], "transcript_missing");
         }
     }
+}
+
+/// The echo script, except that `doomed` is answered by a reply that streams for 3 s: the kill
+/// at its replay always lands before the turn's end, however loaded the machine.
+fn doomed_streams_slowly() -> Script {
+    let echo = echo_script();
+    std::sync::Arc::new(move |req: &ApiRequest| {
+        if req.last_user_text == "doomed" && !req.has_tool_result {
+            Reply::SlowText {
+                chunks: (0..30).map(|i| format!("d{i} ")).collect(),
+                every: std::time::Duration::from_millis(100),
+            }
+        } else {
+            echo(req)
+        }
+    })
 }
 
 /// Sends a message and kills the agent with SIGKILL as soon as its replay is seen (the moment

@@ -197,7 +197,8 @@ async fn a_disk_full_mid_turn_loses_nothing_and_the_turn_ends_when_space_returns
     cfg.config = Some(write_config(env.dir.path(), "stop_grace_s = 0.5\n"));
     let daemon = Daemon::start(&cfg, &env.conn).await;
     let fake_state = env.dir.path().join("fake-state");
-    const REPLY: usize = 1024 * 1024;
+    // Big enough to need new pages, under the 1 MiB at which an item is served as a preview.
+    const REPLY: usize = 900 * 1024;
     let plan = json!([{"mode": "normal", "reply_after_s": 1, "reply_size": REPLY}]);
     let bot = create_bot_in(&env, &fake_env(&env.home, &fake_state, plan, &env.marker)).await;
     let manager = env.manager().await;

@@ -1181,8 +1181,10 @@ impl Actor {
                 error,
                 session_id,
             } => {
-                self.on_result(outcome, payload, error);
+                // Before the turn's end is published: a client that reads SessionId after
+                // TurnFinished sees the conversation the turn went to.
                 self.note_reported_session(session_id);
+                self.on_result(outcome, payload, error);
                 Next::Nothing
             }
             RuntimeEvent::ConversationNotFound { session_id } => {

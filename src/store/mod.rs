@@ -216,6 +216,41 @@ impl Store {
         then: &mut Option<impl FnOnce(&R)>,
     ) -> Result<R, rusqlite::Error> {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        self.attempt_on(&mut conn, f, then)
+    }
+
+    /// The first attempt of any write, on the calling thread: only when the connection is free
+    /// and the database's write lock can be had at once (no waiting at all). `None` when it could
+    /// not be done that way (the connection or the lock is taken, or a transient failure): the
+    /// caller then waits off the runtime's worker threads. This keeps the common case as cheap
+    /// as a plain commit.
+    fn fast_attempt<R>(
+        &self,
+        f: &mut impl FnMut(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
+        then: &mut Option<impl FnOnce(&R)>,
+    ) -> Option<Result<R, rusqlite::Error>> {
+        let mut conn = match self.conn.try_lock() {
+            Ok(c) => c,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        if conn.busy_timeout(std::time::Duration::ZERO).is_err() {
+            return None;
+        }
+        let r = self.attempt_on(&mut conn, f, then);
+        let _ = conn.busy_timeout(fault::ATTEMPT_BUSY_WAIT);
+        match r {
+            Err(e) if fault::is_transient(&e) => None,
+            r => Some(r),
+        }
+    }
+
+    fn attempt_on<R>(
+        &self,
+        conn: &mut Connection,
+        f: &mut impl FnMut(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
+        then: &mut Option<impl FnOnce(&R)>,
+    ) -> Result<R, rusqlite::Error> {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let r = f(&tx)?;
         tx.commit()?;
@@ -248,6 +283,11 @@ impl Store {
         then: impl FnOnce(&R),
     ) -> Result<R, StoreError> {
         let mut then = Some(then);
+        if self.retrying.load(std::sync::atomic::Ordering::SeqCst) == 0
+            && let Some(r) = self.fast_attempt(&mut f, &mut then)
+        {
+            return r.map_err(StoreError::from);
+        }
         tokio::task::block_in_place(|| {
             let mut failures = 0u32;
             loop {
@@ -286,7 +326,7 @@ impl Store {
     /// [`StoreError::Sqlite`] (anything else; nothing changed).
     pub fn tx_now<R>(
         &self,
-        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
+        f: impl FnMut(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
     ) -> Result<R, StoreError> {
         self.tx_now_then(f, |_| {})
     }
@@ -294,7 +334,7 @@ impl Store {
     /// Like [`Store::tx_now`], and runs `then` after the commit as [`Store::tx_then`] does.
     pub fn tx_now_then<R>(
         &self,
-        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
+        mut f: impl FnMut(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
         then: impl FnOnce(&R),
     ) -> Result<R, StoreError> {
         if self.retrying.load(std::sync::atomic::Ordering::SeqCst) > 0
@@ -302,13 +342,11 @@ impl Store {
         {
             return Err(StoreError::Unavailable(why));
         }
-        let mut f = Some(f);
-        let mut once = |tx: &rusqlite::Transaction<'_>| match f.take() {
-            Some(f) => f(tx),
-            None => Err(rusqlite::Error::InvalidQuery),
-        };
         let mut then = Some(then);
-        tokio::task::block_in_place(|| match self.attempt(&mut once, &mut then) {
+        if let Some(r) = self.fast_attempt(&mut f, &mut then) {
+            return r.map_err(StoreError::from);
+        }
+        tokio::task::block_in_place(|| match self.attempt(&mut f, &mut then) {
             Ok(r) => Ok(r),
             Err(e) if fault::is_transient(&e) => {
                 let why = fault::describe(&e);

@@ -8,9 +8,11 @@
 
 pub mod config;
 pub mod dbus;
+pub mod files;
 pub mod logging;
 pub mod process;
 pub mod runtime;
 pub mod store;
 pub mod supervisor;
+pub mod text;
 pub mod time;

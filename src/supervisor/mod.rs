@@ -515,7 +515,8 @@ impl BotHandle {
 pub struct NewBot {
     /// Absolute path of an existing directory (canonicalised by [`Supervisor::create`]).
     pub cwd: String,
-    /// Name; default: the last element of the canonical `cwd`.
+    /// Name; default: the last element of the canonical `cwd` (unsafe characters, see
+    /// [`crate::text`], become `_`). A given name may not hold them (InvalidArgument).
     pub name: Option<String>,
     /// Runtime name; default `claude`.
     pub runtime: Option<String>,
@@ -626,6 +627,14 @@ impl Supervisor {
                         "option `name` is longer than {MAX_NAME_CHARS} characters"
                     )));
                 }
+                if let Some(c) = crate::text::first_unsafe(&name) {
+                    return Err(BotError::InvalidArgument(format!(
+                        "option `name` holds U+{:04X}, a control, invisible or text-direction \
+                         character that could make a terminal show something else; use \
+                         printable characters",
+                        u32::from(c)
+                    )));
+                }
                 if taken.contains(&name) {
                     return Err(BotError::InvalidArgument(format!(
                         "a bot named `{name}` exists already; names pick bots out, so choose another"
@@ -634,11 +643,13 @@ impl Supervisor {
                 name
             }
             None => {
+                // A folder name may hold what a name may not: those characters become `_`.
                 let base: String = Path::new(&cwd)
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_else(|| "bot".to_owned())
                     .chars()
+                    .map(|c| if crate::text::is_unsafe(c) { '_' } else { c })
                     .take(MAX_NAME_CHARS - 8)
                     .collect();
                 (1..)

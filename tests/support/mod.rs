@@ -146,6 +146,8 @@ pub struct DaemonConfig {
     pub claude_bin: Option<PathBuf>,
     /// A config file, if any.
     pub config: Option<PathBuf>,
+    /// The umask the daemon starts with (default: the test's own).
+    pub umask: Option<u32>,
 }
 
 impl Daemon {
@@ -171,6 +173,16 @@ impl Daemon {
         }
         if let Some(config) = &cfg.config {
             cmd.arg("--config").arg(config);
+        }
+        if let Some(mask) = cfg.umask {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: umask(2) is async-signal-safe and touches no memory.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::umask(mask as libc::mode_t);
+                    Ok(())
+                });
+            }
         }
         Daemon {
             child: Some(cmd.spawn().expect("spawn botvisord")),
@@ -348,6 +360,7 @@ impl TestEnv {
             home: self.home.clone(),
             claude_bin,
             config: None,
+            umask: None,
         }
     }
 

@@ -11,7 +11,7 @@ mkdir -p "$tmp/home" "$tmp/work"
 dbus-daemon --session --nofork --print-address=1 --address="unix:path=$tmp/bus" > "$tmp/addr" 2>/dev/null &
 while [ ! -s "$tmp/addr" ]; do sleep 0.05; done
 export DBUS_SESSION_BUS_ADDRESS="$(head -1 "$tmp/addr")" HOME="$tmp/home"
-BOTVISOR_CLAUDE_BIN=/bin/true target/debug/botvisord --database "$tmp/db" 2>/dev/null &
+BOTVISOR_CLAUDE_BIN=/bin/true "${CARGO_TARGET_DIR:-target}/debug/botvisord" --database "$tmp/db" 2>/dev/null &
 until busctl --user status org.botvisor.Botvisor1 >/dev/null 2>&1; do sleep 0.05; done
 bot=$(busctl --user call org.botvisor.Botvisor1 /org/botvisor/Botvisor1 org.botvisor.Botvisor1.Manager \
   CreateBot 'a{sv}' 1 cwd s "$tmp/work" | awk '{print $2}' | tr -d '"')

@@ -299,7 +299,20 @@ async fn a_missing_cli_binary_is_runtime_unavailable_on_create_and_send() {
         "org.botvisor.Botvisor1.Error.RuntimeUnavailable"
     );
     assert!(error_text(&err).contains("claude-placeholder"), "{err}");
+    assert!(error_text(&err).contains("does not exist"), "{err}");
     assert!(bot.get_chat(0, 0).await.unwrap().is_empty());
+    // A binary that is there but may not be run is its own case.
+    std::fs::write(&cli, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&cli, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = bot.send("hello", HashMap::new()).await.unwrap_err();
+    assert_eq!(
+        error_name(&err),
+        "org.botvisor.Botvisor1.Error.RuntimeUnavailable"
+    );
+    assert!(error_text(&err).contains("not executable"), "{err}");
+    assert!(!error_text(&err).contains("does not exist"), "{err}");
+    assert!(bot.get_chat(0, 0).await.unwrap().is_empty());
+    std::fs::remove_file(&cli).unwrap();
     let err = manager
         .create_bot(HashMap::from([("cwd", Variant::from(work.as_str()))]))
         .await

@@ -42,8 +42,9 @@ impl BotObject {
 impl BotObject {
     /// Queues a message and returns its turn id at once; the turn's end is the `TurnFinished`
     /// signal. Starts the agent when it is not running (resuming its conversation when the
-    /// transcript exists). No options yet. Errors: InvalidArgument (empty text),
-    /// RuntimeUnavailable.
+    /// transcript exists). No options yet. Errors: InvalidArgument (empty text), Busy (state
+    /// `failed`; or no agent runs and the working directory is gone), RuntimeUnavailable; an
+    /// error queues nothing.
     #[zbus(out_args("turn_id"))]
     async fn send(
         &self,
@@ -96,8 +97,8 @@ impl BotObject {
     /// Stops the agent and starts it again. Options: `fresh` (b, default false): forget the
     /// conversation durably first, so that neither this start nor any later one resumes it;
     /// otherwise the conversation is resumed when its transcript exists. Clears state `failed`.
-    /// Returns at once; `State` and `ProcessId` show the progress. Errors: RuntimeUnavailable,
-    /// InvalidArgument.
+    /// Returns at once; `State` and `ProcessId` show the progress. Errors: Busy (the working
+    /// directory is gone), RuntimeUnavailable, InvalidArgument.
     async fn restart(
         &self,
         options: Options,

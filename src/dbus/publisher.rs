@@ -1,6 +1,8 @@
-//! Turns committed changes ([`Publication`]s) into D-Bus signals, in the order they were made.
+//! Turns committed changes ([`Publication`]s) into D-Bus signals, in the order they were made,
+//! for the audience [`super::audience`] decides: everyone, or each connection of the user.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use zbus::Connection;
@@ -10,64 +12,72 @@ use zbus::object_server::SignalEmitter;
 
 use super::BOT_INTERFACE;
 use super::bot::BotObject;
+use super::guard::Guarded;
 use super::paths::bot_path;
+use super::service::Ctx;
 use crate::supervisor::{PropertyValue, Publication};
 
 /// Runs until the channel closes.
-pub async fn run(conn: Connection, mut rx: mpsc::UnboundedReceiver<Publication>) {
+pub async fn run(conn: Connection, ctx: Arc<Ctx>, mut rx: mpsc::UnboundedReceiver<Publication>) {
     while let Some(p) = rx.recv().await {
-        if let Err(e) = publish(&conn, p).await {
-            tracing::debug!(error = %e, "signal not sent");
+        if let Publication::BotRemoved { bot_id } = &p {
+            if let Err(e) = conn
+                .object_server()
+                .remove::<Guarded<BotObject>, _>(bot_path(bot_id))
+                .await
+            {
+                tracing::debug!(error = %e, "bot object not removed");
+            }
+            continue;
+        }
+        let path = bot_path(bot_of(&p));
+        let emitters = match ctx.audience.emitters(&conn, &path) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::debug!(error = %e, "signal not sent");
+                continue;
+            }
+        };
+        for emitter in &emitters {
+            if let Err(e) = publish(emitter, &p).await {
+                tracing::debug!(error = %e, "signal not sent");
+            }
         }
     }
 }
 
-async fn publish(conn: &Connection, p: Publication) -> zbus::Result<()> {
+fn bot_of(p: &Publication) -> &str {
+    match p {
+        Publication::ChatItemAdded { bot_id, .. }
+        | Publication::TurnFinished { bot_id, .. }
+        | Publication::PermissionRequested { bot_id, .. }
+        | Publication::TextDelta { bot_id, .. }
+        | Publication::BotRemoved { bot_id }
+        | Publication::PropertiesChanged { bot_id, .. } => bot_id,
+    }
+}
+
+async fn publish(emitter: &SignalEmitter<'_>, p: &Publication) -> zbus::Result<()> {
     match p {
         Publication::ChatItemAdded {
-            bot_id,
-            seq,
-            kind,
-            payload,
-        } => {
-            let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
-            BotObject::chat_item_added(&emitter, seq, &kind, &payload).await
-        }
+            seq, kind, payload, ..
+        } => BotObject::chat_item_added(emitter, *seq, kind, payload).await,
         Publication::TurnFinished {
-            bot_id,
-            turn_id,
-            outcome,
-        } => {
-            let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
-            BotObject::turn_finished(&emitter, &turn_id, &outcome).await
-        }
+            turn_id, outcome, ..
+        } => BotObject::turn_finished(emitter, turn_id, outcome).await,
         Publication::PermissionRequested {
-            bot_id,
             request_id,
             tool,
             input,
-        } => {
-            let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
-            BotObject::permission_requested(&emitter, &request_id, &tool, &input).await
+            ..
+        } => BotObject::permission_requested(emitter, request_id, tool, input).await,
+        Publication::TextDelta { turn_id, text, .. } => {
+            BotObject::text_delta(emitter, turn_id, text).await
         }
-        Publication::TextDelta {
-            bot_id,
-            turn_id,
-            text,
-        } => {
-            let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
-            BotObject::text_delta(&emitter, &turn_id, &text).await
-        }
-        Publication::BotRemoved { bot_id } => {
-            conn.object_server()
-                .remove::<BotObject, _>(bot_path(&bot_id))
-                .await?;
-            Ok(())
-        }
-        Publication::PropertiesChanged { bot_id, changed } => {
-            let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
+        Publication::BotRemoved { .. } => Ok(()),
+        Publication::PropertiesChanged { changed, .. } => {
             let mut map: HashMap<&str, Variant<'_>> = HashMap::new();
-            for (name, value) in &changed {
+            for (name, value) in changed {
                 let v = match value {
                     PropertyValue::Str(s) => Variant::from(s.as_str()),
                     PropertyValue::U32(n) => Variant::from(*n),
@@ -76,7 +86,7 @@ async fn publish(conn: &Connection, p: Publication) -> zbus::Result<()> {
                 map.insert(name, v);
             }
             zbus::fdo::Properties::properties_changed(
-                &emitter,
+                emitter,
                 InterfaceName::from_static_str_unchecked(BOT_INTERFACE),
                 map,
                 std::borrow::Cow::Borrowed(&[]),

@@ -7,9 +7,11 @@ use tokio::sync::mpsc;
 use zbus::Connection;
 use zbus::fdo::{RequestNameFlags, RequestNameReply};
 
+use super::audience::Audience;
 use super::bot::BotObject;
 use super::caller::CallerCheck;
 use super::manager::Manager;
+use super::objects::BotObjects;
 use super::paths::bot_path;
 use super::{BUS_NAME, ROOT_PATH};
 use crate::config::Config;
@@ -21,8 +23,10 @@ use crate::supervisor::Supervisor;
 pub struct Ctx {
     /// The bots.
     pub supervisor: Arc<Supervisor>,
-    /// The caller check of design rule 14.
-    pub caller: CallerCheck,
+    /// The caller check of design rule 14: who each connection on the bus is.
+    pub caller: Arc<CallerCheck>,
+    /// Who hears the signals (design rule 14 for signals).
+    pub audience: Audience,
 }
 
 /// Why the service did not run.
@@ -49,23 +53,35 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
     let runtimes: Vec<Arc<dyn Runtime>> = vec![Arc::new(Claude::new(config.claude_bin.clone()))];
     let (pub_tx, pub_rx) = mpsc::unbounded_channel();
     let supervisor = Supervisor::new(Arc::new(store), config, runtimes, pub_tx);
+    let caller = Arc::new(CallerCheck::default());
     let ctx = Arc::new(Ctx {
         supervisor: supervisor.clone(),
-        caller: CallerCheck::default(),
+        caller: caller.clone(),
+        audience: Audience::new(caller),
     });
 
+    // Who is on the bus is known before the first signal: subscribe to the changes, then list.
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await?;
+    let changes = dbus.receive_name_owner_changed().await?;
+    ctx.audience.learn_all(&conn).await?;
+
     let server = conn.object_server();
-    server.at(ROOT_PATH, zbus::fdo::ObjectManager).await?;
-    server.at(ROOT_PATH, Manager { ctx: ctx.clone() }).await?;
+    server
+        .at(ROOT_PATH, BotObjects::guarded(ctx.clone()))
+        .await?;
+    server.at(ROOT_PATH, Manager::guarded(ctx.clone())).await?;
     let handles = supervisor.load()?;
     let count = handles.len();
     for handle in handles {
         let path = bot_path(&handle.id);
         server
-            .at(&path, BotObject::new(handle, ctx.clone()))
+            .at(&path, BotObject::guarded(handle, ctx.clone()))
             .await?;
+        if let Err(e) = super::objects::announce(&ctx, &conn, &path).await {
+            tracing::debug!(error = %e, "InterfacesAdded not sent to the user's connections");
+        }
     }
-    tokio::spawn(super::publisher::run(conn.clone(), pub_rx));
+    tokio::spawn(super::publisher::run(conn.clone(), ctx.clone(), pub_rx));
 
     match crate::process::subreaper::become_subreaper() {
         Ok(true) => tracing::debug!("child subreaper: descendants that escape come back here"),
@@ -73,7 +89,7 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
         Err(e) => tracing::warn!(error = %e, "cannot become a child subreaper"),
     }
     tokio::spawn(reap_orphans());
-    tokio::spawn(watch_clients(conn.clone(), ctx.clone()));
+    tokio::spawn(watch_clients(conn.clone(), ctx.clone(), changes));
 
     let flags = RequestNameFlags::DO_NOT_QUEUE;
     match conn.request_name_with_flags(BUS_NAME, flags).await {
@@ -121,22 +137,26 @@ async fn reap_orphans() {
     }
 }
 
-/// Ends the leases (and forgets the cached user id) of clients that leave the bus.
-async fn watch_clients(conn: Connection, ctx: Arc<Ctx>) {
+/// Follows connections joining and leaving the bus: a new one's user is learned (the signal
+/// audience); one that leaves is forgotten and its leases end.
+async fn watch_clients(
+    conn: Connection,
+    ctx: Arc<Ctx>,
+    mut changes: zbus::fdo::NameOwnerChangedStream,
+) {
     use futures_util::StreamExt;
-    let Ok(dbus) = zbus::fdo::DBusProxy::new(&conn).await else {
-        return;
-    };
-    let Ok(mut changes) = dbus.receive_name_owner_changed().await else {
-        tracing::warn!("cannot watch clients leaving the bus; leases end only with Release");
-        return;
-    };
     while let Some(signal) = changes.next().await {
         let Ok(args) = signal.args() else { continue };
         let name = args.name().to_string();
-        if name.starts_with(':') && args.new_owner().is_none() {
+        if !name.starts_with(':') {
+            continue;
+        }
+        if args.new_owner().is_some() {
+            ctx.audience.learn(&conn, &name).await;
+        } else {
             ctx.caller.forget(&name);
             ctx.supervisor.client_gone(&name);
         }
     }
+    tracing::warn!("no longer told of clients leaving the bus; leases end only with Release");
 }

@@ -31,6 +31,21 @@ pub fn claude_bin() -> Option<PathBuf> {
     }
 }
 
+/// The policy of a test bus: only the user who runs it (a session bus's default), who may
+/// eavesdrop.
+const DEFAULT_POLICY: &str = r#"
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>"#;
+
+/// The policy of a bus that admits every user, who may call and receive but not eavesdrop
+/// (nor become a monitor: that takes the bus's own user).
+const OPEN_POLICY: &str = r#"
+    <allow user="*"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+    <allow own="*"/>"#;
+
 /// A private `dbus-daemon` from a temporary configuration.
 pub struct PrivateBus {
     child: Child,
@@ -49,6 +64,27 @@ impl PrivateBus {
     /// Starts a bus in `dir`, with `services` as its D-Bus activation folder and `env` as the
     /// whole environment it (and what it activates) runs with.
     pub fn start_with(dir: &Path, services: Option<&Path>, env: &[(&str, &str)]) -> PrivateBus {
+        PrivateBus::start_with_policy(dir, services, env, DEFAULT_POLICY)
+    }
+
+    /// Starts a bus in `dir` that admits every user (a policy with `<allow user="*"/>`, and no
+    /// eavesdropping), its socket and `dir` open to all: for tests of what another user sees.
+    /// The folders above `dir` must be searchable by that user.
+    pub fn start_open_to_all(dir: &Path) -> PrivateBus {
+        use std::os::unix::fs::PermissionsExt;
+        let bus = PrivateBus::start_with_policy(dir, None, &[], OPEN_POLICY);
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).unwrap();
+        std::fs::set_permissions(dir.join("bus.sock"), std::fs::Permissions::from_mode(0o666))
+            .unwrap();
+        bus
+    }
+
+    fn start_with_policy(
+        dir: &Path,
+        services: Option<&Path>,
+        env: &[(&str, &str)],
+        policy: &str,
+    ) -> PrivateBus {
         std::fs::create_dir_all(dir).unwrap();
         let socket = dir.join("bus.sock");
         let config = dir.join("bus.conf");
@@ -61,10 +97,7 @@ impl PrivateBus {
   <type>session</type>
   <listen>unix:path={}</listen>
   <auth>EXTERNAL</auth>{}
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
+  <policy context="default">{policy}
   </policy>
 </busconfig>
 "#,
@@ -300,13 +333,31 @@ pub struct TestEnv {
 impl TestEnv {
     /// A new environment.
     pub async fn new() -> TestEnv {
+        TestEnv::with_bus(false).await
+    }
+
+    /// A new environment whose bus admits every user ([`PrivateBus::start_open_to_all`]); the
+    /// temporary folder is made searchable (0711, not readable) by all to reach it.
+    pub async fn open_to_all() -> TestEnv {
+        TestEnv::with_bus(true).await
+    }
+
+    async fn with_bus(open: bool) -> TestEnv {
         let dir = tempfile::tempdir().unwrap();
+        if open {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+        }
 
         let home = dir.path().join("home");
         let work = dir.path().join("work");
         std::fs::create_dir_all(&home).unwrap();
         std::fs::create_dir_all(&work).unwrap();
-        let bus = PrivateBus::start(&dir.path().join("bus"));
+        let bus = if open {
+            PrivateBus::start_open_to_all(&dir.path().join("bus"))
+        } else {
+            PrivateBus::start(&dir.path().join("bus"))
+        };
         let conn = bus.connect().await;
         TestEnv {
             dir,
@@ -676,7 +727,11 @@ pub struct FakeSetup {
 impl FakeSetup {
     /// Starts a daemon with `config` (TOML) and the fake CLI.
     pub async fn start(config: &str) -> FakeSetup {
-        let env = TestEnv::new().await;
+        FakeSetup::start_in(TestEnv::new().await, config).await
+    }
+
+    /// Starts a daemon with `config` (TOML) and the fake CLI in `env`.
+    pub async fn start_in(env: TestEnv, config: &str) -> FakeSetup {
         let mut cfg = env.daemon_config(Some(fake_cli()));
         cfg.config = Some(write_config(env.dir.path(), config));
         let daemon = Daemon::start(&cfg, &env.conn).await;

@@ -24,53 +24,93 @@ fn user() -> u32 {
     unsafe { libc::getuid() }
 }
 
-/// What keeps `dir` from being a working directory now, or `None` when it is a folder the
-/// daemon's user can enter and read.
-pub fn working_dir_problem(dir: &Path) -> Option<String> {
+/// What was found at a path a launch needs.
+#[derive(Debug)]
+pub enum Found {
+    /// Nothing (`ENOENT`, or a path element that is not a folder).
+    Missing,
+    /// A folder on the way may not be searched (`EACCES`).
+    Unreachable,
+    /// Something of the wrong kind: a file where a folder is wanted, or the reverse.
+    WrongKind,
+    /// The daemon's user lacks the permission the launch needs.
+    NoPermission,
+    /// Another error.
+    Error(std::io::Error),
+    /// A path the launch can use.
+    Usable,
+}
+
+/// Looks at `path`: is it a folder (`want_dir`) or a file that the daemon's user may access with
+/// `mode`?
+pub fn look(path: &Path, want_dir: bool, mode: libc::c_int) -> Found {
+    match std::fs::metadata(path) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => {
+            Found::Missing
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => Found::Unreachable,
+        Err(e) => Found::Error(e),
+        Ok(m) if m.is_dir() != want_dir || (!want_dir && !m.is_file()) => Found::WrongKind,
+        Ok(_) if !may(path, mode) => Found::NoPermission,
+        Ok(_) => Found::Usable,
+    }
+}
+
+/// The words for what was `found` at the working directory `dir`; `None` when usable.
+pub fn dir_message(dir: &Path, found: Found) -> Option<String> {
     let shown = dir.display();
-    match std::fs::metadata(dir) {
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => Some(
-            format!("the working directory {shown} does not exist (removed or renamed?)"),
-        ),
-        Err(e) if e.raw_os_error() == Some(libc::EACCES) => Some(format!(
+    Some(match found {
+        Found::Missing => {
+            format!("the working directory {shown} does not exist (removed or renamed?)")
+        }
+        Found::Unreachable => format!(
             "the working directory {shown} cannot be reached by user {}: a folder on its path \
              is not searchable (permission denied)",
             user()
-        )),
-        Err(e) => Some(format!("the working directory {shown} cannot be used: {e}")),
-        Ok(m) if !m.is_dir() => Some(format!(
-            "the working directory {shown} is no longer a folder"
-        )),
-        Ok(_) if !may(dir, libc::R_OK | libc::X_OK) => Some(format!(
+        ),
+        Found::WrongKind => format!("the working directory {shown} is no longer a folder"),
+        Found::NoPermission => format!(
             "the working directory {shown} is not readable and searchable by user {} \
              (permission denied)",
             user()
-        )),
-        Ok(_) => None,
-    }
+        ),
+        Found::Error(e) => format!("the working directory {shown} cannot be used: {e}"),
+        Found::Usable => return None,
+    })
+}
+
+/// The words for what was `found` at the binary `program`; `None` when usable.
+pub fn binary_message(program: &Path, found: Found) -> Option<String> {
+    let shown = program.display();
+    Some(match found {
+        Found::Missing => {
+            format!("the agent's binary {shown} does not exist (uninstalled or moved?)")
+        }
+        Found::Unreachable => format!(
+            "the agent's binary {shown} cannot be reached by user {}: a folder on its path is \
+             not searchable (permission denied)",
+            user()
+        ),
+        Found::WrongKind => format!("the agent's binary {shown} is not a file"),
+        Found::NoPermission => format!(
+            "the agent's binary {shown} is not executable by user {} (permission denied)",
+            user()
+        ),
+        Found::Error(e) => format!("the agent's binary {shown} cannot be used: {e}"),
+        Found::Usable => return None,
+    })
+}
+
+/// What keeps `dir` from being a working directory now, or `None` when it is a folder the
+/// daemon's user can enter and read.
+pub fn working_dir_problem(dir: &Path) -> Option<String> {
+    dir_message(dir, look(dir, true, libc::R_OK | libc::X_OK))
 }
 
 /// What keeps `program` from being run now, or `None` when it is a file the daemon's user may
 /// execute.
 pub fn binary_problem(program: &Path) -> Option<String> {
-    let shown = program.display();
-    match std::fs::metadata(program) {
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => Some(
-            format!("the agent's binary {shown} does not exist (uninstalled or moved?)"),
-        ),
-        Err(e) if e.raw_os_error() == Some(libc::EACCES) => Some(format!(
-            "the agent's binary {shown} cannot be reached by user {}: a folder on its path is \
-             not searchable (permission denied)",
-            user()
-        )),
-        Err(e) => Some(format!("the agent's binary {shown} cannot be used: {e}")),
-        Ok(m) if !m.is_file() => Some(format!("the agent's binary {shown} is not a file")),
-        Ok(_) if !may(program, libc::X_OK) => Some(format!(
-            "the agent's binary {shown} is not executable by user {} (permission denied)",
-            user()
-        )),
-        Ok(_) => None,
-    }
+    binary_message(program, look(program, false, libc::X_OK))
 }
 
 /// The message for a spawn of `program` in `cwd` that failed with `err`: the working
@@ -163,5 +203,33 @@ mod tests {
 
         assert_eq!(working_dir_problem(&work), None);
         assert_eq!(binary_problem(&bin), None);
+    }
+
+    #[test]
+    fn every_finding_has_its_own_words() {
+        // The permission cases cannot be produced as root (tests run as root): the words are
+        // checked here, the probing above.
+        let all = || {
+            [
+                Found::Missing,
+                Found::Unreachable,
+                Found::WrongKind,
+                Found::NoPermission,
+                Found::Error(std::io::Error::from_raw_os_error(libc::EIO)),
+            ]
+        };
+        for messages in [
+            all().map(|f| dir_message(Path::new("/w"), f).unwrap()),
+            all().map(|f| binary_message(Path::new("/b"), f).unwrap()),
+        ] {
+            let unique: std::collections::BTreeSet<_> = messages.iter().collect();
+            assert_eq!(unique.len(), messages.len(), "{messages:?}");
+        }
+        let m = dir_message(Path::new("/w"), Found::NoPermission).unwrap();
+        assert!(
+            m.contains("not readable") && m.contains("permission denied"),
+            "{m}"
+        );
+        assert_eq!(dir_message(Path::new("/w"), Found::Usable), None);
     }
 }

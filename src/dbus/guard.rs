@@ -181,11 +181,10 @@ impl<I: Interface> Interface for Guarded<I> {
         msg: &'call Message,
         name: MemberName<'call>,
     ) -> DispatchResult<'call> {
-        let caller = self.ctx.clone();
+        let ctx = self.ctx.clone();
         match self.inner.call_mut(server, connection, msg, name) {
             DispatchResult::Async(f) => DispatchResult::Async(Box::pin(async move {
-                caller
-                    .caller
+                ctx.caller
                     .check(connection, &msg.header())
                     .await
                     .map_err(|e| Box::new(e) as BoxDBusError)?;

@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod dbus;
+pub mod files;
 pub mod limits;
 pub mod logging;
 pub mod preview;
@@ -15,4 +16,5 @@ pub mod process;
 pub mod runtime;
 pub mod store;
 pub mod supervisor;
+pub mod text;
 pub mod time;

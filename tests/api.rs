@@ -120,6 +120,51 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
             "at most",
         ),
         (
+            "a name with a newline",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("name", Variant::from("two\nlines")),
+            ]),
+            "InvalidArgument",
+            "U+000A",
+        ),
+        (
+            "a name with an escape sequence",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("name", Variant::from("red\u{1b}[31m")),
+            ]),
+            "InvalidArgument",
+            "U+001B",
+        ),
+        (
+            "a name with a right-to-left override",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("name", Variant::from("demo\u{202e}txt.exe")),
+            ]),
+            "InvalidArgument",
+            "U+202E",
+        ),
+        (
+            "a name with a bidi isolate",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("name", Variant::from("a\u{2067}b")),
+            ]),
+            "InvalidArgument",
+            "U+2067",
+        ),
+        (
+            "a name with a C1 control",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("name", Variant::from("a\u{9b}2Jb")),
+            ]),
+            "InvalidArgument",
+            "U+009B",
+        ),
+        (
             "negative idle timeout",
             HashMap::from([
                 ("cwd", Variant::from(work.as_str())),
@@ -172,6 +217,29 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
         error_name(&err),
         "org.botvisor.Botvisor1.Error.InvalidArgument"
     );
+
+    // Joiners are not controls: an emoji sequence is a fine name.
+    let emoji = manager
+        .create_bot(HashMap::from([
+            ("cwd", Variant::from(work.as_str())),
+            ("name", Variant::from("👩\u{200d}💻 pair")),
+        ]))
+        .await
+        .unwrap();
+    env.bot(&emoji).await.delete().await.unwrap();
+    // A default name comes from the folder: what a name may not hold becomes `_`.
+    let odd = env.dir.path().join("odd\u{1b}[2J\u{202e}dir");
+    std::fs::create_dir(&odd).unwrap();
+    let odd_bot = manager
+        .create_bot(HashMap::from([(
+            "cwd",
+            Variant::from(odd.to_str().unwrap()),
+        )]))
+        .await
+        .unwrap();
+    let odd_bot = env.bot(&odd_bot).await;
+    assert_eq!(odd_bot.name().await.unwrap(), "odd_[2J_dir");
+    odd_bot.delete().await.unwrap();
 
     // An unknown bot.
     let err = manager.get_bot("no-such-bot").await.unwrap_err();
@@ -231,7 +299,20 @@ async fn a_missing_cli_binary_is_runtime_unavailable_on_create_and_send() {
         "org.botvisor.Botvisor1.Error.RuntimeUnavailable"
     );
     assert!(error_text(&err).contains("claude-placeholder"), "{err}");
+    assert!(error_text(&err).contains("does not exist"), "{err}");
     assert!(bot.get_chat(0, 0).await.unwrap().is_empty());
+    // A binary that is there but may not be run is its own case.
+    std::fs::write(&cli, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&cli, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = bot.send("hello", HashMap::new()).await.unwrap_err();
+    assert_eq!(
+        error_name(&err),
+        "org.botvisor.Botvisor1.Error.RuntimeUnavailable"
+    );
+    assert!(error_text(&err).contains("not executable"), "{err}");
+    assert!(!error_text(&err).contains("does not exist"), "{err}");
+    assert!(bot.get_chat(0, 0).await.unwrap().is_empty());
+    std::fs::remove_file(&cli).unwrap();
     let err = manager
         .create_bot(HashMap::from([("cwd", Variant::from(work.as_str()))]))
         .await

@@ -172,3 +172,80 @@ async fn botvisorctl_says_when_the_daemon_is_not_running() {
     assert!(!ok);
     assert!(err.contains("botvisord is not running"), "{err}");
 }
+
+/// No raw control, invisible or text-direction character in `text` (see `botvisor::text`).
+fn assert_printable(what: &str, text: &str) {
+    assert_eq!(
+        botvisor::text::first_unsafe(&text.replace(['\n', '\t'], "")),
+        None,
+        "{what} printed an unsafe character raw: {text:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn botvisorctl_escapes_what_it_prints() {
+    let env = TestEnv::new().await;
+    // A bot from before names were checked, whose name and folder hold escape sequences and a
+    // right-to-left override: written straight into the database the daemon then opens.
+    let odd_dir = env.dir.path().join("dir\u{1b}]0;pwned\u{7}\u{202e}gpj.exe");
+    std::fs::create_dir(&odd_dir).unwrap();
+    let cfg = env.daemon_config(Some(fake_cli()));
+    {
+        let store = botvisor::store::Store::open(&cfg.database).unwrap();
+        let mut record = botvisor::store::BotRecord::new(
+            "0123456789abcdef0123456789abcdef",
+            "old\u{1b}[2Jname\u{9b}31m",
+            odd_dir.to_str().unwrap(),
+            "claude",
+        );
+        record.env = fake_env(
+            &env.home,
+            &env.dir.path().join("fake-state"),
+            serde_json::json!([{"mode": "normal"}]),
+            &env.marker,
+        )
+        .into_iter()
+        .collect();
+        store
+            .tx(|tx| botvisor::store::bots::insert(tx, &record))
+            .unwrap();
+    }
+    let _daemon = Daemon::start(&cfg, &env.conn).await;
+
+    let (ok, out, err) = run(&env, &["list"]).await;
+    assert!(ok, "{err}");
+    assert_printable("list", &out);
+    assert!(out.contains("old\\u{1b}[2Jname\\u{9b}31m"), "{out}");
+    assert!(out.contains("\\u{202e}gpj.exe"), "{out}");
+    let (ok, out, _) = run(&env, &["--json", "list"]).await;
+    assert!(ok);
+    assert_printable("list --json", &out);
+    let list: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        list[0]["name"], "old\u{1b}[2Jname\u{9b}31m",
+        "the JSON value is unchanged"
+    );
+
+    // Chat text (the fake agent echoes it) and errors.
+    let id = "0123456789abcdef0123456789abcdef";
+    let message = "look\u{1b}[31m red \u{202e}txt.exe\r\nsecond line";
+    let (ok, out, err) = run(&env, &["send", id, message]).await;
+    assert!(ok, "{err}");
+    assert_printable("send", &out);
+    assert!(
+        out.contains("\\u{1b}[31m red \\u{202e}txt.exe\\r\nsecond line"),
+        "{out}"
+    );
+    let (ok, out, _) = run(&env, &["chat", id]).await;
+    assert!(ok);
+    assert_printable("chat", &out);
+    let (ok, out, _) = run(&env, &["--json", "chat", id]).await;
+    assert!(ok);
+    assert_printable("chat --json", &out);
+    let first: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(first["payload"]["text"], message);
+    let (ok, _, err) = run(&env, &["send", "nobody\u{1b}[2J\u{202e}", "hi"]).await;
+    assert!(!ok);
+    assert_printable("an error", &err);
+    assert!(err.contains("NotFound"), "{err}");
+}

@@ -103,6 +103,65 @@ async fn two_daemons_never_share_one_database_even_on_two_buses() {
     assert!(!status.success());
     let log = second.log_text();
     assert!(log.contains("already uses this database"), "{log}");
+    assert!(
+        log.contains(&format!("pid {} (botvisord)", _first.pid())),
+        "the message names the live daemon: {log}"
+    );
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemons_folders_and_locks_are_private_and_a_held_lock_names_its_holder() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new().await;
+    let mut cfg = env.daemon_config(Some("/bin/true".into()));
+    // The default places (XDG_STATE_HOME and XDG_RUNTIME_DIR below HOME, see Daemon::spawn),
+    // both already there and open to everyone; and a umask that takes nothing away.
+    let state = env.home.join(".local/state/botvisor");
+    let run = env.home.join("run/botvisor");
+    for dir in [&state, &run] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    cfg.database = state.join("botvisor.db");
+    cfg.umask = Some(0);
+    let mut daemon = Daemon::start(&cfg, &env.conn).await;
+    assert_eq!(mode(&state), 0o700);
+    assert_eq!(mode(&run), 0o700);
+    let locks: Vec<_> = std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(locks.len(), 1, "{locks:?}");
+    assert_eq!(mode(&locks[0]), 0o600);
+    let beside = state.join("botvisor.db.lock");
+    assert_eq!(mode(&beside), 0o600);
+    assert_eq!(mode(&cfg.database), 0o600);
+    assert!(daemon.terminate().await.success());
+
+    // Someone else holds the lock; the pid written in it is of a process long gone.
+    let mut gone = std::process::Command::new("/bin/true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    let held = std::fs::File::options().write(true).open(&beside).unwrap();
+    held.try_lock().unwrap();
+    std::fs::write(&beside, format!("{gone_pid}\n")).unwrap();
+    let mut second = Daemon::spawn(&cfg, "second.log");
+    let status = tokio::time::timeout(EVENT_TIMEOUT, second.wait())
+        .await
+        .expect("the daemon exits");
+    assert!(!status.success());
+    let log = second.log_text();
+    assert!(
+        log.contains(&format!("pid {} (", std::process::id())),
+        "the live holder is named: {log}"
+    );
+    assert!(!log.contains(&format!("pid {gone_pid}")), "{log}");
+    drop(held);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,7 @@ mod support;
 
 use std::collections::HashMap;
 
+use futures_util::StreamExt;
 use serde_json::json;
 use support::*;
 
@@ -326,4 +327,111 @@ async fn a_bot_that_fails_with_messages_waiting_says_so() {
     assert_eq!(notes.len(), 1, "{items:?}");
     assert_eq!(notes[0]["queued"], 1);
     assert!(notes[0]["text"].as_str().unwrap().contains("Restart"));
+}
+
+/// A fake-CLI bot working in `cwd`.
+async fn bot_in(fake: &Fake, cwd: &std::path::Path) -> botvisor::dbus::client::BotProxy<'static> {
+    let env_map = fake_env(
+        &fake.env.home,
+        &fake.state,
+        json!([{"mode": "normal"}]),
+        &fake.env.marker,
+    );
+    let path = fake
+        .env
+        .manager()
+        .await
+        .create_bot(create_options(cwd.to_str().unwrap(), &env_map))
+        .await
+        .unwrap();
+    fake.env.bot(&path).await
+}
+
+fn method_error(e: &zbus::Error) -> (String, String) {
+    match e {
+        zbus::Error::MethodError(name, text, _) => {
+            (name.to_string(), text.clone().unwrap_or_default())
+        }
+        other => panic!("not a method error: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_to_a_bot_whose_folder_is_gone_is_refused_and_its_return_resumes_the_conversation() {
+    let fake = start_fake().await;
+    let cwd = fake.env.dir.path().join("project");
+    std::fs::create_dir(&cwd).unwrap();
+    let bot = bot_in(&fake, &cwd).await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let session = bot.session_id().await.unwrap();
+    stop_and_wait(&bot).await;
+    let items_before = chat(&bot).await.len();
+
+    std::fs::remove_dir(&cwd).unwrap();
+    let err = bot.send("two", HashMap::new()).await.unwrap_err();
+    let (name, text) = method_error(&err);
+    assert_eq!(name, "org.botvisor.Botvisor1.Error.Busy", "{text}");
+    assert!(text.contains("working directory"), "{text}");
+    assert!(text.contains(cwd.to_str().unwrap()), "{text}");
+    assert!(text.contains("does not exist"), "{text}");
+    let err = bot.restart(HashMap::new()).await.unwrap_err();
+    assert_eq!(method_error(&err).0, "org.botvisor.Botvisor1.Error.Busy");
+    // Nothing changed: no chat item, nothing queued, no launch, no error recorded.
+    assert_eq!(chat(&bot).await.len(), items_before);
+    assert_eq!(bot.queued_messages().await.unwrap(), 0);
+    assert_eq!(bot.state().await.unwrap(), "stopped");
+    assert_eq!(bot.last_error().await.unwrap(), "");
+    assert_eq!(fake.launches().len(), 1);
+
+    std::fs::create_dir(&cwd).unwrap();
+    assert_eq!(send_and_wait(&bot, "three").await.outcome, "success");
+    let launches = fake.launches();
+    assert_eq!(launches.len(), 2, "{launches:?}");
+    assert_eq!(flag(&launches[1], "--resume"), Some(session.as_str()));
+    let texts: Vec<String> = fake.messages().into_iter().map(|(_, t)| t).collect();
+    assert_eq!(texts, ["one", "three"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_removed_under_a_running_agent_is_named_when_the_agent_cannot_come_back() {
+    let fake = start_fake().await;
+    let cwd = fake.env.dir.path().join("project");
+    std::fs::create_dir(&cwd).unwrap();
+    let bot = bot_in(&fake, &cwd).await;
+    bot.hold().await.unwrap();
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let session = bot.session_id().await.unwrap();
+    let mut errors = bot.receive_last_error_changed().await;
+
+    // The folder goes, then the agent dies: the held bot tries to start it again, in vain.
+    std::fs::remove_dir(&cwd).unwrap();
+    let pid = bot.process_id().await.unwrap();
+    // SAFETY: kill(2) on the fake agent this test's daemon started.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let last = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let text = errors.next().await.unwrap().get().await.unwrap();
+            if text.contains("cannot start") {
+                return text;
+            }
+        }
+    })
+    .await
+    .expect("the failed start is reported");
+    assert!(last.contains("working directory"), "{last}");
+    assert!(last.contains(cwd.to_str().unwrap()), "{last}");
+    assert!(last.contains("does not exist"), "{last}");
+    assert!(
+        !last.contains("fake_claude.py"),
+        "the binary is not blamed: {last}"
+    );
+    let items = chat(&bot).await;
+    let errors_seen = of_kind(&items, "error");
+    assert_eq!(errors_seen.last().unwrap()["text"], last.as_str());
+    assert_eq!(fake.launches().len(), 1, "no crash loop");
+
+    std::fs::create_dir(&cwd).unwrap();
+    assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
+    let launches = fake.launches();
+    assert_eq!(flag(&launches[1], "--resume"), Some(session.as_str()));
 }

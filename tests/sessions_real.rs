@@ -428,3 +428,61 @@ async fn a_process_stopped_before_any_turn_leaves_no_session_record() {
         "{items:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_to_a_bot_whose_folder_is_gone_is_refused_and_its_return_resumes_the_conversation() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude, echo_script()).await;
+    let cwd = env.dir.path().join("project");
+    std::fs::create_dir(&cwd).unwrap();
+    let bot = setup.create_bot(&env, &cwd, &[]).await;
+    assert_eq!(
+        send_and_wait(&bot, "remember the folder").await.outcome,
+        "success"
+    );
+    let session = bot.session_id().await.unwrap();
+    stop_and_wait(&bot).await;
+    let items_before = chat(&bot).await.len();
+    let requests_before = setup.api.requests().len();
+
+    std::fs::remove_dir(&cwd).unwrap();
+    let err = bot.send("lost words", HashMap::new()).await.unwrap_err();
+    let zbus::Error::MethodError(name, Some(text), _) = &err else {
+        panic!("not a method error: {err}");
+    };
+    assert_eq!(name.as_str(), "org.botvisor.Botvisor1.Error.Busy", "{text}");
+    assert!(text.contains("working directory"), "{text}");
+    assert!(text.contains("does not exist"), "{text}");
+    assert!(
+        !text.contains(&claude_bin().unwrap().display().to_string()),
+        "{text}"
+    );
+    assert_eq!(chat(&bot).await.len(), items_before, "nothing recorded");
+    assert_eq!(bot.queued_messages().await.unwrap(), 0, "nothing queued");
+    assert_eq!(bot.process_id().await.unwrap(), 0, "nothing started");
+    assert_eq!(bot.last_error().await.unwrap(), "");
+
+    std::fs::create_dir(&cwd).unwrap();
+    assert_eq!(send_and_wait(&bot, "back again").await.outcome, "success");
+    assert_eq!(
+        bot.session_id().await.unwrap(),
+        session,
+        "the same conversation"
+    );
+    let later = &setup.api.requests()[requests_before..];
+    let asked = later
+        .iter()
+        .find(|r| r.has_tools)
+        .expect("the model was asked");
+    assert_eq!(asked.last_user_text, "back again");
+    let history = asked.body["messages"].to_string();
+    assert!(
+        history.contains("remember the folder"),
+        "resumed with its history"
+    );
+    assert!(
+        !history.contains("lost words"),
+        "the refused message went nowhere"
+    );
+}

@@ -10,6 +10,30 @@ use serde_json::{Value, json};
 use zbus::{Connection, OwnedObjectPath, Variant};
 
 use botvisor::dbus::client::{BotProxy, ManagerProxy};
+use botvisor::text::escape;
+
+/// Prints a line to stdout with unsafe characters escaped (see `botvisor::text`): nothing the
+/// daemon, an agent or another program put in a name, a chat or an error steers the terminal.
+/// Newlines and tabs are kept.
+macro_rules! say {
+    () => { println!() };
+    ($($t:tt)*) => { println!("{}", escape(&format!($($t)*), true)) };
+}
+
+/// [`say!`] without the newline.
+macro_rules! say_more {
+    ($($t:tt)*) => { print!("{}", escape(&format!($($t)*), true)) };
+}
+
+/// [`say!`] to stderr.
+macro_rules! tell {
+    ($($t:tt)*) => { eprintln!("{}", escape(&format!($($t)*), true)) };
+}
+
+/// Prints a JSON value as one line; unsafe characters inside its strings become `\uXXXX`.
+fn say_json(v: &Value) {
+    println!("{}", botvisor::text::escape_json(&v.to_string()));
+}
 
 /// Drive botvisor's bots (supervised Claude Code sessions) from a terminal or a script.
 #[derive(Parser, Debug)]
@@ -179,7 +203,7 @@ async fn main() -> ExitCode {
     let conn = match Connection::session().await {
         Ok(c) => c,
         Err(e) => {
-            eprintln!(
+            tell!(
                 "botvisorctl: cannot connect to the session bus ({e}); is DBUS_SESSION_BUS_ADDRESS set?"
             );
             return ExitCode::from(2);
@@ -188,7 +212,7 @@ async fn main() -> ExitCode {
     let code = match run(&conn, args).await {
         Ok(code) => code,
         Err(Failure(text)) => {
-            eprintln!("botvisorctl: {text}");
+            tell!("botvisorctl: {text}");
             ExitCode::FAILURE
         }
     };
@@ -259,9 +283,9 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
             let bot = BotProxy::builder(conn).path(path.clone()).build().await?;
             let id = bot.id().await?;
             if json {
-                println!("{}", json!({"id": id, "path": path.as_str()}));
+                say_json(&json!({"id": id, "path": path.as_str()}));
             } else {
-                println!("{id}");
+                say!("{id}");
             }
         }
         Cmd::List => {
@@ -285,18 +309,20 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
                 }));
             }
             if json {
-                println!("{}", Value::Array(rows));
+                say_json(&Value::Array(rows));
             } else if rows.is_empty() {
-                println!("no bots; create one with `botvisorctl create --cwd DIR`");
+                say!("no bots; create one with `botvisorctl create --cwd DIR`");
             } else {
-                println!("{:<32}  {:<16}  {:<8}  CWD", "ID", "NAME", "STATE");
+                say!("{:<32}  {:<16}  {:<8}  CWD", "ID", "NAME", "STATE");
                 for r in rows {
-                    println!(
+                    let cell =
+                        |k: &str| escape(r[k].as_str().unwrap_or_default(), false).into_owned();
+                    say!(
                         "{:<32}  {:<16}  {:<8}  {}",
-                        r["id"].as_str().unwrap_or_default(),
-                        r["name"].as_str().unwrap_or_default(),
-                        r["state"].as_str().unwrap_or_default(),
-                        r["cwd"].as_str().unwrap_or_default()
+                        cell("id"),
+                        cell("name"),
+                        cell("state"),
+                        cell("cwd")
                     );
                 }
             }
@@ -331,7 +357,7 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
             let turn_id = bot.send(&text, HashMap::new()).await?;
             let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
             if !json && std::io::stderr().is_terminal() {
-                eprintln!("(turn {turn_id})");
+                tell!("(turn {turn_id})");
             }
             let mut mine = false;
             let mut streamed = false;
@@ -355,7 +381,7 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
                         }
                         let behavior = if yes.unwrap_or(false) { "allow" } else { "deny" };
                         if let Err(e) = bot.respond_permission(&id, behavior, HashMap::new()).await {
-                            eprintln!("botvisorctl: {}", describe(&e));
+                            tell!("botvisorctl: {}", describe(&e));
                         }
                     }
                     Some(sig) = items.next() => {
@@ -371,7 +397,7 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
                             if payload["by"] != me.as_str() {
                                 waiting.retain(|(w, _, _)| *w != id);
                                 if asking.as_ref().is_some_and(|(a, _)| *a == id) {
-                                    eprintln!(
+                                    tell!(
                                         "\n(answered elsewhere: {} by {}; press Enter to go on)",
                                         payload["behavior"].as_str().unwrap_or("?"),
                                         payload["by"].as_str().unwrap_or("?")
@@ -384,7 +410,7 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
                             continue;
                         }
                         if a.kind == "assistant" && streamed && !json {
-                            println!();
+                            say!();
                             streamed = false;
                             continue;
                         }
@@ -394,7 +420,7 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
                         let a = sig.args()?;
                         if a.turn_id == turn_id && !json {
                             use std::io::Write;
-                            print!("{}", a.text);
+                            say_more!("{}", a.text);
                             let _ = std::io::stdout().flush();
                             streamed = true;
                         }
@@ -403,12 +429,12 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
                         let a = sig.args()?;
                         let (id, tool, input) = (a.request_id.clone(), a.tool.clone(), a.input_json.clone());
                         if json {
-                            println!("{}", json!({"permission_requested": id, "tool": tool, "input": serde_json::from_str::<Value>(&input).unwrap_or(Value::Null)}));
+                            say_json(&json!({"permission_requested": id, "tool": tool, "input": serde_json::from_str::<Value>(&input).unwrap_or(Value::Null)}));
                         }
                         if interactive {
                             waiting.push_back((id, tool, input));
                         } else if !json {
-                            println!(
+                            say!(
                                 "[permission] {tool} {} — answer with: botvisorctl answer {} {id} allow|deny",
                                 cut(&input, 200),
                                 bot.id().await.unwrap_or_default()
@@ -432,9 +458,9 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
                         let a = sig.args()?;
                         if a.turn_id == turn_id {
                             if json {
-                                println!("{}", json!({"turn_finished": a.turn_id, "outcome": a.outcome}));
+                                say_json(&json!({"turn_finished": a.turn_id, "outcome": a.outcome}));
                             } else if a.outcome != "success" {
-                                eprintln!("botvisorctl: the turn ended: {}", a.outcome);
+                                tell!("botvisorctl: the turn ended: {}", a.outcome);
                             }
                             return Ok(if a.outcome == "success" { ExitCode::SUCCESS } else { ExitCode::FAILURE });
                         }
@@ -506,9 +532,9 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
         Cmd::Interrupt { bot } => {
             let done = resolve(conn, &bot).await?.interrupt().await?;
             if json {
-                println!("{}", json!({ "interrupted": done }));
+                say_json(&json!({ "interrupted": done }));
             } else if !done {
-                println!("no turn was running: nothing to interrupt");
+                say!("no turn was running: nothing to interrupt");
             }
         }
         Cmd::Set { bot, mode, model } => {
@@ -538,7 +564,7 @@ async fn run(conn: &Connection, args: Args) -> Result<ExitCode, Failure> {
 /// Asks a yes/no question on the terminal.
 fn ask(question: &str) -> bool {
     use std::io::Write;
-    eprint!("{question}");
+    eprint!("{}", escape(question, false));
     let _ = std::io::stderr().flush();
     let mut line = String::new();
     if std::io::stdin().read_line(&mut line).is_err() {
@@ -560,7 +586,7 @@ async fn watch(conn: &Connection, bot: Option<String>, json: bool) -> Result<Exi
     let mut stream = zbus::MessageStream::for_match_rule(rule, conn, None).await?;
     let mut names: HashMap<String, String> = HashMap::new();
     if !json {
-        eprintln!(
+        tell!(
             "watching {}; Ctrl-C to stop",
             bot.as_deref().unwrap_or("all bots")
         );
@@ -590,7 +616,7 @@ async fn watch(conn: &Connection, bot: Option<String>, json: bool) -> Result<Exi
                     Ok(p) => p.name().await.unwrap_or_else(|_| path.clone()),
                     Err(_) => path.clone(),
                 };
-                names.insert(path.clone(), name);
+                names.insert(path.clone(), escape(&name, false).into_owned());
             }
             names[&path].clone()
         } else {
@@ -613,7 +639,7 @@ async fn watch(conn: &Connection, bot: Option<String>, json: bool) -> Result<Exi
                     }
                 }
                 if kind == "assistant" && streaming.take().is_some() {
-                    println!();
+                    say!();
                     if !json {
                         continue;
                     }
@@ -658,10 +684,10 @@ async fn watch(conn: &Connection, bot: Option<String>, json: bool) -> Result<Exi
                 } else {
                     use std::io::Write;
                     if streaming.as_deref() != Some(path.as_str()) {
-                        print!("[{label}] ");
+                        say_more!("[{label}] ");
                         streaming = Some(path.clone());
                     }
-                    print!("{text}");
+                    say_more!("{text}");
                     let _ = std::io::stdout().flush();
                     None
                 }
@@ -719,12 +745,12 @@ async fn watch(conn: &Connection, bot: Option<String>, json: bool) -> Result<Exi
         };
         if let Some((j, text)) = line {
             if json {
-                println!("{j}");
+                say_json(&j);
             } else {
                 if streaming.take().is_some() {
-                    println!();
+                    say!();
                 }
-                println!("{text}");
+                say!("{text}");
             }
         }
     }
@@ -807,8 +833,8 @@ fn print_item(json: bool, seq: u64, kind: &str, time: &str, payload: &Value) {
         if !time.is_empty() {
             o["time"] = json!(time);
         }
-        println!("{o}");
+        say_json(&o);
         return;
     }
-    println!("{}", item_text(kind, payload));
+    say!("{}", item_text(kind, payload));
 }

@@ -71,12 +71,30 @@ fn main() -> ExitCode {
     // beside the database itself for daemons whose runtime folders differ.
     let mut beside = database.clone().into_os_string();
     beside.push(".lock");
+    // The state and runtime folders are the user's alone (0700), the lock files too (0600).
+    let mut private = vec![paths::runtime_dir()];
+    if database.parent() == Some(paths::state_dir().as_path()) {
+        private.push(paths::state_dir());
+    }
+    for dir in private {
+        match botvisor::files::private_dir(&dir) {
+            Ok(true) => tracing::warn!(
+                folder = %dir.display(),
+                "the folder was open to other users: it is now private (0700)"
+            ),
+            Ok(false) => {}
+            Err(e) => {
+                eprintln!("botvisord: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let mut locks = Vec::new();
     for lock_path in [
         paths::lock_file(&database),
         std::path::PathBuf::from(beside),
     ] {
-        match take_lock(&lock_path) {
+        match botvisor::files::take_lock(&lock_path) {
             Ok(file) => locks.push(file),
             Err(e) => {
                 eprintln!("botvisord: {e}");
@@ -110,42 +128,4 @@ fn main() -> ExitCode {
             }
         }
     })
-}
-
-/// Takes the database's lock file, or says which daemon holds it.
-fn take_lock(path: &std::path::Path) -> Result<std::fs::File, String> {
-    use std::io::{Read, Seek, Write};
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| format!("cannot open the lock file {}: {e}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => {
-            let _ = file.set_len(0);
-            let _ = file.rewind();
-            let _ = writeln!(file, "{}", std::process::id());
-            Ok(file)
-        }
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            Err(format!(
-                "another botvisord (pid {}) already uses this database (lock file {})",
-                holder.trim(),
-                path.display()
-            ))
-        }
-        Err(std::fs::TryLockError::Error(e)) => Err(format!("cannot lock {}: {e}", path.display())),
-    }
 }

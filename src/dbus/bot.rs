@@ -2,12 +2,13 @@
 
 use std::sync::Arc;
 
+use zbus::interface;
 use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
-use zbus::{Connection, interface};
 
 use super::bounds;
 use super::error::{Error, Result};
+use super::guard::Guarded;
 use super::options::{OptionReader, Options};
 use super::service::Ctx;
 use crate::limits::{MAX_PAGE_BYTES, MAX_PAGE_ITEMS, MAX_READ_BYTES, MAX_SEND_BYTES};
@@ -26,9 +27,16 @@ pub struct BotObject {
 }
 
 impl BotObject {
-    /// The object for a bot's handle.
-    pub fn new(handle: BotHandle, ctx: Arc<Ctx>) -> Self {
-        BotObject { handle, ctx }
+    /// The object for a bot's handle, behind the caller check (design rule 14): every method
+    /// and every property read is the user's alone.
+    pub fn guarded(handle: BotHandle, ctx: Arc<Ctx>) -> Guarded<BotObject> {
+        Guarded::new(
+            BotObject {
+                handle,
+                ctx: ctx.clone(),
+            },
+            ctx,
+        )
     }
 
     fn view(&self) -> crate::supervisor::BotView {
@@ -49,16 +57,10 @@ impl BotObject {
     /// Queues a message and returns its turn id at once; the turn's end is the `TurnFinished`
     /// signal. Starts the agent when it is not running (resuming its conversation when the
     /// transcript exists). No options yet. Errors: InvalidArgument (empty text, or longer than
-    /// 1 MiB, 1048576 bytes of UTF-8), RuntimeUnavailable.
+    /// 1 MiB, 1048576 bytes of UTF-8), Busy (state `failed`; or no agent runs and the working
+    /// directory is gone), RuntimeUnavailable, StorageUnavailable; an error queues nothing.
     #[zbus(out_args("turn_id"))]
-    async fn send(
-        &self,
-        text: String,
-        options: Options,
-        #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
-    ) -> Result<String> {
-        self.ctx.caller.check(conn, &hdr).await?;
+    async fn send(&self, text: String, options: Options) -> Result<String> {
         OptionReader::new("Send", &options).finish()?;
         if text.len() > MAX_SEND_BYTES {
             return Err(Error::InvalidArgument(format!(
@@ -74,51 +76,28 @@ impl BotObject {
     /// Stops the agent gently (close stdin, SIGTERM to its process group, grace period,
     /// SIGKILL). Returns at once; `State` goes `stopping`, then `stopped`. A turn that had begun
     /// ends `interrupted`; messages not yet taken stay queued until the next `Send`.
-    async fn stop(
-        &self,
-        #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
-    ) -> Result<()> {
-        self.ctx.caller.check(conn, &hdr).await?;
+    async fn stop(&self) -> Result<()> {
         Ok(self.handle.stop()?)
     }
 
     /// Sets the permission mode: on the running agent at once (control protocol), and for every
     /// later start. Errors: InvalidArgument (a mode the runtime does not know).
-    async fn set_permission_mode(
-        &self,
-        mode: String,
-        #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
-    ) -> Result<()> {
-        self.ctx.caller.check(conn, &hdr).await?;
+    async fn set_permission_mode(&self, mode: String) -> Result<()> {
         Ok(self.handle.set_permission_mode(mode)?)
     }
 
     /// Sets the model: on the running agent for its next request, and for every later start.
     /// Empty means the CLI's default (from the next start). Errors: InvalidArgument.
-    async fn set_model(
-        &self,
-        model: String,
-        #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
-    ) -> Result<()> {
-        self.ctx.caller.check(conn, &hdr).await?;
+    async fn set_model(&self, model: String) -> Result<()> {
         Ok(self.handle.set_model(model)?)
     }
 
     /// Stops the agent and starts it again. Options: `fresh` (b, default false): forget the
     /// conversation durably first, so that neither this start nor any later one resumes it;
     /// otherwise the conversation is resumed when its transcript exists. Clears state `failed`.
-    /// Returns at once; `State` and `ProcessId` show the progress. Errors: RuntimeUnavailable,
-    /// InvalidArgument.
-    async fn restart(
-        &self,
-        options: Options,
-        #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
-    ) -> Result<()> {
-        self.ctx.caller.check(conn, &hdr).await?;
+    /// Returns at once; `State` and `ProcessId` show the progress. Errors: Busy (the working
+    /// directory is gone), RuntimeUnavailable, InvalidArgument.
+    async fn restart(&self, options: Options) -> Result<()> {
         let mut r = OptionReader::new("Restart", &options);
         let fresh = r.boolean("fresh")?.unwrap_or(false);
         r.finish()?;
@@ -127,34 +106,19 @@ impl BotObject {
 
     /// Deletes the bot with its chat history. Returns at once: the bot leaves `ListBots`, its
     /// agent is stopped gently, then the object goes away (`InterfacesRemoved`).
-    async fn delete(
-        &self,
-        #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
-    ) -> Result<()> {
-        self.ctx.caller.check(conn, &hdr).await?;
+    async fn delete(&self) -> Result<()> {
         Ok(self.ctx.supervisor.delete(&self.handle.id)?)
     }
 
     /// Takes a lease on the bot for the calling client: while any client holds it, the bot is
     /// never stopped for idleness and restarts after a crash. The lease ends with `Release` or
     /// when the client leaves the bus. Holding twice is one lease.
-    async fn hold(
-        &self,
-        #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
-    ) -> Result<()> {
-        self.ctx.caller.check(conn, &hdr).await?;
+    async fn hold(&self, #[zbus(header)] hdr: Header<'_>) -> Result<()> {
         Ok(self.handle.hold(&client_of(&hdr))?)
     }
 
     /// Ends the calling client's lease. Errors: NotFound (it holds none).
-    async fn release(
-        &self,
-        #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
-    ) -> Result<()> {
-        self.ctx.caller.check(conn, &hdr).await?;
+    async fn release(&self, #[zbus(header)] hdr: Header<'_>) -> Result<()> {
         Ok(self.handle.release(&client_of(&hdr))?)
     }
 
@@ -169,9 +133,7 @@ impl BotObject {
         behavior: String,
         options: Options,
         #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
     ) -> Result<()> {
-        self.ctx.caller.check(conn, &hdr).await?;
         let mut r = OptionReader::new("RespondPermission", &options);
         let updated_input = r.string("updated_input")?;
         let message = r.string("message")?;
@@ -189,12 +151,7 @@ impl BotObject {
     /// `interrupted` and queued messages stay queued. Returns false (and does nothing) when no
     /// turn runs.
     #[zbus(out_args("interrupted"))]
-    async fn interrupt(
-        &self,
-        #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
-    ) -> Result<bool> {
-        self.ctx.caller.check(conn, &hdr).await?;
+    async fn interrupt(&self) -> Result<bool> {
         Ok(self.handle.interrupt()?)
     }
 
@@ -209,10 +166,7 @@ impl BotObject {
         &self,
         after_seq: u64,
         limit: u32,
-        #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
     ) -> Result<Vec<(u64, String, String, String)>> {
-        self.ctx.caller.check(conn, &hdr).await?;
         self.handle.check_alive()?;
         let limit = if limit == 0 {
             MAX_PAGE_ITEMS
@@ -243,10 +197,7 @@ impl BotObject {
         offset: u64,
         length: u32,
         options: Options,
-        #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
     ) -> Result<(serde_bytes::ByteBuf, u64)> {
-        self.ctx.caller.check(conn, &hdr).await?;
         OptionReader::new("ReadChatItem", &options).finish()?;
         self.handle.check_alive()?;
         let length = if length == 0 {
@@ -270,14 +221,7 @@ impl BotObject {
     /// no descriptor can pass). No options yet. Errors: NotFound (no item `seq`),
     /// InvalidArgument, Failed (no memory file on this system: use `ReadChatItem`).
     #[zbus(out_args("fd"))]
-    async fn open_chat_item(
-        &self,
-        seq: u64,
-        options: Options,
-        #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
-    ) -> Result<zbus::OwnedFd> {
-        self.ctx.caller.check(conn, &hdr).await?;
+    async fn open_chat_item(&self, seq: u64, options: Options) -> Result<zbus::OwnedFd> {
         OptionReader::new("OpenChatItem", &options).finish()?;
         self.handle.check_alive()?;
         // A big item takes a while to copy: off the runtime's worker threads.

@@ -1,5 +1,6 @@
-//! Design rule 14: only the user. Every method asks the bus for its caller's Unix user id and
-//! compares it with the daemon's; answers are cached per unique name.
+//! Design rule 14: only the user. Who each connection on the bus is (its Unix user id, asked of
+//! the bus once and kept while the connection is there), and the check every method call and
+//! every property read goes through ([`super::guard`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -9,59 +10,79 @@ use zbus::message::Header;
 
 use super::error::Error;
 
-/// The cache of caller user ids, by unique bus name.
-#[derive(Default)]
+/// The user ids of connections on the bus, by unique name.
 pub struct CallerCheck {
+    me: u32,
     known: Mutex<HashMap<String, u32>>,
 }
 
+impl Default for CallerCheck {
+    fn default() -> Self {
+        CallerCheck {
+            // SAFETY: getuid never fails and touches no memory.
+            me: unsafe { libc::getuid() },
+            known: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
 impl CallerCheck {
-    /// Ok when the sender of `hdr` runs as the daemon's user; `AccessDenied` otherwise.
+    /// The daemon's user id.
+    pub fn me(&self) -> u32 {
+        self.me
+    }
+
+    /// The Unix user id of the connection `name` (a unique name), from the cache or asked of
+    /// the bus (`GetConnectionUnixUser`). Fails when the bus cannot tell, for example because
+    /// the connection has left (`NameHasNoOwner`).
+    pub async fn uid_of(&self, conn: &Connection, name: &str) -> Result<u32, zbus::fdo::Error> {
+        if let Some(uid) = self.lock().get(name).copied() {
+            return Ok(uid);
+        }
+        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+        let bus_name = zbus::names::BusName::try_from(name)
+            .map_err(|e| zbus::fdo::Error::InvalidArgs(e.to_string()))?;
+        let uid = dbus.get_connection_unix_user(bus_name).await?;
+        self.lock().insert(name.to_owned(), uid);
+        Ok(uid)
+    }
+
+    /// Ok when the sender of `hdr` runs as the daemon's user; `AccessDenied` otherwise, also
+    /// when the bus cannot say who the sender is. A peer-to-peer connection (no sender) was
+    /// authenticated by its user id and passes.
     pub async fn check(&self, conn: &Connection, hdr: &Header<'_>) -> Result<(), Error> {
         let Some(sender) = hdr.sender() else {
-            // A peer-to-peer connection has no sender; its peer was authenticated by uid.
             return Ok(());
         };
-        let sender = sender.to_string();
-        let cached = self
-            .known
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&sender)
-            .copied();
-        let uid = match cached {
-            Some(uid) => uid,
-            None => {
-                let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-                let uid = dbus
-                    .get_connection_unix_user(sender.as_str().try_into()?)
-                    .await
-                    .map_err(|e| {
-                        Error::AccessDenied(format!("cannot tell who the caller is: {e}"))
-                    })?;
-                self.known
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(sender.clone(), uid);
-                uid
-            }
-        };
-        // SAFETY: getuid never fails and touches no memory.
-        let me = unsafe { libc::getuid() };
-        if uid == me {
+        let uid = self
+            .uid_of(conn, sender.as_str())
+            .await
+            .map_err(|e| Error::AccessDenied(format!("cannot tell who the caller is: {e}")))?;
+        if uid == self.me {
             Ok(())
         } else {
             Err(Error::AccessDenied(format!(
-                "botvisord serves only user {me}; the caller runs as user {uid}"
+                "botvisord serves only user {}; the caller runs as user {uid}",
+                self.me
             )))
         }
     }
 
+    /// The unique names known to belong to the daemon's user, but `except`.
+    pub fn connections_of_user(&self, except: Option<&str>) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(name, uid)| **uid == self.me && Some(name.as_str()) != except)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// Forgets a unique name (its client left the bus).
     pub fn forget(&self, unique_name: &str) {
-        self.known
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(unique_name);
+        self.lock().remove(unique_name);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use zbus::message::Header;
 use zbus::object_server::ObjectServer;
 use zbus::{Connection, OwnedObjectPath, interface};
 
 use super::bot::BotObject;
 use super::error::{Error, Result};
+use super::guard::Guarded;
 use super::options::{OptionReader, Options};
 use super::paths::bot_path;
 use super::service::Ctx;
@@ -15,7 +15,14 @@ use crate::supervisor::NewBot;
 
 /// The Manager object.
 pub struct Manager {
-    pub(crate) ctx: Arc<Ctx>,
+    ctx: Arc<Ctx>,
+}
+
+impl Manager {
+    /// The Manager, behind the caller check (design rule 14).
+    pub fn guarded(ctx: Arc<Ctx>) -> Guarded<Manager> {
+        Guarded::new(Manager { ctx: ctx.clone() }, ctx)
+    }
 }
 
 /// Checks the `env` option: names non-empty without `=` or NUL, values without NUL.
@@ -46,11 +53,9 @@ impl Manager {
     async fn create_bot(
         &self,
         options: Options,
-        #[zbus(header)] hdr: Header<'_>,
         #[zbus(connection)] conn: &Connection,
         #[zbus(object_server)] server: &ObjectServer,
     ) -> Result<OwnedObjectPath> {
-        self.ctx.caller.check(conn, &hdr).await?;
         let mut r = OptionReader::new("CreateBot", &options);
         let cwd = r.string("cwd")?;
         let name = r.string("name")?;
@@ -85,19 +90,17 @@ impl Manager {
         })?;
         let path = bot_path(&handle.id);
         server
-            .at(&path, BotObject::new(handle, self.ctx.clone()))
+            .at(&path, BotObject::guarded(handle, self.ctx.clone()))
             .await?;
+        if let Err(e) = super::objects::announce(&self.ctx, conn, &path).await {
+            tracing::debug!(error = %e, "InterfacesAdded not sent to the user's connections");
+        }
         Ok(path)
     }
 
     /// The object paths of all bots, oldest first.
     #[zbus(out_args("bots"))]
-    async fn list_bots(
-        &self,
-        #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
-    ) -> Result<Vec<OwnedObjectPath>> {
-        self.ctx.caller.check(conn, &hdr).await?;
+    async fn list_bots(&self) -> Result<Vec<OwnedObjectPath>> {
         Ok(self
             .ctx
             .supervisor
@@ -111,13 +114,7 @@ impl Manager {
     /// least 4 digits also works). Errors: NotFound (no such bot), InvalidArgument (a name or
     /// prefix that fits several bots).
     #[zbus(out_args("bot"))]
-    async fn get_bot(
-        &self,
-        id_or_name: String,
-        #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
-    ) -> Result<OwnedObjectPath> {
-        self.ctx.caller.check(conn, &hdr).await?;
+    async fn get_bot(&self, id_or_name: String) -> Result<OwnedObjectPath> {
         let bots = self.ctx.supervisor.list();
         if let Some(h) = bots.iter().find(|h| h.id == id_or_name) {
             return Ok(bot_path(&h.id));

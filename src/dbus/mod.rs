@@ -1,18 +1,22 @@
 //! The D-Bus face of botvisor: API version 1, `org.botvisor.Botvisor1` on the session bus.
 //!
-//! [`manager`] serves `/org/botvisor/Botvisor1` (the Manager and the ObjectManager), [`bot`] one
-//! object per bot below it. Every method checks its caller ([`caller`]) and validates its
-//! arguments before anything changes; errors are [`error::Error`]. [`publisher`] turns committed
-//! changes into signals. [`bounds`] keeps every reply and signal within what the bus accepts.
+//! [`manager`] serves `/org/botvisor/Botvisor1` with [`objects`] (the ObjectManager), [`bot`]
+//! one object per bot below it. Every method call and property read passes the caller check
+//! ([`guard`], [`caller`]) and then validates its arguments before anything changes; errors are
+//! [`error::Error`]. [`publisher`] turns committed changes into signals, for the [`audience`]
+//! design rule 14 allows. [`bounds`] keeps every reply and signal within what the bus accepts.
 //! [`client`] holds the proxies `botvisorctl` and the tests use.
 
+pub mod audience;
 pub mod bot;
 pub mod bounds;
 pub mod caller;
 pub mod client;
 pub mod error;
+pub mod guard;
 pub mod item_fd;
 pub mod manager;
+pub mod objects;
 pub mod options;
 pub mod paths;
 pub mod publisher;

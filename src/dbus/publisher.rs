@@ -1,5 +1,6 @@
 //! Turns committed changes ([`Publication`]s) into D-Bus signals, in the order they were made,
-//! each within the bounds of [`super::bounds`].
+//! each within the bounds of [`super::bounds`], for the audience [`super::audience`] decides:
+//! everyone, or each connection of the user.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,90 +14,136 @@ use zbus::object_server::SignalEmitter;
 use super::BOT_INTERFACE;
 use super::bot::BotObject;
 use super::bounds;
+use super::guard::Guarded;
 use super::paths::bot_path;
+use super::service::Ctx;
 use crate::limits::MAX_ITEM_BYTES;
-use crate::store::Store;
 use crate::supervisor::{PropertyValue, Publication};
 
-/// Runs until the channel closes. `store` finds where a previewed permission input is whole.
-pub async fn run(
-    conn: Connection,
-    store: Arc<Store>,
-    mut rx: mpsc::UnboundedReceiver<Publication>,
-) {
+/// Runs until the channel closes.
+pub async fn run(conn: Connection, ctx: Arc<Ctx>, mut rx: mpsc::UnboundedReceiver<Publication>) {
     while let Some(p) = rx.recv().await {
-        if let Err(e) = publish(&conn, &store, p).await {
-            tracing::debug!(error = %e, "signal not sent");
+        if let Publication::BotRemoved { bot_id } = &p {
+            if let Err(e) = conn
+                .object_server()
+                .remove::<Guarded<BotObject>, _>(bot_path(bot_id))
+                .await
+            {
+                tracing::debug!(error = %e, "bot object not removed");
+            }
+            continue;
+        }
+        let p = bounded(&ctx, p);
+        let path = bot_path(bot_of(&p));
+        let emitters = match ctx.audience.emitters(&conn, &path) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::debug!(error = %e, "signal not sent");
+                continue;
+            }
+        };
+        for emitter in &emitters {
+            if let Err(e) = publish(emitter, &p).await {
+                tracing::debug!(error = %e, "signal not sent");
+            }
         }
     }
 }
 
-async fn publish(conn: &Connection, store: &Store, p: Publication) -> zbus::Result<()> {
+fn bot_of(p: &Publication) -> &str {
+    match p {
+        Publication::ChatItemAdded { bot_id, .. }
+        | Publication::TurnFinished { bot_id, .. }
+        | Publication::PermissionRequested { bot_id, .. }
+        | Publication::TextDelta { bot_id, .. }
+        | Publication::BotRemoved { bot_id }
+        | Publication::PropertiesChanged { bot_id, .. } => bot_id,
+    }
+}
+
+/// The publication as the bus may carry it: payloads, inputs and property values within their
+/// bounds (the values the property getters of dbus/bot.rs serve, bounded the same way).
+fn bounded(ctx: &Ctx, p: Publication) -> Publication {
+    let store = ctx.supervisor.store();
     match p {
         Publication::ChatItemAdded {
             bot_id,
             seq,
             kind,
             payload,
-        } => {
-            let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
+        } => Publication::ChatItemAdded {
             // Stored payloads are bounded already (store::chat); this keeps any other within.
-            let payload = crate::preview::bounded(&payload, MAX_ITEM_BYTES, &[]);
-            BotObject::chat_item_added(&emitter, seq, &kind, &payload).await
-        }
-        Publication::TurnFinished {
+            payload: crate::preview::bounded(&payload, MAX_ITEM_BYTES, &[]),
             bot_id,
-            turn_id,
-            outcome,
-        } => {
-            let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
-            BotObject::turn_finished(&emitter, &turn_id, &outcome).await
-        }
+            seq,
+            kind,
+        },
         Publication::PermissionRequested {
             bot_id,
             request_id,
             tool,
             input,
-        } => {
-            let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
-            let input = bounds::requested_input(store, &bot_id, &request_id, &input);
-            BotObject::permission_requested(&emitter, &request_id, &tool, &input).await
-        }
-        Publication::TextDelta {
+        } => Publication::PermissionRequested {
+            input: bounds::requested_input(store, &bot_id, &request_id, &input),
             bot_id,
-            turn_id,
-            text,
-        } => {
-            let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
-            for piece in bounds::text_delta_pieces(&text) {
-                BotObject::text_delta(&emitter, &turn_id, piece).await?;
+            request_id,
+            tool,
+        },
+        Publication::PropertiesChanged { bot_id, changed } => {
+            let changed = changed
+                .into_iter()
+                .map(|(name, value)| {
+                    let value = match (name, value) {
+                        ("LastError", PropertyValue::Str(s)) => {
+                            PropertyValue::Str(bounds::last_error(&s))
+                        }
+                        ("PendingPermissions", PropertyValue::Triples(v)) => {
+                            PropertyValue::Triples(bounds::pending(store, &bot_id, v))
+                        }
+                        (_, v) => v,
+                    };
+                    (name, value)
+                })
+                .collect();
+            Publication::PropertiesChanged { bot_id, changed }
+        }
+        p => p,
+    }
+}
+
+async fn publish(emitter: &SignalEmitter<'_>, p: &Publication) -> zbus::Result<()> {
+    match p {
+        Publication::ChatItemAdded {
+            seq, kind, payload, ..
+        } => BotObject::chat_item_added(emitter, *seq, kind, payload).await,
+        Publication::TurnFinished {
+            turn_id, outcome, ..
+        } => BotObject::turn_finished(emitter, turn_id, outcome).await,
+        Publication::PermissionRequested {
+            request_id,
+            tool,
+            input,
+            ..
+        } => BotObject::permission_requested(emitter, request_id, tool, input).await,
+        Publication::TextDelta { turn_id, text, .. } => {
+            for piece in bounds::text_delta_pieces(text) {
+                BotObject::text_delta(emitter, turn_id, piece).await?;
             }
             Ok(())
         }
-        Publication::BotRemoved { bot_id } => {
-            conn.object_server()
-                .remove::<BotObject, _>(bot_path(&bot_id))
-                .await?;
-            Ok(())
-        }
-        Publication::PropertiesChanged { bot_id, changed } => {
-            let emitter = SignalEmitter::new(conn, bot_path(&bot_id))?;
+        Publication::BotRemoved { .. } => Ok(()),
+        Publication::PropertiesChanged { changed, .. } => {
             let mut map: HashMap<&str, Variant<'_>> = HashMap::new();
             for (name, value) in changed {
-                // The values the property getters serve (dbus/bot.rs), bounded the same way.
-                let v = match (name, value) {
-                    ("LastError", PropertyValue::Str(s)) => Variant::from(bounds::last_error(&s)),
-                    (_, PropertyValue::Str(s)) => Variant::from(s),
-                    (_, PropertyValue::U32(n)) => Variant::from(n),
-                    ("PendingPermissions", PropertyValue::Triples(v)) => {
-                        Variant::from(bounds::pending(store, &bot_id, v))
-                    }
-                    (_, PropertyValue::Triples(v)) => Variant::from(v),
+                let v = match value {
+                    PropertyValue::Str(s) => Variant::from(s.as_str()),
+                    PropertyValue::U32(n) => Variant::from(*n),
+                    PropertyValue::Triples(v) => Variant::from(v.clone()),
                 };
                 map.insert(name, v);
             }
             zbus::fdo::Properties::properties_changed(
-                &emitter,
+                emitter,
                 InterfaceName::from_static_str_unchecked(BOT_INTERFACE),
                 map,
                 std::borrow::Cow::Borrowed(&[]),

@@ -7,9 +7,11 @@ use tokio::sync::mpsc;
 use zbus::Connection;
 use zbus::fdo::{RequestNameFlags, RequestNameReply};
 
+use super::audience::Audience;
 use super::bot::BotObject;
 use super::caller::CallerCheck;
 use super::manager::Manager;
+use super::objects::BotObjects;
 use super::paths::bot_path;
 use super::{BUS_NAME, ROOT_PATH};
 use crate::config::Config;
@@ -21,8 +23,10 @@ use crate::supervisor::Supervisor;
 pub struct Ctx {
     /// The bots.
     pub supervisor: Arc<Supervisor>,
-    /// The caller check of design rule 14.
-    pub caller: CallerCheck,
+    /// The caller check of design rule 14: who each connection on the bus is.
+    pub caller: Arc<CallerCheck>,
+    /// Who hears the signals (design rule 14 for signals).
+    pub audience: Audience,
 }
 
 /// Why the service did not run.
@@ -98,31 +102,46 @@ async fn connection_lost(conn: &Connection, stream: Option<zbus::MessageStream>)
 /// whether the bus itself is gone (the session ended: `Ok`) or still runs (it dropped us:
 /// [`ServiceError::Dropped`], so that the service manager restarts botvisord).
 pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), ServiceError> {
+    // First of all: a SIGTERM or SIGINT that arrives while we start up stops us gently too,
+    // instead of killing us by the signal's default action.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term =
+        signal(SignalKind::terminate()).map_err(|e| zbus::Error::Failure(e.to_string()))?;
+    let mut int =
+        signal(SignalKind::interrupt()).map_err(|e| zbus::Error::Failure(e.to_string()))?;
     let config = Arc::new(config);
     let runtimes: Vec<Arc<dyn Runtime>> = vec![Arc::new(Claude::new(config.claude_bin.clone()))];
     let (pub_tx, pub_rx) = mpsc::unbounded_channel();
     let supervisor = Supervisor::new(Arc::new(store), config, runtimes, pub_tx);
+    let caller = Arc::new(CallerCheck::default());
     let ctx = Arc::new(Ctx {
         supervisor: supervisor.clone(),
-        caller: CallerCheck::default(),
+        caller: caller.clone(),
+        audience: Audience::new(caller),
     });
 
+    // Who is on the bus is known before the first signal: subscribe to the changes, then list.
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await?;
+    let changes = dbus.receive_name_owner_changed().await?;
+    ctx.audience.learn_all(&conn).await?;
+
     let server = conn.object_server();
-    server.at(ROOT_PATH, zbus::fdo::ObjectManager).await?;
-    server.at(ROOT_PATH, Manager { ctx: ctx.clone() }).await?;
+    server
+        .at(ROOT_PATH, BotObjects::guarded(ctx.clone()))
+        .await?;
+    server.at(ROOT_PATH, Manager::guarded(ctx.clone())).await?;
     let handles = supervisor.load()?;
     let count = handles.len();
     for handle in handles {
         let path = bot_path(&handle.id);
         server
-            .at(&path, BotObject::new(handle, ctx.clone()))
+            .at(&path, BotObject::guarded(handle, ctx.clone()))
             .await?;
+        if let Err(e) = super::objects::announce(&ctx, &conn, &path).await {
+            tracing::debug!(error = %e, "InterfacesAdded not sent to the user's connections");
+        }
     }
-    tokio::spawn(super::publisher::run(
-        conn.clone(),
-        supervisor.store().clone(),
-        pub_rx,
-    ));
+    tokio::spawn(super::publisher::run(conn.clone(), ctx.clone(), pub_rx));
 
     match crate::process::subreaper::become_subreaper() {
         Ok(true) => tracing::debug!("child subreaper: descendants that escape come back here"),
@@ -130,7 +149,7 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
         Err(e) => tracing::warn!(error = %e, "cannot become a child subreaper"),
     }
     tokio::spawn(reap_orphans());
-    tokio::spawn(watch_clients(conn.clone(), ctx.clone()));
+    tokio::spawn(watch_clients(conn.clone(), ctx.clone(), changes));
     tokio::spawn(watch_storage(conn.clone(), ctx.clone()));
 
     let flags = RequestNameFlags::DO_NOT_QUEUE;
@@ -149,8 +168,6 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
     supervisor.open();
     tracing::info!(bots = count, "botvisord is serving {BUS_NAME}");
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| zbus::Error::Failure(e.to_string()))?;
     let closing = closing_stream(&conn)
         .await
         .inspect_err(|e| tracing::warn!(error = %e, "cannot watch the bus connection's end"))
@@ -158,7 +175,7 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
     let mut dropped = None;
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: stopping every bot"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping every bot"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping every bot"),
         why = connection_lost(&conn, closing) => {
             // The session's end stops the bots; a bus that is still there dropped us for a
             // reason of ours (a message over its limits, a protocol error), which the journal
@@ -209,24 +226,28 @@ async fn reap_orphans() {
     }
 }
 
-/// Ends the leases (and forgets the cached user id) of clients that leave the bus.
-async fn watch_clients(conn: Connection, ctx: Arc<Ctx>) {
+/// Follows connections joining and leaving the bus: a new one's user is learned (the signal
+/// audience); one that leaves is forgotten and its leases end.
+async fn watch_clients(
+    conn: Connection,
+    ctx: Arc<Ctx>,
+    mut changes: zbus::fdo::NameOwnerChangedStream,
+) {
     use futures_util::StreamExt;
-    let Ok(dbus) = zbus::fdo::DBusProxy::new(&conn).await else {
-        return;
-    };
-    let Ok(mut changes) = dbus.receive_name_owner_changed().await else {
-        tracing::warn!("cannot watch clients leaving the bus; leases end only with Release");
-        return;
-    };
     while let Some(signal) = changes.next().await {
         let Ok(args) = signal.args() else { continue };
         let name = args.name().to_string();
-        if name.starts_with(':') && args.new_owner().is_none() {
+        if !name.starts_with(':') {
+            continue;
+        }
+        if args.new_owner().is_some() {
+            ctx.audience.learn(&conn, &name).await;
+        } else {
             ctx.caller.forget(&name);
             ctx.supervisor.client_gone(&name);
         }
     }
+    tracing::warn!("no longer told of clients leaving the bus; leases end only with Release");
 }
 
 /// Says when writes to the database start and stop failing (design rule 15): the Manager's
@@ -235,17 +256,31 @@ async fn watch_storage(conn: Connection, ctx: Arc<Ctx>) {
     let mut changes = ctx.supervisor.store().health().subscribe();
     while changes.changed().await.is_ok() {
         let why = changes.borrow_and_update().clone();
-        ctx.supervisor.set_storage_error(why);
-        let Ok(manager) = conn
-            .object_server()
-            .interface::<_, Manager>(ROOT_PATH)
-            .await
-        else {
-            continue;
+        ctx.supervisor.set_storage_error(why.clone());
+        let root = zbus::ObjectPath::from_static_str_unchecked(ROOT_PATH);
+        let emitters = match ctx.audience.emitters(&conn, &root) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::debug!(error = %e, "StorageError change not signalled");
+                continue;
+            }
         };
-        let emitter = manager.signal_emitter();
-        if let Err(e) = manager.get().await.storage_error_changed(emitter).await {
-            tracing::debug!(error = %e, "StorageError change not signalled");
+        let value = why.unwrap_or_default();
+        for emitter in &emitters {
+            let changed = std::collections::HashMap::from([(
+                "StorageError",
+                zbus::Variant::from(value.as_str()),
+            )]);
+            if let Err(e) = zbus::fdo::Properties::properties_changed(
+                emitter,
+                zbus::names::InterfaceName::from_static_str_unchecked(super::MANAGER_INTERFACE),
+                changed,
+                std::borrow::Cow::Borrowed(&[]),
+            )
+            .await
+            {
+                tracing::debug!(error = %e, "StorageError change not signalled");
+            }
         }
     }
 }

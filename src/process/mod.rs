@@ -2,6 +2,7 @@
 //! exit, know its descendants by identity, stop it gently and prove what is gone.
 
 pub mod identity;
+pub mod launch_error;
 pub mod signal;
 pub mod spawn;
 pub mod stop;

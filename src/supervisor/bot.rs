@@ -1018,7 +1018,7 @@ impl Actor {
                 self.send_control(ControlRequest::Initialize);
             }
             Err(e) => {
-                let text = format!("cannot start {}: {e}", cmd.program.display());
+                let text = process::launch_error::explain(&cmd.program, &cmd.cwd, &e);
                 tracing::error!(bot_id = %self.id, error = %text, "spawn failed");
                 self.add_item("error", None, json!({ "text": text }));
                 self.set_last_error(&text);

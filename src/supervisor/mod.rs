@@ -244,8 +244,9 @@ impl BotHandle {
     }
 
     /// Queues a message: commits the turn and its `user` chat item, publishes the item, and
-    /// returns the turn id. Errors: InvalidArgument (empty), RuntimeUnavailable (no process and
-    /// no binary), NotFound (deleted), Failed (database).
+    /// returns the turn id. Errors: InvalidArgument (empty), Busy (state `failed`; or no process
+    /// and the working directory is gone), RuntimeUnavailable (no process and no binary),
+    /// NotFound (deleted), Failed (database). An error changes nothing.
     pub fn send(&self, text: String) -> Result<String, BotError> {
         self.check_alive()?;
         if text.trim().is_empty() {
@@ -261,10 +262,7 @@ impl BotHandle {
             )));
         }
         if view.process_id == 0 {
-            self.shared
-                .runtime
-                .binary()
-                .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
+            self.check_can_start(&view)?;
         }
         let turn_id = uuid::Uuid::new_v4().to_string();
         let payload = serde_json::json!({"text": text, "turn_id": turn_id}).to_string();
@@ -282,6 +280,26 @@ impl BotHandle {
             text,
         }))?;
         Ok(turn_id)
+    }
+
+    /// Whether an agent could be started now: its working directory is a folder the daemon can
+    /// use (else Busy: the bot cannot start until it is back) and the runtime's binary is there
+    /// (else RuntimeUnavailable).
+    fn check_can_start(&self, view: &BotView) -> Result<(), BotError> {
+        if let Some(problem) =
+            crate::process::launch_error::working_dir_problem(Path::new(&view.record.cwd))
+        {
+            return Err(BotError::Busy(format!(
+                "bot {} cannot start its agent: {problem}; recreate it (the conversation goes \
+                 on there) or delete the bot and create one in another folder",
+                self.id
+            )));
+        }
+        self.shared
+            .runtime
+            .binary()
+            .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
+        Ok(())
     }
 
     /// Asks the actor to stop the process gently; `State` shows the progress.
@@ -330,13 +348,11 @@ impl BotHandle {
         self.command(Command::ApplyLive(ControlRequest::SetModel(model)))
     }
 
-    /// Asks for a restart; `fresh` starts a new conversation. Errors: RuntimeUnavailable.
+    /// Asks for a restart; `fresh` starts a new conversation. Errors: Busy (the working
+    /// directory is gone), RuntimeUnavailable; either changes nothing.
     pub fn restart(&self, fresh: bool) -> Result<(), BotError> {
         self.check_alive()?;
-        self.shared
-            .runtime
-            .binary()
-            .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
+        self.check_can_start(&self.snapshot())?;
         if fresh {
             // Durably forgotten before this call returns; the actor forgets again after the stop
             // in case the old process began a turn meanwhile.
@@ -525,7 +541,8 @@ impl BotHandle {
 pub struct NewBot {
     /// Absolute path of an existing directory (canonicalised by [`Supervisor::create`]).
     pub cwd: String,
-    /// Name; default: the last element of the canonical `cwd`.
+    /// Name; default: the last element of the canonical `cwd` (unsafe characters, see
+    /// [`crate::text`], become `_`). A given name may not hold them (InvalidArgument).
     pub name: Option<String>,
     /// Runtime name; default `claude`.
     pub runtime: Option<String>,
@@ -636,6 +653,14 @@ impl Supervisor {
                         "option `name` is longer than {MAX_NAME_CHARS} characters"
                     )));
                 }
+                if let Some(c) = crate::text::first_unsafe(&name) {
+                    return Err(BotError::InvalidArgument(format!(
+                        "option `name` holds U+{:04X}, a control, invisible or text-direction \
+                         character that could make a terminal show something else; use \
+                         printable characters",
+                        u32::from(c)
+                    )));
+                }
                 if taken.contains(&name) {
                     return Err(BotError::InvalidArgument(format!(
                         "a bot named `{name}` exists already; names pick bots out, so choose another"
@@ -644,11 +669,13 @@ impl Supervisor {
                 name
             }
             None => {
+                // A folder name may hold what a name may not: those characters become `_`.
                 let base: String = Path::new(&cwd)
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_else(|| "bot".to_owned())
                     .chars()
+                    .map(|c| if crate::text::is_unsafe(c) { '_' } else { c })
                     .take(MAX_NAME_CHARS - 8)
                     .collect();
                 (1..)

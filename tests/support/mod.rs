@@ -56,6 +56,21 @@ pub const SESSION_LIMITS: [(&str, u64); 15] = [
     ("max_replies_per_connection", 50_000),
 ];
 
+/// The policy of a test bus: only the user who runs it (a session bus's default), who may
+/// eavesdrop.
+const DEFAULT_POLICY: &str = r#"
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>"#;
+
+/// The policy of a bus that admits every user, who may call and receive but not eavesdrop
+/// (nor become a monitor: that takes the bus's own user).
+const OPEN_POLICY: &str = r#"
+    <allow user="*"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+    <allow own="*"/>"#;
+
 /// A private `dbus-daemon` from a temporary configuration.
 pub struct PrivateBus {
     child: Child,
@@ -74,7 +89,7 @@ impl PrivateBus {
     /// Starts a bus in `dir`, with `services` as its D-Bus activation folder and `env` as the
     /// whole environment it (and what it activates) runs with.
     pub fn start_with(dir: &Path, services: Option<&Path>, env: &[(&str, &str)]) -> PrivateBus {
-        PrivateBus::start_limited(dir, services, env, &[])
+        PrivateBus::start_configured(dir, services, env, DEFAULT_POLICY, &[])
     }
 
     /// Like [`PrivateBus::start_with`], with `limits` instead of the stock session ones of the
@@ -83,6 +98,28 @@ impl PrivateBus {
         dir: &Path,
         services: Option<&Path>,
         env: &[(&str, &str)],
+        limits: &[(&str, u64)],
+    ) -> PrivateBus {
+        PrivateBus::start_configured(dir, services, env, DEFAULT_POLICY, limits)
+    }
+
+    /// Starts a bus in `dir` that admits every user (a policy with `<allow user="*"/>`, and no
+    /// eavesdropping), its socket and `dir` open to all: for tests of what another user sees.
+    /// The folders above `dir` must be searchable by that user.
+    pub fn start_open_to_all(dir: &Path) -> PrivateBus {
+        use std::os::unix::fs::PermissionsExt;
+        let bus = PrivateBus::start_configured(dir, None, &[], OPEN_POLICY, &[]);
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).unwrap();
+        std::fs::set_permissions(dir.join("bus.sock"), std::fs::Permissions::from_mode(0o666))
+            .unwrap();
+        bus
+    }
+
+    fn start_configured(
+        dir: &Path,
+        services: Option<&Path>,
+        env: &[(&str, &str)],
+        policy: &str,
         limits: &[(&str, u64)],
     ) -> PrivateBus {
         std::fs::create_dir_all(dir).unwrap();
@@ -107,10 +144,7 @@ impl PrivateBus {
   <type>session</type>
   <listen>unix:path={}</listen>
   <auth>EXTERNAL</auth>{}
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
+  <policy context="default">{policy}
   </policy>{}
 </busconfig>
 "#,
@@ -199,6 +233,8 @@ pub struct DaemonConfig {
     pub claude_bin: Option<PathBuf>,
     /// A config file, if any.
     pub config: Option<PathBuf>,
+    /// The umask the daemon starts with (default: the test's own).
+    pub umask: Option<u32>,
 }
 
 impl Daemon {
@@ -224,6 +260,16 @@ impl Daemon {
         }
         if let Some(config) = &cfg.config {
             cmd.arg("--config").arg(config);
+        }
+        if let Some(mask) = cfg.umask {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: umask(2) is async-signal-safe and touches no memory.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::umask(mask as libc::mode_t);
+                    Ok(())
+                });
+            }
         }
         Daemon {
             child: Some(cmd.spawn().expect("spawn botvisord")),
@@ -341,18 +387,36 @@ pub struct TestEnv {
 impl TestEnv {
     /// A new environment.
     pub async fn new() -> TestEnv {
-        TestEnv::new_limited(&[]).await
+        TestEnv::with_bus(false, &[]).await
     }
 
     /// A new environment whose bus has `limits` instead of the stock session ones.
     pub async fn new_limited(limits: &[(&str, u64)]) -> TestEnv {
+        TestEnv::with_bus(false, limits).await
+    }
+
+    /// A new environment whose bus admits every user ([`PrivateBus::start_open_to_all`]); the
+    /// temporary folder is made searchable (0711, not readable) by all to reach it.
+    pub async fn open_to_all() -> TestEnv {
+        TestEnv::with_bus(true, &[]).await
+    }
+
+    async fn with_bus(open: bool, limits: &[(&str, u64)]) -> TestEnv {
         let dir = tempfile::tempdir().unwrap();
+        if open {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+        }
 
         let home = dir.path().join("home");
         let work = dir.path().join("work");
         std::fs::create_dir_all(&home).unwrap();
         std::fs::create_dir_all(&work).unwrap();
-        let bus = PrivateBus::start_limited(&dir.path().join("bus"), None, &[], limits);
+        let bus = if open {
+            PrivateBus::start_open_to_all(&dir.path().join("bus"))
+        } else {
+            PrivateBus::start_limited(&dir.path().join("bus"), None, &[], limits)
+        };
         let conn = bus.connect().await;
         TestEnv {
             dir,
@@ -406,6 +470,7 @@ impl TestEnv {
             home: self.home.clone(),
             claude_bin,
             config: None,
+            umask: None,
         }
     }
 
@@ -738,7 +803,11 @@ pub struct FakeSetup {
 impl FakeSetup {
     /// Starts a daemon with `config` (TOML) and the fake CLI.
     pub async fn start(config: &str) -> FakeSetup {
-        let env = TestEnv::new().await;
+        FakeSetup::start_in(TestEnv::new().await, config).await
+    }
+
+    /// Starts a daemon with `config` (TOML) and the fake CLI in `env`.
+    pub async fn start_in(env: TestEnv, config: &str) -> FakeSetup {
         let mut cfg = env.daemon_config(Some(fake_cli()));
         cfg.config = Some(write_config(env.dir.path(), config));
         let daemon = Daemon::start(&cfg, &env.conn).await;

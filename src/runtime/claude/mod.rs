@@ -76,10 +76,13 @@ impl Runtime for Claude {
                 if super::is_executable(&path) {
                     Ok(path)
                 } else {
+                    let problem = crate::process::launch_error::binary_problem(&path)
+                        .unwrap_or_else(|| {
+                            format!("the agent's binary {} is not executable", path.display())
+                        });
                     Err(RuntimeError::Unavailable(format!(
-                        "the Claude Code binary {} does not exist or is not executable \
-                         (set `claude_bin` in config.toml or {BIN_ENV})",
-                        path.display()
+                        "{problem}; Claude Code is needed there (set `claude_bin` in \
+                         config.toml or {BIN_ENV})"
                     )))
                 }
             }

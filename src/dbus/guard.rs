@@ -1,0 +1,200 @@
+//! Design rule 14 at one door: every method call and every property read (`Get`, `GetAll`,
+//! `Set`) on an interface botvisord serves passes the caller check ([`super::caller`]) before
+//! the interface sees it.
+//!
+//! zbus answers `org.freedesktop.DBus.Properties` itself, and its `GetAll` leaves out a property
+//! whose getter fails instead of failing: a check inside the getters would answer another user's
+//! `GetAll` with an empty dictionary, not `AccessDenied`. [`Guarded`] wraps an interface and
+//! checks in front of all of it. Calls without a header are botvisord's own (zbus reading the
+//! properties for `InterfacesAdded`): they pass, with the properties left out while signals do
+//! not go to everyone ([`super::audience`]).
+//!
+//! The wrapper implements zbus's `Interface` trait by handing everything to the wrapped
+//! interface; zbus marks that trait as one that may change in a minor version, which is why
+//! `Cargo.toml` keeps zbus at 6.2.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use zbus::message::{Header, Message};
+use zbus::names::{InterfaceName, MemberName};
+use zbus::object_server::{DispatchResult, Interface, SignalEmitter};
+use zbus::{BoxDBusError, Connection, ObjectServer, OwnedVariant, Variant};
+
+use super::service::Ctx;
+
+/// An interface whose every call and property read is the user's alone.
+pub struct Guarded<I> {
+    inner: I,
+    ctx: Arc<Ctx>,
+}
+
+impl<I: Interface> Guarded<I> {
+    /// `inner`, checked with `ctx`'s caller check.
+    pub fn new(inner: I, ctx: Arc<Ctx>) -> Self {
+        Guarded { inner, ctx }
+    }
+
+    /// The wrapped interface, unchecked: for botvisord's own use.
+    pub fn inner(&self) -> &I {
+        &self.inner
+    }
+
+    fn checked<'c>(
+        &'c self,
+        conn: &'c Connection,
+        msg: &'c Message,
+        r: DispatchResult<'c>,
+    ) -> DispatchResult<'c> {
+        match r {
+            DispatchResult::Async(f) => DispatchResult::Async(Box::pin(async move {
+                let hdr = msg.header();
+                self.ctx
+                    .caller
+                    .check(conn, &hdr)
+                    .await
+                    .map_err(|e| Box::new(e) as BoxDBusError)?;
+                f.await
+            })),
+            other => other,
+        }
+    }
+
+    async fn check(&self, conn: &Connection, hdr: &Header<'_>) -> Result<(), super::error::Error> {
+        self.ctx.caller.check(conn, hdr).await
+    }
+}
+
+#[async_trait::async_trait]
+impl<I: Interface> Interface for Guarded<I> {
+    fn name() -> InterfaceName<'static> {
+        I::name()
+    }
+
+    fn spawn_tasks_for_methods(&self) -> bool {
+        self.inner.spawn_tasks_for_methods()
+    }
+
+    async fn get(
+        &self,
+        property_name: &str,
+        server: &ObjectServer,
+        connection: &Connection,
+        header: Option<&Header<'_>>,
+        emitter: &SignalEmitter<'_>,
+    ) -> Option<Result<OwnedVariant, BoxDBusError>> {
+        if let Some(hdr) = header
+            && let Err(e) = self.check(connection, hdr).await
+        {
+            return Some(Err(Box::new(e)));
+        }
+        self.inner
+            .get(property_name, server, connection, header, emitter)
+            .await
+    }
+
+    async fn get_all(
+        &self,
+        server: &ObjectServer,
+        connection: &Connection,
+        header: Option<&Header<'_>>,
+        emitter: &SignalEmitter<'_>,
+    ) -> zbus::fdo::Result<HashMap<String, OwnedVariant>> {
+        match header {
+            Some(hdr) => {
+                // `Properties.GetAll` can only fail with a standard error:
+                // org.freedesktop.DBus.Error.AccessDenied, with the same message.
+                if let Err(e) = self.check(connection, hdr).await {
+                    let text = zbus::DBusError::description(&e)
+                        .unwrap_or_default()
+                        .to_owned();
+                    return Err(zbus::fdo::Error::AccessDenied(text));
+                }
+            }
+            None if self.ctx.audience.restricted() => return Ok(HashMap::new()),
+            None => {}
+        }
+        self.inner
+            .get_all(server, connection, header, emitter)
+            .await
+    }
+
+    fn set<'call>(
+        &'call self,
+        property_name: &'call str,
+        value: &'call Variant<'_>,
+        server: &'call ObjectServer,
+        connection: &'call Connection,
+        header: Option<&'call Header<'_>>,
+        emitter: &'call SignalEmitter<'_>,
+    ) -> DispatchResult<'call> {
+        match self
+            .inner
+            .set(property_name, value, server, connection, header, emitter)
+        {
+            DispatchResult::Async(f) => DispatchResult::Async(Box::pin(async move {
+                if let Some(hdr) = header {
+                    self.check(connection, hdr)
+                        .await
+                        .map_err(|e| Box::new(e) as BoxDBusError)?;
+                }
+                f.await
+            })),
+            other => other,
+        }
+    }
+
+    async fn set_mut(
+        &mut self,
+        property_name: &str,
+        value: &Variant<'_>,
+        server: &ObjectServer,
+        connection: &Connection,
+        header: Option<&Header<'_>>,
+        emitter: &SignalEmitter<'_>,
+    ) -> Option<Result<(), BoxDBusError>> {
+        if let Some(hdr) = header
+            && let Err(e) = self.check(connection, hdr).await
+        {
+            return Some(Err(Box::new(e)));
+        }
+        self.inner
+            .set_mut(property_name, value, server, connection, header, emitter)
+            .await
+    }
+
+    fn call<'call>(
+        &'call self,
+        server: &'call ObjectServer,
+        connection: &'call Connection,
+        msg: &'call Message,
+        name: MemberName<'call>,
+    ) -> DispatchResult<'call> {
+        let r = self.inner.call(server, connection, msg, name);
+        self.checked(connection, msg, r)
+    }
+
+    fn call_mut<'call>(
+        &'call mut self,
+        server: &'call ObjectServer,
+        connection: &'call Connection,
+        msg: &'call Message,
+        name: MemberName<'call>,
+    ) -> DispatchResult<'call> {
+        let ctx = self.ctx.clone();
+        match self.inner.call_mut(server, connection, msg, name) {
+            DispatchResult::Async(f) => DispatchResult::Async(Box::pin(async move {
+                ctx.caller
+                    .check(connection, &msg.header())
+                    .await
+                    .map_err(|e| Box::new(e) as BoxDBusError)?;
+                f.await
+            })),
+            other => other,
+        }
+    }
+
+    fn introspect_to_writer(&self, writer: &mut dyn std::fmt::Write, level: usize) {
+        self.inner.introspect_to_writer(writer, level)
+    }
+}

@@ -237,3 +237,83 @@ async fn a_disk_full_mid_turn_loses_nothing_and_the_turn_ends_when_space_returns
     drop(daemon);
     drop(mount);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_calls_during_a_lock_answer_at_once_and_the_fault_clears_by_itself() {
+    let fake = FakeSetup::start("stop_grace_s = 0.5\n").await;
+    let bot = fake.bot(json!([{"mode": "normal"}])).await;
+    let manager = fake.env.manager().await;
+    assert_eq!(send_and_wait(&bot, "before").await.outcome, "success");
+    // All bots idle: nothing of the daemon's own is being retried.
+    let db = fake.cfg.database.clone();
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let locker = std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        locked_tx.send(()).unwrap();
+        release_rx.recv().unwrap();
+        conn.execute_batch("ROLLBACK").unwrap();
+    });
+    locked_rx.recv().unwrap();
+    // A burst of write calls from many clients, with pings among them.
+    let calls = (0..20).map(|i| {
+        let bot = bot.clone();
+        async move { bot.set_model(&format!("m{i}")).await }
+    });
+    let peer = zbus::fdo::PeerProxy::builder(&fake.env.conn)
+        .destination(BUS_NAME)
+        .path("/org/botvisor/Botvisor1")
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let pings = async {
+        let mut slowest = Duration::ZERO;
+        for _ in 0..10 {
+            let t = Instant::now();
+            peer.ping().await.unwrap();
+            slowest = slowest.max(t.elapsed());
+        }
+        slowest
+    };
+    let (results, slowest_ping) = tokio::join!(futures_util::future::join_all(calls), pings);
+    let burst = started.elapsed();
+    println!(
+        "20 SetModel calls and 10 pings during a lock: {burst:?}, slowest ping {slowest_ping:?}"
+    );
+    for r in &results {
+        let e = r.as_ref().unwrap_err();
+        assert!(e.to_string().contains("StorageUnavailable"), "{e}");
+    }
+    // Each waits at most one short attempt, most none at all: far from 20 × 0.2 s.
+    assert!(burst < Duration::from_secs(2), "the burst took {burst:?}");
+    assert!(!manager.storage_error().await.unwrap().is_empty());
+    release_tx.send(()).unwrap();
+    locker.join().unwrap();
+    // Nothing of ours writes now: the fault clears all the same.
+    wait_storage_error(&manager, str::is_empty).await;
+    bot.set_model("sonnet").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_reading_the_database_never_makes_writes_fail() {
+    let fake = FakeSetup::start("stop_grace_s = 0.5\n").await;
+    let bot = fake.bot(json!([{"mode": "normal"}])).await;
+    let manager = fake.env.manager().await;
+    // A reader (a sqlite3 shell, a backup) keeps a read transaction open throughout.
+    let conn = rusqlite::Connection::open(&fake.cfg.database).unwrap();
+    conn.execute_batch("BEGIN").unwrap();
+    let _: i64 = conn
+        .query_row("SELECT COUNT(*) FROM chat_items", [], |r| r.get(0))
+        .unwrap();
+    for i in 0..6 {
+        // Quiet moments between sends: the daemon checkpoints its WAL then.
+        let seen = send_and_wait(&bot, &format!("m{i}")).await;
+        assert_eq!(seen.outcome, "success", "{seen:?}");
+        tokio::time::sleep(Duration::from_millis(700)).await; // longer than store::QUIET
+    }
+    assert_eq!(manager.storage_error().await.unwrap(), "");
+    conn.execute_batch("COMMIT").unwrap();
+}

@@ -15,6 +15,10 @@ use rusqlite::ErrorCode;
 /// How long one attempt waits for a lock held by another connection before it counts as failed.
 pub const ATTEMPT_BUSY_WAIT: Duration = Duration::from_millis(200);
 
+/// How long a client's call (a D-Bus method, dispatched in order) waits for a lock in its one
+/// attempt: every later call waits as long.
+pub const CLIENT_BUSY_WAIT: Duration = Duration::from_millis(50);
+
 /// The first pause between two attempts of a commit that must not be lost.
 pub const FIRST_RETRY: Duration = Duration::from_millis(100);
 

@@ -65,11 +65,18 @@ fn spawn_checkpointer(
 ) -> Result<std::sync::mpsc::SyncSender<()>, StoreError> {
     use std::sync::mpsc::RecvTimeoutError;
     let conn = Connection::open(path)?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    // No waiting: a TRUNCATE checkpoint that waits for another process's reader holds the write
+    // lock meanwhile, and every write of ours would fail. A busy checkpoint is simply skipped;
+    // the next quiet moment tries again.
+    conn.busy_timeout(std::time::Duration::ZERO)?;
     let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
     let checkpoint = move |conn: &Connection, mode: &str| {
         if let Err(e) = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(())) {
-            tracing::warn!(error = %e, mode, "WAL checkpoint failed");
+            if fault::is_transient(&e) {
+                tracing::debug!(error = %e, mode, "WAL checkpoint skipped");
+            } else {
+                tracing::warn!(error = %e, mode, "WAL checkpoint failed");
+            }
         }
     };
     std::thread::Builder::new()
@@ -129,7 +136,10 @@ fn spawn_checkpointer(
 pub struct Store {
     conn: Mutex<Connection>,
     reader: Option<Mutex<Connection>>,
-    health: fault::Health,
+    path: Option<std::path::PathBuf>,
+    health: Arc<fault::Health>,
+    /// A probe thread checks whether writes work again.
+    probing: Arc<std::sync::atomic::AtomicBool>,
     /// Writes being retried now.
     retrying: std::sync::atomic::AtomicUsize,
     commits: std::sync::atomic::AtomicU64,
@@ -158,6 +168,7 @@ impl Store {
             let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
         }
         let mut store = Store::from_connection(conn)?;
+        store.path = Some(path.to_owned());
         let reader = Connection::open(path)?;
         reader.busy_timeout(fault::ATTEMPT_BUSY_WAIT)?;
         store.reader = Some(Mutex::new(reader));
@@ -178,12 +189,30 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        schema::migrate(&mut conn)?;
+        // A schema upgrade waits for a database another process locks, or a disk that is full,
+        // saying so in the journal, rather than giving up the start.
+        let mut failures = 0;
+        loop {
+            match schema::migrate(&mut conn) {
+                Ok(()) => break,
+                Err(StoreError::Sqlite(e)) if fault::is_transient(&e) => {
+                    failures += 1;
+                    tracing::warn!(
+                        error = %fault::describe(&e),
+                        "cannot bring the database's schema up to date yet; trying again"
+                    );
+                    std::thread::sleep(fault::backoff(failures));
+                }
+                Err(e) => return Err(e),
+            }
+        }
         conn.busy_timeout(fault::ATTEMPT_BUSY_WAIT)?;
         Ok(Store {
             conn: Mutex::new(conn),
             reader: None,
-            health: fault::Health::default(),
+            path: None,
+            health: Arc::new(fault::Health::default()),
+            probing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             retrying: std::sync::atomic::AtomicUsize::new(0),
             commits: std::sync::atomic::AtomicU64::new(0),
             shared_commits: Arc::new(std::sync::atomic::AtomicU64::new(0)),
@@ -337,24 +366,73 @@ impl Store {
         mut f: impl FnMut(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
         then: impl FnOnce(&R),
     ) -> Result<R, StoreError> {
-        if self.retrying.load(std::sync::atomic::Ordering::SeqCst) > 0
-            && let Some(why) = self.health.failing()
-        {
+        if let Some(why) = self.health.failing() {
+            // Known to fail: no attempt at all (calls on one bot are applied in order, so a
+            // waiting call would hold up every later call). The probe says when it works again.
+            self.start_probe();
             return Err(StoreError::Unavailable(why));
         }
         let mut then = Some(then);
         if let Some(r) = self.fast_attempt(&mut f, &mut then) {
             return r.map_err(StoreError::from);
         }
-        tokio::task::block_in_place(|| match self.attempt(&mut f, &mut then) {
-            Ok(r) => Ok(r),
-            Err(e) if fault::is_transient(&e) => {
-                let why = fault::describe(&e);
-                self.health.failed(why.clone());
-                Err(StoreError::Unavailable(why))
+        tokio::task::block_in_place(|| {
+            let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = conn.busy_timeout(fault::CLIENT_BUSY_WAIT);
+            let r = self.attempt_on(&mut conn, &mut f, &mut then);
+            let _ = conn.busy_timeout(fault::ATTEMPT_BUSY_WAIT);
+            drop(conn);
+            match r {
+                Ok(r) => Ok(r),
+                Err(e) if fault::is_transient(&e) => {
+                    let why = fault::describe(&e);
+                    self.health.failed(why.clone());
+                    self.start_probe();
+                    Err(StoreError::Unavailable(why))
+                }
+                Err(e) => Err(e.into()),
             }
-            Err(e) => Err(e.into()),
         })
+    }
+
+    /// While writes fail and no actor is retrying one (that would say when it succeeds), a
+    /// thread of its own tries a tiny write (the schema version, rewritten unchanged) with
+    /// [`fault::backoff`] on a connection of its own, and clears [`Store::health`] once it
+    /// commits. At most one runs.
+    fn start_probe(&self) {
+        use std::sync::atomic::Ordering;
+        let Some(path) = self.path.clone() else {
+            return;
+        };
+        if self.probing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (health, probing) = (self.health.clone(), self.probing.clone());
+        let spawned = std::thread::Builder::new()
+            .name("botvisor-storage-probe".into())
+            .spawn(move || {
+                let probe = |conn: &Connection| -> rusqlite::Result<()> {
+                    conn.busy_timeout(fault::ATTEMPT_BUSY_WAIT)?;
+                    let v: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+                    conn.execute_batch(&format!(
+                        "BEGIN IMMEDIATE; PRAGMA user_version = {v}; COMMIT;"
+                    ))
+                };
+                let mut n = 0;
+                while health.failing().is_some() {
+                    n += 1;
+                    std::thread::sleep(fault::backoff(n));
+                    match Connection::open(&path).and_then(|c| probe(&c)) {
+                        Ok(()) => health.succeeded(),
+                        Err(e) if fault::is_transient(&e) => health.failed(fault::describe(&e)),
+                        Err(e) => tracing::warn!(error = %e, "the storage probe failed"),
+                    }
+                }
+                probing.store(false, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            self.probing.store(false, Ordering::SeqCst);
+        }
     }
 
     /// Runs a read on the reading connection: it never waits for a writer.

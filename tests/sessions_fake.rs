@@ -435,3 +435,40 @@ async fn a_folder_removed_under_a_running_agent_is_named_when_the_agent_cannot_c
     let launches = fake.launches();
     assert_eq!(flag(&launches[1], "--resume"), Some(session.as_str()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_left_open_by_a_killed_daemon_is_closed_by_the_next() {
+    let mut fake = start_fake().await;
+    let bot = fake
+        .bot(json!([
+            {"mode": "normal", "ask": {"tool": "Write", "input_bytes": 10}},
+            {"mode": "normal"}
+        ]))
+        .await;
+    let mut prompts = bot.receive_permission_requested().await.unwrap();
+    let turn = bot.send("ask me", HashMap::new()).await.unwrap();
+    let request_id = tokio::time::timeout(EVENT_TIMEOUT, prompts.next())
+        .await
+        .expect("the agent asks")
+        .unwrap()
+        .args()
+        .unwrap()
+        .request_id
+        .clone();
+    fake.daemon.kill();
+    fake.daemon = Daemon::start(&fake.cfg, &fake.env.conn).await;
+    assert_eq!(send_and_wait(&bot, "after").await.outcome, "success");
+    let items = chat(&bot).await;
+    let answers: Vec<_> = of_kind(&items, "permission_answer")
+        .into_iter()
+        .filter(|p| p["request_id"] == request_id.as_str())
+        .collect();
+    assert_eq!(answers.len(), 1, "{items:?}");
+    assert_eq!(answers[0]["by"], "botvisord");
+    assert_eq!(answers[0]["behavior"], "deny");
+    let ends: Vec<_> = of_kind(&items, "turn_finished")
+        .into_iter()
+        .filter(|p| p["turn_id"] == turn.as_str())
+        .collect();
+    assert_eq!(ends.len(), 1, "{items:?}");
+}

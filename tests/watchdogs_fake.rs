@@ -111,3 +111,48 @@ async fn a_setting_the_running_cli_never_confirms_is_reported_as_failed() {
         "kept for the next start"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_that_only_prints_a_hooks_progress_is_not_alive() {
+    let fake = FakeSetup::start("stop_grace_s = 0.5\nstart_timeout_s = 1\n").await;
+    let bot = fake
+        .bot(json!([{"mode": "hook_then_hang"}, {"mode": "normal"}]))
+        .await;
+    let seen = send_and_wait(&bot, "hello?").await;
+    assert_eq!(seen.outcome, "error", "{seen:?}");
+    assert!(
+        seen.items
+            .iter()
+            .any(|(_, k, p)| k == "error" && p["reason"] == "start_timeout"),
+        "{seen:?}"
+    );
+    assert_eq!(send_and_wait(&bot, "again").await.outcome, "success");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_before_the_replay_that_times_out_leaves_nothing_queued() {
+    let fake = FakeSetup::start("stop_grace_s = 0.5\ninterrupt_grace_s = 1\n").await;
+    let bot = fake
+        .bot(json!([{"mode": "silent"}, {"mode": "normal"}]))
+        .await;
+    let direct = fake
+        .env
+        .bot_uncached(&bot.inner().path().to_owned().into())
+        .await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send("never answered", HashMap::new()).await.unwrap();
+    wait_state(&bot, "busy").await;
+    assert!(bot.interrupt().await.unwrap());
+    let outcome = wait_turns(&mut finished, std::slice::from_ref(&turn)).await;
+    assert_eq!(outcome[0].1, "interrupted");
+    wait_state(&bot, "stopped").await;
+    assert_eq!(direct.queued_messages().await.unwrap(), 0);
+    assert!(
+        !direct
+            .last_error()
+            .await
+            .unwrap()
+            .contains("Waiting messages"),
+        "nothing waits"
+    );
+}

@@ -226,6 +226,20 @@ pub enum RuntimeEvent {
     Ignored,
 }
 
+impl RuntimeEvent {
+    /// Whether the event shows that the CLI speaks its protocol (the start watchdog's sign of
+    /// life): an answer to a control request (Claude Code answers `initialize` about 0.3 s after
+    /// launch), a turn's start, a replay, a chat item, a result, a request of its own. Not: a line
+    /// that is not the protocol, nor one it prints on its own before it is ready (a hook's
+    /// progress, for example), which a CLI hung at start-up may still print.
+    pub fn is_sign_of_life(&self) -> bool {
+        !matches!(
+            self,
+            RuntimeEvent::Ignored | RuntimeEvent::Unparsed { .. } | RuntimeEvent::Tasks { .. }
+        )
+    }
+}
+
 /// A request to a running CLI over its control protocol.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControlRequest {

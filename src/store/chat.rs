@@ -215,6 +215,31 @@ pub(crate) fn move_big_payloads(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// The permission requests of a bot that were never answered: `(request_id, tool)`, oldest
+/// first (a daemon that died while the agent asked leaves them so).
+pub fn unanswered_permission_requests(
+    conn: &Connection,
+    bot_id: &str,
+) -> rusqlite::Result<Vec<(String, String)>> {
+    let mut st = conn.prepare_cached(
+        "SELECT json_extract(q.payload, '$.request_id'), json_extract(q.payload, '$.tool')
+         FROM chat_items q
+         WHERE q.bot_id = ?1 AND q.kind = 'permission_request'
+           AND NOT EXISTS (
+             SELECT 1 FROM chat_items a
+             WHERE a.bot_id = ?1 AND a.kind = 'permission_answer' AND a.seq > q.seq
+               AND json_extract(a.payload, '$.request_id') = json_extract(q.payload, '$.request_id'))
+         ORDER BY q.seq",
+    )?;
+    st.query_map([bot_id], |r| {
+        Ok((
+            r.get::<_, Option<String>>(0)?.unwrap_or_default(),
+            r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+        ))
+    })?
+    .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -286,11 +286,19 @@ pub fn spawn_actor(
     };
     let stop_verdict = record.stop_verdict.clone();
     let parked = record.parked;
+    // A loaded bot's waiting messages count from the start, while the daemon still recovers.
+    let queued = if loaded {
+        store
+            .read(|c| store::turns::queued(c, &record.id))
+            .map_or(0, |q| q.len() as u32)
+    } else {
+        0
+    };
     let view = Arc::new(RwLock::new(BotView {
         record,
         state,
         process_id: 0,
-        queued: 0,
+        queued,
         holders: 0,
         stop_verdict,
         pending: Vec::new(),
@@ -1071,7 +1079,6 @@ impl Actor {
         let current = self.proc.as_ref().map(|p| p.handle.generation);
         match ev {
             ProcEvent::Line(generation, line) if Some(generation) == current => {
-                self.watch.sign_of_life();
                 let mut next = Next::Nothing;
                 for event in self.runtime.parse_line(&line) {
                     if self.on_runtime_event(event) == Next::StopProcess {
@@ -1088,6 +1095,9 @@ impl Actor {
     }
 
     fn on_runtime_event(&mut self, event: RuntimeEvent) -> Next {
+        if event.is_sign_of_life() {
+            self.watch.sign_of_life();
+        }
         match event {
             RuntimeEvent::Init { .. } | RuntimeEvent::Ignored => Next::Nothing,
             RuntimeEvent::TextDelta(text) => {
@@ -1374,6 +1384,10 @@ impl Actor {
         let turn_id = turn.as_ref().map(|t| t.turn.id.clone());
         if let Some(t) = &turn_id {
             self.watch.turn_ended(t);
+        }
+        if outcome == ResultOutcome::Success && turn_id.is_some() {
+            // The agent works again: the next crash starts the backoff from its first step.
+            self.crashes.clear();
         }
         let outcome = match outcome {
             _ if interrupted => TurnOutcome::Interrupted,
@@ -1677,6 +1691,22 @@ impl Actor {
                 .min(MAX_BACKOFF);
             self.restart_at = Some(tokio::time::Instant::now() + backoff);
             self.restart_pending = true;
+            self.add_item(
+                "system",
+                None,
+                json!({
+                    "text": format!(
+                        "botvisor restarts the agent in {:.2} s (crash {} of at most {} within \
+                         {} s).",
+                        backoff.as_secs_f64(),
+                        self.crashes.len(),
+                        self.config.crash_loop_limit,
+                        self.config.crash_loop_window_s
+                    ),
+                    "reason": "restart_pending",
+                    "in_s": backoff.as_secs_f64(),
+                }),
+            );
         }
     }
 
@@ -1930,12 +1960,16 @@ impl Actor {
                 if self.inflight.as_ref().is_none_or(|i| i.turn.id != turn) {
                     return;
                 }
-                let text = format!(
+                let mut text = format!(
                     "The agent did not end the turn within {} s of the interrupt \
-                     (interrupt_grace_s); botvisor stopped it. Waiting messages go to its next \
-                     start, in the same conversation.",
+                     (interrupt_grace_s); botvisor stopped it.",
                     self.config.interrupt_grace_s
                 );
+                if !self.queue.is_empty() {
+                    text.push_str(
+                        " Waiting messages go to its next start, in the same conversation.",
+                    );
+                }
                 tracing::warn!(bot_id = %self.id, turn_id = %turn, "{text}");
                 self.set_last_error(&text);
                 if let Some(inf) = self.inflight.take() {
@@ -1952,6 +1986,7 @@ impl Actor {
                 }
                 self.interrupting = None;
                 self.stop_process("interrupt timeout").await;
+                self.publish_queue();
             }
             Expired::Control(request_id) => {
                 let Some(request) = self
@@ -2031,6 +2066,21 @@ impl Actor {
     /// begun ends `interrupted`; a message written to a process whose conversation holds it ends
     /// `taken_not_answered`; every other queued message is delivered.
     fn recover(&mut self) -> Result<(), BotError> {
+        // Permission requests the previous run left open: nobody can answer them now.
+        let open = self
+            .store
+            .read(|c| store::chat::unanswered_permission_requests(c, &self.id))?;
+        for (request_id, tool) in open {
+            self.add_item(
+                "permission_answer",
+                None,
+                json!({
+                    "request_id": request_id, "tool": tool, "behavior": "deny",
+                    "by": "botvisord",
+                    "message": "botvisord stopped before this request was answered.",
+                }),
+            );
+        }
         let running = self.store.read(|c| store::turns::running(c, &self.id))?;
         for turn_id in running {
             self.finish_turn(

@@ -20,6 +20,8 @@ Environment:
     {"mode": "silent"}             read messages and never answer
     {"mode": "take_then_die"}      write the message into the transcript, then exit 1 unreplayed
     {"mode": "mute"}               print nothing at all, read nothing (a CLI hung at start-up)
+    {"mode": "hook_then_hang"}     print a hook's progress line and a plain line, then hang (a
+                                   CLI hung in a start-up hook)
     {"mode": "hang_after_replay"}  replay a message, write the transcript, then hang without
                                    reading stdin (an interrupt is never answered)
   Any entry may have "report_session": "ID" (init, replay and result carry ID while the transcript
@@ -135,6 +137,11 @@ for cmd in step.get("spawn", []):
     with open(os.path.join(state, "spawned.jsonl"), "a") as f:
         f.write(json.dumps({"launch": launch, "pid": child.pid, "cmd": cmd}) + "\n")
 if mode == "mute":
+    time.sleep(600)
+    sys.exit(0)
+if mode == "hook_then_hang":
+    out({"type": "system", "subtype": "hook_started", "session_id": session})
+    out("Loading configuration...")
     time.sleep(600)
     sys.exit(0)
 if mode == "die_at_start":

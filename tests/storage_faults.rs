@@ -317,3 +317,43 @@ async fn another_process_reading_the_database_never_makes_writes_fail() {
     assert_eq!(manager.storage_error().await.unwrap(), "");
     conn.execute_batch("COMMIT").unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_asked_to_stop_while_the_database_is_locked_still_stops() {
+    let mut fake = FakeSetup::start("stop_grace_s = 0.5\n").await;
+    let bot = fake.bot(json!([{"mode": "normal", "stream_s": 1}])).await;
+    let manager = fake.env.manager().await;
+    let mut sessions = bot.receive_session_id_changed().await;
+    bot.send("hello", HashMap::new()).await.unwrap();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while sessions
+            .next()
+            .await
+            .unwrap()
+            .get()
+            .await
+            .unwrap()
+            .is_empty()
+        {}
+    })
+    .await
+    .expect("the turn begins");
+    let db = fake.cfg.database.clone();
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let locker = std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        locked_tx.send(()).unwrap();
+        let _ = release_rx.recv_timeout(Duration::from_secs(120));
+        conn.execute_batch("ROLLBACK").unwrap();
+    });
+    locked_rx.recv().unwrap();
+    // The reply's items wait for the lock.
+    wait_storage_error(&manager, |s| !s.is_empty()).await;
+    let stopped = tokio::time::timeout(Duration::from_secs(60), fake.daemon.terminate()).await;
+    release_tx.send(()).unwrap();
+    locker.join().unwrap();
+    let status = stopped.expect("botvisord stopped while the database was still locked");
+    assert!(status.success(), "{status:?}");
+}

@@ -200,6 +200,7 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
             }
         }
     }
+    supervisor.store().closing();
     supervisor.shutdown().await;
     let _ = conn.release_name(BUS_NAME).await;
     tracing::info!("botvisord stopped");

@@ -19,6 +19,9 @@ pub const ATTEMPT_BUSY_WAIT: Duration = Duration::from_millis(200);
 /// attempt: every later call waits as long.
 pub const CLIENT_BUSY_WAIT: Duration = Duration::from_millis(50);
 
+/// How long writes are still retried once the daemon is asked to stop.
+pub const CLOSING_WAIT: Duration = Duration::from_secs(5);
+
 /// The first pause between two attempts of a commit that must not be lost.
 pub const FIRST_RETRY: Duration = Duration::from_millis(100);
 

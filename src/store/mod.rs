@@ -140,6 +140,8 @@ pub struct Store {
     health: Arc<fault::Health>,
     /// A probe thread checks whether writes work again.
     probing: Arc<std::sync::atomic::AtomicBool>,
+    /// Set when the daemon stops: until when writes are retried.
+    closing_until: std::sync::OnceLock<std::time::Instant>,
     /// Writes being retried now.
     retrying: std::sync::atomic::AtomicUsize,
     commits: std::sync::atomic::AtomicU64,
@@ -213,6 +215,7 @@ impl Store {
             path: None,
             health: Arc::new(fault::Health::default()),
             probing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            closing_until: std::sync::OnceLock::new(),
             retrying: std::sync::atomic::AtomicUsize::new(0),
             commits: std::sync::atomic::AtomicU64::new(0),
             shared_commits: Arc::new(std::sync::atomic::AtomicU64::new(0)),
@@ -228,6 +231,20 @@ impl Store {
         if let Some(tx) = &self.checkpoint {
             let _ = tx.try_send(());
         }
+    }
+
+    /// The daemon is stopping: from now on, a write that must not be lost is retried for at most
+    /// [`fault::CLOSING_WAIT`] more, so that a stop is not held up for as long as the database
+    /// cannot be written (what is given up is named in the journal).
+    pub fn closing(&self) {
+        let until = std::time::Instant::now() + fault::CLOSING_WAIT;
+        let _ = self.closing_until.set(until);
+    }
+
+    fn closing_expired(&self) -> bool {
+        self.closing_until
+            .get()
+            .is_some_and(|t| std::time::Instant::now() >= *t)
     }
 
     /// Whether writes fail now, and why.
@@ -334,7 +351,16 @@ impl Store {
                                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         }
                         failures += 1;
-                        self.health.failed(fault::describe(&e));
+                        let why = fault::describe(&e);
+                        self.health.failed(why.clone());
+                        if self.closing_expired() {
+                            // The daemon is asked to stop and the database still cannot be
+                            // written: say in the journal what is given up, and let it stop.
+                            self.retrying
+                                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                            tracing::error!(error = %why, "botvisord stops before this could be recorded");
+                            return Err(StoreError::Unavailable(why));
+                        }
                         std::thread::sleep(fault::backoff(failures));
                     }
                     Err(e) => {

@@ -335,6 +335,44 @@ fn help_and_check_config() {
         !out.status.success(),
         "an unusable default mode passed the check"
     );
+    // A configured binary must exist and be executable; the check names it and says so.
+    let missing = dir.path().join("missing.toml");
+    std::fs::write(&missing, "claude_bin = \"/nope/claude\"\n").unwrap();
+    let out = check_config(&["--config".as_ref(), missing.as_os_str()], &[]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "a missing claude_bin passed: {said}");
+    assert!(
+        said.contains("/nope/claude") && said.contains("does not exist"),
+        "{said}"
+    );
+    let not_exec = dir.path().join("claude-not-executable");
+    std::fs::write(&not_exec, "#!/bin/sh\n").unwrap();
+    let plain = dir.path().join("plain.toml");
+    std::fs::write(&plain, format!("claude_bin = {:?}\n", not_exec)).unwrap();
+    let out = check_config(&["--config".as_ref(), plain.as_os_str()], &[]);
+    assert!(!out.status.success(), "a non-executable claude_bin passed");
+    let exec = dir.path().join("claude-ok");
+    std::fs::write(&exec, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&exec, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let usable = dir.path().join("usable.toml");
+    std::fs::write(&usable, format!("claude_bin = {:?}\n", exec)).unwrap();
+    let out = check_config(&["--config".as_ref(), usable.as_os_str()], &[]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("runtime claude: {}", exec.display())),
+        "{said}"
+    );
+    // Type errors in words, not the deserializer's.
+    let typed = dir.path().join("typed.toml");
+    std::fs::write(&typed, "stop_grace_s = \"5\"\n").unwrap();
+    let out = check_config(&["--config".as_ref(), typed.as_os_str()], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("key `stop_grace_s` takes a number of seconds") && !err.contains("f64"),
+        "{err}"
+    );
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "stop_grace_s = 8\nidle_timeot_s = 5\n").unwrap();
     let out = check_config(&["--config".as_ref(), bad.as_os_str()], &[]);

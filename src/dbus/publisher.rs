@@ -18,16 +18,39 @@ use crate::limits::MAX_ITEM_BYTES;
 use crate::store::Store;
 use crate::supervisor::{PropertyValue, Publication};
 
+/// Asks the publisher to send every publication queued so far; the answer comes once they are
+/// written to the connection. The daemon's shutdown uses it so that the bots' final changes are
+/// signalled before the bus name is released.
+pub type Flush = tokio::sync::oneshot::Sender<()>;
+
 /// Runs until the channel closes. `store` finds where a previewed permission input is whole.
+/// A [`Flush`] request on `flush` is answered once everything queued before it is sent.
 pub async fn run(
     conn: Connection,
     store: Arc<Store>,
     mut rx: mpsc::UnboundedReceiver<Publication>,
+    mut flush: mpsc::UnboundedReceiver<Flush>,
 ) {
-    while let Some(p) = rx.recv().await {
-        if let Err(e) = publish(&conn, &store, p).await {
-            tracing::debug!(error = %e, "signal not sent");
+    loop {
+        tokio::select! {
+            biased;
+            p = rx.recv() => match p {
+                Some(p) => send(&conn, &store, p).await,
+                None => return,
+            },
+            Some(done) = flush.recv() => {
+                while let Ok(p) = rx.try_recv() {
+                    send(&conn, &store, p).await;
+                }
+                let _ = done.send(());
+            }
         }
+    }
+}
+
+async fn send(conn: &Connection, store: &Store, p: Publication) {
+    if let Err(e) = publish(conn, store, p).await {
+        tracing::debug!(error = %e, "signal not sent");
     }
 }
 

@@ -30,6 +30,10 @@ pub struct ChatItem {
 
 /// Appends an item at the next sequence number of `bot_id` and returns it as served (a payload
 /// over [`MAX_ITEM_BYTES`] is kept whole in `chat_wholes` and served as its preview).
+///
+/// An item that belongs to a turn says so where every client sees it: its payload (a JSON
+/// object) gets a `turn_id` member, also in its preview. The turn is `turn_id`, or for a
+/// `permission_answer` given none, the turn of the `permission_request` it answers.
 pub fn append(
     conn: &Connection,
     bot_id: &str,
@@ -41,8 +45,17 @@ pub fn append(
         .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM chat_items WHERE bot_id = ?1")?
         .query_row([bot_id], |r| r.get(0))?;
     let time = now_rfc3339();
+    let asked_in = match (turn_id, kind) {
+        (None, "permission_answer") => request_turn(conn, bot_id, payload)?,
+        _ => None,
+    };
+    let turn_id = turn_id.or(asked_in.as_deref());
+    let tagged = turn_id.and_then(|t| with_turn_id(payload, t));
+    let payload = tagged.as_deref().unwrap_or(payload);
     let served = if payload.len() > MAX_ITEM_BYTES {
-        crate::preview::preview(payload, &[])
+        // The turn id is kept first, whatever else the preview has room for.
+        let extra = turn_id.map(|t| ("turn_id", serde_json::Value::from(t)));
+        crate::preview::preview(payload, extra.as_slice())
     } else {
         payload.to_owned()
     };
@@ -62,6 +75,42 @@ pub fn append(
         turn_id: turn_id.map(str::to_owned),
         payload: served,
     })
+}
+
+/// `payload` with a `turn_id` member set to `turn_id`, when it is a JSON object that lacks one
+/// (or has another value); `None` when it needs no change or is not an object.
+fn with_turn_id(payload: &str, turn_id: &str) -> Option<String> {
+    let serde_json::Value::Object(mut map) = serde_json::from_str(payload).ok()? else {
+        return None;
+    };
+    if map.get("turn_id").and_then(serde_json::Value::as_str) == Some(turn_id) {
+        return None;
+    }
+    map.insert("turn_id".into(), serde_json::Value::from(turn_id));
+    Some(serde_json::Value::Object(map).to_string())
+}
+
+/// The turn of the `permission_request` that a `permission_answer` payload answers.
+fn request_turn(
+    conn: &Connection,
+    bot_id: &str,
+    payload: &str,
+) -> rusqlite::Result<Option<String>> {
+    let request = serde_json::from_str::<serde_json::Value>(payload)
+        .ok()
+        .and_then(|v| v.get("request_id")?.as_str().map(str::to_owned));
+    let Some(request) = request else {
+        return Ok(None);
+    };
+    conn.prepare_cached(
+        "SELECT turn_id FROM chat_items
+         WHERE bot_id = ?1 AND kind = 'permission_request'
+           AND json_extract(payload, '$.request_id') = ?2
+         ORDER BY seq DESC LIMIT 1",
+    )?
+    .query_row(params![bot_id, request], |r| r.get::<_, Option<String>>(0))
+    .optional()
+    .map(Option::flatten)
 }
 
 /// How many bytes an item takes in a `GetChat` reply: its strings, their length words and

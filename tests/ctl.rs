@@ -36,7 +36,7 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     let env = TestEnv::new().await;
     let setup = RealSetup::start(&env, claude, demo_script()).await;
     let work = env.work.to_str().unwrap();
-    let mut create = vec!["create", "--cwd", work, "--name", "demo"];
+    let mut create = vec!["--json", "create", "--cwd", work, "--name", "demo"];
     let envs: Vec<String> = setup
         .bot_env
         .iter()
@@ -45,9 +45,11 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     for e in &envs {
         create.extend(["--env", e.as_str()]);
     }
-    let (ok, id, err) = run(&env, &create).await;
+    let (ok, out, err) = run(&env, &create).await;
     assert!(ok, "{err}");
-    let id = id.trim().to_owned();
+    let created: Value = serde_json::from_str(out.trim()).unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["name"], "demo");
     assert_eq!(id.len(), 32);
 
     // Terminal 1: watch everything, as JSON lines.
@@ -82,7 +84,7 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     .expect("watch shows the prompt");
     let shown = tokio::time::timeout(EVENT_TIMEOUT, async {
         while let Some(line) = sent.next_line().await.unwrap() {
-            if line.starts_with("[permission]") {
+            if line.starts_with("[permission?]") && line.contains("waiting; answer with") {
                 return line;
             }
         }
@@ -155,14 +157,19 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     assert!(ok, "{err}");
     let (ok, out, _) = run(&env, &["--json", "list"]).await;
     assert!(ok);
-    let list: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(list[0]["state"], "stopped");
-    assert_eq!(list[0]["session_id"], "");
-    let (ok, _, err) = run(&env, &["delete", "demo"]).await;
+    let list: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(list["state"], "stopped");
+    assert_eq!(list["session_id"], "");
+    let (ok, _, err) = run(&env, &["delete", "--yes", "demo"]).await;
     assert!(ok, "{err}");
     let (ok, _, err) = run(&env, &["send", "demo", "hi"]).await;
     assert!(!ok);
-    assert!(err.contains("NotFound"), "{err}");
+    assert!(
+        err.contains(
+            "no bot has the id, id prefix or name `demo`; `botvisorctl list` shows them all"
+        ),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

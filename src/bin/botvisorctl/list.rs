@@ -42,6 +42,9 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
             home_relative(&b.cwd),
         ]);
     }
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
+    }
     // The columns' padding is the table's only border.
     for line in table.lines() {
         anstream::println!("{}", line.trim_end());

@@ -59,7 +59,11 @@ pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<
             },
         );
     }
-    if !json {
+    w.open_prompts(&all);
+    if json {
+        // Subscribed: whatever happens from now on is shown (a script can wait for this line).
+        println!("{}", json!({"event": "watching", "bots": all.len()}));
+    } else {
         let what = match &spec {
             Some(s) => s.clone(),
             None => format!("all bots ({})", all.len()),
@@ -69,7 +73,6 @@ pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<
             paint(DIM, &format!("watching {what}; Ctrl-C to stop"))
         );
     }
-    w.open_prompts(&all);
 
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);

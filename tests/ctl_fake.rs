@@ -347,9 +347,9 @@ async fn watch_sees_every_last_change_before_botvisord_leaves_and_its_return() {
     for id in &ids {
         let last = before_leaving
             .iter()
+            .rev()
             .filter(|v| v["bot"].as_str().is_some_and(|b| b.ends_with(id.as_str())))
-            .filter_map(|v| v["changed"]["State"].as_str())
-            .last();
+            .find_map(|v| v["changed"]["State"].as_str());
         assert_eq!(last, Some("stopped"), "bot {id}: {before_leaving:?}");
     }
 

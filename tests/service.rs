@@ -31,14 +31,19 @@ async fn the_first_call_starts_the_daemon_through_dbus_activation() {
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&services).unwrap();
     let db = dir.path().join("activated.db");
+    let log = dir.path().join("logs/botvisord.log");
     // The installed file, pointing at the built binary, with the test's own paths.
     let service = filled(
         "packaging/dbus/org.botvisor.Botvisor1.service",
         Path::new("/unused"),
     )
     .replace(
-        "Exec=/unused/botvisord",
-        &format!("Exec={BOTVISORD} --database {}", db.display()),
+        "Exec=/unused/botvisord --log-file /tmp/botvisord.log",
+        &format!(
+            "Exec={BOTVISORD} --database {} --log-file {}",
+            db.display(),
+            log.display()
+        ),
     );
     std::fs::write(services.join("org.botvisor.Botvisor1.service"), service).unwrap();
     let path = std::env::var("PATH").unwrap_or_default();
@@ -68,6 +73,11 @@ async fn the_first_call_starts_the_daemon_through_dbus_activation() {
     assert!(manager.list_bots().await.unwrap().is_empty());
     assert_eq!(manager.version().await.unwrap(), "1");
     assert!(db.exists(), "the activated daemon opened its database");
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        logged.contains("botvisord is serving"),
+        "the activated daemon logs to its file: {logged}"
+    );
     let pid = dbus
         .get_connection_unix_process_id(botvisor::dbus::BUS_NAME.try_into().unwrap())
         .await
@@ -230,7 +240,10 @@ fn the_dbus_service_file_names_the_bus_name_and_the_unit() {
         .collect();
     assert!(text.contains("[D-BUS Service]"));
     assert_eq!(keys["Name"], "org.botvisor.Botvisor1");
-    assert_eq!(keys["Exec"], "/usr/bin/botvisord");
+    assert_eq!(
+        keys["Exec"],
+        "/usr/bin/botvisord --log-file /tmp/botvisord.log"
+    );
     assert_eq!(keys["SystemdService"], "botvisord.service");
 }
 

@@ -22,6 +22,10 @@ struct Args {
     /// Check the configuration file and exit: 0 when valid, 1 with the error otherwise.
     #[arg(long)]
     check_config: bool,
+    /// Append the log to this file instead of stderr (ignored under systemd, where the journal
+    /// takes it). The D-Bus activation file installed without systemd uses it.
+    #[arg(long, value_name = "PATH")]
+    log_file: Option<PathBuf>,
     /// More logging (-v debug, -vv trace); RUST_LOG wins when set.
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -43,7 +47,7 @@ fn main() -> ExitCode {
     if args.check_config {
         return check_config(&config_path, &config);
     }
-    botvisor::logging::init(args.verbose);
+    botvisor::logging::init(args.verbose, args.log_file.as_deref());
     if config_path.exists() {
         tracing::info!(config = %config_path.display(), "configuration read");
     } else {

@@ -240,3 +240,64 @@ fn shell_words(line: &str) -> Vec<String> {
     }
     words
 }
+
+/// The README's busctl and gdbus examples run as written, on the test's private bus (`--user`
+/// and `--session` become its address) and stand-in port; `$BOT` is the path `CreateBot`
+/// printed, as the README says. The monitors (which run until stopped) are left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_busctl_and_gdbus_examples_run_as_written() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude, demo_script()).await;
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let port = setup.api.url.rsplit(':').next().unwrap().to_owned();
+    let address = env.bus.address.clone();
+    let mut ran = 0;
+    for heading in ["## A session with busctl", "## The same with gdbus"] {
+        let mut bot = String::new();
+        for block in sh_blocks(&readme, heading) {
+            for command in commands(&block) {
+                if command.contains(" monitor ") || command.starts_with("BOT=") {
+                    continue;
+                }
+                let command = command
+                    .replace("47111", &port)
+                    .replace("busctl --user", &format!("busctl --address={address}"))
+                    .replace(
+                        "gdbus call --session",
+                        &format!("gdbus call --address {address}"),
+                    );
+                let out = tokio::process::Command::new("bash")
+                    .arg("-c")
+                    .arg(&command)
+                    .env("BOT", &bot)
+                    .current_dir(&env.work)
+                    .stdin(Stdio::null())
+                    .output()
+                    .await
+                    .unwrap();
+                let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                assert!(
+                    out.status.success(),
+                    "`{command}` failed: {text} {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                if command.contains("CreateBot") {
+                    // busctl: o "/org/…"; gdbus: (objectpath '/org/…',)
+                    let start = text.find("/org/botvisor/Botvisor1/").expect("a bot path");
+                    bot = text[start..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '/' || *c == '_')
+                        .collect();
+                }
+                if command.contains("GetChat") {
+                    assert!(text.contains("hello"), "the chat holds the message: {text}");
+                }
+                ran += 1;
+            }
+        }
+        assert!(!bot.is_empty(), "{heading}: no bot was created");
+    }
+    assert!(ran >= 8, "only {ran} README commands ran");
+}

@@ -400,3 +400,114 @@ async fn watch_sees_every_last_change_before_botvisord_leaves_and_its_return() {
         "{rest:?}"
     );
 }
+
+/// Runs a command in a pseudo-terminal (stdin, stdout and stderr a terminal, as a person's) and
+/// copies what it prints to stdout; when `ANSWER` is set, types it (and Enter) once the
+/// output shows `[y/N]`. Exits with the command's exit code.
+const IN_A_TERMINAL: &str = r#"
+import os, pty, sys
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+answer = os.environ.get("ANSWER")
+seen = b""
+while True:
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        break
+    if not data:
+        break
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+    seen += data
+    if answer is not None and b"[y/N]" in seen:
+        os.write(fd, answer.encode() + b"\n")
+        answer = None
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+
+/// Issue 17, point 6: `send` in a terminal asks itself; a question answered by another client
+/// goes away without Enter, naming who answered (not only a bus name), and output that arrives
+/// is printed on clean lines; a question answered here is answered by this client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_terminal_question_goes_when_answered_elsewhere() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(
+        &s,
+        "asker",
+        &s.env.work,
+        json!([{"mode": "normal", "ask": {"tool": "Write", "input_bytes": 10}}]),
+    )
+    .await;
+    let in_terminal = |answer: Option<&str>, text: &str| {
+        let mut c = tokio::process::Command::new("python3");
+        c.args(["-c", IN_A_TERMINAL, CTL, "send", "asker", text])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("DBUS_SESSION_BUS_ADDRESS", &bus)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(a) = answer {
+            c.env("ANSWER", a);
+        }
+        c.spawn().unwrap()
+    };
+
+    // Answered elsewhere: no Enter needed.
+    let mut send = in_terminal(None, "first");
+    let mut out = send.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&seen).contains("[y/N]") {
+            let n = out.read(&mut buf).await.unwrap();
+            assert!(n > 0, "ended: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("send asks in the terminal");
+    let (code, _, err) = run(&bus, &["answer", "asker", "ask-0-0", "allow"]).await;
+    assert_eq!(code, 0, "{err}");
+    let status = tokio::time::timeout(EVENT_TIMEOUT, send.wait())
+        .await
+        .expect("send ends without Enter")
+        .unwrap();
+    {
+        use tokio::io::AsyncReadExt;
+        out.read_to_end(&mut seen).await.unwrap();
+    }
+    let text = String::from_utf8_lossy(&seen).into_owned();
+    assert!(status.success(), "{text}");
+    assert!(text.contains("Allow Write {\"content\":\"xxxxxxxxxx\",\"file_path\":\"/dev/null\"}? (request ask-0-0) [y/N]"), "{text:?}");
+    // The question's line is cleared, then the note replaces it.
+    assert!(
+        text.contains("\r\x1b[2K(answered elsewhere: allow by botvisorctl (:"),
+        "{text:?}"
+    );
+    assert!(text.contains("fake: first\r\n[done: success"), "{text:?}");
+    assert!(!text.contains("\x1b[3"), "NO_COLOR is honoured: {text:?}");
+
+    // Answered here: y and Enter.
+    let send = in_terminal(Some("y"), "second");
+    let done = tokio::time::timeout(EVENT_TIMEOUT, send.wait_with_output())
+        .await
+        .expect("send ends")
+        .unwrap();
+    let text = String::from_utf8_lossy(&done.stdout).into_owned();
+    assert!(done.status.success(), "{text}");
+    assert!(text.contains("fake: second"), "{text:?}");
+    assert!(!text.contains("answered elsewhere"), "{text:?}");
+    let answers = json_lines(&s.state.join("answers.jsonl"));
+    assert_eq!(answers.len(), 2);
+    assert!(
+        answers.iter().all(|a| a["behavior"] == "allow"),
+        "{answers:?}"
+    );
+}

@@ -48,8 +48,9 @@ impl Term {
 
     fn clear_question(&self) {
         if self.question.is_some() {
-            // Back to the start of the question's line, and clear it.
-            anstream::eprint!("\r\x1b[2K");
+            // Back to the start of the question's line, and clear it: a terminal control, not
+            // a colour, so written past anstream (which drops escapes under NO_COLOR).
+            eprint!("\r\x1b[2K");
         }
     }
 

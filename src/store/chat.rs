@@ -321,6 +321,43 @@ mod tests {
     }
 
     #[test]
+    fn every_item_of_a_turn_carries_its_turn_id() {
+        let store = store_with_bot();
+        let result = json!({"subtype": "success", "is_error": false}).to_string();
+        let item = store
+            .tx(|tx| append(tx, "b", "result", Some("t1"), &result))
+            .unwrap();
+        let p: Value = serde_json::from_str(&item.payload).unwrap();
+        assert_eq!(p["turn_id"], "t1");
+        assert_eq!(p["subtype"], "success");
+        // An answer takes the turn of the request it answers.
+        let asked = json!({"request_id": "r1", "tool": "Write"}).to_string();
+        store
+            .tx(|tx| append(tx, "b", "permission_request", Some("t2"), &asked))
+            .unwrap();
+        let answer = json!({"request_id": "r1", "behavior": "allow", "by": ":1.5"}).to_string();
+        let item = store
+            .tx(|tx| append(tx, "b", "permission_answer", None, &answer))
+            .unwrap();
+        assert_eq!(item.turn_id.as_deref(), Some("t2"));
+        let p: Value = serde_json::from_str(&item.payload).unwrap();
+        assert_eq!(p["turn_id"], "t2");
+        // A note about no turn stays as it was; a preview keeps the turn id.
+        let note = json!({"text": "setting applied"}).to_string();
+        let item = store
+            .tx(|tx| append(tx, "b", "system", None, &note))
+            .unwrap();
+        assert_eq!(item.payload, note);
+        let big = json!({"text": "x".repeat(MAX_ITEM_BYTES + 1)}).to_string();
+        let item = store
+            .tx(|tx| append(tx, "b", "assistant", Some("t3"), &big))
+            .unwrap();
+        let p: Value = serde_json::from_str(&item.payload).unwrap();
+        assert!(crate::preview::is_preview(&p));
+        assert_eq!(p["turn_id"], "t3");
+    }
+
+    #[test]
     fn a_page_keeps_to_its_byte_budget_and_always_holds_one_item() {
         let store = store_with_bot();
         let payload = json!({"text": "x".repeat(1000)}).to_string();

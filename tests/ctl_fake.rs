@@ -138,6 +138,17 @@ async fn concurrent_senders_each_see_exactly_their_own_turn() {
         wrong.len(),
         wrong.join("\n")
     );
+    // A running agent is stopped, and the verdict said.
+    let (code, out, err) = run(&bus, &["stop", "busy"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("stopped busy (verdict: clean"), "{out}");
+    let (code, out, _) = run(&bus, &["--json", "stop", "busy"]).await;
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (v["state"].as_str(), v["was_running"].as_bool()),
+        (Some("stopped"), Some(false))
+    );
 }
 
 /// Issue 17, points 1 and 6: a turn waits for permission while other turns queue; `list`,

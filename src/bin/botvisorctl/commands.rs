@@ -147,7 +147,9 @@ pub async fn chat(
 
 /// `stop`: waits for `stopped` and says the stop's verdict.
 pub async fn stop(conn: &Connection, spec: &str, json: bool) -> Result<u8, Failure> {
-    let bot = bots::resolve(conn, spec).await?;
+    let path = bots::path_of(conn, spec).await?;
+    // A caching proxy: its property streams follow PropertiesChanged.
+    let bot = BotProxy::builder(conn).path(path).build().await?;
     let before = bot.state().await?;
     let mut changes = bot.receive_state_changed().await;
     bot.stop().await?;

@@ -78,16 +78,34 @@ pub fn append(
 }
 
 /// `payload` with a `turn_id` member set to `turn_id`, when it is a JSON object that lacks one
-/// (or has another value); `None` when it needs no change or is not an object.
+/// (or has another value); `None` when it needs no change or is not an object. The object is
+/// scanned, not rebuilt: the member is put first and the rest of the text is kept as it was.
 fn with_turn_id(payload: &str, turn_id: &str) -> Option<String> {
-    let serde_json::Value::Object(mut map) = serde_json::from_str(payload).ok()? else {
-        return None;
-    };
-    if map.get("turn_id").and_then(serde_json::Value::as_str) == Some(turn_id) {
-        return None;
+    #[derive(serde::Deserialize)]
+    struct Probe<'a> {
+        #[serde(borrow)]
+        turn_id: Option<&'a serde_json::value::RawValue>,
     }
-    map.insert("turn_id".into(), serde_json::Value::from(turn_id));
-    Some(serde_json::Value::Object(map).to_string())
+    let probe: Probe<'_> = serde_json::from_str(payload).ok()?;
+    let quoted = serde_json::Value::from(turn_id).to_string();
+    match probe.turn_id {
+        Some(raw) if raw.get() == quoted => None,
+        Some(_) => {
+            // Another turn id (never written by botvisord): rebuilt, with this one.
+            let mut map: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(payload).ok()?;
+            map.insert("turn_id".into(), serde_json::Value::from(turn_id));
+            Some(serde_json::Value::Object(map).to_string())
+        }
+        None => {
+            let rest = payload.trim_start().strip_prefix('{')?;
+            if rest.trim_start().starts_with('}') {
+                Some(format!("{{\"turn_id\":{quoted}}}"))
+            } else {
+                Some(format!("{{\"turn_id\":{quoted},{rest}"))
+            }
+        }
+    }
 }
 
 /// The turn of the `permission_request` that a `permission_answer` payload answers.
@@ -343,6 +361,19 @@ mod tests {
         let p: Value = serde_json::from_str(&item.payload).unwrap();
         assert_eq!(p["turn_id"], "t2");
         // A note about no turn stays as it was; a preview keeps the turn id.
+        let empty = store
+            .tx(|tx| append(tx, "b", "system", Some("t4"), "{ }"))
+            .unwrap();
+        assert_eq!(empty.payload, r#"{"turn_id":"t4"}"#);
+        let other = json!({"turn_id": "old", "text": "x"}).to_string();
+        let item = store
+            .tx(|tx| append(tx, "b", "system", Some("t5"), &other))
+            .unwrap();
+        let p: Value = serde_json::from_str(&item.payload).unwrap();
+        assert_eq!(
+            (p["turn_id"].as_str(), p["text"].as_str()),
+            (Some("t5"), Some("x"))
+        );
         let note = json!({"text": "setting applied"}).to_string();
         let item = store
             .tx(|tx| append(tx, "b", "system", None, &note))

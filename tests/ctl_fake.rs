@@ -253,7 +253,10 @@ async fn a_prompt_is_found_everywhere_and_answered_elsewhere() {
     tokio::time::timeout(EVENT_TIMEOUT, async {
         while let Some(line) = watched.next_line().await.unwrap() {
             let v: Value = serde_json::from_str(&line).unwrap();
-            if v["event"] == "permission_requested" && v["request_id"] == "ask-0-1" {
+            // PendingPermissions as JSON: a list of requests.
+            if v["event"] == "properties"
+                && v["changed"]["PendingPermissions"][0]["request_id"] == "ask-0-1"
+            {
                 return;
             }
         }

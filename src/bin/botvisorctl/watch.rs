@@ -283,11 +283,7 @@ impl Watch {
                 names.sort();
                 for k in names {
                     let val = &changed[k];
-                    let shown = match &**val {
-                        zbus::Variant::Str(s) => json!(s.as_str()),
-                        zbus::Variant::U32(n) => json!(n),
-                        other => json!(format!("{other:?}")),
-                    };
+                    let shown = property_json(val);
                     if matches!(
                         k.as_str(),
                         "State" | "LastError" | "StopVerdict" | "SessionId" | "Name"
@@ -346,5 +342,30 @@ impl Watch {
             _ => {}
         }
         Ok(false)
+    }
+}
+
+/// A property value as JSON: strings and numbers as they are, `PendingPermissions` as a list of
+/// `{"request_id", "tool", "input"}`.
+fn property_json(val: &OwnedValue) -> Value {
+    match &**val {
+        zbus::Variant::Str(s) => json!(s.as_str()),
+        zbus::Variant::U32(n) => json!(n),
+        other => match val
+            .try_clone()
+            .ok()
+            .and_then(|v| Vec::<(String, String, String)>::try_from(v).ok())
+        {
+            Some(pending) => Value::Array(
+                pending
+                    .into_iter()
+                    .map(|(id, tool, input)| {
+                        json!({"request_id": id, "tool": tool,
+                               "input": serde_json::from_str::<Value>(&input).unwrap_or(Value::Null)})
+                    })
+                    .collect(),
+            ),
+            None => json!(format!("{other:?}")),
+        },
     }
 }

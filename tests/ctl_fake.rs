@@ -74,6 +74,14 @@ async fn concurrent_senders_each_see_exactly_their_own_turn() {
             for i in 0..EACH {
                 let text = format!("hello {w}-{i}");
                 let as_json = i % 4 == 3;
+                if w == 0 {
+                    // Setting notes (no turn) never show up in a send.
+                    let model = format!("fake-{i}");
+                    let (code, _, err) = run(&bus, &["set", "busy", "--model", &model]).await;
+                    if code != 0 {
+                        wrong.push(format!("set: exit {code}: {err}"));
+                    }
+                }
                 let mut args = vec!["send", "busy", text.as_str()];
                 if as_json {
                     args.insert(0, "--json");
@@ -137,6 +145,11 @@ async fn concurrent_senders_each_see_exactly_their_own_turn() {
         "{} of 100 sends were wrong:\n{}",
         wrong.len(),
         wrong.join("\n")
+    );
+    let (_, out, _) = run(&bus, &["--json", "chat", "busy"]).await;
+    assert!(
+        out.contains(r#""reason":"setting_applied""#),
+        "the settings were applied while the sends ran"
     );
     // A running agent is stopped, and the verdict said.
     let (code, out, err) = run(&bus, &["stop", "busy"]).await;

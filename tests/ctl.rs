@@ -153,7 +153,12 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     assert!(out.contains("nothing to interrupt"), "{out}");
     let (ok, _, err) = run(&env, &["restart", "demo", "--fresh"]).await;
     assert!(ok, "{err}");
-    let (ok, _, err) = run(&env, &["stop", "demo"]).await;
+    // Restart returns at once; the stop below is of the restarted agent (a `stop` sent while
+    // botvisord still restarts could see the restart's own passing `stopped`).
+    let path = zbus::OwnedObjectPath::try_from(created["path"].as_str().unwrap()).unwrap();
+    wait_state(&env.bot(&path).await, "idle").await;
+    let (ok, out, err) = run(&env, &["stop", "demo"]).await;
+    assert!(out.starts_with("stopped demo (verdict: "), "{out}");
     assert!(ok, "{err}");
     let (ok, out, _) = run(&env, &["--json", "list"]).await;
     assert!(ok);

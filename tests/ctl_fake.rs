@@ -538,3 +538,53 @@ async fn the_terminal_question_goes_when_answered_elsewhere() {
         "{answers:?}"
     );
 }
+
+/// Issue 17, point 9: `list` aligns its columns by display width (CJK and emoji names) and fits
+/// the terminal's width; `create` says when a name was taken and suffixed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_aligns_wide_names_and_fits_the_terminal() {
+    use unicode_width::UnicodeWidthStr;
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let deep = s
+        .env
+        .work
+        .join("a-rather-long-folder-name/and-another-one/下の階層");
+    std::fs::create_dir_all(&deep).unwrap();
+    create(&s, "a", &deep, json!([{"mode": "normal"}])).await;
+    create(&s, "日本語のボット🤖", &deep, json!([{"mode": "normal"}])).await;
+    let (code, out, err) = run(&bus, &["create", "--cwd", deep.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("note: a bot named 下の階層 exists") || out.contains("created 下の階層 ("),
+        "{out}"
+    );
+    let (code, out, _) = run(&bus, &["create", "--cwd", deep.to_str().unwrap()]).await;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("note: a bot named 下の階層 exists already, so this one is 下の階層-2"),
+        "{out}"
+    );
+    for columns in ["200", "50"] {
+        let out = ctl(&bus)
+            .env("COLUMNS", columns)
+            .arg("list")
+            .output()
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let width: usize = columns.parse().unwrap();
+        for line in text.lines() {
+            assert!(
+                line.width() <= width,
+                "wider than {width}: {line:?}\n{text}"
+            );
+        }
+        // Each row's state starts at the header's STATE column, whatever the name's width.
+        let header = text.lines().next().unwrap();
+        let at = header[..header.find("STATE").unwrap()].width();
+        for line in text.lines().skip(1).filter(|l| l.contains("stopped")) {
+            assert_eq!(line[..line.find("stopped").unwrap()].width(), at, "{text}");
+        }
+    }
+}

@@ -382,6 +382,13 @@ async fn watch_sees_every_last_change_before_botvisord_leaves_and_its_return() {
 
     s.daemon = Daemon::start(&s.cfg, &s.env.conn).await;
     read_until(&mut watched, |v| v["event"] == "daemon_back").await;
+    // The same watch goes on with the new botvisord.
+    let (code, _, err) = run(&bus, &["send", "agent1", "after the restart"]).await;
+    assert_eq!(code, 0, "{err}");
+    read_until(&mut watched, |v| {
+        v["event"] == "chat" && v["payload"]["text"] == "fake: after the restart"
+    })
+    .await;
     watch.kill().await.unwrap();
 
     let mut one = ctl(&bus)

@@ -89,6 +89,9 @@ if [ "$os" = Darwin ]; then
   manager=launchd
 elif command -v systemctl >/dev/null 2>&1 && systemctl --user show-environment >/dev/null 2>&1; then
   manager=systemd
+elif [ "$scope" = system ] && command -v systemctl >/dev/null 2>&1; then
+  # For every user: their user managers read the unit, whatever root's session has.
+  manager=systemd
 fi
 
 fill() {

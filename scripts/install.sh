@@ -1,77 +1,200 @@
 #!/usr/bin/env bash
-# Installs botvisord and botvisorctl for the current user, with the systemd user unit and the
-# D-Bus activation file (Linux) or the launchd agent (macOS). See docs/install.md.
-#
-#   scripts/install.sh              build (release) and install into ~/.local
-#   scripts/install.sh --no-build   install target/release/ as it is (built before)
-#   scripts/install.sh --uninstall  remove what install put there (the database stays)
-#   PREFIX=/usr/local sudo -E scripts/install.sh --system   for every user (systemd --global)
+# Installs botvisord and botvisorctl for the current user. See docs/install.md.
 set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: scripts/install.sh [OPTIONS]
+
+Builds botvisor (cargo build --release) and installs it for the current user: the binaries,
+shell completions and the man page of botvisorctl, the docs, and the way the service starts:
+a systemd user unit with D-Bus activation (Linux with a systemd user manager), a launchd agent
+(macOS), or D-Bus activation alone with a log file (Linux without systemd). It records where
+the Claude Code CLI is in the configuration, because a service started by D-Bus or systemd does
+not see your shell's PATH.
+
+Options:
+  --no-build        install what was built before (no cargo build)
+  --bin-dir DIR     install the binaries found in DIR (for example ~/.cargo/bin after
+                    `cargo install --path .`); implies --no-build
+  --autostart       also install an XDG autostart entry that starts botvisord at login
+                    (for desktops without a systemd user manager)
+  --system          for every user: PREFIX (default /usr/local), systemd --global
+  --uninstall       remove what this script installed (the database and config stay)
+  -h, --help        this help
+
+Environment:
+  PREFIX            where to install (default ~/.local, or /usr/local with --system)
+  CARGO_TARGET_DIR  where cargo builds (default ./target); the release binaries are taken
+                    from $CARGO_TARGET_DIR/release
+  CLAUDE_BIN        the Claude Code binary to record (default: `claude` on PATH)
+EOF
+}
+
 cd "$(dirname "$0")/.."
 mode=install
 scope=user
 build=yes
-for a in "$@"; do
-  case "$a" in
+bin_src=""
+autostart=no
+while [ $# -gt 0 ]; do
+  case "$1" in
     --uninstall) mode=uninstall ;;
     --system) scope=system ;;
     --no-build) build=no ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
-    *) echo "unknown argument: $a" >&2; exit 2 ;;
+    --bin-dir)
+      [ $# -ge 2 ] || { echo "install.sh: --bin-dir needs a folder" >&2; exit 2; }
+      bin_src="$2"; build=no; shift ;;
+    --autostart) autostart=yes ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "install.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
+  shift
 done
+
+os="$(uname -s)"
+config_home="${XDG_CONFIG_HOME:-$HOME/.config}"
+data_home="${XDG_DATA_HOME:-$HOME/.local/share}"
+state_home="${XDG_STATE_HOME:-$HOME/.local/state}"
 if [ "$scope" = system ]; then
   prefix="${PREFIX:-/usr/local}"
   unit_dir="$prefix/lib/systemd/user"
   dbus_dir="$prefix/share/dbus-1/services"
+  bash_dir="$prefix/share/bash-completion/completions"
+  zsh_dir="$prefix/share/zsh/site-functions"
+  fish_dir="$prefix/share/fish/vendor_completions.d"
 else
   prefix="${PREFIX:-$HOME/.local}"
-  unit_dir="${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user"
-  dbus_dir="${XDG_DATA_HOME:-$HOME/.local/share}/dbus-1/services"
+  unit_dir="$config_home/systemd/user"
+  dbus_dir="$data_home/dbus-1/services"
+  bash_dir="$data_home/bash-completion/completions"
+  zsh_dir="$data_home/zsh/site-functions"
+  fish_dir="$config_home/fish/completions"
 fi
 bindir="$prefix/bin"
 docdir="$prefix/share/doc/botvisor"
-os="$(uname -s)"
+mandir="$prefix/share/man/man1"
 agents="$HOME/Library/LaunchAgents"
-logdir="$HOME/Library/Logs/botvisor"
+if [ "$os" = Darwin ]; then
+  logdir="$HOME/Library/Logs/botvisor"
+else
+  logdir="$state_home/botvisor"
+fi
+config="$config_home/botvisor/config.toml"
+autostart_file="$config_home/autostart/botvisord.desktop"
 
-fill() { sed -e "s|@BINDIR@|$bindir|g" -e "s|@DOCDIR@|$docdir|g" -e "s|@LOGDIR@|$logdir|g" "$1" > "$2"; }
+# How this machine starts user services.
+manager=none
+if [ "$os" = Darwin ]; then
+  manager=launchd
+elif command -v systemctl >/dev/null 2>&1 && systemctl --user show-environment >/dev/null 2>&1; then
+  manager=systemd
+elif [ "$scope" = system ] && command -v systemctl >/dev/null 2>&1; then
+  # For every user: their user managers read the unit, whatever root's session has.
+  manager=systemd
+fi
+
+fill() {
+  sed -e "s|@BINDIR@|$bindir|g" -e "s|@DOCDIR@|$docdir|g" -e "s|@LOGDIR@|$logdir|g" "$1" > "$2"
+}
 
 if [ "$mode" = uninstall ]; then
-  if [ "$os" = Darwin ]; then
-    launchctl bootout "gui/$(id -u)/org.botvisor.botvisord" 2>/dev/null || true
-    rm -f "$agents/org.botvisor.botvisord.plist"
-  else
-    systemctl --user disable --now botvisord.service 2>/dev/null || true
-    rm -f "$unit_dir/botvisord.service" "$dbus_dir/org.botvisor.Botvisor1.service"
-    systemctl --user daemon-reload 2>/dev/null || true
-  fi
-  rm -f "$bindir/botvisord" "$bindir/botvisorctl"
+  case "$manager" in
+    launchd)
+      launchctl bootout "gui/$(id -u)/org.botvisor.botvisord" 2>/dev/null || true
+      rm -f "$agents/org.botvisor.botvisord.plist" ;;
+    systemd)
+      systemctl --user disable --now botvisord.service 2>/dev/null || true ;;
+  esac
+  rm -f "$unit_dir/botvisord.service" "$dbus_dir/org.botvisor.Botvisor1.service" "$autostart_file"
+  [ "$manager" = systemd ] && { systemctl --user daemon-reload || echo "install.sh: systemctl --user daemon-reload failed" >&2; }
+  rm -f "$bindir/botvisord" "$bindir/botvisorctl" "$mandir/botvisorctl.1" \
+    "$bash_dir/botvisorctl" "$zsh_dir/_botvisorctl" "$fish_dir/botvisorctl.fish"
   rm -rf "$docdir"
-  echo "uninstalled; the database in ${XDG_STATE_HOME:-$HOME/.local/state}/botvisor is kept"
+  echo "uninstalled; kept the database ($state_home/botvisor) and the configuration ($config)"
   exit 0
 fi
 
-if [ "$build" = yes ]; then
-  cargo build --release --locked --bins
-elif [ ! -x target/release/botvisord ] || [ ! -x target/release/botvisorctl ]; then
-  echo "no target/release/botvisord: build first (cargo build --release) or drop --no-build" >&2
-  exit 1
-fi
-install -d "$bindir" "$docdir"
-install -m 0755 target/release/botvisord target/release/botvisorctl "$bindir/"
-install -m 0644 README.md docs/*.md dbus/org.botvisor.Botvisor1.xml "$docdir/"
-if [ "$os" = Darwin ]; then
-  install -d "$agents" "$logdir"
-  fill packaging/launchd/org.botvisor.botvisord.plist "$agents/org.botvisor.botvisord.plist"
-  echo "installed; start it with: launchctl bootstrap gui/$(id -u) $agents/org.botvisor.botvisord.plist"
-else
-  install -d "$unit_dir" "$dbus_dir"
-  fill packaging/systemd/botvisord.service "$unit_dir/botvisord.service"
-  fill packaging/dbus/org.botvisor.Botvisor1.service "$dbus_dir/org.botvisor.Botvisor1.service"
-  if [ "$scope" = user ]; then
-    systemctl --user daemon-reload 2>/dev/null || true
+# The binaries: built here, found in CARGO_TARGET_DIR, or given.
+if [ -z "$bin_src" ]; then
+  bin_src="${CARGO_TARGET_DIR:-target}/release"
+  if [ "$build" = yes ]; then
+    cargo build --release --locked --bins
   fi
-  echo "installed; enable it with: systemctl --user enable --now botvisord"
-  echo "(or just call it: the first D-Bus call starts it)"
 fi
+for b in botvisord botvisorctl; do
+  if [ ! -x "$bin_src/$b" ]; then
+    echo "install.sh: no $bin_src/$b; build first (cargo build --release), or give --bin-dir DIR" >&2
+    exit 1
+  fi
+done
+
+install -d "$bindir" "$docdir" "$mandir" "$bash_dir" "$zsh_dir" "$fish_dir"
+install -m 0755 "$bin_src/botvisord" "$bin_src/botvisorctl" "$bindir/"
+install -m 0644 README.md docs/*.md dbus/org.botvisor.Botvisor1.xml "$docdir/"
+"$bindir/botvisorctl" man > "$mandir/botvisorctl.1"
+"$bindir/botvisorctl" completions bash > "$bash_dir/botvisorctl"
+"$bindir/botvisorctl" completions zsh > "$zsh_dir/_botvisorctl"
+"$bindir/botvisorctl" completions fish > "$fish_dir/botvisorctl.fish"
+echo "installed botvisord and botvisorctl in $bindir (man page, bash, zsh and fish completions too)"
+
+# Where Claude Code is, for a service that does not see this shell's PATH.
+claude="${CLAUDE_BIN:-$(command -v claude 2>/dev/null || true)}"
+if [ "$scope" = user ]; then
+  install -d "$(dirname "$config")"
+  if [ -f "$config" ] && grep -Eq '^[[:space:]]*claude_bin[[:space:]]*=' "$config"; then
+    echo "kept claude_bin in $config"
+  elif [ -n "$claude" ]; then
+    claude="$(cd "$(dirname "$claude")" && pwd)/$(basename "$claude")"
+    printf '# Recorded by scripts/install.sh: the service does not see your shell'"'"'s PATH.\nclaude_bin = "%s"\n' "$claude" >> "$config"
+    echo "recorded claude_bin = \"$claude\" in $config"
+  else
+    echo "no claude on PATH: install Claude Code (npm install -g @anthropic-ai/claude-code), then set"
+    echo "  claude_bin = \"/path/to/claude\"   in $config"
+  fi
+  if ! "$bindir/botvisord" --check-config >/dev/null; then
+    echo "install.sh: $config has a problem; botvisord --check-config says:" >&2
+    "$bindir/botvisord" --check-config >&2 || true
+  fi
+fi
+
+case "$manager" in
+  launchd)
+    install -d "$agents" "$logdir"
+    fill packaging/launchd/org.botvisor.botvisord.plist "$agents/org.botvisor.botvisord.plist"
+    echo "installed the launchd agent $agents/org.botvisor.botvisord.plist"
+    echo "start it now and at every login with:"
+    echo "  launchctl bootstrap gui/$(id -u) $agents/org.botvisor.botvisord.plist"
+    echo "it logs to $logdir/botvisord.log" ;;
+  systemd)
+    install -d "$unit_dir" "$dbus_dir"
+    fill packaging/systemd/botvisord.service "$unit_dir/botvisord.service"
+    fill packaging/dbus/org.botvisor.Botvisor1.service "$dbus_dir/org.botvisor.Botvisor1.service"
+    if [ "$scope" = user ]; then
+      if ! systemctl --user daemon-reload; then
+        echo "install.sh: systemctl --user daemon-reload failed; the unit is installed but systemd has not read it" >&2
+        exit 1
+      fi
+      echo "installed the systemd user unit $unit_dir/botvisord.service"
+      echo "start it now and at every login with:"
+      echo "  systemctl --user enable --now botvisord"
+      echo "(or do nothing: the first D-Bus call, such as botvisorctl list, starts it)"
+      echo "its log: journalctl --user -u botvisord"
+    else
+      echo "installed the unit in $unit_dir; enable it for every user with: systemctl --global enable botvisord"
+    fi ;;
+  none)
+    install -d "$dbus_dir" "$logdir"
+    fill packaging/dbus/org.botvisor.Botvisor1.service "$dbus_dir/org.botvisor.Botvisor1.service"
+    echo "no systemd user manager here (and not macOS): nothing to enable."
+    echo "botvisord starts by D-Bus activation on the first call (botvisorctl list, a panel), when"
+    echo "your session bus reads $dbus_dir; it logs to $logdir/botvisord.log"
+    echo "or run it yourself in a terminal: $bindir/botvisord"
+    if [ "$autostart" = yes ]; then
+      install -d "$(dirname "$autostart_file")"
+      fill packaging/xdg/botvisord.desktop "$autostart_file"
+      echo "installed the autostart entry $autostart_file: your desktop starts botvisord at login"
+    else
+      echo "or start it at every login with an autostart entry: scripts/install.sh --autostart"
+    fi ;;
+esac

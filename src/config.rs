@@ -130,7 +130,7 @@ impl Config {
     pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Invalid {
             path: path.to_owned(),
-            message: e.to_string(),
+            message: explain(&e, text),
         })?;
         config.validate().map_err(|message| ConfigError::Invalid {
             path: path.to_owned(),
@@ -226,6 +226,66 @@ impl Config {
     }
 }
 
+/// A TOML error in words a person reads: a wrong type or value names the key, its line, what
+/// the key takes and what was found ("line 3: key `idle_timeout_s` takes a whole number of
+/// seconds (0 or more, no quotes); found the text \"soon\""); any other error is the parser's
+/// own message with its line and column.
+fn explain(e: &toml::de::Error, text: &str) -> String {
+    let message = e.message();
+    let wrong = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "));
+    let (Some(wrong), Some(span)) = (wrong, e.span()) else {
+        return e.to_string();
+    };
+    let Some((found, expected)) = wrong.rsplit_once(", expected ") else {
+        return e.to_string();
+    };
+    let start = span.start.min(text.len());
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[..start].matches('\n').count() + 1;
+    let key = text[line_start..start]
+        .split('=')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .trim_matches('"');
+    let seconds = if key.ends_with("_s") {
+        " of seconds"
+    } else {
+        ""
+    };
+    let takes = match expected {
+        "u64" | "u32" | "u16" | "u8" | "usize" => {
+            format!("a whole number{seconds} (0 or more, no quotes)")
+        }
+        "i64" | "i32" => format!("a whole number{seconds} (no quotes)"),
+        "f64" | "f32" => format!("a number{seconds} (for example 5 or 2.5, no quotes)"),
+        "path string" => "a path in quotes (for example \"/usr/local/bin/claude\")".to_owned(),
+        "a string" => "text in quotes".to_owned(),
+        "a sequence" => "a list in brackets (for example [\"PATH\", \"LC_*\"])".to_owned(),
+        "a boolean" => "true or false".to_owned(),
+        other => other.to_owned(),
+    };
+    let found = if let Some(s) = found.strip_prefix("string ") {
+        format!("the text {s}")
+    } else {
+        let plain = found.replace('`', "");
+        match plain.split_once(' ') {
+            Some(("integer", n)) => format!("the whole number {n}"),
+            Some(("floating", rest)) => {
+                format!("the number {}", rest.trim_start_matches("point "))
+            }
+            Some(("boolean", b)) => format!("the boolean {b}"),
+            _ => plain,
+        }
+    };
+    if key.is_empty() {
+        return format!("line {line}: a value must be {takes}; found {found}");
+    }
+    format!("line {line}: key `{key}` takes {takes}; found {found}")
+}
+
 /// Where the daemon keeps its files, after the XDG base directory specification (macOS: the
 /// equivalents under `~/Library`).
 pub mod paths {
@@ -309,6 +369,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("idle_timeout_s"), "{err}");
+    }
+
+    #[test]
+    fn wrong_types_are_explained_in_words() {
+        for (text, want) in [
+            (
+                "stop_grace_s = 2\nidle_timeout_s = \"soon\"",
+                "line 2: key `idle_timeout_s` takes a whole number of seconds (0 or more, no \
+                 quotes); found the text \"soon\"",
+            ),
+            (
+                "stop_grace_s = \"5\"",
+                "key `stop_grace_s` takes a number of seconds (for example 5 or 2.5, no quotes); \
+                 found the text \"5\"",
+            ),
+            ("claude_bin = 3", "key `claude_bin` takes a path in quotes"),
+            ("env_allowlist = \"PATH\"", "takes a list in brackets"),
+            ("crash_loop_limit = -1", "found the whole number -1"),
+        ] {
+            let err = Config::from_toml(text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{text}: {err}");
+            assert!(!err.contains("expected"), "{text}: {err}");
+        }
     }
 
     #[test]

@@ -36,7 +36,7 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     let env = TestEnv::new().await;
     let setup = RealSetup::start(&env, claude, demo_script()).await;
     let work = env.work.to_str().unwrap();
-    let mut create = vec!["create", "--cwd", work, "--name", "demo"];
+    let mut create = vec!["--json", "create", "--cwd", work, "--name", "demo"];
     let envs: Vec<String> = setup
         .bot_env
         .iter()
@@ -45,9 +45,11 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     for e in &envs {
         create.extend(["--env", e.as_str()]);
     }
-    let (ok, id, err) = run(&env, &create).await;
+    let (ok, out, err) = run(&env, &create).await;
     assert!(ok, "{err}");
-    let id = id.trim().to_owned();
+    let created: Value = serde_json::from_str(out.trim()).unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["name"], "demo");
     assert_eq!(id.len(), 32);
 
     // Terminal 1: watch everything, as JSON lines.
@@ -82,7 +84,7 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     .expect("watch shows the prompt");
     let shown = tokio::time::timeout(EVENT_TIMEOUT, async {
         while let Some(line) = sent.next_line().await.unwrap() {
-            if line.starts_with("[permission]") {
+            if line.starts_with("[permission?]") && line.contains("waiting; answer with") {
                 return line;
             }
         }
@@ -151,18 +153,28 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     assert!(out.contains("nothing to interrupt"), "{out}");
     let (ok, _, err) = run(&env, &["restart", "demo", "--fresh"]).await;
     assert!(ok, "{err}");
-    let (ok, _, err) = run(&env, &["stop", "demo"]).await;
+    // Restart returns at once; the stop below is of the restarted agent (a `stop` sent while
+    // botvisord still restarts could see the restart's own passing `stopped`).
+    let path = zbus::OwnedObjectPath::try_from(created["path"].as_str().unwrap()).unwrap();
+    wait_state(&env.bot(&path).await, "idle").await;
+    let (ok, out, err) = run(&env, &["stop", "demo"]).await;
+    assert!(out.starts_with("stopped demo (verdict: "), "{out}");
     assert!(ok, "{err}");
     let (ok, out, _) = run(&env, &["--json", "list"]).await;
     assert!(ok);
-    let list: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(list[0]["state"], "stopped");
-    assert_eq!(list[0]["session_id"], "");
-    let (ok, _, err) = run(&env, &["delete", "demo"]).await;
+    let list: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(list["state"], "stopped");
+    assert_eq!(list["session_id"], "");
+    let (ok, _, err) = run(&env, &["delete", "--yes", "demo"]).await;
     assert!(ok, "{err}");
     let (ok, _, err) = run(&env, &["send", "demo", "hi"]).await;
     assert!(!ok);
-    assert!(err.contains("NotFound"), "{err}");
+    assert!(
+        err.contains(
+            "no bot has the id, id prefix or name `demo`; `botvisorctl list` shows them all"
+        ),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,9 +232,10 @@ async fn botvisorctl_escapes_what_it_prints() {
     let (ok, out, _) = run(&env, &["--json", "list"]).await;
     assert!(ok);
     assert_printable("list --json", &out);
-    let list: Value = serde_json::from_str(&out).unwrap();
+    // One object per bot and line.
+    let first: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     assert_eq!(
-        list[0]["name"], "old\u{1b}[2Jname\u{9b}31m",
+        first["name"], "old\u{1b}[2Jname\u{9b}31m",
         "the JSON value is unchanged"
     );
 
@@ -247,5 +260,5 @@ async fn botvisorctl_escapes_what_it_prints() {
     let (ok, _, err) = run(&env, &["send", "nobody\u{1b}[2J\u{202e}", "hi"]).await;
     assert!(!ok);
     assert_printable("an error", &err);
-    assert!(err.contains("NotFound"), "{err}");
+    assert!(err.contains("no bot has the id"), "{err}");
 }

@@ -90,7 +90,12 @@ async fn a_history_over_64_mib_is_paged_and_every_item_reads_back_whole() {
             .find(|(_, k, _)| k == "assistant")
             .expect("the 12 MiB reply was signalled");
         assert!(is_preview(signalled), "ChatItemAdded carried {signalled}");
-        let whole = json!({"text": echo(&text, 12 * MIB)}).to_string();
+        // The item of the turn, its turn id first (docs/dbus-api.md, GetChat).
+        let whole = format!(
+            "{{\"turn_id\":{},{}",
+            json!(seen.turn_id),
+            &json!({"text": echo(&text, 12 * MIB)}).to_string()[1..]
+        );
         assert_eq!(signalled["size"], whole.len() as u64);
         assert_eq!(signalled["preview_of"], "text");
         expected.insert(*seq, whole);

@@ -31,14 +31,19 @@ async fn the_first_call_starts_the_daemon_through_dbus_activation() {
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&services).unwrap();
     let db = dir.path().join("activated.db");
+    let log = dir.path().join("logs/botvisord.log");
     // The installed file, pointing at the built binary, with the test's own paths.
     let service = filled(
         "packaging/dbus/org.botvisor.Botvisor1.service",
         Path::new("/unused"),
     )
     .replace(
-        "Exec=/unused/botvisord",
-        &format!("Exec={BOTVISORD} --database {}", db.display()),
+        "Exec=/unused/botvisord --log-file /tmp/botvisord.log",
+        &format!(
+            "Exec={BOTVISORD} --database {} --log-file {}",
+            db.display(),
+            log.display()
+        ),
     );
     std::fs::write(services.join("org.botvisor.Botvisor1.service"), service).unwrap();
     let path = std::env::var("PATH").unwrap_or_default();
@@ -68,6 +73,11 @@ async fn the_first_call_starts_the_daemon_through_dbus_activation() {
     assert!(manager.list_bots().await.unwrap().is_empty());
     assert_eq!(manager.version().await.unwrap(), "1");
     assert!(db.exists(), "the activated daemon opened its database");
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        logged.contains("botvisord is serving"),
+        "the activated daemon logs to its file: {logged}"
+    );
     let pid = dbus
         .get_connection_unix_process_id(botvisor::dbus::BUS_NAME.try_into().unwrap())
         .await
@@ -289,7 +299,10 @@ fn the_dbus_service_file_names_the_bus_name_and_the_unit() {
         .collect();
     assert!(text.contains("[D-BUS Service]"));
     assert_eq!(keys["Name"], "org.botvisor.Botvisor1");
-    assert_eq!(keys["Exec"], "/usr/bin/botvisord");
+    assert_eq!(
+        keys["Exec"],
+        "/usr/bin/botvisord --log-file /tmp/botvisord.log"
+    );
     assert_eq!(keys["SystemdService"], "botvisord.service");
 }
 
@@ -393,6 +406,44 @@ fn help_and_check_config() {
     assert!(
         !out.status.success(),
         "an unusable default mode passed the check"
+    );
+    // A configured binary must exist and be executable; the check names it and says so.
+    let missing = dir.path().join("missing.toml");
+    std::fs::write(&missing, "claude_bin = \"/nope/claude\"\n").unwrap();
+    let out = check_config(&["--config".as_ref(), missing.as_os_str()], &[]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "a missing claude_bin passed: {said}");
+    assert!(
+        said.contains("/nope/claude") && said.contains("does not exist"),
+        "{said}"
+    );
+    let not_exec = dir.path().join("claude-not-executable");
+    std::fs::write(&not_exec, "#!/bin/sh\n").unwrap();
+    let plain = dir.path().join("plain.toml");
+    std::fs::write(&plain, format!("claude_bin = {:?}\n", not_exec)).unwrap();
+    let out = check_config(&["--config".as_ref(), plain.as_os_str()], &[]);
+    assert!(!out.status.success(), "a non-executable claude_bin passed");
+    let exec = dir.path().join("claude-ok");
+    std::fs::write(&exec, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&exec, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let usable = dir.path().join("usable.toml");
+    std::fs::write(&usable, format!("claude_bin = {:?}\n", exec)).unwrap();
+    let out = check_config(&["--config".as_ref(), usable.as_os_str()], &[]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("runtime claude: {}", exec.display())),
+        "{said}"
+    );
+    // Type errors in words, not the deserializer's.
+    let typed = dir.path().join("typed.toml");
+    std::fs::write(&typed, "stop_grace_s = \"5\"\n").unwrap();
+    let out = check_config(&["--config".as_ref(), typed.as_os_str()], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("key `stop_grace_s` takes a number of seconds") && !err.contains("f64"),
+        "{err}"
     );
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "stop_grace_s = 8\nidle_timeot_s = 5\n").unwrap();

@@ -22,6 +22,10 @@ struct Args {
     /// Check the configuration file and exit: 0 when valid, 1 with the error otherwise.
     #[arg(long)]
     check_config: bool,
+    /// Append the log to this file instead of stderr (ignored under systemd, where the journal
+    /// takes it). The D-Bus activation file installed without systemd uses it.
+    #[arg(long, value_name = "PATH")]
+    log_file: Option<PathBuf>,
     /// More logging (-v debug, -vv trace); RUST_LOG wins when set.
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -41,17 +45,14 @@ fn main() -> ExitCode {
         }
     };
     if args.check_config {
-        if config_path.exists() {
-            println!("{}: valid", config_path.display());
-        } else {
-            println!(
-                "{}: no such file; all defaults apply (docs/configuration.md)",
-                config_path.display()
-            );
-        }
-        return ExitCode::SUCCESS;
+        return check_config(&config_path, &config);
     }
-    botvisor::logging::init(args.verbose);
+    botvisor::logging::init(args.verbose, args.log_file.as_deref());
+    if config_path.exists() {
+        tracing::info!(config = %config_path.display(), "configuration read");
+    } else {
+        tracing::info!(config = %config_path.display(), "no configuration file: all defaults");
+    }
     let database = args
         .database
         .or_else(|| config.database.clone())
@@ -128,4 +129,38 @@ fn main() -> ExitCode {
             }
         }
     })
+}
+
+/// `--check-config`: the file parses and validates (else `main` has already said why), and every
+/// runtime's binary exists and is executable. 0 when the daemon could run bots with it, 1 (with
+/// the reason) when not.
+fn check_config(config_path: &std::path::Path, config: &Config) -> ExitCode {
+    use botvisor::runtime::Runtime;
+    let mut ok = true;
+    if config_path.exists() {
+        println!("{}: valid", config_path.display());
+    } else {
+        println!(
+            "{}: no such file; all defaults apply (docs/configuration.md)",
+            config_path.display()
+        );
+    }
+    let claude = botvisor::runtime::claude::Claude::new(config.claude_bin.clone());
+    // A binary the configuration (or BOTVISOR_CLAUDE_BIN) names must be there; `claude` looked
+    // up on PATH may be installed later, so its absence is only a warning.
+    let configured = config.claude_bin.is_some()
+        || std::env::var_os(botvisor::runtime::claude::BIN_ENV).is_some_and(|v| !v.is_empty());
+    match claude.binary() {
+        Ok(path) => println!("runtime claude: {}", path.display()),
+        Err(e) if configured => {
+            println!("runtime claude: error: {e}");
+            ok = false;
+        }
+        Err(e) => println!("runtime claude: warning: {e}"),
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }

@@ -124,26 +124,35 @@ impl BotObject {
 
     /// Answers an open permission request. `behavior`: `allow` or `deny`. Options:
     /// `updated_input` (s, a JSON object: the input the tool runs with, for `allow`), `message`
-    /// (s, what the model is told, for `deny`). The first answer wins; it is recorded in the chat
-    /// with the answering client's bus name. Errors: NotFound (unknown or already answered
-    /// request), InvalidArgument.
+    /// (s, what the model is told, for `deny`), `client` (s, a name for people of the answering
+    /// program; default: its process name, where the bus can tell). The first answer wins; it is
+    /// recorded in the chat with the answering client's bus name and name. Errors: NotFound
+    /// (unknown or already answered request), InvalidArgument.
     async fn respond_permission(
         &self,
         request_id: String,
         behavior: String,
         options: Options,
         #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
     ) -> Result<()> {
         let mut r = OptionReader::new("RespondPermission", &options);
         let updated_input = r.string("updated_input")?;
         let message = r.string("message")?;
+        let named = r.string("client")?;
         r.finish()?;
+        let client = client_of(&hdr);
+        let name = match named {
+            Some(n) => super::caller::client_label(&n),
+            None => super::caller::process_name(conn, &client).await,
+        };
         Ok(self.handle.respond_permission(
             &request_id,
             &behavior,
             message,
             updated_input,
-            &client_of(&hdr),
+            &client,
+            &name,
         )?)
     }
 

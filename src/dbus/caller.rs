@@ -86,3 +86,32 @@ impl CallerCheck {
         self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
+
+/// The longest client name recorded, in characters.
+pub const MAX_CLIENT_NAME_CHARS: usize = 64;
+
+/// A client's own name for itself (the `client` option), cut to [`MAX_CLIENT_NAME_CHARS`]
+/// printable characters.
+pub fn client_label(name: &str) -> String {
+    name.chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_CLIENT_NAME_CHARS)
+        .collect()
+}
+
+/// The process name of the client with unique bus name `sender` (its `/proc/PID/comm` on Linux),
+/// or empty where the bus or the system cannot tell.
+pub async fn process_name(conn: &Connection, sender: &str) -> String {
+    let Ok(name) = zbus::names::BusName::try_from(sender) else {
+        return String::new();
+    };
+    let Ok(dbus) = zbus::fdo::DBusProxy::new(conn).await else {
+        return String::new();
+    };
+    let Ok(pid) = dbus.get_connection_unix_process_id(name).await else {
+        return String::new();
+    };
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|comm| client_label(comm.trim()))
+        .unwrap_or_default()
+}

@@ -20,32 +20,60 @@ use super::service::Ctx;
 use crate::limits::MAX_ITEM_BYTES;
 use crate::supervisor::{PropertyValue, Publication};
 
-/// Runs until the channel closes.
-pub async fn run(conn: Connection, ctx: Arc<Ctx>, mut rx: mpsc::UnboundedReceiver<Publication>) {
-    while let Some(p) = rx.recv().await {
-        if let Publication::BotRemoved { bot_id } = &p {
-            if let Err(e) = conn
-                .object_server()
-                .remove::<Guarded<BotObject>, _>(bot_path(bot_id))
-                .await
-            {
-                tracing::debug!(error = %e, "bot object not removed");
+/// Asks the publisher to send every publication queued so far; the answer comes once they are
+/// written to the connection. The daemon's shutdown uses it so that the bots' final changes are
+/// signalled before the bus name is released.
+pub type Flush = tokio::sync::oneshot::Sender<()>;
+
+/// Runs until the channel closes. A [`Flush`] request on `flush` is answered once everything
+/// queued before it is sent.
+pub async fn run(
+    conn: Connection,
+    ctx: Arc<Ctx>,
+    mut rx: mpsc::UnboundedReceiver<Publication>,
+    mut flush: mpsc::UnboundedReceiver<Flush>,
+) {
+    loop {
+        tokio::select! {
+            biased;
+            p = rx.recv() => match p {
+                Some(p) => send(&conn, &ctx, p).await,
+                None => return,
+            },
+            Some(done) = flush.recv() => {
+                while let Ok(p) = rx.try_recv() {
+                    send(&conn, &ctx, p).await;
+                }
+                let _ = done.send(());
             }
-            continue;
         }
-        let p = bounded(&ctx, p);
-        let path = bot_path(bot_of(&p));
-        let emitters = match ctx.audience.emitters(&conn, &path) {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::debug!(error = %e, "signal not sent");
-                continue;
-            }
-        };
-        for emitter in &emitters {
-            if let Err(e) = publish(emitter, &p).await {
-                tracing::debug!(error = %e, "signal not sent");
-            }
+    }
+}
+
+/// Sends one publication, bounded, to the audience of design rule 14.
+async fn send(conn: &Connection, ctx: &Ctx, p: Publication) {
+    if let Publication::BotRemoved { bot_id } = &p {
+        if let Err(e) = conn
+            .object_server()
+            .remove::<Guarded<BotObject>, _>(bot_path(bot_id))
+            .await
+        {
+            tracing::debug!(error = %e, "bot object not removed");
+        }
+        return;
+    }
+    let p = bounded(ctx, p);
+    let path = bot_path(bot_of(&p));
+    let emitters = match ctx.audience.emitters(conn, &path) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::debug!(error = %e, "signal not sent");
+            return;
+        }
+    };
+    for emitter in &emitters {
+        if let Err(e) = publish(emitter, &p).await {
+            tracing::debug!(error = %e, "signal not sent");
         }
     }
 }

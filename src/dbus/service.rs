@@ -62,6 +62,9 @@ pub async fn connect() -> zbus::Result<Connection> {
     }
 }
 
+/// How long the publisher may take at shutdown to send what the bots published last.
+const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How long a new connection may take to tell whether the bus still runs.
 const BUS_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -111,6 +114,14 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
         signal(SignalKind::interrupt()).map_err(|e| zbus::Error::Failure(e.to_string()))?;
     let config = Arc::new(config);
     let runtimes: Vec<Arc<dyn Runtime>> = vec![Arc::new(Claude::new(config.claude_bin.clone()))];
+    for runtime in &runtimes {
+        match runtime.binary() {
+            Ok(path) => {
+                tracing::info!(runtime = runtime.name(), binary = %path.display(), "runtime")
+            }
+            Err(e) => tracing::warn!(runtime = runtime.name(), "runtime unavailable: {e}"),
+        }
+    }
     let (pub_tx, pub_rx) = mpsc::unbounded_channel();
     let supervisor = Supervisor::new(Arc::new(store), config, runtimes, pub_tx);
     let caller = Arc::new(CallerCheck::default());
@@ -141,7 +152,13 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
             tracing::debug!(error = %e, "InterfacesAdded not sent to the user's connections");
         }
     }
-    tokio::spawn(super::publisher::run(conn.clone(), ctx.clone(), pub_rx));
+    let (flush_tx, flush_rx) = mpsc::unbounded_channel();
+    tokio::spawn(super::publisher::run(
+        conn.clone(),
+        ctx.clone(),
+        pub_rx,
+        flush_rx,
+    ));
 
     match crate::process::subreaper::become_subreaper() {
         Ok(true) => tracing::debug!("child subreaper: descendants that escape come back here"),
@@ -202,6 +219,13 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
     }
     supervisor.store().closing();
     supervisor.shutdown().await;
+    // The bots' last changes (State `stopped`, the turns they ended) are signalled before the
+    // name goes: a client sees them, then the owner change.
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    if flush_tx.send(done_tx).is_ok() && tokio::time::timeout(FLUSH_TIMEOUT, done_rx).await.is_err()
+    {
+        tracing::warn!("the last signals were not all sent within {FLUSH_TIMEOUT:?}");
+    }
     let _ = conn.release_name(BUS_NAME).await;
     tracing::info!("botvisord stopped");
     match dropped {

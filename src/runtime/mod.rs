@@ -205,6 +205,8 @@ pub enum RuntimeEvent {
         attempt: u64,
         /// The most attempts it will make.
         max_retries: u64,
+        /// How long it waits before this attempt, in milliseconds, when it says.
+        delay_ms: Option<u64>,
     },
     /// Assistant text as it streams (a piece of the message being written).
     TextDelta(String),

@@ -30,6 +30,10 @@ pub struct ChatItem {
 
 /// Appends an item at the next sequence number of `bot_id` and returns it as served (a payload
 /// over [`MAX_ITEM_BYTES`] is kept whole in `chat_wholes` and served as its preview).
+///
+/// An item that belongs to a turn says so where every client sees it: its payload (a JSON
+/// object) gets a `turn_id` member, also in its preview. The turn is `turn_id`, or for a
+/// `permission_answer` given none, the turn of the `permission_request` it answers.
 pub fn append(
     conn: &Connection,
     bot_id: &str,
@@ -41,8 +45,17 @@ pub fn append(
         .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM chat_items WHERE bot_id = ?1")?
         .query_row([bot_id], |r| r.get(0))?;
     let time = now_rfc3339();
+    let asked_in = match (turn_id, kind) {
+        (None, "permission_answer") => request_turn(conn, bot_id, payload)?,
+        _ => None,
+    };
+    let turn_id = turn_id.or(asked_in.as_deref());
+    let tagged = turn_id.and_then(|t| with_turn_id(payload, t));
+    let payload = tagged.as_deref().unwrap_or(payload);
     let served = if payload.len() > MAX_ITEM_BYTES {
-        crate::preview::preview(payload, &[])
+        // The turn id is kept first, whatever else the preview has room for.
+        let extra = turn_id.map(|t| ("turn_id", serde_json::Value::from(t)));
+        crate::preview::preview(payload, extra.as_slice())
     } else {
         payload.to_owned()
     };
@@ -62,6 +75,60 @@ pub fn append(
         turn_id: turn_id.map(str::to_owned),
         payload: served,
     })
+}
+
+/// `payload` with a `turn_id` member set to `turn_id`, when it is a JSON object that lacks one
+/// (or has another value); `None` when it needs no change or is not an object. The object is
+/// scanned, not rebuilt: the member is put first and the rest of the text is kept as it was.
+fn with_turn_id(payload: &str, turn_id: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Probe<'a> {
+        #[serde(borrow)]
+        turn_id: Option<&'a serde_json::value::RawValue>,
+    }
+    let probe: Probe<'_> = serde_json::from_str(payload).ok()?;
+    let quoted = serde_json::Value::from(turn_id).to_string();
+    match probe.turn_id {
+        Some(raw) if raw.get() == quoted => None,
+        Some(_) => {
+            // Another turn id (never written by botvisord): rebuilt, with this one.
+            let mut map: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(payload).ok()?;
+            map.insert("turn_id".into(), serde_json::Value::from(turn_id));
+            Some(serde_json::Value::Object(map).to_string())
+        }
+        None => {
+            let rest = payload.trim_start().strip_prefix('{')?;
+            if rest.trim_start().starts_with('}') {
+                Some(format!("{{\"turn_id\":{quoted}}}"))
+            } else {
+                Some(format!("{{\"turn_id\":{quoted},{rest}"))
+            }
+        }
+    }
+}
+
+/// The turn of the `permission_request` that a `permission_answer` payload answers.
+fn request_turn(
+    conn: &Connection,
+    bot_id: &str,
+    payload: &str,
+) -> rusqlite::Result<Option<String>> {
+    let request = serde_json::from_str::<serde_json::Value>(payload)
+        .ok()
+        .and_then(|v| v.get("request_id")?.as_str().map(str::to_owned));
+    let Some(request) = request else {
+        return Ok(None);
+    };
+    conn.prepare_cached(
+        "SELECT turn_id FROM chat_items
+         WHERE bot_id = ?1 AND kind = 'permission_request'
+           AND json_extract(payload, '$.request_id') = ?2
+         ORDER BY seq DESC LIMIT 1",
+    )?
+    .query_row(params![bot_id, request], |r| r.get::<_, Option<String>>(0))
+    .optional()
+    .map(Option::flatten)
 }
 
 /// How many bytes an item takes in a `GetChat` reply: its strings, their length words and
@@ -294,6 +361,56 @@ mod tests {
             store.read(|c| read(c, "b", 1, u64::MAX, 4)).unwrap(),
             Some((vec![], whole.len() as u64))
         );
+    }
+
+    #[test]
+    fn every_item_of_a_turn_carries_its_turn_id() {
+        let store = store_with_bot();
+        let result = json!({"subtype": "success", "is_error": false}).to_string();
+        let item = store
+            .tx(|tx| append(tx, "b", "result", Some("t1"), &result))
+            .unwrap();
+        let p: Value = serde_json::from_str(&item.payload).unwrap();
+        assert_eq!(p["turn_id"], "t1");
+        assert_eq!(p["subtype"], "success");
+        // An answer takes the turn of the request it answers.
+        let asked = json!({"request_id": "r1", "tool": "Write"}).to_string();
+        store
+            .tx(|tx| append(tx, "b", "permission_request", Some("t2"), &asked))
+            .unwrap();
+        let answer = json!({"request_id": "r1", "behavior": "allow", "by": ":1.5"}).to_string();
+        let item = store
+            .tx(|tx| append(tx, "b", "permission_answer", None, &answer))
+            .unwrap();
+        assert_eq!(item.turn_id.as_deref(), Some("t2"));
+        let p: Value = serde_json::from_str(&item.payload).unwrap();
+        assert_eq!(p["turn_id"], "t2");
+        // A note about no turn stays as it was; a preview keeps the turn id.
+        let empty = store
+            .tx(|tx| append(tx, "b", "system", Some("t4"), "{ }"))
+            .unwrap();
+        assert_eq!(empty.payload, r#"{"turn_id":"t4"}"#);
+        let other = json!({"turn_id": "old", "text": "x"}).to_string();
+        let item = store
+            .tx(|tx| append(tx, "b", "system", Some("t5"), &other))
+            .unwrap();
+        let p: Value = serde_json::from_str(&item.payload).unwrap();
+        assert_eq!(
+            (p["turn_id"].as_str(), p["text"].as_str()),
+            (Some("t5"), Some("x"))
+        );
+        let note = json!({"text": "setting applied"}).to_string();
+        let item = store
+            .tx(|tx| append(tx, "b", "system", None, &note))
+            .unwrap();
+        assert_eq!(item.payload, note);
+        let big = json!({"text": "x".repeat(MAX_ITEM_BYTES + 1)}).to_string();
+        let item = store
+            .tx(|tx| append(tx, "b", "assistant", Some("t3"), &big))
+            .unwrap();
+        let p: Value = serde_json::from_str(&item.payload).unwrap();
+        assert!(crate::preview::is_preview(&p));
+        assert_eq!(p["turn_id"], "t3");
     }
 
     #[test]

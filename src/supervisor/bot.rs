@@ -200,6 +200,8 @@ struct Actor {
     interrupting: Option<String>,
     /// What the current process must do by when (design rule 15).
     watch: Watchdogs<tokio::time::Instant>,
+    /// When the CLI's model-request retries were last noted in the chat.
+    retry_notes: super::retry::RetryNotes,
     shared: Arc<Shared>,
 }
 
@@ -343,6 +345,7 @@ pub fn spawn_actor(
         last_delta_sent: None,
         interrupting: None,
         watch: Watchdogs::default(),
+        retry_notes: Default::default(),
         shared: shared.clone(),
     };
     let span = tracing::info_span!("bot", bot_id = %id);
@@ -1173,16 +1176,16 @@ impl Actor {
                 status,
                 attempt,
                 max_retries,
+                delay_ms,
             } => {
-                if let Some(kind) = self.runtime.fatal_reason(&error) {
-                    let text = format!(
-                        "The model API refused the request ({kind} error: {error}, HTTP {}); \
-                         the agent retries ({attempt} of {max_retries}). Check the credentials \
-                         or the plan.",
-                        status.map_or("?".to_owned(), |s| s.to_string())
-                    );
-                    self.set_last_error(&text);
-                }
+                let retry = super::retry::Retry {
+                    error: &error,
+                    status,
+                    attempt,
+                    max_retries,
+                    delay_ms,
+                };
+                self.on_api_retry(&retry);
                 Next::Nothing
             }
             RuntimeEvent::TurnResult {
@@ -1245,6 +1248,40 @@ impl Actor {
                 );
                 Next::Nothing
             }
+        }
+    }
+
+    /// The CLI retries a model request: `LastError` says so each time, and a rate-limited
+    /// `system` item (`reason` `api_retry`) of the turn waiting for it (see `super::retry`).
+    fn on_api_retry(&mut self, retry: &super::retry::Retry<'_>) {
+        let text = match self.runtime.fatal_reason(retry.error) {
+            Some(kind) => format!(
+                "The model API refused the request ({kind} error: {}, HTTP {}); the agent \
+                 retries ({} of {}). Check the credentials or the plan.",
+                retry.error,
+                retry.status.map_or("?".to_owned(), |s| s.to_string()),
+                retry.attempt,
+                retry.max_retries
+            ),
+            None => retry.text(),
+        };
+        tracing::warn!(bot_id = %self.id, attempt = retry.attempt, error = retry.error, "model request retried");
+        self.set_last_error(&text);
+        if self
+            .retry_notes
+            .should_note(retry, tokio::time::Instant::now())
+        {
+            // The CLI retries before it replays the message: the turn is the one written to it.
+            let turn = self.inflight.as_ref().map(|i| i.turn.id.clone());
+            self.add_item(
+                "system",
+                turn.as_deref(),
+                json!({
+                    "text": text, "reason": "api_retry", "attempt": retry.attempt,
+                    "max_retries": retry.max_retries, "error": retry.error,
+                    "error_status": retry.status,
+                }),
+            );
         }
     }
 

@@ -7,6 +7,7 @@
 
 pub mod bot;
 pub mod decide;
+pub mod retry;
 pub mod watchdog;
 
 use std::collections::{BTreeMap, HashMap};
@@ -427,9 +428,10 @@ impl BotHandle {
     }
 
     /// Answers an open permission request: `behavior` `allow` (optionally with `updated_input`,
-    /// a JSON object) or `deny` (with `message`). The answer and who gave it (`client`) are
-    /// recorded in the chat. The first answer wins. Errors: InvalidArgument (behavior, JSON),
-    /// NotFound (unknown or already answered id).
+    /// a JSON object) or `deny` (with `message`). The answer and who gave it (`client`, the
+    /// unique bus name, and `client_name`, a name for people or empty) are recorded in the chat.
+    /// The first answer wins. Errors: InvalidArgument (behavior, JSON), NotFound (unknown or
+    /// already answered id).
     pub fn respond_permission(
         &self,
         request_id: &str,
@@ -437,6 +439,7 @@ impl BotHandle {
         message: Option<String>,
         updated_input: Option<String>,
         client: &str,
+        client_name: &str,
     ) -> Result<(), BotError> {
         self.check_alive()?;
         let updated: Option<serde_json::Value> = match &updated_input {
@@ -470,7 +473,12 @@ impl BotHandle {
             .prompts
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let Some(prompt) = book.answer(request_id, client, behavior) else {
+        let who = if client_name.is_empty() {
+            client.to_owned()
+        } else {
+            format!("{client_name} ({client})")
+        };
+        let Some(prompt) = book.answer(request_id, &who, behavior) else {
             let earlier = book.answered.iter().find(|(id, _, _)| id == request_id);
             return Err(BotError::NotFound(match earlier {
                 Some((_, by, b)) => {
@@ -495,6 +503,9 @@ impl BotHandle {
         let mut payload = serde_json::json!({
             "request_id": request_id, "tool": prompt.tool, "behavior": behavior, "by": client,
         });
+        if !client_name.is_empty() {
+            payload["client"] = serde_json::json!(client_name);
+        }
         match &answer {
             PermissionAnswer::Allow { updated_input } if updated.is_some() => {
                 payload["updated_input"] = updated_input.clone();

@@ -41,7 +41,7 @@ Environment:
                        an ASCII message), e.g. 12 MiB of assistant text from a short message
     "ask": {"tool": T, "input_bytes": N}
                        before replying, ask permission for tool T (a can_use_tool control
-                       request) with input {"file_path": "/dev/null", "content": N "x"s}, wait for
+                       request `ask-L-N`: launch L, its Nth question) with input {"file_path": "/dev/null", "content": N "x"s}, wait for
                        the answer and append {"behavior", "input_equal"} to answers.jsonl
     "stream_then_wait": true
                        stream the reply as one text delta (stream_event lines), then wait until
@@ -213,7 +213,9 @@ for line in sys.stdin:
     ask = step.get("ask")
     if ask:
         tool_input = {"file_path": "/dev/null", "content": "x" * ask["input_bytes"]}
-        out({"type": "control_request", "request_id": "ask-%d" % launch,
+        question = globals().get("questions", 0)
+        globals()["questions"] = question + 1
+        out({"type": "control_request", "request_id": "ask-%d-%d" % (launch, question),
              "request": {"subtype": "can_use_tool", "tool_name": ask["tool"], "input": tool_input,
                          "tool_use_id": "toolu_ask"}})
         while True:

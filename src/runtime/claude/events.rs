@@ -213,6 +213,7 @@ fn parse_system(v: &Value, session_id: Option<String>) -> Vec<RuntimeEvent> {
             status: v.get("error_status").and_then(Value::as_u64),
             attempt: v.get("attempt").and_then(Value::as_u64).unwrap_or(0),
             max_retries: v.get("max_retries").and_then(Value::as_u64).unwrap_or(0),
+            delay_ms: v.get("retry_delay_ms").and_then(Value::as_u64),
         }],
         _ => vec![RuntimeEvent::Ignored],
     }
@@ -467,7 +468,7 @@ mod tests {
         );
         assert!(matches!(
             one(r#"{"type":"system","subtype":"api_retry","attempt":2,"max_retries":10,"error_status":401,"error":"authentication_failed"}"#),
-            RuntimeEvent::ApiRetry { ref error, status: Some(401), attempt: 2, max_retries: 10 } if error == "authentication_failed"
+            RuntimeEvent::ApiRetry { ref error, status: Some(401), attempt: 2, max_retries: 10, .. } if error == "authentication_failed"
         ));
         assert_eq!(
             fatal_reason("authentication_failed"),

@@ -1,0 +1,163 @@
+//! The command line, as clap parses it (also the source of the completions and the man page).
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use super::fail::EXIT_CODES_HELP;
+
+/// Drive botvisor's bots (supervised Claude Code sessions) from a terminal or a script.
+///
+/// A bot is named by its id, a unique id prefix (4 characters or more, as `list` shows them),
+/// its name, or its D-Bus object path.
+#[derive(Parser, Debug)]
+#[command(name = "botvisorctl", version, after_help = EXIT_CODES_HELP)]
+pub struct Args {
+    /// Print JSON instead of readable text: one object per line (one per bot for `list`, one per
+    /// event for `send` and `watch`, one per item for `chat`).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Colour: `auto` (in a terminal, unless NO_COLOR is set), `always` or `never`.
+    #[arg(long, global = true, value_enum, default_value_t = Color::Auto, value_name = "WHEN")]
+    pub color: Color,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+/// When to colour the output.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq)]
+pub enum Color {
+    /// In a terminal, unless `NO_COLOR` is set (`CLICOLOR_FORCE` forces it).
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Create a bot working in a folder; prints its id, name and folder.
+    Create {
+        /// The bot's working directory (made absolute).
+        #[arg(long, default_value = ".", value_hint = clap::ValueHint::DirPath)]
+        cwd: std::path::PathBuf,
+        /// A name for people (default: the folder's name, with -2, -3, … when taken).
+        #[arg(long)]
+        name: Option<String>,
+        /// Runtime (default claude).
+        #[arg(long)]
+        runtime: Option<String>,
+        /// Model (default: the CLI's).
+        #[arg(long)]
+        model: Option<String>,
+        /// Permission mode: default, acceptEdits, auto, bypassPermissions, dontAsk or plan.
+        #[arg(long)]
+        permission_mode: Option<String>,
+        /// Extra environment for the agent, KEY=VALUE (repeatable).
+        #[arg(long = "env", value_name = "KEY=VALUE")]
+        env: Vec<String>,
+        /// Stop the agent after this many idle seconds (0: never).
+        #[arg(long, value_name = "SECONDS")]
+        idle_timeout: Option<u32>,
+    },
+    /// List the bots: short id, name, state (and open permission prompts), folder.
+    #[command(visible_alias = "ls")]
+    List,
+    /// Show one bot: its settings, state, last error and open permission prompts.
+    Status {
+        /// Bot id, id prefix, name or object path.
+        bot: String,
+    },
+    /// Send a message and print this turn's reply as it arrives; returns at the turn's end with
+    /// an exit code that says how it ended (0 success, 3 error, 4 interrupted).
+    Send {
+        /// Bot id, id prefix, name or object path.
+        bot: String,
+        /// The message; `-` reads it from stdin.
+        text: String,
+    },
+    /// Print a bot's chat history (big items whole).
+    Chat {
+        /// Bot id, id prefix, name or object path.
+        bot: String,
+        /// Only items after this sequence number.
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// At most this many items (0: all of them).
+        #[arg(long, default_value_t = 0)]
+        limit: u32,
+        /// Only the item with this sequence number, whole.
+        #[arg(long, conflicts_with_all = ["after", "limit"])]
+        seq: Option<u64>,
+    },
+    /// Stop a bot's agent gently; returns once it is stopped, with the stop's verdict.
+    Stop {
+        /// Bot id, id prefix, name or object path.
+        bot: String,
+    },
+    /// Follow one bot (or all) live: state changes, chat items, text as it streams, permission
+    /// prompts (open ones first), botvisord leaving and coming back. Ctrl-C ends it; it ends by
+    /// itself when its bot is deleted.
+    Watch {
+        /// Bot id, id prefix, name or object path; all bots when left out.
+        bot: Option<String>,
+    },
+    /// Answer a permission prompt (the request id is shown by `send`, `watch`, `list`, `status`
+    /// and `chat`).
+    Answer {
+        /// Bot id, id prefix, name or object path.
+        bot: String,
+        /// The request id.
+        request: String,
+        /// `allow` or `deny`.
+        #[arg(value_parser = ["allow", "deny"])]
+        behavior: String,
+        /// What the model is told (with deny).
+        #[arg(long)]
+        message: Option<String>,
+        /// The input the tool runs with instead, as a JSON object (with allow).
+        #[arg(long, value_name = "JSON")]
+        updated_input: Option<String>,
+    },
+    /// End the running turn; queued messages stay queued.
+    Interrupt {
+        /// Bot id, id prefix, name or object path.
+        bot: String,
+    },
+    /// Change the permission mode and/or the model, live when the agent runs.
+    Set {
+        /// Bot id, id prefix, name or object path.
+        bot: String,
+        /// Permission mode: default, acceptEdits, auto, bypassPermissions, dontAsk or plan.
+        #[arg(long, alias = "mode")]
+        permission_mode: Option<String>,
+        /// Model (empty: the CLI's default from the next start).
+        #[arg(long)]
+        model: Option<String>,
+    },
+    /// Restart a bot's agent (also after state `failed`).
+    Restart {
+        /// Bot id, id prefix, name or object path.
+        bot: String,
+        /// Forget the conversation: the next one is new.
+        #[arg(long)]
+        fresh: bool,
+    },
+    /// Delete a bot and its history (asks first unless --yes).
+    Delete {
+        /// Bot id, id prefix, name or object path.
+        bot: String,
+        /// Do not ask.
+        #[arg(short, long)]
+        yes: bool,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff).
+    #[command(hide = true)]
+    Man,
+}

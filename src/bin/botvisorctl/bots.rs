@@ -1,0 +1,242 @@
+//! Finding bots: by id, id prefix, name or path; everything about all of them in one call; the
+//! short unique id prefixes people type.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+use zbus::OwnedVariant as OwnedValue;
+use zbus::{Connection, OwnedObjectPath};
+
+use botvisor::dbus::client::{BotProxy, ManagerProxy};
+use botvisor::dbus::{BOT_INTERFACE, BUS_NAME, ROOT_PATH};
+
+use super::fail::{Failure, describe, error_name};
+
+/// The shortest id prefix shown; `GetBot` takes prefixes of 4 characters or more.
+pub const MIN_SHORT_ID: usize = 6;
+
+/// One open permission request: `(request_id, tool, input_json)`.
+pub type Pending = (String, String, String);
+
+/// What a bot's properties say, read in one `GetManagedObjects` call.
+#[derive(Debug, Clone, Default)]
+pub struct BotInfo {
+    /// The object path.
+    pub path: String,
+    /// 32 hex digits.
+    pub id: String,
+    /// The shortest unique prefix of the id (at least [`MIN_SHORT_ID`] characters).
+    pub short: String,
+    /// The name.
+    pub name: String,
+    /// The working directory.
+    pub cwd: String,
+    /// The runtime.
+    pub runtime: String,
+    /// The model (empty: the CLI's default).
+    pub model: String,
+    /// The permission mode (empty: the CLI's default).
+    pub permission_mode: String,
+    /// `stopped`, `idle`, `busy`, `stopping` or `failed`.
+    pub state: String,
+    /// The conversation resumed at the next start.
+    pub session_id: String,
+    /// The agent's pid, 0 when none.
+    pub process_id: u32,
+    /// The last error a person should know of.
+    pub last_error: String,
+    /// Messages not yet taken by the agent.
+    pub queued_messages: u32,
+    /// Clients holding a lease.
+    pub holders: u32,
+    /// The last stop's verdict.
+    pub stop_verdict: String,
+    /// Open permission requests.
+    pub pending: Vec<Pending>,
+}
+
+fn string(props: &HashMap<String, OwnedValue>, key: &str) -> String {
+    props
+        .get(key)
+        .and_then(|v| v.try_clone().ok())
+        .and_then(|v| String::try_from(v).ok())
+        .unwrap_or_default()
+}
+
+fn number(props: &HashMap<String, OwnedValue>, key: &str) -> u32 {
+    props
+        .get(key)
+        .and_then(|v| u32::try_from(v).ok())
+        .unwrap_or_default()
+}
+
+impl BotInfo {
+    /// From a bot's properties as `GetManagedObjects` or `InterfacesAdded` give them.
+    pub fn from_properties(path: &str, props: &HashMap<String, OwnedValue>) -> BotInfo {
+        let pending = props
+            .get("PendingPermissions")
+            .and_then(|v| v.try_clone().ok())
+            .and_then(|v| Vec::<(String, String, String)>::try_from(v).ok())
+            .unwrap_or_default();
+        BotInfo {
+            path: path.to_owned(),
+            id: string(props, "Id"),
+            short: String::new(),
+            name: string(props, "Name"),
+            cwd: string(props, "Cwd"),
+            runtime: string(props, "Runtime"),
+            model: string(props, "Model"),
+            permission_mode: string(props, "PermissionMode"),
+            state: string(props, "State"),
+            session_id: string(props, "SessionId"),
+            process_id: number(props, "ProcessId"),
+            last_error: string(props, "LastError"),
+            queued_messages: number(props, "QueuedMessages"),
+            holders: number(props, "Holders"),
+            stop_verdict: string(props, "StopVerdict"),
+            pending,
+        }
+    }
+
+    /// The state as a person reads it: `waiting for permission` while a request is open.
+    pub fn shown_state(&self) -> String {
+        match self.pending.len() {
+            0 => self.state.clone(),
+            1 => format!("{}, waiting for permission", self.state),
+            n => format!("{}, {n} permission requests", self.state),
+        }
+    }
+
+    /// The JSON object of `list` and `status`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "short_id": self.short,
+            "path": self.path,
+            "name": self.name,
+            "state": self.state,
+            "cwd": self.cwd,
+            "runtime": self.runtime,
+            "model": self.model,
+            "permission_mode": self.permission_mode,
+            "session_id": self.session_id,
+            "process_id": self.process_id,
+            "queued_messages": self.queued_messages,
+            "holders": self.holders,
+            "last_error": self.last_error,
+            "stop_verdict": self.stop_verdict,
+            "pending_permissions": self.pending.iter().map(|(id, tool, input)| json!({
+                "request_id": id,
+                "tool": tool,
+                "input": serde_json::from_str::<Value>(input).unwrap_or(Value::Null),
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Every bot, sorted by name, with short ids filled in.
+pub async fn all(conn: &Connection) -> Result<Vec<BotInfo>, Failure> {
+    let om = zbus::fdo::ObjectManagerProxy::builder(conn)
+        .destination(BUS_NAME)
+        .path(ROOT_PATH)
+        .build()
+        .await?;
+    let objects = om.get_managed_objects().await?;
+    let mut bots: Vec<BotInfo> = objects
+        .iter()
+        .filter_map(|(path, ifaces)| {
+            let props = ifaces
+                .iter()
+                .find(|(name, _)| name.as_str() == BOT_INTERFACE)?
+                .1;
+            Some(BotInfo::from_properties(path.as_str(), props))
+        })
+        .collect();
+    let ids: Vec<&str> = bots.iter().map(|b| b.id.as_str()).collect();
+    let shorts = short_ids(&ids);
+    for b in &mut bots {
+        b.short = shorts.get(&b.id).cloned().unwrap_or_else(|| b.id.clone());
+    }
+    bots.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
+    Ok(bots)
+}
+
+/// The shortest prefix of each id that no other id starts with, at least [`MIN_SHORT_ID`]
+/// characters (as `git` abbreviates commits).
+pub fn short_ids(ids: &[&str]) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    for id in ids {
+        let mut len = MIN_SHORT_ID.min(id.len());
+        while len < id.len()
+            && ids
+                .iter()
+                .any(|other| other != id && other.starts_with(&id[..len]))
+        {
+            len += 1;
+        }
+        out.insert((*id).to_owned(), id[..len].to_owned());
+    }
+    out
+}
+
+/// The object path of the bot `spec` names (id, id prefix, name or object path).
+pub async fn path_of(conn: &Connection, spec: &str) -> Result<OwnedObjectPath, Failure> {
+    if spec.starts_with('/') {
+        return OwnedObjectPath::try_from(spec.to_owned())
+            .map_err(|e| Failure::usage(format!("`{spec}` is not an object path: {e}")));
+    }
+    match ManagerProxy::new(conn).await?.get_bot(spec).await {
+        Ok(p) => Ok(p),
+        Err(e) if error_name(&e) == Some("NotFound") => Err(Failure::failed(format!(
+            "no bot has the id, id prefix or name `{spec}`; `botvisorctl list` shows them all"
+        ))),
+        Err(e) if error_name(&e) == Some("InvalidArgument") => Err(Failure::failed(format!(
+            "`{spec}` fits several bots; give more of the id (`botvisorctl list` shows them)"
+        ))),
+        Err(e) => Err(Failure::failed(describe(&e))),
+    }
+}
+
+/// A proxy on the bot `spec` names, reading properties from botvisord on every call.
+pub async fn resolve(conn: &Connection, spec: &str) -> Result<BotProxy<'static>, Failure> {
+    let path = path_of(conn, spec).await?;
+    proxy(conn, path).await
+}
+
+/// A proxy on the bot at `path`, reading properties from botvisord on every call.
+pub async fn proxy(conn: &Connection, path: OwnedObjectPath) -> Result<BotProxy<'static>, Failure> {
+    Ok(BotProxy::builder(conn)
+        .path(path)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await?)
+}
+
+/// One bot's information (with its short id among all bots).
+pub async fn info(conn: &Connection, path: &str) -> Result<BotInfo, Failure> {
+    all(conn)
+        .await?
+        .into_iter()
+        .find(|b| b.path == path)
+        .ok_or_else(|| {
+            Failure::failed("that bot is gone (deleted); `botvisorctl list` shows the bots")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_ids_are_unique_prefixes() {
+        let ids = [
+            "3f2a91aaaa000000000000000000000000",
+            "3f2a91bbbb000000000000000000000000",
+            "77aa00000000000000000000000000000",
+        ];
+        let s = short_ids(&ids);
+        assert_eq!(s[ids[0]], "3f2a91a");
+        assert_eq!(s[ids[1]], "3f2a91b");
+        assert_eq!(s[ids[2]], "77aa00");
+    }
+}

@@ -1,0 +1,363 @@
+//! The commands that make one call (or a few) and print what they did.
+
+use std::collections::HashMap;
+
+use futures_util::StreamExt;
+use serde_json::json;
+use zbus::{Connection, Variant};
+
+use botvisor::dbus::client::{BotProxy, ManagerProxy};
+
+use super::bots;
+use super::fail::{Failure, OK};
+use super::show::{self, DIM, Detail, paint};
+use super::{shell_word, whole_payload};
+
+/// What `create` is given.
+pub struct CreateArgs {
+    /// The working directory.
+    pub cwd: std::path::PathBuf,
+    /// A name.
+    pub name: Option<String>,
+    /// The runtime.
+    pub runtime: Option<String>,
+    /// The model.
+    pub model: Option<String>,
+    /// The permission mode.
+    pub permission_mode: Option<String>,
+    /// KEY=VALUE pairs.
+    pub env: Vec<String>,
+    /// Idle timeout in seconds.
+    pub idle_timeout: Option<u32>,
+}
+
+/// `create`: prints the id, name and folder, and a note when the name was suffixed.
+pub async fn create(conn: &Connection, a: CreateArgs, json: bool) -> Result<u8, Failure> {
+    let cwd = std::path::absolute(&a.cwd)
+        .map_err(|e| Failure::usage(format!("cannot make {} absolute: {e}", a.cwd.display())))?;
+    let cwd = cwd
+        .to_str()
+        .ok_or_else(|| Failure::usage("the working directory is not valid UTF-8"))?
+        .to_owned();
+    let mut env_map = HashMap::new();
+    for kv in &a.env {
+        let (k, v) = kv
+            .split_once('=')
+            .filter(|(k, _)| !k.is_empty())
+            .ok_or_else(|| Failure::usage(format!("--env `{kv}` is not KEY=VALUE")))?;
+        env_map.insert(k.to_owned(), v.to_owned());
+    }
+    let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
+    options.insert("cwd", Variant::from(cwd.as_str()));
+    for (key, value) in [
+        ("name", &a.name),
+        ("runtime", &a.runtime),
+        ("model", &a.model),
+        ("permission_mode", &a.permission_mode),
+    ] {
+        if let Some(v) = value {
+            options.insert(key, Variant::from(v.as_str()));
+        }
+    }
+    if !env_map.is_empty() {
+        options.insert("env", Variant::from(env_map));
+    }
+    if let Some(s) = a.idle_timeout {
+        options.insert("idle_timeout_s", Variant::from(s));
+    }
+    let path = ManagerProxy::new(conn).await?.create_bot(options).await?;
+    let info = bots::info(conn, path.as_str()).await?;
+    // The name asked for (or the folder's, the default) and the one given differ when taken.
+    let wanted = a.name.clone().unwrap_or_else(|| {
+        std::path::Path::new(&info.cwd)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    });
+    let suffixed = !wanted.is_empty() && wanted != info.name;
+    if json {
+        json_line!(
+            json!({"id": info.id, "short_id": info.short, "name": info.name, "path": path.as_str(),
+                   "cwd": info.cwd, "name_suffixed": suffixed})
+        );
+    } else {
+        anstream::println!(
+            "created {} (id {}) in {}",
+            show::safe(&info.name),
+            info.short,
+            show::safe(&info.cwd)
+        );
+        if suffixed {
+            anstream::println!(
+                "{}",
+                paint(
+                    DIM,
+                    &format!(
+                        "note: a bot named {wanted} exists already, so this one is {}; give \
+                         --name to choose",
+                        show::safe(&info.name)
+                    )
+                )
+            );
+        }
+    }
+    Ok(OK)
+}
+
+/// `chat`: the history page by page, big items whole.
+pub async fn chat(
+    conn: &Connection,
+    spec: &str,
+    after: u64,
+    limit: u32,
+    seq: Option<u64>,
+    json: bool,
+) -> Result<u8, Failure> {
+    let bot = bots::resolve(conn, spec).await?;
+    let (mut after, mut left) = match seq {
+        Some(s) => (s.saturating_sub(1), 1u64),
+        None => (after, if limit == 0 { u64::MAX } else { limit as u64 }),
+    };
+    while left > 0 {
+        let page = bot.get_chat(after, left.min(10_000) as u32).await?;
+        if page.is_empty() {
+            break;
+        }
+        for (seq_i, kind, time, payload) in page {
+            let payload = whole_payload(&bot, seq_i, &payload).await;
+            if json {
+                json_line!(json!({"seq": seq_i, "kind": kind, "time": time, "payload": payload}));
+            } else {
+                anstream::println!(
+                    "{} {}",
+                    paint(DIM, &format!("#{seq_i}")),
+                    show::item_text(&kind, &payload, Detail::Full, "")
+                );
+            }
+            after = seq_i;
+            left -= 1;
+        }
+    }
+    if let Some(s) = seq
+        && after < s
+    {
+        return Err(Failure::failed(format!("the bot has no chat item {s}")));
+    }
+    Ok(OK)
+}
+
+/// `stop`: waits for `stopped` and says the stop's verdict.
+pub async fn stop(conn: &Connection, spec: &str, json: bool) -> Result<u8, Failure> {
+    let path = bots::path_of(conn, spec).await?;
+    // A caching proxy: its property streams follow PropertiesChanged.
+    let bot = BotProxy::builder(conn).path(path).build().await?;
+    let before = bot.state().await?;
+    let mut changes = bot.receive_state_changed().await;
+    bot.stop().await?;
+    let done = tokio::time::timeout(std::time::Duration::from_secs(120), async {
+        loop {
+            let state: String = bot.state().await?;
+            if state == "stopped" || state == "failed" {
+                return Ok::<_, zbus::Error>(state);
+            }
+            changes.next().await;
+        }
+    })
+    .await;
+    let state = match done {
+        Ok(Ok(state)) => state,
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => return Err(Failure::failed("the agent did not stop within 120 s")),
+    };
+    let verdict = bot.stop_verdict().await.unwrap_or_default();
+    let last = bot.last_error().await.unwrap_or_default();
+    let was_running = before != "stopped" && before != "failed";
+    if json {
+        json_line!(
+            json!({"id": bot.id().await.unwrap_or_default(), "state": state,
+                   "was_running": was_running, "stop_verdict": verdict})
+        );
+    } else if !was_running {
+        anstream::println!("{} was not running ({before})", shell_word(spec));
+    } else {
+        anstream::println!(
+            "stopped {} (verdict: {})",
+            shell_word(spec),
+            verdict_words(&verdict)
+        );
+    }
+    if state == "failed" {
+        return Err(Failure::failed(format!("the stop failed: {last}")));
+    }
+    Ok(OK)
+}
+
+/// A stop verdict in words.
+fn verdict_words(v: &str) -> String {
+    match v {
+        "clean" => "clean: the agent and all its processes are gone".to_owned(),
+        "root-exited" => "the agent exited; left-over processes were killed".to_owned(),
+        "root-exited-unverified" => {
+            "the agent exited; its descendants could not be checked".to_owned()
+        }
+        "root-alive" => "the agent is still alive".to_owned(),
+        "" => "none recorded".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+/// `answer`.
+pub async fn answer(
+    conn: &Connection,
+    spec: &str,
+    request: &str,
+    behavior: &str,
+    message: Option<String>,
+    updated_input: Option<String>,
+    json: bool,
+) -> Result<u8, Failure> {
+    if let Some(u) = &updated_input
+        && !serde_json::from_str::<serde_json::Value>(u).is_ok_and(|v| v.is_object())
+    {
+        return Err(Failure::usage("--updated-input must be a JSON object"));
+    }
+    let bot = bots::resolve(conn, spec).await?;
+    let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
+    if let Some(m) = &message {
+        options.insert("message", Variant::from(m.as_str()));
+    }
+    if let Some(u) = &updated_input {
+        options.insert("updated_input", Variant::from(u.as_str()));
+    }
+    options.insert("client", Variant::from("botvisorctl"));
+    bot.respond_permission(request, behavior, options).await?;
+    if json {
+        json_line!(json!({"request_id": request, "behavior": behavior}));
+    } else {
+        let done = if behavior == "allow" {
+            "allowed"
+        } else {
+            "denied"
+        };
+        anstream::println!("{done} request {request}");
+    }
+    Ok(OK)
+}
+
+/// `interrupt`.
+pub async fn interrupt(conn: &Connection, spec: &str, json: bool) -> Result<u8, Failure> {
+    let done = bots::resolve(conn, spec).await?.interrupt().await?;
+    if json {
+        json_line!(json!({ "interrupted": done }));
+    } else if done {
+        anstream::println!("interrupting the running turn");
+    } else {
+        anstream::println!("no turn was running: nothing to interrupt");
+    }
+    Ok(OK)
+}
+
+/// `set`.
+pub async fn set(
+    conn: &Connection,
+    spec: &str,
+    mode: Option<String>,
+    model: Option<String>,
+    json: bool,
+) -> Result<u8, Failure> {
+    if mode.is_none() && model.is_none() {
+        return Err(Failure::usage("give --permission-mode and/or --model"));
+    }
+    let bot = bots::resolve(conn, spec).await?;
+    if let Some(mode) = &mode {
+        bot.set_permission_mode(mode).await?;
+    }
+    if let Some(model) = &model {
+        bot.set_model(model).await?;
+    }
+    let running = bot.process_id().await.unwrap_or(0) != 0;
+    if json {
+        json_line!(
+            json!({"id": bot.id().await.unwrap_or_default(), "permission_mode": mode,
+                   "model": model, "live": running})
+        );
+    } else {
+        let when = if running {
+            "applied to the running agent"
+        } else {
+            "taken at the next start"
+        };
+        let mut what = Vec::new();
+        if let Some(m) = &mode {
+            what.push(format!("permission mode {m}"));
+        }
+        if let Some(m) = &model {
+            what.push(format!(
+                "model {}",
+                if m.is_empty() {
+                    "(the CLI's default)"
+                } else {
+                    m
+                }
+            ));
+        }
+        anstream::println!("{}: {} ({when})", shell_word(spec), what.join(", "));
+    }
+    Ok(OK)
+}
+
+/// `restart`.
+pub async fn restart(
+    conn: &Connection,
+    spec: &str,
+    fresh: bool,
+    json: bool,
+) -> Result<u8, Failure> {
+    let bot = bots::resolve(conn, spec).await?;
+    bot.restart(HashMap::from([("fresh", Variant::from(fresh))]))
+        .await?;
+    if json {
+        json_line!(json!({"id": bot.id().await.unwrap_or_default(), "fresh": fresh}));
+    } else if fresh {
+        anstream::println!("restarting {} in a new conversation", shell_word(spec));
+    } else {
+        anstream::println!("restarting {}", shell_word(spec));
+    }
+    Ok(OK)
+}
+
+/// `delete`: asks first on a terminal unless `yes`; without a terminal `--yes` is required.
+pub async fn delete(conn: &Connection, spec: &str, yes: bool, json: bool) -> Result<u8, Failure> {
+    let path = bots::path_of(conn, spec).await?;
+    let info = bots::info(conn, path.as_str()).await?;
+    if !yes {
+        use std::io::{IsTerminal, Write};
+        if !std::io::stdin().is_terminal() {
+            return Err(Failure::usage(format!(
+                "botvisorctl delete asks first; to delete {} without asking, give --yes",
+                show::safe(&info.name)
+            )));
+        }
+        anstream::eprint!(
+            "Delete bot {} ({}) in {} and its whole history? [y/N] ",
+            show::safe(&info.name),
+            info.short,
+            show::safe(&info.cwd)
+        );
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        if !matches!(line.trim(), "y" | "Y" | "yes" | "Yes") {
+            anstream::eprintln!("nothing deleted");
+            return Ok(OK);
+        }
+    }
+    let bot: BotProxy<'static> = bots::proxy(conn, path).await?;
+    bot.delete().await?;
+    if json {
+        json_line!(json!({"id": info.id, "name": info.name, "deleted": true}));
+    } else {
+        anstream::println!("deleted {} ({})", show::safe(&info.name), info.short);
+    }
+    Ok(OK)
+}

@@ -1,0 +1,167 @@
+//! Failures, their words and the exit codes.
+
+/// The command did what it was asked (for `send`: the turn ended with outcome `success`).
+pub const OK: u8 = 0;
+/// The operation failed: botvisord refused or is not running, the bus failed, the bot failed.
+pub const FAILED: u8 = 1;
+/// Usage: unknown flags or commands, missing or malformed arguments.
+pub const USAGE: u8 = 2;
+/// `send`: the turn ended with an error (outcome `error` or `crashed`).
+pub const TURN_ERROR: u8 = 3;
+/// `send`: the turn ended without its answer (outcome `interrupted` or `taken_not_answered`).
+pub const TURN_INTERRUPTED: u8 = 4;
+/// Ctrl-C ended `send` before its turn did (the turn goes on).
+pub const CTRL_C: u8 = 130;
+
+/// The exit codes, as `--help` shows them (and docs/botvisorctl.md).
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0    done (send: the turn ended with outcome success)
+  1    the operation failed (botvisord refused it or is not running, the bus failed, the bot failed)
+  2    usage: a wrong command, flag or argument
+  3    send: the turn ended with an error (outcome error or crashed)
+  4    send: the turn ended without its answer (outcome interrupted or taken_not_answered)
+  130  send: Ctrl-C left before the turn ended (the turn goes on)";
+
+/// The exit code of `send` for a turn's outcome (see `TurnFinished` in docs/dbus-api.md).
+pub fn turn_exit_code(outcome: &str) -> u8 {
+    match outcome {
+        "success" => OK,
+        "interrupted" | "taken_not_answered" => TURN_INTERRUPTED,
+        _ => TURN_ERROR,
+    }
+}
+
+/// A failure to report on stderr, with the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    /// What a person reads.
+    pub text: String,
+    /// The exit code.
+    pub code: u8,
+}
+
+impl Failure {
+    /// An operation that failed (exit code 1).
+    pub fn failed(text: impl Into<String>) -> Failure {
+        Failure {
+            text: text.into(),
+            code: FAILED,
+        }
+    }
+
+    /// A usage error (exit code 2).
+    pub fn usage(text: impl Into<String>) -> Failure {
+        Failure {
+            text: text.into(),
+            code: USAGE,
+        }
+    }
+}
+
+impl From<zbus::Error> for Failure {
+    fn from(e: zbus::Error) -> Self {
+        Failure::failed(describe(&e))
+    }
+}
+
+impl From<zbus::fdo::Error> for Failure {
+    fn from(e: zbus::fdo::Error) -> Self {
+        Failure::failed(describe(&zbus::Error::from(e)))
+    }
+}
+
+/// What to say when botvisord is not on the bus.
+pub const NOT_RUNNING: &str = "botvisord is not running on this session bus; start it with \
+                               `botvisord` (or `systemctl --user start botvisord`)";
+
+/// The name of a botvisor error without its prefix (`NotFound`), if `e` is one.
+pub fn error_name(e: &zbus::Error) -> Option<&str> {
+    match e {
+        zbus::Error::MethodError(name, _, _) => {
+            name.as_str().strip_prefix("org.botvisor.Botvisor1.Error.")
+        }
+        _ => None,
+    }
+}
+
+/// A D-Bus error in words, naming botvisorctl commands rather than D-Bus methods.
+pub fn describe(e: &zbus::Error) -> String {
+    match e {
+        zbus::Error::FDO(fdo)
+            if matches!(
+                **fdo,
+                zbus::fdo::Error::ServiceUnknown(_) | zbus::fdo::Error::NameHasNoOwner(_)
+            ) =>
+        {
+            NOT_RUNNING.into()
+        }
+        zbus::Error::MethodError(name, text, _) => {
+            let name = name.as_str();
+            match name {
+                "org.freedesktop.DBus.Error.ServiceUnknown"
+                | "org.freedesktop.DBus.Error.NameHasNoOwner" => return NOT_RUNNING.into(),
+                "org.freedesktop.DBus.Error.UnknownObject"
+                | "org.freedesktop.DBus.Error.UnknownMethod" => {
+                    return "that bot is gone (deleted); `botvisorctl list` shows the bots".into();
+                }
+                _ => {}
+            }
+            let short = name
+                .strip_prefix("org.botvisor.Botvisor1.Error.")
+                .unwrap_or(name);
+            match text {
+                Some(t) => format!("{short}: {}", in_ctl_words(t)),
+                None => short.to_owned(),
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
+/// botvisord's messages speak of D-Bus methods; a terminal user runs commands.
+pub fn in_ctl_words(text: &str) -> String {
+    const WORDS: [(&str, &str); 6] = [
+        (
+            "ListBots shows them all",
+            "`botvisorctl list` shows them all",
+        ),
+        ("until Restart", "until `botvisorctl restart`"),
+        ("Call Restart", "Run `botvisorctl restart`"),
+        ("call `Restart`", "run `botvisorctl restart`"),
+        ("with RespondPermission", "with `botvisorctl answer`"),
+        (
+            "until the next `Send` or `Restart`",
+            "until the next `botvisorctl send` or `restart`",
+        ),
+    ];
+    let mut out = text.to_owned();
+    for (from, to) in WORDS {
+        out = out.replace(from, to);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_have_their_codes() {
+        assert_eq!(turn_exit_code("success"), OK);
+        assert_eq!(turn_exit_code("error"), TURN_ERROR);
+        assert_eq!(turn_exit_code("crashed"), TURN_ERROR);
+        assert_eq!(turn_exit_code("interrupted"), TURN_INTERRUPTED);
+        assert_eq!(turn_exit_code("taken_not_answered"), TURN_INTERRUPTED);
+    }
+
+    #[test]
+    fn daemon_words_become_commands() {
+        let t = in_ctl_words("no bot has the id or name `we`; ListBots shows them all");
+        assert_eq!(
+            t,
+            "no bot has the id or name `we`; `botvisorctl list` shows them all"
+        );
+        assert!(in_ctl_words("takes no message until Restart: x").contains("botvisorctl restart"));
+    }
+}

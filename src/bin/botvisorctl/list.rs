@@ -1,0 +1,140 @@
+//! `botvisorctl list` and `status`: the bots as a table that fits the terminal, and one bot in
+//! full, with open permission prompts and how to answer them.
+
+use comfy_table::{ContentArrangement, Table, presets};
+use zbus::Connection;
+
+use super::bots::{self, BotInfo};
+use super::fail::{Failure, OK};
+use super::show::{self, ASK, DIM, ERROR, paint};
+
+/// `list`: one JSON object per bot and line, or a table.
+pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
+    let all = bots::all(conn).await?;
+    if json {
+        for b in &all {
+            json_line!(b.to_json());
+        }
+        return Ok(OK);
+    }
+    if all.is_empty() {
+        anstream::println!("no bots; create one with `botvisorctl create --cwd DIR`");
+        return Ok(OK);
+    }
+    let mut table = Table::new();
+    table.load_style(presets::NOTHING);
+    match show::terminal_width() {
+        Some(w) => {
+            table.set_width(w);
+            table.set_content_arrangement(ContentArrangement::Dynamic);
+        }
+        None => {
+            table.set_content_arrangement(ContentArrangement::Disabled);
+        }
+    }
+    table.set_header(vec!["ID", "NAME", "STATE", "QUEUED", "CWD"]);
+    for b in &all {
+        table.add_row(vec![
+            b.short.clone(),
+            show::safe(&b.name),
+            b.shown_state(),
+            b.queued_messages.to_string(),
+            show::safe(&home_relative(&b.cwd)),
+        ]);
+    }
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
+    }
+    // The columns' padding is the table's only border.
+    for line in table.lines() {
+        anstream::println!("{}", line.trim_end());
+    }
+    prompts(&all);
+    Ok(OK)
+}
+
+/// Lines about open permission prompts, with how to answer each.
+fn prompts(all: &[BotInfo]) {
+    for b in all {
+        for (id, tool, input) in &b.pending {
+            anstream::println!(
+                "{}",
+                paint(
+                    ASK,
+                    &format!(
+                        "{} waits for permission: {} {}",
+                        show::safe(&b.name),
+                        show::safe(tool),
+                        show::safe(&show::cut(input, 120))
+                    )
+                )
+            );
+            anstream::println!("  answer: botvisorctl answer {} {id} allow|deny", b.short);
+        }
+    }
+}
+
+/// `status`: one bot in full.
+pub async fn status(conn: &Connection, spec: &str, json: bool) -> Result<u8, Failure> {
+    let path = bots::path_of(conn, spec).await?;
+    let b = bots::info(conn, path.as_str()).await?;
+    if json {
+        json_line!(b.to_json());
+        return Ok(OK);
+    }
+    let or = |s: &str, empty: &str| {
+        if s.is_empty() {
+            empty.to_owned()
+        } else {
+            s.to_owned()
+        }
+    };
+    let rows = [
+        ("name", b.name.clone()),
+        ("id", format!("{} (short: {})", b.id, b.short)),
+        ("state", b.shown_state()),
+        ("cwd", b.cwd.clone()),
+        ("runtime", b.runtime.clone()),
+        ("model", or(&b.model, "the CLI's default")),
+        (
+            "permission mode",
+            or(&b.permission_mode, "the CLI's default"),
+        ),
+        ("session", or(&b.session_id, "none yet")),
+        (
+            "process",
+            if b.process_id == 0 {
+                "none".to_owned()
+            } else {
+                b.process_id.to_string()
+            },
+        ),
+        ("queued messages", b.queued_messages.to_string()),
+        ("held by", format!("{} client(s)", b.holders)),
+        ("last stop", or(&b.stop_verdict, "none yet")),
+    ];
+    for (k, v) in rows {
+        anstream::println!("{}{}", paint(DIM, &format!("{k:>16}: ")), show::safe(&v));
+    }
+    if !b.last_error.is_empty() {
+        anstream::println!(
+            "{}{}",
+            paint(DIM, &format!("{:>16}: ", "last error")),
+            paint(ERROR, &show::safe(&b.last_error))
+        );
+    }
+    prompts(std::slice::from_ref(&b));
+    Ok(OK)
+}
+
+/// `/home/me/x` as `~/x`.
+fn home_relative(path: &str) -> String {
+    match std::env::var("HOME") {
+        Ok(home) if !home.is_empty() && home != "/" => match path.strip_prefix(&home) {
+            Some("") => "~".to_owned(),
+            Some(rest) if rest.starts_with('/') => format!("~{rest}"),
+            _ => path.to_owned(),
+        },
+        _ => path.to_owned(),
+    }
+}

@@ -1,0 +1,217 @@
+//! `botvisorctl`: the command-line client of botvisord. See `botvisorctl --help` and
+//! docs/botvisorctl.md.
+//!
+//! One concern per module: the command line (`args`), failures and exit codes (`fail`), finding
+//! bots (`bots`), how items look (`show`), the terminal of `send` (`term`), `send`, `watch`,
+//! `list`/`status`, and the other commands (`commands`).
+//!
+//! Nothing botvisorctl prints steers the terminal (`botvisor::text`): JSON lines go through
+//! [`json_line!`], and what the daemon, an agent or another program said (names, folders, chat
+//! text, errors) through `show::safe` before it is painted.
+
+/// Prints a JSON value as one line; control, invisible and text-direction characters inside its
+/// strings become `\uXXXX` (the value is unchanged).
+macro_rules! json_line {
+    ($v:expr) => {
+        println!("{}", botvisor::text::escape_json(&$v.to_string()))
+    };
+}
+
+mod args;
+mod bots;
+mod commands;
+mod fail;
+mod list;
+mod send;
+mod show;
+mod term;
+mod watch;
+
+use std::io::Read;
+
+use clap::{CommandFactory, Parser};
+use serde_json::Value;
+use zbus::Connection;
+
+use args::{Args, Cmd, Color};
+use botvisor::dbus::client::BotProxy;
+use fail::{Failure, describe};
+
+fn main() {
+    let args = Args::parse();
+    match args.color {
+        Color::Auto => {}
+        Color::Always => anstream::ColorChoice::Always.write_global(),
+        Color::Never => anstream::ColorChoice::Never.write_global(),
+    }
+    // Commands that need no bus.
+    match &args.command {
+        Cmd::Completions { shell } => {
+            clap_complete::generate(
+                *shell,
+                &mut Args::command(),
+                "botvisorctl",
+                &mut std::io::stdout(),
+            );
+            return;
+        }
+        Cmd::Man => {
+            let man = clap_mangen::Man::new(Args::command());
+            if let Err(e) = man.render(&mut std::io::stdout()) {
+                eprintln!("botvisorctl: {e}");
+                std::process::exit(fail::FAILED.into());
+            }
+            return;
+        }
+        _ => {}
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("botvisorctl: cannot start: {e}");
+            std::process::exit(fail::FAILED.into());
+        }
+    };
+    let code = runtime.block_on(async {
+        let conn = match Connection::session().await {
+            Ok(c) => c,
+            Err(e) => {
+                return Err(Failure::failed(format!(
+                    "cannot connect to the session bus ({e}); is DBUS_SESSION_BUS_ADDRESS set?"
+                )));
+            }
+        };
+        run(&conn, args).await
+    });
+    let code = match code {
+        Ok(code) => code,
+        Err(Failure { text, code }) => {
+            anstream::eprintln!(
+                "botvisorctl: {}",
+                show::paint(show::ERROR, &show::safe(&text))
+            );
+            code
+        }
+    };
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    // Without waiting for a terminal line nobody will type (the reader thread of `send`).
+    std::process::exit(code.into());
+}
+
+async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
+    let json = args.json;
+    match args.command {
+        Cmd::Create {
+            cwd,
+            name,
+            runtime,
+            model,
+            permission_mode,
+            env,
+            idle_timeout,
+        } => {
+            let a = commands::CreateArgs {
+                cwd,
+                name,
+                runtime,
+                model,
+                permission_mode,
+                env,
+                idle_timeout,
+            };
+            commands::create(conn, a, json).await
+        }
+        Cmd::List => list::list(conn, json).await,
+        Cmd::Status { bot } => list::status(conn, &bot, json).await,
+        Cmd::Send { bot, text } => {
+            let text = if text == "-" { read_stdin()? } else { text };
+            send::run(conn, &bot, text, json).await
+        }
+        Cmd::Chat {
+            bot,
+            after,
+            limit,
+            seq,
+        } => commands::chat(conn, &bot, after, limit, seq, json).await,
+        Cmd::Stop { bot } => commands::stop(conn, &bot, json).await,
+        Cmd::Watch { bot } => watch::run(conn, bot, json).await,
+        Cmd::Answer {
+            bot,
+            request,
+            behavior,
+            message,
+            updated_input,
+        } => {
+            commands::answer(
+                conn,
+                &bot,
+                &request,
+                &behavior,
+                message,
+                updated_input,
+                json,
+            )
+            .await
+        }
+        Cmd::Interrupt { bot } => commands::interrupt(conn, &bot, json).await,
+        Cmd::Set {
+            bot,
+            permission_mode,
+            model,
+        } => commands::set(conn, &bot, permission_mode, model, json).await,
+        Cmd::Restart { bot, fresh } => commands::restart(conn, &bot, fresh, json).await,
+        Cmd::Delete { bot, yes } => commands::delete(conn, &bot, yes, json).await,
+        Cmd::Completions { .. } | Cmd::Man => Ok(fail::OK),
+    }
+}
+
+/// The message from stdin, without the newline that ends its last line.
+fn read_stdin() -> Result<String, Failure> {
+    let mut s = String::new();
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .map_err(|e| Failure::usage(format!("cannot read the message from stdin: {e}")))?;
+    if s.ends_with('\n') {
+        s.pop();
+        if s.ends_with('\r') {
+            s.pop();
+        }
+    }
+    Ok(s)
+}
+
+/// A chat item's payload to show: a preview (an item over 1 MiB) is replaced by the whole item,
+/// read with `ReadChatItem` in ranges (which works over any transport); if that fails, the
+/// preview is shown, with a warning.
+async fn whole_payload(bot: &BotProxy<'_>, seq: u64, payload: &str) -> Value {
+    let v: Value = serde_json::from_str(payload).unwrap_or(Value::Null);
+    if !botvisor::preview::is_preview(&v) {
+        return v;
+    }
+    match botvisor::dbus::client::read_whole_item(bot, seq).await {
+        Ok(text) => serde_json::from_str(&text).unwrap_or(v),
+        Err(e) => {
+            anstream::eprintln!(
+                "botvisorctl: cannot read chat item {seq} whole ({}); showing its preview",
+                show::safe(&describe(&e))
+            );
+            v
+        }
+    }
+}
+
+/// `s` as one shell word: as it is when it is plain, else in single quotes.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:@%+=,".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}

@@ -1,0 +1,364 @@
+//! `botvisorctl send`: one message, exactly its own turn, and an exit code that says how the
+//! turn ended.
+//!
+//! Every signal of the bot is read from one stream, in the bus's order (a match rule on the
+//! bot's path, subscribed before `Send`), so an item is never printed before one that was
+//! committed earlier. An item is this turn's when its payload's `turn_id` is the id `Send`
+//! returned: every item that belongs to a turn carries it (results, permission requests and
+//! answers, retries included). The command ends at this turn's `TurnFinished`, after every item
+//! of the turn (they are committed, and signalled, before it).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use zbus::{Connection, Variant};
+
+use botvisor::dbus::client::BotProxy;
+use botvisor::dbus::{BUS_NAME, ROOT_PATH};
+
+use super::fail::{CTRL_C, Failure, describe, turn_exit_code};
+use super::show::{self, DIM, Detail, ERROR, GOOD, paint};
+use super::term::{Said, Term};
+use super::{bots, shell_word, whole_payload};
+
+/// How many signals may wait unread (a burst of streamed text while a whole item is read).
+const QUEUE: usize = 1 << 16;
+
+/// A permission request of this turn waiting to be asked: `(request_id, tool, input)`.
+type Asked = (String, String, Value);
+
+/// Sends `text` to the bot `spec` names and follows the turn; returns the exit code.
+pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Result<u8, Failure> {
+    let path = bots::path_of(conn, spec).await?;
+    let bot = bots::proxy(conn, path.clone()).await?;
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .sender(BUS_NAME)
+        .path(path.as_str())
+        .build()?;
+    let mut signals =
+        zbus::MessageStream::for_match_rule(rule, conn, std::num::NonZeroUsize::new(QUEUE)).await?;
+    let removed_rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .sender(BUS_NAME)
+        .path(ROOT_PATH)
+        .member("InterfacesRemoved")
+        .build()?;
+    let mut removed = zbus::MessageStream::for_match_rule(removed_rule, conn, None).await?;
+    let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+    let mut owner = dbus
+        .receive_name_owner_changed_with_args(&[(0, BUS_NAME)])
+        .await?;
+
+    let turn_id = bot.send(&text, HashMap::new()).await.map_err(|e| {
+        Failure::failed(match super::fail::error_name(&e) {
+            Some("Busy") => format!(
+                "{}; `botvisorctl restart {}` clears it",
+                describe(&e),
+                shell_word(spec)
+            ),
+            _ => describe(&e),
+        })
+    })?;
+    use std::io::IsTerminal;
+    let interactive = !json && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let mut follow = Follow {
+        bot: &bot,
+        spec: shell_word(spec),
+        turn_id: turn_id.clone(),
+        json,
+        term: Term::new(interactive),
+        mine: HashSet::new(),
+        waiting: VecDeque::new(),
+        open: Vec::new(),
+        result: None,
+        finished: None,
+        held: false,
+        me: conn
+            .unique_name()
+            .map(|n| n.to_string())
+            .unwrap_or_default(),
+    };
+    if json {
+        json_line!(
+            json!({"event": "sent", "turn_id": turn_id, "bot": bot.inner().path().as_str()})
+        );
+    } else if std::io::stderr().is_terminal() {
+        follow.term.note(&paint(DIM, &format!("(turn {turn_id})")));
+    }
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        follow.ask_next();
+        tokio::select! {
+            biased;
+            m = signals.next() => match m {
+                Some(Ok(msg)) => {
+                    if let Some(code) = follow.on_signal(&msg).await? {
+                        return Ok(code);
+                    }
+                }
+                Some(Err(e)) => return Err(e.into()),
+                None => return Err(Failure::failed("the bus connection closed")),
+            },
+            said = follow.term.said() => follow.on_said(said).await,
+            Some(Ok(msg)) = removed.next() => {
+                let gone = msg
+                    .body()
+                    .deserialize::<(zbus::OwnedObjectPath, Vec<String>)>()
+                    .is_ok_and(|(p, _)| p == path);
+                if gone {
+                    return Err(Failure::failed("the bot was deleted before the turn ended"));
+                }
+            }
+            Some(sig) = owner.next() => {
+                if sig.args().is_ok_and(|a| a.new_owner().is_none()) {
+                    // What botvisord said before it left is queued already: show it first.
+                    while let Some(Some(Ok(msg))) = futures_util::FutureExt::now_or_never(signals.next()) {
+                        if let Some(code) = follow.on_signal(&msg).await? {
+                            return Ok(code);
+                        }
+                    }
+                    return Err(Failure::failed(format!(
+                        "botvisord went away before the turn ended; the message is kept and goes \
+                         to the agent when botvisord runs again (follow it with `botvisorctl chat {}`)",
+                        follow.spec
+                    )));
+                }
+            }
+            _ = &mut ctrl_c => {
+                follow.left();
+                return Ok(CTRL_C);
+            }
+        }
+    }
+}
+
+/// What one `send` knows of its turn.
+struct Follow<'a> {
+    bot: &'a BotProxy<'static>,
+    /// The bot as the user named it, ready for a shell.
+    spec: String,
+    turn_id: String,
+    json: bool,
+    term: Term,
+    /// This turn's permission requests.
+    mine: HashSet<String>,
+    /// This turn's requests not yet asked on the terminal.
+    waiting: VecDeque<Asked>,
+    /// This turn's requests not yet answered.
+    open: Vec<String>,
+    /// The turn's `result` payload.
+    result: Option<Value>,
+    /// The turn's `turn_finished` payload.
+    finished: Option<Value>,
+    /// Streamed text was held back while a question was open: print the message whole.
+    held: bool,
+    /// This connection's unique name (an answer given from here).
+    me: String,
+}
+
+impl Follow<'_> {
+    /// Handles one signal of the bot; `Some(exit code)` at the turn's end.
+    async fn on_signal(&mut self, msg: &zbus::Message) -> Result<Option<u8>, Failure> {
+        let hdr = msg.header();
+        let body = msg.body();
+        match hdr.member().map(|m| m.as_str()) {
+            Some("ChatItemAdded") => {
+                let (seq, kind, payload): (u64, String, String) = body.deserialize()?;
+                let v: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
+                let belongs = v["turn_id"] == self.turn_id.as_str()
+                    || (kind == "permission_answer"
+                        && v["request_id"]
+                            .as_str()
+                            .is_some_and(|r| self.mine.contains(r)));
+                if belongs {
+                    let v = whole_payload(self.bot, seq, &payload).await;
+                    self.on_item(seq, &kind, v);
+                }
+            }
+            Some("TextDelta") => {
+                let (turn, text): (String, String) = body.deserialize()?;
+                if turn == self.turn_id && !self.json && !self.term.stream(&text) {
+                    self.held = true;
+                }
+            }
+            Some("TurnFinished") => {
+                let (turn, outcome): (String, String) = body.deserialize()?;
+                if turn == self.turn_id {
+                    return Ok(Some(self.done(&outcome)));
+                }
+            }
+            Some("PropertiesChanged") => {
+                let (_, changed, _): (String, HashMap<String, zbus::OwnedVariant>, Vec<String>) =
+                    body.deserialize()?;
+                let state = changed
+                    .get("State")
+                    .and_then(|v| v.try_clone().ok())
+                    .and_then(|v| String::try_from(v).ok());
+                if state.as_deref() == Some("failed") {
+                    let last = self.bot.last_error().await.unwrap_or_default();
+                    return Err(Failure::failed(format!(
+                        "the bot failed before the turn ended: {last}\nThe message waits; \
+                         `botvisorctl restart {}` tries again.",
+                        self.spec
+                    )));
+                }
+            }
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    fn on_item(&mut self, seq: u64, kind: &str, v: Value) {
+        if self.json {
+            json_line!(json!({"event": "chat", "seq": seq, "kind": kind, "payload": v}));
+        }
+        match kind {
+            "permission_request" => {
+                let id = v["request_id"].as_str().unwrap_or_default().to_owned();
+                self.mine.insert(id.clone());
+                self.open.push(id.clone());
+                if self.json {
+                    return;
+                }
+                if self.term.interactive {
+                    self.waiting.push_back((
+                        id,
+                        v["tool"].as_str().unwrap_or("?").to_owned(),
+                        v["input"].clone(),
+                    ));
+                } else {
+                    let line = format!(
+                        "{} — waiting; answer with: botvisorctl answer {} {id} allow|deny",
+                        show::item_text(kind, &v, Detail::Full, ""),
+                        self.spec
+                    );
+                    self.term.line(&line);
+                }
+            }
+            "permission_answer" => {
+                let id = v["request_id"].as_str().unwrap_or_default().to_owned();
+                self.open.retain(|o| *o != id);
+                self.waiting.retain(|(w, _, _)| *w != id);
+                if self.json {
+                    return;
+                }
+                if self.term.asking() == Some(id.as_str()) {
+                    self.term.close(&format!(
+                        "(answered elsewhere: {} by {})",
+                        v["behavior"].as_str().unwrap_or("?"),
+                        show::answered_by(&v)
+                    ));
+                } else if v["by"] != self.me.as_str() {
+                    self.term.line(&show::item_text(kind, &v, Detail::Full, ""));
+                }
+            }
+            "result" => self.result = Some(v),
+            "turn_finished" => self.finished = Some(v),
+            _ if self.json => {}
+            "user" => {}
+            "assistant" => {
+                let streamed = self.term.take_streamed();
+                if !streamed || std::mem::take(&mut self.held) {
+                    self.term.line(&show::item_text(kind, &v, Detail::Full, ""));
+                }
+            }
+            _ => self.term.line(&show::item_text(kind, &v, Detail::Full, "")),
+        }
+    }
+
+    /// Opens the next question when none is open.
+    fn ask_next(&mut self) {
+        if self.term.asking().is_some() {
+            return;
+        }
+        if let Some((id, tool, input)) = self.waiting.pop_front() {
+            let question = format!(
+                "Allow {} {}? (request {}) [y/N] ",
+                show::safe(&tool),
+                show::safe(&show::cut(&show::compact(&input), 300)),
+                show::safe(&id)
+            );
+            self.term.ask(&id, question);
+        }
+    }
+
+    async fn on_said(&mut self, said: Said) {
+        match said {
+            Said::Answer(id, yes) => {
+                let behavior = if yes { "allow" } else { "deny" };
+                let options = HashMap::from([("client", Variant::from("botvisorctl"))]);
+                if let Err(e) = self.bot.respond_permission(&id, behavior, options).await {
+                    self.term
+                        .note(&paint(ERROR, &format!("botvisorctl: {}", describe(&e))));
+                }
+            }
+            Said::Eof(id) => {
+                self.term.note(&format!(
+                    "no answer given here; answer with: botvisorctl answer {} {id} allow|deny",
+                    self.spec
+                ));
+            }
+        }
+    }
+
+    /// The turn ended: its last line, and the exit code of its outcome.
+    fn done(&mut self, outcome: &str) -> u8 {
+        let finished = self.finished.take().unwrap_or(Value::Null);
+        let result = self.result.take().unwrap_or(Value::Null);
+        let reason = finished["reason"].as_str().unwrap_or_default();
+        let why = finished["text"].as_str().unwrap_or_default();
+        if self.json {
+            json_line!(
+                json!({"event": "turn_finished", "turn_id": self.turn_id, "outcome": outcome,
+                       "reason": reason, "text": why})
+            );
+            return turn_exit_code(outcome);
+        }
+        let mut parts = vec![outcome.to_owned()];
+        if !reason.is_empty() && reason != outcome && reason != "success" {
+            parts[0] = format!("{outcome} ({reason})");
+        }
+        parts.extend(show::cost(&result));
+        let line = format!("[done: {}]", parts.join(", "));
+        let style = if outcome == "success" { GOOD } else { ERROR };
+        self.term.line(&paint(style, &line));
+        if outcome != "success" {
+            let detail = if why.is_empty() {
+                String::new()
+            } else {
+                format!(": {why}")
+            };
+            self.term.note(&paint(
+                ERROR,
+                &format!("botvisorctl: the turn ended {outcome}{detail}"),
+            ));
+        }
+        turn_exit_code(outcome)
+    }
+
+    /// Ctrl-C: the turn goes on; say how to follow it and answer what it asks.
+    fn left(&mut self) {
+        if self.term.asking().is_some() {
+            self.term.close("(left without answering)");
+        }
+        if self.json {
+            json_line!(
+                json!({"event": "left", "turn_id": self.turn_id, "open_requests": self.open})
+            );
+            return;
+        }
+        self.term.note(&format!(
+            "left; the turn goes on. Follow it with: botvisorctl watch {}",
+            self.spec
+        ));
+        for id in &self.open {
+            anstream::eprintln!(
+                "it waits for permission: botvisorctl answer {} {id} allow|deny",
+                self.spec
+            );
+        }
+    }
+}

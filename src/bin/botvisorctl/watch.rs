@@ -1,0 +1,371 @@
+//! `botvisorctl watch`: every bot (or one) live, from one ordered stream of the daemon's
+//! signals; open permission prompts first; botvisord leaving and coming back.
+
+use std::collections::HashMap;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use zbus::Connection;
+use zbus::{OwnedObjectPath, OwnedVariant as OwnedValue};
+
+use botvisor::dbus::{BOT_INTERFACE, BUS_NAME, ROOT_PATH};
+
+use super::bots::{self, BotInfo};
+use super::fail::Failure;
+use super::show::{self, ASK, DIM, Detail, ERROR, NAME, paint};
+
+/// How many columns of a chat item's text `watch` shows; longer ones are cut, with their size
+/// and how to read them whole.
+pub const WATCH_TEXT_COLUMNS: usize = 2000;
+
+/// What `watch` knows of a bot to label its lines.
+#[derive(Clone)]
+struct Label {
+    id: String,
+    name: String,
+}
+
+/// Follows the daemon's signals; returns the exit code.
+pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<u8, Failure> {
+    let only: Option<String> = match &spec {
+        Some(b) => Some(bots::path_of(conn, b).await?.to_string()),
+        None => None,
+    };
+    // Subscribe first, then read what is open: nothing falls between.
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .sender(BUS_NAME)
+        .build()?;
+    let mut stream =
+        zbus::MessageStream::for_match_rule(rule, conn, std::num::NonZeroUsize::new(1 << 16))
+            .await?;
+    let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+    let mut owner = dbus
+        .receive_name_owner_changed_with_args(&[(0, BUS_NAME)])
+        .await?;
+    let mut w = Watch {
+        json,
+        only,
+        labels: HashMap::new(),
+        streaming: None,
+    };
+    let all = bots::all(conn).await?;
+    for b in &all {
+        w.labels.insert(
+            b.path.clone(),
+            Label {
+                id: b.short.clone(),
+                name: b.name.clone(),
+            },
+        );
+    }
+    w.open_prompts(&all);
+    if json {
+        // Subscribed: whatever happens from now on is shown (a script can wait for this line).
+        json_line!(json!({"event": "watching", "bots": all.len()}));
+    } else {
+        let what = match &spec {
+            Some(s) => s.clone(),
+            None => format!("all bots ({})", all.len()),
+        };
+        anstream::eprintln!(
+            "{}",
+            paint(DIM, &format!("watching {what}; Ctrl-C to stop"))
+        );
+    }
+
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            biased;
+            m = stream.next() => match m {
+                Some(Ok(m)) => {
+                    if w.on_signal(&m)? {
+                        return Ok(super::fail::OK);
+                    }
+                }
+                Some(Err(e)) => return Err(e.into()),
+                None => return Ok(super::fail::OK),
+            },
+            Some(sig) = owner.next() => {
+                let Ok(a) = sig.args() else { continue };
+                let back = a.new_owner().is_some();
+                w.end_stream();
+                if json {
+                    json_line!(json!({"event": if back { "daemon_back" } else { "daemon_left" }}));
+                } else if back {
+                    anstream::println!("{}", paint(DIM, "botvisord is back"));
+                } else {
+                    anstream::println!(
+                        "{}",
+                        paint(ERROR, "botvisord went away; waiting for it to come back (Ctrl-C to stop)")
+                    );
+                }
+                if back {
+                    // Names of bots created meanwhile, and prompts opened again at start.
+                    if let Ok(all) = bots::all(conn).await {
+                        for b in &all {
+                            w.labels.insert(b.path.clone(), Label { id: b.short.clone(), name: b.name.clone() });
+                        }
+                    }
+                }
+            }
+            _ = &mut ctrl_c => return Ok(super::fail::OK),
+        }
+    }
+}
+
+struct Watch {
+    json: bool,
+    /// The path of the one bot watched.
+    only: Option<String>,
+    labels: HashMap<String, Label>,
+    /// The bot whose text is streaming on the current line.
+    streaming: Option<String>,
+}
+
+impl Watch {
+    fn label(&self, path: &str) -> Label {
+        self.labels.get(path).cloned().unwrap_or_else(|| Label {
+            id: path.rsplit('/').next().unwrap_or_default().to_owned(),
+            name: path.rsplit('/').next().unwrap_or_default().to_owned(),
+        })
+    }
+
+    fn end_stream(&mut self) {
+        if self.streaming.take().is_some() && !self.json {
+            anstream::println!();
+        }
+    }
+
+    fn emit(&mut self, path: &str, mut j: Value, text: String) {
+        if self.json {
+            if !path.is_empty() {
+                let l = self.label(path);
+                j["bot"] = json!(path);
+                j["id"] = json!(l.id);
+                j["name"] = json!(l.name);
+            }
+            json_line!(j);
+        } else {
+            self.end_stream();
+            anstream::println!("{text}");
+        }
+    }
+
+    fn prefix(&self, path: &str) -> String {
+        paint(NAME, &format!("[{}]", show::safe(&self.label(path).name)))
+    }
+
+    fn open_prompts(&mut self, all: &[BotInfo]) {
+        for b in all {
+            if self.only.as_ref().is_some_and(|o| *o != b.path) {
+                continue;
+            }
+            for (id, tool, input) in &b.pending {
+                let text = format!(
+                    "{} {}",
+                    self.prefix(&b.path),
+                    paint(
+                        ASK,
+                        &format!(
+                            "waiting for permission: {tool} {} — botvisorctl answer {} {id} allow|deny",
+                            show::cut(input, 200),
+                            b.short
+                        )
+                    )
+                );
+                let input: Value = serde_json::from_str(input).unwrap_or(Value::Null);
+                self.emit(
+                    &b.path,
+                    json!({"event": "pending_permission", "request_id": id, "tool": tool, "input": input}),
+                    text,
+                );
+            }
+        }
+    }
+
+    /// Handles one signal; true when the watched bot was deleted (the end).
+    fn on_signal(&mut self, msg: &zbus::Message) -> Result<bool, Failure> {
+        let hdr = msg.header();
+        let path = hdr.path().map(|p| p.to_string()).unwrap_or_default();
+        let member = hdr.member().map(|m| m.to_string()).unwrap_or_default();
+        let body = msg.body();
+        let on_root = path == ROOT_PATH;
+        if !on_root && self.only.as_ref().is_some_and(|o| *o != path) {
+            return Ok(false);
+        }
+        match member.as_str() {
+            "ChatItemAdded" => {
+                let (seq, kind, payload): (u64, String, String) = body.deserialize()?;
+                let p: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
+                if kind == "assistant"
+                    && self.streaming.as_deref() == Some(path.as_str())
+                    && !self.json
+                {
+                    // The message streamed already; its end is the line's end.
+                    self.end_stream();
+                    return Ok(false);
+                }
+                let l = self.label(&path);
+                let read = format!("botvisorctl chat {} --seq {seq}", l.id);
+                let mut text = format!(
+                    "{} {} {}",
+                    self.prefix(&path),
+                    paint(DIM, &format!("#{seq}")),
+                    show::item_text(&kind, &p, Detail::Short(WATCH_TEXT_COLUMNS), &read)
+                );
+                if kind == "permission_request" {
+                    text.push_str(&format!(
+                        " — botvisorctl answer {} {} allow|deny",
+                        l.id,
+                        p["request_id"].as_str().unwrap_or("?")
+                    ));
+                }
+                self.emit(
+                    &path,
+                    json!({"event": "chat", "seq": seq, "kind": kind, "payload": p}),
+                    text,
+                );
+            }
+            "TurnFinished" => {
+                let (turn, outcome): (String, String) = body.deserialize()?;
+                let style = if outcome == "success" { DIM } else { ERROR };
+                let text = format!(
+                    "{} {}",
+                    self.prefix(&path),
+                    paint(style, &format!("turn {turn} ended: {outcome}"))
+                );
+                self.emit(
+                    &path,
+                    json!({"event": "turn_finished", "turn_id": turn, "outcome": outcome}),
+                    text,
+                );
+            }
+            "PermissionRequested" => {
+                let (id, tool, input): (String, String, String) = body.deserialize()?;
+                // Readable output shows it once: as the `permission_request` chat item.
+                if self.json {
+                    let input: Value = serde_json::from_str(&input).unwrap_or(Value::Null);
+                    self.emit(
+                        &path,
+                        json!({"event": "permission_requested", "request_id": id, "tool": tool, "input": input}),
+                        String::new(),
+                    );
+                }
+            }
+            "TextDelta" => {
+                let (turn, text): (String, String) = body.deserialize()?;
+                if self.json {
+                    self.emit(
+                        &path,
+                        json!({"event": "text_delta", "turn_id": turn, "text": text}),
+                        String::new(),
+                    );
+                } else {
+                    use std::io::Write;
+                    if self.streaming.as_deref() != Some(path.as_str()) {
+                        self.end_stream();
+                        anstream::print!("{} ", self.prefix(&path));
+                        self.streaming = Some(path.clone());
+                    }
+                    anstream::print!("{text}");
+                    let _ = std::io::stdout().flush();
+                }
+            }
+            "PropertiesChanged" => {
+                let (_iface, changed, _inv): (String, HashMap<String, OwnedValue>, Vec<String>) =
+                    body.deserialize()?;
+                let mut v = serde_json::Map::new();
+                let mut parts = Vec::new();
+                let mut names: Vec<&String> = changed.keys().collect();
+                names.sort();
+                for k in names {
+                    let val = &changed[k];
+                    let shown = property_json(val);
+                    if matches!(
+                        k.as_str(),
+                        "State" | "LastError" | "StopVerdict" | "SessionId" | "Name"
+                    ) {
+                        let s = shown
+                            .as_str()
+                            .map(str::to_owned)
+                            .unwrap_or_else(|| shown.to_string());
+                        parts.push(format!("{k}={}", show::cut(&s, 300)));
+                    }
+                    if k == "Name"
+                        && let Some(n) = shown.as_str()
+                        && let Some(l) = self.labels.get_mut(&path)
+                    {
+                        l.name = n.to_owned();
+                    }
+                    v.insert(k.clone(), shown);
+                }
+                if !parts.is_empty() || self.json {
+                    let text = format!("{} {}", self.prefix(&path), paint(DIM, &parts.join(" ")));
+                    self.emit(&path, json!({"event": "properties", "changed": v}), text);
+                }
+            }
+            "InterfacesAdded" => {
+                let (p, ifaces): (
+                    OwnedObjectPath,
+                    HashMap<String, HashMap<String, OwnedValue>>,
+                ) = body.deserialize()?;
+                let Some(props) = ifaces.get(BOT_INTERFACE) else {
+                    return Ok(false);
+                };
+                let info = BotInfo::from_properties(p.as_str(), props);
+                let short = bots::short_ids(&[info.id.as_str()])[&info.id].clone();
+                self.labels.insert(
+                    p.to_string(),
+                    Label {
+                        id: short,
+                        name: info.name.clone(),
+                    },
+                );
+                if self.only.is_none() {
+                    let text = paint(DIM, &format!("bot added: {} in {}", info.name, info.cwd));
+                    self.emit(p.as_str(), json!({"event": "bot_added"}), text);
+                }
+            }
+            "InterfacesRemoved" => {
+                let (p, _): (OwnedObjectPath, Vec<String>) = body.deserialize()?;
+                if self.only.as_ref().is_some_and(|o| o != p.as_str()) {
+                    return Ok(false);
+                }
+                let l = self.label(p.as_str());
+                let text = paint(DIM, &format!("bot removed: {} ({})", l.name, l.id));
+                self.emit(p.as_str(), json!({"event": "bot_removed"}), text);
+                return Ok(self.only.is_some());
+            }
+            _ => {}
+        }
+        Ok(false)
+    }
+}
+
+/// A property value as JSON: strings and numbers as they are, `PendingPermissions` as a list of
+/// `{"request_id", "tool", "input"}`.
+fn property_json(val: &OwnedValue) -> Value {
+    match &**val {
+        zbus::Variant::Str(s) => json!(s.as_str()),
+        zbus::Variant::U32(n) => json!(n),
+        other => match val
+            .try_clone()
+            .ok()
+            .and_then(|v| Vec::<(String, String, String)>::try_from(v).ok())
+        {
+            Some(pending) => Value::Array(
+                pending
+                    .into_iter()
+                    .map(|(id, tool, input)| {
+                        json!({"request_id": id, "tool": tool,
+                               "input": serde_json::from_str::<Value>(&input).unwrap_or(Value::Null)})
+                    })
+                    .collect(),
+            ),
+            None => json!(format!("{other:?}")),
+        },
+    }
+}

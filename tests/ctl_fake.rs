@@ -1,0 +1,597 @@
+//! `botvisorctl` as a person at a terminal uses it, against the scripted fake CLI (issue 17):
+//! `send` shows exactly its own turn under many concurrent senders, prompts are found and
+//! answered from anywhere, `--json` and exit codes, and `watch` through a daemon restart.
+
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use support::*;
+
+const CTL: &str = env!("CARGO_BIN_EXE_botvisorctl");
+
+fn ctl(bus: &str) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(CTL);
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("DBUS_SESSION_BUS_ADDRESS", bus)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    c
+}
+
+/// Runs botvisorctl: (exit code, stdout, stderr).
+async fn run(bus: &str, args: &[&str]) -> (i32, String, String) {
+    let out = ctl(bus).args(args).output().await.unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `botvisorctl create` of a bot named `name` run by the fake CLI with `plan`, in `cwd`.
+async fn create(s: &FakeSetup, name: &str, cwd: &Path, plan: Value) -> String {
+    let env = fake_env(&s.env.home, &s.state, plan, &s.env.marker);
+    let mut args: Vec<String> = vec![
+        "--json".into(),
+        "create".into(),
+        "--cwd".into(),
+        cwd.to_str().unwrap().into(),
+        "--name".into(),
+        name.into(),
+    ];
+    for (k, v) in &env {
+        args.push("--env".into());
+        args.push(format!("{k}={v}"));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = run(&s.env.bus.address, &args).await;
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    v["id"].as_str().unwrap().to_owned()
+}
+
+/// Issue 17, points 1 and 2: 100 sends from 5 concurrent senders to one bot, whose turns queue
+/// behind each other. Each `send` prints exactly its own reply and its own end, in order, and
+/// exits 0; with `--json` every object is of its own turn and the last is its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_senders_each_see_exactly_their_own_turn() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(&s, "busy", &s.env.work, json!([{"mode": "normal"}])).await;
+    const SENDERS: usize = 5;
+    const EACH: usize = 20;
+    let mut workers = Vec::new();
+    for w in 0..SENDERS {
+        let bus = bus.clone();
+        workers.push(tokio::spawn(async move {
+            let mut wrong = Vec::new();
+            for i in 0..EACH {
+                let text = format!("hello {w}-{i}");
+                let as_json = i % 4 == 3;
+                if w == 0 {
+                    // Setting notes (no turn) never show up in a send.
+                    let model = format!("fake-{i}");
+                    let (code, _, err) = run(&bus, &["set", "busy", "--model", &model]).await;
+                    if code != 0 {
+                        wrong.push(format!("set: exit {code}: {err}"));
+                    }
+                }
+                let mut args = vec!["send", "busy", text.as_str()];
+                if as_json {
+                    args.insert(0, "--json");
+                }
+                let (code, out, err) = run(&bus, &args).await;
+                let lines: Vec<&str> = out.lines().collect();
+                if code != 0 {
+                    wrong.push(format!("{text}: exit {code}: {out} {err}"));
+                    continue;
+                }
+                if !as_json {
+                    let want = [
+                        format!("fake: {text}"),
+                        "[done: success, $0.0000, 1 ms]".into(),
+                    ];
+                    if lines != want {
+                        wrong.push(format!("{text}: printed {lines:?}"));
+                    }
+                    continue;
+                }
+                let objects: Vec<Value> = lines
+                    .iter()
+                    .map(|l| serde_json::from_str(l).unwrap())
+                    .collect();
+                let turn = objects[0]["turn_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let kinds: Vec<String> = objects
+                    .iter()
+                    .map(|o| match o["event"].as_str().unwrap_or_default() {
+                        "chat" => o["kind"].as_str().unwrap().to_owned(),
+                        other => other.to_owned(),
+                    })
+                    .collect();
+                let own = objects[1..].iter().all(|o| {
+                    o["turn_id"] == turn.as_str() || o["payload"]["turn_id"] == turn.as_str()
+                });
+                let want = [
+                    "sent",
+                    "user",
+                    "assistant",
+                    "result",
+                    "turn_finished",
+                    "turn_finished",
+                ];
+                if !own || kinds != want || objects[2]["payload"]["text"] != format!("fake: {text}")
+                {
+                    wrong.push(format!("{text} (json): {kinds:?} {out}"));
+                }
+            }
+            wrong
+        }));
+    }
+    let mut wrong = Vec::new();
+    for w in workers {
+        wrong.extend(w.await.unwrap());
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of 100 sends were wrong:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+    let (_, out, _) = run(&bus, &["--json", "chat", "busy"]).await;
+    assert!(
+        out.contains(r#""reason":"setting_applied""#),
+        "the settings were applied while the sends ran"
+    );
+    // A running agent is stopped, and the verdict said.
+    let (code, out, err) = run(&bus, &["stop", "busy"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("stopped busy (verdict: clean"), "{out}");
+    let (code, out, _) = run(&bus, &["--json", "stop", "busy"]).await;
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (v["state"].as_str(), v["was_running"].as_bool()),
+        (Some("stopped"), Some(false))
+    );
+}
+
+/// Issue 17, points 1 and 6: a turn waits for permission while other turns queue; `list`,
+/// `status`, `chat` and a `watch` started late all show the request id and how to answer;
+/// `send` shows the prompt, the answer given elsewhere (named by the client), only its own
+/// turn, and ends with its outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_is_found_everywhere_and_answered_elsewhere() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let id = create(
+        &s,
+        "asker",
+        &s.env.work,
+        json!([{"mode": "normal", "ask": {"tool": "Write", "input_bytes": 10}}]),
+    )
+    .await;
+    let mut send = ctl(&bus)
+        .args(["send", "asker", "first"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut sent = BufReader::new(send.stdout.take().unwrap()).lines();
+    let shown = tokio::time::timeout(EVENT_TIMEOUT, sent.next_line())
+        .await
+        .expect("send shows the prompt")
+        .unwrap()
+        .unwrap();
+    assert!(
+        shown.contains("Write") && shown.contains("request ask-0-0"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("botvisorctl answer asker ask-0-0 allow|deny"),
+        "{shown}"
+    );
+    // A second message queues behind the waiting turn (another terminal).
+    let second = tokio::spawn({
+        let bus = bus.clone();
+        async move { run(&bus, &["send", "asker", "second"]).await }
+    });
+
+    let (code, out, _) = run(&bus, &["list"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("waiting for permission"), "{out}");
+    assert!(out.contains("botvisorctl answer "), "{out}");
+    assert!(out.contains(" ask-0-0 allow|deny"), "{out}");
+    let short = &id[..6];
+    assert!(
+        out.lines().nth(1).unwrap().starts_with(short),
+        "short ids: {out}"
+    );
+    let (_, out, _) = run(&bus, &["status", "asker"]).await;
+    assert!(
+        out.contains("waiting for permission") && out.contains("ask-0-0"),
+        "{out}"
+    );
+    let (_, out, _) = run(&bus, &["--json", "list"]).await;
+    let listed: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(listed["pending_permissions"][0]["request_id"], "ask-0-0");
+    let (_, out, _) = run(&bus, &["chat", "asker"]).await;
+    assert!(out.contains("(request ask-0-0)"), "{out}");
+
+    // A watch started now lists the open prompt first.
+    let mut watch = ctl(&bus)
+        .args(["--json", "watch"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut watched = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let first = read_until(&mut watched, |v| v["event"] == "watching").await;
+    assert_eq!(first.len(), 1, "{first:?}");
+    let first = &first[0];
+    assert_eq!(first["event"], "pending_permission", "{first}");
+    assert_eq!(first["request_id"], "ask-0-0");
+    assert_eq!(first["name"], "asker");
+
+    let (code, out, err) = run(&bus, &["answer", "asker", "ask-0-0", "allow"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "allowed request ask-0-0");
+
+    let status = tokio::time::timeout(EVENT_TIMEOUT, send.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut rest = Vec::new();
+    while let Some(line) = sent.next_line().await.unwrap() {
+        rest.push(line);
+    }
+    assert!(status.success(), "{rest:?}");
+    assert_eq!(
+        rest,
+        [
+            "[permission allow] request ask-0-0 by botvisorctl (".to_owned()
+                + rest[0].split(" by botvisorctl (").nth(1).unwrap_or("?"),
+            "fake: first".to_owned(),
+            "[done: success, $0.0000, 1 ms]".to_owned(),
+        ],
+        "send printed other turns or missed its own"
+    );
+    // The second turn asks next; the watcher sees it, and it is denied from here.
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(line) = watched.next_line().await.unwrap() {
+            let v: Value = serde_json::from_str(&line).unwrap();
+            // PendingPermissions as JSON: a list of requests.
+            if v["event"] == "properties"
+                && v["changed"]["PendingPermissions"][0]["request_id"] == "ask-0-1"
+            {
+                return;
+            }
+        }
+        panic!("watch ended");
+    })
+    .await
+    .expect("the second turn asks");
+    let (code, _, err) = run(&bus, &["answer", "asker", "ask-0-1", "deny"]).await;
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = tokio::time::timeout(EVENT_TIMEOUT, second)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(code, 0, "{out} {err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(
+        lines[0].contains("request ask-0-1") && lines[0].contains("waiting"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].starts_with("[permission deny] request ask-0-1 by botvisorctl (:"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines[2..],
+        ["fake: second", "[done: success, $0.0000, 1 ms]"]
+    );
+    // Who answered is named in the chat for every client.
+    let (_, out, _) = run(&bus, &["--json", "chat", "asker"]).await;
+    let answers: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["kind"] == "permission_answer")
+        .collect();
+    assert_eq!(answers.len(), 2);
+    for a in &answers {
+        assert_eq!(a["payload"]["client"], "botvisorctl", "{a}");
+        assert!(
+            a["payload"]["turn_id"].is_string(),
+            "an answer carries its turn: {a}"
+        );
+    }
+    watch.kill().await.unwrap();
+}
+
+/// Reads JSON lines from `lines` until `stop` holds for one, returning those before it.
+async fn read_until(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    stop: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    let mut seen = Vec::new();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if stop(&v) {
+                return;
+            }
+            seen.push(v);
+        }
+        panic!("the output ended; saw {seen:?}");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out; saw {seen:?}"));
+    seen
+}
+
+/// Issue 17, point 4: at daemon shutdown every bot's last state (`stopped`) is signalled before
+/// the bus name goes; `watch` says botvisord left and came back, and a `watch` of one bot ends
+/// when that bot is deleted. The daemon's log names its configuration file and CLI binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_sees_every_last_change_before_botvisord_leaves_and_its_return() {
+    let mut s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let name = format!("agent{i}");
+        ids.push(create(&s, &name, &s.env.work, json!([{"mode": "normal"}])).await);
+        let (code, _, err) = run(&bus, &["send", &name, "hi"]).await;
+        assert_eq!(code, 0, "{err}");
+    }
+    let log = s.daemon.log_text();
+    assert!(
+        log.contains("configuration read") && log.contains("config.toml"),
+        "{log}"
+    );
+    assert!(
+        log.contains("binary=") && log.contains("fake_claude.py"),
+        "{log}"
+    );
+
+    let mut watch = ctl(&bus)
+        .args(["--json", "watch"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut watched = BufReader::new(watch.stdout.take().unwrap()).lines();
+    read_until(&mut watched, |v| v["event"] == "watching").await;
+
+    assert!(s.daemon.terminate().await.success());
+    let before_leaving = read_until(&mut watched, |v| v["event"] == "daemon_left").await;
+    for id in &ids {
+        let last = before_leaving
+            .iter()
+            .rev()
+            .filter(|v| v["bot"].as_str().is_some_and(|b| b.ends_with(id.as_str())))
+            .find_map(|v| v["changed"]["State"].as_str());
+        assert_eq!(last, Some("stopped"), "bot {id}: {before_leaving:?}");
+    }
+
+    s.daemon = Daemon::start(&s.cfg, &s.env.conn).await;
+    read_until(&mut watched, |v| v["event"] == "daemon_back").await;
+    // The same watch goes on with the new botvisord.
+    let (code, _, err) = run(&bus, &["send", "agent1", "after the restart"]).await;
+    assert_eq!(code, 0, "{err}");
+    read_until(&mut watched, |v| {
+        v["event"] == "chat" && v["payload"]["text"] == "fake: after the restart"
+    })
+    .await;
+    watch.kill().await.unwrap();
+
+    let mut one = ctl(&bus)
+        .args(["watch", "agent0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut one_out = BufReader::new(one.stdout.take().unwrap()).lines();
+    // The watch of one bot is subscribed when botvisord knows its match rule: wait for a
+    // state line of that bot after a send.
+    let (code, _, _) = run(&bus, &["send", "agent0", "again"]).await;
+    assert_eq!(code, 0);
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(l) = one_out.next_line().await.unwrap() {
+            if l.contains("turn ") && l.contains("ended: success") {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the watch of one bot sees its turn");
+    let (code, out, err) = run(&bus, &["delete", "agent0"]).await;
+    assert_eq!(
+        code, 2,
+        "delete without a terminal asks for --yes: {out} {err}"
+    );
+    assert!(err.contains("--yes"), "{err}");
+    let (code, out, err) = run(&bus, &["delete", "--yes", "agent0"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("deleted agent0 ("), "{out}");
+    let status = tokio::time::timeout(EVENT_TIMEOUT, one.wait())
+        .await
+        .expect("watch ends")
+        .unwrap();
+    assert!(status.success());
+    let mut rest = Vec::new();
+    while let Some(l) = one_out.next_line().await.unwrap() {
+        rest.push(l);
+    }
+    assert!(
+        rest.last()
+            .is_some_and(|l| l.starts_with("bot removed: agent0")),
+        "{rest:?}"
+    );
+}
+
+/// Runs a command in a pseudo-terminal (stdin, stdout and stderr a terminal, as a person's) and
+/// copies what it prints to stdout; when `ANSWER` is set, types it (and Enter) once the
+/// output shows `[y/N]`. Exits with the command's exit code.
+const IN_A_TERMINAL: &str = r#"
+import os, pty, sys
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+answer = os.environ.get("ANSWER")
+seen = b""
+while True:
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        break
+    if not data:
+        break
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+    seen += data
+    if answer is not None and b"[y/N]" in seen:
+        os.write(fd, answer.encode() + b"\n")
+        answer = None
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"#;
+
+/// Issue 17, point 6: `send` in a terminal asks itself; a question answered by another client
+/// goes away without Enter, naming who answered (not only a bus name), and output that arrives
+/// is printed on clean lines; a question answered here is answered by this client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_terminal_question_goes_when_answered_elsewhere() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(
+        &s,
+        "asker",
+        &s.env.work,
+        json!([{"mode": "normal", "ask": {"tool": "Write", "input_bytes": 10}}]),
+    )
+    .await;
+    let in_terminal = |answer: Option<&str>, text: &str| {
+        let mut c = tokio::process::Command::new("python3");
+        c.args(["-c", IN_A_TERMINAL, CTL, "send", "asker", text])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("DBUS_SESSION_BUS_ADDRESS", &bus)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(a) = answer {
+            c.env("ANSWER", a);
+        }
+        c.spawn().unwrap()
+    };
+
+    // Answered elsewhere: no Enter needed.
+    let mut send = in_terminal(None, "first");
+    let mut out = send.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&seen).contains("[y/N]") {
+            let n = out.read(&mut buf).await.unwrap();
+            assert!(n > 0, "ended: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("send asks in the terminal");
+    let (code, _, err) = run(&bus, &["answer", "asker", "ask-0-0", "allow"]).await;
+    assert_eq!(code, 0, "{err}");
+    let status = tokio::time::timeout(EVENT_TIMEOUT, send.wait())
+        .await
+        .expect("send ends without Enter")
+        .unwrap();
+    {
+        use tokio::io::AsyncReadExt;
+        out.read_to_end(&mut seen).await.unwrap();
+    }
+    let text = String::from_utf8_lossy(&seen).into_owned();
+    assert!(status.success(), "{text}");
+    assert!(text.contains("Allow Write {\"content\":\"xxxxxxxxxx\",\"file_path\":\"/dev/null\"}? (request ask-0-0) [y/N]"), "{text:?}");
+    // The question's line is cleared, then the note replaces it.
+    assert!(
+        text.contains("\r\x1b[2K(answered elsewhere: allow by botvisorctl (:"),
+        "{text:?}"
+    );
+    assert!(text.contains("fake: first\r\n[done: success"), "{text:?}");
+    assert!(!text.contains("\x1b[3"), "NO_COLOR is honoured: {text:?}");
+
+    // Answered here: y and Enter.
+    let send = in_terminal(Some("y"), "second");
+    let done = tokio::time::timeout(EVENT_TIMEOUT, send.wait_with_output())
+        .await
+        .expect("send ends")
+        .unwrap();
+    let text = String::from_utf8_lossy(&done.stdout).into_owned();
+    assert!(done.status.success(), "{text}");
+    assert!(text.contains("fake: second"), "{text:?}");
+    assert!(!text.contains("answered elsewhere"), "{text:?}");
+    let answers = json_lines(&s.state.join("answers.jsonl"));
+    assert_eq!(answers.len(), 2);
+    assert!(
+        answers.iter().all(|a| a["behavior"] == "allow"),
+        "{answers:?}"
+    );
+}
+
+/// Issue 17, point 9: `list` aligns its columns by display width (CJK and emoji names) and fits
+/// the terminal's width; `create` says when a name was taken and suffixed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_aligns_wide_names_and_fits_the_terminal() {
+    use unicode_width::UnicodeWidthStr;
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let deep = s
+        .env
+        .work
+        .join("a-rather-long-folder-name/and-another-one/下の階層");
+    std::fs::create_dir_all(&deep).unwrap();
+    create(&s, "a", &deep, json!([{"mode": "normal"}])).await;
+    create(&s, "日本語のボット🤖", &deep, json!([{"mode": "normal"}])).await;
+    let (code, out, err) = run(&bus, &["create", "--cwd", deep.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("note: a bot named 下の階層 exists") || out.contains("created 下の階層 ("),
+        "{out}"
+    );
+    let (code, out, _) = run(&bus, &["create", "--cwd", deep.to_str().unwrap()]).await;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("note: a bot named 下の階層 exists already, so this one is 下の階層-2"),
+        "{out}"
+    );
+    for columns in ["200", "50"] {
+        let out = ctl(&bus)
+            .env("COLUMNS", columns)
+            .arg("list")
+            .output()
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let width: usize = columns.parse().unwrap();
+        for line in text.lines() {
+            assert!(
+                line.width() <= width,
+                "wider than {width}: {line:?}\n{text}"
+            );
+        }
+        // Each row's state starts at the header's STATE column, whatever the name's width.
+        let header = text.lines().next().unwrap();
+        let at = header[..header.find("STATE").unwrap()].width();
+        for line in text.lines().skip(1).filter(|l| l.contains("stopped")) {
+            assert_eq!(line[..line.find("stopped").unwrap()].width(), at, "{text}");
+        }
+    }
+}

@@ -6,7 +6,7 @@
 //! `list`/`status`, and the other commands (`commands`).
 //!
 //! Nothing botvisorctl prints steers the terminal (`botvisor::text`): JSON lines go through
-//! [`json_line!`], and what the daemon, an agent or another program said (names, folders, chat
+//! `json_line!`, and what the daemon, an agent or another program said (names, folders, chat
 //! text, errors) through `show::safe` before it is painted.
 
 /// Prints a JSON value as one line; control, invisible and text-direction characters inside its

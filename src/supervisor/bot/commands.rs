@@ -1,0 +1,114 @@
+//! A client's commands, applied in the order they arrived (design rule 7): queue, stop,
+//! delete, shutdown, live settings, restart, leases, answers, interrupts.
+
+use super::*;
+
+impl Actor {
+    /// Returns false when the actor must end.
+    pub(super) async fn on_command(&mut self, cmd: Command) -> bool {
+        match cmd {
+            Command::Queued(turn) => {
+                // A message sent before the actor ran `recover()` was loaded from the store
+                // already: never queue it twice (rule 8).
+                let known = self.queue.iter().any(|t| t.id == turn.id)
+                    || self.inflight.as_ref().is_some_and(|i| i.turn.id == turn.id);
+                if !known {
+                    self.queue.push_back(turn);
+                }
+                self.park(false);
+                self.publish_queue();
+                true
+            }
+            Command::Stop => {
+                self.park(true);
+                self.restart_at = None;
+                self.stop_process("stop").await;
+                if self.state() != State::Failed {
+                    self.set_state(State::Stopped);
+                }
+                true
+            }
+            Command::Delete => {
+                self.parked = true;
+                self.stop_process("delete").await;
+                match self.store.tx(|tx| store::bots::delete(tx, &self.id)) {
+                    Ok(_) => {
+                        tracing::info!(bot_id = %self.id, "bot deleted");
+                        let _ = self.publisher.send(Publication::BotRemoved {
+                            bot_id: self.id.clone(),
+                        });
+                    }
+                    Err(e) => {
+                        tracing::error!(bot_id = %self.id, error = %e, "cannot delete the bot")
+                    }
+                }
+                false
+            }
+            Command::Shutdown(reply) => {
+                self.parked = true;
+                self.stop_process("shutdown").await;
+                let _ = reply.send(());
+                false
+            }
+            Command::ApplyLive(request) => {
+                self.send_control(request);
+                true
+            }
+            Command::Restart(fresh) => {
+                self.on_restart(fresh).await;
+                true
+            }
+            Command::HoldersChanged => true,
+            Command::Respond(request_id, answer) => {
+                self.answer_cli(&request_id, &answer);
+                true
+            }
+            Command::Interrupt => {
+                if let Some(inf) = &self.inflight {
+                    let turn = inf.turn.id.clone();
+                    if self.send_control(ControlRequest::Interrupt) {
+                        tracing::info!(bot_id = %self.id, turn_id = %turn, "interrupting");
+                        self.watch
+                            .interrupt_sent(&turn, self.deadline(self.config.interrupt_grace_s));
+                        self.interrupting = Some(turn);
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    pub(super) async fn on_restart(&mut self, fresh: bool) {
+        self.restart_at = None;
+        if let Some(v) = self.stop_process("restart").await
+            && !v.released()
+        {
+            // The old root survived SIGKILL: never a second process beside it (rule 7).
+            return;
+        }
+        if fresh && let Some(old) = self.record().session_id {
+            self.forget_session(&old, "fresh_restart", fresh_restart_text(&old));
+        }
+        self.crashes.clear();
+        self.force_resume = None;
+        self.in_use_retried = false;
+        self.park(false);
+        self.set_state(State::Stopped);
+        self.start();
+    }
+
+    /// A client's Stop parks the bot (waiting messages wait for its next Send or Restart);
+    /// recorded so that a daemon restart keeps it parked.
+    pub(super) fn park(&mut self, parked: bool) {
+        if self.record().parked != parked {
+            if let Err(e) = self
+                .store
+                .tx(|tx| store::bots::set_parked(tx, &self.id, parked))
+            {
+                tracing::error!(bot_id = %self.id, error = %e, "cannot record the stop");
+            }
+            self.update(vec![], |v| v.record.parked = parked);
+        }
+        self.parked = parked;
+    }
+}

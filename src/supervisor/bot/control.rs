@@ -1,0 +1,79 @@
+//! Control requests to the running CLI (design rule 6) and their answers.
+
+use super::*;
+
+impl Actor {
+    /// Sends a control request to the running process, if there is one that can take it.
+    pub(super) fn send_control(&mut self, request: ControlRequest) -> bool {
+        self.control_seq += 1;
+        let request_id = format!("botvisor-{}", self.control_seq);
+        let Some(line) = self.runtime.encode_control(&request_id, &request) else {
+            return false;
+        };
+        let Some(proc) = self.proc.as_mut().filter(|p| !p.stopping) else {
+            return false;
+        };
+        let Some(stdin) = proc.stdin.as_ref() else {
+            return false;
+        };
+        let mut bytes = line.into_bytes();
+        bytes.push(b'\n');
+        if stdin.send(bytes).is_err() {
+            return false;
+        }
+        if matches!(
+            request,
+            ControlRequest::SetModel(_) | ControlRequest::SetPermissionMode(_)
+        ) {
+            let deadline = Config::watchdog(self.config.control_timeout_s)
+                .map(|d| tokio::time::Instant::now() + d);
+            self.watch.control_sent(&request_id, deadline);
+        }
+        proc.pending_control.insert(request_id, request);
+        true
+    }
+
+    /// Now plus a watchdog's bound in seconds (`None` for 0: never).
+    pub(super) fn deadline(&self, seconds: f64) -> Option<tokio::time::Instant> {
+        Config::watchdog(seconds).map(|d| tokio::time::Instant::now() + d)
+    }
+
+    pub(super) fn on_control_response(
+        &mut self,
+        request_id: String,
+        result: Result<Value, String>,
+    ) {
+        self.watch.control_answered(&request_id);
+        let Some(request) = self
+            .proc
+            .as_mut()
+            .and_then(|p| p.pending_control.remove(&request_id))
+        else {
+            return;
+        };
+        let what = match &request {
+            ControlRequest::Initialize | ControlRequest::Interrupt => {
+                if let Err(e) = result {
+                    tracing::warn!(bot_id = %self.id, ?request, error = %e, "control request refused");
+                }
+                return;
+            }
+            ControlRequest::SetPermissionMode(mode) => format!("the permission mode to `{mode}`"),
+            ControlRequest::SetModel(model) => format!("the model to `{model}`"),
+        };
+        match result {
+            Ok(_) => self.add_item(
+                "system",
+                None,
+                json!({"text": format!("The running agent changed {what}."), "reason": "setting_applied"}),
+            ),
+            Err(e) => {
+                let text = format!(
+                    "The running agent refused to change {what}: {e}. The setting is kept for its next start."
+                );
+                self.add_item("error", None, json!({ "text": text }));
+                self.set_last_error(&text);
+            }
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! The CLI's stdout, read as runtime events and dispatched.
+
+use super::*;
+
+impl Actor {
+    pub(super) fn on_proc_event(&mut self, ev: ProcEvent) -> Next {
+        let current = self.proc.as_ref().map(|p| p.handle.generation);
+        match ev {
+            ProcEvent::Line(generation, line) if Some(generation) == current => {
+                let mut next = Next::Nothing;
+                for event in self.runtime.parse_line(&line) {
+                    if self.on_runtime_event(event) == Next::StopProcess {
+                        next = Next::StopProcess;
+                    }
+                }
+                next
+            }
+            ProcEvent::Exited(generation, info) if Some(generation) == current => {
+                Next::Exited(info)
+            }
+            _ => Next::Nothing,
+        }
+    }
+
+    pub(super) fn on_runtime_event(&mut self, event: RuntimeEvent) -> Next {
+        if event.is_sign_of_life() {
+            self.watch.sign_of_life();
+        }
+        match event {
+            RuntimeEvent::Init { .. } | RuntimeEvent::Ignored => Next::Nothing,
+            RuntimeEvent::TextDelta(text) => {
+                self.on_text_delta(text);
+                Next::Nothing
+            }
+            RuntimeEvent::MessageStart => {
+                self.end_streamed_message();
+                Next::Nothing
+            }
+            RuntimeEvent::PermissionRequest {
+                request_id,
+                tool,
+                input,
+                request,
+            } => {
+                self.on_permission_request(request_id, tool, input, request);
+                Next::Nothing
+            }
+            RuntimeEvent::ControlResponse { request_id, result } => {
+                self.on_control_response(request_id, result);
+                Next::Nothing
+            }
+            RuntimeEvent::ControlRequest {
+                request_id,
+                subtype,
+                ..
+            } => {
+                tracing::debug!(bot_id = %self.id, %subtype, "control request of the CLI refused");
+                if let Some(line) = self.runtime.encode_control_error(
+                    &request_id,
+                    &format!("botvisor does not serve `{subtype}` requests"),
+                ) && let Some(stdin) = self.proc.as_ref().and_then(|p| p.stdin.as_ref())
+                {
+                    let mut bytes = line.into_bytes();
+                    bytes.push(b'\n');
+                    let _ = stdin.send(bytes);
+                }
+                Next::Nothing
+            }
+            RuntimeEvent::UserReplay { session_id, .. } => {
+                self.on_replay(session_id);
+                Next::Nothing
+            }
+            RuntimeEvent::Chat(chat) => {
+                if chat.kind == "assistant" {
+                    self.flush_delta();
+                }
+                let turn = self.current_turn_id();
+                let tool = matches!(chat.kind, "tool_use" | "tool_result");
+                self.add_item(chat.kind, turn.as_deref(), chat.payload);
+                if chat.kind == "assistant" {
+                    self.end_streamed_message();
+                }
+                if tool {
+                    self.snapshot_descendants();
+                    let now = tokio::time::Instant::now();
+                    for delay in SNAPSHOT_AFTER_TOOL {
+                        self.snapshot_at.push_back(now + delay);
+                    }
+                }
+                Next::Nothing
+            }
+            RuntimeEvent::Tasks { running } => {
+                if let Some(n) = running {
+                    self.background_tasks = n;
+                }
+                self.snapshot_descendants();
+                Next::Nothing
+            }
+            RuntimeEvent::ApiRetry {
+                error,
+                status,
+                attempt,
+                max_retries,
+                delay_ms,
+            } => {
+                let retry = crate::supervisor::retry::Retry {
+                    error: &error,
+                    status,
+                    attempt,
+                    max_retries,
+                    delay_ms,
+                };
+                self.on_api_retry(&retry);
+                Next::Nothing
+            }
+            RuntimeEvent::TurnResult {
+                outcome,
+                payload,
+                error,
+                session_id,
+            } => {
+                // Before the turn's end is published: a client that reads SessionId after
+                // TurnFinished sees the conversation the turn went to.
+                self.note_reported_session(session_id);
+                self.on_result(outcome, payload, error);
+                Next::Nothing
+            }
+            RuntimeEvent::ConversationNotFound { session_id } => {
+                let Some(proc) = self.proc.as_mut() else {
+                    return Next::Nothing;
+                };
+                if proc.lost {
+                    return Next::Nothing;
+                }
+                proc.lost = true;
+                let stopping = proc.stopping;
+                tracing::info!(bot_id = %self.id, %session_id, "conversation not found; starting a new one");
+                if let Some(inf) = self.inflight.take()
+                    && !inf.replayed
+                {
+                    self.queue.push_front(inf.turn);
+                }
+                self.forget_session(
+                    &session_id,
+                    "conversation_not_found",
+                    format!(
+                        "The CLI could not find the conversation {session_id}; a new conversation began."
+                    ),
+                );
+                self.publish_queue();
+                if stopping {
+                    Next::Nothing
+                } else {
+                    Next::StopProcess
+                }
+            }
+            RuntimeEvent::SessionInUse { session_id } => {
+                if let Some(proc) = self.proc.as_mut() {
+                    tracing::info!(bot_id = %self.id, %session_id, "session id already in use");
+                    proc.in_use = Some(session_id);
+                }
+                Next::Nothing
+            }
+            RuntimeEvent::Unparsed { line, reason } => {
+                let turn = self.current_turn_id();
+                self.add_item(
+                    "error",
+                    turn.as_deref(),
+                    json!({
+                        "text": format!("The agent printed a line botvisor could not read ({reason})."),
+                        "line": line,
+                    }),
+                );
+                Next::Nothing
+            }
+        }
+    }
+
+    /// The CLI retries a model request: `LastError` says so each time, and a rate-limited
+    /// `system` item (`reason` `api_retry`) of the turn waiting for it (see `super::retry`).
+    pub(super) fn on_api_retry(&mut self, retry: &crate::supervisor::retry::Retry<'_>) {
+        let text = match self.runtime.fatal_reason(retry.error) {
+            Some(kind) => format!(
+                "The model API refused the request ({kind} error: {}, HTTP {}); the agent \
+                 retries ({} of {}). Check the credentials or the plan.",
+                retry.error,
+                retry.status.map_or("?".to_owned(), |s| s.to_string()),
+                retry.attempt,
+                retry.max_retries
+            ),
+            None => retry.text(),
+        };
+        tracing::warn!(bot_id = %self.id, attempt = retry.attempt, error = retry.error, "model request retried");
+        self.set_last_error(&text);
+        if self
+            .retry_notes
+            .should_note(retry, tokio::time::Instant::now())
+        {
+            // The CLI retries before it replays the message: the turn is the one written to it.
+            let turn = self.inflight.as_ref().map(|i| i.turn.id.clone());
+            self.add_item(
+                "system",
+                turn.as_deref(),
+                json!({
+                    "text": text, "reason": "api_retry", "attempt": retry.attempt,
+                    "max_retries": retry.max_retries, "error": retry.error,
+                    "error_status": retry.status,
+                }),
+            );
+        }
+    }
+
+    pub(super) fn current_turn_id(&self) -> Option<String> {
+        self.inflight
+            .as_ref()
+            .filter(|i| i.replayed)
+            .map(|i| i.turn.id.clone())
+    }
+}

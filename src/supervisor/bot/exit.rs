@@ -1,0 +1,170 @@
+//! A CLI that exits unasked: a lost conversation (rule 4), an id in use, a crash (rule 11) with
+//! its backoff and crash-loop limit, or a failure restarting cannot fix.
+
+use super::*;
+
+impl Actor {
+    /// The process exited without being asked to.
+    pub(super) async fn on_exit(&mut self, info: ExitInfo) {
+        let Some(proc) = self.proc.take() else {
+            return;
+        };
+        self.watch.process_gone();
+        self.update(vec!["ProcessId"], |v| v.process_id = 0);
+        self.deny_open_prompts();
+        self.end_streamed_message();
+        self.interrupting = None;
+        self.adopt_reported_session(&proc);
+        if proc.stopping {
+            // A root that survived SIGKILL (verdict `root-alive`) exited at last: released now.
+            self.settle_inflight(
+                TurnOutcome::Interrupted,
+                "stopped",
+                "The agent was stopped before the turn finished.".into(),
+            );
+            self.clean_up_after_exit(proc.handle.pid, "late exit").await;
+            self.set_state(State::Stopped);
+            return;
+        }
+        let lived = proc.handle.started.elapsed();
+        let root_pid = proc.handle.pid;
+        tracing::info!(bot_id = %self.id, pid = root_pid, status = %info, "agent exited");
+        let mut proc = proc;
+        if proc.in_use.is_none() && !proc.turn_began {
+            proc.in_use = self.runtime.session_in_use(&proc.handle.stderr_text());
+        }
+        if proc.lost || proc.in_use.is_some() {
+            self.settle_inflight(TurnOutcome::Error, "agent_exited", String::new());
+            self.set_state(State::Stopped);
+            if let Some(id) = proc.in_use {
+                if !self.in_use_retried {
+                    self.in_use_retried = true;
+                    self.force_resume = Some(id);
+                    self.clean_up_after_exit(root_pid, "exit").await;
+                    return;
+                }
+            } else {
+                self.clean_up_after_exit(root_pid, "exit").await;
+                return;
+            }
+        }
+        let stderr = proc.handle.stderr_text();
+        let clean = info.code == Some(0) && self.inflight.is_none();
+        // Published at once (rule 11): the running turn ends, waiting messages stay queued.
+        let settled = self.settle_inflight(
+            TurnOutcome::Crashed,
+            "agent_exited",
+            format!("The agent exited before the turn finished ({info})."),
+        );
+        if let SessionStart::Resume(id) = &proc.start {
+            let window = Duration::from_secs_f64(self.config.fresh_start_if_dies_within_s);
+            let forget = decide::forget_after_early_exit(
+                true,
+                proc.turn_began,
+                settled == Settled::Taken,
+                &info,
+                lived,
+                window,
+            );
+            if forget && self.record().session_id.as_deref() == Some(id.as_str()) {
+                self.forget_session(
+                    id,
+                    "died_after_launch",
+                    format!(
+                        "The agent exited {:.1} s after it was started on conversation {id} without \
+                         beginning a turn; the next start begins a new conversation.",
+                        lived.as_secs_f64()
+                    ),
+                );
+            }
+        }
+        if clean {
+            self.set_state(State::Stopped);
+            self.clean_up_after_exit(root_pid, "exit").await;
+            return;
+        }
+        // Published at once, before the clean-up (rule 11).
+        let fatal = self.fatal.take().or_else(|| {
+            self.runtime
+                .fatal_reason(&stderr)
+                .map(|kind| format!("{kind} error: {stderr}"))
+        });
+        if let Some(reason) = fatal {
+            let text = format!(
+                "The agent stopped on an error that restarting cannot fix ({reason}). Fix it, then \
+                 call Restart."
+            );
+            self.add_item("error", None, json!({ "text": text, "reason": "fatal" }));
+            self.set_last_error(&text);
+            self.set_state(State::Failed);
+            self.clean_up_after_exit(root_pid, "exit").await;
+            return;
+        }
+        let mut text = format!("The agent exited unexpectedly ({info}).");
+        if !stderr.is_empty() {
+            text.push_str(" Its last output: ");
+            text.push_str(&stderr);
+        }
+        self.add_item("error", None, json!({ "text": text, "reason": "crash" }));
+        self.set_last_error(&text);
+        self.set_state(State::Stopped);
+        self.clean_up_after_exit(root_pid, "crash").await;
+        let now = Instant::now();
+        let window = Duration::from_secs(self.config.crash_loop_window_s);
+        self.crashes.push_back(now);
+        while self
+            .crashes
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > window)
+        {
+            self.crashes.pop_front();
+        }
+        if self.crashes.len() as u32 >= self.config.crash_loop_limit {
+            let text = format!(
+                "The agent crashed {} times within {} s; botvisor stopped restarting it. \
+                 Call Restart to try again. Last: {text}",
+                self.crashes.len(),
+                self.config.crash_loop_window_s
+            );
+            self.add_item(
+                "error",
+                None,
+                json!({ "text": text, "reason": "crash_loop" }),
+            );
+            self.set_last_error(&text);
+            self.set_state(State::Failed);
+            return;
+        }
+        if !self.queue.is_empty() || self.holders() > 0 {
+            let backoff = Duration::from_millis(250)
+                .saturating_mul(1 << (self.crashes.len().saturating_sub(1)).min(10))
+                .min(MAX_BACKOFF);
+            self.restart_at = Some(tokio::time::Instant::now() + backoff);
+            self.restart_pending = true;
+            self.add_item(
+                "system",
+                None,
+                json!({
+                    "text": format!(
+                        "botvisor restarts the agent in {:.2} s (crash {} of at most {} within \
+                         {} s).",
+                        backoff.as_secs_f64(),
+                        self.crashes.len(),
+                        self.config.crash_loop_limit,
+                        self.config.crash_loop_window_s
+                    ),
+                    "reason": "restart_pending",
+                    "in_s": backoff.as_secs_f64(),
+                }),
+            );
+        }
+    }
+
+    pub(super) fn holders(&self) -> usize {
+        self.shared
+            .holders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+}

@@ -1,0 +1,179 @@
+//! Starting the CLI (design rule 2 decides the conversation) and writing it the next message
+//! (design rule 8: where it goes is recorded first).
+
+use super::*;
+
+impl Actor {
+    /// Starts a process when messages wait, and feeds it the next message when it is free.
+    pub(super) async fn pump(&mut self) {
+        if self.parked || matches!(self.state(), State::Failed | State::Stopping) {
+            return;
+        }
+        match &self.proc {
+            None => {
+                if (!self.queue.is_empty() || self.restart_pending) && self.restart_at.is_none() {
+                    self.start();
+                }
+            }
+            Some(p) if p.stopping || p.lost || p.in_use.is_some() => return,
+            Some(_) => {}
+        }
+        if self.inflight.is_none() {
+            self.write_next();
+        }
+    }
+
+    pub(super) fn build_env(&self, record: &BotRecord) -> BTreeMap<String, String> {
+        let mut env: BTreeMap<String, String> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .filter(|(k, _)| self.config.env_allowed(k))
+            .collect();
+        env.extend(record.env.clone());
+        env.insert(tree::BOT_MARKER.to_owned(), record.id.clone());
+        env
+    }
+
+    pub(super) fn start(&mut self) {
+        let record = self.record();
+        let program = match self.runtime.binary() {
+            Ok(p) => p,
+            Err(e) => {
+                let text = format!("cannot start the agent: {e}");
+                self.add_item("error", None, json!({ "text": text }));
+                self.set_last_error(&text);
+                self.parked = true;
+                return;
+            }
+        };
+        let env = self.build_env(&record);
+        let cwd = Path::new(&record.cwd);
+        let decision = match self.force_resume.take() {
+            Some(id) => StartDecision {
+                start: SessionStart::Resume(id),
+                forget: None,
+            },
+            None => decide_start(
+                record.session_id.as_deref(),
+                self.runtime.can_resume(),
+                |id| self.runtime.transcript_exists(&env, cwd, id),
+                || uuid::Uuid::new_v4().to_string(),
+            ),
+        };
+        if let Some((old, reason)) = &decision.forget {
+            let (code, why) = match reason {
+                ForgetReason::TranscriptMissing => (
+                    "transcript_missing",
+                    "its transcript is not on disk".to_owned(),
+                ),
+                ForgetReason::RuntimeCannotResume => (
+                    "runtime_cannot_resume",
+                    format!("the {} runtime cannot resume", self.runtime.name()),
+                ),
+            };
+            self.forget_session(
+                old,
+                code,
+                format!(
+                    "The earlier conversation {old} could not be found ({why}); a new conversation began."
+                ),
+            );
+        }
+        let cmd = self.runtime.command(
+            program,
+            &LaunchSpec {
+                cwd,
+                model: &record.model,
+                permission_mode: &record.permission_mode,
+                env: &env,
+                start: &decision.start,
+            },
+        );
+        self.generation += 1;
+        match process::spawn(&cmd, self.generation, self.proc_tx.clone()) {
+            Ok(mut handle) => {
+                tracing::info!(
+                    bot_id = %self.id,
+                    pid = handle.pid,
+                    session_id = decision.start.session_id(),
+                    resume = matches!(decision.start, SessionStart::Resume(_)),
+                    "agent started"
+                );
+                let stdin = handle.stdin.take().map(spawn_writer);
+                let pid = handle.pid;
+                self.restart_pending = false;
+                self.known.clear();
+                self.background_tasks = 0;
+                if let Ok(id) = identify(pid)
+                    && let Err(e) = self
+                        .store
+                        .tx(|tx| store::processes::insert(tx, &self.id, &id, "root"))
+                {
+                    tracing::error!(bot_id = %self.id, error = %e, "cannot record the process");
+                }
+                self.proc = Some(Proc {
+                    handle,
+                    stdin,
+                    start: decision.start,
+                    turn_began: false,
+                    stopping: false,
+                    lost: false,
+                    in_use: None,
+                    reported_session: None,
+                    pending_control: Default::default(),
+                });
+                self.update(vec!["ProcessId"], |v| v.process_id = pid);
+                self.watch
+                    .launched(self.deadline(self.config.start_timeout_s));
+                self.set_state(State::Idle);
+                self.send_control(ControlRequest::Initialize);
+            }
+            Err(e) => {
+                let text = process::launch_error::explain(&cmd.program, &cmd.cwd, &e);
+                tracing::error!(bot_id = %self.id, error = %text, "spawn failed");
+                self.add_item("error", None, json!({ "text": text }));
+                self.set_last_error(&text);
+                self.parked = true;
+            }
+        }
+    }
+
+    pub(super) fn write_next(&mut self) {
+        let Some(proc) = self.proc.as_mut() else {
+            return;
+        };
+        let Some(stdin) = proc.stdin.as_ref() else {
+            return;
+        };
+        if stdin.is_closed() {
+            return;
+        }
+        let Some(turn) = self.queue.pop_front() else {
+            return;
+        };
+        let session = proc.start.session_id().to_owned();
+        let stdin = stdin.clone();
+        // Persist, then act: which conversation the message goes to, before it goes (rule 8
+        // across a daemon crash).
+        let written = self
+            .store
+            .tx(|tx| store::deliveries::record(tx, &self.id, &turn.id, &session))
+            .unwrap_or_else(|e| {
+                tracing::error!(bot_id = %self.id, error = %e, "cannot record a delivery");
+                std::time::SystemTime::now()
+            });
+        let mut line = self.runtime.encode_user_message(&turn.text).into_bytes();
+        line.push(b'\n');
+        if stdin.send(line).is_err() {
+            self.queue.push_front(turn);
+            return;
+        }
+        self.inflight = Some(Inflight {
+            turn,
+            replayed: false,
+            session,
+            written,
+        });
+        self.set_state(State::Busy);
+        self.publish_queue();
+    }
+}

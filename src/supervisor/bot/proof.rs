@@ -1,0 +1,189 @@
+//! Descendants and proof (design rule 9): known descendants by identity, the gentle stop with
+//! escalation, and the one place a stop verdict is read.
+
+use super::*;
+
+impl Actor {
+    /// Walks the current process's descendants (targeted `/proc` reads from its pid) and records
+    /// the new ones by identity.
+    pub(super) fn snapshot_descendants(&mut self) {
+        let Some(proc) = &self.proc else {
+            return;
+        };
+        let mut found = tree::descendants(proc.handle.pid);
+        // Descendants that escaped and lost their parent were adopted by the daemon: theirs too.
+        for pid in subreaper::adopted_orphans(&self.id) {
+            found.extend(identify(pid).into_iter().chain(tree::descendants(pid)));
+        }
+        let new: Vec<ProcessIdentity> = found
+            .into_iter()
+            .filter(|id| !self.known.contains(id))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        tracing::debug!(bot_id = %self.id, count = new.len(), "new descendants");
+        let r = self.store.tx(|tx| {
+            for id in &new {
+                store::processes::insert(tx, &self.id, id, "descendant")?;
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            tracing::error!(bot_id = %self.id, error = %e, "cannot record descendants");
+        }
+        self.known.extend(new);
+    }
+
+    /// Every process still to stop for this bot once its root is gone: known descendants, orphans
+    /// the daemon adopted that carry the bot's marker, and what descends from either.
+    pub(super) fn leftovers(&self) -> Vec<ProcessIdentity> {
+        let mut out: Vec<ProcessIdentity> = self.known.clone();
+        let mut roots: Vec<u32> = subreaper::adopted_orphans(&self.id);
+        roots.extend(
+            self.known
+                .iter()
+                .filter(|id| liveness(id) == Liveness::Alive)
+                .map(|id| id.pid),
+        );
+        for pid in roots {
+            let found = identify(pid).into_iter().chain(tree::descendants(pid));
+            for id in found {
+                if !out.contains(&id) {
+                    out.push(id);
+                }
+            }
+        }
+        out
+    }
+
+    /// After the root exited: stops what is left by identity, and reads the verdict.
+    pub(super) async fn clean_up_after_exit(
+        &mut self,
+        root_pid: u32,
+        why: &'static str,
+    ) -> StopVerdict {
+        let leftovers = self.leftovers();
+        let observed = stop_by_identity(&leftovers, DESCENDANT_GRACE).await;
+        let v = verdict(&StopObservation {
+            root_exited: true,
+            descendants: observed,
+            proof: PROOF,
+        });
+        self.read_verdict(root_pid, why, &v);
+        v
+    }
+
+    /// The one place a verdict is read: the journal always; the chat and `LastError` when it is
+    /// not clean; the `StopVerdict` property.
+    pub(super) fn read_verdict(&mut self, root_pid: u32, why: &'static str, v: &StopVerdict) {
+        tracing::info!(
+            bot_id = %self.id,
+            pid = root_pid,
+            why,
+            verdict = v.name(),
+            proof = PROOF.as_str(),
+            "stop verdict"
+        );
+        let name = v.name().to_owned();
+        if let Err(e) = self
+            .store
+            .tx(|tx| store::bots::set_stop_verdict(tx, &self.id, &name))
+        {
+            tracing::error!(bot_id = %self.id, error = %e, "cannot record the verdict");
+        }
+        self.update(vec!["StopVerdict"], |view| view.stop_verdict = name);
+        if let Some(text) = v.report(root_pid) {
+            tracing::warn!(bot_id = %self.id, pid = root_pid, "{text}");
+            let survivors: Vec<u32> = match v {
+                StopVerdict::RootExited { survivors, .. }
+                | StopVerdict::RootExitedUnverified { survivors, .. } => {
+                    survivors.iter().map(|p| p.pid).collect()
+                }
+                _ => Vec::new(),
+            };
+            self.add_item(
+                "system",
+                None,
+                json!({"text": text, "reason": "stop_verdict", "verdict": v.name(), "survivors": survivors}),
+            );
+            self.set_last_error(&text);
+        }
+        if v.released() {
+            self.known.clear();
+            if let Err(e) = self.store.tx(|tx| store::processes::clear(tx, &self.id)) {
+                tracing::error!(bot_id = %self.id, error = %e, "cannot clear process records");
+            }
+        }
+    }
+
+    /// Stops the process gently: close stdin, SIGTERM the group, grace, SIGKILL the group, then
+    /// every known descendant by identity. Lines the process writes meanwhile are still recorded.
+    /// Returns the verdict (`None` when no process ran).
+    pub(super) async fn stop_process(&mut self, why: &'static str) -> Option<StopVerdict> {
+        self.snapshot_descendants();
+        let proc = self.proc.as_mut()?;
+        proc.stopping = true;
+        proc.stdin = None;
+        let pid = proc.handle.pid;
+        let generation = proc.handle.generation;
+        let exited = proc.handle.exited().is_some();
+        self.set_state(State::Stopping);
+        tracing::info!(bot_id = %self.id, pid, why, "stopping agent");
+        if !exited && let Some(p) = &self.proc {
+            p.handle.signal_group(libc::SIGTERM);
+        }
+        let grace = tokio::time::Instant::now() + self.config.stop_grace();
+        let hard = grace + KILL_WAIT;
+        let mut killed = false;
+        let exit = loop {
+            tokio::select! {
+                ev = self.proc_rx.recv() => match ev {
+                    Some(ProcEvent::Exited(g, info)) if g == generation => break Some(info),
+                    Some(ev) => { let _ = self.on_proc_event(ev); }
+                    None => break None,
+                },
+                _ = tokio::time::sleep_until(grace), if !killed => {
+                    killed = true;
+                    if let Some(p) = self.proc.as_ref().filter(|p| p.handle.exited().is_none()) {
+                        tracing::warn!(bot_id = %self.id, pid, "grace period over; SIGKILL");
+                        p.handle.signal_group(libc::SIGKILL);
+                    }
+                }
+                _ = tokio::time::sleep_until(hard) => break None,
+            }
+        };
+        let Some(info) = exit else {
+            let v = verdict(&StopObservation {
+                root_exited: false,
+                descendants: Vec::new(),
+                proof: PROOF,
+            });
+            self.read_verdict(pid, why, &v);
+            self.set_state(State::Failed);
+            return Some(v);
+        };
+        tracing::info!(bot_id = %self.id, pid, status = %info, "agent stopped");
+        let proc = self.proc.take();
+        self.watch.process_gone();
+        self.update(vec!["ProcessId"], |v| v.process_id = 0);
+        self.deny_open_prompts();
+        self.end_streamed_message();
+        self.interrupting = None;
+        if let Some(p) = &proc {
+            self.adopt_reported_session(p);
+        }
+        self.settle_inflight(
+            TurnOutcome::Interrupted,
+            "stopped",
+            "The agent was stopped before the turn finished.".into(),
+        );
+        if why == "replaced" && proc.is_some_and(|p| p.lost) {
+            // The lost conversation's own stop: its waiting message goes to a new one now.
+            self.parked = false;
+        }
+        let v = self.clean_up_after_exit(pid, why).await;
+        self.set_state(State::Stopped);
+        Some(v)
+    }
+}

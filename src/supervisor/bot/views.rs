@@ -1,0 +1,123 @@
+//! What clients see of the actor: its record and view, state changes, chat items and the
+//! signals that follow their commits (design rule 1).
+
+use super::*;
+
+impl Actor {
+    pub(super) fn record(&self) -> BotRecord {
+        self.view
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .record
+            .clone()
+    }
+
+    pub(super) fn update(&self, names: Vec<&'static str>, f: impl FnOnce(&mut BotView)) {
+        update_view(&self.view, &self.publisher, &self.id, names, f);
+    }
+
+    pub(super) fn set_state(&self, state: State) {
+        let before = self.view.read().unwrap_or_else(|p| p.into_inner()).state;
+        if before == state {
+            return;
+        }
+        tracing::debug!(bot_id = %self.id, state = state.as_str(), "state");
+        if state == State::Failed {
+            let waiting = self.queue.len()
+                + self
+                    .inflight
+                    .as_ref()
+                    .map_or(0, |i| usize::from(!i.replayed));
+            if waiting > 0 {
+                self.add_item(
+                    "system",
+                    None,
+                    json!({
+                        "text": format!(
+                            "{waiting} message(s) wait; this bot takes them to the agent once \
+                             a client calls Restart."
+                        ),
+                        "reason": "failed_with_queue",
+                        "queued": waiting,
+                    }),
+                );
+            }
+        }
+        if before == State::Failed || state == State::Failed {
+            // `failed` waits for an explicit Restart, across daemon restarts too.
+            let failed = state == State::Failed;
+            if let Err(e) = self
+                .store
+                .tx(|tx| store::bots::set_failed(tx, &self.id, failed))
+            {
+                tracing::error!(bot_id = %self.id, error = %e, "cannot record the failed state");
+            }
+        }
+        self.update(vec!["State"], |v| v.state = state);
+    }
+
+    pub(super) fn state(&self) -> State {
+        self.view.read().unwrap_or_else(|p| p.into_inner()).state
+    }
+
+    pub(super) fn publish_queue(&self) {
+        let queued =
+            self.queue.len() as u32 + self.inflight.as_ref().map_or(0, |i| u32::from(!i.replayed));
+        let changed = self.view.read().unwrap_or_else(|p| p.into_inner()).queued != queued;
+        if changed {
+            self.update(vec!["QueuedMessages"], |v| v.queued = queued);
+        }
+    }
+
+    pub(super) fn publish_item(&self, item: &ChatItem) {
+        publish_item(&self.publisher, &self.id, item);
+    }
+
+    pub(super) fn publish_turn(&self, turn_id: &str, outcome: &str) {
+        let _ = self.publisher.send(Publication::TurnFinished {
+            bot_id: self.id.clone(),
+            turn_id: turn_id.to_owned(),
+            outcome: outcome.to_owned(),
+        });
+    }
+
+    /// Commits one chat item and publishes it.
+    pub(super) fn add_item(&self, kind: &str, turn_id: Option<&str>, payload: Value) {
+        let payload = payload.to_string();
+        if let Err(e) = self.store.tx_then(
+            |tx| store::chat::append(tx, &self.id, kind, turn_id, &payload),
+            |item| self.publish_item(item),
+        ) {
+            tracing::error!(bot_id = %self.id, error = %e, "cannot record a chat item");
+        }
+    }
+
+    pub(super) fn set_last_error(&self, text: &str) {
+        if let Err(e) = self
+            .store
+            .tx(|tx| store::bots::set_last_error(tx, &self.id, text))
+        {
+            tracing::error!(bot_id = %self.id, error = %e, "cannot record the last error");
+            return;
+        }
+        self.update(vec!["LastError"], |v| v.record.last_error = text.to_owned());
+    }
+
+    /// Clears the recorded session in one transaction with a system chat item saying why.
+    pub(super) fn forget_session(&self, old: &str, reason: &str, text: String) {
+        let payload = json!({"text": text, "reason": reason, "session_id": old}).to_string();
+        let result = self.store.tx_then(
+            |tx| {
+                store::bots::set_session(tx, &self.id, None)?;
+                store::chat::append(tx, &self.id, "system", None, &payload)
+            },
+            |item| {
+                self.update(vec!["SessionId"], |v| v.record.session_id = None);
+                self.publish_item(item);
+            },
+        );
+        if let Err(e) = result {
+            tracing::error!(bot_id = %self.id, error = %e, "cannot clear the session");
+        }
+    }
+}

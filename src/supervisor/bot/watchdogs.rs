@@ -1,0 +1,124 @@
+//! Watchdogs (design rule 15): what happens when one fires ([`crate::supervisor::watchdog`] keeps
+//! the deadlines).
+
+use super::*;
+
+impl Actor {
+    /// A watchdog caught a CLI that stopped answering: say so (chat item, `LastError`, journal)
+    /// and act.
+    pub(super) async fn on_watchdog(&mut self, expired: Expired) {
+        match expired {
+            Expired::Start => {
+                let text = format!(
+                    "The agent printed nothing within {} s of its launch (start_timeout_s); \
+                     botvisor stopped it. Send again to retry; if it keeps happening, check \
+                     the CLI and the bot's environment.",
+                    self.config.start_timeout_s
+                );
+                tracing::warn!(bot_id = %self.id, "{text}");
+                self.add_item(
+                    "error",
+                    None,
+                    json!({"text": text, "reason": "start_timeout"}),
+                );
+                self.set_last_error(&text);
+                // The waiting turn fails visibly; what else waits, waits for the next Send or
+                // Restart (no restart loop).
+                if let Some(inf) = self.inflight.take() {
+                    let record = self.record();
+                    let env = self.build_env(&record);
+                    let holds = self.runtime.conversation_has_message(
+                        &env,
+                        Path::new(&record.cwd),
+                        &inf.session,
+                        &inf.turn.text,
+                        inf.written,
+                    );
+                    match decide::unreplayed_message(
+                        record.session_id.as_deref(),
+                        &inf.session,
+                        holds,
+                    ) {
+                        UnreplayedFate::Taken { adopt } => self.finish_turn(
+                            &inf.turn.id,
+                            TurnOutcome::TakenNotAnswered,
+                            "taken_not_answered",
+                            Some(("system", taken_note())),
+                            adopt.as_deref(),
+                        ),
+                        UnreplayedFate::Resend => self.finish_turn(
+                            &inf.turn.id,
+                            TurnOutcome::Error,
+                            "start_timeout",
+                            None,
+                            None,
+                        ),
+                    }
+                }
+                self.park(true);
+                self.stop_process("start timeout").await;
+                self.publish_queue();
+            }
+            Expired::Interrupt(turn) => {
+                if self.inflight.as_ref().is_none_or(|i| i.turn.id != turn) {
+                    return;
+                }
+                let mut text = format!(
+                    "The agent did not end the turn within {} s of the interrupt \
+                     (interrupt_grace_s); botvisor stopped it.",
+                    self.config.interrupt_grace_s
+                );
+                if !self.queue.is_empty() {
+                    text.push_str(
+                        " Waiting messages go to its next start, in the same conversation.",
+                    );
+                }
+                tracing::warn!(bot_id = %self.id, turn_id = %turn, "{text}");
+                self.set_last_error(&text);
+                if let Some(inf) = self.inflight.take() {
+                    self.finish_turn(
+                        &inf.turn.id,
+                        TurnOutcome::Interrupted,
+                        "interrupt_timeout",
+                        Some((
+                            "system",
+                            json!({"text": text, "reason": "interrupt_timeout"}),
+                        )),
+                        None,
+                    );
+                }
+                self.interrupting = None;
+                self.stop_process("interrupt timeout").await;
+                self.publish_queue();
+            }
+            Expired::Control(request_id) => {
+                let Some(request) = self
+                    .proc
+                    .as_mut()
+                    .and_then(|p| p.pending_control.remove(&request_id))
+                else {
+                    return;
+                };
+                let what = match &request {
+                    ControlRequest::SetPermissionMode(mode) => {
+                        format!("the permission mode to `{mode}`")
+                    }
+                    ControlRequest::SetModel(model) => format!("the model to `{model}`"),
+                    ControlRequest::Initialize | ControlRequest::Interrupt => return,
+                };
+                let text = format!(
+                    "The running agent did not answer the request to change {what} within {} s \
+                     (control_timeout_s); the setting is kept for its next start.",
+                    self.config.control_timeout_s
+                );
+                tracing::warn!(bot_id = %self.id, "{text}");
+                self.add_item(
+                    "error",
+                    None,
+                    json!({"text": text, "reason": "control_timeout"}),
+                );
+                self.set_last_error(&text);
+            }
+        }
+    }
+}

@@ -146,7 +146,10 @@ if [ "$scope" = user ]; then
     echo "kept claude_bin in $config"
   elif [ -n "$claude" ]; then
     claude="$(cd "$(dirname "$claude")" && pwd)/$(basename "$claude")"
-    printf '# Recorded by scripts/install.sh: the service does not see your shell'"'"'s PATH.\nclaude_bin = "%s"\n' "$claude" >> "$config"
+    # A TOML basic string: backslashes and double quotes escaped.
+    toml_path=${claude//\\/\\\\}
+    toml_path=${toml_path//\"/\\\"}
+    printf '# Recorded by scripts/install.sh: the service does not see your shell'"'"'s PATH.\nclaude_bin = "%s"\n' "$toml_path" >> "$config"
     echo "recorded claude_bin = \"$claude\" in $config"
   else
     echo "no claude on PATH: install Claude Code (npm install -g @anthropic-ai/claude-code), then set"
@@ -155,6 +158,7 @@ if [ "$scope" = user ]; then
   if ! "$bindir/botvisord" --check-config >/dev/null; then
     echo "install.sh: $config has a problem; botvisord --check-config says:" >&2
     "$bindir/botvisord" --check-config >&2 || true
+    exit 1
   fi
 fi
 

@@ -213,7 +213,7 @@ async fn botvisorctl_escapes_what_it_prints() {
         record.env = fake_env(
             &env.home,
             &env.dir.path().join("fake-state"),
-            serde_json::json!([{"mode": "normal"}]),
+            serde_json::json!([{"mode": "normal", "stream_reply": true}]),
             &env.marker,
         )
         .into_iter()

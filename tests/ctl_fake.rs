@@ -95,7 +95,7 @@ async fn concurrent_senders_each_see_exactly_their_own_turn() {
                 if !as_json {
                     let want = [
                         format!("fake: {text}"),
-                        "[done: success, $0.0000, 1 ms]".into(),
+                        "[done: success, $0.0000 so far, 1 ms]".into(),
                     ];
                     if lines != want {
                         wrong.push(format!("{text}: printed {lines:?}"));
@@ -258,7 +258,7 @@ async fn a_prompt_is_found_everywhere_and_answered_elsewhere() {
             "[permission allow] request ask-0-0 by botvisorctl (".to_owned()
                 + rest[0].split(" by botvisorctl (").nth(1).unwrap_or("?"),
             "fake: first".to_owned(),
-            "[done: success, $0.0000, 1 ms]".to_owned(),
+            "[done: success, $0.0000 so far, 1 ms]".to_owned(),
         ],
         "send printed other turns or missed its own"
     );
@@ -296,7 +296,7 @@ async fn a_prompt_is_found_everywhere_and_answered_elsewhere() {
     );
     assert_eq!(
         lines[2..],
-        ["fake: second", "[done: success, $0.0000, 1 ms]"]
+        ["fake: second", "[done: success, $0.0000 so far, 1 ms]"]
     );
     // Who answered is named in the chat for every client.
     let (_, out, _) = run(&bus, &["--json", "chat", "asker"]).await;

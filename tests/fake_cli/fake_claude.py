@@ -31,6 +31,7 @@ Environment:
   "stream_s": S (after the replay, stream the reply as text deltas for S seconds first),
   "reply_after_s": S (after the replay, wait S seconds before answering),
   "reply_size": N (the reply is N letters "x"),
+  "stream_reply": true (the reply is streamed as one text delta before its assistant message),
   "ignore_control": true (control requests other than `initialize` get no answer),
   "ignore_term": true (SIGTERM ignored), "not_found_on_term": true (on
   SIGTERM, print the "No conversation found" result and linger, ignoring SIGTERM), "reply": "text", and
@@ -207,6 +208,11 @@ for line in sys.stdin:
             out({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0,
                  "delta": {"type": "text_delta", "text": "piece%d " % i}}})
             time.sleep(step["stream_s"] / pieces)
+    if step.get("stream_reply"):
+        out({"type": "stream_event", "session_id": session, "event": {"type": "message_start"}})
+        out({"type": "stream_event", "session_id": session, "event": {
+            "type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": reply}}})
     if "echo_bytes" in step:
         n = step["echo_bytes"]
         reply = (text * (n // max(len(text), 1) + 1))[:n]

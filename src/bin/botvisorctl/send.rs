@@ -121,8 +121,9 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
                         }
                     }
                     return Err(Failure::failed(format!(
-                        "botvisord went away before the turn ended; the message is kept and goes \
-                         to the agent when botvisord runs again (follow it with `botvisorctl chat {}`)",
+                        "botvisord went away before the turn ended. When it runs again it sends \
+                         the message to the agent unless the agent had taken it already, and \
+                         ends the turn either way (follow it with `botvisorctl chat {}`)",
                         follow.spec
                     )));
                 }

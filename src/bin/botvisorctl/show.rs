@@ -238,7 +238,8 @@ pub fn answered_by(payload: &Value) -> String {
 pub fn cost(payload: &Value) -> Vec<String> {
     let mut parts = Vec::new();
     if let Some(c) = payload["total_cost_usd"].as_f64() {
-        parts.push(format!("${c:.4}"));
+        // Claude Code's `total_cost_usd` counts the whole conversation so far, not the turn.
+        parts.push(format!("${c:.4} so far"));
     }
     if let Some(ms) = payload["duration_ms"].as_u64() {
         parts.push(if ms >= 1000 {

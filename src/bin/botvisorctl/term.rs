@@ -91,7 +91,8 @@ impl Term {
         if self.question.is_some() {
             return false;
         }
-        anstream::print!("{text}");
+        // An agent's text: nothing in it may steer the terminal.
+        anstream::print!("{}", super::show::safe(text));
         let _ = std::io::stdout().flush();
         self.streaming = true;
         true

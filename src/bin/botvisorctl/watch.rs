@@ -270,7 +270,7 @@ impl Watch {
                         anstream::print!("{} ", self.prefix(&path));
                         self.streaming = Some(path.clone());
                     }
-                    anstream::print!("{text}");
+                    anstream::print!("{}", show::safe(&text));
                     let _ = std::io::stdout().flush();
                 }
             }

@@ -55,6 +55,35 @@ fn assert_turn_whole(items: &[(u64, String, serde_json::Value)], turn: &str, rep
     assert_eq!(of_turn("turn_finished").len(), 1);
 }
 
+/// Another process's write lock on the database (`BEGIN IMMEDIATE` on a connection of its own,
+/// in a thread), held from [`Lock::take`] until [`Lock::release`] or `at_most`.
+struct Lock {
+    release: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Lock {
+    fn take(db: &std::path::Path, at_most: Duration) -> Lock {
+        let db = db.to_owned();
+        let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let conn = rusqlite::Connection::open(&db).unwrap();
+            conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+            locked_tx.send(()).unwrap();
+            let _ = release_rx.recv_timeout(at_most); // the fault's length, not a wait
+            conn.execute_batch("ROLLBACK").unwrap();
+        });
+        locked_rx.recv().unwrap();
+        Lock { release, thread }
+    }
+
+    fn release(self) {
+        let _ = self.release.send(());
+        self.thread.join().unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_locked_mid_turn_loses_nothing_and_stalls_nothing() {
     let fake = FakeSetup::start("stop_grace_s = 0.5\n").await;
@@ -78,16 +107,7 @@ async fn a_database_locked_mid_turn_loses_nothing_and_stalls_nothing() {
     .expect("the turn begins");
 
     // Another process holds the write lock for 15 s while the reply streams.
-    let db = fake.cfg.database.clone();
-    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
-    let locker = std::thread::spawn(move || {
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
-        locked_tx.send(()).unwrap();
-        std::thread::sleep(Duration::from_secs(15)); // the fault's length, not a wait
-        conn.execute_batch("ROLLBACK").unwrap();
-    });
-    locked_rx.recv().unwrap();
+    let locker = Lock::take(&fake.cfg.database, Duration::from_secs(15));
     let held_until = Instant::now() + Duration::from_secs(15);
 
     // While it is held: the fault is visible, pings and reads answer at once, a call that must
@@ -134,7 +154,7 @@ async fn a_database_locked_mid_turn_loses_nothing_and_stalls_nothing() {
     // Released: the kept items are written, the turn ends, the fault clears.
     let outcome = wait_turns(&mut finished, std::slice::from_ref(&turn)).await;
     assert_eq!(outcome[0].1, "success");
-    locker.join().unwrap();
+    locker.release();
     wait_storage_error(&manager, str::is_empty).await;
     assert_eq!(direct.last_error().await.unwrap(), "");
     let items = chat(&bot).await;
@@ -245,17 +265,7 @@ async fn write_calls_during_a_lock_answer_at_once_and_the_fault_clears_by_itself
     let manager = fake.env.manager().await;
     assert_eq!(send_and_wait(&bot, "before").await.outcome, "success");
     // All bots idle: nothing of the daemon's own is being retried.
-    let db = fake.cfg.database.clone();
-    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let locker = std::thread::spawn(move || {
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
-        locked_tx.send(()).unwrap();
-        release_rx.recv().unwrap();
-        conn.execute_batch("ROLLBACK").unwrap();
-    });
-    locked_rx.recv().unwrap();
+    let locker = Lock::take(&fake.cfg.database, Duration::from_secs(120));
     // A burst of write calls from many clients, with pings among them.
     let calls = (0..20).map(|i| {
         let bot = bot.clone();
@@ -290,8 +300,7 @@ async fn write_calls_during_a_lock_answer_at_once_and_the_fault_clears_by_itself
     // Each waits at most one short attempt, most none at all: far from 20 × 0.2 s.
     assert!(burst < Duration::from_secs(2), "the burst took {burst:?}");
     assert!(!manager.storage_error().await.unwrap().is_empty());
-    release_tx.send(()).unwrap();
-    locker.join().unwrap();
+    locker.release();
     // Nothing of ours writes now: the fault clears all the same.
     wait_storage_error(&manager, str::is_empty).await;
     bot.set_model("sonnet").await.unwrap();
@@ -338,22 +347,11 @@ async fn a_daemon_asked_to_stop_while_the_database_is_locked_still_stops() {
     })
     .await
     .expect("the turn begins");
-    let db = fake.cfg.database.clone();
-    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let locker = std::thread::spawn(move || {
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
-        locked_tx.send(()).unwrap();
-        let _ = release_rx.recv_timeout(Duration::from_secs(120));
-        conn.execute_batch("ROLLBACK").unwrap();
-    });
-    locked_rx.recv().unwrap();
+    let locker = Lock::take(&fake.cfg.database, Duration::from_secs(120));
     // The reply's items wait for the lock.
     wait_storage_error(&manager, |s| !s.is_empty()).await;
     let stopped = tokio::time::timeout(Duration::from_secs(60), fake.daemon.terminate()).await;
-    release_tx.send(()).unwrap();
-    locker.join().unwrap();
+    locker.release();
     let status = stopped.expect("botvisord stopped while the database was still locked");
     assert!(status.success(), "{status:?}");
 }

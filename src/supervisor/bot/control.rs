@@ -2,6 +2,16 @@
 
 use super::*;
 
+/// The setting a control request changes, in words (`the model to `opus``); `None` for the
+/// requests that change no setting (`initialize`, `interrupt`).
+pub(super) fn setting_change(request: &ControlRequest) -> Option<String> {
+    match request {
+        ControlRequest::SetPermissionMode(mode) => Some(format!("the permission mode to `{mode}`")),
+        ControlRequest::SetModel(model) => Some(format!("the model to `{model}`")),
+        ControlRequest::Initialize | ControlRequest::Interrupt => None,
+    }
+}
+
 impl Actor {
     /// Sends a control request to the running process, if there is one that can take it.
     pub(super) fn send_control(&mut self, request: ControlRequest) -> bool {
@@ -51,15 +61,11 @@ impl Actor {
         else {
             return;
         };
-        let what = match &request {
-            ControlRequest::Initialize | ControlRequest::Interrupt => {
-                if let Err(e) = result {
-                    tracing::warn!(bot_id = %self.id, ?request, error = %e, "control request refused");
-                }
-                return;
+        let Some(what) = setting_change(&request) else {
+            if let Err(e) = result {
+                tracing::warn!(bot_id = %self.id, ?request, error = %e, "control request refused");
             }
-            ControlRequest::SetPermissionMode(mode) => format!("the permission mode to `{mode}`"),
-            ControlRequest::SetModel(model) => format!("the model to `{model}`"),
+            return;
         };
         match result {
             Ok(_) => self.add_item(

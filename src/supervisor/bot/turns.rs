@@ -255,6 +255,21 @@ impl Actor {
         }
     }
 
+    /// What becomes of a message written to a process that is gone before it replayed it: the
+    /// transcript of the conversation it went to decides ([`decide::unreplayed_message`]).
+    pub(super) fn unreplayed_fate(&self, inf: &Inflight) -> UnreplayedFate {
+        let record = self.record();
+        let env = self.build_env(&record);
+        let holds = self.runtime.conversation_has_message(
+            &env,
+            Path::new(&record.cwd),
+            &inf.session,
+            &inf.turn.text,
+            inf.written,
+        );
+        decide::unreplayed_message(record.session_id.as_deref(), &inf.session, holds)
+    }
+
     /// Settles the turn in flight when its process is gone: a replayed one ends with `outcome`
     /// (and `text` in an `error` or `system` item); one not yet replayed goes back to the head of
     /// the queue, unless its conversation holds it already (design rule 8, decided by
@@ -271,20 +286,7 @@ impl Actor {
         if !inf.replayed {
             // Not replayed, but maybe taken: the CLI writes the message into its transcript
             // before it replays it. Sent again, the conversation would hold it twice.
-            let record = self.record();
-            let env = self.build_env(&record);
-            let holds = self.runtime.conversation_has_message(
-                &env,
-                Path::new(&record.cwd),
-                &inf.session,
-                &inf.turn.text,
-                inf.written,
-            );
-            return match decide::unreplayed_message(
-                record.session_id.as_deref(),
-                &inf.session,
-                holds,
-            ) {
+            return match self.unreplayed_fate(&inf) {
                 UnreplayedFate::Resend => {
                     self.queue.push_front(inf.turn);
                     self.publish_queue();

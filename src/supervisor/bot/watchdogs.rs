@@ -25,20 +25,7 @@ impl Actor {
                 // The waiting turn fails visibly; what else waits, waits for the next Send or
                 // Restart (no restart loop).
                 if let Some(inf) = self.inflight.take() {
-                    let record = self.record();
-                    let env = self.build_env(&record);
-                    let holds = self.runtime.conversation_has_message(
-                        &env,
-                        Path::new(&record.cwd),
-                        &inf.session,
-                        &inf.turn.text,
-                        inf.written,
-                    );
-                    match decide::unreplayed_message(
-                        record.session_id.as_deref(),
-                        &inf.session,
-                        holds,
-                    ) {
+                    match self.unreplayed_fate(&inf) {
                         UnreplayedFate::Taken { adopt } => self.finish_turn(
                             &inf.turn.id,
                             TurnOutcome::TakenNotAnswered,
@@ -99,12 +86,8 @@ impl Actor {
                 else {
                     return;
                 };
-                let what = match &request {
-                    ControlRequest::SetPermissionMode(mode) => {
-                        format!("the permission mode to `{mode}`")
-                    }
-                    ControlRequest::SetModel(model) => format!("the model to `{model}`"),
-                    ControlRequest::Initialize | ControlRequest::Interrupt => return,
+                let Some(what) = super::control::setting_change(&request) else {
+                    return;
                 };
                 let text = format!(
                     "The running agent did not answer the request to change {what} within {} s \

@@ -520,9 +520,9 @@ async fn the_terminal_question_goes_when_answered_elsewhere() {
     let text = String::from_utf8_lossy(&seen).into_owned();
     assert!(status.success(), "{text}");
     assert!(text.contains("Allow Write {\"content\":\"xxxxxxxxxx\",\"file_path\":\"/dev/null\"}? (request ask-0-0) [y/N]"), "{text:?}");
-    // The question's line is cleared, then the note replaces it.
+    // The question's lines are cleared (to the end of the screen), then the note replaces it.
     assert!(
-        text.contains("\r\x1b[2K(answered elsewhere: allow by botvisorctl (:"),
+        text.contains("\r\x1b[J(answered elsewhere: allow by botvisorctl (:"),
         "{text:?}"
     );
     assert!(text.contains("fake: first\r\n[done: success"), "{text:?}");

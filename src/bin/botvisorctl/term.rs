@@ -47,10 +47,18 @@ impl Term {
     }
 
     fn clear_question(&self) {
-        if self.question.is_some() {
-            // Back to the start of the question's line, and clear it: a terminal control, not
-            // a colour, so written past anstream (which drops escapes under NO_COLOR).
-            eprint!("\r\x1b[2K");
+        if let Some(q) = &self.question {
+            // Back to the start of the question's first screen line (a long question wraps),
+            // and clear to the end of the screen: terminal controls, not colours, so written
+            // past anstream (which drops escapes under NO_COLOR).
+            let width = terminal_size::terminal_size_of(std::io::stderr())
+                .map(|(w, _)| w.0)
+                .or_else(super::show::terminal_width);
+            let up = width.map_or(0, |cols| screen_rows(&q.text, cols).saturating_sub(1));
+            if up > 0 {
+                eprint!("\x1b[{up}A");
+            }
+            eprint!("\r\x1b[J");
         }
     }
 
@@ -170,4 +178,45 @@ fn spawn_reader() -> mpsc::UnboundedReceiver<Option<String>> {
         }
     });
     rx
+}
+
+/// How many screen rows `text` (one line, maybe with colour escapes) takes on a terminal `cols`
+/// columns wide: its display width, escapes left out, divided by `cols`, rounded up; at least 1.
+fn screen_rows(text: &str, cols: u16) -> usize {
+    let mut width = 0usize;
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // An escape sequence: up to its final letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+            continue;
+        }
+        width += unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+    }
+    let cols = usize::from(cols.max(1));
+    width.div_ceil(cols).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::screen_rows;
+
+    #[test]
+    fn a_question_takes_as_many_rows_as_it_wraps_to() {
+        assert_eq!(screen_rows("", 80), 1);
+        assert_eq!(screen_rows("Allow Write x? [y/N] ", 80), 1);
+        assert_eq!(screen_rows(&"a".repeat(80), 80), 1, "exactly one row");
+        assert_eq!(screen_rows(&"a".repeat(81), 80), 2);
+        assert_eq!(screen_rows(&"a".repeat(250), 50), 5);
+        // Colour escapes take no room; wide characters two columns.
+        assert_eq!(
+            screen_rows(&format!("\x1b[33m{}\x1b[0m", "a".repeat(80)), 80),
+            1
+        );
+        assert_eq!(screen_rows(&"字".repeat(41), 80), 2);
+    }
 }

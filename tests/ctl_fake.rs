@@ -595,3 +595,31 @@ async fn list_aligns_wide_names_and_fits_the_terminal() {
         }
     }
 }
+
+/// `watch --json BOT` says it watches one bot, however many there are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_of_one_bot_counts_one() {
+    let s = FakeSetup::start("").await;
+    let plan = serde_json::json!([{"mode": "normal"}]);
+    create(&s, "one", &s.env.work, plan.clone()).await;
+    create(&s, "two", &s.env.work, plan).await;
+    let bus = s.env.bus.address.clone();
+    let mut watch = ctl(&bus)
+        .args(["--json", "watch", "one"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let watching = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("watch prints");
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["event"] == "watching" {
+                return v;
+            }
+        }
+    })
+    .await
+    .expect("watch says it is subscribed");
+    assert_eq!(watching["bots"], 1, "{watching}");
+}

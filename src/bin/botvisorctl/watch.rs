@@ -62,7 +62,11 @@ pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<
     w.open_prompts(&all);
     if json {
         // Subscribed: whatever happens from now on is shown (a script can wait for this line).
-        json_line!(json!({"event": "watching", "bots": all.len()}));
+        let watched = match &w.only {
+            Some(path) => all.iter().filter(|b| &b.path == path).count(),
+            None => all.len(),
+        };
+        json_line!(json!({"event": "watching", "bots": watched}));
     } else {
         let what = match &spec {
             Some(s) => s.clone(),

@@ -36,6 +36,23 @@ async fn wait_storage_error(
     .expect("StorageError changes")
 }
 
+/// Waits until `SessionId` is set: the turn began (the CLI replayed its message).
+async fn wait_turn_begins(sessions: &mut zbus::proxy::PropertyStream<'_, String>) {
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while sessions
+            .next()
+            .await
+            .unwrap()
+            .get()
+            .await
+            .unwrap()
+            .is_empty()
+        {}
+    })
+    .await
+    .expect("the turn begins");
+}
+
 /// The turn's user, assistant, result and turn_finished items, once each.
 fn assert_turn_whole(items: &[(u64, String, serde_json::Value)], turn: &str, reply_len: usize) {
     let of_turn = |kind: &str| -> Vec<&serde_json::Value> {
@@ -92,19 +109,7 @@ async fn a_database_locked_mid_turn_loses_nothing_and_stalls_nothing() {
     let mut sessions = bot.receive_session_id_changed().await;
     let mut finished = bot.receive_turn_finished().await.unwrap();
     let turn = bot.send("hello", HashMap::new()).await.unwrap();
-    tokio::time::timeout(EVENT_TIMEOUT, async {
-        while sessions
-            .next()
-            .await
-            .unwrap()
-            .get()
-            .await
-            .unwrap()
-            .is_empty()
-        {}
-    })
-    .await
-    .expect("the turn begins");
+    wait_turn_begins(&mut sessions).await;
 
     // Another process holds the write lock for 15 s while the reply streams.
     let locker = Lock::take(&fake.cfg.database, Duration::from_secs(15));
@@ -226,19 +231,7 @@ async fn a_disk_full_mid_turn_loses_nothing_and_the_turn_ends_when_space_returns
     let mut finished = bot.receive_turn_finished().await.unwrap();
     let big = "y".repeat(200 * 1024);
     let turn = bot.send(&big, HashMap::new()).await.unwrap();
-    tokio::time::timeout(EVENT_TIMEOUT, async {
-        while sessions
-            .next()
-            .await
-            .unwrap()
-            .get()
-            .await
-            .unwrap()
-            .is_empty()
-        {}
-    })
-    .await
-    .expect("the turn begins");
+    wait_turn_begins(&mut sessions).await;
     let filler = fill(&state);
     let why = wait_storage_error(&manager, |s| !s.is_empty()).await;
     assert!(why.contains("full"), "{why}");
@@ -334,19 +327,7 @@ async fn a_daemon_asked_to_stop_while_the_database_is_locked_still_stops() {
     let manager = fake.env.manager().await;
     let mut sessions = bot.receive_session_id_changed().await;
     bot.send("hello", HashMap::new()).await.unwrap();
-    tokio::time::timeout(EVENT_TIMEOUT, async {
-        while sessions
-            .next()
-            .await
-            .unwrap()
-            .get()
-            .await
-            .unwrap()
-            .is_empty()
-        {}
-    })
-    .await
-    .expect("the turn begins");
+    wait_turn_begins(&mut sessions).await;
     let locker = Lock::take(&fake.cfg.database, Duration::from_secs(120));
     // The reply's items wait for the lock.
     wait_storage_error(&manager, |s| !s.is_empty()).await;

@@ -48,17 +48,20 @@ impl Actor {
         Config::watchdog(seconds).map(|d| tokio::time::Instant::now() + d)
     }
 
+    /// The control request sent with `request_id` and not answered yet, if any, now settled.
+    pub(super) fn take_pending_control(&mut self, request_id: &str) -> Option<ControlRequest> {
+        self.proc
+            .as_mut()
+            .and_then(|p| p.pending_control.remove(request_id))
+    }
+
     pub(super) fn on_control_response(
         &mut self,
         request_id: String,
         result: Result<Value, String>,
     ) {
         self.watch.control_answered(&request_id);
-        let Some(request) = self
-            .proc
-            .as_mut()
-            .and_then(|p| p.pending_control.remove(&request_id))
-        else {
+        let Some(request) = self.take_pending_control(&request_id) else {
             return;
         };
         let Some(what) = setting_change(&request) else {

@@ -13,10 +13,9 @@ impl Actor {
         }
         let launched = proc.start.session_id().to_owned();
         let record = self.record();
-        let env = self.build_env(&record);
+        // The transcript is looked at only when the CLI reports another id than the launched.
         let choice = decide::session_to_record(&launched, session_id.as_deref(), |r| {
-            self.runtime
-                .transcript_exists(&env, Path::new(&record.cwd), r)
+            self.transcript_exists(r)
         });
         let sid = match &choice {
             SessionChoice::Reported(r) => r.clone(),
@@ -61,14 +60,8 @@ impl Actor {
         let Some(reported) = proc.reported_session.as_deref() else {
             return;
         };
-        let record = self.record();
-        if record.session_id.as_deref() == Some(reported) {
-            return;
-        }
-        let env = self.build_env(&record);
-        if !self
-            .runtime
-            .transcript_exists(&env, Path::new(&record.cwd), reported)
+        if self.record().session_id.as_deref() == Some(reported)
+            || !self.transcript_exists(reported)
         {
             return;
         }
@@ -99,10 +92,18 @@ impl Actor {
         if let Some(r) = reported.filter(|r| !r.is_empty() && r != proc.start.session_id()) {
             proc.reported_session = Some(r);
         }
-        if let Some(proc) = self.proc.take() {
-            self.adopt_reported_session(&proc);
-            self.proc = Some(proc);
+        if let Some(proc) = &self.proc {
+            self.adopt_reported_session(proc);
         }
+    }
+
+    /// Whether the transcript of `session_id` exists now, for this bot's CLI (its environment
+    /// and working directory).
+    pub(super) fn transcript_exists(&self, session_id: &str) -> bool {
+        let record = self.record();
+        let env = self.build_env(&record);
+        self.runtime
+            .transcript_exists(&env, Path::new(&record.cwd), session_id)
     }
 
     pub(super) fn on_result(

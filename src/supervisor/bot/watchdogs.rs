@@ -79,11 +79,7 @@ impl Actor {
                 self.publish_queue();
             }
             Expired::Control(request_id) => {
-                let Some(request) = self
-                    .proc
-                    .as_mut()
-                    .and_then(|p| p.pending_control.remove(&request_id))
-                else {
+                let Some(request) = self.take_pending_control(&request_id) else {
                     return;
                 };
                 let Some(what) = super::control::setting_change(&request) else {

@@ -1,0 +1,372 @@
+//! A handle on one bot, for the D-Bus layer: validate, commit what must be durable at once
+//! (design rule 1), and queue a command for the bot's actor, which applies them in order
+//! (rule 7). Its methods never wait for the actor.
+
+use std::sync::{Arc, Mutex, RwLock};
+
+use tokio::sync::mpsc;
+
+use std::path::Path;
+
+use super::{
+    BotError, BotView, Command, PromptBook, Publisher, State, bot, check_model,
+    check_permission_mode,
+};
+use crate::runtime::{ControlRequest, PermissionAnswer, Runtime};
+use crate::store::{self, Store};
+
+/// What a handle shares with its actor.
+pub(crate) struct Shared {
+    pub(crate) runtime: Arc<dyn Runtime>,
+    pub(crate) store: Arc<Store>,
+    pub(crate) publisher: Publisher,
+    pub(crate) deleted: std::sync::atomic::AtomicBool,
+    /// Unique bus names of the clients holding the bot (design rule 13).
+    pub(crate) holders: Mutex<std::collections::BTreeSet<String>>,
+    /// Open and recently answered permission requests.
+    pub(crate) prompts: Mutex<PromptBook>,
+}
+
+/// A handle on one bot. Its methods never wait for the actor: they validate, commit what must
+/// be durable at once, and queue a [`Command`]; what follows is published as signals.
+#[derive(Clone)]
+pub struct BotHandle {
+    /// The bot id.
+    pub id: String,
+    pub(super) tx: mpsc::UnboundedSender<Command>,
+    /// What clients can read without asking the actor.
+    pub view: Arc<RwLock<BotView>>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl BotHandle {
+    fn gone(&self) -> BotError {
+        BotError::NotFound(format!("bot {} has been deleted", self.id))
+    }
+
+    /// Ok while the bot exists and its actor runs; a failed call changes nothing.
+    pub fn check_alive(&self) -> Result<(), BotError> {
+        if self
+            .shared
+            .deleted
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            Err(self.gone())
+        } else if self.tx.is_closed() {
+            Err(BotError::Failed(format!(
+                "the supervisor of bot {} stopped after an internal error (see the journal); \
+                 restart botvisord",
+                self.id
+            )))
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(super) fn command(&self, c: Command) -> Result<(), BotError> {
+        self.check_alive()?;
+        self.tx.send(c).map_err(|_| self.gone())
+    }
+
+    /// Queues a message: commits the turn and its `user` chat item, publishes the item, and
+    /// returns the turn id. Errors: InvalidArgument (empty), Busy (state `failed`; or no process
+    /// and the working directory is gone), RuntimeUnavailable (no process and no binary),
+    /// NotFound (deleted), Failed (database). An error changes nothing.
+    pub fn send(&self, text: String) -> Result<String, BotError> {
+        self.check_alive()?;
+        if text.trim().is_empty() {
+            return Err(BotError::InvalidArgument(
+                "the message is empty; send some text".into(),
+            ));
+        }
+        let view = self.snapshot();
+        if view.state == State::Failed {
+            return Err(BotError::Busy(format!(
+                "bot {} is in state failed and takes no message until Restart: {}",
+                self.id, view.record.last_error
+            )));
+        }
+        if view.process_id == 0 {
+            self.check_can_start(&view)?;
+        }
+        let turn_id = uuid::Uuid::new_v4().to_string();
+        let payload = serde_json::json!({"text": text, "turn_id": turn_id}).to_string();
+        self.shared.store.tx_now_then(
+            |tx| {
+                // The text is stored once, in the user item; the turn points at it.
+                let item = store::chat::append(tx, &self.id, "user", Some(&turn_id), &payload)?;
+                store::turns::insert(tx, &self.id, &turn_id, item.seq)?;
+                Ok(item)
+            },
+            |item| bot::publish_item(&self.shared.publisher, &self.id, item),
+        )?;
+        self.command(Command::Queued(store::QueuedTurn {
+            id: turn_id.clone(),
+            text,
+        }))?;
+        Ok(turn_id)
+    }
+
+    /// Whether an agent could be started now: its working directory is a folder the daemon can
+    /// use (else Busy: the bot cannot start until it is back) and the runtime's binary is there
+    /// (else RuntimeUnavailable).
+    fn check_can_start(&self, view: &BotView) -> Result<(), BotError> {
+        if let Some(problem) =
+            crate::process::launch_error::working_dir_problem(Path::new(&view.record.cwd))
+        {
+            return Err(BotError::Busy(format!(
+                "bot {} cannot start its agent: {problem}; recreate it (the conversation goes \
+                 on there) or delete the bot and create one in another folder",
+                self.id
+            )));
+        }
+        self.shared
+            .runtime
+            .binary()
+            .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Asks the actor to stop the process gently; `State` shows the progress.
+    pub fn stop(&self) -> Result<(), BotError> {
+        self.command(Command::Stop)
+    }
+
+    /// Persists a permission mode and applies it to the running process.
+    pub fn set_permission_mode(&self, mode: String) -> Result<(), BotError> {
+        self.check_alive()?;
+        check_permission_mode(self.shared.runtime.as_ref(), &mode)?;
+        self.shared
+            .store
+            .tx_now(|tx| store::bots::set_permission_mode(tx, &self.id, &mode))?;
+        bot::update_view(
+            &self.view,
+            &self.shared.publisher,
+            &self.id,
+            vec!["PermissionMode"],
+            |v| v.record.permission_mode = mode.clone(),
+        );
+        if mode.is_empty() {
+            return Ok(());
+        }
+        self.command(Command::ApplyLive(ControlRequest::SetPermissionMode(mode)))
+    }
+
+    /// Persists a model and applies it to the running process (empty: the CLI's default, from
+    /// the next start).
+    pub fn set_model(&self, model: String) -> Result<(), BotError> {
+        self.check_alive()?;
+        check_model(&model)?;
+        self.shared
+            .store
+            .tx_now(|tx| store::bots::set_model(tx, &self.id, &model))?;
+        bot::update_view(
+            &self.view,
+            &self.shared.publisher,
+            &self.id,
+            vec!["Model"],
+            |v| v.record.model = model.clone(),
+        );
+        if model.is_empty() {
+            return Ok(());
+        }
+        self.command(Command::ApplyLive(ControlRequest::SetModel(model)))
+    }
+
+    /// Asks for a restart; `fresh` starts a new conversation. Errors: Busy (the working
+    /// directory is gone), RuntimeUnavailable; either changes nothing.
+    pub fn restart(&self, fresh: bool) -> Result<(), BotError> {
+        self.check_alive()?;
+        self.check_can_start(&self.snapshot())?;
+        if fresh {
+            // Durably forgotten before this call returns; the actor forgets again after the stop
+            // in case the old process began a turn meanwhile.
+            bot::forget_session(self, "fresh_restart")?;
+        }
+        if self.snapshot().state == State::Failed {
+            // Calls apply in order: a Send right after this Restart is taken, not refused.
+            self.shared
+                .store
+                .tx_now(|tx| store::bots::set_failed(tx, &self.id, false))?;
+            bot::update_view(
+                &self.view,
+                &self.shared.publisher,
+                &self.id,
+                vec!["State"],
+                |v| v.state = State::Stopped,
+            );
+        }
+        self.command(Command::Restart(fresh))
+    }
+
+    /// Adds a lease for `client` (a unique bus name); holding twice is one lease.
+    pub fn hold(&self, client: &str) -> Result<(), BotError> {
+        self.check_alive()?;
+        self.change_holders(|h| {
+            h.insert(client.to_owned());
+        });
+        Ok(())
+    }
+
+    /// Ends the lease of `client`. Errors: NotFound when it holds none.
+    pub fn release(&self, client: &str) -> Result<(), BotError> {
+        self.check_alive()?;
+        let mut had = false;
+        self.change_holders(|h| had = h.remove(client));
+        if had {
+            Ok(())
+        } else {
+            Err(BotError::NotFound(format!(
+                "{client} holds no lease on bot {}",
+                self.id
+            )))
+        }
+    }
+
+    /// Ends the lease of a client that left the bus; true if it had one.
+    pub fn client_gone(&self, client: &str) -> bool {
+        let mut had = false;
+        self.change_holders(|h| had = h.remove(client));
+        had
+    }
+
+    fn change_holders(&self, f: impl FnOnce(&mut std::collections::BTreeSet<String>)) {
+        let mut holders = self
+            .shared
+            .holders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let before = holders.len();
+        f(&mut holders);
+        let count = holders.len() as u32;
+        if count as usize != before {
+            bot::update_view(
+                &self.view,
+                &self.shared.publisher,
+                &self.id,
+                vec!["Holders"],
+                |v| v.holders = count,
+            );
+            let _ = self.tx.send(Command::HoldersChanged);
+        }
+    }
+
+    /// Answers an open permission request: `behavior` `allow` (optionally with `updated_input`,
+    /// a JSON object) or `deny` (with `message`). The answer and who gave it (`client`, the
+    /// unique bus name, and `client_name`, a name for people or empty) are recorded in the chat.
+    /// The first answer wins. Errors: InvalidArgument (behavior, JSON), NotFound (unknown or
+    /// already answered id).
+    pub fn respond_permission(
+        &self,
+        request_id: &str,
+        behavior: &str,
+        message: Option<String>,
+        updated_input: Option<String>,
+        client: &str,
+        client_name: &str,
+    ) -> Result<(), BotError> {
+        self.check_alive()?;
+        let updated: Option<serde_json::Value> = match &updated_input {
+            None => None,
+            Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(v) if v.is_object() => Some(v),
+                _ => {
+                    return Err(BotError::InvalidArgument(
+                        "option `updated_input` must be a JSON object (the tool's input)".into(),
+                    ));
+                }
+            },
+        };
+        if behavior != "allow" && behavior != "deny" {
+            return Err(BotError::InvalidArgument(format!(
+                "behavior must be `allow` or `deny`, got `{behavior}`"
+            )));
+        }
+        if behavior == "allow" && message.is_some() {
+            return Err(BotError::InvalidArgument(
+                "option `message` goes with `deny`".into(),
+            ));
+        }
+        if behavior == "deny" && updated.is_some() {
+            return Err(BotError::InvalidArgument(
+                "option `updated_input` goes with `allow`".into(),
+            ));
+        }
+        let mut book = self
+            .shared
+            .prompts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let who = if client_name.is_empty() {
+            client.to_owned()
+        } else {
+            format!("{client_name} ({client})")
+        };
+        let Some(prompt) = book.answer(request_id, &who, behavior) else {
+            let earlier = book.answered.iter().find(|(id, _, _)| id == request_id);
+            return Err(BotError::NotFound(match earlier {
+                Some((_, by, b)) => {
+                    format!("permission request {request_id} was already answered ({b}) by {by}")
+                }
+                None => format!("no open permission request {request_id} on bot {}", self.id),
+            }));
+        };
+        let answer = if behavior == "allow" {
+            PermissionAnswer::Allow {
+                updated_input: updated.clone().unwrap_or_else(|| {
+                    serde_json::from_str(&prompt.input).unwrap_or(serde_json::json!({}))
+                }),
+            }
+        } else {
+            PermissionAnswer::Deny {
+                message: message
+                    .clone()
+                    .unwrap_or_else(|| "The user denied this tool use.".to_owned()),
+            }
+        };
+        let mut payload = serde_json::json!({
+            "request_id": request_id, "tool": prompt.tool, "behavior": behavior, "by": client,
+        });
+        if !client_name.is_empty() {
+            payload["client"] = serde_json::json!(client_name);
+        }
+        match &answer {
+            PermissionAnswer::Allow { updated_input } if updated.is_some() => {
+                payload["updated_input"] = updated_input.clone();
+            }
+            PermissionAnswer::Deny { message } => payload["message"] = serde_json::json!(message),
+            _ => {}
+        }
+        let payload = payload.to_string();
+        let pending = book.list();
+        self.shared.store.tx_now_then(
+            |tx| store::chat::append(tx, &self.id, "permission_answer", None, &payload),
+            |item| bot::publish_item(&self.shared.publisher, &self.id, item),
+        )?;
+        bot::update_view(
+            &self.view,
+            &self.shared.publisher,
+            &self.id,
+            vec!["PendingPermissions"],
+            |v| v.pending = pending,
+        );
+        drop(book);
+        self.command(Command::Respond(request_id.to_owned(), answer))
+    }
+
+    /// Ends the running turn (outcome `interrupted`); queued messages stay queued. Returns
+    /// whether a turn was running: interrupting an idle bot does nothing and says so.
+    pub fn interrupt(&self) -> Result<bool, BotError> {
+        self.check_alive()?;
+        if self.snapshot().state != State::Busy {
+            return Ok(false);
+        }
+        self.command(Command::Interrupt)?;
+        Ok(true)
+    }
+
+    /// A copy of the bot's current view.
+    pub fn snapshot(&self) -> BotView {
+        self.view.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}

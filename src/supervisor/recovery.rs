@@ -1,0 +1,108 @@
+//! After a daemon crash: the processes the previous run left are stopped by identity before
+//! any bot runs (design rule 9), and each bot's chat says so.
+
+use std::collections::BTreeMap;
+
+use super::{BotError, Supervisor, bot};
+use crate::store;
+
+impl Supervisor {
+    /// At daemon start, before any bot runs: every process the previous run recorded that is
+    /// still alive (same identity) is stopped by identity, with its descendants, and each bot's
+    /// chat says so. Returns how many were alive.
+    pub async fn recover_processes(&self) -> Result<usize, BotError> {
+        use crate::process::identity::{Liveness, liveness};
+        use crate::process::verdict::{StopObservation, verdict};
+        let records = self.store.read(store::processes::all)?;
+        if records.is_empty() {
+            return Ok(0);
+        }
+        let mut by_bot: BTreeMap<String, Vec<store::processes::ProcessRecord>> = BTreeMap::new();
+        for r in records {
+            by_bot.entry(r.bot_id.clone()).or_default().push(r);
+        }
+        let mut alive_total = 0;
+        for (bot_id, recs) in by_bot {
+            let mut targets = Vec::new();
+            for r in &recs {
+                if liveness(&r.identity) == Liveness::Alive && !targets.contains(&r.identity) {
+                    targets.push(r.identity.clone());
+                    for d in crate::process::tree::descendants(r.identity.pid) {
+                        if !targets.contains(&d) {
+                            targets.push(d);
+                        }
+                    }
+                }
+            }
+            if !targets.is_empty() {
+                alive_total += targets.len();
+                let observed =
+                    crate::process::stop::stop_by_identity(&targets, self.config.stop_grace())
+                        .await;
+                let roots: Vec<_> = recs
+                    .iter()
+                    .filter(|r| r.role == "root")
+                    .map(|r| r.identity.clone())
+                    .collect();
+                let root_exited = observed
+                    .iter()
+                    .all(|(id, l)| !roots.contains(id) || *l != Liveness::Alive);
+                let v = verdict(&StopObservation {
+                    root_exited,
+                    descendants: observed
+                        .into_iter()
+                        .filter(|(id, _)| !roots.contains(id))
+                        .collect(),
+                    proof: bot::PROOF,
+                });
+                let pids: Vec<u32> = targets.iter().map(|t| t.pid).collect();
+                let mut text = format!(
+                    "botvisord restarted and found {} process(es) of this bot left by its \
+                     previous run (pid {}); it stopped them (verdict: {}).",
+                    targets.len(),
+                    pids.iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    v.name()
+                );
+                if let Some(report) = v.report(roots.first().map_or(0, |r| r.pid)) {
+                    text.push(' ');
+                    text.push_str(&report);
+                }
+                tracing::warn!(bot_id = %bot_id, verdict = v.name(), "{text}");
+                let payload = serde_json::json!({
+                    "text": text, "reason": "recovered_processes", "verdict": v.name(), "pids": pids
+                })
+                .to_string();
+                let publisher = &self.publisher;
+                self.store.tx_then(
+                    |tx| {
+                        store::processes::clear(tx, &bot_id)?;
+                        store::chat::append(tx, &bot_id, "system", None, &payload)
+                    },
+                    |item| bot::publish_item(publisher, &bot_id, item),
+                )?;
+            } else {
+                self.store.tx(|tx| store::processes::clear(tx, &bot_id))?;
+            }
+        }
+        Ok(alive_total)
+    }
+
+    /// Writes to the database fail (`Some(why)`) or succeed again (`None`): every bot's
+    /// `LastError` says so while it lasts (design rule 15).
+    pub fn set_storage_error(&self, why: Option<String>) {
+        let text = why.map(|w| {
+            format!(
+                "botvisord cannot write its database: {w}. What the agents say is kept and \
+                 written once it can; calls that must write answer StorageUnavailable meanwhile."
+            )
+        });
+        for h in self.list() {
+            bot::update_view(&h.view, &self.publisher, &h.id, vec!["LastError"], |v| {
+                v.storage_error = text.clone()
+            });
+        }
+    }
+}

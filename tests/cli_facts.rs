@@ -23,7 +23,7 @@ use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
 use botvisor::runtime::claude::Claude;
-use botvisor::runtime::claude::events::CONVERSATION_NOT_FOUND;
+use botvisor::runtime::claude::events::{self, CONVERSATION_NOT_FOUND};
 use botvisor::runtime::claude::transcript::{self, MAX_SLUG_LEN};
 use botvisor::runtime::{
     ControlRequest, LaunchSpec, PermissionAnswer, ResultOutcome, Runtime, RuntimeEvent,
@@ -284,14 +284,14 @@ impl Cli {
     }
 
     async fn send(&mut self, text: &str) {
-        self.write(runtime().encode_user_message(text)).await;
+        self.write(events::encode_user_message(text)).await;
     }
 
     /// Sends a control request; returns its id.
     async fn control(&mut self, request: &ControlRequest) -> String {
         self.next_request += 1;
         let id = format!("facts-{}", self.next_request);
-        let line = runtime().encode_control(&id, request).unwrap();
+        let line = events::encode_control(&id, request);
         self.write(line).await;
         id
     }
@@ -335,7 +335,7 @@ impl Cli {
                 );
             };
             let (at, text) = next?;
-            let events = runtime().parse_line(text.as_bytes());
+            let events = events::parse_line(text.as_bytes());
             let hit = events.iter().any(&want);
             self.seen.push(Line { at, text, events });
             if hit {
@@ -781,14 +781,12 @@ async fn a_conversation_as_botvisor_runs_it() {
                 _ => None,
             })
             .unwrap();
-        let answer = runtime()
-            .encode_permission_answer(
-                &request_id,
-                &PermissionAnswer::Allow {
-                    updated_input: input,
-                },
-            )
-            .unwrap();
+        let answer = events::encode_permission_answer(
+            &request_id,
+            &PermissionAnswer::Allow {
+                updated_input: input,
+            },
+        );
         cli.write(answer).await;
         cli.until("the result of the turn with a tool", is_result)
             .await;
@@ -854,7 +852,7 @@ async fn a_conversation_as_botvisor_runs_it() {
     let (status, _) = again.wait("--session-id of an existing conversation").await;
     let reads_in_use = |text: &str| {
         text.lines().any(|line| {
-            runtime().parse_line(line.as_bytes()).iter().any(
+            events::parse_line(line.as_bytes()).iter().any(
                 |e| matches!(e, RuntimeEvent::SessionInUse { session_id } if *session_id == id),
             )
         })

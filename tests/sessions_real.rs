@@ -344,7 +344,12 @@ async fn messages_sent_while_starting_and_busy_arrive_once_in_order() {
     assert_eq!(order, ids.iter().collect::<Vec<_>>());
     assert!(outcomes.iter().all(|(_, o)| o == "success"), "{outcomes:?}");
     assert_eq!(setup.asked(), vec!["m1", "m2", "m3", "m4"]);
-    assert_eq!(bot.queued_messages().await.unwrap(), 0);
+    // Read from the daemon, not from the proxy's cache, which its PropertiesChanged may reach
+    // after the TurnFinished seen above.
+    let direct = env
+        .bot_uncached(&bot.inner().path().to_owned().into())
+        .await;
+    assert_eq!(direct.queued_messages().await.unwrap(), 0);
     let replies: Vec<String> = of_kind(&chat(&bot).await, "assistant")
         .iter()
         .map(|p| p["text"].as_str().unwrap().to_owned())

@@ -1,11 +1,15 @@
 //! Runtimes: the kinds of agent CLI botvisor can supervise.
 //!
-//! A [`Runtime`] knows one CLI: how to launch it, where it keeps transcripts, and how to read and
-//! write its stdin/stdout protocol. Everything specific to one CLI lives in that CLI's folder
-//! ([`claude`]); the supervisor only sees [`RuntimeEvent`]s. The resume decision of design rule 2
+//! A [`Runtime`] knows one kind of CLI: how to launch it and where it keeps transcripts; for each
+//! process it opens a [`Protocol`] object ([`protocol`]) that reads and writes that process's
+//! stdin/stdout and keeps its correlation state. Everything specific to one CLI lives in that
+//! CLI's folder ([`claude`]); the supervisor only sees [`RuntimeEvent`]s. The resume decision of design rule 2
 //! is [`decide_start`], the one function every launch goes through.
 
 pub mod claude;
+pub mod protocol;
+
+pub use protocol::{Protocol, Read, Sent};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,17 +17,21 @@ use std::path::{Path, PathBuf};
 /// How a process starts its conversation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionStart {
-    /// A new conversation with this id (`--session-id` for Claude Code).
+    /// A new conversation with this id, chosen by botvisor (`--session-id` for Claude Code).
     New(String),
+    /// A new conversation whose id the CLI assigns and names through its protocol once it is
+    /// open (Codex: the answer to `thread/start`).
+    Fresh,
     /// Continue the conversation with this id (`--resume` for Claude Code).
     Resume(String),
 }
 
 impl SessionStart {
-    /// The session id either way.
-    pub fn session_id(&self) -> &str {
+    /// The session id, when known at launch (`None` for [`SessionStart::Fresh`]).
+    pub fn session_id(&self) -> Option<&str> {
         match self {
-            SessionStart::New(id) | SessionStart::Resume(id) => id,
+            SessionStart::New(id) | SessionStart::Resume(id) => Some(id),
+            SessionStart::Fresh => None,
         }
     }
 }
@@ -49,22 +57,22 @@ pub struct StartDecision {
 
 /// Design rule 2, in one function: resume only when a session id is recorded, the runtime can
 /// resume, and the runtime's transcript for that id exists on disk now; otherwise a new
-/// conversation with `new_id()`, and the old record is to be forgotten.
+/// conversation, `fresh()` ([`Runtime::fresh_start`]), and the old record is to be forgotten.
 ///
 /// `transcript_exists` is only asked when the other two conditions hold.
 pub fn decide_start(
     recorded: Option<&str>,
     can_resume: bool,
     transcript_exists: impl FnOnce(&str) -> bool,
-    new_id: impl FnOnce() -> String,
+    fresh: impl FnOnce() -> SessionStart,
 ) -> StartDecision {
     match recorded {
         None => StartDecision {
-            start: SessionStart::New(new_id()),
+            start: fresh(),
             forget: None,
         },
         Some(id) if !can_resume => StartDecision {
-            start: SessionStart::New(new_id()),
+            start: fresh(),
             forget: Some((id.to_owned(), ForgetReason::RuntimeCannotResume)),
         },
         Some(id) if transcript_exists(id) => StartDecision {
@@ -72,7 +80,7 @@ pub fn decide_start(
             forget: None,
         },
         Some(id) => StartDecision {
-            start: SessionStart::New(new_id()),
+            start: fresh(),
             forget: Some((id.to_owned(), ForgetReason::TranscriptMissing)),
         },
     }
@@ -135,6 +143,13 @@ pub enum RuntimeEvent {
         model: Option<String>,
         /// The permission mode in use.
         permission_mode: Option<String>,
+    },
+    /// The CLI's handshake is done and the conversation `session_id` is open: user messages may
+    /// be written (Codex: the answer to `thread/start` or `thread/resume`). Not a sign that a
+    /// turn began: the conversation is recorded only then (design rule 3).
+    Opened {
+        /// The conversation, as the CLI named it.
+        session_id: String,
     },
     /// The CLI echoed a user message: a turn began in `session_id` (design rule 3).
     UserReplay {
@@ -306,23 +321,13 @@ pub trait Runtime: Send + Sync + 'static {
         text: &str,
         since: std::time::SystemTime,
     ) -> bool;
+    /// A new conversation as this runtime starts one: [`SessionStart::New`] with a fresh id
+    /// when botvisor names it (Claude Code), [`SessionStart::Fresh`] when the CLI does (Codex).
+    fn fresh_start(&self) -> SessionStart;
     /// The command for a launch.
     fn command(&self, program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand;
-    /// One stdin line (without the newline) that sends a user message.
-    fn encode_user_message(&self, text: &str) -> String;
-    /// Reads one stdout line (without the newline).
-    fn parse_line(&self, line: &[u8]) -> Vec<RuntimeEvent>;
-    /// One stdin line (without the newline) carrying a control request; `None` when the runtime
-    /// has no control protocol.
-    fn encode_control(&self, request_id: &str, request: &ControlRequest) -> Option<String>;
-    /// One stdin line refusing a control request of the CLI that botvisor does not serve.
-    fn encode_control_error(&self, request_id: &str, message: &str) -> Option<String>;
-    /// One stdin line answering a permission request.
-    fn encode_permission_answer(
-        &self,
-        request_id: &str,
-        answer: &PermissionAnswer,
-    ) -> Option<String>;
+    /// The protocol object of a process launched with `spec` (see [`protocol`]).
+    fn open(&self, spec: &LaunchSpec<'_>) -> Box<dyn Protocol>;
     /// The session id a process refused to start a new conversation on because it is already in
     /// use, read from what it wrote to stderr before it exited; `None` when it said no such thing.
     fn session_in_use(&self, stderr: &str) -> Option<String>;
@@ -351,8 +356,8 @@ pub fn is_executable(path: &Path) -> bool {
 mod tests {
     use super::*;
 
-    fn new_id() -> String {
-        "new".to_owned()
+    fn new_id() -> SessionStart {
+        SessionStart::New("new".to_owned())
     }
 
     #[test]

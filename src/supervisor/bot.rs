@@ -154,7 +154,10 @@ struct Inflight {
 struct Proc {
     handle: ProcessHandle,
     stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// How it was launched (a resume or a new conversation).
     start: SessionStart,
+    /// Its protocol: lines in and out, request ids, the conversation it holds.
+    protocol: Box<dyn crate::runtime::Protocol>,
     turn_began: bool,
     stopping: bool,
     lost: bool,
@@ -192,7 +195,6 @@ struct Actor {
     force_resume: Option<String>,
     in_use_retried: bool,
     parked: bool,
-    control_seq: u64,
     /// Known descendants of the current (or last) process, by identity.
     known: Vec<ProcessIdentity>,
     /// Background tasks the CLI reports as running.
@@ -347,7 +349,6 @@ pub fn spawn_actor(
         force_resume: None,
         in_use_retried: false,
         parked,
-        control_seq: 0,
         known: Vec::new(),
         background_tasks: 0,
         idle_deadline: None,

@@ -31,6 +31,9 @@ pub fn command(program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand {
     match spec.start {
         SessionStart::New(id) => args.extend(["--session-id".to_owned(), id.clone()]),
         SessionStart::Resume(id) => args.extend(["--resume".to_owned(), id.clone()]),
+        // Claude Code takes no conversation without an id botvisor chose
+        // (`Runtime::fresh_start`); if asked anyway, it picks one and the replay names it.
+        SessionStart::Fresh => {}
     }
     if !spec.permission_mode.is_empty() {
         args.extend([

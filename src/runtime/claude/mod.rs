@@ -7,15 +7,13 @@
 
 pub mod events;
 pub mod launch;
+pub mod protocol;
 pub mod transcript;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{
-    ControlRequest, LaunchCommand, LaunchSpec, PermissionAnswer, Runtime, RuntimeError,
-    RuntimeEvent,
-};
+use super::{LaunchCommand, LaunchSpec, Protocol, Runtime, RuntimeError, SessionStart};
 
 /// The environment variable that names the binary when the config has no `claude_bin`.
 pub const BIN_ENV: &str = "BOTVISOR_CLAUDE_BIN";
@@ -129,28 +127,12 @@ impl Runtime for Claude {
         launch::command(program, spec)
     }
 
-    fn encode_user_message(&self, text: &str) -> String {
-        events::encode_user_message(text)
+    fn fresh_start(&self) -> SessionStart {
+        SessionStart::New(uuid::Uuid::new_v4().to_string())
     }
 
-    fn parse_line(&self, line: &[u8]) -> Vec<RuntimeEvent> {
-        events::parse_line(line)
-    }
-
-    fn encode_control(&self, request_id: &str, request: &ControlRequest) -> Option<String> {
-        Some(events::encode_control(request_id, request))
-    }
-
-    fn encode_control_error(&self, request_id: &str, message: &str) -> Option<String> {
-        Some(events::encode_control_error(request_id, message))
-    }
-
-    fn encode_permission_answer(
-        &self,
-        request_id: &str,
-        answer: &PermissionAnswer,
-    ) -> Option<String> {
-        Some(events::encode_permission_answer(request_id, answer))
+    fn open(&self, spec: &LaunchSpec<'_>) -> Box<dyn Protocol> {
+        Box::new(protocol::ClaudeProtocol::new(spec.start))
     }
 
     fn fatal_reason(&self, text: &str) -> Option<&'static str> {

@@ -15,22 +15,20 @@ pub(super) fn setting_change(request: &ControlRequest) -> Option<String> {
 impl Actor {
     /// Sends a control request to the running process, if there is one that can take it.
     pub(super) fn send_control(&mut self, request: ControlRequest) -> bool {
-        self.control_seq += 1;
-        let request_id = format!("botvisor-{}", self.control_seq);
-        let Some(line) = self.runtime.encode_control(&request_id, &request) else {
+        let Some(proc) = self
+            .proc
+            .as_mut()
+            .filter(|p| !p.stopping && p.stdin.is_some())
+        else {
             return false;
         };
-        let Some(proc) = self.proc.as_mut().filter(|p| !p.stopping) else {
+        let Some(sent) = proc.protocol.control(&request) else {
             return false;
         };
-        let Some(stdin) = proc.stdin.as_ref() else {
-            return false;
-        };
-        let mut bytes = line.into_bytes();
-        bytes.push(b'\n');
-        if stdin.send(bytes).is_err() {
+        if !self.write_lines(sent.lines) {
             return false;
         }
+        let request_id = sent.request_id;
         if matches!(
             request,
             ControlRequest::SetModel(_) | ControlRequest::SetPermissionMode(_)
@@ -39,8 +37,23 @@ impl Actor {
                 .map(|d| tokio::time::Instant::now() + d);
             self.watch.control_sent(&request_id, deadline);
         }
-        proc.pending_control.insert(request_id, request);
+        if let Some(proc) = self.proc.as_mut() {
+            proc.pending_control.insert(request_id, request);
+        }
         true
+    }
+
+    /// Writes `lines` to the current process's stdin, each with its newline; whether all went
+    /// (false when there is no process or its stdin is closed).
+    pub(super) fn write_lines(&self, lines: Vec<String>) -> bool {
+        let Some(stdin) = self.proc.as_ref().and_then(|p| p.stdin.as_ref()) else {
+            return lines.is_empty();
+        };
+        lines.into_iter().all(|line| {
+            let mut bytes = line.into_bytes();
+            bytes.push(b'\n');
+            stdin.send(bytes).is_ok()
+        })
     }
 
     /// Now plus a watchdog's bound in seconds (`None` for 0: never).

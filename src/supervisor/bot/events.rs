@@ -7,8 +7,13 @@ impl Actor {
         let current = self.proc.as_ref().map(|p| p.handle.generation);
         match ev {
             ProcEvent::Line(generation, line) if Some(generation) == current => {
+                let Some(proc) = self.proc.as_mut() else {
+                    return Next::Nothing;
+                };
+                let read = proc.protocol.read_line(&line);
+                self.write_lines(read.replies);
                 let mut next = Next::Nothing;
-                for event in self.runtime.parse_line(&line) {
+                for event in read.events {
                     if self.on_runtime_event(event) == Next::StopProcess {
                         next = Next::StopProcess;
                     }
@@ -27,7 +32,9 @@ impl Actor {
             self.watch.sign_of_life();
         }
         match event {
-            RuntimeEvent::Init { .. } | RuntimeEvent::Ignored => Next::Nothing,
+            RuntimeEvent::Init { .. } | RuntimeEvent::Opened { .. } | RuntimeEvent::Ignored => {
+                Next::Nothing
+            }
             RuntimeEvent::TextDelta(text) => {
                 self.on_text_delta(text);
                 Next::Nothing
@@ -55,14 +62,10 @@ impl Actor {
                 ..
             } => {
                 tracing::debug!(bot_id = %self.id, %subtype, "control request of the CLI refused");
-                if let Some(line) = self.runtime.encode_control_error(
-                    &request_id,
-                    &format!("botvisor does not serve `{subtype}` requests"),
-                ) && let Some(stdin) = self.proc.as_ref().and_then(|p| p.stdin.as_ref())
-                {
-                    let mut bytes = line.into_bytes();
-                    bytes.push(b'\n');
-                    let _ = stdin.send(bytes);
+                let message = format!("botvisor does not serve `{subtype}` requests");
+                if let Some(proc) = self.proc.as_mut() {
+                    let lines = proc.protocol.refuse(&request_id, &message);
+                    self.write_lines(lines);
                 }
                 Next::Nothing
             }

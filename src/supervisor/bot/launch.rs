@@ -56,7 +56,7 @@ impl Actor {
                 record.session_id.as_deref(),
                 self.runtime.can_resume(),
                 |id| self.runtime.transcript_exists(&env, cwd, id),
-                || uuid::Uuid::new_v4().to_string(),
+                || self.runtime.fresh_start(),
             ),
         };
         if let Some((old, reason)) = &decision.forget {
@@ -78,27 +78,27 @@ impl Actor {
                 ),
             );
         }
-        let cmd = self.runtime.command(
-            program,
-            &LaunchSpec {
-                cwd,
-                model: &record.model,
-                permission_mode: &record.permission_mode,
-                env: &env,
-                start: &decision.start,
-            },
-        );
+        let spec = LaunchSpec {
+            cwd,
+            model: &record.model,
+            permission_mode: &record.permission_mode,
+            env: &env,
+            start: &decision.start,
+        };
+        let cmd = self.runtime.command(program, &spec);
+        let mut protocol = self.runtime.open(&spec);
         self.generation += 1;
         match process::spawn(&cmd, self.generation, self.proc_tx.clone()) {
             Ok(mut handle) => {
                 tracing::info!(
                     bot_id = %self.id,
                     pid = handle.pid,
-                    session_id = decision.start.session_id(),
+                    session_id = decision.start.session_id().unwrap_or("(named by the CLI)"),
                     resume = matches!(decision.start, SessionStart::Resume(_)),
                     "agent started"
                 );
                 let stdin = handle.stdin.take().map(spawn_writer);
+                let protocol_opening = protocol.opening();
                 let pid = handle.pid;
                 self.restart_pending = false;
                 self.known.clear();
@@ -114,6 +114,7 @@ impl Actor {
                     handle,
                     stdin,
                     start: decision.start,
+                    protocol,
                     turn_began: false,
                     stopping: false,
                     lost: false,
@@ -125,7 +126,8 @@ impl Actor {
                 self.watch
                     .launched(self.deadline(self.config.start_timeout_s));
                 self.set_state(State::Idle);
-                self.send_control(ControlRequest::Initialize);
+                let opening = protocol_opening;
+                self.write_lines(opening);
             }
             Err(e) => {
                 let text = process::launch_error::explain(&cmd.program, &cmd.cwd, &e);
@@ -147,10 +149,17 @@ impl Actor {
         if stdin.is_closed() {
             return;
         }
+        // A CLI still in its handshake takes no message yet (Codex before `thread/start` is
+        // answered); the next pump tries again.
+        if !proc.protocol.ready() {
+            return;
+        }
+        let Some(session) = proc.protocol.conversation().map(str::to_owned) else {
+            return;
+        };
         let Some(turn) = self.queue.pop_front() else {
             return;
         };
-        let session = proc.start.session_id().to_owned();
         let stdin = stdin.clone();
         // Persist, then act: which conversation the message goes to, before it goes (rule 8
         // across a daemon crash).
@@ -161,9 +170,17 @@ impl Actor {
                 tracing::error!(bot_id = %self.id, error = %e, "cannot record a delivery");
                 std::time::SystemTime::now()
             });
-        let mut line = self.runtime.encode_user_message(&turn.text).into_bytes();
-        line.push(b'\n');
-        if stdin.send(line).is_err() {
+        let bytes: Vec<u8> = proc
+            .protocol
+            .user_message(&turn.text)
+            .into_iter()
+            .flat_map(|line| {
+                let mut bytes = line.into_bytes();
+                bytes.push(b'\n');
+                bytes
+            })
+            .collect();
+        if stdin.send(bytes).is_err() {
             self.queue.push_front(turn);
             return;
         }

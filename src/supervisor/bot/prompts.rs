@@ -6,13 +6,9 @@ use super::*;
 impl Actor {
     /// Writes a permission answer to the process that asked, if it still runs.
     pub(super) fn answer_cli(&mut self, request_id: &str, answer: &PermissionAnswer) {
-        let Some(line) = self.runtime.encode_permission_answer(request_id, answer) else {
-            return;
-        };
-        if let Some(stdin) = self.proc.as_ref().and_then(|p| p.stdin.as_ref()) {
-            let mut bytes = line.into_bytes();
-            bytes.push(b'\n');
-            let _ = stdin.send(bytes);
+        if let Some(proc) = self.proc.as_mut() {
+            let lines = proc.protocol.answer_permission(request_id, answer);
+            self.write_lines(lines);
         }
     }
 

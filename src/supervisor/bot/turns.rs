@@ -11,7 +11,7 @@ impl Actor {
         if self.inflight.as_ref().is_none_or(|i| i.replayed) {
             return;
         }
-        let launched = proc.start.session_id().to_owned();
+        let launched = proc.protocol.conversation().unwrap_or_default().to_owned();
         let record = self.record();
         // The transcript is looked at only when the CLI reports another id than the launched.
         let choice = decide::session_to_record(&launched, session_id.as_deref(), |r| {
@@ -89,7 +89,9 @@ impl Actor {
         if !proc.turn_began {
             return;
         }
-        if let Some(r) = reported.filter(|r| !r.is_empty() && r != proc.start.session_id()) {
+        if let Some(r) =
+            reported.filter(|r| !r.is_empty() && Some(r.as_str()) != proc.protocol.conversation())
+        {
             proc.reported_session = Some(r);
         }
         if let Some(proc) = &self.proc {

@@ -6,6 +6,7 @@
 
 mod commands;
 mod control;
+mod effects;
 mod events;
 mod exit;
 mod idle;
@@ -27,7 +28,9 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use super::decide::{self, SessionChoice, TurnOutcome, UnreplayedFate};
+use super::core::crash::{AfterCrash, Crashes};
+use super::core::{Inflight, Settled, Turns};
+use super::decide::{self, TurnOutcome, UnreplayedFate};
 use super::watchdog::{Expired, Watchdogs};
 use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher, Shared};
 use crate::config::Config;
@@ -40,7 +43,7 @@ use crate::runtime::{
     ControlRequest, ForgetReason, LaunchSpec, PermissionAnswer, ResultOutcome, Runtime,
     RuntimeEvent, SessionStart, StartDecision, decide_start,
 };
-use crate::store::{self, BotRecord, ChatItem, QueuedTurn, Store};
+use crate::store::{self, BotRecord, ChatItem, Store};
 
 /// Hard limit after SIGKILL for the root process to be reaped before the stop is declared failed.
 pub const KILL_WAIT: Duration = Duration::from_secs(5);
@@ -60,9 +63,6 @@ pub const TEXT_DELTA_INTERVAL: Duration = Duration::from_millis(50);
 
 /// When descendants are looked for again after a tool starts.
 pub const SNAPSHOT_AFTER_TOOL: [Duration; 2] = [Duration::from_millis(200), Duration::from_secs(1)];
-
-/// Longest wait between two restarts after crashes.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// A bot's state, as the `State` property shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,14 +143,6 @@ impl BotView {
     }
 }
 
-struct Inflight {
-    turn: QueuedTurn,
-    replayed: bool,
-    /// The conversation it was written to, and when.
-    session: String,
-    written: std::time::SystemTime,
-}
-
 struct Proc {
     handle: ProcessHandle,
     stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
@@ -188,9 +180,9 @@ struct Actor {
     generation: u64,
     proc_tx: mpsc::UnboundedSender<ProcEvent>,
     proc_rx: mpsc::UnboundedReceiver<ProcEvent>,
-    queue: VecDeque<QueuedTurn>,
-    inflight: Option<Inflight>,
-    crashes: VecDeque<Instant>,
+    /// The queue and the message in flight (the lifecycle core's turns, `supervisor::core`).
+    turns: Turns,
+    crashes: Crashes,
     restart_at: Option<tokio::time::Instant>,
     force_resume: Option<String>,
     in_use_retried: bool,
@@ -212,8 +204,6 @@ struct Actor {
     delta_buf: String,
     delta_flush_at: Option<tokio::time::Instant>,
     last_delta_sent: Option<tokio::time::Instant>,
-    /// The turn an `Interrupt` was sent for.
-    interrupting: Option<String>,
     /// What the current process must do by when (design rule 15).
     watch: Watchdogs<tokio::time::Instant>,
     /// When the CLI's model-request retries were last noted in the chat.
@@ -342,9 +332,8 @@ pub fn spawn_actor(
         generation: 0,
         proc_tx,
         proc_rx,
-        queue: VecDeque::new(),
-        inflight: None,
-        crashes: VecDeque::new(),
+        turns: Turns::default(),
+        crashes: Crashes::default(),
         restart_at: None,
         force_resume: None,
         in_use_retried: false,
@@ -358,7 +347,6 @@ pub fn spawn_actor(
         delta_buf: String::new(),
         delta_flush_at: None,
         last_delta_sent: None,
-        interrupting: None,
         watch: Watchdogs::default(),
         retry_notes: Default::default(),
         shared: shared.clone(),
@@ -466,32 +454,16 @@ impl Actor {
     }
 }
 
-/// What [`Actor::settle_inflight`] did with the turn in flight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Settled {
-    /// No turn was in flight.
-    Nothing,
-    /// Its message goes to the next process.
-    Requeued,
-    /// Its conversation holds its message: ended `taken_not_answered`.
-    Taken,
-    /// It had begun and ended with the outcome given.
-    Ended,
-}
-
-/// The payload of a `turn_finished` chat item: `{"turn_id", "outcome", "reason", "text"}`.
-fn turn_finished_payload(turn_id: &str, outcome: TurnOutcome, reason: &str, text: &str) -> String {
-    json!({"turn_id": turn_id, "outcome": outcome.as_str(), "reason": reason, "text": text})
-        .to_string()
-}
-
-/// The `system` item of a turn whose message the conversation holds unanswered.
-fn taken_note() -> Value {
-    json!({
-        "text": "The agent stopped after this message reached the conversation and before it \
-                 was answered; it is not sent again.",
-        "reason": "taken_not_answered",
-    })
+/// The whole environment of a bot's CLI: the daemon's variables the configuration lets through,
+/// the bot's own, and the marker that finds its descendants ([`tree::BOT_MARKER`]).
+pub(crate) fn bot_env(config: &Config, record: &BotRecord) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| config.env_allowed(k))
+        .collect();
+    env.extend(record.env.clone());
+    env.insert(tree::BOT_MARKER.to_owned(), record.id.clone());
+    env
 }
 
 /// A task that owns a process's stdin and writes what it is sent; dropping the sender closes

@@ -7,6 +7,7 @@
 
 pub mod bot;
 mod checks;
+pub mod core;
 pub mod decide;
 mod handle;
 mod prompts;

@@ -10,13 +10,9 @@ impl Actor {
             Command::Queued(turn) => {
                 // A message sent before the actor ran `recover()` was loaded from the store
                 // already: never queue it twice (rule 8).
-                let known = self.queue.iter().any(|t| t.id == turn.id)
-                    || self.inflight.as_ref().is_some_and(|i| i.turn.id == turn.id);
-                if !known {
-                    self.queue.push_back(turn);
-                }
+                let effects = self.turns.queue(turn);
                 self.park(false);
-                self.publish_queue();
+                self.apply(effects);
                 true
             }
             Command::Stop => {
@@ -64,13 +60,13 @@ impl Actor {
                 true
             }
             Command::Interrupt => {
-                if let Some(inf) = &self.inflight {
+                if let Some(inf) = &self.turns.inflight {
                     let turn = inf.turn.id.clone();
                     if self.send_control(ControlRequest::Interrupt) {
                         tracing::info!(bot_id = %self.id, turn_id = %turn, "interrupting");
                         self.watch
                             .interrupt_sent(&turn, self.deadline(self.config.interrupt_grace_s));
-                        self.interrupting = Some(turn);
+                        self.turns.interrupting = Some(turn);
                     }
                 }
                 true

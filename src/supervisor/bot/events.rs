@@ -138,11 +138,7 @@ impl Actor {
                 proc.lost = true;
                 let stopping = proc.stopping;
                 tracing::info!(bot_id = %self.id, %session_id, "conversation not found; starting a new one");
-                if let Some(inf) = self.inflight.take()
-                    && !inf.replayed
-                {
-                    self.queue.push_front(inf.turn);
-                }
+                let effects = self.turns.conversation_lost();
                 self.forget_session(
                     &session_id,
                     "conversation_not_found",
@@ -150,7 +146,7 @@ impl Actor {
                         "The CLI could not find the conversation {session_id}; a new conversation began."
                     ),
                 );
-                self.publish_queue();
+                self.apply(effects);
                 if stopping {
                     Next::Nothing
                 } else {
@@ -200,7 +196,7 @@ impl Actor {
             .should_note(retry, tokio::time::Instant::now())
         {
             // The CLI retries before it replays the message: the turn is the one written to it.
-            let turn = self.inflight.as_ref().map(|i| i.turn.id.clone());
+            let turn = self.turns.inflight.as_ref().map(|i| i.turn.id.clone());
             self.add_item(
                 "system",
                 turn.as_deref(),
@@ -214,7 +210,8 @@ impl Actor {
     }
 
     pub(super) fn current_turn_id(&self) -> Option<String> {
-        self.inflight
+        self.turns
+            .inflight
             .as_ref()
             .filter(|i| i.replayed)
             .map(|i| i.turn.id.clone())

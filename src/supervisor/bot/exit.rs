@@ -13,7 +13,7 @@ impl Actor {
         self.update(vec!["ProcessId"], |v| v.process_id = 0);
         self.deny_open_prompts();
         self.end_streamed_message();
-        self.interrupting = None;
+        self.turns.interrupting = None;
         self.adopt_reported_session(&proc);
         if proc.stopping {
             // A root that survived SIGKILL (verdict `root-alive`) exited at last: released now.
@@ -49,7 +49,7 @@ impl Actor {
             }
         }
         let stderr = proc.handle.stderr_text();
-        let clean = info.code == Some(0) && self.inflight.is_none();
+        let clean = info.code == Some(0) && self.turns.inflight.is_none();
         // Published at once (rule 11): the running turn ends, waiting messages stay queued.
         let settled = self.settle_inflight(
             TurnOutcome::Crashed,
@@ -109,54 +109,48 @@ impl Actor {
         self.set_last_error(&text);
         self.set_state(State::Stopped);
         self.clean_up_after_exit(root_pid, "crash").await;
-        let now = Instant::now();
-        let window = Duration::from_secs(self.config.crash_loop_window_s);
-        self.crashes.push_back(now);
-        while self
-            .crashes
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > window)
-        {
-            self.crashes.pop_front();
-        }
-        if self.crashes.len() as u32 >= self.config.crash_loop_limit {
-            let text = format!(
-                "The agent crashed {} times within {} s; botvisor stopped restarting it. \
-                 Call Restart to try again. Last: {text}",
-                self.crashes.len(),
-                self.config.crash_loop_window_s
-            );
-            self.add_item(
-                "error",
-                None,
-                json!({ "text": text, "reason": "crash_loop" }),
-            );
-            self.set_last_error(&text);
-            self.set_state(State::Failed);
-            return;
-        }
-        if !self.queue.is_empty() || self.holders() > 0 {
-            let backoff = Duration::from_millis(250)
-                .saturating_mul(1 << (self.crashes.len().saturating_sub(1)).min(10))
-                .min(MAX_BACKOFF);
-            self.restart_at = Some(tokio::time::Instant::now() + backoff);
-            self.restart_pending = true;
-            self.add_item(
-                "system",
-                None,
-                json!({
-                    "text": format!(
-                        "botvisor restarts the agent in {:.2} s (crash {} of at most {} within \
-                         {} s).",
-                        backoff.as_secs_f64(),
-                        self.crashes.len(),
-                        self.config.crash_loop_limit,
-                        self.config.crash_loop_window_s
-                    ),
-                    "reason": "restart_pending",
-                    "in_s": backoff.as_secs_f64(),
-                }),
-            );
+        let needed = !self.turns.queue.is_empty() || self.holders() > 0;
+        let after = self.crashes.crashed(
+            Instant::now(),
+            Duration::from_secs(self.config.crash_loop_window_s),
+            self.config.crash_loop_limit,
+            needed,
+        );
+        match after {
+            AfterCrash::CrashLoop { count } => {
+                let text = format!(
+                    "The agent crashed {count} times within {} s; botvisor stopped restarting \
+                     it. Call Restart to try again. Last: {text}",
+                    self.config.crash_loop_window_s
+                );
+                self.add_item(
+                    "error",
+                    None,
+                    json!({ "text": text, "reason": "crash_loop" }),
+                );
+                self.set_last_error(&text);
+                self.set_state(State::Failed);
+            }
+            AfterCrash::Restart { backoff, count } => {
+                self.restart_at = Some(tokio::time::Instant::now() + backoff);
+                self.restart_pending = true;
+                self.add_item(
+                    "system",
+                    None,
+                    json!({
+                        "text": format!(
+                            "botvisor restarts the agent in {:.2} s (crash {count} of at most {} \
+                             within {} s).",
+                            backoff.as_secs_f64(),
+                            self.config.crash_loop_limit,
+                            self.config.crash_loop_window_s
+                        ),
+                        "reason": "restart_pending",
+                        "in_s": backoff.as_secs_f64(),
+                    }),
+                );
+            }
+            AfterCrash::Wait => {}
         }
     }
 

@@ -14,8 +14,8 @@ impl Actor {
     /// Idle by every sign the actor has without reading `/proc`.
     pub(super) fn looks_idle(&self) -> bool {
         self.proc.as_ref().is_some_and(|p| !p.stopping)
-            && self.inflight.is_none()
-            && self.queue.is_empty()
+            && self.turns.inflight.is_none()
+            && self.turns.queue.is_empty()
             && self.background_tasks == 0
             && self.holders() == 0
             && self.pending_prompts() == 0

@@ -11,26 +11,22 @@ impl Actor {
         }
         match &self.proc {
             None => {
-                if (!self.queue.is_empty() || self.restart_pending) && self.restart_at.is_none() {
+                if (!self.turns.queue.is_empty() || self.restart_pending)
+                    && self.restart_at.is_none()
+                {
                     self.start();
                 }
             }
             Some(p) if p.stopping || p.lost || p.in_use.is_some() => return,
             Some(_) => {}
         }
-        if self.inflight.is_none() {
+        if self.turns.inflight.is_none() {
             self.write_next();
         }
     }
 
     pub(super) fn build_env(&self, record: &BotRecord) -> BTreeMap<String, String> {
-        let mut env: BTreeMap<String, String> = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-            .filter(|(k, _)| self.config.env_allowed(k))
-            .collect();
-        env.extend(record.env.clone());
-        env.insert(tree::BOT_MARKER.to_owned(), record.id.clone());
-        env
+        bot_env(&self.config, record)
     }
 
     pub(super) fn start(&mut self) {
@@ -157,19 +153,18 @@ impl Actor {
         let Some(session) = proc.protocol.conversation().map(str::to_owned) else {
             return;
         };
-        let Some(turn) = self.queue.pop_front() else {
+        let stdin = stdin.clone();
+        let Some((turn, effects)) = self.turns.deliver(&session) else {
             return;
         };
-        let stdin = stdin.clone();
         // Persist, then act: which conversation the message goes to, before it goes (rule 8
         // across a daemon crash).
-        let written = self
-            .store
-            .tx(|tx| store::deliveries::record(tx, &self.id, &turn.id, &session))
-            .unwrap_or_else(|e| {
-                tracing::error!(bot_id = %self.id, error = %e, "cannot record a delivery");
-                std::time::SystemTime::now()
-            });
+        if let Some(at) = self.apply(effects).delivered_at {
+            self.turns.written(at);
+        }
+        let Some(proc) = self.proc.as_mut() else {
+            return;
+        };
         let bytes: Vec<u8> = proc
             .protocol
             .user_message(&turn.text)
@@ -181,15 +176,9 @@ impl Actor {
             })
             .collect();
         if stdin.send(bytes).is_err() {
-            self.queue.push_front(turn);
+            self.turns.unwritten();
             return;
         }
-        self.inflight = Some(Inflight {
-            turn,
-            replayed: false,
-            session,
-            written,
-        });
         self.set_state(State::Busy);
         self.publish_queue();
     }

@@ -169,7 +169,7 @@ impl Actor {
         self.update(vec!["ProcessId"], |v| v.process_id = 0);
         self.deny_open_prompts();
         self.end_streamed_message();
-        self.interrupting = None;
+        self.turns.interrupting = None;
         if let Some(p) = &proc {
             self.adopt_reported_session(p);
         }

@@ -25,7 +25,7 @@ impl Actor {
         }
         let running = self.store.read(|c| store::turns::running(c, &self.id))?;
         for turn_id in running {
-            self.finish_turn(
+            self.apply(vec![Turns::finish(
                 &turn_id,
                 TurnOutcome::Interrupted,
                 "daemon_restarted",
@@ -34,7 +34,7 @@ impl Actor {
                     json!({"text": "botvisord stopped before the turn finished."}),
                 )),
                 None,
-            );
+            )]);
         }
         let queued = self.store.read(|c| store::turns::queued(c, &self.id))?;
         let deliveries = self
@@ -63,15 +63,15 @@ impl Actor {
             match left {
                 decide::LeftTurn::Unreplayed(UnreplayedFate::Taken { adopt }) => {
                     tracing::info!(bot_id = %self.id, turn_id = %turn.id, "a message the previous run wrote is in the conversation: not sent again");
-                    self.finish_turn(
+                    self.apply(vec![Turns::finish(
                         &turn.id,
                         TurnOutcome::TakenNotAnswered,
                         "taken_not_answered",
-                        Some(("system", taken_note())),
+                        Some(("system", crate::supervisor::core::turns::taken_note())),
                         adopt.as_deref(),
-                    );
+                    )]);
                 }
-                _ => self.queue.push_back(turn),
+                _ => self.turns.queue.push_back(turn),
             }
         }
         self.publish_queue();

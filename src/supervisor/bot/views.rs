@@ -23,11 +23,7 @@ impl Actor {
         }
         tracing::debug!(bot_id = %self.id, state = state.as_str(), "state");
         if state == State::Failed {
-            let waiting = self.queue.len()
-                + self
-                    .inflight
-                    .as_ref()
-                    .map_or(0, |i| usize::from(!i.replayed));
+            let waiting = self.turns.waiting();
             if waiting > 0 {
                 self.add_item(
                     "system",
@@ -61,8 +57,7 @@ impl Actor {
     }
 
     pub(super) fn publish_queue(&self) {
-        let queued =
-            self.queue.len() as u32 + self.inflight.as_ref().map_or(0, |i| u32::from(!i.replayed));
+        let queued = self.turns.waiting();
         let changed = self.view.read().unwrap_or_else(|p| p.into_inner()).queued != queued;
         if changed {
             self.update(vec!["QueuedMessages"], |v| v.queued = queued);

@@ -24,30 +24,20 @@ impl Actor {
                 self.set_last_error(&text);
                 // The waiting turn fails visibly; what else waits, waits for the next Send or
                 // Restart (no restart loop).
-                if let Some(inf) = self.inflight.take() {
-                    match self.unreplayed_fate(&inf) {
-                        UnreplayedFate::Taken { adopt } => self.finish_turn(
-                            &inf.turn.id,
-                            TurnOutcome::TakenNotAnswered,
-                            "taken_not_answered",
-                            Some(("system", taken_note())),
-                            adopt.as_deref(),
-                        ),
-                        UnreplayedFate::Resend => self.finish_turn(
-                            &inf.turn.id,
-                            TurnOutcome::Error,
-                            "start_timeout",
-                            None,
-                            None,
-                        ),
-                    }
-                }
+                let recorded = self.record().session_id;
+                let holds = self.conversation_holds();
+                let effects = self.turns.start_timed_out(recorded.as_deref(), holds);
+                self.apply(effects);
                 self.park(true);
                 self.stop_process("start timeout").await;
-                self.publish_queue();
             }
             Expired::Interrupt(turn) => {
-                if self.inflight.as_ref().is_none_or(|i| i.turn.id != turn) {
+                if self
+                    .turns
+                    .inflight
+                    .as_ref()
+                    .is_none_or(|i| i.turn.id != turn)
+                {
                     return;
                 }
                 let mut text = format!(
@@ -55,28 +45,16 @@ impl Actor {
                      (interrupt_grace_s); botvisor stopped it.",
                     self.config.interrupt_grace_s
                 );
-                if !self.queue.is_empty() {
+                if !self.turns.queue.is_empty() {
                     text.push_str(
                         " Waiting messages go to its next start, in the same conversation.",
                     );
                 }
                 tracing::warn!(bot_id = %self.id, turn_id = %turn, "{text}");
                 self.set_last_error(&text);
-                if let Some(inf) = self.inflight.take() {
-                    self.finish_turn(
-                        &inf.turn.id,
-                        TurnOutcome::Interrupted,
-                        "interrupt_timeout",
-                        Some((
-                            "system",
-                            json!({"text": text, "reason": "interrupt_timeout"}),
-                        )),
-                        None,
-                    );
-                }
-                self.interrupting = None;
+                let effects = self.turns.interrupt_timed_out(&text);
+                self.apply(effects);
                 self.stop_process("interrupt timeout").await;
-                self.publish_queue();
             }
             Expired::Control(request_id) => {
                 let Some(request) = self.take_pending_control(&request_id) else {

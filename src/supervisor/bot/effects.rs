@@ -1,0 +1,111 @@
+//! The shell's half of the lifecycle core (`supervisor::core`): executes the effects the core
+//! returns, in order, and feeds their results back. Design rule 1 (persist, then publish) lives
+//! here, in [`Actor::commit`]: nothing of a commit is published unless it is durable.
+
+use super::*;
+use crate::supervisor::core::{Effect, Publish, Write};
+
+/// What executing effects gave back to the core.
+#[derive(Debug, Default)]
+pub(super) struct Applied {
+    /// When a delivery was recorded (`Write::Delivery`).
+    pub(super) delivered_at: Option<std::time::SystemTime>,
+    /// Whether every commit succeeded.
+    pub(super) committed: bool,
+}
+
+impl Actor {
+    /// Executes `effects` in order.
+    pub(super) fn apply(&mut self, effects: Vec<Effect>) -> Applied {
+        let mut applied = Applied {
+            delivered_at: None,
+            committed: true,
+        };
+        for effect in effects {
+            match effect {
+                Effect::Commit { writes, publish } => match self.commit(&writes, &publish) {
+                    Ok(at) => applied.delivered_at = applied.delivered_at.or(at),
+                    Err(e) => {
+                        tracing::error!(bot_id = %self.id, error = %e, ?writes, "cannot commit");
+                        applied.committed = false;
+                    }
+                },
+                Effect::Queued(n) => {
+                    let changed = self.view.read().unwrap_or_else(|p| p.into_inner()).queued != n;
+                    if changed {
+                        self.update(vec!["QueuedMessages"], |v| v.queued = n);
+                    }
+                }
+                Effect::State(state) => self.set_state(state),
+                Effect::TurnEnded(turn) => self.watch.turn_ended(&turn),
+            }
+        }
+        applied
+    }
+
+    /// Commits `writes` in one transaction, then publishes `publish` in order (design rule 1).
+    /// Returns when a delivery was recorded, if one was.
+    fn commit(
+        &self,
+        writes: &[Write],
+        publish: &[Publish],
+    ) -> Result<Option<std::time::SystemTime>, store::StoreError> {
+        let (items, delivered_at) = self.store.tx(|tx| {
+            let mut items = Vec::new();
+            let mut delivered_at = None;
+            for write in writes {
+                match write {
+                    Write::Chat {
+                        kind,
+                        turn_id,
+                        payload,
+                    } => items.push(store::chat::append(
+                        tx,
+                        &self.id,
+                        kind,
+                        turn_id.as_deref(),
+                        payload,
+                    )?),
+                    Write::TurnRunning(turn) => store::turns::set_running(tx, turn)?,
+                    Write::TurnFinished { turn_id, outcome } => {
+                        store::turns::finish(tx, turn_id, outcome.as_str())?
+                    }
+                    Write::Delivery {
+                        turn_id,
+                        session_id,
+                    } => {
+                        delivered_at = Some(store::deliveries::record(
+                            tx, &self.id, turn_id, session_id,
+                        )?)
+                    }
+                    Write::DeliveryDone(turn) => store::deliveries::forget(tx, &self.id, turn)?,
+                    Write::Session(s) => store::bots::set_session(tx, &self.id, s.as_deref())?,
+                    Write::LastError(e) => store::bots::set_last_error(tx, &self.id, e)?,
+                }
+            }
+            Ok((items, delivered_at))
+        })?;
+        for p in publish {
+            match p {
+                Publish::Item(n) => {
+                    if let Some(item) = items.get(*n) {
+                        self.publish_item(item);
+                    }
+                }
+                Publish::SessionId(s) => {
+                    tracing::info!(bot_id = %self.id, session_id = ?s, "session recorded");
+                    let s = s.clone();
+                    self.update(vec!["SessionId"], |v| v.record.session_id = s);
+                }
+                Publish::LastError(e) => {
+                    let e = e.clone();
+                    self.update(vec!["LastError"], |v| v.record.last_error = e);
+                }
+                Publish::TurnFinished { turn_id, outcome } => {
+                    self.publish_turn(turn_id, outcome.as_str())
+                }
+            }
+        }
+        Ok(delivered_at)
+    }
+}

@@ -1,0 +1,121 @@
+//! What the lifecycle core asks its shell to do: plain data, executed in order by
+//! `supervisor::bot::effects` and never decided there.
+
+use super::super::decide::TurnOutcome;
+use crate::supervisor::bot::State;
+
+/// One row change in the bot's database, applied inside a [`Effect::Commit`]'s transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// Append a chat item: its kind (`system`, `error`, `result`, `turn_finished`, …), the turn
+    /// it belongs to, and its JSON payload.
+    Chat {
+        /// The chat item kind.
+        kind: String,
+        /// The turn, if any.
+        turn_id: Option<String>,
+        /// A JSON object, as text.
+        payload: String,
+    },
+    /// The turn began (its message was replayed): status `running`.
+    TurnRunning(String),
+    /// The turn ended with this outcome.
+    TurnFinished {
+        /// The turn.
+        turn_id: String,
+        /// Its outcome.
+        outcome: TurnOutcome,
+    },
+    /// Which conversation a message goes to, recorded before it is written (design rule 8).
+    Delivery {
+        /// The turn.
+        turn_id: String,
+        /// The conversation.
+        session_id: String,
+    },
+    /// The delivery record of a turn is no longer needed (it began or was settled).
+    DeliveryDone(String),
+    /// The bot's recorded conversation (design rule 3), `None` to forget it.
+    Session(Option<String>),
+    /// The bot's `LastError`.
+    LastError(String),
+}
+
+/// What is published once a commit succeeded (design rule 1: persist, then publish).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Publish {
+    /// The `n`-th chat item this commit appended (`ChatItemAdded`).
+    Item(usize),
+    /// The `SessionId` property.
+    SessionId(Option<String>),
+    /// The `LastError` property.
+    LastError(String),
+    /// The `TurnFinished` signal.
+    TurnFinished {
+        /// The turn.
+        turn_id: String,
+        /// Its outcome.
+        outcome: TurnOutcome,
+    },
+}
+
+/// One thing the core asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Commit `writes` in one transaction; when it succeeded, publish `publish` in order. When it
+    /// failed, nothing is published (the journal says why).
+    Commit {
+        /// The rows, in order.
+        writes: Vec<Write>,
+        /// What to say once they are durable.
+        publish: Vec<Publish>,
+    },
+    /// The `QueuedMessages` property: messages sent and not yet taken by the CLI.
+    Queued(u32),
+    /// The bot's `State`.
+    State(State),
+    /// The turn's watchdogs stop (it ended or went back to the queue).
+    TurnEnded(String),
+}
+
+/// Builds the effects of one commit: collects writes and publications in order.
+#[derive(Debug, Default)]
+pub struct CommitBuilder {
+    writes: Vec<Write>,
+    publish: Vec<Publish>,
+    items: usize,
+}
+
+impl CommitBuilder {
+    /// Appends a chat item and publishes it after the commit, in this place of the order.
+    pub fn item(&mut self, kind: &str, turn_id: Option<&str>, payload: String) -> &mut Self {
+        self.writes.push(Write::Chat {
+            kind: kind.to_owned(),
+            turn_id: turn_id.map(str::to_owned),
+            payload,
+        });
+        self.publish.push(Publish::Item(self.items));
+        self.items += 1;
+        self
+    }
+
+    /// A row change with nothing to publish of its own.
+    pub fn write(&mut self, write: Write) -> &mut Self {
+        self.writes.push(write);
+        self
+    }
+
+    /// Something to publish after the commit, in this place of the order.
+    pub fn then(&mut self, publish: Publish) -> &mut Self {
+        self.publish.push(publish);
+        self
+    }
+
+    /// The commit, or `None` when nothing was asked.
+    pub fn build(self) -> Option<Effect> {
+        (!self.writes.is_empty()).then_some(Effect::Commit {
+            writes: self.writes,
+            publish: self.publish,
+        })
+    }
+}

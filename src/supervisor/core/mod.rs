@@ -1,0 +1,23 @@
+//! The lifecycle core: the bot's rules as plain data and functions, with no I/O.
+//!
+//! Each function takes the core's state and one input (a client's command, a runtime event, a
+//! process's exit, a deadline) and returns the state's next value plus a list of [`Effect`]s:
+//! commit these rows then publish these items, update this property. The async shell
+//! (`supervisor::bot`) executes the effects in order and feeds their results back; it holds no
+//! decision. The shape follows the sans-I/O cores of `quinn-proto` and `rustls` (a core that is
+//! driven, never drives) and Horust's `handle_event`, which returns events instead of acting.
+//!
+//! - [`turns`]: the queue, the message in flight, and what a replay, a result, a crash or a lost
+//!   conversation means for them (design rules 3, 4, 7, 8).
+//! - [`crash`]: after a crash, a restart with a growing backoff or, in a crash loop, none
+//!   (design rule 11).
+//! - [`effect`]: what the core asks of its shell.
+//!
+//! The pure decisions they use live in `supervisor::decide` and `runtime::decide_start`.
+
+pub mod crash;
+pub mod effect;
+pub mod turns;
+
+pub use effect::{CommitBuilder, Effect, Publish, Write};
+pub use turns::{Ended, Inflight, Replayed, Settled, Turns};

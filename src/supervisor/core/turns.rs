@@ -1,0 +1,414 @@
+//! Turns and delivery, with no I/O: the queue of messages a bot was sent, the one in flight, and
+//! what each thing that happens to it means (design rules 3, 7 and 8). Every method changes the
+//! state and returns the [`Effect`]s its shell executes in order; facts the core cannot know
+//! (whether a transcript exists, whether a conversation holds a message) are asked through the
+//! closures it is given, so a test answers them.
+
+use std::collections::VecDeque;
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+
+use super::effect::{CommitBuilder, Effect, Publish, Write};
+use crate::runtime::ResultOutcome;
+use crate::store::QueuedTurn;
+use crate::supervisor::decide::{self, SessionChoice, TurnOutcome, UnreplayedFate};
+
+/// The message written to the CLI and not yet ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inflight {
+    /// The turn.
+    pub turn: QueuedTurn,
+    /// The CLI replayed it: the turn began (design rule 3).
+    pub replayed: bool,
+    /// The conversation it was written to.
+    pub session: String,
+    /// When its delivery was recorded (a transcript entry of it is at or after this).
+    pub written: SystemTime,
+}
+
+/// What [`Turns::settle`] did with the turn in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// No turn was in flight.
+    Nothing,
+    /// Its message goes to the next process.
+    Requeued,
+    /// Its conversation holds its message: ended `taken_not_answered`.
+    Taken,
+    /// It had begun and ended with the outcome given.
+    Ended,
+}
+
+/// What a replay meant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replayed {
+    /// The rows and publications.
+    pub effects: Vec<Effect>,
+    /// A session id the CLI reported instead of the launched one, to be recorded once its
+    /// transcript exists ([`decide::SessionChoice::LaunchedUntil`]).
+    pub reported_later: Option<String>,
+}
+
+/// What a turn's result meant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ended {
+    /// The rows and publications.
+    pub effects: Vec<Effect>,
+    /// The turn it ended, if the result was the in-flight turn's.
+    pub turn_id: Option<String>,
+    /// The turn ended with its outcome `success`: the agent works (the crash backoff restarts).
+    pub succeeded: bool,
+    /// The error the result reported, unless the turn was interrupted (an interrupt's error is
+    /// the interrupt, not a failure).
+    pub error: Option<String>,
+}
+
+/// The queue and the turn in flight.
+#[derive(Debug, Default, Clone)]
+pub struct Turns {
+    /// Messages waiting for the CLI, oldest first (design rule 7).
+    pub queue: VecDeque<QueuedTurn>,
+    /// The message written to the CLI and not yet ended.
+    pub inflight: Option<Inflight>,
+    /// The turn an interrupt was sent for.
+    pub interrupting: Option<String>,
+}
+
+/// The payload of a `turn_finished` chat item: `{"turn_id", "outcome", "reason", "text"}`.
+pub fn turn_finished_payload(
+    turn_id: &str,
+    outcome: TurnOutcome,
+    reason: &str,
+    text: &str,
+) -> String {
+    json!({"turn_id": turn_id, "outcome": outcome.as_str(), "reason": reason, "text": text})
+        .to_string()
+}
+
+/// The `system` item of a turn whose message the conversation holds unanswered.
+pub fn taken_note() -> Value {
+    json!({
+        "text": "The agent stopped after this message reached the conversation and before it \
+                 was answered; it is not sent again.",
+        "reason": "taken_not_answered",
+    })
+}
+
+impl Turns {
+    /// Messages sent and not yet taken by the CLI: the queue and an in-flight message not yet
+    /// replayed (`QueuedMessages`).
+    pub fn waiting(&self) -> u32 {
+        self.queue.len() as u32 + self.inflight.as_ref().map_or(0, |i| u32::from(!i.replayed))
+    }
+
+    /// Whether the turn `turn_id` is queued or in flight.
+    pub fn knows(&self, turn_id: &str) -> bool {
+        self.queue.iter().any(|t| t.id == turn_id)
+            || self.inflight.as_ref().is_some_and(|i| i.turn.id == turn_id)
+    }
+
+    /// A message a client sent: queued at the end unless it is known already (a message sent
+    /// while the daemon recovered was loaded from the store: never twice, rule 8).
+    pub fn queue(&mut self, turn: QueuedTurn) -> Vec<Effect> {
+        if !self.knows(&turn.id) {
+            self.queue.push_back(turn);
+        }
+        vec![Effect::Queued(self.waiting())]
+    }
+
+    /// The next message goes to the conversation `session`: it is in flight from now, and where
+    /// it went is committed before it is written (rule 8 across a daemon crash). `None` when
+    /// nothing waits or a message is in flight already. The shell writes `turn.text` once the
+    /// commit is done, and calls [`Turns::written`] with the time recorded.
+    pub fn deliver(&mut self, session: &str) -> Option<(QueuedTurn, Vec<Effect>)> {
+        if self.inflight.is_some() {
+            return None;
+        }
+        let turn = self.queue.pop_front()?;
+        self.inflight = Some(Inflight {
+            turn: turn.clone(),
+            replayed: false,
+            session: session.to_owned(),
+            written: SystemTime::now(),
+        });
+        let mut c = CommitBuilder::default();
+        c.write(Write::Delivery {
+            turn_id: turn.id.clone(),
+            session_id: session.to_owned(),
+        });
+        Some((turn, c.build().into_iter().collect()))
+    }
+
+    /// The delivery of the message in flight was recorded at `at`.
+    pub fn written(&mut self, at: SystemTime) {
+        if let Some(i) = self.inflight.as_mut() {
+            i.written = at;
+        }
+    }
+
+    /// The message in flight could not be written (the process's stdin closed): it waits again,
+    /// first.
+    pub fn unwritten(&mut self) {
+        if let Some(i) = self.inflight.take() {
+            self.queue.push_front(i.turn);
+        }
+    }
+
+    /// The CLI replayed the message in flight: its turn began in the conversation it reports,
+    /// `reported`, or else the one launched (design rule 3, [`decide::session_to_record`]); the
+    /// turn runs and the session is recorded, in one commit. `None` when no message waits for a
+    /// replay.
+    pub fn replayed(
+        &mut self,
+        launched: &str,
+        reported: Option<&str>,
+        recorded: Option<&str>,
+        transcript_exists: impl Fn(&str) -> bool,
+    ) -> Option<Replayed> {
+        let inf = self.inflight.as_mut().filter(|i| !i.replayed)?;
+        let choice = decide::session_to_record(launched, reported, transcript_exists);
+        let (sid, reported_later) = match choice {
+            SessionChoice::Reported(r) => (r, None),
+            SessionChoice::Launched => (launched.to_owned(), None),
+            SessionChoice::LaunchedUntil(r) => (launched.to_owned(), Some(r)),
+        };
+        inf.replayed = true;
+        let turn_id = inf.turn.id.clone();
+        let mut c = CommitBuilder::default();
+        c.write(Write::TurnRunning(turn_id.clone()))
+            .write(Write::DeliveryDone(turn_id));
+        if recorded != Some(sid.as_str()) {
+            c.write(Write::Session(Some(sid.clone())))
+                .then(Publish::SessionId(Some(sid)));
+        }
+        let mut effects: Vec<Effect> = c.build().into_iter().collect();
+        effects.push(Effect::Queued(self.waiting()));
+        Some(Replayed {
+            effects,
+            reported_later,
+        })
+    }
+
+    /// The CLI reported a turn's result (`payload` is recorded as the `result` item). It ends the
+    /// turn in flight once that began; an error before the replay ends it too (design rule 4's
+    /// fallback: the turn fails visibly). A turn an interrupt was sent for ends `interrupted`.
+    pub fn result(
+        &mut self,
+        outcome: ResultOutcome,
+        payload: &Value,
+        error: Option<String>,
+    ) -> Ended {
+        let ours = match &self.inflight {
+            Some(i) if i.replayed => true,
+            Some(_) => outcome == ResultOutcome::Error,
+            None => false,
+        };
+        let turn = if ours { self.inflight.take() } else { None };
+        let turn_id = turn.map(|t| t.turn.id);
+        let interrupted = turn_id.is_some() && self.interrupting == turn_id;
+        if interrupted {
+            self.interrupting = None;
+        }
+        let error = if interrupted { None } else { error };
+        let outcome = match outcome {
+            _ if interrupted => TurnOutcome::Interrupted,
+            ResultOutcome::Success => TurnOutcome::Success,
+            ResultOutcome::Error => TurnOutcome::Error,
+        };
+        let reason = if interrupted {
+            "interrupt"
+        } else {
+            payload
+                .get("subtype")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        let mut c = CommitBuilder::default();
+        c.item("result", turn_id.as_deref(), payload.to_string());
+        if let Some(e) = &error {
+            c.write(Write::LastError(e.clone()))
+                .then(Publish::LastError(e.clone()));
+        }
+        if let Some(t) = &turn_id {
+            let text = error.as_deref().unwrap_or_default();
+            c.write(Write::TurnFinished {
+                turn_id: t.clone(),
+                outcome,
+            })
+            .item(
+                "turn_finished",
+                Some(t),
+                turn_finished_payload(t, outcome, reason, text),
+            )
+            .then(Publish::TurnFinished {
+                turn_id: t.clone(),
+                outcome,
+            });
+        }
+        let mut effects = Vec::new();
+        if let Some(t) = &turn_id {
+            effects.push(Effect::TurnEnded(t.clone()));
+        }
+        effects.extend(c.build());
+        effects.push(Effect::Queued(self.waiting()));
+        Ended {
+            effects,
+            succeeded: turn_id.is_some() && outcome == TurnOutcome::Success,
+            turn_id,
+            error,
+        }
+    }
+
+    /// Ends `turn_id` durably and then says so: its status, an optional chat item (`kind`,
+    /// payload), its typed `turn_finished` item and, with `adopt`, the conversation that took it,
+    /// in one commit (rules 1 and 8: every turn ends with one durable outcome).
+    pub fn finish(
+        turn_id: &str,
+        outcome: TurnOutcome,
+        reason: &str,
+        item: Option<(&str, Value)>,
+        adopt: Option<&str>,
+    ) -> Effect {
+        let text = item
+            .as_ref()
+            .and_then(|(_, p)| p.get("text").and_then(Value::as_str))
+            .unwrap_or_default()
+            .to_owned();
+        let mut c = CommitBuilder::default();
+        c.write(Write::TurnFinished {
+            turn_id: turn_id.to_owned(),
+            outcome,
+        })
+        .write(Write::DeliveryDone(turn_id.to_owned()));
+        if let Some(s) = adopt {
+            c.write(Write::Session(Some(s.to_owned())))
+                .then(Publish::SessionId(Some(s.to_owned())));
+        }
+        if let Some((kind, payload)) = item {
+            c.item(kind, Some(turn_id), payload.to_string());
+        }
+        c.item(
+            "turn_finished",
+            Some(turn_id),
+            turn_finished_payload(turn_id, outcome, reason, &text),
+        )
+        .then(Publish::TurnFinished {
+            turn_id: turn_id.to_owned(),
+            outcome,
+        });
+        c.build().expect("a turn's end writes rows")
+    }
+
+    /// The process of the turn in flight is gone. A turn that began ends with `outcome` (and
+    /// `text` in an `error` item for a crash, a `system` item otherwise). A message not yet
+    /// replayed goes back to the head of the queue, unless the conversation it went to holds it
+    /// already: then it ends `taken_not_answered` and is never sent again (design rule 8,
+    /// [`decide::unreplayed_message`]). `holds` answers whether the conversation holds it.
+    pub fn settle(
+        &mut self,
+        outcome: TurnOutcome,
+        reason: &str,
+        text: String,
+        recorded: Option<&str>,
+        holds: impl FnOnce(&Inflight) -> bool,
+    ) -> (Settled, Vec<Effect>) {
+        let Some(inf) = self.inflight.take() else {
+            return (Settled::Nothing, Vec::new());
+        };
+        if !inf.replayed {
+            return match decide::unreplayed_message(recorded, &inf.session, holds(&inf)) {
+                UnreplayedFate::Resend => {
+                    self.queue.push_front(inf.turn);
+                    (Settled::Requeued, vec![Effect::Queued(self.waiting())])
+                }
+                UnreplayedFate::Taken { adopt } => {
+                    let end = Turns::finish(
+                        &inf.turn.id,
+                        TurnOutcome::TakenNotAnswered,
+                        "taken_not_answered",
+                        Some(("system", taken_note())),
+                        adopt.as_deref(),
+                    );
+                    (Settled::Taken, vec![end, Effect::Queued(self.waiting())])
+                }
+            };
+        }
+        let kind = if outcome == TurnOutcome::Crashed {
+            "error"
+        } else {
+            "system"
+        };
+        let item = (!text.is_empty()).then(|| (kind, json!({ "text": text })));
+        let end = Turns::finish(&inf.turn.id, outcome, reason, item, None);
+        (Settled::Ended, vec![end])
+    }
+
+    /// The CLI printed nothing within the start watchdog's bound (design rule 15): the message in
+    /// flight fails visibly (`error`, reason `start_timeout`) unless its conversation holds it
+    /// already, which ends it `taken_not_answered` (rule 8); what else waits, waits.
+    pub fn start_timed_out(
+        &mut self,
+        recorded: Option<&str>,
+        holds: impl FnOnce(&Inflight) -> bool,
+    ) -> Vec<Effect> {
+        let Some(inf) = self.inflight.take() else {
+            return vec![Effect::Queued(self.waiting())];
+        };
+        let end = match decide::unreplayed_message(recorded, &inf.session, holds(&inf)) {
+            UnreplayedFate::Taken { adopt } => Turns::finish(
+                &inf.turn.id,
+                TurnOutcome::TakenNotAnswered,
+                "taken_not_answered",
+                Some(("system", taken_note())),
+                adopt.as_deref(),
+            ),
+            UnreplayedFate::Resend => Turns::finish(
+                &inf.turn.id,
+                TurnOutcome::Error,
+                "start_timeout",
+                None,
+                None,
+            ),
+        };
+        vec![end, Effect::Queued(self.waiting())]
+    }
+
+    /// The CLI did not end the turn within the interrupt's grace (design rule 15): it ends
+    /// `interrupted` (reason `interrupt_timeout`) with `text` in a `system` item.
+    pub fn interrupt_timed_out(&mut self, text: &str) -> Vec<Effect> {
+        self.interrupting = None;
+        let mut effects: Vec<Effect> = self
+            .inflight
+            .take()
+            .map(|inf| {
+                Turns::finish(
+                    &inf.turn.id,
+                    TurnOutcome::Interrupted,
+                    "interrupt_timeout",
+                    Some((
+                        "system",
+                        json!({"text": text, "reason": "interrupt_timeout"}),
+                    )),
+                    None,
+                )
+            })
+            .into_iter()
+            .collect();
+        effects.push(Effect::Queued(self.waiting()));
+        effects
+    }
+
+    /// The CLI could not find the conversation it was resumed on (design rule 4): a message not
+    /// yet replayed was never taken, so it waits again, first.
+    pub fn conversation_lost(&mut self) -> Vec<Effect> {
+        if let Some(inf) = self.inflight.take_if(|i| !i.replayed) {
+            self.queue.push_front(inf.turn);
+        }
+        vec![Effect::Queued(self.waiting())]
+    }
+}
+
+#[cfg(test)]
+#[path = "turns_tests.rs"]
+mod tests;

@@ -1,0 +1,335 @@
+//! The rules of turns and delivery, case by case, with no bus, database or process.
+
+use super::*;
+
+fn turn(id: &str) -> QueuedTurn {
+    QueuedTurn {
+        id: id.to_owned(),
+        text: format!("text of {id}"),
+    }
+}
+
+fn queued(ids: &[&str]) -> Turns {
+    let mut t = Turns::default();
+    for id in ids {
+        t.queue(turn(id));
+    }
+    t
+}
+
+fn commits(effects: &[Effect]) -> Vec<(&Vec<Write>, &Vec<Publish>)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Commit { writes, publish } => Some((writes, publish)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn chat_kinds(writes: &[Write]) -> Vec<&str> {
+    writes
+        .iter()
+        .filter_map(|w| match w {
+            Write::Chat { kind, .. } => Some(kind.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn no_transcript(_: &str) -> bool {
+    false
+}
+
+#[test]
+fn rule_7_messages_are_delivered_one_at_a_time_in_the_order_sent() {
+    let mut t = queued(&["a", "b"]);
+    let (first, _) = t.deliver("s").unwrap();
+    assert_eq!(first.id, "a");
+    assert!(t.deliver("s").is_none(), "one message in flight at a time");
+    t.replayed("s", Some("s"), Some("s"), no_transcript)
+        .unwrap();
+    t.result(ResultOutcome::Success, &json!({"subtype": "success"}), None);
+    assert_eq!(t.deliver("s").unwrap().0.id, "b");
+}
+
+#[test]
+fn rule_8_where_a_message_goes_is_committed_before_it_is_written() {
+    let mut t = queued(&["a"]);
+    let (_, effects) = t.deliver("s").unwrap();
+    let c = commits(&effects);
+    assert_eq!(
+        c[0].0,
+        &vec![Write::Delivery {
+            turn_id: "a".into(),
+            session_id: "s".into()
+        }]
+    );
+}
+
+#[test]
+fn rule_8_a_message_sent_twice_by_recovery_and_a_client_is_queued_once() {
+    let mut t = queued(&["a"]);
+    t.queue(turn("a"));
+    assert_eq!(t.queue.len(), 1);
+    t.deliver("s");
+    t.queue(turn("a"));
+    assert!(t.queue.is_empty(), "in flight counts as known");
+}
+
+#[test]
+fn rule_3_the_session_is_recorded_when_the_turn_begins_not_before() {
+    let mut t = queued(&["a"]);
+    let (_, effects) = t.deliver("new").unwrap();
+    assert!(
+        !commits(&effects)[0]
+            .0
+            .iter()
+            .any(|w| matches!(w, Write::Session(_))),
+        "nothing is recorded at delivery"
+    );
+    let r = t.replayed("new", Some("new"), None, no_transcript).unwrap();
+    let c = commits(&r.effects);
+    assert!(c[0].0.contains(&Write::Session(Some("new".into()))));
+    assert!(c[0].0.contains(&Write::TurnRunning("a".into())));
+    assert_eq!(c[0].1, &vec![Publish::SessionId(Some("new".into()))]);
+}
+
+#[test]
+fn rule_3_a_session_already_recorded_is_not_written_again() {
+    let mut t = queued(&["a"]);
+    t.deliver("s");
+    let r = t
+        .replayed("s", Some("s"), Some("s"), no_transcript)
+        .unwrap();
+    assert!(
+        !commits(&r.effects)[0]
+            .0
+            .iter()
+            .any(|w| matches!(w, Write::Session(_)))
+    );
+}
+
+#[test]
+fn rule_3_another_reported_id_waits_for_its_transcript() {
+    let mut t = queued(&["a"]);
+    t.deliver("launched");
+    let r = t
+        .replayed("launched", Some("other"), None, no_transcript)
+        .unwrap();
+    assert_eq!(r.reported_later.as_deref(), Some("other"));
+    assert!(
+        commits(&r.effects)[0]
+            .0
+            .contains(&Write::Session(Some("launched".into())))
+    );
+}
+
+#[test]
+fn rule_3_another_reported_id_with_a_transcript_is_recorded() {
+    let mut t = queued(&["a"]);
+    t.deliver("launched");
+    let r = t
+        .replayed("launched", Some("forked"), None, |id| id == "forked")
+        .unwrap();
+    assert_eq!(r.reported_later, None);
+    assert!(
+        commits(&r.effects)[0]
+            .0
+            .contains(&Write::Session(Some("forked".into())))
+    );
+}
+
+#[test]
+fn a_second_replay_of_the_same_turn_changes_nothing() {
+    let mut t = queued(&["a"]);
+    t.deliver("s");
+    assert!(t.replayed("s", None, None, no_transcript).is_some());
+    assert!(t.replayed("s", None, None, no_transcript).is_none());
+}
+
+#[test]
+fn rule_1_a_result_commits_the_result_and_the_typed_end_then_publishes_in_order() {
+    let mut t = queued(&["a"]);
+    t.deliver("s");
+    t.replayed("s", None, Some("s"), no_transcript);
+    let ended = t.result(
+        ResultOutcome::Error,
+        &json!({"subtype": "error_during_execution"}),
+        Some("boom".into()),
+    );
+    assert_eq!(ended.turn_id.as_deref(), Some("a"));
+    assert!(!ended.succeeded);
+    let c = commits(&ended.effects);
+    assert_eq!(chat_kinds(c[0].0), ["result", "turn_finished"]);
+    assert!(c[0].0.contains(&Write::LastError("boom".into())));
+    assert_eq!(
+        c[0].1,
+        &vec![
+            Publish::Item(0),
+            Publish::LastError("boom".into()),
+            Publish::Item(1),
+            Publish::TurnFinished {
+                turn_id: "a".into(),
+                outcome: TurnOutcome::Error
+            },
+        ]
+    );
+    assert!(ended.effects.contains(&Effect::TurnEnded("a".into())));
+}
+
+#[test]
+fn a_result_before_the_replay_is_not_the_turns_unless_it_is_an_error() {
+    let mut t = queued(&["a"]);
+    t.deliver("s");
+    let ended = t.result(ResultOutcome::Success, &json!({}), None);
+    assert_eq!(
+        ended.turn_id, None,
+        "a stray success leaves the message in flight"
+    );
+    assert!(t.inflight.is_some());
+    let ended = t.result(ResultOutcome::Error, &json!({}), Some("no".into()));
+    assert_eq!(
+        ended.turn_id.as_deref(),
+        Some("a"),
+        "rule 4's fallback: it fails visibly"
+    );
+}
+
+#[test]
+fn an_interrupted_turn_ends_interrupted_without_an_error() {
+    let mut t = queued(&["a"]);
+    t.deliver("s");
+    t.replayed("s", None, Some("s"), no_transcript);
+    t.interrupting = Some("a".into());
+    let ended = t.result(
+        ResultOutcome::Error,
+        &json!({"subtype": "error_during_execution"}),
+        Some("aborted".into()),
+    );
+    let c = commits(&ended.effects);
+    assert!(!c[0].0.iter().any(|w| matches!(w, Write::LastError(_))));
+    assert!(c[0].1.contains(&Publish::TurnFinished {
+        turn_id: "a".into(),
+        outcome: TurnOutcome::Interrupted
+    }));
+    assert_eq!(t.interrupting, None);
+}
+
+#[test]
+fn rule_8_a_crash_before_the_replay_resends_a_message_the_conversation_lacks() {
+    let mut t = queued(&["a", "b"]);
+    t.deliver("s");
+    let (settled, effects) = t.settle(
+        TurnOutcome::Crashed,
+        "agent_exited",
+        "x".into(),
+        Some("s"),
+        |_| false,
+    );
+    assert_eq!(settled, Settled::Requeued);
+    assert_eq!(t.queue.front().unwrap().id, "a", "first again");
+    assert_eq!(effects, vec![Effect::Queued(2)]);
+}
+
+#[test]
+fn rule_8_a_crash_before_the_replay_never_resends_a_message_the_conversation_holds() {
+    let mut t = queued(&["a"]);
+    t.deliver("new-one");
+    let (settled, effects) = t.settle(
+        TurnOutcome::Crashed,
+        "agent_exited",
+        "x".into(),
+        Some("old"),
+        |i| i.session == "new-one",
+    );
+    assert_eq!(settled, Settled::Taken);
+    assert!(t.queue.is_empty());
+    let c = commits(&effects);
+    assert!(c[0].0.contains(&Write::TurnFinished {
+        turn_id: "a".into(),
+        outcome: TurnOutcome::TakenNotAnswered
+    }));
+    assert!(
+        c[0].0.contains(&Write::Session(Some("new-one".into()))),
+        "the conversation that took it is recorded (rule 3)"
+    );
+}
+
+#[test]
+fn rule_8_a_crash_after_the_replay_ends_the_turn_crashed_with_its_words() {
+    let mut t = queued(&["a"]);
+    t.deliver("s");
+    t.replayed("s", None, Some("s"), no_transcript);
+    let (settled, effects) = t.settle(
+        TurnOutcome::Crashed,
+        "agent_exited",
+        "The agent exited.".into(),
+        Some("s"),
+        |_| panic!("a turn that began needs no transcript check"),
+    );
+    assert_eq!(settled, Settled::Ended);
+    let c = commits(&effects);
+    assert_eq!(chat_kinds(c[0].0), ["error", "turn_finished"]);
+}
+
+#[test]
+fn rule_4_a_lost_conversation_is_not_a_turn_its_message_waits_first() {
+    let mut t = queued(&["a", "b"]);
+    t.deliver("gone");
+    let effects = t.conversation_lost();
+    assert_eq!(
+        t.queue.iter().map(|q| q.id.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    assert_eq!(effects, vec![Effect::Queued(2)]);
+}
+
+#[test]
+fn a_message_whose_stdin_closed_waits_again_first() {
+    let mut t = queued(&["a", "b"]);
+    t.deliver("s");
+    t.unwritten();
+    assert_eq!(t.queue.front().unwrap().id, "a");
+    assert_eq!(t.waiting(), 2);
+}
+
+#[test]
+fn rule_15_a_start_timeout_fails_the_waiting_turn_visibly_and_keeps_the_rest() {
+    let mut t = queued(&["a", "b"]);
+    t.deliver("s");
+    let effects = t.start_timed_out(Some("s"), |_| false);
+    let c = commits(&effects);
+    assert!(c[0].1.contains(&Publish::TurnFinished {
+        turn_id: "a".into(),
+        outcome: TurnOutcome::Error
+    }));
+    assert_eq!(effects.last(), Some(&Effect::Queued(1)));
+}
+
+#[test]
+fn rule_8_a_start_timeout_after_the_conversation_took_the_message_is_not_an_error() {
+    let mut t = queued(&["a"]);
+    t.deliver("s");
+    let effects = t.start_timed_out(Some("s"), |_| true);
+    assert!(commits(&effects)[0].1.contains(&Publish::TurnFinished {
+        turn_id: "a".into(),
+        outcome: TurnOutcome::TakenNotAnswered
+    }));
+}
+
+#[test]
+fn rule_15_an_interrupt_the_cli_ignores_ends_the_turn_interrupted() {
+    let mut t = queued(&["a"]);
+    t.deliver("s");
+    t.replayed("s", None, Some("s"), no_transcript);
+    t.interrupting = Some("a".into());
+    let effects = t.interrupt_timed_out("did not end");
+    assert_eq!(t.interrupting, None);
+    let c = commits(&effects);
+    assert_eq!(chat_kinds(c[0].0), ["system", "turn_finished"]);
+    assert!(c[0].1.contains(&Publish::TurnFinished {
+        turn_id: "a".into(),
+        outcome: TurnOutcome::Interrupted
+    }));
+}

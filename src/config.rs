@@ -78,7 +78,14 @@ pub struct Config {
     /// Seconds within which the CLI must answer a control request (`set_model`,
     /// `set_permission_mode`); past them the change is reported as failed (default 10; 0: never).
     pub control_timeout_s: f64,
+    /// Seconds between two samples of a bot's resource use (`MemoryCurrent`, `CPUUsageNSec`,
+    /// `TasksCurrent`) while it is busy or runs background tasks (default 2; 0: never; at least
+    /// [`MIN_USAGE_INTERVAL_S`] otherwise). Never sampled while stopped or idle.
+    pub usage_interval_s: f64,
 }
+
+/// The shortest `usage_interval_s` accepted (other than 0), in seconds.
+pub const MIN_USAGE_INTERVAL_S: f64 = 0.1;
 
 impl Default for Config {
     fn default() -> Self {
@@ -99,6 +106,7 @@ impl Default for Config {
             start_timeout_s: 60.0,
             interrupt_grace_s: 10.0,
             control_timeout_s: 10.0,
+            usage_interval_s: 2.0,
         }
     }
 }
@@ -190,6 +198,14 @@ impl Config {
             self.control_timeout_s,
             MAX_SECONDS as f64,
         )?;
+        seconds("usage_interval_s", self.usage_interval_s, 3600.0)?;
+        if self.usage_interval_s > 0.0 && self.usage_interval_s < MIN_USAGE_INTERVAL_S {
+            return Err(format!(
+                "key `usage_interval_s` must be 0 (never) or at least {MIN_USAGE_INTERVAL_S} \
+                 seconds, got {}",
+                self.usage_interval_s
+            ));
+        }
         if let Some(mode) = &self.default_permission_mode
             && !mode.is_empty()
             && !crate::runtime::claude::PERMISSION_MODES.contains(&mode.as_str())

@@ -386,4 +386,38 @@ impl BotObject {
     fn stop_verdict(&self) -> String {
         self.view().stop_verdict
     }
+
+    /// How the last stop was proven: `cgroup` (the bot's cgroup was killed whole and read empty,
+    /// `populated 0`), `process-tree` (the agent was reaped and each known descendant checked by
+    /// identity) or `best-effort` (no subreaper on this system); empty before the first stop
+    /// since botvisord started, and after a stop whose root did not exit.
+    #[zbus(property)]
+    fn stop_proof(&self) -> String {
+        self.view().stop_proof
+    }
+
+    /// Memory the agent and its descendants use, in bytes (`memory.current` of the bot's cgroup
+    /// with the memory controller, else the sum of their resident sets). Sampled every
+    /// `usage_interval_s` while the bot is busy or runs background tasks; `2^64-1` (as systemd's
+    /// `[not set]`) while no agent runs.
+    #[zbus(property, name = "MemoryCurrent")]
+    fn memory_current(&self) -> u64 {
+        self.view().usage.memory_current
+    }
+
+    /// CPU time the agent and its descendants used since the agent started, in nanoseconds
+    /// (`cpu.stat` `usage_usec` of the bot's cgroup, else the sum over its processes, including
+    /// those that ended). Sampled as `MemoryCurrent`; `2^64-1` while no agent runs.
+    #[zbus(property, name = "CPUUsageNSec")]
+    fn cpu_usage_nsec(&self) -> u64 {
+        self.view().usage.cpu_usage_nsec
+    }
+
+    /// Tasks (threads) of the agent and its descendants (`pids.current` of the bot's cgroup
+    /// with the pids controller, else counted). Sampled as `MemoryCurrent`; `2^64-1` while no
+    /// agent runs.
+    #[zbus(property, name = "TasksCurrent")]
+    fn tasks_current(&self) -> u64 {
+        self.view().usage.tasks_current
+    }
 }

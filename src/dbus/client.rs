@@ -46,6 +46,9 @@ pub trait Manager {
     /// Why the database cannot be written now; empty while it can.
     #[zbus(property)]
     fn storage_error(&self) -> zbus::Result<String>;
+    /// How bots are contained: `cgroup` or `process-tree`.
+    #[zbus(property)]
+    fn containment(&self) -> zbus::Result<String>;
 }
 
 /// `org.botvisor.Botvisor1.Bot` at `/org/botvisor/Botvisor1/<id>`.
@@ -161,4 +164,16 @@ pub trait Bot {
     /// Verdict of the last stop.
     #[zbus(property)]
     fn stop_verdict(&self) -> zbus::Result<String>;
+    /// How the last stop was proven: `cgroup`, `process-tree` or `best-effort`.
+    #[zbus(property)]
+    fn stop_proof(&self) -> zbus::Result<String>;
+    /// Memory in use, bytes (`u64::MAX`: no agent runs).
+    #[zbus(property, name = "MemoryCurrent")]
+    fn memory_current(&self) -> zbus::Result<u64>;
+    /// CPU time since the agent started, nanoseconds (`u64::MAX`: no agent runs).
+    #[zbus(property, name = "CPUUsageNSec")]
+    fn cpu_usage_nsec(&self) -> zbus::Result<u64>;
+    /// Tasks (threads) now (`u64::MAX`: no agent runs).
+    #[zbus(property, name = "TasksCurrent")]
+    fn tasks_current(&self) -> zbus::Result<u64>;
 }

@@ -158,6 +158,14 @@ impl Manager {
             .unwrap_or_default()
     }
 
+    /// How bots are contained: `cgroup` (each in its own cgroup of the subtree delegated to
+    /// botvisord: `cgroup.kill` stops a bot whole and `populated 0` proves it gone) or
+    /// `process-tree` (process groups, subreaper and identities; the journal says why at start).
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn containment(&self) -> String {
+        crate::process::cgroup::containment().name().to_owned()
+    }
+
     /// The runtimes bots can be created with, for example `["claude"]`.
     #[zbus(property(emits_changed_signal = "const"))]
     fn runtimes(&self) -> Vec<String> {

@@ -166,6 +166,7 @@ async fn publish(emitter: &SignalEmitter<'_>, p: &Publication) -> zbus::Result<(
                 let v = match value {
                     PropertyValue::Str(s) => Variant::from(s.as_str()),
                     PropertyValue::U32(n) => Variant::from(*n),
+                    PropertyValue::U64(n) => Variant::from(*n),
                     PropertyValue::Triples(v) => Variant::from(v.clone()),
                 };
                 map.insert(name, v);

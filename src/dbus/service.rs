@@ -165,6 +165,7 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
         Ok(false) => tracing::info!("no child subreaper on this system: best-effort proof"),
         Err(e) => tracing::warn!(error = %e, "cannot become a child subreaper"),
     }
+    crate::process::cgroup::init();
     tokio::spawn(reap_orphans());
     tokio::spawn(watch_clients(conn.clone(), ctx.clone(), changes));
     tokio::spawn(watch_storage(conn.clone(), ctx.clone()));

@@ -95,7 +95,22 @@ pub fn spawn(
     generation: u64,
     events: mpsc::UnboundedSender<ProcEvent>,
 ) -> std::io::Result<ProcessHandle> {
+    spawn_in(cmd, None, generation, events)
+}
+
+/// [`spawn`], the child first joining the cgroup folder `cgroup` (when given), before `exec`:
+/// nothing the agent starts can escape it. Errors: the spawn's, or the cgroup's (the child
+/// could not join it: `EACCES`, `ENOENT`, …).
+pub fn spawn_in(
+    cmd: &LaunchCommand,
+    cgroup: Option<&std::path::Path>,
+    generation: u64,
+    events: mpsc::UnboundedSender<ProcEvent>,
+) -> std::io::Result<ProcessHandle> {
     let mut command = Command::new(&cmd.program);
+    if let Some(dir) = cgroup {
+        super::cgroup::join_before_exec(command.as_std_mut(), dir)?;
+    }
     command
         .args(&cmd.args)
         .current_dir(&cmd.cwd)

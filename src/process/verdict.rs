@@ -11,16 +11,21 @@ pub enum Proof {
     /// `/proc/<pid>/task/*/children` before the stop, plus orphans the daemon adopted as child
     /// subreaper that carry the bot's marker) was checked by identity.
     ProcessTree,
+    /// Linux in a delegated cgroup v2 subtree (design rule 10): the process-tree sequence, then
+    /// the bot's cgroup killed whole (`cgroup.kill`) and read empty (`cgroup.events`
+    /// `populated 0`), which covers processes botvisor never saw.
+    Cgroup,
     /// Elsewhere: the root was reaped; descendants were checked by identity where the system
     /// showed them, with no subreaper to catch escapees.
     BestEffort,
 }
 
 impl Proof {
-    /// `process-tree` or `best-effort`.
+    /// `process-tree`, `cgroup` or `best-effort`.
     pub fn as_str(self) -> &'static str {
         match self {
             Proof::ProcessTree => "process-tree",
+            Proof::Cgroup => "cgroup",
             Proof::BestEffort => "best-effort",
         }
     }
@@ -104,6 +109,16 @@ impl StopVerdict {
     /// Whether the bot may start again: its root is proven gone.
     pub fn released(&self) -> bool {
         !matches!(self, StopVerdict::RootAlive)
+    }
+
+    /// How it was proven (`None` for a root that did not exit).
+    pub fn proof(&self) -> Option<Proof> {
+        match self {
+            StopVerdict::Clean { proof }
+            | StopVerdict::RootExited { proof, .. }
+            | StopVerdict::RootExitedUnverified { proof, .. } => Some(*proof),
+            StopVerdict::RootAlive => None,
+        }
     }
 
     /// `clean`, `root-exited`, `root-exited-unverified` or `root-alive`.

@@ -16,6 +16,7 @@ mod proof;
 mod recovery;
 mod streaming;
 mod turns;
+mod usage;
 mod views;
 mod watchdogs;
 
@@ -114,6 +115,11 @@ pub struct BotView {
     /// Why botvisord cannot write its database now (design rule 15); while set, `LastError`
     /// shows it instead of the recorded last error.
     pub storage_error: Option<String>,
+    /// How the last stop was proven (`cgroup`, `process-tree`, `best-effort`); empty before the
+    /// first stop of this daemon run.
+    pub stop_proof: String,
+    /// The agent's resource use, last sampled ([`process::usage::Usage::UNKNOWN`] when none).
+    pub usage: process::usage::Usage,
 }
 
 impl BotView {
@@ -138,6 +144,10 @@ impl BotView {
             "Holders" => PropertyValue::U32(self.holders),
             "StopVerdict" => s(&self.stop_verdict),
             "PendingPermissions" => PropertyValue::Triples(self.pending.clone()),
+            "StopProof" => s(&self.stop_proof),
+            "MemoryCurrent" => PropertyValue::U64(self.usage.memory_current),
+            "CPUUsageNSec" => PropertyValue::U64(self.usage.cpu_usage_nsec),
+            "TasksCurrent" => PropertyValue::U64(self.usage.tasks_current),
             _ => s(""),
         }
     }
@@ -159,6 +169,8 @@ struct Proc {
     reported_session: Option<String>,
     /// Control requests sent and not yet answered, by request id.
     pending_control: std::collections::HashMap<String, ControlRequest>,
+    /// Samples its resource use while the bot is active; dropped with it.
+    usage: process::usage::Watch,
 }
 
 /// What handling an event asks the actor to do next.
@@ -312,6 +324,8 @@ pub fn spawn_actor(
         pending: Vec::new(),
         partial_text: String::new(),
         storage_error: None,
+        stop_proof: String::new(),
+        usage: Default::default(),
     }));
     let shared = Arc::new(Shared {
         runtime: runtime.clone(),
@@ -449,6 +463,7 @@ impl Actor {
             }
             self.pump().await;
             self.rearm_idle();
+            self.usage_activity();
         }
         self.stop_process("shutdown").await;
     }

@@ -6,6 +6,7 @@
 //! channel, from which the D-Bus layer emits signals (rule 1).
 
 pub mod bot;
+mod cgroups;
 mod checks;
 pub mod core;
 pub mod decide;
@@ -127,6 +128,8 @@ pub enum PropertyValue {
     Str(String),
     /// A D-Bus `u`.
     U32(u32),
+    /// A D-Bus `t`.
+    U64(u64),
     /// A D-Bus `a(sss)`.
     Triples(Vec<(String, String, String)>),
 }

@@ -1,5 +1,6 @@
 //! After a daemon crash: the processes the previous run left are stopped by identity before
-//! any bot runs (design rule 9), and each bot's chat says so.
+//! any bot runs (design rule 9), then what is left in the bots' cgroups (rule 10, cgroups.rs),
+//! and each bot's chat says so.
 
 use std::collections::BTreeMap;
 
@@ -15,7 +16,7 @@ impl Supervisor {
         use crate::process::verdict::{StopObservation, verdict};
         let records = self.store.read(store::processes::all)?;
         if records.is_empty() {
-            return Ok(0);
+            return self.recover_cgroups().await;
         }
         let mut by_bot: BTreeMap<String, Vec<store::processes::ProcessRecord>> = BTreeMap::new();
         for r in records {
@@ -87,7 +88,7 @@ impl Supervisor {
                 self.store.tx(|tx| store::processes::clear(tx, &bot_id))?;
             }
         }
-        Ok(alive_total)
+        Ok(alive_total + self.recover_cgroups().await?)
     }
 
     /// Writes to the database fail (`Some(why)`) or succeed again (`None`): every bot's

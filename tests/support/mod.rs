@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod cgroup;
 pub mod stand_in_api;
 pub mod version;
 
@@ -235,6 +236,12 @@ pub struct DaemonConfig {
     pub config: Option<PathBuf>,
     /// The umask the daemon starts with (default: the test's own).
     pub umask: Option<u32>,
+    /// A cgroup folder the daemon starts in (it joins it before `exec`), as a service manager
+    /// starts a unit in its cgroup.
+    pub cgroup: Option<PathBuf>,
+    /// The daemon gets a mount namespace of its own in which the cgroup2 hierarchy at this
+    /// folder is read-only (a read-only bind mount: even root cannot write it).
+    pub read_only_cgroup2: Option<PathBuf>,
 }
 
 impl Daemon {
@@ -260,6 +267,36 @@ impl Daemon {
         }
         if let Some(config) = &cfg.config {
             cmd.arg("--config").arg(config);
+        }
+        if let Some(dir) = &cfg.cgroup {
+            botvisor::process::cgroup::join_before_exec(&mut cmd, dir).expect("join the cgroup");
+        }
+        if let Some(mount) = &cfg.read_only_cgroup2 {
+            use std::os::unix::ffi::OsStrExt;
+            use std::os::unix::process::CommandExt;
+            let target = std::ffi::CString::new(mount.as_os_str().as_bytes()).unwrap();
+            // SAFETY: unshare(2) and mount(2) with pointers to NUL-terminated strings that live
+            // in the closure; both are plain system calls, fine between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let none: *const libc::c_char = std::ptr::null();
+                    let data: *const libc::c_void = std::ptr::null();
+                    let root = c"/".as_ptr();
+                    if libc::unshare(libc::CLONE_NEWNS) != 0
+                        || libc::mount(none, root, none, libc::MS_REC | libc::MS_PRIVATE, data) != 0
+                        || libc::mount(
+                            none,
+                            target.as_ptr(),
+                            none,
+                            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY,
+                            data,
+                        ) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         if let Some(mask) = cfg.umask {
             use std::os::unix::process::CommandExt;
@@ -471,6 +508,8 @@ impl TestEnv {
             claude_bin,
             config: None,
             umask: None,
+            cgroup: None,
+            read_only_cgroup2: None,
         }
     }
 

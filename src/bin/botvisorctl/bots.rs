@@ -51,6 +51,14 @@ pub struct BotInfo {
     pub holders: u32,
     /// The last stop's verdict.
     pub stop_verdict: String,
+    /// How the last stop was proven (`cgroup`, `process-tree`, …).
+    pub stop_proof: String,
+    /// Memory in use, bytes (`u64::MAX`: not known, no agent runs).
+    pub memory_current: u64,
+    /// CPU time since the agent started, nanoseconds (`u64::MAX`: not known).
+    pub cpu_usage_nsec: u64,
+    /// Tasks now (`u64::MAX`: not known).
+    pub tasks_current: u64,
     /// Open permission requests.
     pub pending: Vec<Pending>,
 }
@@ -68,6 +76,18 @@ fn number(props: &HashMap<String, OwnedValue>, key: &str) -> u32 {
         .get(key)
         .and_then(|v| u32::try_from(v).ok())
         .unwrap_or_default()
+}
+
+fn number64(props: &HashMap<String, OwnedValue>, key: &str) -> u64 {
+    props
+        .get(key)
+        .and_then(|v| u64::try_from(v).ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// A usage value for JSON: `null` when not known.
+fn known(v: u64) -> Value {
+    if v == u64::MAX { Value::Null } else { json!(v) }
 }
 
 impl BotInfo {
@@ -94,6 +114,10 @@ impl BotInfo {
             queued_messages: number(props, "QueuedMessages"),
             holders: number(props, "Holders"),
             stop_verdict: string(props, "StopVerdict"),
+            stop_proof: string(props, "StopProof"),
+            memory_current: number64(props, "MemoryCurrent"),
+            cpu_usage_nsec: number64(props, "CPUUsageNSec"),
+            tasks_current: number64(props, "TasksCurrent"),
             pending,
         }
     }
@@ -125,6 +149,10 @@ impl BotInfo {
             "holders": self.holders,
             "last_error": self.last_error,
             "stop_verdict": self.stop_verdict,
+            "stop_proof": self.stop_proof,
+            "memory_current": known(self.memory_current),
+            "cpu_usage_nsec": known(self.cpu_usage_nsec),
+            "tasks_current": known(self.tasks_current),
             "pending_permissions": self.pending.iter().map(|(id, tool, input)| json!({
                 "request_id": id,
                 "tool": tool,

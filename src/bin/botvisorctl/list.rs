@@ -32,13 +32,18 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
             table.set_content_arrangement(ContentArrangement::Disabled);
         }
     }
-    table.set_header(vec!["ID", "NAME", "STATE", "QUEUED", "CWD"]);
+    table.set_header(vec![
+        "ID", "NAME", "STATE", "QUEUED", "MEMORY", "CPU", "TASKS", "CWD",
+    ]);
     for b in &all {
         table.add_row(vec![
             b.short.clone(),
             show::safe(&b.name),
             b.shown_state(),
             b.queued_messages.to_string(),
+            bytes(b.memory_current),
+            cpu_time(b.cpu_usage_nsec),
+            count(b.tasks_current),
             show::safe(&home_relative(&b.cwd)),
         ]);
     }
@@ -111,7 +116,17 @@ pub async fn status(conn: &Connection, spec: &str, json: bool) -> Result<u8, Fai
         ),
         ("queued messages", b.queued_messages.to_string()),
         ("held by", format!("{} client(s)", b.holders)),
-        ("last stop", or(&b.stop_verdict, "none yet")),
+        (
+            "last stop",
+            match (b.stop_verdict.as_str(), b.stop_proof.as_str()) {
+                ("", _) => "none yet".to_owned(),
+                (v, "") => v.to_owned(),
+                (v, p) => format!("{v} (proven by {p})"),
+            },
+        ),
+        ("memory", bytes(b.memory_current)),
+        ("cpu time", cpu_time(b.cpu_usage_nsec)),
+        ("tasks", count(b.tasks_current)),
     ];
     for (k, v) in rows {
         anstream::println!("{}{}", paint(DIM, &format!("{k:>16}: ")), show::safe(&v));
@@ -127,6 +142,50 @@ pub async fn status(conn: &Connection, spec: &str, json: bool) -> Result<u8, Fai
     Ok(OK)
 }
 
+/// Bytes as people read them (`1.5G`, `230M`, `12K`); `-` when not known (`u64::MAX`).
+pub fn bytes(v: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)];
+    if v == u64::MAX {
+        return "-".into();
+    }
+    for (unit, size) in UNITS {
+        if v >= size {
+            let x = v as f64 / size as f64;
+            return if x < 10.0 {
+                format!("{x:.1}{unit}")
+            } else {
+                format!("{x:.0}{unit}")
+            };
+        }
+    }
+    format!("{v}B")
+}
+
+/// Nanoseconds of CPU time as `4.2s`, `3m05s`, `2h07m`; `-` when not known.
+pub fn cpu_time(ns: u64) -> String {
+    if ns == u64::MAX {
+        return "-".into();
+    }
+    let s = ns as f64 / 1e9;
+    let whole = ns / 1_000_000_000;
+    if s < 60.0 {
+        format!("{s:.1}s")
+    } else if whole < 3600 {
+        format!("{}m{:02}s", whole / 60, whole % 60)
+    } else {
+        format!("{}h{:02}m", whole / 3600, whole % 3600 / 60)
+    }
+}
+
+/// A count; `-` when not known.
+pub fn count(v: u64) -> String {
+    if v == u64::MAX {
+        "-".into()
+    } else {
+        v.to_string()
+    }
+}
+
 /// `/home/me/x` as `~/x`.
 fn home_relative(path: &str) -> String {
     match std::env::var("HOME") {
@@ -136,5 +195,23 @@ fn home_relative(path: &str) -> String {
             _ => path.to_owned(),
         },
         _ => path.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_as_people_read_it() {
+        assert_eq!(bytes(u64::MAX), "-");
+        assert_eq!(bytes(512), "512B");
+        assert_eq!(bytes(1536), "1.5K");
+        assert_eq!(bytes(230 << 20), "230M");
+        assert_eq!(cpu_time(4_200_000_000), "4.2s");
+        assert_eq!(cpu_time(185_000_000_000), "3m05s");
+        assert_eq!(cpu_time(7_620_000_000_000), "2h07m");
+        assert_eq!(cpu_time(u64::MAX), "-");
+        assert_eq!(count(3), "3");
     }
 }

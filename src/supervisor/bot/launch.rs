@@ -84,7 +84,13 @@ impl Actor {
         let cmd = self.runtime.command(program, &spec);
         let mut protocol = self.runtime.open(&spec);
         self.generation += 1;
-        match process::spawn(&cmd, self.generation, self.proc_tx.clone()) {
+        let cgroup = self.launch_cgroup();
+        match process::spawn::spawn_in(
+            &cmd,
+            cgroup.as_deref(),
+            self.generation,
+            self.proc_tx.clone(),
+        ) {
             Ok(mut handle) => {
                 tracing::info!(
                     bot_id = %self.id,
@@ -117,6 +123,7 @@ impl Actor {
                     in_use: None,
                     reported_session: None,
                     pending_control: Default::default(),
+                    usage: self.watch_usage(pid, cgroup),
                 });
                 self.update(vec!["ProcessId"], |v| v.process_id = pid);
                 self.watch

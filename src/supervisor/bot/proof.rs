@@ -64,11 +64,17 @@ impl Actor {
         why: &'static str,
     ) -> StopVerdict {
         let leftovers = self.leftovers();
-        let observed = stop_by_identity(&leftovers, DESCENDANT_GRACE).await;
+        let mut observed = stop_by_identity(&leftovers, DESCENDANT_GRACE).await;
+        // Design rule 10: where the bot has a cgroup, it is killed whole and read empty.
+        let mut proof = PROOF;
+        if let Some(left) = process::cgroup::after_stop(&self.id).await {
+            observed.extend(left);
+            proof = Proof::Cgroup;
+        }
         let v = verdict(&StopObservation {
             root_exited: true,
             descendants: observed,
-            proof: PROOF,
+            proof,
         });
         self.read_verdict(root_pid, why, &v);
         v
@@ -82,7 +88,7 @@ impl Actor {
             pid = root_pid,
             why,
             verdict = v.name(),
-            proof = PROOF.as_str(),
+            proof = v.proof().unwrap_or(PROOF).as_str(),
             "stop verdict"
         );
         let name = v.name().to_owned();
@@ -92,7 +98,11 @@ impl Actor {
         {
             tracing::error!(bot_id = %self.id, error = %e, "cannot record the verdict");
         }
-        self.update(vec!["StopVerdict"], |view| view.stop_verdict = name);
+        let proof = v.proof().map_or("", |p| p.as_str());
+        self.update(vec!["StopVerdict", "StopProof"], |view| {
+            view.stop_verdict = name;
+            view.stop_proof = proof.to_owned();
+        });
         if let Some(text) = v.report(root_pid) {
             tracing::warn!(bot_id = %self.id, pid = root_pid, "{text}");
             let survivors: Vec<u32> = match v {

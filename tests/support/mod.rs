@@ -35,6 +35,33 @@ pub fn claude_bin() -> Option<PathBuf> {
     }
 }
 
+/// The real Codex binary (the native one, `scripts/install-test-codex.sh`), or `None` after
+/// printing the skip line. With `BOTVISOR_TEST_REQUIRE_CODEX` set (CI sets it), a missing
+/// `BOTVISOR_TEST_CODEX_BIN` fails the test instead: CI never skips the Codex tests silently.
+pub fn codex_bin() -> Option<PathBuf> {
+    match std::env::var_os("BOTVISOR_TEST_CODEX_BIN").filter(|v| !v.is_empty()) {
+        Some(p) => {
+            let p = PathBuf::from(p);
+            assert!(
+                botvisor::runtime::is_executable(&p),
+                "BOTVISOR_TEST_CODEX_BIN={} is not an executable file",
+                p.display()
+            );
+            Some(p)
+        }
+        None if std::env::var_os("BOTVISOR_TEST_REQUIRE_CODEX").is_some_and(|v| !v.is_empty()) => {
+            panic!(
+                "BOTVISOR_TEST_CODEX_BIN is not set but BOTVISOR_TEST_REQUIRE_CODEX is: \
+                 the Codex tests must run here (scripts/install-test-codex.sh)"
+            )
+        }
+        None => {
+            eprintln!("skipped: BOTVISOR_TEST_CODEX_BIN not set (scripts/install-test-codex.sh)");
+            None
+        }
+    }
+}
+
 /// The `<limit>`s of the stock session bus configuration (`/usr/share/dbus-1/session.conf` of
 /// dbus 1.14), which differ from dbus-daemon's built-in defaults (those allow a message of
 /// 32 MiB, the session bus 1,000,000,000 bytes): a private bus behaves like the user's own.

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod responses_api;
 pub mod stand_in_api;
 pub mod version;
 

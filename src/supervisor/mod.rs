@@ -253,9 +253,15 @@ impl Supervisor {
             .model
             .or_else(|| self.config.default_model.clone())
             .unwrap_or_default();
+        // The configured default goes to the runtimes that accept it.
         let permission_mode = new
             .permission_mode
-            .or_else(|| self.config.default_permission_mode.clone())
+            .or_else(|| {
+                self.config
+                    .default_permission_mode
+                    .clone()
+                    .filter(|m| runtime.permission_modes().contains(&m.as_str()))
+            })
             .unwrap_or_default();
         check_permission_mode(runtime.as_ref(), &permission_mode)?;
         check_model(&model)?;

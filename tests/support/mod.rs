@@ -259,6 +259,8 @@ pub struct DaemonConfig {
     pub home: PathBuf,
     /// `BOTVISOR_CLAUDE_BIN`, if any.
     pub claude_bin: Option<PathBuf>,
+    /// `BOTVISOR_CODEX_BIN`, if any.
+    pub codex_bin: Option<PathBuf>,
     /// A config file, if any.
     pub config: Option<PathBuf>,
     /// The umask the daemon starts with (default: the test's own).
@@ -285,6 +287,9 @@ impl Daemon {
             .stderr(std::fs::File::create(&log).unwrap());
         if let Some(bin) = &cfg.claude_bin {
             cmd.env("BOTVISOR_CLAUDE_BIN", bin);
+        }
+        if let Some(bin) = &cfg.codex_bin {
+            cmd.env("BOTVISOR_CODEX_BIN", bin);
         }
         if let Some(config) = &cfg.config {
             cmd.arg("--config").arg(config);
@@ -497,6 +502,7 @@ impl TestEnv {
             database: self.dir.path().join("botvisor.db"),
             home: self.home.clone(),
             claude_bin,
+            codex_bin: None,
             config: None,
             umask: None,
         }

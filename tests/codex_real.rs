@@ -347,7 +347,13 @@ async fn a_missing_codex_home_is_a_named_error_not_a_crash_loop() {
         e.contains("no-such-home") && e.contains("does not exist"),
         "{e}"
     );
+    assert!(e.starts_with("cannot start the agent"), "{e}");
     assert_eq!(bot.state().await.unwrap(), "stopped");
+    assert_eq!(
+        bot.stop_verdict().await.unwrap(),
+        "",
+        "no agent was ever started"
+    );
     assert_eq!(bot.queued_messages().await.unwrap(), 1, "the message waits");
     assert!(s.api.requests().is_empty());
 }

@@ -390,3 +390,50 @@ async fn a_model_api_that_is_not_there_shows_in_last_error() {
     assert_eq!(done[0].1, "interrupted");
     stop_and_wait(&bot).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permission_modes_are_listed_per_runtime_checked_and_applied_live() {
+    let Some(codex) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    let s = CodexSetup::start(&env, codex, echo_script()).await;
+    let modes = env.manager().await.permission_modes().await.unwrap();
+    assert!(
+        modes["codex"].contains(&"on-request:workspace-write".to_owned()),
+        "{modes:?}"
+    );
+    assert!(modes["claude"].contains(&"plan".to_owned()), "{modes:?}");
+    assert!(!modes["codex"].contains(&"plan".to_owned()));
+
+    let work = env.work.to_str().unwrap().to_owned();
+    let mut o = create_options(&work, &s.bot_env);
+    o.insert("runtime", Variant::from("codex"));
+    o.insert("permission_mode", Variant::from("plan"));
+    let e = env.manager().await.create_bot(o).await.unwrap_err();
+    assert!(
+        e.to_string().contains("InvalidArgument") && e.to_string().contains("on-request"),
+        "{e}"
+    );
+    assert!(env.manager().await.list_bots().await.unwrap().is_empty());
+
+    let bot = s.bot(&env, "never").await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let e = bot.set_permission_mode("acceptEdits").await.unwrap_err();
+    assert!(e.to_string().contains("InvalidArgument"), "{e}");
+    let mut items = bot.receive_chat_item_added().await.unwrap();
+    bot.set_permission_mode("on-request:read-only")
+        .await
+        .unwrap();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(sig) = items.next().await {
+            let a = sig.args().unwrap();
+            if a.payload.contains("setting_applied") {
+                return;
+            }
+            assert_ne!(a.kind, "error", "{}", a.payload);
+        }
+    })
+    .await
+    .expect("the running agent took the permission setting");
+    assert_eq!(bot.permission_mode().await.unwrap(), "on-request:read-only");
+    stop_and_wait(&bot).await;
+}

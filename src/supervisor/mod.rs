@@ -410,6 +410,17 @@ impl Supervisor {
         futures_util::future::join_all(waits).await;
     }
 
+    /// The permission modes each runtime accepts, by runtime name.
+    pub fn permission_modes(&self) -> std::collections::HashMap<String, Vec<String>> {
+        self.runtimes
+            .iter()
+            .map(|(name, r)| {
+                let modes = r.permission_modes().iter().map(|m| m.to_string()).collect();
+                (name.to_string(), modes)
+            })
+            .collect()
+    }
+
     /// The runtime of a name.
     pub fn runtime(&self, name: &str) -> Option<Arc<dyn Runtime>> {
         self.runtimes.get(name).cloned()

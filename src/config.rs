@@ -27,6 +27,8 @@ pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &[
     "XDG_STATE_HOME",
     "ANTHROPIC_*",
     "CLAUDE_*",
+    "OPENAI_*",
+    "CODEX_*",
     "HTTP_PROXY",
     "HTTPS_PROXY",
     "NO_PROXY",
@@ -49,11 +51,15 @@ pub struct Config {
     /// The Claude Code binary. Default: the environment variable `BOTVISOR_CLAUDE_BIN`, else
     /// `claude` on the daemon's `PATH`.
     pub claude_bin: Option<PathBuf>,
+    /// The Codex binary (the native one, not the npm package's Node wrapper). Default: the
+    /// environment variable `BOTVISOR_CODEX_BIN`, else `codex` on the daemon's `PATH`.
+    pub codex_bin: Option<PathBuf>,
     /// The SQLite database. Default: `$XDG_STATE_HOME/botvisor/botvisor.db`.
     pub database: Option<PathBuf>,
     /// Model for bots created without one (empty: the CLI's own default).
     pub default_model: Option<String>,
-    /// Permission mode for bots created without one (empty: the CLI's own default).
+    /// Permission mode for bots created without one (empty: the CLI's own default); it applies
+    /// to the bots of each runtime that accepts it (a Claude Code mode is not given to Codex).
     pub default_permission_mode: Option<String>,
     /// Seconds between SIGTERM and SIGKILL when a bot is stopped (default 5).
     pub stop_grace_s: f64,
@@ -91,6 +97,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             claude_bin: None,
+            codex_bin: None,
             database: None,
             default_model: None,
             default_permission_mode: None,
@@ -209,10 +216,13 @@ impl Config {
         if let Some(mode) = &self.default_permission_mode
             && !mode.is_empty()
             && !crate::runtime::claude::PERMISSION_MODES.contains(&mode.as_str())
+            && !crate::runtime::codex::settings::PERMISSION_MODES.contains(&mode.as_str())
         {
             return Err(format!(
-                "key `default_permission_mode`: unknown mode `{mode}`; use one of {}",
-                crate::runtime::claude::PERMISSION_MODES.join(", ")
+                "key `default_permission_mode`: unknown mode `{mode}`; use one of {} (Claude \
+                 Code) or {} (Codex)",
+                crate::runtime::claude::PERMISSION_MODES.join(", "),
+                crate::runtime::codex::settings::PERMISSION_MODES.join(", ")
             ));
         }
         if self.crash_loop_limit == 0 {

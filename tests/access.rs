@@ -154,7 +154,7 @@ async fn probe(conn: &Connection, bot: &str) -> Vec<(String, String)> {
         get_managed,
         outcome(conn, ROOT_PATH, om, get_managed, &()).await,
     );
-    for p in ["Version", "Runtimes"] {
+    for p in ["Version", "Runtimes", "PermissionModes"] {
         let what = format!("Get Manager.{p}");
         note(
             &what,

@@ -158,6 +158,17 @@ fn check_config(config_path: &std::path::Path, config: &Config) -> ExitCode {
         }
         Err(e) => println!("runtime claude: warning: {e}"),
     }
+    let codex = botvisor::runtime::codex::Codex::new(config.codex_bin.clone());
+    let configured = config.codex_bin.is_some()
+        || std::env::var_os(botvisor::runtime::codex::BIN_ENV).is_some_and(|v| !v.is_empty());
+    match codex.binary() {
+        Ok(path) => println!("runtime codex: {}", path.display()),
+        Err(e) if configured => {
+            println!("runtime codex: error: {e}");
+            ok = false;
+        }
+        Err(e) => println!("runtime codex: warning: {e}"),
+    }
     if ok {
         ExitCode::SUCCESS
     } else {

@@ -43,6 +43,9 @@ pub trait Manager {
     /// The runtimes.
     #[zbus(property)]
     fn runtimes(&self) -> zbus::Result<Vec<String>>;
+    /// Permission modes by runtime.
+    #[zbus(property)]
+    fn permission_modes(&self) -> zbus::Result<HashMap<String, Vec<String>>>;
     /// Why the database cannot be written now; empty while it can.
     #[zbus(property)]
     fn storage_error(&self) -> zbus::Result<String>;

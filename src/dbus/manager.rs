@@ -166,9 +166,17 @@ impl Manager {
         crate::process::cgroup::containment().name().to_owned()
     }
 
-    /// The runtimes bots can be created with, for example `["claude"]`.
+    /// The runtimes bots can be created with, for example `["claude", "codex"]`.
     #[zbus(property(emits_changed_signal = "const"))]
     fn runtimes(&self) -> Vec<String> {
         self.ctx.supervisor.runtime_names()
+    }
+
+    /// The permission modes each runtime accepts, by runtime name (the empty string, the CLI's
+    /// own default, is accepted by all and not listed). Claude Code: the names of its permission
+    /// modes; Codex: an approval policy, alone or as `policy:sandbox`.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn permission_modes(&self) -> std::collections::HashMap<String, Vec<String>> {
+        self.ctx.supervisor.permission_modes()
     }
 }

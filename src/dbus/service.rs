@@ -15,7 +15,7 @@ use super::objects::BotObjects;
 use super::paths::bot_path;
 use super::{BUS_NAME, ROOT_PATH};
 use crate::config::Config;
-use crate::runtime::{Runtime, claude::Claude};
+use crate::runtime::{Runtime, claude::Claude, codex::Codex};
 use crate::store::Store;
 use crate::supervisor::Supervisor;
 
@@ -113,7 +113,10 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
     let mut int =
         signal(SignalKind::interrupt()).map_err(|e| zbus::Error::Failure(e.to_string()))?;
     let config = Arc::new(config);
-    let runtimes: Vec<Arc<dyn Runtime>> = vec![Arc::new(Claude::new(config.claude_bin.clone()))];
+    let runtimes: Vec<Arc<dyn Runtime>> = vec![
+        Arc::new(Claude::new(config.claude_bin.clone())),
+        Arc::new(Codex::new(config.codex_bin.clone())),
+    ];
     for runtime in &runtimes {
         match runtime.binary() {
             Ok(path) => {

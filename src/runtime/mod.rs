@@ -7,6 +7,7 @@
 //! is [`decide_start`], the one function every launch goes through.
 
 pub mod claude;
+pub mod codex;
 pub mod protocol;
 
 pub use protocol::{Protocol, Read, Sent};
@@ -303,6 +304,12 @@ pub trait Runtime: Send + Sync + 'static {
     fn binary(&self) -> Result<PathBuf, RuntimeError>;
     /// The permission modes the CLI accepts.
     fn permission_modes(&self) -> &'static [&'static str];
+    /// Whether a CLI started with `env` can run at all, checked before each launch (Codex: its
+    /// home folder must exist). An error parks the bot with the message in the chat and
+    /// `LastError`, as a missing binary does, instead of a crash loop.
+    fn check_environment(&self, _env: &BTreeMap<String, String>) -> Result<(), RuntimeError> {
+        Ok(())
+    }
     /// Whether the transcript of `session_id` exists on disk now, for a CLI started with `env`
     /// in `cwd`.
     fn transcript_exists(

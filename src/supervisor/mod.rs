@@ -257,9 +257,15 @@ impl Supervisor {
             .model
             .or_else(|| self.config.default_model.clone())
             .unwrap_or_default();
+        // The configured default goes to the runtimes that accept it.
         let permission_mode = new
             .permission_mode
-            .or_else(|| self.config.default_permission_mode.clone())
+            .or_else(|| {
+                self.config
+                    .default_permission_mode
+                    .clone()
+                    .filter(|m| runtime.permission_modes().contains(&m.as_str()))
+            })
             .unwrap_or_default();
         check_permission_mode(runtime.as_ref(), &permission_mode)?;
         check_model(&model)?;
@@ -406,6 +412,17 @@ impl Supervisor {
             }
         });
         futures_util::future::join_all(waits).await;
+    }
+
+    /// The permission modes each runtime accepts, by runtime name.
+    pub fn permission_modes(&self) -> std::collections::HashMap<String, Vec<String>> {
+        self.runtimes
+            .iter()
+            .map(|(name, r)| {
+                let modes = r.permission_modes().iter().map(|m| m.to_string()).collect();
+                (name.to_string(), modes)
+            })
+            .collect()
     }
 
     /// The runtime of a name.

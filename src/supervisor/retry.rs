@@ -50,6 +50,16 @@ impl Retry<'_> {
             .delay_ms
             .map(|ms| format!(" in {:.1} s", ms as f64 / 1000.0))
             .unwrap_or_default();
+        if self.max_retries == 0 {
+            // Codex retries a model API it cannot reach without end.
+            return format!(
+                "{what}: retry {}{delay}; the agent retries without limit. Check the model API's \
+                 address (ANTHROPIC_BASE_URL for Claude Code, the model provider in \
+                 $CODEX_HOME/config.toml for Codex), the network or the credentials; Interrupt \
+                 or Stop ends the turn.",
+                self.attempt
+            );
+        }
         format!(
             "{what}: retry {} of {}{delay}. Check ANTHROPIC_BASE_URL, the network or the \
              credentials; the turn ends with an error when the retries run out.",
@@ -125,5 +135,15 @@ mod tests {
         }
         .text();
         assert!(http.contains("HTTP 429 (`rate_limit`)"), "{http}");
+        let endless = Retry {
+            max_retries: 0,
+            delay_ms: None,
+            ..retry(7)
+        }
+        .text();
+        assert!(
+            endless.contains("retry 7; the agent retries without limit"),
+            "{endless}"
+        );
     }
 }

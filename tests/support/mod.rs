@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod cgroup;
+pub mod responses_api;
 pub mod stand_in_api;
 pub mod version;
 
@@ -31,6 +32,33 @@ pub fn claude_bin() -> Option<PathBuf> {
         Some(p) => Some(PathBuf::from(p)),
         None => {
             eprintln!("skipped: BOTVISOR_TEST_CLAUDE_BIN not set");
+            None
+        }
+    }
+}
+
+/// The real Codex binary (the native one, `scripts/install-test-codex.sh`), or `None` after
+/// printing the skip line. With `BOTVISOR_TEST_REQUIRE_CODEX` set (CI sets it), a missing
+/// `BOTVISOR_TEST_CODEX_BIN` fails the test instead: CI never skips the Codex tests silently.
+pub fn codex_bin() -> Option<PathBuf> {
+    match std::env::var_os("BOTVISOR_TEST_CODEX_BIN").filter(|v| !v.is_empty()) {
+        Some(p) => {
+            let p = PathBuf::from(p);
+            assert!(
+                botvisor::runtime::is_executable(&p),
+                "BOTVISOR_TEST_CODEX_BIN={} is not an executable file",
+                p.display()
+            );
+            Some(p)
+        }
+        None if std::env::var_os("BOTVISOR_TEST_REQUIRE_CODEX").is_some_and(|v| !v.is_empty()) => {
+            panic!(
+                "BOTVISOR_TEST_CODEX_BIN is not set but BOTVISOR_TEST_REQUIRE_CODEX is: \
+                 the Codex tests must run here (scripts/install-test-codex.sh)"
+            )
+        }
+        None => {
+            eprintln!("skipped: BOTVISOR_TEST_CODEX_BIN not set (scripts/install-test-codex.sh)");
             None
         }
     }
@@ -232,6 +260,8 @@ pub struct DaemonConfig {
     pub home: PathBuf,
     /// `BOTVISOR_CLAUDE_BIN`, if any.
     pub claude_bin: Option<PathBuf>,
+    /// `BOTVISOR_CODEX_BIN`, if any.
+    pub codex_bin: Option<PathBuf>,
     /// A config file, if any.
     pub config: Option<PathBuf>,
     /// The umask the daemon starts with (default: the test's own).
@@ -264,6 +294,9 @@ impl Daemon {
             .stderr(std::fs::File::create(&log).unwrap());
         if let Some(bin) = &cfg.claude_bin {
             cmd.env("BOTVISOR_CLAUDE_BIN", bin);
+        }
+        if let Some(bin) = &cfg.codex_bin {
+            cmd.env("BOTVISOR_CODEX_BIN", bin);
         }
         if let Some(config) = &cfg.config {
             cmd.arg("--config").arg(config);
@@ -506,6 +539,7 @@ impl TestEnv {
             database: self.dir.path().join("botvisor.db"),
             home: self.home.clone(),
             claude_bin,
+            codex_bin: None,
             config: None,
             umask: None,
             cgroup: None,

@@ -42,6 +42,13 @@ impl Actor {
             }
         };
         let env = self.build_env(&record);
+        if let Err(e) = self.runtime.check_environment(&env) {
+            let text = format!("cannot start the agent: {e}");
+            self.add_item("error", None, json!({ "text": text }));
+            self.set_last_error(&text);
+            self.parked = true;
+            return;
+        }
         let cwd = Path::new(&record.cwd);
         let decision = match self.force_resume.take() {
             Some(id) => StartDecision {

@@ -1,0 +1,204 @@
+//! OpenAI Codex (`@openai/codex`), driven through `codex app-server` (JSON-RPC over stdio).
+//!
+//! Every fact about Codex's files and messages lives in this folder: [`launch`] (argv),
+//! [`protocol`] (the JSON-RPC lines), [`rollout`] (where threads are kept), [`settings`] (the
+//! permission setting: approval policy and sandbox). The facts come from `shared/codex-facts.md`
+//! and are re-checked on the real CLI 0.171.0 by tests/codex_facts.rs.
+
+pub mod launch;
+pub mod protocol;
+pub mod rollout;
+pub mod settings;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::{LaunchCommand, LaunchSpec, Protocol, Runtime, RuntimeError, SessionStart};
+
+/// The environment variable that names the binary when the config has no `codex_bin`.
+pub const BIN_ENV: &str = "BOTVISOR_CODEX_BIN";
+
+/// The Codex runtime.
+#[derive(Debug, Clone)]
+pub struct Codex {
+    configured: Option<PathBuf>,
+    path_env: Option<std::ffi::OsString>,
+}
+
+impl Codex {
+    /// A runtime whose binary is `configured` (config key `codex_bin`), else the environment
+    /// variable `BOTVISOR_CODEX_BIN`, else `codex` on the daemon's `PATH`. Name the native binary
+    /// (`…/@openai/codex-linux-x64/vendor/<triple>/bin/codex`): the npm package's `codex` is a
+    /// Node wrapper that stays between botvisor and the agent.
+    pub fn new(configured: Option<PathBuf>) -> Codex {
+        let configured = configured.or_else(|| {
+            std::env::var_os(BIN_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        });
+        Codex {
+            configured,
+            path_env: std::env::var_os("PATH"),
+        }
+    }
+}
+
+impl Runtime for Codex {
+    fn name(&self) -> &'static str {
+        "codex"
+    }
+
+    fn can_resume(&self) -> bool {
+        true
+    }
+
+    fn binary(&self) -> Result<PathBuf, RuntimeError> {
+        match &self.configured {
+            Some(path) => {
+                let path = if path.components().count() == 1 && !path.is_absolute() {
+                    super::find_on_path(&path.to_string_lossy(), self.path_env.as_deref())
+                        .unwrap_or_else(|| path.clone())
+                } else {
+                    path.clone()
+                };
+                if super::is_executable(&path) {
+                    Ok(path)
+                } else {
+                    let problem = crate::process::launch_error::binary_problem(&path)
+                        .unwrap_or_else(|| {
+                            format!("the agent's binary {} is not executable", path.display())
+                        });
+                    Err(RuntimeError::Unavailable(format!(
+                        "{problem}; Codex is needed there (set `codex_bin` in config.toml or \
+                         {BIN_ENV})"
+                    )))
+                }
+            }
+            None => super::find_on_path("codex", self.path_env.as_deref()).ok_or_else(|| {
+                RuntimeError::Unavailable(format!(
+                    "no `codex` on the daemon's PATH; install Codex (npm install -g \
+                     @openai/codex) and set `codex_bin` in config.toml or {BIN_ENV} to its \
+                     native binary"
+                ))
+            }),
+        }
+    }
+
+    fn permission_modes(&self) -> &'static [&'static str] {
+        settings::PERMISSION_MODES
+    }
+
+    fn check_environment(&self, env: &BTreeMap<String, String>) -> Result<(), RuntimeError> {
+        let Some(home) = rollout::codex_home(env) else {
+            return Err(RuntimeError::Unavailable(
+                "neither CODEX_HOME nor HOME is set in the bot's environment; Codex needs its \
+                 home folder (set CODEX_HOME in the bot's env)"
+                    .to_owned(),
+            ));
+        };
+        if home.is_dir() {
+            Ok(())
+        } else {
+            Err(RuntimeError::Unavailable(format!(
+                "Codex's home folder {} does not exist (CODEX_HOME, default ~/.codex); create \
+                 it (mkdir -p) or point CODEX_HOME elsewhere, then Send again",
+                home.display()
+            )))
+        }
+    }
+
+    fn transcript_exists(
+        &self,
+        env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        session_id: &str,
+    ) -> bool {
+        rollout::codex_home(env).is_some_and(|home| rollout::find(&home, session_id).is_some())
+    }
+
+    fn conversation_has_message(
+        &self,
+        env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        session_id: &str,
+        text: &str,
+        since: std::time::SystemTime,
+    ) -> bool {
+        rollout::codex_home(env)
+            .and_then(|home| rollout::find(&home, session_id))
+            .is_some_and(|path| rollout::has_user_message_since(&path, text, since))
+    }
+
+    fn fresh_start(&self) -> SessionStart {
+        SessionStart::Fresh
+    }
+
+    fn command(&self, program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand {
+        launch::command(program, spec)
+    }
+
+    fn open(&self, spec: &LaunchSpec<'_>) -> Box<dyn Protocol> {
+        Box::new(protocol::CodexProtocol::new(spec))
+    }
+
+    fn session_in_use(&self, _stderr: &str) -> Option<String> {
+        // Codex names new threads itself: an id cannot be taken.
+        None
+    }
+
+    fn fatal_reason(&self, text: &str) -> Option<&'static str> {
+        let t = text.to_ascii_lowercase();
+        if [
+            "unauthorized",
+            "missing environment variable",
+            "invalid api key",
+            "401",
+        ]
+        .iter()
+        .any(|w| t.contains(w))
+        {
+            Some("authentication")
+        } else if ["usagelimitexceeded", "usage limit", "quota"]
+            .iter()
+            .any(|w| t.contains(w))
+        {
+            Some("usage limit")
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_codex_home_is_named_before_the_launch() {
+        let dir = tempfile::tempdir().unwrap();
+        let codex = Codex::new(Some("/nonexistent/codex".into()));
+        let mut env = BTreeMap::new();
+        assert!(codex.check_environment(&env).is_err());
+        env.insert("HOME".to_owned(), dir.path().to_string_lossy().into_owned());
+        let e = codex.check_environment(&env).unwrap_err().to_string();
+        assert!(e.contains(".codex") && e.contains("does not exist"), "{e}");
+        std::fs::create_dir(dir.path().join(".codex")).unwrap();
+        assert_eq!(codex.check_environment(&env), Ok(()));
+        env.insert("CODEX_HOME".to_owned(), "/nonexistent/home".to_owned());
+        assert!(codex.check_environment(&env).is_err());
+    }
+
+    #[test]
+    fn a_fresh_start_lets_codex_name_the_thread() {
+        assert_eq!(Codex::new(None).fresh_start(), SessionStart::Fresh);
+    }
+
+    #[test]
+    fn the_binary_error_names_the_config_key() {
+        let e = Codex::new(Some("/nonexistent/codex".into()))
+            .binary()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("codex_bin") && e.contains(BIN_ENV), "{e}");
+    }
+}

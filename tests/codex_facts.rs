@@ -1,0 +1,642 @@
+//! Tier 3: the facts of codex-facts.md that botvisor relies on, measured on the real Codex CLI
+//! (`BOTVISOR_TEST_CODEX_BIN`, the native binary) as `codex app-server`, against the loopback
+//! Responses stand-in, in a scratch `CODEX_HOME`, and printed (`cargo test --test codex_facts --
+//! --nocapture`). The JSON-RPC lines are written and read here by hand, so that a fact is checked
+//! independently of botvisor's own protocol object. A fact that changed fails with
+//! `fact changed in Codex VERSION: …`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::mpsc;
+
+use support::responses_api::{Reply, ResponsesApi, Script, codex_home, echo_script};
+use support::*;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// `codex --version` without the `codex-cli ` prefix.
+fn codex_version(bin: &Path) -> String {
+    let out = std::process::Command::new(bin)
+        .arg("--version")
+        .output()
+        .expect("run codex --version");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .trim_start_matches("codex-cli ")
+        .to_owned()
+}
+
+fn changed(bin: &Path, fact: &str) -> String {
+    format!(
+        "fact changed in Codex {}: {fact} (codex-facts.md)",
+        codex_version(bin)
+    )
+}
+
+/// One `codex app-server` process, driven line by line.
+struct AppServer {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::UnboundedReceiver<Value>,
+    /// Every line read so far.
+    seen: Vec<Value>,
+    next_id: u64,
+}
+
+impl AppServer {
+    fn spawn(bin: &Path, codex_home: &Path, cwd: &Path, marker: &str) -> AppServer {
+        let mut child = tokio::process::Command::new(bin)
+            .arg("app-server")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", codex_home.parent().unwrap())
+            .env("CODEX_HOME", codex_home)
+            .env("FAKE_API_KEY", "sk-test")
+            .env("BOTVISOR_TEST_RUN", marker)
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn codex app-server");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let v = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("a line that is not JSON ({e}): {line}"));
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        AppServer {
+            stdin: child.stdin.take(),
+            child,
+            lines: rx,
+            seen: Vec::new(),
+            next_id: 0,
+        }
+    }
+
+    async fn write(&mut self, v: Value) {
+        let mut line = v.to_string();
+        line.push('\n');
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line.as_bytes()).await.unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    /// Sends a request and returns its id.
+    async fn request(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.write(json!({"method": method, "id": id, "params": params}))
+            .await;
+        id
+    }
+
+    /// Reads lines until one for which `pred` holds.
+    async fn until(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let got = tokio::time::timeout(WAIT, async {
+            while let Some(v) = self.lines.recv().await {
+                self.seen.push(v.clone());
+                if pred(&v) {
+                    return Some(v);
+                }
+            }
+            None
+        })
+        .await;
+        match got {
+            Ok(Some(v)) => v,
+            Ok(None) => panic!("codex closed stdout before {what}; seen: {:?}", self.seen),
+            Err(_) => panic!("no {what} within {WAIT:?}; seen: {:?}", self.seen),
+        }
+    }
+
+    /// The answer (result or error) to request `id`.
+    async fn answer(&mut self, id: u64) -> Value {
+        self.until(&format!("the answer to request {id}"), |v| {
+            v.get("id") == Some(&json!(id)) && v.get("method").is_none()
+        })
+        .await
+    }
+
+    async fn notification(&mut self, method: &str) -> Value {
+        self.until(method, |v| {
+            v.get("method").and_then(Value::as_str) == Some(method) && v.get("id").is_none()
+        })
+        .await
+    }
+
+    /// `initialize` (with or without the experimental API) and `initialized`.
+    async fn handshake(&mut self, experimental: bool) -> Value {
+        let id = self
+            .request(
+                "initialize",
+                json!({"clientInfo": {"name": "botvisor-facts", "version": "0"},
+                       "capabilities": {"experimentalApi": experimental}}),
+            )
+            .await;
+        let answer = self.answer(id).await;
+        self.write(json!({"method": "initialized"})).await;
+        answer
+    }
+
+    async fn start_thread(&mut self, params: Value) -> String {
+        let id = self.request("thread/start", params).await;
+        let answer = self.answer(id).await;
+        answer
+            .pointer("/result/thread/id")
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("thread/start answer without result.thread.id: {answer}"))
+            .to_owned()
+    }
+
+    /// `turn/start` with `text`; returns the turn id from its answer.
+    async fn start_turn(&mut self, thread: &str, text: &str) -> String {
+        let id = self
+            .request(
+                "turn/start",
+                json!({"threadId": thread, "input": [{"type": "text", "text": text}]}),
+            )
+            .await;
+        let answer = self.answer(id).await;
+        answer
+            .pointer("/result/turn/id")
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("turn/start answer without result.turn.id: {answer}"))
+            .to_owned()
+    }
+
+    async fn turn_completed(&mut self) -> Value {
+        self.notification("turn/completed").await
+    }
+
+    /// Closes stdin and waits for the exit.
+    async fn close(mut self) -> std::process::ExitStatus {
+        self.stdin = None;
+        tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .expect("codex exits after stdin EOF")
+            .unwrap()
+    }
+}
+
+/// Rollout files of `thread` under `codex_home/sessions`, found by name at any depth.
+fn rollouts(codex_home: &Path, thread: &str) -> Vec<PathBuf> {
+    fn walk(dir: &Path, suffix: &str, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.filter_map(Result::ok) {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, suffix, out);
+            } else if p
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().ends_with(suffix))
+            {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(
+        &codex_home.join("sessions"),
+        &format!("-{thread}.jsonl"),
+        &mut out,
+    );
+    out
+}
+
+struct Setup {
+    env: TestEnv,
+    api: ResponsesApi,
+    codex_home: PathBuf,
+    bin: PathBuf,
+}
+
+impl Setup {
+    async fn start(script: Script) -> Option<Setup> {
+        let bin = codex_bin()?;
+        let env = TestEnv::new().await;
+        let api = ResponsesApi::start(script).await;
+        let codex_home = codex_home(&env.home, &api.base_url, "");
+        Some(Setup {
+            env,
+            api,
+            codex_home,
+            bin,
+        })
+    }
+
+    fn spawn(&self) -> AppServer {
+        AppServer::spawn(
+            &self.bin,
+            &self.codex_home,
+            &self.env.work,
+            &self.env.marker,
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshake_thread_id_and_the_rollout_written_at_the_first_turn() {
+    let Some(s) = Setup::start(echo_script()).await else {
+        return;
+    };
+    let mut codex = s.spawn();
+    let init = codex.handshake(true).await;
+    assert!(
+        init.pointer("/result/codexHome").is_some(),
+        "{}: {init}",
+        changed(&s.bin, "initialize answers with result.codexHome")
+    );
+    let cwd = s.env.work.to_str().unwrap();
+    let thread = codex
+        .start_thread(
+            json!({"cwd": cwd, "approvalPolicy": "never", "sandbox": "danger-full-access"}),
+        )
+        .await;
+    assert!(uuid::Uuid::parse_str(&thread).is_ok(), "thread id {thread}");
+    let before = rollouts(&s.codex_home, &thread);
+    println!("rollout files after thread/start: {before:?}");
+    assert!(
+        before.is_empty(),
+        "{}: {before:?}",
+        changed(
+            &s.bin,
+            "the rollout is written at the first turn, not at thread/start"
+        )
+    );
+    let turn = codex.start_turn(&thread, "hello").await;
+    let started = codex.notification("turn/started").await;
+    assert_eq!(started.pointer("/params/turn/id"), Some(&json!(turn)));
+    let done = codex.turn_completed().await;
+    assert_eq!(
+        done.pointer("/params/turn/status"),
+        Some(&json!("completed")),
+        "{done}"
+    );
+    let deltas: String = codex
+        .seen
+        .iter()
+        .filter(|v| v["method"] == "item/agentMessage/delta")
+        .filter_map(|v| v.pointer("/params/delta").and_then(Value::as_str))
+        .collect();
+    let message = codex
+        .seen
+        .iter()
+        .find(|v| {
+            v["method"] == "item/completed"
+                && v.pointer("/params/item/type") == Some(&json!("agentMessage"))
+        })
+        .and_then(|v| v.pointer("/params/item/text"))
+        .cloned();
+    println!("deltas: {deltas:?}; agentMessage: {message:?}");
+    assert_eq!(message, Some(json!("Hello! You said: hello")));
+    assert_eq!(
+        deltas,
+        "Hello! You said: hello",
+        "{}",
+        changed(&s.bin, "output_text deltas come as item/agentMessage/delta")
+    );
+    let after = rollouts(&s.codex_home, &thread);
+    println!("rollout files after the first turn: {after:?}");
+    assert_eq!(
+        after.len(),
+        1,
+        "{}",
+        changed(
+            &s.bin,
+            "sessions/YYYY/MM/DD/rollout-*-<thread id>.jsonl is written at the first turn"
+        )
+    );
+    let rollout = std::fs::read_to_string(&after[0]).unwrap();
+    assert!(
+        rollout.lines().any(|l| {
+            let v: Value = serde_json::from_str(l).unwrap_or_default();
+            v["type"] == "response_item"
+                && v.pointer("/payload/role") == Some(&json!("user"))
+                && v.pointer("/payload/content/0/text") == Some(&json!("hello"))
+        }),
+        "{}",
+        changed(
+            &s.bin,
+            "the rollout holds the user's message as a response_item"
+        )
+    );
+    let status = codex.close().await;
+    assert!(status.success(), "stdin EOF: {status:?}");
+
+    // A new process resumes the thread: the model sees the first exchange.
+    let mut codex = s.spawn();
+    codex.handshake(true).await;
+    let id = codex
+        .request("thread/resume", json!({"threadId": thread, "cwd": cwd}))
+        .await;
+    let answer = codex.answer(id).await;
+    assert_eq!(
+        answer.pointer("/result/thread/id"),
+        Some(&json!(thread)),
+        "{answer}"
+    );
+    codex.start_turn(&thread, "again").await;
+    codex.turn_completed().await;
+    let last = s.api.requests().pop().unwrap();
+    assert!(
+        last.body.to_string().contains("Hello! You said: hello"),
+        "{}",
+        changed(
+            &s.bin,
+            "thread/resume sends the thread's history to the model"
+        )
+    );
+    codex.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_a_missing_or_malformed_thread_is_refused_by_name() {
+    let Some(s) = Setup::start(echo_script()).await else {
+        return;
+    };
+    let mut codex = s.spawn();
+    codex.handshake(true).await;
+    let missing = "01a22d23-0000-7d13-9541-bb2ae3b0eabf";
+    let id = codex
+        .request("thread/resume", json!({"threadId": missing}))
+        .await;
+    let answer = codex.answer(id).await;
+    println!("thread/resume of a missing thread: {answer}");
+    assert_eq!(
+        answer.pointer("/error/message"),
+        Some(&json!(format!("no rollout found for thread id {missing}"))),
+        "{}",
+        changed(
+            &s.bin,
+            "thread/resume of a missing thread: `no rollout found for thread id <id>`"
+        )
+    );
+    assert_eq!(answer.pointer("/error/code"), Some(&json!(-32600)));
+    let id = codex
+        .request("thread/resume", json!({"threadId": "not-a-uuid"}))
+        .await;
+    let answer = codex.answer(id).await;
+    println!("thread/resume of a malformed id: {answer}");
+    assert!(
+        answer
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .is_some_and(|m| m.starts_with("invalid session id")),
+        "{}: {answer}",
+        changed(
+            &s.bin,
+            "thread/resume of a non-UUID id: `invalid session id: …`"
+        )
+    );
+    codex.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_ends_the_turn_as_interrupted() {
+    let script: Script = std::sync::Arc::new(|_| Reply::SlowText {
+        chunks: (0..60).map(|i| format!("part {i} ")).collect(),
+        every: Duration::from_millis(500),
+    });
+    let Some(s) = Setup::start(script).await else {
+        return;
+    };
+    let mut codex = s.spawn();
+    codex.handshake(true).await;
+    let thread = codex
+        .start_thread(json!({"cwd": s.env.work.to_str().unwrap()}))
+        .await;
+    let turn = codex.start_turn(&thread, "talk for long").await;
+    codex.notification("item/agentMessage/delta").await;
+    let id = codex
+        .request(
+            "turn/interrupt",
+            json!({"threadId": thread, "turnId": turn}),
+        )
+        .await;
+    let answer = codex.answer(id).await;
+    assert_eq!(answer.get("result"), Some(&json!({})), "{answer}");
+    let done = codex.turn_completed().await;
+    println!("after turn/interrupt: {done}");
+    assert_eq!(
+        done.pointer("/params/turn/status"),
+        Some(&json!("interrupted")),
+        "{}",
+        changed(
+            &s.bin,
+            "turn/interrupt ends the turn with status interrupted"
+        )
+    );
+    codex.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escalated_command_asks_for_approval_and_a_decline_is_told_to_the_model() {
+    let Some(s) = Setup::start(support::responses_api::shell_script()).await else {
+        return;
+    };
+    let marker_file = s.env.work.join("ran");
+    let mut codex = s.spawn();
+    codex.handshake(true).await;
+    let thread = codex
+        .start_thread(json!({"cwd": s.env.work.to_str().unwrap(),
+                             "approvalPolicy": "on-request", "sandbox": "workspace-write"}))
+        .await;
+    for (decision, runs) in [("decline", false), ("accept", true)] {
+        let _ = std::fs::remove_file(&marker_file);
+        let turn = codex
+            .start_turn(
+                &thread,
+                &format!("run escalated: touch {}", marker_file.display()),
+            )
+            .await;
+        let ask = codex
+            .until("item/commandExecution/requestApproval", |v| {
+                v["method"] == "item/commandExecution/requestApproval"
+            })
+            .await;
+        println!("approval request: {ask}");
+        let params = &ask["params"];
+        assert!(ask.get("id").is_some(), "a request: {ask}");
+        assert_eq!(params["threadId"], json!(thread));
+        assert_eq!(params["turnId"], json!(turn));
+        assert!(
+            params["itemId"].is_string()
+                && params["command"]
+                    .as_str()
+                    .is_some_and(|c| c.contains("touch")),
+            "{}: {ask}",
+            changed(
+                &s.bin,
+                "requestApproval carries threadId, turnId, itemId, command"
+            )
+        );
+        codex
+            .write(json!({"id": ask["id"], "result": {"decision": decision}}))
+            .await;
+        let item = codex
+            .until("the command's item/completed", |v| {
+                v["method"] == "item/completed"
+                    && v.pointer("/params/item/type") == Some(&json!("commandExecution"))
+            })
+            .await;
+        println!("after {decision}: {}", item["params"]["item"]["status"]);
+        let done = codex.turn_completed().await;
+        assert_eq!(
+            done.pointer("/params/turn/status"),
+            Some(&json!("completed"))
+        );
+        assert_eq!(
+            marker_file.exists(),
+            runs,
+            "{}",
+            changed(&s.bin, "accept runs the command, decline does not")
+        );
+        if !runs {
+            assert_eq!(
+                item.pointer("/params/item/status"),
+                Some(&json!("declined")),
+                "{}",
+                changed(&s.bin, "a declined command completes with status declined")
+            );
+        }
+    }
+    codex.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_change_between_turns_only_with_the_experimental_api() {
+    let Some(s) = Setup::start(echo_script()).await else {
+        return;
+    };
+    let cwd = s.env.work.to_str().unwrap();
+    // Without experimentalApi: refused.
+    let mut codex = s.spawn();
+    codex.handshake(false).await;
+    let thread = codex.start_thread(json!({"cwd": cwd})).await;
+    let id = codex
+        .request(
+            "thread/settings/update",
+            json!({"threadId": thread, "model": "other-model"}),
+        )
+        .await;
+    let answer = codex.answer(id).await;
+    println!("thread/settings/update without experimentalApi: {answer}");
+    assert!(
+        answer.get("error").is_some(),
+        "{}: {answer}",
+        changed(&s.bin, "thread/settings/update needs experimentalApi")
+    );
+    codex.close().await;
+
+    let mut codex = s.spawn();
+    codex.handshake(true).await;
+    let thread = codex.start_thread(json!({"cwd": cwd})).await;
+    codex.start_turn(&thread, "one").await;
+    codex.turn_completed().await;
+    let id = codex
+        .request(
+            "thread/settings/update",
+            json!({"threadId": thread, "model": "other-model", "approvalPolicy": "on-request",
+                   "sandboxPolicy": {"type": "readOnly"}}),
+        )
+        .await;
+    let answer = codex.answer(id).await;
+    println!("thread/settings/update with experimentalApi: {answer}");
+    assert_eq!(answer.get("result"), Some(&json!({})), "{answer}");
+    codex.start_turn(&thread, "two").await;
+    codex.turn_completed().await;
+    let models: Vec<String> = s.api.requests().iter().map(|r| r.model.clone()).collect();
+    println!("models asked: {models:?}");
+    assert_eq!(
+        models.last().map(String::as_str),
+        Some("other-model"),
+        "{}",
+        changed(
+            &s.bin,
+            "thread/settings/update's model is used from the next turn"
+        )
+    );
+    codex.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_error_is_an_error_notification_and_a_failed_turn() {
+    let script: Script = std::sync::Arc::new(|_| Reply::Status {
+        status: 500,
+        body: json!({"error": {"message": "stand-in failure", "type": "server_error"}}),
+    });
+    let Some(s) = Setup::start(script).await else {
+        return;
+    };
+    let mut codex = s.spawn();
+    codex.handshake(true).await;
+    let thread = codex
+        .start_thread(json!({"cwd": s.env.work.to_str().unwrap()}))
+        .await;
+    codex.start_turn(&thread, "fail").await;
+    let error = codex.notification("error").await;
+    println!("error notification: {error}");
+    assert!(
+        error
+            .pointer("/params/error/message")
+            .is_some_and(Value::is_string)
+            && error
+                .pointer("/params/willRetry")
+                .is_some_and(Value::is_boolean),
+        "{}: {error}",
+        changed(
+            &s.bin,
+            "an error notification carries error.message and willRetry"
+        )
+    );
+    let done = codex.turn_completed().await;
+    println!("turn/completed: {done}");
+    assert_eq!(
+        done.pointer("/params/turn/status"),
+        Some(&json!("failed")),
+        "{}",
+        changed(&s.bin, "an HTTP 500 without retries fails the turn")
+    );
+    codex.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_codex_home_is_refused_at_start() {
+    let Some(bin) = codex_bin() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    let out = std::process::Command::new(&bin)
+        .arg("app-server")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", dir.path())
+        .env("CODEX_HOME", &missing)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("missing CODEX_HOME: {:?}, stderr: {stderr}", out.status);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("CODEX_HOME points to") && stderr.contains("does not exist"),
+        "{}: {stderr}",
+        changed(&bin, "a missing CODEX_HOME exits 1 naming it")
+    );
+}

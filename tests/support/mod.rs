@@ -4,7 +4,9 @@
 
 #![allow(dead_code)]
 
+pub mod sshd;
 pub mod stand_in_api;
+pub mod terminal;
 pub mod version;
 
 #[allow(unused_imports)] // not every test binary names a fact

@@ -171,11 +171,6 @@ async fn a_bot_is_created_asked_watched_and_stopped_across_ssh() {
         json!([{"mode": "normal", "ask": {"tool": "Write", "input_bytes": 10}}]),
     )
     .await;
-    assert!(
-        sshd.log().contains("Accepted publickey"),
-        "the link is ssh: {}",
-        sshd.log()
-    );
 
     let mut watch = ctl(None, home, &[])
         .args(["--address", &remote, "--json", "watch"])
@@ -269,6 +264,11 @@ async fn a_bot_is_created_asked_watched_and_stopped_across_ssh() {
     );
     read_until(&mut watched, |v| v["changed"]["State"] == "stopped").await;
     watch.kill().await.unwrap();
+    assert!(
+        sshd.log().contains("Accepted publickey"),
+        "the link is ssh: {}",
+        sshd.log()
+    );
 }
 
 /// `--host [USER@]HOST`: ssh (the program BOTVISOR_SSH names) and systemd-stdio-bridge on the

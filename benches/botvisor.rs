@@ -756,6 +756,99 @@ async fn big_chat(rows: &mut Vec<Row>) {
     });
 }
 
+/// 9: what a link to another machine adds (issue 18): `ListBots` with 10 bots, and a whole turn
+/// (`Send` → the reply's `ChatItemAdded`), on a connection straight to the bus, through
+/// `systemd-stdio-bridge` (a `unixexec:` address), and through ssh on loopback and the bridge
+/// (when sshd is installed: tests/support/sshd.rs).
+async fn bridge(rows: &mut Vec<Row>) {
+    use support::sshd::{HOST, Sshd};
+    let bench = Bench::start(fake_fast()).await;
+    let bot = bench.bot(&[]).await;
+    for _ in 1..10 {
+        bench.bot(&[]).await;
+    }
+    let path = bot.inner().path().to_owned();
+    let rounds = if quick() { 50 } else { 500 };
+    // Written without percent escapes, which zbus 6.2 does not decode in a `unixexec:` address
+    // (botvisorctl does): the bus socket's path, without the `guid` and its comma.
+    let socket = bench.env.bus.dir.join("bus.sock");
+    let bus_path = format!("--bus-path=unix:path={}", socket.display());
+    let mut links = vec![
+        ("straight to the bus", bench.env.bus.address.clone()),
+        (
+            "through systemd-stdio-bridge",
+            format!("unixexec:path=systemd-stdio-bridge,argv1={bus_path}"),
+        ),
+    ];
+    let sshd = Sshd::start(&bench.env.dir.path().join("ssh"), &[]);
+    if let Some(s) = &sshd {
+        links.push((
+            "through ssh on loopback and the bridge",
+            format!(
+                "unixexec:path={},argv1=-xT,argv2=--,argv3={HOST},argv4=systemd-stdio-bridge,\
+                 argv5={bus_path}",
+                s.ssh.display()
+            ),
+        ));
+    }
+    let mut figures = Vec::new();
+    for (name, address) in &links {
+        let conn = zbus::connection::Builder::address(address.as_str())
+            .build()
+            .await
+            .unwrap();
+        let manager = botvisor::dbus::client::ManagerProxy::new(&conn)
+            .await
+            .unwrap();
+        let bot = BotProxy::builder(&conn)
+            .path(path.clone())
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .unwrap();
+        for _ in 0..20 {
+            manager.list_bots().await.unwrap();
+            ping(&bot, "ping").await;
+        }
+        let (mut list, mut turn) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let t = Instant::now();
+            assert_eq!(manager.list_bots().await.unwrap().len(), 10);
+            list.push(t.elapsed().as_secs_f64() * 1e6);
+            let (t0, _, at) = ping(&bot, "ping").await;
+            turn.push((at - t0) as f64 / 1000.0);
+        }
+        figures.push((*name, stats(list), stats(turn)));
+    }
+    let show = |(name, l, t): &(&str, Stats, Stats)| {
+        format!(
+            "{name}: `ListBots` median {:.0} µs, p99 {:.0} µs; a turn median {:.0} µs, p99 {:.0} µs",
+            l.median, l.p99, t.median, t.p99
+        )
+    };
+    let base = &figures[0];
+    let added: Vec<String> = figures[1..]
+        .iter()
+        .map(|(name, l, t)| {
+            format!(
+                "{name}: +{:.0} µs a `ListBots`, +{:.0} µs a turn (medians)",
+                l.median - base.1.median,
+                t.median - base.2.median
+            )
+        })
+        .collect();
+    if sshd.is_none() {
+        println!("row 9: sshd is not installed; no figure through ssh");
+    }
+    rows.push(Row {
+        name: "9. A link to another machine: `ListBots` (10 bots) and a turn (`Send` → its reply's `ChatItemAdded`)".into(),
+        goal: "—".into(),
+        figure: figures[1..].iter().map(show).collect::<Vec<_>>().join("; "),
+        baseline: show(base),
+        verdict: added.join("; "),
+    });
+}
+
 /// Whether row group `n` runs: all of them, or those listed in `BENCH_ONLY` (for example
 /// `BENCH_ONLY=8` or `BENCH_ONLY=1,7`).
 fn selected(n: u32) -> bool {
@@ -794,6 +887,9 @@ fn main() {
         }
         if selected(8) {
             big_chat(&mut rows).await;
+        }
+        if selected(9) {
+            bridge(&mut rows).await;
         }
         println!();
         println!("| measure | goal | figure | baseline (same run) | against the goal |");

@@ -10,6 +10,7 @@ use std::process::Stdio;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use support::terminal::IN_A_TERMINAL;
 use support::*;
 
 const CTL: &str = env!("CARGO_BIN_EXE_botvisorctl");
@@ -434,33 +435,6 @@ async fn watch_sees_every_last_change_before_botvisord_leaves_and_its_return() {
         "{rest:?}"
     );
 }
-
-/// Runs a command in a pseudo-terminal (stdin, stdout and stderr a terminal, as a person's) and
-/// copies what it prints to stdout; when `ANSWER` is set, types it (and Enter) once the
-/// output shows `[y/N]`. Exits with the command's exit code.
-const IN_A_TERMINAL: &str = r#"
-import os, pty, sys
-pid, fd = pty.fork()
-if pid == 0:
-    os.execv(sys.argv[1], sys.argv[1:])
-answer = os.environ.get("ANSWER")
-seen = b""
-while True:
-    try:
-        data = os.read(fd, 4096)
-    except OSError:
-        break
-    if not data:
-        break
-    sys.stdout.buffer.write(data)
-    sys.stdout.flush()
-    seen += data
-    if answer is not None and b"[y/N]" in seen:
-        os.write(fd, answer.encode() + b"\n")
-        answer = None
-_, status = os.waitpid(pid, 0)
-sys.exit(os.waitstatus_to_exitcode(status))
-"#;
 
 /// Issue 17, point 6: `send` in a terminal asks itself; a question answered by another client
 /// goes away without Enter, naming who answered (not only a bus name), and output that arrives

@@ -6,7 +6,9 @@
 
 pub mod cgroup;
 pub mod responses_api;
+pub mod sshd;
 pub mod stand_in_api;
+pub mod terminal;
 pub mod version;
 
 #[allow(unused_imports)] // not every test binary names a fact

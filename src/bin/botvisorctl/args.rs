@@ -18,6 +18,14 @@ pub struct Args {
     /// Colour: `auto` (in a terminal, unless NO_COLOR is set), `always` or `never`.
     #[arg(long, global = true, value_enum, default_value_t = Color::Auto, value_name = "WHEN")]
     pub color: Color,
+    /// The bus botvisord is on: any D-Bus address (`unix:path=…`, `unixexec:path=ssh,…`, `tcp:…`).
+    /// Default: DBUS_SESSION_BUS_ADDRESS, else the session bus. See docs/remote.md.
+    #[arg(long, global = true, value_name = "ADDRESS", conflicts_with = "host")]
+    pub address: Option<String>,
+    /// The botvisord of another machine: its user's session bus over `ssh [USER@]HOST` and
+    /// systemd-stdio-bridge (as `busctl --host`). BOTVISOR_SSH names the ssh program to run.
+    #[arg(short = 'H', long, global = true, value_name = "[USER@]HOST")]
+    pub host: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Cmd,

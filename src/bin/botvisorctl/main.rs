@@ -2,7 +2,7 @@
 //! docs/botvisorctl.md.
 //!
 //! One concern per module: the command line (`args`), failures and exit codes (`fail`), finding
-//! bots (`bots`), how items look (`show`), the terminal of `send` (`term`), `send`, `watch`,
+//! bots (`bots`), the bus and the connection to it (`connect`), how items look (`show`), the terminal of `send` (`term`), `send`, `watch`,
 //! `list`/`status`, and the other commands (`commands`).
 //!
 //! Nothing botvisorctl prints steers the terminal (`botvisor::text`): JSON lines go through
@@ -20,6 +20,7 @@ macro_rules! json_line {
 mod args;
 mod bots;
 mod commands;
+mod connect;
 mod fail;
 mod list;
 mod send;
@@ -35,6 +36,7 @@ use zbus::Connection;
 
 use args::{Args, Cmd, Color};
 use botvisor::dbus::client::BotProxy;
+use connect::Bus;
 use fail::{Failure, describe};
 
 fn main() {
@@ -76,14 +78,10 @@ fn main() {
         }
     };
     let code = runtime.block_on(async {
-        let conn = match Connection::session().await {
-            Ok(c) => c,
-            Err(e) => {
-                return Err(Failure::failed(format!(
-                    "cannot connect to the session bus ({e}); is DBUS_SESSION_BUS_ADDRESS set?"
-                )));
-            }
-        };
+        let bus = Bus::choose(args.address.as_deref(), args.host.as_deref(), |k| {
+            std::env::var_os(k)
+        })?;
+        let conn = bus.connect().await?;
         run(&conn, args).await
     });
     let code = match code {

@@ -1,0 +1,295 @@
+//! Which bus botvisorctl talks to, and the connection to it: the session bus, any D-Bus address
+//! (`--address`, else `DBUS_SESSION_BUS_ADDRESS`), or the user bus of another machine over ssh
+//! and `systemd-stdio-bridge` (`--host`). See docs/remote.md.
+//!
+//! A `unixexec:` address (which `--host` is) runs a program and speaks D-Bus over its standard
+//! input and output. botvisorctl runs that program itself, on one end of a socket pair, with
+//! SIGINT ignored: a Ctrl-C at the terminal is botvisorctl's to handle (`send` says how to follow
+//! the turn it leaves), and must not cut the link first (ssh ends at SIGINT unless it is ignored).
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::str::FromStr;
+
+use zbus::Address;
+use zbus::Connection;
+use zbus::address::transport::{Transport, Unixexec};
+
+use super::fail::Failure;
+
+/// The environment variable naming the ssh program `--host` runs (default `ssh`), as
+/// `SYSTEMD_SSH` does for systemd's tools: a wrapper script can add options (`-F FILE`, `-i KEY`).
+pub const SSH_ENV: &str = "BOTVISOR_SSH";
+
+/// What the remote user's shell runs behind `--host`: `systemd-stdio-bridge` on that user's
+/// session bus, found as sd-bus finds it (`DBUS_SESSION_BUS_ADDRESS`, else
+/// `$XDG_RUNTIME_DIR/bus`, else `/run/user/UID/bus`). Not `systemd-stdio-bridge --user`:
+/// before systemd 253 that flag only applies with `--machine`, and the bridge connects to the
+/// system bus.
+pub const REMOTE_BRIDGE: &str = "sh -c 'exec systemd-stdio-bridge \
+     --bus-path=\"${DBUS_SESSION_BUS_ADDRESS:-unix:path=${XDG_RUNTIME_DIR:-/run/user/$(id -u)}/bus}\"'";
+
+/// The bus botvisorctl connects to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Bus {
+    /// The session bus (no address given anywhere: `$XDG_RUNTIME_DIR/bus`).
+    Session,
+    /// A D-Bus address, and where it came from (`--address`, `DBUS_SESSION_BUS_ADDRESS`).
+    Address(Address, &'static str),
+    /// The user bus of `[user@]host` over ssh; the address that runs it.
+    Host(String, Address),
+}
+
+impl Bus {
+    /// The bus chosen by `--address`, `--host` (at most one of them) and the environment
+    /// (`DBUS_SESSION_BUS_ADDRESS`, [`SSH_ENV`]). A malformed address or host is a usage error.
+    pub fn choose(
+        address: Option<&str>,
+        host: Option<&str>,
+        env: impl Fn(&str) -> Option<OsString>,
+    ) -> Result<Bus, Failure> {
+        if let Some(host) = host {
+            let ssh = env(SSH_ENV)
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "ssh".into());
+            return Ok(Bus::Host(host.to_owned(), host_address(host, ssh)?));
+        }
+        if let Some(a) = address {
+            return parse(a, "--address").map(|a| Bus::Address(a, "--address"));
+        }
+        match env("DBUS_SESSION_BUS_ADDRESS").filter(|s| !s.is_empty()) {
+            Some(a) => {
+                let a = a.to_str().ok_or_else(|| {
+                    Failure::usage("DBUS_SESSION_BUS_ADDRESS is not a D-Bus address (not UTF-8)")
+                })?;
+                parse(a, "DBUS_SESSION_BUS_ADDRESS")
+                    .map(|a| Bus::Address(a, "DBUS_SESSION_BUS_ADDRESS"))
+            }
+            None => Ok(Bus::Session),
+        }
+    }
+
+    /// Connects to the bus; a failure says which bus and what to check.
+    pub async fn connect(&self) -> Result<Connection, Failure> {
+        let address = match self {
+            Bus::Session => None,
+            Bus::Address(a, _) | Bus::Host(_, a) => Some(a),
+        };
+        let conn = match address.map(Address::transport) {
+            None => Connection::session().await,
+            Some(Transport::Unixexec(exec)) => {
+                let stream = run_program(exec).map_err(|e| {
+                    let what = match self {
+                        Bus::Host(..) => format!(" (the ssh program; {SSH_ENV} names another)"),
+                        _ => String::new(),
+                    };
+                    Failure::failed(format!("cannot run {}{what}: {e}", exec.path().display()))
+                })?;
+                zbus::connection::Builder::unix_stream(stream).build().await
+            }
+            Some(_) => {
+                let a = address.cloned().expect("an address");
+                zbus::connection::Builder::address(a).build().await
+            }
+        };
+        conn.map_err(|e| Failure::failed(self.cannot_connect(&e)))
+    }
+
+    /// Why connecting failed, in words that name this bus.
+    fn cannot_connect(&self, e: &zbus::Error) -> String {
+        match self {
+            Bus::Session => format!(
+                "cannot connect to the session bus ({e}); is DBUS_SESSION_BUS_ADDRESS set? \
+                 (--address ADDRESS and --host HOST name another bus)"
+            ),
+            Bus::Address(a, from) => {
+                let mut s = format!("cannot connect to the bus at {a} (from {from}): {e}");
+                if matches!(a.transport(), Transport::Unixexec(_)) {
+                    s.push_str("; what the program printed is above");
+                }
+                s
+            }
+            Bus::Host(host, _) => format!(
+                "cannot reach the user bus of {host} through ssh ({e}); what ssh printed is \
+                 above. Check that `ssh {host}` logs in without a question, and that \
+                 systemd-stdio-bridge is installed there and the user's session bus runs \
+                 (see docs/remote.md)"
+            ),
+        }
+    }
+}
+
+/// `text` as a D-Bus address, or a usage error naming where it came from.
+///
+/// The values of a `unixexec:` address are percent-decoded here (`argv1=a%2cb` is `a,b`), as the
+/// D-Bus specification says: zbus 6.2 hands them over as written.
+fn parse(text: &str, from: &str) -> Result<Address, Failure> {
+    let bad = |e: String| Failure::usage(format!("{from} is not a D-Bus address: {text:?} ({e})"));
+    let address = Address::from_str(text).map_err(|e| bad(e.to_string()))?;
+    let Transport::Unixexec(exec) = address.transport() else {
+        return Ok(address);
+    };
+    let path = decode(exec.path().as_os_str()).map_err(&bad)?;
+    let arg0 = exec.arg0().map(|a| decode(a)).transpose().map_err(&bad)?;
+    let args = exec
+        .args()
+        .iter()
+        .map(|a| decode(a))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(&bad)?;
+    Ok(Address::from(Transport::Unixexec(Unixexec::new(
+        path.into(),
+        arg0,
+        args,
+    ))))
+}
+
+/// A value of a D-Bus address with its `%XX` escapes decoded.
+fn decode(value: &OsStr) -> Result<OsString, String> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("a `%` not followed by two hex digits in {value:?}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Ok(OsString::from_vec(out))
+}
+
+/// The `unixexec:` address of the user bus of `host` over `ssh`: `ssh -xT -- HOST` and the
+/// [`REMOTE_BRIDGE`] command, as `busctl --host` builds it for the system bus.
+fn host_address(host: &str, ssh: OsString) -> Result<Address, Failure> {
+    if host.is_empty() || host.starts_with('-') || host.chars().any(char::is_whitespace) {
+        return Err(Failure::usage(format!(
+            "--host takes [USER@]HOST (an ssh destination), not {host:?}"
+        )));
+    }
+    let args = ["-xT", "--", host, REMOTE_BRIDGE]
+        .map(OsString::from)
+        .to_vec();
+    Ok(Address::from(Transport::Unixexec(Unixexec::new(
+        ssh.into(),
+        None,
+        args,
+    ))))
+}
+
+/// Runs the program of a `unixexec:` address (see the module's words on SIGINT) with its standard input and output on one end of a
+/// socket pair, and returns the other end. Its standard error is ours; SIGINT is ignored in it.
+/// A thread waits for it to exit (it does when the connection closes).
+fn run_program(exec: &Unixexec) -> std::io::Result<UnixStream> {
+    let (ours, theirs) = UnixStream::pair()?;
+    let mut cmd = std::process::Command::new(exec.path());
+    cmd.args(exec.args())
+        .stdin(OwnedFd::from(theirs.try_clone()?))
+        .stdout(OwnedFd::from(theirs));
+    if let Some(arg0) = exec.arg0() {
+        cmd.arg0(arg0);
+    }
+    // SAFETY: signal(2) is async-signal-safe and touches no memory of ours.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    std::thread::spawn(move || child.wait());
+    Ok(ours)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<OsString> {
+        None
+    }
+
+    #[test]
+    fn host_is_ssh_and_the_bridge() {
+        let Bus::Host(_, a) = Bus::choose(None, Some("me@box"), no_env).unwrap() else {
+            panic!("a host");
+        };
+        let Transport::Unixexec(x) = a.transport() else {
+            panic!("unixexec");
+        };
+        assert_eq!(x.path().to_str(), Some("ssh"));
+        assert_eq!(x.args()[..3], ["-xT", "--", "me@box"].map(OsString::from));
+        assert!(
+            x.args()[3]
+                .to_str()
+                .unwrap()
+                .contains("exec systemd-stdio-bridge --bus-path=")
+        );
+        // The address round-trips through its text (percent-encoded).
+        assert_eq!(parse(&a.to_string(), "--address").unwrap(), a);
+        let with_ssh = |k: &str| (k == SSH_ENV).then(|| OsString::from("/opt/my-ssh"));
+        let Bus::Host(_, a) = Bus::choose(None, Some("box"), with_ssh).unwrap() else {
+            panic!("a host");
+        };
+        assert!(
+            a.to_string()
+                .starts_with("unixexec:path=/opt/my-ssh,argv1=-xT,")
+        );
+    }
+
+    #[test]
+    fn unixexec_values_are_percent_decoded_once() {
+        let a = parse(
+            "unixexec:path=/bin/echo,argv1=a%2cb,argv2=%2541,argv3=x=y:z",
+            "t",
+        )
+        .unwrap();
+        let Transport::Unixexec(x) = a.transport() else {
+            panic!("unixexec");
+        };
+        assert_eq!(x.args(), ["a,b", "%41", "x=y:z"].map(OsString::from));
+        let e = parse("unixexec:path=/bin/echo,argv1=%zz", "t").unwrap_err();
+        assert!(e.text.contains("two hex digits"), "{}", e.text);
+    }
+
+    #[test]
+    fn bad_addresses_and_hosts_are_usage_errors() {
+        for bad in ["", "nonsense", "unix:nopath=1", "unixexec:argv1=x"] {
+            let e = Bus::choose(Some(bad), None, no_env).unwrap_err();
+            assert_eq!(e.code, super::super::fail::USAGE, "{bad}: {}", e.text);
+            assert!(
+                e.text.starts_with("--address is not a D-Bus address"),
+                "{}",
+                e.text
+            );
+        }
+        let env = |k: &str| (k == "DBUS_SESSION_BUS_ADDRESS").then(|| OsString::from("junk"));
+        let e = Bus::choose(None, None, env).unwrap_err();
+        assert!(
+            e.text.starts_with("DBUS_SESSION_BUS_ADDRESS is not"),
+            "{}",
+            e.text
+        );
+        for bad in ["", "-oProxyCommand=x", "a b"] {
+            let e = Bus::choose(None, Some(bad), no_env).unwrap_err();
+            assert_eq!(e.code, super::super::fail::USAGE, "{bad}");
+        }
+        // --address wins over the environment.
+        let env = |k: &str| (k == "DBUS_SESSION_BUS_ADDRESS").then(|| OsString::from("junk"));
+        assert!(matches!(
+            Bus::choose(Some("unix:path=/x"), None, env),
+            Ok(Bus::Address(_, "--address"))
+        ));
+        assert_eq!(Bus::choose(None, None, no_env).unwrap(), Bus::Session);
+    }
+}

@@ -55,7 +55,8 @@ print('''<!DOCTYPE node PUBLIC "-//freedesktop//DTD D-BUS Object Introspection 1
   /org/botvisor/Botvisor1 serves org.botvisor.Botvisor1.Manager and
   org.freedesktop.DBus.ObjectManager; each bot is /org/botvisor/Botvisor1/<id> with
   org.botvisor.Botvisor1.Bot. Errors are org.botvisor.Botvisor1.Error.<Name>: NotFound,
-  InvalidArgument, Busy, RuntimeUnavailable, AccessDenied, Failed.
+  InvalidArgument, Busy, RuntimeUnavailable, AccessDenied, StorageUnavailable, NotSupported,
+  Failed.
 
   tests/contract.rs keeps this file equal (names, signatures, directions, annotations) to what
   botvisord serves; scripts/update-dbus-xml.sh regenerates it. docs/dbus-api.md explains it.

@@ -88,6 +88,10 @@ pub struct Config {
     /// `TasksCurrent`) while it is busy or runs background tasks (default 2; 0: never; at least
     /// [`MIN_USAGE_INTERVAL_S`] otherwise). Never sampled while stopped or idle.
     pub usage_interval_s: f64,
+    /// The memory limit in bytes for bots created without their own `memory_max` (default: none;
+    /// at least 1 MiB). Written to `memory.max` of each bot's cgroup where the memory controller
+    /// is delegated; elsewhere ignored, said once in the journal at start.
+    pub memory_max: Option<u64>,
 }
 
 /// The shortest `usage_interval_s` accepted (other than 0), in seconds.
@@ -114,6 +118,7 @@ impl Default for Config {
             interrupt_grace_s: 10.0,
             control_timeout_s: 10.0,
             usage_interval_s: 2.0,
+            memory_max: None,
         }
     }
 }
@@ -224,6 +229,9 @@ impl Config {
                 crate::runtime::claude::PERMISSION_MODES.join(", "),
                 crate::runtime::codex::settings::PERMISSION_MODES.join(", ")
             ));
+        }
+        if let Some(bytes) = self.memory_max {
+            crate::supervisor::memory_max::check_range("key `memory_max`", bytes)?;
         }
         if self.crash_loop_limit == 0 {
             return Err("key `crash_loop_limit` must be at least 1".into());
@@ -433,6 +441,20 @@ mod tests {
             let err = Config::from_toml(text, Path::new("c.toml"));
             assert!(err.is_err(), "{text} was accepted");
         }
+    }
+
+    #[test]
+    fn memory_max_is_bytes_of_at_least_one_mib() {
+        let c = Config::from_toml("memory_max = 2147483648", Path::new("c.toml")).unwrap();
+        assert_eq!(c.memory_max, Some(2 << 30));
+        assert_eq!(Config::default().memory_max, None);
+        let err = Config::from_toml("memory_max = 4096", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("key `memory_max`") && err.contains("1 MiB"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -269,3 +269,106 @@ async fn the_real_cli_and_its_background_job_run_in_the_bots_cgroup_and_stop_pro
     env.assert_no_leftovers();
     assert!(!cg.bot_dir(&id).exists(), "the empty bot cgroup is removed");
 }
+
+/// Asks for a bot with `memory_max` and returns the error name and message, or the path.
+async fn create_limited(
+    fake: &FakeSetup,
+    memory_max: u64,
+) -> Result<zbus::OwnedObjectPath, (String, String)> {
+    let env_map = fake_env(
+        &fake.env.home,
+        &fake.state,
+        json!([{"mode": "normal"}]),
+        &fake.env.marker,
+    );
+    let work = fake.env.work.to_str().unwrap().to_owned();
+    let mut options = create_options(&work, &env_map);
+    options.insert("memory_max", zbus::Variant::from(memory_max));
+    match fake.env.manager().await.create_bot(options).await {
+        Ok(path) => Ok(path),
+        Err(zbus::Error::MethodError(name, message, _)) => {
+            Err((name.to_string(), message.unwrap_or_default()))
+        }
+        Err(e) => panic!("CreateBot failed on the bus: {e}"),
+    }
+}
+
+/// Where the memory controller is not delegated (a daemon without a cgroup of its own runs with
+/// `process-tree`), a bot's `memory_max` is refused with `NotSupported`, saying why, and no bot
+/// is created; the config default is said once in the journal and ignored. Runs everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_max_is_refused_where_the_memory_controller_is_not_delegated() {
+    let fake = FakeSetup::start("memory_max = 1073741824\n").await;
+    let manager = fake.env.manager().await;
+    assert_eq!(manager.containment().await.unwrap(), "process-tree");
+    let (name, message) = create_limited(&fake, 512 << 20).await.unwrap_err();
+    assert_eq!(
+        name, "org.botvisor.Botvisor1.Error.NotSupported",
+        "{message}"
+    );
+    assert!(
+        message.contains("memory_max") && message.contains("no cgroup of its own"),
+        "{message}"
+    );
+    assert!(
+        manager.list_bots().await.unwrap().is_empty(),
+        "nothing was created"
+    );
+    let log = fake.daemon.log_text();
+    assert_eq!(
+        log.matches("config `memory_max` is ignored").count(),
+        1,
+        "the journal says it once:\n{log}"
+    );
+    // A bot without its own limit is created and runs, unlimited.
+    let bot = fake.bot(json!([{"mode": "normal"}])).await;
+    assert_eq!(bot.memory_max().await.unwrap(), u64::MAX);
+    assert_eq!(send_and_wait(&bot, "hi").await.outcome, "success");
+}
+
+/// In a delegated subtree without the memory controller (these machines: the cgroup2 hierarchy
+/// at `/sys/fs/cgroup/unified` has no controllers), `memory_max` is refused too; where the test
+/// cgroup has the memory controller, the limit is written to the bot's `memory.max` before its
+/// agent starts and shown as `MemoryMax`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_max_is_written_to_the_bots_cgroup_where_the_memory_controller_is_delegated() {
+    let Some(cg) = TestCgroup::new() else { return };
+    let controllers = std::fs::read_to_string(cg.dir.join("cgroup.controllers")).unwrap();
+    let has_memory = controllers.split_whitespace().any(|c| c == "memory");
+    let fake = fake_in(&cg, false, "stop_grace_s = 0.5\n").await;
+    let manager = fake.env.manager().await;
+    assert_eq!(manager.containment().await.unwrap(), "cgroup");
+    let limit: u64 = 256 << 20;
+    if !has_memory {
+        let (name, message) = create_limited(&fake, limit).await.unwrap_err();
+        assert_eq!(
+            name, "org.botvisor.Botvisor1.Error.NotSupported",
+            "{message}"
+        );
+        assert!(
+            message.contains("memory controller is not delegated"),
+            "{message}"
+        );
+        assert!(manager.list_bots().await.unwrap().is_empty());
+        eprintln!(
+            "SKIP (applied limit): the test cgroup {} has no memory controller (cgroup.controllers: \
+             `{}`); checked the refusal instead",
+            cg.dir.display(),
+            controllers.trim()
+        );
+        return;
+    }
+    let path = create_limited(&fake, limit).await.expect("created");
+    let bot = fake.env.bot(&path).await;
+    assert_eq!(bot.memory_max().await.unwrap(), limit);
+    assert_eq!(send_and_wait(&bot, "hi").await.outcome, "success");
+    let id = bot_id(&bot);
+    let written = std::fs::read_to_string(cg.bot_dir(&id).join("memory.max")).unwrap();
+    assert_eq!(written.trim(), limit.to_string());
+    // A bot without a limit of its own gets `max`, whatever an earlier run left.
+    let other = fake.bot(json!([{"mode": "normal"}])).await;
+    assert_eq!(other.memory_max().await.unwrap(), u64::MAX);
+    assert_eq!(send_and_wait(&other, "hi").await.outcome, "success");
+    let written = std::fs::read_to_string(cg.bot_dir(&bot_id(&other)).join("memory.max")).unwrap();
+    assert_eq!(written.trim(), "max");
+}

@@ -597,3 +597,60 @@ async fn a_watch_of_one_bot_counts_one() {
     .expect("watch says it is subscribed");
     assert_eq!(watching["bots"], 1, "{watching}");
 }
+
+/// `top`: with `--json` (and likewise when stdout is not a terminal) one JSON line per refresh,
+/// `-n` of them, each with every bot, its state, agent and usage; CPU% is known only from the
+/// second refresh of a running agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_prints_one_json_line_per_refresh_with_every_bot() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let other = s.env.dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    create(&s, "running", &s.env.work, json!([{"mode": "normal"}])).await;
+    create(&s, "resting", &other, json!([{"mode": "normal"}])).await;
+    let (code, _, err) = run(&bus, &["send", "running", "hi"]).await;
+    assert_eq!(code, 0, "{err}");
+    for args in [
+        &["--json", "top", "-n", "2", "--interval", "0.2"][..],
+        &["top", "--iterations", "2", "--interval", "0.2"][..],
+    ] {
+        let (code, out, err) = run(&bus, args).await;
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let lines: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        assert_eq!(lines.len(), 2, "{args:?}: {out}");
+        for (i, line) in lines.iter().enumerate() {
+            assert!(line["time"].is_string(), "{line}");
+            let bots = line["bots"].as_array().unwrap();
+            let names: Vec<&str> = bots.iter().map(|b| b["name"].as_str().unwrap()).collect();
+            assert_eq!(names, ["resting", "running"], "{line}");
+            let (resting, running) = (&bots[0], &bots[1]);
+            assert_eq!(resting["state"], "stopped", "{resting}");
+            assert_eq!(resting["process_id"], 0);
+            for key in [
+                "memory_current",
+                "cpu_usage_nsec",
+                "cpu_percent",
+                "tasks_current",
+            ] {
+                assert!(resting[key].is_null(), "no agent, no {key}: {resting}");
+            }
+            assert_eq!(resting["memory_max"], Value::Null, "no limit");
+            assert_eq!(running["state"], "idle", "{running}");
+            assert!(running["process_id"].as_u64().unwrap() > 0, "{running}");
+            assert!(running["id"].as_str().unwrap().len() == 32, "{running}");
+            if i == 0 {
+                assert!(running["cpu_percent"].is_null(), "first refresh: {running}");
+            }
+            for key in ["memory_current", "cpu_usage_nsec", "tasks_current"] {
+                assert!(running.get(key).is_some(), "{key}: {running}");
+            }
+        }
+    }
+    let (code, _, err) = run(&bus, &["top", "--interval", "0"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("0.1 to 3600"), "{err}");
+}

@@ -413,6 +413,20 @@ impl BotObject {
         self.view().usage.cpu_usage_nsec
     }
 
+    /// The memory limit of the agent and its descendants in bytes (`memory.max` of the bot's
+    /// cgroup, written before each start): the bot's own `memory_max`, else config
+    /// `memory_max`; `2^64-1` (as systemd's `infinity`) when none, and wherever the memory
+    /// controller is not delegated to botvisord (a limit is not applied there).
+    #[zbus(property(emits_changed_signal = "const"), name = "MemoryMax")]
+    fn memory_max(&self) -> u64 {
+        crate::supervisor::memory_max::in_force(
+            self.view().record.memory_max,
+            self.ctx.supervisor.config().memory_max,
+            crate::process::cgroup::containment(),
+        )
+        .unwrap_or(crate::supervisor::memory_max::NO_LIMIT)
+    }
+
     /// Tasks (threads) of the agent and its descendants (`pids.current` of the bot's cgroup
     /// with the pids controller, else counted). Sampled as `MemoryCurrent`; `2^64-1` while no
     /// agent runs.

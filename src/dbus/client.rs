@@ -179,4 +179,7 @@ pub trait Bot {
     /// Tasks (threads) now (`u64::MAX`: no agent runs).
     #[zbus(property, name = "TasksCurrent")]
     fn tasks_current(&self) -> zbus::Result<u64>;
+    /// The memory limit in force, bytes (`u64::MAX`: none).
+    #[zbus(property, name = "MemoryMax")]
+    fn memory_max(&self) -> zbus::Result<u64>;
 }

@@ -25,6 +25,9 @@ pub enum Error {
     /// botvisord cannot write its database now (locked by another process, disk full, I/O);
     /// nothing was changed; the call may be tried again. Reads keep answering meanwhile.
     StorageUnavailable(String),
+    /// What was asked needs something botvisord was not given here (for example `memory_max`
+    /// without a delegated memory controller); the message says what is missing; nothing changed.
+    NotSupported(String),
     /// Anything else (database, I/O).
     Failed(String),
 }
@@ -37,6 +40,7 @@ impl From<BotError> for Error {
             BotError::Busy(m) => Error::Busy(m),
             BotError::RuntimeUnavailable(m) => Error::RuntimeUnavailable(m),
             BotError::StorageUnavailable(m) => Error::StorageUnavailable(m),
+            BotError::NotSupported(m) => Error::NotSupported(m),
             BotError::Failed(m) => Error::Failed(m),
         }
     }

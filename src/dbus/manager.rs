@@ -48,7 +48,9 @@ impl Manager {
     /// Creates a bot and returns its object path. Options: `cwd` (s, required: absolute path of
     /// an existing directory), `name` (s), `runtime` (s, default `claude`), `model` (s),
     /// `permission_mode` (s), `env` (a{ss}, added to the CLI's environment), `idle_timeout_s`
-    /// (u, seconds, 0 = never). Errors: InvalidArgument, RuntimeUnavailable, AccessDenied.
+    /// (u, seconds, 0 = never), `memory_max` (t, bytes, at least 1 MiB; `2^64-1` = none; where
+    /// the memory controller is delegated). Errors: InvalidArgument, RuntimeUnavailable,
+    /// NotSupported (`memory_max` without a delegated memory controller), AccessDenied.
     #[zbus(out_args("bot"))]
     async fn create_bot(
         &self,
@@ -64,6 +66,7 @@ impl Manager {
         let permission_mode = r.string("permission_mode")?;
         let env = r.string_map("env")?.unwrap_or_default();
         let idle_timeout_s = r.seconds("idle_timeout_s")?;
+        let memory_max = r.bytes("memory_max")?;
         r.finish()?;
         let cwd = cwd.ok_or_else(|| {
             Error::InvalidArgument(
@@ -87,6 +90,7 @@ impl Manager {
             permission_mode,
             env,
             idle_timeout_s,
+            memory_max,
         })?;
         let path = bot_path(&handle.id);
         server

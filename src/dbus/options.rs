@@ -59,6 +59,16 @@ impl<'a> OptionReader<'a> {
 
     /// A count of seconds: any unsigned integer type, or a signed one that is not negative.
     pub fn seconds(&mut self, key: &'static str) -> Result<Option<u64>, Error> {
+        self.unsigned(key, "u")
+    }
+
+    /// A count of bytes (`t`): any unsigned integer type, or a signed one that is not negative.
+    pub fn bytes(&mut self, key: &'static str) -> Result<Option<u64>, Error> {
+        self.unsigned(key, "t")
+    }
+
+    /// An unsigned number; `want` names the type in the error.
+    fn unsigned(&mut self, key: &'static str, want: &str) -> Result<Option<u64>, Error> {
         let method = self.method;
         let negative =
             || Error::InvalidArgument(format!("{method}: option `{key}` must not be negative"));
@@ -71,7 +81,7 @@ impl<'a> OptionReader<'a> {
             Some(Variant::I16(n)) => u64::try_from(*n).map(Some).map_err(|_| negative()),
             Some(Variant::I32(n)) => u64::try_from(*n).map(Some).map_err(|_| negative()),
             Some(Variant::I64(n)) => u64::try_from(*n).map(Some).map_err(|_| negative()),
-            Some(v) => Err(type_error(self.method, key, "u", v)),
+            Some(v) => Err(type_error(self.method, key, want, v)),
         }
     }
 

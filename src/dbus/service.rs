@@ -168,7 +168,13 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
         Ok(false) => tracing::info!("no child subreaper on this system: best-effort proof"),
         Err(e) => tracing::warn!(error = %e, "cannot become a child subreaper"),
     }
-    crate::process::cgroup::init();
+    let containment = crate::process::cgroup::init();
+    let records: Vec<_> = supervisor
+        .list()
+        .iter()
+        .map(|h| h.snapshot().record)
+        .collect();
+    crate::supervisor::memory_max::report_at_start(supervisor.config(), &records, containment);
     tokio::spawn(reap_orphans());
     tokio::spawn(watch_clients(conn.clone(), ctx.clone(), changes));
     tokio::spawn(watch_storage(conn.clone(), ctx.clone()));

@@ -65,9 +65,10 @@ impl Subtree {
         out
     }
 
-    /// Creates `bot_id`'s cgroup (kept when it exists) and sets its `memory.max` (bytes) when
-    /// given. Returns its folder. Errors: the kernel's (for example `EACCES`, `ENOENT` for a
-    /// `memory.max` without the memory controller).
+    /// Creates `bot_id`'s cgroup (kept when it exists) and, with the memory controller, sets its
+    /// `memory.max` to `memory_max` (bytes), or to `max` (no limit) for `None` so that a limit
+    /// left by an earlier run does not stay. Returns its folder. Errors: the kernel's (for
+    /// example `EACCES`, `ENOENT` for a `memory.max` without the memory controller).
     pub fn prepare_bot(&self, bot_id: &str, memory_max: Option<u64>) -> std::io::Result<PathBuf> {
         let dir = self.bot_dir(bot_id);
         match std::fs::create_dir(&dir) {
@@ -75,8 +76,10 @@ impl Subtree {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }
-        if let Some(bytes) = memory_max {
-            write_file(&dir.join("memory.max"), &bytes.to_string())?;
+        match memory_max {
+            Some(bytes) => write_file(&dir.join("memory.max"), &bytes.to_string())?,
+            None if self.has("memory") => write_file(&dir.join("memory.max"), "max")?,
+            None => {}
         }
         Ok(dir)
     }

@@ -23,6 +23,9 @@ pub struct BotRecord {
     pub env: BTreeMap<String, String>,
     /// Idle stop after this many seconds; `None` takes the daemon's default, 0 is never.
     pub idle_timeout_s: Option<u64>,
+    /// The bot's memory limit in bytes (`memory.max` of its cgroup); `None` takes the daemon's
+    /// default (config `memory_max`), if any.
+    pub memory_max: Option<u64>,
     /// The conversation to resume, recorded once a turn began in it (design rule 3).
     pub session_id: Option<String>,
     /// The last error a person should know of; empty when none.
@@ -50,6 +53,7 @@ impl BotRecord {
             permission_mode: String::new(),
             env: BTreeMap::new(),
             idle_timeout_s: None,
+            memory_max: None,
             session_id: None,
             last_error: String::new(),
             created_at: crate::time::now_rfc3339(),
@@ -71,6 +75,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
         permission_mode: r.get("permission_mode")?,
         env: serde_json::from_str(&env).unwrap_or_default(),
         idle_timeout_s: r.get::<_, Option<i64>>("idle_timeout_s")?.map(|v| v as u64),
+        memory_max: r.get::<_, Option<i64>>("memory_max")?.map(|v| v as u64),
         session_id: r.get("session_id")?,
         last_error: r.get("last_error")?,
         created_at: r.get("created_at")?,
@@ -84,8 +89,8 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
 pub fn insert(conn: &Connection, b: &BotRecord) -> rusqlite::Result<()> {
     conn.execute(
         "INSERT INTO bots (id, name, cwd, runtime, model, permission_mode, env, idle_timeout_s,
-                           session_id, last_error, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                           session_id, last_error, created_at, memory_max)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         params![
             b.id,
             b.name,
@@ -98,6 +103,7 @@ pub fn insert(conn: &Connection, b: &BotRecord) -> rusqlite::Result<()> {
             b.session_id,
             b.last_error,
             b.created_at,
+            b.memory_max.map(|v| v as i64),
         ],
     )?;
     Ok(())

@@ -103,6 +103,10 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (bot_id, turn_id)
     ) WITHOUT ROWID;
     "#,
+    // 6: a bot's own memory limit in bytes (issue 15); NULL takes the daemon's default.
+    r#"
+    ALTER TABLE bots ADD COLUMN memory_max INTEGER;
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version
@@ -151,6 +155,34 @@ mod tests {
             migrate(&mut conn),
             Err(StoreError::TooNew { found: 99, .. })
         ));
+    }
+
+    /// A database as version 5 left it: its bots keep everything and have no limit of their own;
+    /// a limit is stored and read back.
+    #[test]
+    fn version_6_stores_a_memory_limit_per_bot() {
+        use crate::store::{BotRecord, bots};
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..5] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 5).unwrap();
+        conn.execute_batch(
+            "INSERT INTO bots (id, name, cwd, runtime, created_at) VALUES ('a', 'a', '/', 'claude', 'x');",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let old = bots::load(&conn, "a").unwrap().unwrap();
+        assert_eq!((old.name.as_str(), old.memory_max), ("a", None));
+        let limited = BotRecord {
+            memory_max: Some(512 << 20),
+            ..BotRecord::new("b", "b", "/", "claude")
+        };
+        bots::insert(&conn, &limited).unwrap();
+        assert_eq!(
+            bots::load(&conn, "b").unwrap().unwrap().memory_max,
+            Some(512 << 20)
+        );
     }
 
     /// A database as version 3 left it: each message twice (the turn's text and its user item),

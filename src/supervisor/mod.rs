@@ -11,6 +11,7 @@ mod checks;
 pub mod core;
 pub mod decide;
 mod handle;
+pub mod memory_max;
 mod prompts;
 mod recovery;
 pub mod retry;
@@ -50,6 +51,10 @@ pub enum BotError {
     /// The database cannot be written now (design rule 15); nothing changed.
     #[error("{0}")]
     StorageUnavailable(String),
+    /// What was asked needs something this daemon was not given (for example `memory_max`
+    /// without a delegated memory controller); nothing changed.
+    #[error("{0}")]
+    NotSupported(String),
     /// Anything else.
     #[error("{0}")]
     Failed(String),
@@ -179,6 +184,8 @@ pub struct NewBot {
     pub env: BTreeMap<String, String>,
     /// Idle timeout in seconds.
     pub idle_timeout_s: Option<u64>,
+    /// Memory limit in bytes ([`memory_max::NO_LIMIT`]: none); checked by [`memory_max::decide`].
+    pub memory_max: Option<u64>,
 }
 
 /// All bots of the daemon.
@@ -220,6 +227,11 @@ impl Supervisor {
         &self.store
     }
 
+    /// The daemon's configuration.
+    pub fn config(&self) -> &Arc<Config> {
+        &self.config
+    }
+
     /// The names of the runtimes, sorted.
     pub fn runtime_names(&self) -> Vec<String> {
         self.runtimes.keys().map(|s| s.to_string()).collect()
@@ -253,6 +265,7 @@ impl Supervisor {
                 ))
             })?;
         let cwd = canonical_cwd(&new.cwd)?;
+        let memory_max = memory_max::decide(new.memory_max, crate::process::cgroup::containment())?;
         let model = new
             .model
             .or_else(|| self.config.default_model.clone())
@@ -327,6 +340,7 @@ impl Supervisor {
             permission_mode,
             env: new.env,
             idle_timeout_s: new.idle_timeout_s,
+            memory_max,
             ..BotRecord::new(&id, &name, &cwd, &runtime_name)
         };
         self.store.tx_now(|tx| store::bots::insert(tx, &record))?;

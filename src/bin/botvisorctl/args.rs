@@ -152,6 +152,17 @@ pub enum Cmd {
         #[arg(long)]
         fresh: bool,
     },
+    /// Every bot's memory, CPU and tasks, refreshed in place until q or Ctrl-C; with --json or
+    /// without a terminal, one JSON line per refresh.
+    Top {
+        /// Seconds between refreshes (0.1 to 3600). botvisord samples a busy bot every
+        /// `usage_interval_s` (2 s by default), never an idle or stopped one.
+        #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = interval)]
+        interval: f64,
+        /// Stop after this many refreshes (default: until q or Ctrl-C).
+        #[arg(short = 'n', long, value_name = "N")]
+        iterations: Option<u64>,
+    },
     /// Delete a bot and its history (asks first unless --yes).
     Delete {
         /// Bot id, id prefix, name or object path.
@@ -168,4 +179,16 @@ pub enum Cmd {
     /// Print the man page (roff).
     #[command(hide = true)]
     Man,
+}
+
+/// `--interval`: seconds from 0.1 to 3600.
+fn interval(text: &str) -> Result<f64, String> {
+    let s: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    if (0.1..=3600.0).contains(&s) {
+        Ok(s)
+    } else {
+        Err(format!("{s} is not from 0.1 to 3600 seconds"))
+    }
 }

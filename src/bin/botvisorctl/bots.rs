@@ -59,6 +59,8 @@ pub struct BotInfo {
     pub cpu_usage_nsec: u64,
     /// Tasks now (`u64::MAX`: not known).
     pub tasks_current: u64,
+    /// The memory limit in force, bytes (`u64::MAX`: none).
+    pub memory_max: u64,
     /// Open permission requests.
     pub pending: Vec<Pending>,
 }
@@ -86,7 +88,7 @@ fn number64(props: &HashMap<String, OwnedValue>, key: &str) -> u64 {
 }
 
 /// A usage value for JSON: `null` when not known.
-fn known(v: u64) -> Value {
+pub fn known(v: u64) -> Value {
     if v == u64::MAX { Value::Null } else { json!(v) }
 }
 
@@ -118,6 +120,7 @@ impl BotInfo {
             memory_current: number64(props, "MemoryCurrent"),
             cpu_usage_nsec: number64(props, "CPUUsageNSec"),
             tasks_current: number64(props, "TasksCurrent"),
+            memory_max: number64(props, "MemoryMax"),
             pending,
         }
     }
@@ -153,6 +156,7 @@ impl BotInfo {
             "memory_current": known(self.memory_current),
             "cpu_usage_nsec": known(self.cpu_usage_nsec),
             "tasks_current": known(self.tasks_current),
+            "memory_max": known(self.memory_max),
             "pending_permissions": self.pending.iter().map(|(id, tool, input)| json!({
                 "request_id": id,
                 "tool": tool,

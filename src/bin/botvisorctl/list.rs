@@ -21,6 +21,34 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
         anstream::println!("no bots; create one with `botvisorctl create --cwd DIR`");
         return Ok(OK);
     }
+    let rows = all
+        .iter()
+        .map(|b| {
+            vec![
+                b.short.clone(),
+                show::safe(&b.name),
+                b.shown_state(),
+                b.queued_messages.to_string(),
+                bytes(b.memory_current),
+                cpu_time(b.cpu_usage_nsec),
+                count(b.tasks_current),
+                show::safe(&home_relative(&b.cwd)),
+            ]
+        })
+        .collect();
+    let header = [
+        "ID", "NAME", "STATE", "QUEUED", "MEMORY", "CPU", "TASKS", "CWD",
+    ];
+    for line in table(&header, rows) {
+        anstream::println!("{line}");
+    }
+    prompts(&all);
+    Ok(OK)
+}
+
+/// The lines of a table with `header` and `rows` (cells already made safe to print), fitted to
+/// the terminal's width when stdout is one; the columns' padding is its only border.
+pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> Vec<String> {
     let mut table = Table::new();
     table.load_style(presets::NOTHING);
     match show::terminal_width() {
@@ -32,30 +60,14 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
             table.set_content_arrangement(ContentArrangement::Disabled);
         }
     }
-    table.set_header(vec![
-        "ID", "NAME", "STATE", "QUEUED", "MEMORY", "CPU", "TASKS", "CWD",
-    ]);
-    for b in &all {
-        table.add_row(vec![
-            b.short.clone(),
-            show::safe(&b.name),
-            b.shown_state(),
-            b.queued_messages.to_string(),
-            bytes(b.memory_current),
-            cpu_time(b.cpu_usage_nsec),
-            count(b.tasks_current),
-            show::safe(&home_relative(&b.cwd)),
-        ]);
+    table.set_header(header.to_vec());
+    for row in rows {
+        table.add_row(row);
     }
     for column in table.column_iter_mut() {
         column.set_padding((0, 2));
     }
-    // The columns' padding is the table's only border.
-    for line in table.lines() {
-        anstream::println!("{}", line.trim_end());
-    }
-    prompts(&all);
-    Ok(OK)
+    table.lines().map(|l| l.trim_end().to_owned()).collect()
 }
 
 /// Lines about open permission prompts, with how to answer each.
@@ -127,6 +139,14 @@ pub async fn status(conn: &Connection, spec: &str, json: bool) -> Result<u8, Fai
         ("memory", bytes(b.memory_current)),
         ("cpu time", cpu_time(b.cpu_usage_nsec)),
         ("tasks", count(b.tasks_current)),
+        (
+            "memory limit",
+            if b.memory_max == u64::MAX {
+                "none".to_owned()
+            } else {
+                bytes(b.memory_max)
+            },
+        ),
     ];
     for (k, v) in rows {
         anstream::println!("{}{}", paint(DIM, &format!("{k:>16}: ")), show::safe(&v));

@@ -2,8 +2,9 @@
 //! docs/botvisorctl.md.
 //!
 //! One concern per module: the command line (`args`), failures and exit codes (`fail`), finding
-//! bots (`bots`), the bus and the connection to it (`connect`), how items look (`show`), the terminal of `send` (`term`), `send`, `watch`,
-//! `list`/`status`, and the other commands (`commands`).
+//! bots (`bots`), the bus and the connection to it (`connect`), how items look (`show`), the
+//! terminal of `send` (`term`), `send`, `watch`, `list`/`status`, `top`, and the other commands
+//! (`commands`).
 //!
 //! Nothing botvisorctl prints steers the terminal (`botvisor::text`): JSON lines go through
 //! `json_line!`, and what the daemon, an agent or another program said (names, folders, chat
@@ -26,6 +27,7 @@ mod list;
 mod send;
 mod show;
 mod term;
+mod top;
 mod watch;
 
 use std::io::Read;
@@ -162,6 +164,10 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             model,
         } => commands::set(conn, &bot, permission_mode, model, json).await,
         Cmd::Restart { bot, fresh } => commands::restart(conn, &bot, fresh, json).await,
+        Cmd::Top {
+            interval,
+            iterations,
+        } => top::run(conn, interval, iterations, json).await,
         Cmd::Delete { bot, yes } => commands::delete(conn, &bot, yes, json).await,
         Cmd::Completions { .. } | Cmd::Man => Ok(fail::OK),
     }

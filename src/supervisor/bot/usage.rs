@@ -12,7 +12,12 @@ impl Actor {
     /// says why; the agent then runs contained by process tree only).
     pub(super) fn launch_cgroup(&self) -> Option<std::path::PathBuf> {
         let subtree = process::cgroup::subtree()?;
-        match subtree.prepare_bot(&self.id, None) {
+        let limit = crate::supervisor::memory_max::in_force(
+            self.record().memory_max,
+            self.config.memory_max,
+            process::cgroup::containment(),
+        );
+        match subtree.prepare_bot(&self.id, limit) {
             Ok(dir) => Some(dir),
             Err(e) => {
                 tracing::warn!(bot_id = %self.id, error = %e, "cannot create the bot's cgroup; the agent runs without one");

@@ -437,3 +437,283 @@ async fn permission_modes_are_listed_per_runtime_checked_and_applied_live() {
     assert_eq!(bot.permission_mode().await.unwrap(), "on-request:read-only");
     stop_and_wait(&bot).await;
 }
+
+/// Waits until no process of the test runs. A Codex that was told to stop can still be winding
+/// down its threads for a moment after its main thread exited (seen as `Zl` in ps, but `S` when
+/// read an instant earlier): what counts is that nothing stays.
+async fn wait_no_leftovers(env: &TestEnv) {
+    let waited = tokio::time::timeout(EVENT_TIMEOUT, async {
+        while !env.leftovers().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    if waited.is_err() {
+        env.assert_no_leftovers();
+    }
+}
+
+/// `first` is never answered (the model API accepts it and stays silent); everything else is
+/// echoed.
+fn first_hangs_script() -> Script {
+    std::sync::Arc::new(|req| {
+        if req.last_user_text == "first" {
+            Reply::Never
+        } else {
+            Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+        }
+    })
+}
+
+/// Waits until the bot records a conversation (at `turn/started`); returns it.
+async fn wait_session(bot: &BotProxy<'_>) -> String {
+    let mut changes = bot.receive_session_id_changed().await;
+    let now = bot.session_id().await.unwrap();
+    if !now.is_empty() {
+        return now;
+    }
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(c) = changes.next().await {
+            let id = c.get().await.unwrap();
+            if !id.is_empty() {
+                return id;
+            }
+        }
+        panic!("SessionId stream ended")
+    })
+    .await
+    .expect("the thread is recorded once its first turn began")
+}
+
+/// What a user sees after a crash at the first turn of `thread`: `first` once in the chat, its
+/// turn ended once, `second` answered in the same thread with the history, no replacement.
+async fn check_first_turn_survived(
+    s: &CodexSetup,
+    bot: &BotProxy<'_>,
+    thread: &str,
+    first: &str,
+    second: &TurnSeen,
+) {
+    assert_eq!(second.outcome, "success", "{second:?}");
+    let items = chat(bot).await;
+    let users: Vec<&str> = texts(&items, "user");
+    assert_eq!(
+        users.iter().filter(|u| **u == "first").count(),
+        1,
+        "{items:?}"
+    );
+    let ends = of_kind(&items, "turn_finished")
+        .into_iter()
+        .filter(|p| p["turn_id"] == first)
+        .count();
+    assert_eq!(ends, 1, "the first turn ended {ends} times: {items:?}");
+    assert_eq!(bot.session_id().await.unwrap(), thread, "the same thread");
+    assert!(
+        s.rollout(thread).is_some(),
+        "the recorded thread has a rollout"
+    );
+    assert!(
+        !of_kind(&items, "system").iter().any(|p| matches!(
+            p["reason"].as_str(),
+            Some("transcript_missing" | "conversation_not_found" | "died_after_launch")
+        )),
+        "the conversation was replaced: {items:?}"
+    );
+    assert_eq!(
+        s.api.asked().iter().filter(|a| *a == "first").count(),
+        1,
+        "the model was asked about `first` again: {:?}",
+        s.api.asked()
+    );
+    let last = s.api.requests().last().unwrap().body.to_string();
+    assert!(
+        last.contains("first"),
+        "`second` was answered without the history"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_killed_at_the_first_turn_delivers_the_message_once_and_goes_on() {
+    let Some(codex) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    let s = CodexSetup::start(&env, codex, first_hangs_script()).await;
+    let bot = s.bot(&env, "").await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let first = bot.send("first", HashMap::new()).await.unwrap();
+    s.api
+        .wait_for(|r| r.last_user_text == "first", EVENT_TIMEOUT)
+        .await;
+    let thread = wait_session(&bot).await;
+    let pid = bot.process_id().await.unwrap();
+    assert_ne!(pid, 0);
+    // SAFETY: kill(2) on the agent's pid, as a crash from outside.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let done = wait_turns(&mut finished, std::slice::from_ref(&first)).await;
+    println!("the killed turn: {done:?}");
+    let second = send_and_wait(&bot, "second").await;
+    check_first_turn_survived(&s, &bot, &thread, &first, &second).await;
+    assert_ne!(bot.process_id().await.unwrap(), pid, "a new process");
+    stop_and_wait(&bot).await;
+    wait_no_leftovers(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_killed_at_the_first_turn_delivers_the_message_once_and_goes_on() {
+    let Some(codex) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    let mut s = CodexSetup::start(&env, codex, first_hangs_script()).await;
+    let bot = s.bot(&env, "").await;
+    let first = bot.send("first", HashMap::new()).await.unwrap();
+    s.api
+        .wait_for(|r| r.last_user_text == "first", EVENT_TIMEOUT)
+        .await;
+    let thread = wait_session(&bot).await;
+    s.daemon.kill();
+    s.daemon = Daemon::start(&s.cfg, &env.conn).await;
+    let bot = env
+        .bot_uncached(&env.manager().await.list_bots().await.unwrap()[0])
+        .await;
+    let second = send_and_wait(&bot, "second").await;
+    check_first_turn_survived(&s, &bot, &thread, &first, &second).await;
+    stop_and_wait(&bot).await;
+    wait_no_leftovers(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_codex_cannot_read_starts_a_new_thread_and_says_why() {
+    let Some(codex) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    let mut s = CodexSetup::start(&env, codex, echo_script()).await;
+    let bot = s.bot(&env, "").await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let thread = bot.session_id().await.unwrap();
+    s.daemon.terminate().await;
+    // The file is there (our lookup finds it) but holds nothing Codex can read.
+    std::fs::write(s.rollout(&thread).expect("a rollout"), "").unwrap();
+    s.daemon = Daemon::start(&s.cfg, &env.conn).await;
+    let bot = env
+        .bot(&env.manager().await.list_bots().await.unwrap()[0])
+        .await;
+    let seen = send_and_wait(&bot, "two").await;
+    assert_eq!(seen.outcome, "success", "{seen:?}");
+    assert_eq!(
+        texts(&seen.items, "assistant"),
+        vec!["Hello! You said: two"]
+    );
+    let new = bot.session_id().await.unwrap();
+    assert!(!new.is_empty() && new != thread, "a new thread: {new}");
+    let all = chat(&bot).await;
+    let systems = of_kind(&all, "system");
+    let why = systems
+        .iter()
+        .find(|p| p["reason"] == "rollout_unreadable")
+        .unwrap_or_else(|| panic!("no system item says why: {all:?}"));
+    assert!(
+        why["text"].as_str().unwrap().contains(&thread)
+            && why["text"].as_str().unwrap().contains("is empty"),
+        "{why}"
+    );
+    assert!(
+        systems
+            .iter()
+            .any(|p| p["reason"] == "conversation_not_found"),
+        "{all:?}"
+    );
+    assert_eq!(
+        texts(&all, "user").iter().filter(|u| **u == "two").count(),
+        1
+    );
+    assert_eq!(s.api.asked().iter().filter(|a| *a == "two").count(), 1);
+    assert_eq!(
+        bot.last_error().await.unwrap(),
+        "",
+        "the fallback is no error"
+    );
+    stop_and_wait(&bot).await;
+    wait_no_leftovers(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_without_bubblewrap_is_a_named_error_and_full_access_goes_on() {
+    let Some(codex) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    // The native binary alone, without its codex-resources/bwrap, and a PATH without bwrap.
+    let alone = env.home.join("alone/bin/codex");
+    std::fs::create_dir_all(alone.parent().unwrap()).unwrap();
+    if std::fs::hard_link(&codex, &alone).is_err() {
+        std::fs::copy(&codex, &alone).unwrap();
+    }
+    let mut s = CodexSetup::start(&env, alone.clone(), echo_script()).await;
+    let empty = env.home.join("empty-path");
+    std::fs::create_dir_all(&empty).unwrap();
+    s.bot_env
+        .insert("PATH".into(), empty.to_string_lossy().into_owned());
+    let bot = s.bot(&env, "never:read-only").await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let one = bot.send("one", HashMap::new()).await.unwrap();
+    let e = wait_last_error(&bot, |e| !e.is_empty()).await;
+    println!("LastError: {e}");
+    assert!(
+        e.contains("bubblewrap")
+            && e.contains("read-only")
+            && e.contains("danger-full-access")
+            && e.contains(alone.to_str().unwrap()),
+        "{e}"
+    );
+    let items = chat(&bot).await;
+    assert!(
+        of_kind(&items, "error")
+            .iter()
+            .any(|p| p["reason"] == "sandbox_unavailable"),
+        "{items:?}"
+    );
+    assert_eq!(bot.state().await.unwrap(), "stopped");
+    assert_eq!(
+        bot.stop_verdict().await.unwrap(),
+        "",
+        "no agent was started"
+    );
+    assert_eq!(bot.queued_messages().await.unwrap(), 1, "the message waits");
+    assert!(s.api.requests().is_empty());
+
+    bot.set_permission_mode("never:danger-full-access")
+        .await
+        .unwrap();
+    let two = bot.send("two", HashMap::new()).await.unwrap();
+    let done = wait_turns(&mut finished, &[one, two]).await;
+    assert!(done.iter().all(|(_, o)| o == "success"), "{done:?}");
+    assert_eq!(s.api.asked(), vec!["one", "two"]);
+    stop_and_wait(&bot).await;
+    wait_no_leftovers(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_api_that_accepts_and_never_answers_shows_and_the_turn_ends() {
+    let Some(codex) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    // Codex's own watchdog: the provider's stream idle timeout (default 300 s), retried
+    // stream_max_retries times (default 5); shortened here.
+    let s = CodexSetup::start_with(
+        &env,
+        codex,
+        first_hangs_script(),
+        "stream_idle_timeout_ms = 1500\nstream_max_retries = 1\nrequest_max_retries = 0",
+    )
+    .await;
+    let bot = s.bot(&env, "").await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let first = bot.send("first", HashMap::new()).await.unwrap();
+    let e = wait_last_error(&bot, |e| e.contains("retry 1 of 1")).await;
+    println!("LastError while retrying: {e}");
+    assert!(e.contains("idle timeout"), "{e}");
+    let done = wait_turns(&mut finished, std::slice::from_ref(&first)).await;
+    assert_eq!(done[0].1, "error", "{done:?}");
+    let e = bot.last_error().await.unwrap();
+    println!("LastError after the turn: {e}");
+    assert!(e.contains("idle timeout"), "{e}");
+    assert_eq!(s.api.asked(), vec!["first", "first"], "one retry");
+    let next = send_and_wait(&bot, "next").await;
+    assert_eq!(next.outcome, "success", "{next:?}");
+    stop_and_wait(&bot).await;
+    wait_no_leftovers(&env).await;
+}

@@ -310,6 +310,18 @@ pub trait Runtime: Send + Sync + 'static {
     fn check_environment(&self, _env: &BTreeMap<String, String>) -> Result<(), RuntimeError> {
         Ok(())
     }
+    /// Whether the CLI at `program`, started with `permission_mode` and `env`, can do its work,
+    /// checked before each launch after [`Runtime::check_environment`] (Codex: a sandboxed mode
+    /// needs bubblewrap). `Err((reason, text))` parks the bot like a missing binary: an `error`
+    /// chat item with that `reason` and `text`, and `LastError`.
+    fn check_launch(
+        &self,
+        _program: &Path,
+        _permission_mode: &str,
+        _env: &BTreeMap<String, String>,
+    ) -> Result<(), (&'static str, String)> {
+        Ok(())
+    }
     /// Whether the transcript of `session_id` exists on disk now, for a CLI started with `env`
     /// in `cwd`.
     fn transcript_exists(

@@ -61,8 +61,9 @@ impl Retry<'_> {
             );
         }
         format!(
-            "{what}: retry {} of {}{delay}. Check ANTHROPIC_BASE_URL, the network or the \
-             credentials; the turn ends with an error when the retries run out.",
+            "{what}: retry {} of {}{delay}. Check the model API's address (ANTHROPIC_BASE_URL \
+             for Claude Code, the model provider in $CODEX_HOME/config.toml for Codex), the \
+             network or the credentials; the turn ends with an error when the retries run out.",
             self.attempt, self.max_retries
         )
     }

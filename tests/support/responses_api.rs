@@ -207,10 +207,17 @@ impl Drop for ResponsesApi {
 
 /// Writes a scratch `CODEX_HOME` under `dir` whose `config.toml` points Codex at `base_url`
 /// (a custom provider `fake` with `wire_api = "responses"`, the key from `FAKE_API_KEY`, no
-/// retries, no update check, no analytics) and returns its path. Defaults: model `fake-model`,
+/// retries unless `extra` names `request_max_retries` or `stream_max_retries`, no update check,
+/// no analytics) and returns its path. Defaults: model `fake-model`,
 /// approval policy `never`, sandbox `danger-full-access` (a bot's permission setting overrides
 /// them). `extra` is appended to the provider's table (for example `stream_idle_timeout_ms = 2000`).
 pub fn codex_home(dir: &Path, base_url: &str, extra: &str) -> PathBuf {
+    // A retry count named in `extra` replaces the default of none.
+    let retries: String = ["request_max_retries", "stream_max_retries"]
+        .iter()
+        .filter(|k| !extra.contains(*k))
+        .map(|k| format!("{k} = 0\n"))
+        .collect();
     let home = dir.join("codex-home");
     std::fs::create_dir_all(&home).unwrap();
     std::fs::write(
@@ -230,9 +237,7 @@ name = "fake"
 base_url = "{base_url}"
 env_key = "FAKE_API_KEY"
 wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-{extra}
+{retries}{extra}
 "#
         ),
     )

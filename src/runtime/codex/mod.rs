@@ -1,13 +1,14 @@
 //! OpenAI Codex (`@openai/codex`), driven through `codex app-server` (JSON-RPC over stdio).
 //!
 //! Every fact about Codex's files and messages lives in this folder: [`launch`] (argv),
-//! [`protocol`] (the JSON-RPC lines), [`rollout`] (where threads are kept), [`settings`] (the
+//! [`protocol`] (the JSON-RPC lines), [`rollout`] (where threads are kept), [`sandbox`] (bubblewrap), [`settings`] (the
 //! permission setting: approval policy and sandbox). The facts come from `shared/codex-facts.md`
 //! and are re-checked on the real CLI 0.171.0 by tests/codex_facts.rs.
 
 pub mod launch;
 pub mod protocol;
 pub mod rollout;
+pub mod sandbox;
 pub mod settings;
 
 use std::collections::BTreeMap;
@@ -105,6 +106,15 @@ impl Runtime for Codex {
                 home.display()
             )))
         }
+    }
+
+    fn check_launch(
+        &self,
+        program: &Path,
+        permission_mode: &str,
+        env: &BTreeMap<String, String>,
+    ) -> Result<(), (&'static str, String)> {
+        sandbox::check(program, permission_mode, env).map_err(|e| (sandbox::SANDBOX_UNAVAILABLE, e))
     }
 
     fn transcript_exists(

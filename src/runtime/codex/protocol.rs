@@ -24,6 +24,10 @@ use crate::runtime::{
 pub const NO_ROLLOUT: &str = "no rollout found for thread id";
 /// The error text of `thread/resume` for an id that is not a UUID.
 pub const INVALID_SESSION_ID: &str = "invalid session id";
+/// The error text of `thread/resume` for a rollout that exists but cannot be read (empty, or its
+/// first line is not the thread's metadata): `failed to read thread: … rollout at <path> is
+/// empty` (code -32603). The conversation is as lost as without a rollout.
+pub const UNREADABLE_ROLLOUT: &str = "failed to read thread";
 
 /// How far the handshake is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,12 +223,25 @@ impl CodexProtocol {
     fn on_opened(&mut self, result: Value, error: Option<String>) -> Read {
         if let Some(e) = error {
             self.phase = Phase::Failed;
-            if let SessionStart::Resume(thread) = &self.start
-                && (e.contains(NO_ROLLOUT) || e.starts_with(INVALID_SESSION_ID))
-            {
-                return Read::events(vec![RuntimeEvent::ConversationNotFound {
-                    session_id: thread.clone(),
-                }]);
+            if let SessionStart::Resume(thread) = &self.start {
+                if e.contains(NO_ROLLOUT) || e.starts_with(INVALID_SESSION_ID) {
+                    return Read::events(vec![RuntimeEvent::ConversationNotFound {
+                        session_id: thread.clone(),
+                    }]);
+                }
+                if e.starts_with(UNREADABLE_ROLLOUT) {
+                    // Found on disk but refused by Codex: say why before the fallback's own item.
+                    return Read::events(vec![
+                        chat(
+                            "system",
+                            json!({"reason": "rollout_unreadable", "session_id": thread,
+                                   "text": format!("Codex could not read the conversation {thread}: {e}")}),
+                        ),
+                        RuntimeEvent::ConversationNotFound {
+                            session_id: thread.clone(),
+                        },
+                    ]);
+                }
             }
             return Read::events(vec![failed_to_open(&format!(
                 "Codex could not open the conversation: {e}"
@@ -371,15 +388,26 @@ impl CodexProtocol {
                 };
                 if params.get("willRetry").and_then(Value::as_bool) == Some(true) {
                     self.retries += 1;
+                    // `Reconnecting... N/M`: a stream that broke or stayed idle past the
+                    // provider's `stream_idle_timeout_ms`, retried up to `stream_max_retries`
+                    // times. Without a count (nothing listening) Codex retries without limit.
+                    let (attempt, max_retries) =
+                        reconnect_count(&message).unwrap_or((self.retries, 0));
+                    let details = params
+                        .pointer("/error/additionalDetails")
+                        .and_then(Value::as_str)
+                        .filter(|d| !d.is_empty())
+                        .map(|d| format!(" ({d})"))
+                        .unwrap_or_default();
                     RuntimeEvent::ApiRetry {
                         error: if word.is_empty() {
-                            message
+                            format!("{message}{details}")
                         } else {
-                            format!("{word}: {message}")
+                            format!("{word}: {message}{details}")
                         },
                         status,
-                        attempt: self.retries,
-                        max_retries: 0,
+                        attempt,
+                        max_retries,
                         delay_ms: None,
                     }
                 } else {
@@ -428,6 +456,14 @@ impl CodexProtocol {
         };
         Read::events(vec![event])
     }
+}
+
+/// `(N, M)` of a retry message `Reconnecting... N/M`.
+fn reconnect_count(message: &str) -> Option<(u64, u64)> {
+    let rest = message.strip_prefix("Reconnecting...")?.trim();
+    let (n, m) = rest.split_once('/')?;
+    let m: String = m.chars().take_while(char::is_ascii_digit).collect();
+    Some((n.trim().parse().ok()?, m.parse().ok()?))
 }
 
 fn chat(kind: &'static str, payload: Value) -> RuntimeEvent {
@@ -659,6 +695,25 @@ mod tests {
             }]
         );
         assert!(!p.ready());
+    }
+
+    #[test]
+    fn an_unreadable_rollout_is_a_lost_conversation_that_says_why() {
+        let (mut p, _) = open(SessionStart::Resume("old".into()), "");
+        let read = p.read_line(
+            br#"{"error":{"code":-32603,"message":"failed to read thread: thread-store internal error: failed to read session metadata /h/r.jsonl: rollout at /h/r.jsonl is empty"},"id":1}"#,
+        );
+        assert!(
+            matches!(
+                &read.events[..],
+                [RuntimeEvent::Chat(ChatPayload { kind: "system", payload }), RuntimeEvent::ConversationNotFound { session_id }]
+                    if payload["reason"] == "rollout_unreadable"
+                        && payload["text"].as_str().unwrap().contains("is empty")
+                        && session_id == "old"
+            ),
+            "{:?}",
+            read.events
+        );
     }
 
     #[test]
@@ -920,6 +975,24 @@ mod tests {
                 .is_none(),
             "the CLI's default cannot be set live"
         );
+    }
+
+    #[test]
+    fn a_stream_retry_names_its_count_and_why() {
+        let mut p = opened();
+        let read = p.read_line(
+            br#"{"method":"error","params":{"error":{"message":"Reconnecting... 2/5","codexErrorInfo":{"responseStreamDisconnected":{"httpStatusCode":null}},"additionalDetails":"stream disconnected before completion: idle timeout waiting for SSE"},"willRetry":true}}"#,
+        );
+        assert!(
+            matches!(
+                &read.events[..],
+                [RuntimeEvent::ApiRetry { attempt: 2, max_retries: 5, status: None, error, .. }]
+                    if error.contains("idle timeout waiting for SSE")
+            ),
+            "{:?}",
+            read.events
+        );
+        assert_eq!(reconnect_count("Reconnecting... waiting for network"), None);
     }
 
     #[test]

@@ -49,6 +49,16 @@ impl Actor {
             self.parked = true;
             return;
         }
+        if let Err((reason, e)) = self
+            .runtime
+            .check_launch(&program, &record.permission_mode, &env)
+        {
+            let text = format!("cannot start the agent: {e}");
+            self.add_item("error", None, json!({ "text": text, "reason": reason }));
+            self.set_last_error(&text);
+            self.parked = true;
+            return;
+        }
         let cwd = Path::new(&record.cwd);
         let decision = match self.force_resume.take() {
             Some(id) => StartDecision {

@@ -30,6 +30,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use super::core::crash::{AfterCrash, Crashes};
+use super::core::exit::{ExitFacts, ExitPlan, exit_plan};
 use super::core::{Inflight, Settled, Turns};
 use super::decide::{self, TurnOutcome, UnreplayedFate};
 use super::watchdog::{Expired, Watchdogs};

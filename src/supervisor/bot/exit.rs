@@ -15,47 +15,54 @@ impl Actor {
         self.end_streamed_message();
         self.turns.interrupting = None;
         self.adopt_reported_session(&proc);
-        if proc.stopping {
-            // A root that survived SIGKILL (verdict `root-alive`) exited at last: released now.
-            self.settle_inflight(
-                TurnOutcome::Interrupted,
-                "stopped",
-                "The agent was stopped before the turn finished.".into(),
-            );
-            self.clean_up_after_exit(proc.handle.pid, "late exit").await;
-            self.set_state(State::Stopped);
-            return;
-        }
         let lived = proc.handle.started.elapsed();
         let root_pid = proc.handle.pid;
-        tracing::info!(bot_id = %self.id, pid = root_pid, status = %info, "agent exited");
         let mut proc = proc;
-        if proc.in_use.is_none() && !proc.turn_began {
+        if !proc.stopping && proc.in_use.is_none() && !proc.turn_began {
             proc.in_use = self.runtime.session_in_use(&proc.handle.stderr_text());
         }
-        if proc.lost || proc.in_use.is_some() {
-            self.settle_inflight(TurnOutcome::Error, "agent_exited", String::new());
-            self.set_state(State::Stopped);
-            if let Some(id) = proc.in_use {
-                if !self.in_use_retried {
+        let plan = exit_plan(&ExitFacts {
+            stopping: proc.stopping,
+            lost: proc.lost,
+            in_use: proc.in_use.clone(),
+            in_use_retried: self.in_use_retried,
+            exit: info,
+            in_flight: self.turns.inflight.is_some(),
+        });
+        let (settle, clean) = match plan {
+            ExitPlan::StoppedLate => {
+                // A root that survived SIGKILL (verdict `root-alive`) exited at last: released now.
+                self.settle_inflight(
+                    TurnOutcome::Interrupted,
+                    "stopped",
+                    "The agent was stopped before the turn finished.".into(),
+                );
+                self.clean_up_after_exit(root_pid, "late exit").await;
+                self.set_state(State::Stopped);
+                return;
+            }
+            ExitPlan::NotStarted { resume } => {
+                tracing::info!(bot_id = %self.id, pid = root_pid, status = %info, "agent exited");
+                self.settle_inflight(TurnOutcome::Error, "agent_exited", String::new());
+                self.set_state(State::Stopped);
+                if let Some(id) = resume {
                     self.in_use_retried = true;
                     self.force_resume = Some(id);
-                    self.clean_up_after_exit(root_pid, "exit").await;
-                    return;
                 }
-            } else {
                 self.clean_up_after_exit(root_pid, "exit").await;
                 return;
             }
-        }
+            ExitPlan::Ended { settle, clean } => (settle, clean),
+        };
+        tracing::info!(bot_id = %self.id, pid = root_pid, status = %info, "agent exited");
         let stderr = proc.handle.stderr_text();
-        let clean = info.code == Some(0) && self.turns.inflight.is_none();
         // Published at once (rule 11): the running turn ends, waiting messages stay queued.
-        let settled = self.settle_inflight(
-            TurnOutcome::Crashed,
-            "agent_exited",
-            format!("The agent exited before the turn finished ({info})."),
-        );
+        let text = if settle == TurnOutcome::Crashed {
+            format!("The agent exited before the turn finished ({info}).")
+        } else {
+            String::new()
+        };
+        let settled = self.settle_inflight(settle, "agent_exited", text);
         if let SessionStart::Resume(id) = &proc.start {
             let window = Duration::from_secs_f64(self.config.fresh_start_if_dies_within_s);
             let forget = decide::forget_after_early_exit(

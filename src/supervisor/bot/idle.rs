@@ -1,6 +1,7 @@
-//! Idle stop (design rule 12).
+//! Idle stop (design rules 12 and 13; decided in [`crate::supervisor::core::idle`]).
 
 use super::*;
+use crate::supervisor::core::idle::{self, Activity, AtIdleDeadline};
 
 impl Actor {
     pub(super) fn idle_timeout(&self) -> Option<Duration> {
@@ -11,35 +12,45 @@ impl Actor {
         (s > 0).then(|| Duration::from_secs(s))
     }
 
-    /// Idle by every sign the actor has without reading `/proc`.
-    pub(super) fn looks_idle(&self) -> bool {
-        self.proc.as_ref().is_some_and(|p| !p.stopping)
-            && self.turns.inflight.is_none()
-            && self.turns.queue.is_empty()
-            && self.background_tasks == 0
-            && self.holders() == 0
-            && self.pending_prompts() == 0
+    /// What the actor knows of the bot's activity without reading `/proc`.
+    pub(super) fn activity(&self) -> Activity {
+        Activity {
+            running: self.proc.as_ref().is_some_and(|p| !p.stopping),
+            in_flight: self.turns.inflight.is_some(),
+            queued: !self.turns.queue.is_empty(),
+            background_tasks: self.background_tasks,
+            holders: self.holders(),
+            open_prompts: self.pending_prompts(),
+        }
     }
 
-    /// After every event: an idle bot gets a fresh deadline, a busy one none.
+    /// After every event: an idle bot gets a fresh deadline, a busy one none
+    /// ([`idle::idle_deadline`]).
     pub(super) fn rearm_idle(&mut self) {
-        self.idle_deadline = match self.idle_timeout() {
-            Some(t) if self.looks_idle() => tokio::time::Instant::now().checked_add(t),
-            _ => None,
-        };
+        self.idle_deadline = idle::idle_deadline(
+            &self.activity(),
+            self.idle_timeout(),
+            tokio::time::Instant::now(),
+        );
     }
 
+    /// The idle deadline came ([`idle::at_idle_deadline`]).
     pub(super) async fn on_idle_deadline(&mut self) {
         self.idle_deadline = None;
-        if !self.looks_idle() {
-            return;
+        let activity = self.activity();
+        let verdict = idle::at_idle_deadline(&activity, || {
+            self.snapshot_descendants();
+            self.known.iter().any(|id| liveness(id) == Liveness::Alive)
+        });
+        match verdict {
+            AtIdleDeadline::NotIdle => {}
+            AtIdleDeadline::DescendantLives => {
+                tracing::debug!(bot_id = %self.id, "idle, but a descendant lives: not stopped");
+            }
+            AtIdleDeadline::Stop => {
+                tracing::info!(bot_id = %self.id, "idle stop");
+                self.stop_process("idle").await;
+            }
         }
-        self.snapshot_descendants();
-        if self.known.iter().any(|id| liveness(id) == Liveness::Alive) {
-            tracing::debug!(bot_id = %self.id, "idle, but a descendant lives: not stopped");
-            return;
-        }
-        tracing::info!(bot_id = %self.id, "idle stop");
-        self.stop_process("idle").await;
     }
 }

@@ -11,12 +11,17 @@
 //!   conversation means for them (design rules 3, 4, 7, 8).
 //! - [`crash`]: after a crash, a restart with a growing backoff or, in a crash loop, none
 //!   (design rule 11).
+//! - [`exit`]: what a process's exit means: released after a stop, a conversation that never
+//!   started (lost, or an id in use), a clean end or a crash (design rules 4, 8, 11).
+//! - [`idle`]: when a bot is idle and whether its idle deadline stops it (design rules 12, 13).
 //! - [`effect`]: what the core asks of its shell.
 //!
 //! The pure decisions they use live in `supervisor::decide` and `runtime::decide_start`.
 
 pub mod crash;
 pub mod effect;
+pub mod exit;
+pub mod idle;
 pub mod turns;
 
 pub use effect::{CommitBuilder, Effect, Publish, Write};

@@ -75,6 +75,22 @@ impl CodexSetup {
 
 use botvisor::dbus::client::BotProxy;
 
+/// The D-Bus error name of a failed call.
+fn error_name(e: &zbus::Error) -> String {
+    match e {
+        zbus::Error::MethodError(name, _, _) => name.to_string(),
+        other => format!("not a method error: {other}"),
+    }
+}
+
+/// The text of a failed call.
+fn error_text(e: &zbus::Error) -> String {
+    match e {
+        zbus::Error::MethodError(_, Some(text), _) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
 fn texts<'a>(items: &'a [(u64, String, serde_json::Value)], kind: &str) -> Vec<&'a str> {
     items
         .iter()
@@ -341,20 +357,33 @@ async fn a_missing_codex_home_is_a_named_error_not_a_crash_loop() {
         env.home.join("no-such-home").to_string_lossy().into_owned(),
     );
     let bot = s.bot(&env, "").await;
-    bot.send("hello", HashMap::new()).await.unwrap();
-    let e = wait_last_error(&bot, |e| !e.is_empty()).await;
+    // Refused at Send, as a missing binary is: nothing is queued that could not be delivered,
+    // so the client hears why at once instead of waiting for a turn that cannot start.
+    let err = bot.send("hello", HashMap::new()).await.unwrap_err();
+    assert_eq!(
+        error_name(&err),
+        "org.botvisor.Botvisor1.Error.RuntimeUnavailable"
+    );
+    let e = error_text(&err);
     assert!(
         e.contains("no-such-home") && e.contains("does not exist"),
         "{e}"
     );
-    assert!(e.starts_with("cannot start the agent"), "{e}");
     assert_eq!(bot.state().await.unwrap(), "stopped");
     assert_eq!(
         bot.stop_verdict().await.unwrap(),
         "",
         "no agent was ever started"
     );
-    assert_eq!(bot.queued_messages().await.unwrap(), 1, "the message waits");
+    assert_eq!(bot.queued_messages().await.unwrap(), 0, "nothing queued");
+    // A CODEX_HOME that is a file is named as such.
+    let file = env.home.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    s.bot_env
+        .insert("CODEX_HOME".into(), file.to_string_lossy().into_owned());
+    let bot = s.bot(&env, "").await;
+    let err = bot.send("hello", HashMap::new()).await.unwrap_err();
+    assert!(error_text(&err).contains("is not a folder"), "{err}");
     assert!(s.api.requests().is_empty());
 }
 
@@ -650,9 +679,16 @@ async fn a_sandbox_without_bubblewrap_is_a_named_error_and_full_access_goes_on()
         .insert("PATH".into(), empty.to_string_lossy().into_owned());
     let bot = s.bot(&env, "never:read-only").await;
     let mut finished = bot.receive_turn_finished().await.unwrap();
-    let one = bot.send("one", HashMap::new()).await.unwrap();
-    let e = wait_last_error(&bot, |e| !e.is_empty()).await;
-    println!("LastError: {e}");
+    // Refused at Send with a named error that says what to do; nothing is queued that could not
+    // be delivered (a message already waiting when the check fails at a launch parks the bot
+    // with an `error` item, reason `sandbox_unavailable`, instead).
+    let err = bot.send("one", HashMap::new()).await.unwrap_err();
+    assert_eq!(
+        error_name(&err),
+        "org.botvisor.Botvisor1.Error.RuntimeUnavailable"
+    );
+    let e = error_text(&err);
+    println!("Send refused: {e}");
     assert!(
         e.contains("bubblewrap")
             && e.contains("read-only")
@@ -660,29 +696,22 @@ async fn a_sandbox_without_bubblewrap_is_a_named_error_and_full_access_goes_on()
             && e.contains(alone.to_str().unwrap()),
         "{e}"
     );
-    let items = chat(&bot).await;
-    assert!(
-        of_kind(&items, "error")
-            .iter()
-            .any(|p| p["reason"] == "sandbox_unavailable"),
-        "{items:?}"
-    );
     assert_eq!(bot.state().await.unwrap(), "stopped");
     assert_eq!(
         bot.stop_verdict().await.unwrap(),
         "",
         "no agent was started"
     );
-    assert_eq!(bot.queued_messages().await.unwrap(), 1, "the message waits");
+    assert_eq!(bot.queued_messages().await.unwrap(), 0, "nothing queued");
     assert!(s.api.requests().is_empty());
 
     bot.set_permission_mode("never:danger-full-access")
         .await
         .unwrap();
     let two = bot.send("two", HashMap::new()).await.unwrap();
-    let done = wait_turns(&mut finished, &[one, two]).await;
+    let done = wait_turns(&mut finished, &[two]).await;
     assert!(done.iter().all(|(_, o)| o == "success"), "{done:?}");
-    assert_eq!(s.api.asked(), vec!["one", "two"]);
+    assert_eq!(s.api.asked(), vec!["two"]);
     stop_and_wait(&bot).await;
     wait_no_leftovers(&env).await;
 }

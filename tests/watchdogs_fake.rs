@@ -156,3 +156,47 @@ async fn an_interrupt_before_the_replay_that_times_out_leaves_nothing_queued() {
         "nothing waits"
     );
 }
+
+/// A CLI whose handshake never ends (a Codex bot whose binary never answers `initialize`): the
+/// message waiting for it was never written, yet its turn fails visibly at the start watchdog
+/// and the sender hears so; nothing is left running. (Not the real Codex: it answers at once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_that_never_ends_fails_the_waiting_turn_at_the_start_timeout() {
+    let env = TestEnv::new().await;
+    let silent = env.dir.path().join("silent-codex");
+    std::fs::write(&silent, "#!/bin/sh\nexec sleep 1000\n").unwrap();
+    std::fs::set_permissions(&silent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = env.dir.path().join("config.toml");
+    std::fs::write(&config, "stop_grace_s = 0.5\nstart_timeout_s = 1\n").unwrap();
+    let mut cfg = env.daemon_config(None);
+    cfg.codex_bin = Some(silent);
+    cfg.config = Some(config);
+    let _daemon = Daemon::start(&cfg, &env.conn).await;
+    let codex_home = env.home.join("codex-home");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let work = env.work.to_str().unwrap().to_owned();
+    let bot_env = HashMap::from([(
+        "CODEX_HOME".to_owned(),
+        codex_home.to_string_lossy().into_owned(),
+    )]);
+    let mut o = create_options(&work, &bot_env);
+    o.insert("runtime", zbus::Variant::from("codex"));
+    o.insert(
+        "permission_mode",
+        zbus::Variant::from("never:danger-full-access"),
+    );
+    let path = env.manager().await.create_bot(o).await.unwrap();
+    let bot = env.bot(&path).await;
+    let seen = send_and_wait(&bot, "hello?").await;
+    assert_eq!(seen.outcome, "error", "{seen:?}");
+    let items = chat(&bot).await;
+    assert!(
+        of_kind(&items, "turn_finished")
+            .iter()
+            .any(|p| p["reason"] == "start_timeout"),
+        "{items:?}"
+    );
+    wait_state(&bot, "stopped").await;
+    assert_eq!(bot.queued_messages().await.unwrap(), 0);
+    env.assert_no_leftovers();
+}

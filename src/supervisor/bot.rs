@@ -31,6 +31,7 @@ use tokio::sync::mpsc;
 
 use super::core::crash::{AfterCrash, Crashes};
 use super::core::exit::{ExitFacts, ExitPlan, exit_plan};
+use super::core::stream::DeltaPacer;
 use super::core::{Inflight, Settled, Turns};
 use super::decide::{self, TurnOutcome, UnreplayedFate};
 use super::watchdog::{Expired, Watchdogs};
@@ -214,9 +215,7 @@ struct Actor {
     /// prints nothing while it runs).
     snapshot_at: VecDeque<tokio::time::Instant>,
     /// Streamed text not yet signalled, and when it may be.
-    delta_buf: String,
-    delta_flush_at: Option<tokio::time::Instant>,
-    last_delta_sent: Option<tokio::time::Instant>,
+    deltas: DeltaPacer<tokio::time::Instant>,
     /// What the current process must do by when (design rule 15).
     watch: Watchdogs<tokio::time::Instant>,
     /// When the CLI's model-request retries were last noted in the chat.
@@ -330,6 +329,7 @@ pub fn spawn_actor(
     }));
     let shared = Arc::new(Shared {
         runtime: runtime.clone(),
+        config: config.clone(),
         store: store.clone(),
         publisher: publisher.clone(),
         deleted: std::sync::atomic::AtomicBool::new(false),
@@ -359,9 +359,7 @@ pub fn spawn_actor(
         restart_pending: false,
         fatal: None,
         snapshot_at: VecDeque::new(),
-        delta_buf: String::new(),
-        delta_flush_at: None,
-        last_delta_sent: None,
+        deltas: DeltaPacer::new(TEXT_DELTA_INTERVAL),
         watch: Watchdogs::default(),
         retry_notes: Default::default(),
         shared: shared.clone(),
@@ -449,7 +447,7 @@ impl Actor {
                         self.on_watchdog(e).await;
                     }
                 }
-                _ = sleep_until_opt(self.delta_flush_at) => {
+                _ = sleep_until_opt(self.deltas.flush_at) => {
                     self.flush_delta();
                     continue;
                 }

@@ -18,6 +18,8 @@ use crate::store::{self, Store};
 /// What a handle shares with its actor.
 pub(crate) struct Shared {
     pub(crate) runtime: Arc<dyn Runtime>,
+    /// The daemon's configuration (the environment a bot's CLI gets).
+    pub(crate) config: Arc<crate::config::Config>,
     pub(crate) store: Arc<Store>,
     pub(crate) publisher: Publisher,
     pub(crate) deleted: std::sync::atomic::AtomicBool,
@@ -108,8 +110,9 @@ impl BotHandle {
     }
 
     /// Whether an agent could be started now: its working directory is a folder the daemon can
-    /// use (else Busy: the bot cannot start until it is back) and the runtime's binary is there
-    /// (else RuntimeUnavailable).
+    /// use (else Busy: the bot cannot start until it is back), and the runtime's binary is there
+    /// and its environment and launch checks pass (else RuntimeUnavailable: Codex's home folder,
+    /// bubblewrap for a sandboxed mode). Nothing is queued that could not be delivered.
     fn check_can_start(&self, view: &BotView) -> Result<(), BotError> {
         if let Some(problem) =
             crate::process::launch_error::working_dir_problem(Path::new(&view.record.cwd))
@@ -120,10 +123,17 @@ impl BotHandle {
                 self.id
             )));
         }
-        self.shared
-            .runtime
+        let runtime = &self.shared.runtime;
+        let program = runtime
             .binary()
             .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
+        let env = bot::bot_env(&self.shared.config, &view.record);
+        runtime
+            .check_environment(&env)
+            .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
+        runtime
+            .check_launch(&program, &view.record.permission_mode, &env)
+            .map_err(|(_, e)| BotError::RuntimeUnavailable(e))?;
         Ok(())
     }
 

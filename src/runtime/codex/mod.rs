@@ -97,14 +97,25 @@ impl Runtime for Codex {
                     .to_owned(),
             ));
         };
-        if home.is_dir() {
-            Ok(())
-        } else {
-            Err(RuntimeError::Unavailable(format!(
-                "Codex's home folder {} does not exist (CODEX_HOME, default ~/.codex); create \
-                 it (mkdir -p) or point CODEX_HOME elsewhere, then Send again",
+        match std::fs::metadata(&home) {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => Err(RuntimeError::Unavailable(format!(
+                "Codex's home folder {} is not a folder (CODEX_HOME, default ~/.codex); point \
+                 CODEX_HOME at a folder, then Send again",
                 home.display()
-            )))
+            ))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(RuntimeError::Unavailable(format!(
+                    "Codex's home folder {} does not exist (CODEX_HOME, default ~/.codex); \
+                     create it (mkdir -p) or point CODEX_HOME elsewhere, then Send again",
+                    home.display()
+                )))
+            }
+            Err(e) => Err(RuntimeError::Unavailable(format!(
+                "Codex's home folder {} cannot be read ({e}); fix it or point CODEX_HOME \
+                 elsewhere, then Send again",
+                home.display()
+            ))),
         }
     }
 

@@ -4,34 +4,30 @@
 use super::*;
 
 impl Actor {
-    /// Streamed text: signalled at most once per [`TEXT_DELTA_INTERVAL`].
+    /// Streamed text: signalled at most once per [`TEXT_DELTA_INTERVAL`]
+    /// ([`crate::supervisor::core::stream::DeltaPacer`]).
     pub(super) fn on_text_delta(&mut self, text: String) {
-        self.delta_buf.push_str(&text);
         {
             let mut v = self.view.write().unwrap_or_else(|p| p.into_inner());
             v.partial_text.push_str(&text);
         }
-        let now = tokio::time::Instant::now();
-        match self.last_delta_sent {
-            Some(last) if now < last + TEXT_DELTA_INTERVAL => {
-                if self.delta_flush_at.is_none() {
-                    self.delta_flush_at = Some(last + TEXT_DELTA_INTERVAL);
-                }
-            }
-            _ => self.flush_delta(),
+        if let Some(out) = self.deltas.push(&text, tokio::time::Instant::now()) {
+            self.signal_delta(out);
         }
     }
 
+    /// Signals what streamed text waits, if any.
     pub(super) fn flush_delta(&mut self) {
-        self.delta_flush_at = None;
-        if self.delta_buf.is_empty() {
-            return;
+        if let Some(out) = self.deltas.flush(tokio::time::Instant::now()) {
+            self.signal_delta(out);
         }
-        self.last_delta_sent = Some(tokio::time::Instant::now());
+    }
+
+    fn signal_delta(&self, text: String) {
         let _ = self.publisher.send(Publication::TextDelta {
             bot_id: self.id.clone(),
             turn_id: self.current_turn_id().unwrap_or_default(),
-            text: std::mem::take(&mut self.delta_buf),
+            text,
         });
     }
 

@@ -14,6 +14,7 @@
 //! - [`exit`]: what a process's exit means: released after a stop, a conversation that never
 //!   started (lost, or an id in use), a clean end or a crash (design rules 4, 8, 11).
 //! - [`idle`]: when a bot is idle and whether its idle deadline stops it (design rules 12, 13).
+//! - [`stream`]: streamed text let out at most once per interval.
 //! - [`effect`]: what the core asks of its shell.
 //!
 //! The pure decisions they use live in `supervisor::decide` and `runtime::decide_start`.
@@ -22,6 +23,7 @@ pub mod crash;
 pub mod effect;
 pub mod exit;
 pub mod idle;
+pub mod stream;
 pub mod turns;
 
 pub use effect::{CommitBuilder, Effect, Publish, Write};

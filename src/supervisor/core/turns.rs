@@ -346,14 +346,22 @@ impl Turns {
 
     /// The CLI printed nothing within the start watchdog's bound (design rule 15): the message in
     /// flight fails visibly (`error`, reason `start_timeout`) unless its conversation holds it
-    /// already, which ends it `taken_not_answered` (rule 8); what else waits, waits.
+    /// already, which ends it `taken_not_answered` (rule 8); with none in flight (a CLI whose
+    /// handshake never ended took none), the first waiting message fails; what else waits,
+    /// waits.
     pub fn start_timed_out(
         &mut self,
         recorded: Option<&str>,
         holds: impl FnOnce(&Inflight) -> bool,
     ) -> Vec<Effect> {
         let Some(inf) = self.inflight.take() else {
-            return vec![Effect::Queued(self.waiting())];
+            // A CLI that never finished its handshake (Codex) took no message: the one waiting
+            // for this start fails, never written.
+            let Some(head) = self.queue.pop_front() else {
+                return vec![Effect::Queued(self.waiting())];
+            };
+            let end = Turns::finish(&head.id, TurnOutcome::Error, "start_timeout", None, None);
+            return vec![end, Effect::Queued(self.waiting())];
         };
         let end = match decide::unreplayed_message(recorded, &inf.session, holds(&inf)) {
             UnreplayedFate::Taken { adopt } => Turns::finish(

@@ -333,3 +333,15 @@ fn rule_15_an_interrupt_the_cli_ignores_ends_the_turn_interrupted() {
         outcome: TurnOutcome::Interrupted
     }));
 }
+
+#[test]
+fn rule_15_a_start_timeout_before_the_handshake_ended_fails_the_first_waiting_message() {
+    let mut t = queued(&["a", "b"]);
+    let effects = t.start_timed_out(Some("s"), |_| panic!("never written: nothing to look at"));
+    assert!(commits(&effects)[0].1.contains(&Publish::TurnFinished {
+        turn_id: "a".into(),
+        outcome: TurnOutcome::Error
+    }));
+    assert_eq!(t.queue.front().unwrap().id, "b", "what else waits, waits");
+    assert_eq!(effects.last(), Some(&Effect::Queued(1)));
+}

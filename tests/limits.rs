@@ -234,7 +234,21 @@ async fn a_history_an_older_botvisor_wrote_is_served_the_same_way() {
                 .collect(),
             ..botvisor::store::BotRecord::new(bot_id, "old", env.work.to_str().unwrap(), "claude")
         };
-        botvisor::store::bots::insert(&conn, &record).unwrap();
+        // The row as version 3 wrote it (no column a later migration added).
+        conn.execute(
+            "INSERT INTO bots (id, name, cwd, runtime, model, permission_mode, env,
+                               idle_timeout_s, session_id, last_error, created_at)
+             VALUES (?1, ?2, ?3, ?4, '', '', ?5, NULL, NULL, '', ?6)",
+            [
+                record.id.as_str(),
+                record.name.as_str(),
+                record.cwd.as_str(),
+                record.runtime.as_str(),
+                serde_json::to_string(&record.env).unwrap().as_str(),
+                record.created_at.as_str(),
+            ],
+        )
+        .unwrap();
         let mut seq = 0;
         let mut add = |kind: &str, turn: &str, payload: String| {
             seq += 1;

@@ -125,6 +125,9 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
             Err(e) => tracing::warn!(runtime = runtime.name(), "runtime unavailable: {e}"),
         }
     }
+    // Containment is settled before anything can read it: the bots' objects and their
+    // InterfacesAdded (MemoryMax, StopProof) and the Manager's Containment read it.
+    let containment = crate::process::cgroup::init();
     let (pub_tx, pub_rx) = mpsc::unbounded_channel();
     let supervisor = Supervisor::new(Arc::new(store), config, runtimes, pub_tx);
     let caller = Arc::new(CallerCheck::default());
@@ -168,7 +171,6 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
         Ok(false) => tracing::info!("no child subreaper on this system: best-effort proof"),
         Err(e) => tracing::warn!(error = %e, "cannot become a child subreaper"),
     }
-    let containment = crate::process::cgroup::init();
     let records: Vec<_> = supervisor
         .list()
         .iter()

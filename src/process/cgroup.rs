@@ -119,9 +119,13 @@ static CONTAINMENT: OnceLock<Containment> = OnceLock::new();
 
 /// This daemon's containment: what [`init`] set up, else process-tree ("not set up").
 pub fn containment() -> &'static Containment {
-    CONTAINMENT.get_or_init(|| Containment::ProcessTree {
-        reason: "cgroup containment was not set up in this process".into(),
-    })
+    static NOT_SET_UP: std::sync::LazyLock<Containment> =
+        std::sync::LazyLock::new(|| Containment::ProcessTree {
+            reason: "cgroup containment was not set up in this process".into(),
+        });
+    // Never settles the answer itself: a read before `init` must not stop `init` from setting
+    // containment up.
+    CONTAINMENT.get().unwrap_or(&NOT_SET_UP)
 }
 
 /// The bots' subtree, when this daemon contains them in cgroups.

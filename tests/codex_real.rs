@@ -304,6 +304,28 @@ async fn a_model_change_applies_live_to_the_next_request() {
     assert_eq!(bot.process_id().await.unwrap(), pid, "no restart");
     let models: Vec<String> = s.api.requests().iter().map(|r| r.model.clone()).collect();
     assert_eq!(models, vec!["fake-model", "other-model"]);
+    // Back to the default (empty): config.toml's model, live, and again after a resume (a
+    // resumed thread keeps the model it last ran with unless one is named).
+    bot.set_model("").await.unwrap();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(sig) = items.next().await {
+            let a = sig.args().unwrap();
+            if a.payload.contains("setting_applied") {
+                return;
+            }
+            assert_ne!(a.kind, "error", "{}", a.payload);
+        }
+    })
+    .await
+    .expect("the running agent went back to the default model");
+    assert_eq!(send_and_wait(&bot, "three").await.outcome, "success");
+    stop_and_wait(&bot).await;
+    assert_eq!(send_and_wait(&bot, "four").await.outcome, "success");
+    let models: Vec<String> = s.api.requests().iter().map(|r| r.model.clone()).collect();
+    assert_eq!(
+        models,
+        vec!["fake-model", "other-model", "fake-model", "fake-model"]
+    );
     stop_and_wait(&bot).await;
 }
 

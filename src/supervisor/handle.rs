@@ -162,8 +162,9 @@ impl BotHandle {
         self.command(Command::ApplyLive(ControlRequest::SetPermissionMode(mode)))
     }
 
-    /// Persists a model and applies it to the running process (empty: the CLI's default, from
-    /// the next start).
+    /// Persists a model and applies it to the running process. Empty is the CLI's default:
+    /// Claude Code's from the next start; Codex's `config.toml` model, live (see
+    /// `Protocol::control`).
     pub fn set_model(&self, model: String) -> Result<(), BotError> {
         self.check_alive()?;
         check_model(&model)?;
@@ -177,9 +178,6 @@ impl BotHandle {
             vec!["Model"],
             |v| v.record.model = model.clone(),
         );
-        if model.is_empty() {
-            return Ok(());
-        }
         self.command(Command::ApplyLive(ControlRequest::SetModel(model)))
     }
 

@@ -48,6 +48,11 @@ impl Protocol for ClaudeProtocol {
     }
 
     fn control(&mut self, request: &ControlRequest) -> Option<Sent> {
+        if matches!(request, ControlRequest::SetModel(m) if m.is_empty()) {
+            // `set_model` takes a model name: the default comes with the next start (no
+            // `--model`).
+            return None;
+        }
         let request_id = self.next_id();
         let lines = vec![events::encode_control(&request_id, request)];
         Some(Sent { request_id, lines })

@@ -5,6 +5,7 @@
 //! permission setting: approval policy and sandbox). The facts come from `shared/codex-facts.md`
 //! and are re-checked on the real CLI 0.171.0 by tests/codex_facts.rs.
 
+pub mod config;
 pub mod launch;
 pub mod protocol;
 pub mod rollout;
@@ -159,7 +160,10 @@ impl Runtime for Codex {
     }
 
     fn open(&self, spec: &LaunchSpec<'_>) -> Box<dyn Protocol> {
-        Box::new(protocol::CodexProtocol::new(spec))
+        // An empty model means config.toml's: named explicitly, because a resumed thread keeps
+        // the model it last ran with.
+        let default_model = config::value(rollout::codex_home(spec.env).as_deref(), "model");
+        Box::new(protocol::CodexProtocol::new(spec).with_default_model(default_model))
     }
 
     fn session_in_use(&self, _stderr: &str) -> Option<String> {

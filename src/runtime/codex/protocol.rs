@@ -48,6 +48,8 @@ pub struct CodexProtocol {
     start: SessionStart,
     cwd: String,
     model: String,
+    /// `config.toml`'s model, what an empty model means.
+    default_model: Option<String>,
     permission_mode: String,
     next_id: u64,
     phase: Phase,
@@ -76,6 +78,7 @@ impl CodexProtocol {
             start: spec.start.clone(),
             cwd: spec.cwd.to_string_lossy().into_owned(),
             model: spec.model.to_owned(),
+            default_model: None,
             permission_mode: spec.permission_mode.to_owned(),
             next_id: 0,
             phase: Phase::Initializing(0),
@@ -88,6 +91,21 @@ impl CodexProtocol {
             asked: HashMap::new(),
             last_text: String::new(),
             retries: 0,
+        }
+    }
+
+    /// `model` from `config.toml`: what an empty model means (at the open, and live).
+    pub fn with_default_model(mut self, model: Option<String>) -> CodexProtocol {
+        self.default_model = model.filter(|m| !m.is_empty());
+        self
+    }
+
+    /// The model to name: the bot's, else `config.toml`'s; empty when neither names one.
+    fn model_for(&self, model: &str) -> Option<String> {
+        if model.is_empty() {
+            self.default_model.clone()
+        } else {
+            Some(model.to_owned())
         }
     }
 
@@ -104,8 +122,8 @@ impl CodexProtocol {
     /// `thread/start` or `thread/resume` with the launch's settings.
     fn open_request(&mut self, id: u64) -> String {
         let mut params = json!({ "cwd": self.cwd });
-        if !self.model.is_empty() {
-            params["model"] = json!(self.model);
+        if let Some(model) = self.model_for(&self.model) {
+            params["model"] = json!(model);
         }
         if let Some(p) = Permissions::parse(&self.permission_mode) {
             if let Some(policy) = p.approval_policy {
@@ -521,8 +539,7 @@ impl Protocol for CodexProtocol {
         }
         let params = match request {
             ControlRequest::Initialize => return None,
-            ControlRequest::SetModel(model) if model.is_empty() => return None,
-            ControlRequest::SetModel(model) => json!({ "model": model }),
+            ControlRequest::SetModel(model) => json!({ "model": self.model_for(model)? }),
             ControlRequest::SetPermissionMode(mode) => {
                 let p = Permissions::parse(mode)?;
                 let policy = p.approval_policy?;
@@ -940,6 +957,39 @@ mod tests {
         // With the turn known, at once.
         let sent = p.control(&ControlRequest::Interrupt).unwrap();
         assert_eq!(parse(&sent.lines[0])["method"], "turn/interrupt");
+    }
+
+    #[test]
+    fn an_empty_model_means_config_tomls_at_the_resume_and_live() {
+        let env = BTreeMap::new();
+        let start = SessionStart::Resume("T".into());
+        let spec = LaunchSpec {
+            cwd: Path::new("/w"),
+            model: "",
+            permission_mode: "",
+            env: &env,
+            start: &start,
+        };
+        // A resumed thread keeps the model it last ran with: config.toml's is named.
+        let mut p = CodexProtocol::new(&spec).with_default_model(Some("cfg".into()));
+        p.opening();
+        let read = p.read_line(br#"{"id":0,"result":{"codexHome":"/c"}}"#);
+        let resume = parse(&read.replies[1]);
+        assert_eq!(resume["method"], "thread/resume");
+        assert_eq!(resume["params"]["model"], "cfg");
+        p.read_line(br#"{"id":1,"result":{"thread":{"id":"T"}}}"#);
+        let sent = p.control(&ControlRequest::SetModel(String::new())).unwrap();
+        assert_eq!(parse(&sent.lines[0])["params"]["model"], "cfg");
+        // Without one in config.toml, nothing can name the default: not sent.
+        let mut p = CodexProtocol::new(&spec);
+        p.opening();
+        let read = p.read_line(br#"{"id":0,"result":{"codexHome":"/c"}}"#);
+        assert!(parse(&read.replies[1])["params"].get("model").is_none());
+        p.read_line(br#"{"id":1,"result":{"thread":{"id":"T"}}}"#);
+        assert!(
+            p.control(&ControlRequest::SetModel(String::new()))
+                .is_none()
+        );
     }
 
     #[test]

@@ -24,11 +24,7 @@ pub fn effective_sandbox(permission_mode: &str, codex_home: Option<&Path>) -> St
     if let Some(s) = Permissions::parse(permission_mode).and_then(|p| p.sandbox) {
         return s.to_owned();
     }
-    codex_home
-        .and_then(|home| std::fs::read_to_string(home.join("config.toml")).ok())
-        .and_then(|text| text.parse::<toml::Table>().ok())
-        .and_then(|t| t.get("sandbox_mode")?.as_str().map(str::to_owned))
-        .unwrap_or_else(|| DEFAULT_SANDBOX.to_owned())
+    super::config::value(codex_home, "sandbox_mode").unwrap_or_else(|| DEFAULT_SANDBOX.to_owned())
 }
 
 /// The bubblewrap Codex at `program` started with `env` would use, if any is executable.

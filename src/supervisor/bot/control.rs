@@ -7,6 +7,9 @@ use super::*;
 pub(super) fn setting_change(request: &ControlRequest) -> Option<String> {
     match request {
         ControlRequest::SetPermissionMode(mode) => Some(format!("the permission mode to `{mode}`")),
+        ControlRequest::SetModel(model) if model.is_empty() => {
+            Some("the model to its default (the CLI's configuration)".to_owned())
+        }
         ControlRequest::SetModel(model) => Some(format!("the model to `{model}`")),
         ControlRequest::Initialize | ControlRequest::Interrupt => None,
     }

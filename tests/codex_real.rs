@@ -232,6 +232,18 @@ async fn a_command_approval_allowed_runs_it_and_one_declined_does_not() {
         let pending = fresh.pending_permissions().await.unwrap();
         assert_eq!(pending.len(), 1, "{pending:?}");
         assert_eq!(pending[0].0, a.request_id);
+        // Codex runs the command it asked for: an allow with a changed input is refused, and the
+        // request stays open.
+        let changed = bot
+            .respond_permission(
+                &a.request_id,
+                "allow",
+                HashMap::from([("updated_input", Variant::from(r#"{"command":"true"}"#))]),
+            )
+            .await
+            .unwrap_err();
+        assert!(changed.to_string().contains("InvalidArgument"), "{changed}");
+        assert_eq!(fresh.pending_permissions().await.unwrap().len(), 1);
         bot.respond_permission(&a.request_id, behavior, HashMap::new())
             .await
             .unwrap();

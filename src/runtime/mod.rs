@@ -300,6 +300,11 @@ pub trait Runtime: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     /// Whether a conversation can be continued by a later process.
     fn can_resume(&self) -> bool;
+    /// Whether an allowed tool use can run with an input a client changed (Claude Code's
+    /// `updatedInput`); Codex runs the command it asked for, as asked.
+    fn can_change_tool_input(&self) -> bool {
+        true
+    }
     /// The CLI binary, checked to exist and be executable now.
     fn binary(&self) -> Result<PathBuf, RuntimeError>;
     /// The permission modes the CLI accepts.

@@ -305,6 +305,21 @@ impl BotHandle {
             .prompts
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        // A runtime that runs the tool as it asked must not be told "allow" with a changed
+        // input: the client would believe its change ran.
+        if let (Some(changed), Some(open)) = (&updated, book.open.get(request_id))
+            && !self.shared.runtime.can_change_tool_input()
+            && serde_json::from_str::<serde_json::Value>(&open.input)
+                .ok()
+                .as_ref()
+                != Some(changed)
+        {
+            return Err(BotError::InvalidArgument(format!(
+                "the {} runtime runs the tool as it asked for it and cannot take a changed \
+                 `updated_input`; allow it unchanged or deny it",
+                self.shared.runtime.name()
+            )));
+        }
         let who = if client_name.is_empty() {
             client.to_owned()
         } else {

@@ -166,6 +166,11 @@ impl Runtime for Codex {
         Box::new(protocol::CodexProtocol::new(spec).with_default_model(default_model))
     }
 
+    fn can_change_tool_input(&self) -> bool {
+        // An approval's answer is a decision alone (codex-facts.md, "app-server messages").
+        false
+    }
+
     fn session_in_use(&self, _stderr: &str) -> Option<String> {
         // Codex names new threads itself: an id cannot be taken.
         None

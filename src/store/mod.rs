@@ -57,11 +57,15 @@ pub const CHECKPOINT_EVERY: u64 = 1000;
 pub const QUIET: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The checkpoint thread: sleeps until commits come, checkpoints passively every
-/// [`CHECKPOINT_EVERY`] of them, and truncates the WAL after [`QUIET`] without one. Ends with the
-/// store.
+/// [`CHECKPOINT_EVERY`] of them (on a connection of its own: a passive checkpoint never blocks a
+/// writer), and truncates the WAL after [`QUIET`] without one. The TRUNCATE runs on the writer's
+/// own connection, under its lock: it holds the database's write lock while it copies the WAL, and
+/// our own writes then wait for it instead of failing as if another process held the database.
+/// Ends with the store.
 fn spawn_checkpointer(
     path: &Path,
     commits: Arc<std::sync::atomic::AtomicU64>,
+    writer: Arc<Mutex<Connection>>,
 ) -> Result<std::sync::mpsc::SyncSender<()>, StoreError> {
     use std::sync::mpsc::RecvTimeoutError;
     let conn = Connection::open(path)?;
@@ -101,7 +105,11 @@ fn spawn_checkpointer(
                         Err(RecvTimeoutError::Disconnected) => return,
                     }
                 }
-                checkpoint(&conn, "TRUNCATE");
+                let w = writer.lock().unwrap_or_else(|p| p.into_inner());
+                if w.busy_timeout(std::time::Duration::ZERO).is_ok() {
+                    checkpoint(&w, "TRUNCATE");
+                }
+                let _ = w.busy_timeout(fault::ATTEMPT_BUSY_WAIT);
             }
         })
         .map_err(|e| StoreError::Folder {
@@ -134,7 +142,7 @@ fn spawn_checkpointer(
 /// every [`CHECKPOINT_EVERY`] commits while writes keep coming, and truncates the WAL once
 /// writes have been quiet for [`QUIET`]. With no writes it sleeps: no periodic wake-up.
 pub struct Store {
-    conn: Mutex<Connection>,
+    conn: Arc<Mutex<Connection>>,
     reader: Option<Mutex<Connection>>,
     path: Option<std::path::PathBuf>,
     health: Arc<fault::Health>,
@@ -175,7 +183,11 @@ impl Store {
         reader.busy_timeout(fault::ATTEMPT_BUSY_WAIT)?;
         store.reader = Some(Mutex::new(reader));
         let store_commits = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        store.checkpoint = Some(spawn_checkpointer(path, store_commits.clone())?);
+        store.checkpoint = Some(spawn_checkpointer(
+            path,
+            store_commits.clone(),
+            store.conn.clone(),
+        )?);
         store.shared_commits = store_commits;
         Ok(store)
     }
@@ -210,7 +222,7 @@ impl Store {
         }
         conn.busy_timeout(fault::ATTEMPT_BUSY_WAIT)?;
         Ok(Store {
-            conn: Mutex::new(conn),
+            conn: Arc::new(Mutex::new(conn)),
             reader: None,
             path: None,
             health: Arc::new(fault::Health::default()),
@@ -487,6 +499,38 @@ mod tests {
         std::fs::metadata(db.with_extension("db-wal"))
             .map(|m| m.len())
             .unwrap_or(0)
+    }
+
+    /// Our own checkpoint never makes a client's write fail: a quiet-time TRUNCATE of a big WAL
+    /// takes longer than a client call waits ([`fault::CLIENT_BUSY_WAIT`]).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_write_during_our_own_checkpoint_does_not_fail() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.db");
+        let store = Store::open(&db).unwrap();
+        let rec = BotRecord::new("b", "b", "/", "claude");
+        store.tx(|tx| bots::insert(tx, &rec)).unwrap();
+        let big = format!("{{\"t\":\"{}\"}}", "x".repeat(1 << 20));
+        for _ in 0..2 {
+            for _ in 0..100 {
+                store
+                    .tx(|tx| chat::append(tx, "b", "assistant", None, &big))
+                    .unwrap();
+            }
+            // The first client write after a quiet moment meets the TRUNCATE checkpoint it
+            // started (a client comes when it comes: no event to wait for).
+            std::thread::sleep(QUIET + std::time::Duration::from_millis(30));
+            let mut failures = Vec::new();
+            if let Err(e) = store.tx_now(|tx| bots::set_last_error(tx, "b", "")) {
+                failures.push(e.to_string());
+            }
+            assert!(failures.is_empty(), "{failures:?}");
+        }
+        assert!(
+            wal_size(&db) < 1 << 20,
+            "the WAL was checkpointed: {}",
+            wal_size(&db)
+        );
     }
 
     #[test]

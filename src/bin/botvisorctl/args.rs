@@ -4,7 +4,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use super::fail::EXIT_CODES_HELP;
 
-/// Drive botvisor's bots (supervised Claude Code sessions) from a terminal or a script.
+/// Drive botvisor's bots (supervised Claude Code or Codex sessions) from a terminal or a script.
 ///
 /// A bot is named by its id, a unique id prefix (4 characters or more, as `list` shows them),
 /// its name, or its D-Bus object path.
@@ -53,13 +53,16 @@ pub enum Cmd {
         /// A name for people (default: the folder's name, with -2, -3, … when taken).
         #[arg(long)]
         name: Option<String>,
-        /// Runtime (default claude).
+        /// Runtime: claude (Claude Code, the default) or codex (OpenAI Codex).
         #[arg(long)]
         runtime: Option<String>,
         /// Model (default: the CLI's).
         #[arg(long)]
         model: Option<String>,
-        /// Permission mode: default, acceptEdits, auto, bypassPermissions, dontAsk or plan.
+        /// Permission mode. Claude Code: default, acceptEdits, auto, bypassPermissions, dontAsk or
+        /// plan. Codex: an approval policy (untrusted, on-request or never), alone or as
+        /// POLICY:SANDBOX with a sandbox (read-only, workspace-write or danger-full-access).
+        /// Default: the CLI's own.
         #[arg(long)]
         permission_mode: Option<String>,
         /// Extra environment for the agent, KEY=VALUE (repeatable).
@@ -137,7 +140,9 @@ pub enum Cmd {
     Set {
         /// Bot id, id prefix, name or object path.
         bot: String,
-        /// Permission mode: default, acceptEdits, auto, bypassPermissions, dontAsk or plan.
+        /// Permission mode, of the bot's runtime. Claude Code: default, acceptEdits, auto,
+        /// bypassPermissions, dontAsk or plan. Codex: untrusted, on-request or never, alone or as
+        /// POLICY:SANDBOX with read-only, workspace-write or danger-full-access.
         #[arg(long, alias = "mode")]
         permission_mode: Option<String>,
         /// Model (empty: the CLI's default from the next start).

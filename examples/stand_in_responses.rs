@@ -1,0 +1,35 @@
+//! Runs the loopback stand-in for the OpenAI Responses API that the tests use, so that Codex can
+//! answer offline, and writes a `CODEX_HOME` whose `config.toml` points Codex at it (a custom
+//! `model_provider`; Codex 0.171.0 ignores `OPENAI_BASE_URL`). It echoes what it is told;
+//! `run: CMD` makes the model run a shell command, `run escalated: CMD` makes it ask first (a
+//! permission prompt with a policy `on-request`).
+//!
+//! `cargo run --example stand_in_responses [DIR]` (default `./stand-in-codex`): prints the
+//! `CODEX_HOME` to give a Codex bot (`DIR/codex-home`) with the API key variable it needs.
+
+#[path = "../tests/support/responses_api.rs"]
+mod responses_api;
+
+#[tokio::main]
+async fn main() {
+    let dir = std::path::PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .unwrap_or_else(|| "stand-in-codex".to_owned()),
+    );
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("stand_in_responses: cannot create {}: {e}", dir.display());
+        std::process::exit(1);
+    }
+    let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+    let api = responses_api::ResponsesApi::start(responses_api::shell_script()).await;
+    let home = responses_api::codex_home(&dir, &api.base_url, "");
+    println!("CODEX_HOME={}", home.display());
+    println!("FAKE_API_KEY=offline");
+    eprintln!(
+        "stand-in Responses API at {}; give a Codex bot the two variables above in its env; \
+         Ctrl-C to stop",
+        api.base_url
+    );
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -654,3 +654,59 @@ async fn top_prints_one_json_line_per_refresh_with_every_bot() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("0.1 to 3600"), "{err}");
 }
+
+/// What botvisord says is shown on one line per field: a bot whose folder's name holds a newline,
+/// a tab, ESC and a right-to-left override is one row of `list`, one line of `status` and of
+/// `watch`, with those characters escaped; a model name with a newline is refused in an error
+/// of one line that shows it escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_from_botvisord_are_escaped_on_one_line() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let mut watch = ctl(&bus)
+        .arg("watch")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut watched = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let mut notes = BufReader::new(watch.stderr.take().unwrap()).lines();
+    tokio::time::timeout(EVENT_TIMEOUT, notes.next_line())
+        .await
+        .expect("watch says it is watching")
+        .unwrap();
+
+    let cwd = s.env.work.join("evil\nrow\tx\u{1b}[2J\u{202e}txt");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let escaped = "evil\\nrow\\tx\\u{1b}[2J\\u{202e}txt";
+    create(&s, "odd", &cwd, json!([{"mode": "normal"}])).await;
+
+    let (code, out, err) = run(&bus, &["list"]).await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "a header and one row: {out:?}");
+    assert!(lines[1].contains(escaped), "{out:?}");
+
+    let (code, out, err) = run(&bus, &["status", "odd"]).await;
+    assert_eq!(code, 0, "{err}");
+    let cwd_line = out.lines().find(|l| l.contains("cwd:")).unwrap();
+    assert!(cwd_line.ends_with(escaped), "{out:?}");
+    assert!(!out.contains('\u{1b}') && !out.contains('\t'), "{out:?}");
+
+    let added = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let line = watched.next_line().await.unwrap().expect("watch prints");
+            if line.contains("bot added") {
+                return line;
+            }
+        }
+    })
+    .await
+    .expect("watch shows the new bot");
+    assert!(added.ends_with(escaped), "{added:?}");
+
+    let (code, out, err) = run(&bus, &["set", "odd", "--model", "bad\nmodel"]).await;
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(err.contains("`bad\\nmodel`"), "{err:?}");
+}

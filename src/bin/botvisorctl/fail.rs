@@ -96,26 +96,27 @@ pub fn describe(e: &zbus::Error) -> String {
         {
             NOT_RUNNING.into()
         }
-        zbus::Error::MethodError(name, text, _) => {
-            let name = name.as_str();
-            match name {
-                "org.freedesktop.DBus.Error.ServiceUnknown"
-                | "org.freedesktop.DBus.Error.NameHasNoOwner" => return NOT_RUNNING.into(),
-                "org.freedesktop.DBus.Error.UnknownObject"
-                | "org.freedesktop.DBus.Error.UnknownMethod" => {
-                    return "that bot is gone (deleted); `botvisorctl list` shows the bots".into();
-                }
-                _ => {}
-            }
-            let short = name
-                .strip_prefix("org.botvisor.Botvisor1.Error.")
-                .unwrap_or(name);
-            match text {
-                Some(t) => format!("{short}: {}", in_ctl_words(t)),
-                None => short.to_owned(),
-            }
+        zbus::Error::MethodError(name, text, _) => method_error(name.as_str(), text.as_deref()),
+        other => super::show::safe(&other.to_string()),
+    }
+}
+
+/// A D-Bus method's error `name` and its `text` in words, on one line.
+fn method_error(name: &str, text: Option<&str>) -> String {
+    match name {
+        "org.freedesktop.DBus.Error.ServiceUnknown"
+        | "org.freedesktop.DBus.Error.NameHasNoOwner" => return NOT_RUNNING.into(),
+        "org.freedesktop.DBus.Error.UnknownObject" | "org.freedesktop.DBus.Error.UnknownMethod" => {
+            return "that bot is gone (deleted); `botvisorctl list` shows the bots".into();
         }
-        other => other.to_string(),
+        _ => {}
+    }
+    let short = name
+        .strip_prefix("org.botvisor.Botvisor1.Error.")
+        .unwrap_or(name);
+    match text {
+        Some(t) => format!("{short}: {}", in_ctl_words(&super::show::safe(t))),
+        None => short.to_owned(),
     }
 }
 
@@ -153,6 +154,18 @@ mod tests {
         assert_eq!(turn_exit_code("crashed"), TURN_ERROR);
         assert_eq!(turn_exit_code("interrupted"), TURN_INTERRUPTED);
         assert_eq!(turn_exit_code("taken_not_answered"), TURN_INTERRUPTED);
+    }
+
+    #[test]
+    fn a_daemon_error_is_one_line_with_its_controls_escaped() {
+        let t = method_error(
+            "org.botvisor.Botvisor1.Error.InvalidArgument",
+            Some("invalid model name `bad\nmodel\u{1b}[2J\u{202e}`"),
+        );
+        assert_eq!(
+            t,
+            "InvalidArgument: invalid model name `bad\\nmodel\\u{1b}[2J\\u{202e}`"
+        );
     }
 
     #[test]

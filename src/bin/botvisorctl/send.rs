@@ -85,7 +85,9 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
             json!({"event": "sent", "turn_id": turn_id, "bot": bot.inner().path().as_str()})
         );
     } else if std::io::stderr().is_terminal() {
-        follow.term.note(&paint(DIM, &format!("(turn {turn_id})")));
+        follow
+            .term
+            .note(&paint(DIM, &format!("(turn {})", show::safe(&turn_id))));
     }
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
@@ -201,8 +203,9 @@ impl Follow<'_> {
                 if state.as_deref() == Some("failed") {
                     let last = self.bot.last_error().await.unwrap_or_default();
                     return Err(Failure::failed(format!(
-                        "the bot failed before the turn ended: {last}\nThe message waits; \
+                        "the bot failed before the turn ended: {}\nThe message waits; \
                          `botvisorctl restart {}` tries again.",
+                        show::safe(&last),
                         self.spec
                     )));
                 }
@@ -232,9 +235,10 @@ impl Follow<'_> {
                     ));
                 } else {
                     let line = format!(
-                        "{} — waiting; answer with: botvisorctl answer {} {id} allow|deny",
+                        "{} — waiting; answer with: botvisorctl answer {} {} allow|deny",
                         show::item_text(kind, &v, Detail::Full, ""),
-                        self.spec
+                        self.spec,
+                        show::safe(&id)
                     );
                     self.term.line(&line);
                 }
@@ -249,8 +253,8 @@ impl Follow<'_> {
                 if self.term.asking() == Some(id.as_str()) {
                     self.term.close(&format!(
                         "(answered elsewhere: {} by {})",
-                        v["behavior"].as_str().unwrap_or("?"),
-                        show::answered_by(&v)
+                        show::safe(v["behavior"].as_str().unwrap_or("?")),
+                        show::safe(&show::answered_by(&v))
                     ));
                 } else if v["by"] != self.me.as_str() {
                     self.term.line(&show::item_text(kind, &v, Detail::Full, ""));
@@ -298,8 +302,9 @@ impl Follow<'_> {
             }
             Said::Eof(id) => {
                 self.term.note(&format!(
-                    "no answer given here; answer with: botvisorctl answer {} {id} allow|deny",
-                    self.spec
+                    "no answer given here; answer with: botvisorctl answer {} {} allow|deny",
+                    self.spec,
+                    show::safe(&id)
                 ));
             }
         }
@@ -318,9 +323,12 @@ impl Follow<'_> {
             );
             return turn_exit_code(outcome);
         }
-        let mut parts = vec![outcome.to_owned()];
+        // From here on, only for people: what botvisord said, on one line each.
+        let (shown_outcome, reason, why) =
+            (show::safe(outcome), show::safe(reason), show::safe(why));
+        let mut parts = vec![shown_outcome.clone()];
         if !reason.is_empty() && reason != outcome && reason != "success" {
-            parts[0] = format!("{outcome} ({reason})");
+            parts[0] = format!("{shown_outcome} ({reason})");
         }
         parts.extend(show::cost(&result));
         let line = format!("[done: {}]", parts.join(", "));
@@ -334,7 +342,7 @@ impl Follow<'_> {
             };
             self.term.note(&paint(
                 ERROR,
-                &format!("botvisorctl: the turn ended {outcome}{detail}"),
+                &format!("botvisorctl: the turn ended {shown_outcome}{detail}"),
             ));
         }
         turn_exit_code(outcome)
@@ -357,8 +365,9 @@ impl Follow<'_> {
         ));
         for id in &self.open {
             anstream::eprintln!(
-                "it waits for permission: botvisorctl answer {} {id} allow|deny",
-                self.spec
+                "it waits for permission: botvisorctl answer {} {} allow|deny",
+                self.spec,
+                show::safe(id)
             );
         }
     }

@@ -710,3 +710,23 @@ async fn control_characters_from_botvisord_are_escaped_on_one_line() {
     assert_eq!(err.lines().count(), 1, "{err:?}");
     assert!(err.contains("`bad\\nmodel`"), "{err:?}");
 }
+
+/// `set` with empty values says it went back to the CLI's defaults, for the model and the
+/// permission mode alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_names_the_clis_default_for_empty_values() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(&s, "plain", &s.env.work, json!([{"mode": "normal"}])).await;
+    let (code, out, err) = run(
+        &bus,
+        &["set", "plain", "--permission-mode", "", "--model", ""],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim_end(),
+        "plain: permission mode (the CLI's default), model (the CLI's default) (taken at the \
+         next start)"
+    );
+}

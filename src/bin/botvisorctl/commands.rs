@@ -303,7 +303,14 @@ pub async fn set(
         };
         let mut what = Vec::new();
         if let Some(m) = &mode {
-            what.push(format!("permission mode {}", show::safe(m)));
+            what.push(format!(
+                "permission mode {}",
+                if m.is_empty() {
+                    "(the CLI's default)".to_owned()
+                } else {
+                    show::safe(m)
+                }
+            ));
         }
         if let Some(m) = &model {
             what.push(format!(

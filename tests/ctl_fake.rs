@@ -730,3 +730,54 @@ async fn set_names_the_clis_default_for_empty_values() {
          next start)"
     );
 }
+
+/// A bot deleted while `send` waits for its turn, which the agent has taken: the turn ends
+/// `interrupted` before the bot's object goes away, and `send` ends with exit code 1 ("the
+/// operation failed", as for a bot that fails), saying the bot was deleted, not with 4 (a turn
+/// interrupted, worth sending again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_whose_bot_is_deleted_fails_with_exit_code_1() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    // The agent takes the message and answers only after 10 minutes.
+    let plan = json!([{"mode": "normal", "reply_after_s": 600}]);
+    create(&s, "doomed", &s.env.work, plan).await;
+    let mut watch = ctl(&bus)
+        .args(["--json", "watch", "doomed"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut watched = BufReader::new(watch.stdout.take().unwrap()).lines();
+    read_until(&mut watched, |v| v["event"] == "watching").await;
+    let mut send = ctl(&bus)
+        .args(["--json", "send", "doomed", "hello"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Taken: nothing queued any more.
+    read_until(&mut watched, |v| v["changed"]["QueuedMessages"] == 0).await;
+    let (code, _, err) = run(&bus, &["delete", "doomed", "--yes"]).await;
+    assert_eq!(code, 0, "{err}");
+    let mut sent = BufReader::new(send.stdout.take().unwrap()).lines();
+    let mut lines = Vec::new();
+    while let Some(line) = sent.next_line().await.unwrap() {
+        lines.push(serde_json::from_str::<Value>(&line).unwrap());
+    }
+    let out = tokio::time::timeout(EVENT_TIMEOUT, send.wait_with_output())
+        .await
+        .expect("send ends when its bot is deleted")
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let finished = lines.iter().find(|v| v["event"] == "turn_finished");
+    assert_eq!(
+        finished.map(|v| v["outcome"].clone()),
+        Some(json!("interrupted")),
+        "{lines:?}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the bot was deleted before the turn ended"),
+        "{err}"
+    );
+}

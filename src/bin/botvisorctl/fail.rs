@@ -2,13 +2,15 @@
 
 /// The command did what it was asked (for `send`: the turn ended with outcome `success`).
 pub const OK: u8 = 0;
-/// The operation failed: botvisord refused or is not running, the bus failed, the bot failed.
+/// The operation failed: botvisord refused or is not running, the bus failed, the bot failed or
+/// (for `send`) was deleted.
 pub const FAILED: u8 = 1;
 /// Usage: unknown flags or commands, missing or malformed arguments.
 pub const USAGE: u8 = 2;
 /// `send`: the turn ended with an error (outcome `error` or `crashed`).
 pub const TURN_ERROR: u8 = 3;
-/// `send`: the turn ended without its answer (outcome `interrupted` or `taken_not_answered`).
+/// `send`: the turn ended without its answer (outcome `interrupted` or `taken_not_answered`) and
+/// the bot is still there.
 pub const TURN_INTERRUPTED: u8 = 4;
 /// Ctrl-C ended `send` before its turn did (the turn goes on).
 pub const CTRL_C: u8 = 130;
@@ -17,10 +19,12 @@ pub const CTRL_C: u8 = 130;
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    done (send: the turn ended with outcome success)
-  1    the operation failed (botvisord refused it or is not running, the bus failed, the bot failed)
+  1    the operation failed (botvisord refused it or is not running, the bus failed, the bot failed
+       or, for send, was deleted)
   2    usage: a wrong command, flag or argument
   3    send: the turn ended with an error (outcome error or crashed)
-  4    send: the turn ended without its answer (outcome interrupted or taken_not_answered)
+  4    send: the turn ended without its answer (outcome interrupted or taken_not_answered) and the
+       bot is still there
   130  send: Ctrl-C left before the turn ended (the turn goes on)";
 
 /// The exit code of `send` for a turn's outcome (see `TurnFinished` in docs/dbus-api.md).

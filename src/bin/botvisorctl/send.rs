@@ -14,16 +14,19 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use zbus::{Connection, Variant};
 
-use botvisor::dbus::client::BotProxy;
+use botvisor::dbus::client::{BotProxy, ManagerProxy};
 use botvisor::dbus::{BUS_NAME, ROOT_PATH};
 
-use super::fail::{CTRL_C, Failure, describe, turn_exit_code};
+use super::fail::{CTRL_C, FAILED, Failure, describe, turn_exit_code};
 use super::show::{self, DIM, Detail, ERROR, GOOD, paint};
 use super::term::{Said, Term};
 use super::{bots, shell_word, whole_payload};
 
 /// How many signals may wait unread (a burst of streamed text while a whole item is read).
 const QUEUE: usize = 1 << 16;
+
+/// What `send` says, exiting 1, when the bot is deleted while it waits.
+const DELETED: &str = "the bot was deleted before the turn ended";
 
 /// A permission request of this turn waiting to be asked: `(request_id, tool, input)`.
 type Asked = (String, String, Value);
@@ -32,6 +35,8 @@ type Asked = (String, String, Value);
 pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Result<u8, Failure> {
     let path = bots::path_of(conn, spec).await?;
     let bot = bots::proxy(conn, path.clone()).await?;
+    let manager = ManagerProxy::new(conn).await?;
+    let bot_id = bot.id().await?;
     let rule = zbus::MatchRule::builder()
         .msg_type(zbus::message::Type::Signal)
         .sender(BUS_NAME)
@@ -65,6 +70,8 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
     let interactive = !json && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let mut follow = Follow {
         bot: &bot,
+        manager: &manager,
+        bot_id,
         spec: shell_word(spec),
         turn_id: turn_id.clone(),
         json,
@@ -111,7 +118,7 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
                     .deserialize::<(zbus::OwnedObjectPath, Vec<String>)>()
                     .is_ok_and(|(p, _)| p == path);
                 if gone {
-                    return Err(Failure::failed("the bot was deleted before the turn ended"));
+                    return Err(Failure::failed(DELETED));
                 }
             }
             Some(sig) = owner.next() => {
@@ -141,6 +148,9 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
 /// What one `send` knows of its turn.
 struct Follow<'a> {
     bot: &'a BotProxy<'static>,
+    manager: &'a ManagerProxy<'a>,
+    /// The bot's id.
+    bot_id: String,
     /// The bot as the user named it, ready for a shell.
     spec: String,
     turn_id: String,
@@ -190,7 +200,14 @@ impl Follow<'_> {
             Some("TurnFinished") => {
                 let (turn, outcome): (String, String) = body.deserialize()?;
                 if turn == self.turn_id {
-                    return Ok(Some(self.done(&outcome)));
+                    // A deleted bot's turn ends `interrupted`, before its object goes away: the
+                    // bot has left the list by then (Delete takes it out before it answers).
+                    let deleted = outcome != "success" && self.deleted().await;
+                    let code = self.done(&outcome, deleted);
+                    if deleted {
+                        return Err(Failure::failed(DELETED));
+                    }
+                    return Ok(Some(code));
                 }
             }
             Some("PropertiesChanged") => {
@@ -310,8 +327,17 @@ impl Follow<'_> {
         }
     }
 
-    /// The turn ended: its last line, and the exit code of its outcome.
-    fn done(&mut self, outcome: &str) -> u8 {
+    /// Whether the bot is deleted (botvisord no longer knows its id).
+    async fn deleted(&self) -> bool {
+        match self.manager.get_bot(&self.bot_id).await {
+            Ok(_) => false,
+            Err(e) => super::fail::error_name(&e) == Some("NotFound"),
+        }
+    }
+
+    /// The turn ended: its last line, and the exit code of its outcome; when the bot was
+    /// `deleted`, no note (the caller fails saying so) and the exit code 1.
+    fn done(&mut self, outcome: &str, deleted: bool) -> u8 {
         let finished = self.finished.take().unwrap_or(Value::Null);
         let result = self.result.take().unwrap_or(Value::Null);
         let reason = finished["reason"].as_str().unwrap_or_default();
@@ -321,7 +347,11 @@ impl Follow<'_> {
                 json!({"event": "turn_finished", "turn_id": self.turn_id, "outcome": outcome,
                        "reason": reason, "text": why})
             );
-            return turn_exit_code(outcome);
+            return if deleted {
+                FAILED
+            } else {
+                turn_exit_code(outcome)
+            };
         }
         // From here on, only for people: what botvisord said, on one line each.
         let (shown_outcome, reason, why) =
@@ -334,6 +364,9 @@ impl Follow<'_> {
         let line = format!("[done: {}]", parts.join(", "));
         let style = if outcome == "success" { GOOD } else { ERROR };
         self.term.line(&paint(style, &line));
+        if deleted {
+            return FAILED;
+        }
         if outcome != "success" {
             let detail = if why.is_empty() {
                 String::new()

@@ -654,3 +654,130 @@ async fn top_prints_one_json_line_per_refresh_with_every_bot() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("0.1 to 3600"), "{err}");
 }
+
+/// What botvisord says is shown on one line per field: a bot whose folder's name holds a newline,
+/// a tab, ESC and a right-to-left override is one row of `list`, one line of `status` and of
+/// `watch`, with those characters escaped; a model name with a newline is refused in an error
+/// of one line that shows it escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_from_botvisord_are_escaped_on_one_line() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let mut watch = ctl(&bus)
+        .arg("watch")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut watched = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let mut notes = BufReader::new(watch.stderr.take().unwrap()).lines();
+    tokio::time::timeout(EVENT_TIMEOUT, notes.next_line())
+        .await
+        .expect("watch says it is watching")
+        .unwrap();
+
+    let cwd = s.env.work.join("evil\nrow\tx\u{1b}[2J\u{202e}txt");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let escaped = "evil\\nrow\\tx\\u{1b}[2J\\u{202e}txt";
+    create(&s, "odd", &cwd, json!([{"mode": "normal"}])).await;
+
+    let (code, out, err) = run(&bus, &["list"]).await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "a header and one row: {out:?}");
+    assert!(lines[1].contains(escaped), "{out:?}");
+
+    let (code, out, err) = run(&bus, &["status", "odd"]).await;
+    assert_eq!(code, 0, "{err}");
+    let cwd_line = out.lines().find(|l| l.contains("cwd:")).unwrap();
+    assert!(cwd_line.ends_with(escaped), "{out:?}");
+    assert!(!out.contains('\u{1b}') && !out.contains('\t'), "{out:?}");
+
+    let added = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let line = watched.next_line().await.unwrap().expect("watch prints");
+            if line.contains("bot added") {
+                return line;
+            }
+        }
+    })
+    .await
+    .expect("watch shows the new bot");
+    assert!(added.ends_with(escaped), "{added:?}");
+
+    let (code, out, err) = run(&bus, &["set", "odd", "--model", "bad\nmodel"]).await;
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(err.contains("`bad\\nmodel`"), "{err:?}");
+}
+
+/// `set` with empty values says it went back to the CLI's defaults, for the model and the
+/// permission mode alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_names_the_clis_default_for_empty_values() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(&s, "plain", &s.env.work, json!([{"mode": "normal"}])).await;
+    let (code, out, err) = run(
+        &bus,
+        &["set", "plain", "--permission-mode", "", "--model", ""],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim_end(),
+        "plain: permission mode (the CLI's default), model (the CLI's default) (taken at the \
+         next start)"
+    );
+}
+
+/// A bot deleted while `send` waits for its turn, which the agent has taken: the turn ends
+/// `interrupted` before the bot's object goes away, and `send` ends with exit code 1 ("the
+/// operation failed", as for a bot that fails), saying the bot was deleted, not with 4 (a turn
+/// interrupted, worth sending again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_whose_bot_is_deleted_fails_with_exit_code_1() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    // The agent takes the message and answers only after 10 minutes.
+    let plan = json!([{"mode": "normal", "reply_after_s": 600}]);
+    create(&s, "doomed", &s.env.work, plan).await;
+    let mut watch = ctl(&bus)
+        .args(["--json", "watch", "doomed"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut watched = BufReader::new(watch.stdout.take().unwrap()).lines();
+    read_until(&mut watched, |v| v["event"] == "watching").await;
+    let mut send = ctl(&bus)
+        .args(["--json", "send", "doomed", "hello"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Taken: nothing queued any more.
+    read_until(&mut watched, |v| v["changed"]["QueuedMessages"] == 0).await;
+    let (code, _, err) = run(&bus, &["delete", "doomed", "--yes"]).await;
+    assert_eq!(code, 0, "{err}");
+    let mut sent = BufReader::new(send.stdout.take().unwrap()).lines();
+    let mut lines = Vec::new();
+    while let Some(line) = sent.next_line().await.unwrap() {
+        lines.push(serde_json::from_str::<Value>(&line).unwrap());
+    }
+    let out = tokio::time::timeout(EVENT_TIMEOUT, send.wait_with_output())
+        .await
+        .expect("send ends when its bot is deleted")
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let finished = lines.iter().find(|v| v["event"] == "turn_finished");
+    assert_eq!(
+        finished.map(|v| v["outcome"].clone()),
+        Some(json!("interrupted")),
+        "{lines:?}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the bot was deleted before the turn ended"),
+        "{err}"
+    );
+}

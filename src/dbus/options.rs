@@ -114,15 +114,51 @@ impl<'a> OptionReader<'a> {
             return Ok(());
         }
         unknown.sort();
+        let known = if self.read.is_empty() {
+            format!("{} takes no options", self.method)
+        } else {
+            format!("known options: {}", self.read.join(", "))
+        };
         Err(Error::InvalidArgument(format!(
-            "{}: unknown option(s) {}; known options: {}",
+            "{}: unknown option(s) {}; {known}",
             self.method,
             unknown
                 .iter()
-                .map(|k| format!("`{k}`"))
+                .map(|k| format!("`{}`", crate::text::escape(k, false)))
                 .collect::<Vec<_>>()
                 .join(", "),
-            self.read.join(", ")
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unknown_option_error(read: &[&'static str]) -> String {
+        let options = Options::from([("colour\n".to_owned(), OwnedVariant::from(true))]);
+        let mut r = OptionReader::new("Send", &options);
+        for key in read {
+            r.string(key).unwrap();
+        }
+        match r.finish() {
+            Err(Error::InvalidArgument(text)) => text,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_method_without_options_says_so() {
+        let text = unknown_option_error(&[]);
+        assert_eq!(
+            text,
+            "Send: unknown option(s) `colour\\n`; Send takes no options"
+        );
+    }
+
+    #[test]
+    fn a_method_with_options_lists_them() {
+        let text = unknown_option_error(&["name", "cwd"]);
+        assert!(text.ends_with("; known options: name, cwd"), "{text}");
     }
 }

@@ -22,13 +22,27 @@ pub fn check_permission_mode(runtime: &dyn Runtime, mode: &str) -> Result<(), Bo
 pub const MAX_NAME_CHARS: usize = 200;
 
 /// A model name: empty (the CLI's default) or up to 200 printable characters without spaces.
-pub fn check_model(model: &str) -> Result<(), BotError> {
+/// The error quotes the name with its control characters escaped, and names models of the
+/// bot's runtime (see [`model_examples`]).
+pub fn check_model(runtime: &dyn Runtime, model: &str) -> Result<(), BotError> {
     if model.len() > 200 || model.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(BotError::InvalidArgument(format!(
-            "invalid model name `{model}`: use a name such as `sonnet` or `claude-sonnet-4-5`"
+            "invalid model name `{}`: {}",
+            crate::text::escape(model, false),
+            model_examples(runtime.name())
         )));
     }
     Ok(())
+}
+
+/// What an invalid model's error suggests, for the runtime named `runtime`.
+fn model_examples(runtime: &str) -> &'static str {
+    match runtime {
+        "codex" => {
+            "use a name such as `gpt-5.1-codex`, or empty for the model of Codex's `config.toml`"
+        }
+        _ => "use a name such as `sonnet` or `claude-sonnet-4-5`, or empty for the CLI's default",
+    }
 }
 
 /// `cwd` must be an absolute path of an existing directory; returns its canonical form (symlinks
@@ -56,4 +70,37 @@ pub fn canonical_cwd(cwd: &str) -> Result<String, BotError> {
         .into_os_string()
         .into_string()
         .map_err(|_| BotError::InvalidArgument(format!("option `cwd`: `{cwd}` is not valid UTF-8")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::claude::Claude;
+    use crate::runtime::codex::Codex;
+
+    fn model_error(runtime: &dyn Runtime, model: &str) -> String {
+        match check_model(runtime, model) {
+            Err(BotError::InvalidArgument(text)) => text,
+            other => panic!("{model:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_invalid_model_is_quoted_escaped_on_one_line() {
+        let text = model_error(&Claude::new(None), "bad\nmodel\u{1b}[2J");
+        assert!(text.contains("`bad\\nmodel\\u{1b}[2J`"), "{text}");
+        assert!(crate::text::first_unsafe(&text).is_none(), "{text:?}");
+    }
+
+    #[test]
+    fn an_invalid_model_names_models_of_the_bots_runtime() {
+        let claude = model_error(&Claude::new(None), "a b");
+        assert!(claude.contains("`claude-sonnet-4-5`"), "{claude}");
+        let codex = model_error(&Codex::new(None), "a b");
+        assert!(codex.contains("`gpt-5.1-codex`"), "{codex}");
+        assert!(codex.contains("config.toml"), "{codex}");
+        assert!(!codex.contains("sonnet"), "{codex}");
+        assert!(check_model(&Codex::new(None), "").is_ok());
+        assert!(check_model(&Codex::new(None), "gpt-5.1-codex").is_ok());
+    }
 }

@@ -167,7 +167,7 @@ impl BotHandle {
     /// `Protocol::control`).
     pub fn set_model(&self, model: String) -> Result<(), BotError> {
         self.check_alive()?;
-        check_model(&model)?;
+        check_model(self.shared.runtime.as_ref(), &model)?;
         self.shared
             .store
             .tx_now(|tx| store::bots::set_model(tx, &self.id, &model))?;

@@ -281,7 +281,7 @@ impl Supervisor {
             })
             .unwrap_or_default();
         check_permission_mode(runtime.as_ref(), &permission_mode)?;
-        check_model(&model)?;
+        check_model(runtime.as_ref(), &model)?;
         runtime
             .binary()
             .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;

@@ -11,6 +11,7 @@ use botvisor::dbus::client::{BotProxy, ManagerProxy};
 use botvisor::dbus::{BOT_INTERFACE, BUS_NAME, ROOT_PATH};
 
 use super::fail::{Failure, describe, error_name};
+use super::show;
 
 /// The shortest id prefix shown; `GetBot` takes prefixes of 4 characters or more.
 pub const MIN_SHORT_ID: usize = 6;
@@ -214,16 +215,23 @@ pub fn short_ids(ids: &[&str]) -> HashMap<String, String> {
 /// The object path of the bot `spec` names (id, id prefix, name or object path).
 pub async fn path_of(conn: &Connection, spec: &str) -> Result<OwnedObjectPath, Failure> {
     if spec.starts_with('/') {
-        return OwnedObjectPath::try_from(spec.to_owned())
-            .map_err(|e| Failure::usage(format!("`{spec}` is not an object path: {e}")));
+        return OwnedObjectPath::try_from(spec.to_owned()).map_err(|e| {
+            Failure::usage(format!(
+                "`{}` is not an object path: {}",
+                show::safe(spec),
+                show::safe(&e.to_string())
+            ))
+        });
     }
     match ManagerProxy::new(conn).await?.get_bot(spec).await {
         Ok(p) => Ok(p),
         Err(e) if error_name(&e) == Some("NotFound") => Err(Failure::failed(format!(
-            "no bot has the id, id prefix or name `{spec}`; `botvisorctl list` shows them all"
+            "no bot has the id, id prefix or name `{}`; `botvisorctl list` shows them all",
+            show::safe(spec)
         ))),
         Err(e) if error_name(&e) == Some("InvalidArgument") => Err(Failure::failed(format!(
-            "`{spec}` fits several bots; give more of the id (`botvisorctl list` shows them)"
+            "`{}` fits several bots; give more of the id (`botvisorctl list` shows them)",
+            show::safe(spec)
         ))),
         Err(e) => Err(Failure::failed(describe(&e))),
     }

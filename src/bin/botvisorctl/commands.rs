@@ -33,8 +33,12 @@ pub struct CreateArgs {
 
 /// `create`: prints the id, name and folder, and a note when the name was suffixed.
 pub async fn create(conn: &Connection, a: CreateArgs, json: bool) -> Result<u8, Failure> {
-    let cwd = std::path::absolute(&a.cwd)
-        .map_err(|e| Failure::usage(format!("cannot make {} absolute: {e}", a.cwd.display())))?;
+    let cwd = std::path::absolute(&a.cwd).map_err(|e| {
+        Failure::usage(format!(
+            "cannot make {} absolute: {e}",
+            show::safe(&a.cwd.display().to_string())
+        ))
+    })?;
     let cwd = cwd
         .to_str()
         .ok_or_else(|| Failure::usage("the working directory is not valid UTF-8"))?
@@ -44,7 +48,9 @@ pub async fn create(conn: &Connection, a: CreateArgs, json: bool) -> Result<u8, 
         let (k, v) = kv
             .split_once('=')
             .filter(|(k, _)| !k.is_empty())
-            .ok_or_else(|| Failure::usage(format!("--env `{kv}` is not KEY=VALUE")))?;
+            .ok_or_else(|| {
+                Failure::usage(format!("--env `{}` is not KEY=VALUE", show::safe(kv)))
+            })?;
         env_map.insert(k.to_owned(), v.to_owned());
     }
     let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
@@ -93,8 +99,9 @@ pub async fn create(conn: &Connection, a: CreateArgs, json: bool) -> Result<u8, 
                 paint(
                     DIM,
                     &format!(
-                        "note: a bot named {wanted} exists already, so this one is {}; give \
+                        "note: a bot named {} exists already, so this one is {}; give \
                          --name to choose",
+                        show::safe(&wanted),
                         show::safe(&info.name)
                     )
                 )
@@ -178,7 +185,11 @@ pub async fn stop(conn: &Connection, spec: &str, json: bool) -> Result<u8, Failu
                    "was_running": was_running, "stop_verdict": verdict})
         );
     } else if !was_running {
-        anstream::println!("{} was not running ({before})", shell_word(spec));
+        anstream::println!(
+            "{} was not running ({})",
+            shell_word(spec),
+            show::safe(&before)
+        );
     } else {
         anstream::println!(
             "stopped {} (verdict: {})",
@@ -187,7 +198,10 @@ pub async fn stop(conn: &Connection, spec: &str, json: bool) -> Result<u8, Failu
         );
     }
     if state == "failed" {
-        return Err(Failure::failed(format!("the stop failed: {last}")));
+        return Err(Failure::failed(format!(
+            "the stop failed: {}",
+            show::safe(&last)
+        )));
     }
     Ok(OK)
 }
@@ -202,7 +216,7 @@ fn verdict_words(v: &str) -> String {
         }
         "root-alive" => "the agent is still alive".to_owned(),
         "" => "none recorded".to_owned(),
-        other => other.to_owned(),
+        other => show::safe(other),
     }
 }
 
@@ -239,7 +253,7 @@ pub async fn answer(
         } else {
             "denied"
         };
-        anstream::println!("{done} request {request}");
+        anstream::println!("{done} request {}", show::safe(request));
     }
     Ok(OK)
 }
@@ -289,15 +303,22 @@ pub async fn set(
         };
         let mut what = Vec::new();
         if let Some(m) = &mode {
-            what.push(format!("permission mode {m}"));
+            what.push(format!(
+                "permission mode {}",
+                if m.is_empty() {
+                    "(the CLI's default)".to_owned()
+                } else {
+                    show::safe(m)
+                }
+            ));
         }
         if let Some(m) = &model {
             what.push(format!(
                 "model {}",
                 if m.is_empty() {
-                    "(the CLI's default)"
+                    "(the CLI's default)".to_owned()
                 } else {
-                    m
+                    show::safe(m)
                 }
             ));
         }

@@ -2,13 +2,15 @@
 
 /// The command did what it was asked (for `send`: the turn ended with outcome `success`).
 pub const OK: u8 = 0;
-/// The operation failed: botvisord refused or is not running, the bus failed, the bot failed.
+/// The operation failed: botvisord refused or is not running, the bus failed, the bot failed or
+/// (for `send`) was deleted.
 pub const FAILED: u8 = 1;
 /// Usage: unknown flags or commands, missing or malformed arguments.
 pub const USAGE: u8 = 2;
 /// `send`: the turn ended with an error (outcome `error` or `crashed`).
 pub const TURN_ERROR: u8 = 3;
-/// `send`: the turn ended without its answer (outcome `interrupted` or `taken_not_answered`).
+/// `send`: the turn ended without its answer (outcome `interrupted` or `taken_not_answered`) and
+/// the bot is still there.
 pub const TURN_INTERRUPTED: u8 = 4;
 /// Ctrl-C ended `send` before its turn did (the turn goes on).
 pub const CTRL_C: u8 = 130;
@@ -17,10 +19,12 @@ pub const CTRL_C: u8 = 130;
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    done (send: the turn ended with outcome success)
-  1    the operation failed (botvisord refused it or is not running, the bus failed, the bot failed)
+  1    the operation failed (botvisord refused it or is not running, the bus failed, the bot failed
+       or, for send, was deleted)
   2    usage: a wrong command, flag or argument
   3    send: the turn ended with an error (outcome error or crashed)
-  4    send: the turn ended without its answer (outcome interrupted or taken_not_answered)
+  4    send: the turn ended without its answer (outcome interrupted or taken_not_answered) and the
+       bot is still there
   130  send: Ctrl-C left before the turn ended (the turn goes on)";
 
 /// The exit code of `send` for a turn's outcome (see `TurnFinished` in docs/dbus-api.md).
@@ -96,26 +100,27 @@ pub fn describe(e: &zbus::Error) -> String {
         {
             NOT_RUNNING.into()
         }
-        zbus::Error::MethodError(name, text, _) => {
-            let name = name.as_str();
-            match name {
-                "org.freedesktop.DBus.Error.ServiceUnknown"
-                | "org.freedesktop.DBus.Error.NameHasNoOwner" => return NOT_RUNNING.into(),
-                "org.freedesktop.DBus.Error.UnknownObject"
-                | "org.freedesktop.DBus.Error.UnknownMethod" => {
-                    return "that bot is gone (deleted); `botvisorctl list` shows the bots".into();
-                }
-                _ => {}
-            }
-            let short = name
-                .strip_prefix("org.botvisor.Botvisor1.Error.")
-                .unwrap_or(name);
-            match text {
-                Some(t) => format!("{short}: {}", in_ctl_words(t)),
-                None => short.to_owned(),
-            }
+        zbus::Error::MethodError(name, text, _) => method_error(name.as_str(), text.as_deref()),
+        other => super::show::safe(&other.to_string()),
+    }
+}
+
+/// A D-Bus method's error `name` and its `text` in words, on one line.
+fn method_error(name: &str, text: Option<&str>) -> String {
+    match name {
+        "org.freedesktop.DBus.Error.ServiceUnknown"
+        | "org.freedesktop.DBus.Error.NameHasNoOwner" => return NOT_RUNNING.into(),
+        "org.freedesktop.DBus.Error.UnknownObject" | "org.freedesktop.DBus.Error.UnknownMethod" => {
+            return "that bot is gone (deleted); `botvisorctl list` shows the bots".into();
         }
-        other => other.to_string(),
+        _ => {}
+    }
+    let short = name
+        .strip_prefix("org.botvisor.Botvisor1.Error.")
+        .unwrap_or(name);
+    match text {
+        Some(t) => format!("{short}: {}", in_ctl_words(&super::show::safe(t))),
+        None => short.to_owned(),
     }
 }
 
@@ -153,6 +158,18 @@ mod tests {
         assert_eq!(turn_exit_code("crashed"), TURN_ERROR);
         assert_eq!(turn_exit_code("interrupted"), TURN_INTERRUPTED);
         assert_eq!(turn_exit_code("taken_not_answered"), TURN_INTERRUPTED);
+    }
+
+    #[test]
+    fn a_daemon_error_is_one_line_with_its_controls_escaped() {
+        let t = method_error(
+            "org.botvisor.Botvisor1.Error.InvalidArgument",
+            Some("invalid model name `bad\nmodel\u{1b}[2J\u{202e}`"),
+        );
+        assert_eq!(
+            t,
+            "InvalidArgument: invalid model name `bad\\nmodel\\u{1b}[2J\\u{202e}`"
+        );
     }
 
     #[test]

@@ -25,9 +25,9 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
         .iter()
         .map(|b| {
             vec![
-                b.short.clone(),
+                show::safe(&b.short),
                 show::safe(&b.name),
-                b.shown_state(),
+                show::safe(&b.shown_state()),
                 b.queued_messages.to_string(),
                 bytes(b.memory_current),
                 cpu_time(b.cpu_usage_nsec),
@@ -86,7 +86,11 @@ fn prompts(all: &[BotInfo]) {
                     )
                 )
             );
-            anstream::println!("  answer: botvisorctl answer {} {id} allow|deny", b.short);
+            anstream::println!(
+                "  answer: botvisorctl answer {} {} allow|deny",
+                show::safe(&b.short),
+                show::safe(id)
+            );
         }
     }
 }

@@ -7,8 +7,10 @@
 //! (`commands`).
 //!
 //! Nothing botvisorctl prints steers the terminal (`botvisor::text`): JSON lines go through
-//! `json_line!`, and what the daemon, an agent or another program said (names, folders, chat
-//! text, errors) through `show::safe` before it is painted.
+//! `json_line!`, and what the daemon, an agent or another program said through `show::safe`
+//! before it is painted: on one line (names, folders, states, ids, errors, chat items' headers),
+//! or with its newlines kept where it is a text of several lines (`show::safe_text`: chat
+//! messages' bodies, streamed text).
 
 /// Prints a JSON value as one line; control, invisible and text-direction characters inside its
 /// strings become `\uXXXX` (the value is unchanged).
@@ -91,7 +93,8 @@ fn main() {
         Err(Failure { text, code }) => {
             anstream::eprintln!(
                 "botvisorctl: {}",
-                show::paint(show::ERROR, &show::safe(&text))
+                // What botvisord said is escaped where it was put into the text (one line).
+                show::paint(show::ERROR, &show::safe_text(&text))
             );
             code
         }
@@ -208,14 +211,53 @@ async fn whole_payload(bot: &BotProxy<'_>, seq: u64, payload: &str) -> Value {
     }
 }
 
-/// `s` as one shell word: as it is when it is plain, else in single quotes.
+/// `s` as one shell word on one line: as it is when it is plain, else in single quotes, or when
+/// it holds characters unsafe to print (`botvisor::text`), as a `$'…'` word of bash and zsh with
+/// those characters escaped (`$'a\nb'`, `$'\u202e'`).
 fn shell_word(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./:@%+=,".contains(c))
     {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
+        return s.to_owned();
+    }
+    if botvisor::text::first_unsafe(s).is_none() {
+        return format!("'{}'", s.replace('\'', r"'\''"));
+    }
+    let mut out = String::from("$'");
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str(r"\\"),
+            '\'' => out.push_str(r"\'"),
+            '\n' => out.push_str(r"\n"),
+            '\r' => out.push_str(r"\r"),
+            '\t' => out.push_str(r"\t"),
+            c if botvisor::text::is_unsafe(c) && u32::from(c) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", u32::from(c)));
+            }
+            c if botvisor::text::is_unsafe(c) && u32::from(c) <= 0xFFFF => {
+                out.push_str(&format!("\\u{:04x}", u32::from(c)));
+            }
+            c if botvisor::text::is_unsafe(c) => {
+                out.push_str(&format!("\\U{:08x}", u32::from(c)));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_word;
+
+    #[test]
+    fn shell_words_stay_on_one_line() {
+        assert_eq!(shell_word("demo"), "demo");
+        assert_eq!(shell_word("my bot's"), r"'my bot'\''s'");
+        assert_eq!(shell_word("a\nb'\\"), r"$'a\nb\'\\'");
+        assert_eq!(shell_word("x\u{1b}[2J\u{202e}"), r"$'x\x1b[2J\u202e'");
+        assert_eq!(shell_word("\u{e0041}"), r"$'\U000e0041'");
     }
 }

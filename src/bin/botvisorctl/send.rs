@@ -14,16 +14,19 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use zbus::{Connection, Variant};
 
-use botvisor::dbus::client::BotProxy;
+use botvisor::dbus::client::{BotProxy, ManagerProxy};
 use botvisor::dbus::{BUS_NAME, ROOT_PATH};
 
-use super::fail::{CTRL_C, Failure, describe, turn_exit_code};
+use super::fail::{CTRL_C, FAILED, Failure, describe, turn_exit_code};
 use super::show::{self, DIM, Detail, ERROR, GOOD, paint};
 use super::term::{Said, Term};
 use super::{bots, shell_word, whole_payload};
 
 /// How many signals may wait unread (a burst of streamed text while a whole item is read).
 const QUEUE: usize = 1 << 16;
+
+/// What `send` says, exiting 1, when the bot is deleted while it waits.
+const DELETED: &str = "the bot was deleted before the turn ended";
 
 /// A permission request of this turn waiting to be asked: `(request_id, tool, input)`.
 type Asked = (String, String, Value);
@@ -32,6 +35,8 @@ type Asked = (String, String, Value);
 pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Result<u8, Failure> {
     let path = bots::path_of(conn, spec).await?;
     let bot = bots::proxy(conn, path.clone()).await?;
+    let manager = ManagerProxy::new(conn).await?;
+    let bot_id = bot.id().await?;
     let rule = zbus::MatchRule::builder()
         .msg_type(zbus::message::Type::Signal)
         .sender(BUS_NAME)
@@ -65,6 +70,8 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
     let interactive = !json && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let mut follow = Follow {
         bot: &bot,
+        manager: &manager,
+        bot_id,
         spec: shell_word(spec),
         turn_id: turn_id.clone(),
         json,
@@ -85,7 +92,9 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
             json!({"event": "sent", "turn_id": turn_id, "bot": bot.inner().path().as_str()})
         );
     } else if std::io::stderr().is_terminal() {
-        follow.term.note(&paint(DIM, &format!("(turn {turn_id})")));
+        follow
+            .term
+            .note(&paint(DIM, &format!("(turn {})", show::safe(&turn_id))));
     }
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
@@ -109,7 +118,7 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
                     .deserialize::<(zbus::OwnedObjectPath, Vec<String>)>()
                     .is_ok_and(|(p, _)| p == path);
                 if gone {
-                    return Err(Failure::failed("the bot was deleted before the turn ended"));
+                    return Err(Failure::failed(DELETED));
                 }
             }
             Some(sig) = owner.next() => {
@@ -139,6 +148,9 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
 /// What one `send` knows of its turn.
 struct Follow<'a> {
     bot: &'a BotProxy<'static>,
+    manager: &'a ManagerProxy<'a>,
+    /// The bot's id.
+    bot_id: String,
     /// The bot as the user named it, ready for a shell.
     spec: String,
     turn_id: String,
@@ -188,7 +200,14 @@ impl Follow<'_> {
             Some("TurnFinished") => {
                 let (turn, outcome): (String, String) = body.deserialize()?;
                 if turn == self.turn_id {
-                    return Ok(Some(self.done(&outcome)));
+                    // A deleted bot's turn ends `interrupted`, before its object goes away: the
+                    // bot has left the list by then (Delete takes it out before it answers).
+                    let deleted = outcome != "success" && self.deleted().await;
+                    let code = self.done(&outcome, deleted);
+                    if deleted {
+                        return Err(Failure::failed(DELETED));
+                    }
+                    return Ok(Some(code));
                 }
             }
             Some("PropertiesChanged") => {
@@ -201,8 +220,9 @@ impl Follow<'_> {
                 if state.as_deref() == Some("failed") {
                     let last = self.bot.last_error().await.unwrap_or_default();
                     return Err(Failure::failed(format!(
-                        "the bot failed before the turn ended: {last}\nThe message waits; \
+                        "the bot failed before the turn ended: {}\nThe message waits; \
                          `botvisorctl restart {}` tries again.",
+                        show::safe(&last),
                         self.spec
                     )));
                 }
@@ -232,9 +252,10 @@ impl Follow<'_> {
                     ));
                 } else {
                     let line = format!(
-                        "{} — waiting; answer with: botvisorctl answer {} {id} allow|deny",
+                        "{} — waiting; answer with: botvisorctl answer {} {} allow|deny",
                         show::item_text(kind, &v, Detail::Full, ""),
-                        self.spec
+                        self.spec,
+                        show::safe(&id)
                     );
                     self.term.line(&line);
                 }
@@ -249,8 +270,8 @@ impl Follow<'_> {
                 if self.term.asking() == Some(id.as_str()) {
                     self.term.close(&format!(
                         "(answered elsewhere: {} by {})",
-                        v["behavior"].as_str().unwrap_or("?"),
-                        show::answered_by(&v)
+                        show::safe(v["behavior"].as_str().unwrap_or("?")),
+                        show::safe(&show::answered_by(&v))
                     ));
                 } else if v["by"] != self.me.as_str() {
                     self.term.line(&show::item_text(kind, &v, Detail::Full, ""));
@@ -298,15 +319,25 @@ impl Follow<'_> {
             }
             Said::Eof(id) => {
                 self.term.note(&format!(
-                    "no answer given here; answer with: botvisorctl answer {} {id} allow|deny",
-                    self.spec
+                    "no answer given here; answer with: botvisorctl answer {} {} allow|deny",
+                    self.spec,
+                    show::safe(&id)
                 ));
             }
         }
     }
 
-    /// The turn ended: its last line, and the exit code of its outcome.
-    fn done(&mut self, outcome: &str) -> u8 {
+    /// Whether the bot is deleted (botvisord no longer knows its id).
+    async fn deleted(&self) -> bool {
+        match self.manager.get_bot(&self.bot_id).await {
+            Ok(_) => false,
+            Err(e) => super::fail::error_name(&e) == Some("NotFound"),
+        }
+    }
+
+    /// The turn ended: its last line, and the exit code of its outcome; when the bot was
+    /// `deleted`, no note (the caller fails saying so) and the exit code 1.
+    fn done(&mut self, outcome: &str, deleted: bool) -> u8 {
         let finished = self.finished.take().unwrap_or(Value::Null);
         let result = self.result.take().unwrap_or(Value::Null);
         let reason = finished["reason"].as_str().unwrap_or_default();
@@ -316,16 +347,26 @@ impl Follow<'_> {
                 json!({"event": "turn_finished", "turn_id": self.turn_id, "outcome": outcome,
                        "reason": reason, "text": why})
             );
-            return turn_exit_code(outcome);
+            return if deleted {
+                FAILED
+            } else {
+                turn_exit_code(outcome)
+            };
         }
-        let mut parts = vec![outcome.to_owned()];
+        // From here on, only for people: what botvisord said, on one line each.
+        let (shown_outcome, reason, why) =
+            (show::safe(outcome), show::safe(reason), show::safe(why));
+        let mut parts = vec![shown_outcome.clone()];
         if !reason.is_empty() && reason != outcome && reason != "success" {
-            parts[0] = format!("{outcome} ({reason})");
+            parts[0] = format!("{shown_outcome} ({reason})");
         }
         parts.extend(show::cost(&result));
         let line = format!("[done: {}]", parts.join(", "));
         let style = if outcome == "success" { GOOD } else { ERROR };
         self.term.line(&paint(style, &line));
+        if deleted {
+            return FAILED;
+        }
         if outcome != "success" {
             let detail = if why.is_empty() {
                 String::new()
@@ -334,7 +375,7 @@ impl Follow<'_> {
             };
             self.term.note(&paint(
                 ERROR,
-                &format!("botvisorctl: the turn ended {outcome}{detail}"),
+                &format!("botvisorctl: the turn ended {shown_outcome}{detail}"),
             ));
         }
         turn_exit_code(outcome)
@@ -357,8 +398,9 @@ impl Follow<'_> {
         ));
         for id in &self.open {
             anstream::eprintln!(
-                "it waits for permission: botvisorctl answer {} {id} allow|deny",
-                self.spec
+                "it waits for permission: botvisorctl answer {} {} allow|deny",
+                self.spec,
+                show::safe(id)
             );
         }
     }

@@ -93,29 +93,57 @@ fn long_text(text: &str, detail: Detail, whole_size: Option<u64>, read_whole: &s
     }
 }
 
-/// `s` with every character that could steer a terminal (controls, C1, invisible and
-/// text-direction ones) escaped (`\u{1b}`); newlines kept. For what the daemon, an agent or
-/// another program said, before it is painted.
+/// `s` as one line: every character that could steer a terminal or break the line (controls
+/// with newline, tab and carriage return among them, C1, invisible and text-direction ones)
+/// escaped (`\n`, `\u{1b}`). For what the daemon, an agent or another program said (names,
+/// folders, states, ids, errors, a chat item's header fields), before it is painted.
 pub fn safe(s: &str) -> String {
+    botvisor::text::escape(s, false).into_owned()
+}
+
+/// `s` as text of several lines (a chat message's body, streamed text, botvisorctl's own
+/// multi-line messages): as [`safe`], but newlines and tabs kept.
+pub fn safe_text(s: &str) -> String {
     botvisor::text::escape(s, true).into_owned()
 }
 
-/// [`safe`] on every string inside a JSON value (keys kept).
-pub fn safe_value(v: &Value) -> Value {
+/// The keys of a chat item's payload whose strings are bodies of several lines ([`safe_text`]);
+/// `input` is shown as JSON, which escapes its newlines itself.
+const BODY_KEYS: [&str; 4] = ["text", "content", "preview", "input"];
+
+/// Every string inside a JSON value made safe to print (keys kept): with `lines`, as
+/// [`safe_text`], else as [`safe`].
+fn safe_value(v: &Value, lines: bool) -> Value {
     match v {
+        Value::String(s) if lines => Value::String(safe_text(s)),
         Value::String(s) => Value::String(safe(s)),
-        Value::Array(a) => Value::Array(a.iter().map(safe_value).collect()),
-        Value::Object(o) => {
-            Value::Object(o.iter().map(|(k, v)| (k.clone(), safe_value(v))).collect())
-        }
+        Value::Array(a) => Value::Array(a.iter().map(|v| safe_value(v, lines)).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (k.clone(), safe_value(v, lines)))
+                .collect(),
+        ),
         v => v.clone(),
+    }
+}
+
+/// A chat item's payload safe to print: the bodies ([`BODY_KEYS`]) as [`safe_text`], every other
+/// string (tool names, ids, outcomes, reasons, who answered) as [`safe`].
+pub fn safe_payload(payload: &Value) -> Value {
+    match payload {
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (k.clone(), safe_value(v, BODY_KEYS.contains(&k.as_str()))))
+                .collect(),
+        ),
+        v => safe_value(v, false),
     }
 }
 
 /// One chat item as a line (or lines) of text. `read_whole` says how to read a cut item whole
 /// (for example `botvisorctl chat demo --seq 42`).
 pub fn item_text(kind: &str, payload: &Value, detail: Detail, read_whole: &str) -> String {
-    let payload = &safe_value(payload);
+    let payload = &safe_payload(payload);
     // A preview (an item over 1 MiB that was not read whole): its beginning and its size.
     let (payload, whole_size) = if botvisor::preview::is_preview(payload) {
         let mut p = payload.clone();
@@ -297,6 +325,28 @@ mod tests {
             t.contains("195.3 KiB in all; botvisorctl chat b --seq 7"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn headers_stay_on_one_line_and_bodies_keep_their_lines() {
+        let request = json!({"tool": "Bash\n\u{1b}[2J", "request_id": "r\n1",
+                             "input": {"command": "ls\n\u{9b}"}});
+        let t = item_text("permission_request", &request, Detail::Full, "");
+        let t = anstream::adapter::strip_str(&t).to_string();
+        assert_eq!(
+            t,
+            r#"[permission?] Bash\n\u{1b}[2J {"command":"ls\n\\u{9b}"} (request r\n1)"#
+        );
+        let answer = json!({"behavior": "deny", "request_id": "r", "by": ":1.5",
+                            "client": "evil\u{202e}", "message": "no\nway"});
+        let t = item_text("permission_answer", &answer, Detail::Full, "");
+        assert!(!t.contains('\n') && !t.contains('\u{202e}'), "{t:?}");
+        let said = json!({"text": "two\nlines\tand \u{1b}[31mred\r"});
+        let t = item_text("assistant", &said, Detail::Full, "");
+        assert_eq!(t, "two\nlines\tand \\u{1b}[31mred\\r");
+        let failed = json!({"outcome": "error\u{1b}", "reason": "x\ny", "text": ""});
+        let t = item_text("turn_finished", &failed, Detail::Full, "");
+        assert!(!t.contains('\n') && t.contains(r"x\ny"), "{t:?}");
     }
 
     #[test]

@@ -100,7 +100,7 @@ impl Term {
             return false;
         }
         // An agent's text: nothing in it may steer the terminal.
-        anstream::print!("{}", super::show::safe(text));
+        anstream::print!("{}", super::show::safe_text(text));
         let _ = std::io::stdout().flush();
         self.streaming = true;
         true

@@ -159,9 +159,9 @@ fn screen_lines(all: &[(BotInfo, Option<f64>)], interval: f64) -> Vec<String> {
         .iter()
         .map(|(b, cpu)| {
             vec![
-                b.short.clone(),
+                show::safe(&b.short),
                 show::safe(&b.name),
-                b.shown_state(),
+                show::safe(&b.shown_state()),
                 bytes(b.memory_current),
                 shown_percent(*cpu),
                 cpu_time(b.cpu_usage_nsec),

@@ -69,7 +69,7 @@ pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<
         json_line!(json!({"event": "watching", "bots": watched}));
     } else {
         let what = match &spec {
-            Some(s) => s.clone(),
+            Some(s) => show::safe(s),
             None => format!("all bots ({})", all.len()),
         };
         anstream::eprintln!(
@@ -174,9 +174,11 @@ impl Watch {
                     paint(
                         ASK,
                         &format!(
-                            "waiting for permission: {tool} {} — botvisorctl answer {} {id} allow|deny",
-                            show::cut(input, 200),
-                            b.short
+                            "waiting for permission: {} {} — botvisorctl answer {} {} allow|deny",
+                            show::safe(tool),
+                            show::safe(&show::cut(input, 200)),
+                            show::safe(&b.short),
+                            show::safe(id)
                         )
                     )
                 );
@@ -223,8 +225,8 @@ impl Watch {
                 if kind == "permission_request" {
                     text.push_str(&format!(
                         " — botvisorctl answer {} {} allow|deny",
-                        l.id,
-                        p["request_id"].as_str().unwrap_or("?")
+                        show::safe(&l.id),
+                        show::safe(p["request_id"].as_str().unwrap_or("?"))
                     ));
                 }
                 self.emit(
@@ -239,7 +241,10 @@ impl Watch {
                 let text = format!(
                     "{} {}",
                     self.prefix(&path),
-                    paint(style, &format!("turn {turn} ended: {outcome}"))
+                    paint(
+                        style,
+                        &format!("turn {} ended: {}", show::safe(&turn), show::safe(&outcome))
+                    )
                 );
                 self.emit(
                     &path,
@@ -274,7 +279,7 @@ impl Watch {
                         anstream::print!("{} ", self.prefix(&path));
                         self.streaming = Some(path.clone());
                     }
-                    anstream::print!("{}", show::safe(&text));
+                    anstream::print!("{}", show::safe_text(&text));
                     let _ = std::io::stdout().flush();
                 }
             }
@@ -296,7 +301,7 @@ impl Watch {
                             .as_str()
                             .map(str::to_owned)
                             .unwrap_or_else(|| shown.to_string());
-                        parts.push(format!("{k}={}", show::cut(&s, 300)));
+                        parts.push(format!("{k}={}", show::safe(&show::cut(&s, 300))));
                     }
                     if k == "Name"
                         && let Some(n) = shown.as_str()
@@ -329,7 +334,14 @@ impl Watch {
                     },
                 );
                 if self.only.is_none() {
-                    let text = paint(DIM, &format!("bot added: {} in {}", info.name, info.cwd));
+                    let text = paint(
+                        DIM,
+                        &format!(
+                            "bot added: {} in {}",
+                            show::safe(&info.name),
+                            show::safe(&info.cwd)
+                        ),
+                    );
                     self.emit(p.as_str(), json!({"event": "bot_added"}), text);
                 }
             }
@@ -339,7 +351,14 @@ impl Watch {
                     return Ok(false);
                 }
                 let l = self.label(p.as_str());
-                let text = paint(DIM, &format!("bot removed: {} ({})", l.name, l.id));
+                let text = paint(
+                    DIM,
+                    &format!(
+                        "bot removed: {} ({})",
+                        show::safe(&l.name),
+                        show::safe(&l.id)
+                    ),
+                );
                 self.emit(p.as_str(), json!({"event": "bot_removed"}), text);
                 return Ok(self.only.is_some());
             }

@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
+use super::core::control::Controls;
 use super::core::crash::{AfterCrash, Crashes};
 use super::core::exit::{ExitFacts, ExitPlan, exit_plan};
 use super::core::stream::DeltaPacer;
@@ -169,8 +170,8 @@ struct Proc {
     /// A session id the CLI reported instead of the launched one, adopted once its transcript
     /// exists (design rule 3).
     reported_session: Option<String>,
-    /// Control requests sent and not yet answered, by request id.
-    pending_control: std::collections::HashMap<String, ControlRequest>,
+    /// Control requests sent and not yet answered ([`Controls`]).
+    controls: Controls,
     /// Samples its resource use while the bot is active; dropped with it.
     usage: process::usage::Watch,
 }

@@ -1,19 +1,7 @@
-//! Control requests to the running CLI (design rule 6) and their answers.
+//! Control requests to the running CLI (design rule 6) and their answers, decided in
+//! [`crate::supervisor::core::control`].
 
 use super::*;
-
-/// The setting a control request changes, in words (`the model to `opus``); `None` for the
-/// requests that change no setting (`initialize`, `interrupt`).
-pub(super) fn setting_change(request: &ControlRequest) -> Option<String> {
-    match request {
-        ControlRequest::SetPermissionMode(mode) => Some(format!("the permission mode to `{mode}`")),
-        ControlRequest::SetModel(model) if model.is_empty() => {
-            Some("the model to its default (the CLI's configuration)".to_owned())
-        }
-        ControlRequest::SetModel(model) => Some(format!("the model to `{model}`")),
-        ControlRequest::Initialize | ControlRequest::Interrupt => None,
-    }
-}
 
 impl Actor {
     /// Sends a control request to the running process, if there is one that can take it.
@@ -32,16 +20,13 @@ impl Actor {
             return false;
         }
         let request_id = sent.request_id;
-        if matches!(
-            request,
-            ControlRequest::SetModel(_) | ControlRequest::SetPermissionMode(_)
-        ) {
+        if Controls::watched(&request) {
             let deadline = Config::watchdog(self.config.control_timeout_s)
                 .map(|d| tokio::time::Instant::now() + d);
             self.watch.control_sent(&request_id, deadline);
         }
         if let Some(proc) = self.proc.as_mut() {
-            proc.pending_control.insert(request_id, request);
+            proc.controls.sent(request_id, request);
         }
         true
     }
@@ -64,40 +49,22 @@ impl Actor {
         Config::watchdog(seconds).map(|d| tokio::time::Instant::now() + d)
     }
 
-    /// The control request sent with `request_id` and not answered yet, if any, now settled.
-    pub(super) fn take_pending_control(&mut self, request_id: &str) -> Option<ControlRequest> {
-        self.proc
-            .as_mut()
-            .and_then(|p| p.pending_control.remove(request_id))
-    }
-
+    /// The CLI answered a control request ([`Controls::answered`]).
     pub(super) fn on_control_response(
         &mut self,
         request_id: String,
         result: Result<Value, String>,
     ) {
         self.watch.control_answered(&request_id);
-        let Some(request) = self.take_pending_control(&request_id) else {
+        let Some(proc) = self.proc.as_mut() else {
             return;
         };
-        let Some(what) = setting_change(&request) else {
-            if let Err(e) = result {
-                tracing::warn!(bot_id = %self.id, ?request, error = %e, "control request refused");
+        match proc.controls.answered(&request_id, result.map(|_| ())) {
+            Ok(effects) => {
+                self.apply(effects);
             }
-            return;
-        };
-        match result {
-            Ok(_) => self.add_item(
-                "system",
-                None,
-                json!({"text": format!("The running agent changed {what}."), "reason": "setting_applied"}),
-            ),
-            Err(e) => {
-                let text = format!(
-                    "The running agent refused to change {what}: {e}. The setting is kept for its next start."
-                );
-                self.add_item("error", None, json!({ "text": text }));
-                self.set_last_error(&text);
+            Err((request, e)) => {
+                tracing::warn!(bot_id = %self.id, ?request, error = %e, "control request refused");
             }
         }
     }

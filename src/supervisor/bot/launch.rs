@@ -139,7 +139,7 @@ impl Actor {
                     lost: false,
                     in_use: None,
                     reported_session: None,
-                    pending_control: Default::default(),
+                    controls: Controls::default(),
                     usage: self.watch_usage(pid, cgroup),
                 });
                 self.update(vec!["ProcessId"], |v| v.process_id = pid);

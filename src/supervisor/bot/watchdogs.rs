@@ -57,24 +57,16 @@ impl Actor {
                 self.stop_process("interrupt timeout").await;
             }
             Expired::Control(request_id) => {
-                let Some(request) = self.take_pending_control(&request_id) else {
+                let Some(proc) = self.proc.as_mut() else {
                     return;
                 };
-                let Some(what) = super::control::setting_change(&request) else {
-                    return;
-                };
-                let text = format!(
-                    "The running agent did not answer the request to change {what} within {} s \
-                     (control_timeout_s); the setting is kept for its next start.",
-                    self.config.control_timeout_s
-                );
-                tracing::warn!(bot_id = %self.id, "{text}");
-                self.add_item(
-                    "error",
-                    None,
-                    json!({"text": text, "reason": "control_timeout"}),
-                );
-                self.set_last_error(&text);
+                let effects = proc
+                    .controls
+                    .timed_out(&request_id, self.config.control_timeout_s);
+                if !effects.is_empty() {
+                    tracing::warn!(bot_id = %self.id, %request_id, "a live setting was not answered (control_timeout_s)");
+                }
+                self.apply(effects);
             }
         }
     }

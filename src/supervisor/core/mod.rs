@@ -9,6 +9,8 @@
 //!
 //! - [`turns`]: the queue, the message in flight, and what a replay, a result, a crash or a lost
 //!   conversation means for them (design rules 3, 4, 7, 8).
+//! - [`control`]: live settings sent to the CLI and what their answer, refusal or silence means
+//!   (design rules 6 and 15).
 //! - [`crash`]: after a crash, a restart with a growing backoff or, in a crash loop, none
 //!   (design rule 11).
 //! - [`exit`]: what a process's exit means: released after a stop, a conversation that never
@@ -19,6 +21,7 @@
 //!
 //! The pure decisions they use live in `supervisor::decide` and `runtime::decide_start`.
 
+pub mod control;
 pub mod crash;
 pub mod effect;
 pub mod exit;

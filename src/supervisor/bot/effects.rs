@@ -38,6 +38,9 @@ impl Actor {
                 }
                 Effect::State(state) => self.set_state(state),
                 Effect::TurnEnded(turn) => self.watch.turn_ended(&turn),
+                Effect::Pending(list) => {
+                    self.update(vec!["PendingPermissions"], |v| v.pending = list)
+                }
             }
         }
         applied
@@ -100,6 +103,18 @@ impl Actor {
                 Publish::LastError(e) => {
                     let e = e.clone();
                     self.update(vec!["LastError"], |v| v.record.last_error = e);
+                }
+                Publish::PermissionRequested {
+                    request_id,
+                    tool,
+                    input,
+                } => {
+                    let _ = self.publisher.send(Publication::PermissionRequested {
+                        bot_id: self.id.clone(),
+                        request_id: request_id.clone(),
+                        tool: tool.clone(),
+                        input: input.clone(),
+                    });
                 }
                 Publish::TurnFinished { turn_id, outcome } => {
                     self.publish_turn(turn_id, outcome.as_str())

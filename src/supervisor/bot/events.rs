@@ -49,7 +49,12 @@ impl Actor {
                 input,
                 request,
             } => {
-                self.on_permission_request(request_id, tool, input, request);
+                self.on_permission_request(crate::supervisor::core::prompts::Asked {
+                    request_id,
+                    tool,
+                    input,
+                    request,
+                });
                 Next::Nothing
             }
             RuntimeEvent::ControlResponse { request_id, result } => {

@@ -50,6 +50,15 @@ pub enum Publish {
     SessionId(Option<String>),
     /// The `LastError` property.
     LastError(String),
+    /// The `PermissionRequested` signal.
+    PermissionRequested {
+        /// The CLI's request id.
+        request_id: String,
+        /// The tool.
+        tool: String,
+        /// The tool's input, as JSON text.
+        input: String,
+    },
     /// The `TurnFinished` signal.
     TurnFinished {
         /// The turn.
@@ -76,6 +85,8 @@ pub enum Effect {
     State(State),
     /// The turn's watchdogs stop (it ended or went back to the queue).
     TurnEnded(String),
+    /// The `PendingPermissions` property: `(request_id, tool, input_json)` of each open prompt.
+    Pending(Vec<(String, String, String)>),
 }
 
 /// Builds the effects of one commit: collects writes and publications in order.

@@ -16,6 +16,8 @@
 //! - [`exit`]: what a process's exit means: released after a stop, a conversation that never
 //!   started (lost, or an id in use), a clean end or a crash (design rules 4, 8, 11).
 //! - [`idle`]: when a bot is idle and whether its idle deadline stops it (design rules 12, 13).
+//! - [`prompts`]: a permission request recorded before it is signalled, and closed as denied
+//!   when nobody can answer it any more.
 //! - [`stream`]: streamed text let out at most once per interval.
 //! - [`effect`]: what the core asks of its shell.
 //!
@@ -26,6 +28,7 @@ pub mod crash;
 pub mod effect;
 pub mod exit;
 pub mod idle;
+pub mod prompts;
 pub mod stream;
 pub mod turns;
 

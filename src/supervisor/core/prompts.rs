@@ -1,0 +1,145 @@
+//! Permission prompts with no I/O: the CLI asks, the request is recorded and signalled before
+//! any client can answer it (design rule 1), and prompts nobody can answer any more (the agent
+//! stopped, the turn ended) are closed as denied by botvisord, each saying why. Who answers first
+//! is decided in the [`PromptBook`] itself (`supervisor::prompts`), under the lock clients
+//! answer through.
+
+use serde_json::{Value, json};
+
+use super::effect::{CommitBuilder, Effect, Publish};
+use crate::supervisor::prompts::{Prompt, PromptBook};
+
+/// A permission request of the CLI, as the runtime reported it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Asked {
+    /// The CLI's request id.
+    pub request_id: String,
+    /// The tool, for example `Write`.
+    pub tool: String,
+    /// The tool's input.
+    pub input: Value,
+    /// The whole request (suggestions, tool use id, …).
+    pub request: Value,
+}
+
+/// The CLI asks: the request is open in `book`, recorded as a `permission_request` item of
+/// `turn_id`, then signalled (`PermissionRequested`) and listed (`PendingPermissions`).
+pub fn opened(book: &mut PromptBook, asked: Asked, turn_id: Option<&str>) -> Vec<Effect> {
+    let input_json = asked.input.to_string();
+    book.open.insert(
+        asked.request_id.clone(),
+        Prompt {
+            tool: asked.tool.clone(),
+            input: input_json.clone(),
+        },
+    );
+    let payload = json!({
+        "request_id": asked.request_id,
+        "tool": asked.tool,
+        "input": asked.input,
+        "suggestions": asked.request.get("permission_suggestions").cloned().unwrap_or(Value::Null),
+        "tool_use_id": asked.request.get("tool_use_id").cloned().unwrap_or(Value::Null),
+    })
+    .to_string();
+    let mut c = CommitBuilder::default();
+    c.item("permission_request", turn_id, payload)
+        .then(Publish::PermissionRequested {
+            request_id: asked.request_id,
+            tool: asked.tool,
+            input: input_json,
+        });
+    let mut effects: Vec<Effect> = c.build().into_iter().collect();
+    effects.push(Effect::Pending(book.list()));
+    effects
+}
+
+/// Every open request is closed as denied by `botvisord`, each with a `permission_answer` item
+/// that carries `message`; nothing when none is open.
+pub fn close_all(book: &mut PromptBook, message: &str) -> Vec<Effect> {
+    let ids: Vec<String> = book.open.keys().cloned().collect();
+    let denied: Vec<(String, Prompt)> = ids
+        .into_iter()
+        .filter_map(|id| book.answer(&id, "botvisord", "deny").map(|p| (id, p)))
+        .collect();
+    if denied.is_empty() {
+        return Vec::new();
+    }
+    let mut c = CommitBuilder::default();
+    for (request_id, prompt) in denied {
+        c.item(
+            "permission_answer",
+            None,
+            json!({
+                "request_id": request_id, "tool": prompt.tool, "behavior": "deny",
+                "by": "botvisord", "message": message,
+            })
+            .to_string(),
+        );
+    }
+    let mut effects: Vec<Effect> = c.build().into_iter().collect();
+    effects.push(Effect::Pending(book.list()));
+    effects
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::supervisor::core::effect::Write;
+
+    fn asked(id: &str) -> Asked {
+        Asked {
+            request_id: id.into(),
+            tool: "Write".into(),
+            input: json!({"file_path": "/x"}),
+            request: json!({"tool_use_id": "t1"}),
+        }
+    }
+
+    #[test]
+    fn rule_1_a_request_is_recorded_before_it_is_signalled_and_listed() {
+        let mut book = PromptBook::default();
+        let effects = opened(&mut book, asked("r1"), Some("turn"));
+        let Effect::Commit { writes, publish } = &effects[0] else {
+            panic!("{effects:?}")
+        };
+        assert!(matches!(&writes[0], Write::Chat { kind, turn_id, .. }
+            if kind == "permission_request" && turn_id.as_deref() == Some("turn")));
+        assert_eq!(publish[0], Publish::Item(0));
+        assert!(
+            matches!(&publish[1], Publish::PermissionRequested { request_id, .. } if request_id == "r1")
+        );
+        assert!(matches!(&effects[1], Effect::Pending(l) if l.len() == 1));
+    }
+
+    #[test]
+    fn prompts_nobody_can_answer_are_closed_as_denied_by_botvisord_with_the_reason() {
+        let mut book = PromptBook::default();
+        opened(&mut book, asked("r1"), None);
+        opened(&mut book, asked("r2"), None);
+        let effects = close_all(&mut book, "The agent stopped.");
+        assert!(book.open.is_empty());
+        let Effect::Commit { writes, .. } = &effects[0] else {
+            panic!("{effects:?}")
+        };
+        assert_eq!(writes.len(), 2);
+        assert!(
+            writes
+                .iter()
+                .all(|w| matches!(w, Write::Chat { payload, .. }
+            if payload.contains("\"by\":\"botvisord\"") && payload.contains("The agent stopped.")))
+        );
+        assert_eq!(effects[1], Effect::Pending(Vec::new()));
+        assert!(
+            close_all(&mut book, "again").is_empty(),
+            "nothing open: nothing said"
+        );
+    }
+
+    #[test]
+    fn a_request_answered_by_a_client_first_is_not_closed_again() {
+        let mut book = PromptBook::default();
+        opened(&mut book, asked("r1"), None);
+        assert!(book.answer("r1", "client", "allow").is_some());
+        assert!(close_all(&mut book, "stopped").is_empty());
+    }
+}

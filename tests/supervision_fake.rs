@@ -470,3 +470,51 @@ async fn failed_survives_a_daemon_restart() {
     );
     assert_eq!(fake.launches().len(), 2);
 }
+
+/// Without cgroups (design rule 9 after a daemon crash): a double fork the crashed daemon never
+/// recorded (no snapshot came after it) and that its crash orphaned is found by the marker it
+/// inherited and stopped by the next daemon, which names it in the chat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrecorded_double_fork_is_stopped_by_the_next_daemon_after_a_crash() {
+    let mut fake = FakeSetup::start("stop_grace_s = 0.5\n").await;
+    let bot = fake
+        .bot(json!([{"mode": "normal", "spawn": ["setsid sh -c 'sleep 300 & exit 0' & exit 0"]}]))
+        .await;
+    assert_eq!(send_and_wait(&bot, "hi").await.outcome, "success");
+    let sleep = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            if let Some((pid, _)) = fake
+                .env
+                .leftovers()
+                .into_iter()
+                .find(|(_, c)| c.starts_with("sleep 300"))
+            {
+                return pid;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the escaped sleep starts");
+    fake.daemon.kill();
+    fake.daemon = Daemon::start(&fake.cfg, &fake.env.conn).await;
+    let bot = fake.env.bot(&bot.inner().path().to_owned().into()).await;
+    let note = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            if let Some(p) = of_kind(&chat(&bot).await, "system")
+                .into_iter()
+                .find(|p| p["reason"] == "recovered_processes")
+            {
+                return p.clone();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no recovered_processes note:\n{}", fake.daemon.log_text()));
+    assert!(
+        note["pids"].as_array().unwrap().contains(&json!(sleep)),
+        "{note}"
+    );
+    fake.env.assert_no_leftovers();
+}

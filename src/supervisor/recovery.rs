@@ -9,18 +9,37 @@ use crate::store;
 
 impl Supervisor {
     /// At daemon start, before any bot runs: every process the previous run recorded that is
-    /// still alive (same identity) is stopped by identity, with its descendants, and each bot's
-    /// chat says so. Returns how many were alive.
+    /// still alive (same identity) and, without cgroup containment, every process that carries a
+    /// bot's marker ([`crate::process::marked`]) is stopped by identity, with its descendants,
+    /// and each bot's chat says so. Returns how many were alive.
     pub async fn recover_processes(&self) -> Result<usize, BotError> {
         use crate::process::identity::{Liveness, liveness};
         use crate::process::verdict::{StopObservation, verdict};
         let records = self.store.read(store::processes::all)?;
-        if records.is_empty() {
-            return self.recover_cgroups().await;
-        }
         let mut by_bot: BTreeMap<String, Vec<store::processes::ProcessRecord>> = BTreeMap::new();
         for r in records {
             by_bot.entry(r.bot_id.clone()).or_default().push(r);
+        }
+        // Without cgroups, what the previous run never recorded (a double fork after its last
+        // snapshot, adopted by it and orphaned by its crash) is found by the marker it inherited.
+        if crate::process::cgroup::subtree().is_none() {
+            let ids: std::collections::BTreeSet<String> =
+                self.list().iter().map(|h| h.id.clone()).collect();
+            for (bot_id, found) in crate::process::marked::marked(&ids) {
+                let recs = by_bot.entry(bot_id.clone()).or_default();
+                for identity in found {
+                    if !recs.iter().any(|r| r.identity == identity) {
+                        recs.push(store::processes::ProcessRecord {
+                            bot_id: bot_id.clone(),
+                            identity,
+                            role: "marked".to_owned(),
+                        });
+                    }
+                }
+            }
+        }
+        if by_bot.is_empty() {
+            return self.recover_cgroups().await;
         }
         let mut alive_total = 0;
         for (bot_id, recs) in by_bot {

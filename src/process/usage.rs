@@ -220,8 +220,9 @@ pub struct Watch {
 
 impl Watch {
     /// Starts sampling `source` every `interval` while active (never while inactive; the first
-    /// sample as soon as it becomes active), handing each sample to `publish`. A zero interval
-    /// never samples.
+    /// sample as soon as it becomes active, and a last one when it stops being active, so that
+    /// an idle bot shows what its turn left, not what its launch had), handing each sample to
+    /// `publish`. A zero interval never samples.
     pub fn start(
         source: Source,
         interval: Duration,
@@ -238,7 +239,15 @@ impl Watch {
                     loop {
                         tokio::select! {
                             _ = tokio::time::sleep_until(next) => break,
-                            r = rx.changed() => if r.is_err() { break 'watch },
+                            r = rx.changed() => {
+                                if r.is_err() {
+                                    break 'watch;
+                                }
+                                if !*rx.borrow_and_update() {
+                                    publish(sampler.sample(&source));
+                                    break;
+                                }
+                            }
                         }
                     }
                 }
@@ -260,6 +269,38 @@ impl Watch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn samples_when_the_bot_becomes_active_and_once_more_when_it_stops() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let source = Source::Tree {
+            root: std::process::id(),
+            bot_id: "usage-test".into(),
+        };
+        let watch = Watch::start(source, Duration::from_secs(3600), move |u| {
+            let _ = tx.send(u);
+        });
+        watch.set_active(true);
+        assert!(
+            next(&mut rx).await.memory_current > 0,
+            "when it becomes active"
+        );
+        watch.set_active(false);
+        assert!(next(&mut rx).await.memory_current > 0, "when its turn ends");
+        drop(watch);
+        assert_eq!(
+            next(&mut rx).await,
+            Usage::UNKNOWN,
+            "once the process is gone"
+        );
+    }
+
+    async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Usage>) -> Usage {
+        tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("a sample")
+            .expect("the watch runs")
+    }
 
     #[test]
     fn sums_a_process_and_keeps_cpu_time_of_ended_ones() {

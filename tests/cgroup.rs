@@ -372,3 +372,20 @@ async fn memory_max_is_written_to_the_bots_cgroup_where_the_memory_controller_is
     let written = std::fs::read_to_string(cg.bot_dir(&bot_id(&other)).join("memory.max")).unwrap();
     assert_eq!(written.trim(), "max");
 }
+
+/// The bots' cgroup folder removed by hand while botvisord runs: the next agent still starts in
+/// a cgroup of its own (the folder is made again), and its stop is proven by the cgroup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_bots_folder_is_made_again_and_containment_goes_on() {
+    let Some(cg) = TestCgroup::new() else { return };
+    let fake = fake_in(&cg, false, "stop_grace_s = 0.5\n").await;
+    let bot = fake.bot(json!([{"mode": "normal"}])).await;
+    std::fs::remove_dir(cg.dir.join("bots")).expect("bots/ is empty while no agent runs");
+    assert_eq!(send_and_wait(&bot, "hi").await.outcome, "success");
+    let id = bot_id(&bot);
+    let agent = bot.process_id().await.unwrap();
+    assert_eq!(TestCgroup::of(agent), cg.bot_path(&id), "the agent");
+    stop_and_wait(&bot).await;
+    assert_eq!(bot.stop_proof().await.unwrap(), "cgroup");
+    fake.env.assert_no_leftovers();
+}

@@ -74,6 +74,21 @@ impl Subtree {
         match std::fs::create_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // `bots/` itself was removed while botvisord ran: made again, with the
+                // controllers it had, so that containment goes on.
+                let bots = self.root.join(BOTS_DIR);
+                tracing::warn!(cgroup = %bots.display(), "the bots' cgroup folder was removed; making it again");
+                match std::fs::create_dir(&bots) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e),
+                }
+                for c in &self.controllers {
+                    write_file(&bots.join("cgroup.subtree_control"), &format!("+{c}"))?;
+                }
+                std::fs::create_dir(&dir)?;
+            }
             Err(e) => return Err(e),
         }
         match memory_max {

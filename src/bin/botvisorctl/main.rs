@@ -25,6 +25,7 @@ mod bots;
 mod commands;
 mod connect;
 mod fail;
+mod hint;
 mod list;
 mod send;
 mod show;
@@ -85,6 +86,7 @@ fn main() {
         let bus = Bus::choose(args.address.as_deref(), args.host.as_deref(), |k| {
             std::env::var_os(k)
         })?;
+        hint::set(args.host.as_deref(), args.address.as_deref(), &bus);
         let conn = bus.connect().await?;
         run(&conn, args).await
     });

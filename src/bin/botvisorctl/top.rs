@@ -152,7 +152,10 @@ fn screen_lines(all: &[(BotInfo, Option<f64>)], interval: f64) -> Vec<String> {
         all.len()
     )];
     if all.is_empty() {
-        lines.push("no bots; create one with `botvisorctl create --cwd DIR`".into());
+        lines.push(format!(
+            "no bots; create one with `{} create --cwd DIR`",
+            super::hint::ctl()
+        ));
         return lines;
     }
     let rows = all

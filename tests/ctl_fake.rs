@@ -781,3 +781,34 @@ async fn a_send_whose_bot_is_deleted_fails_with_exit_code_1() {
         "{err}"
     );
 }
+
+/// `top` outlives a restart of botvisord, as `watch` does: `{"event": "daemon_left"}` once when
+/// it is gone, `{"event": "daemon_back"}` when it is back, then refreshes of the new daemon's
+/// bots (it used to end with exit code 1, "botvisord is not running").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_waits_through_a_daemon_restart() {
+    let mut s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(&s, "steady", &s.env.work, json!([{"mode": "normal"}])).await;
+    let mut top = ctl(&bus)
+        .args(["--json", "top", "--interval", "0.1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(top.stdout.take().unwrap()).lines();
+    read_until(&mut lines, |v| v["bots"][0]["name"] == "steady").await;
+    assert!(s.daemon.terminate().await.success());
+    read_until(&mut lines, |v| v["event"] == "daemon_left").await;
+    s.daemon = Daemon::start(&s.cfg, &s.env.conn).await;
+    let meanwhile = read_until(&mut lines, |v| v["event"] == "daemon_back").await;
+    assert!(
+        meanwhile.iter().all(|v| v.get("bots").is_none()),
+        "no refresh of bots while botvisord is away: {meanwhile:?}"
+    );
+    read_until(&mut lines, |v| v["bots"][0]["name"] == "steady").await;
+    assert!(
+        top.try_wait().unwrap().is_none(),
+        "top still runs after the restart"
+    );
+    top.kill().await.unwrap();
+}

@@ -812,3 +812,50 @@ async fn top_waits_through_a_daemon_restart() {
     );
     top.kill().await.unwrap();
 }
+
+/// A message longer than `Send` takes (1 MiB) is refused by botvisorctl before it sends, with
+/// the daemon's words and the exit code of a usage error, whatever its size: 200,000,000 bytes
+/// used to meet the bus's own limit first (`botvisorctl: excess data`, exit 1). Nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_is_refused_before_it_is_sent() {
+    use tokio::io::AsyncWriteExt;
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(&s, "small", &s.env.work, json!([{"mode": "normal"}])).await;
+    for size in [2_000_000usize, 200_000_000] {
+        let mut send = ctl(&bus)
+            .args(["send", "small", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = send.stdin.take().unwrap();
+        let writer = tokio::spawn(async move {
+            let chunk = vec![b'x'; 1 << 20];
+            let mut left = size;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                if stdin.write_all(&chunk[..n]).await.is_err() {
+                    return;
+                }
+                left -= n;
+            }
+        });
+        let out = tokio::time::timeout(EVENT_TIMEOUT, send.wait_with_output())
+            .await
+            .expect("send ends")
+            .unwrap();
+        writer.await.unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{size}: {err}");
+        assert!(
+            err.contains(&format!(
+                "botvisorctl: InvalidArgument: the message is {size} bytes; Send takes at most \
+                 1048576 bytes (1 MiB)."
+            )),
+            "{size}: {err}"
+        );
+    }
+    assert!(s.messages().is_empty(), "{:?}", s.messages());
+}

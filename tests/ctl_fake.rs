@@ -859,3 +859,32 @@ async fn an_oversized_message_is_refused_before_it_is_sent() {
     }
     assert!(s.messages().is_empty(), "{:?}", s.messages());
 }
+
+/// `create --memory-max` passes the limit to `CreateBot` in bytes (2G is 2 GiB, as systemd's
+/// `MemoryMax=` reads it): the bot's `memory_max` is that, or, where botvisord has no memory
+/// controller, `CreateBot` answers NotSupported; a size that is not one is a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_takes_a_memory_limit_with_a_suffix() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let cwd = s.env.work.to_str().unwrap();
+    let (code, out, err) = run(
+        &bus,
+        &["--json", "create", "--cwd", cwd, "--memory-max", "2G"],
+    )
+    .await;
+    if code == 0 {
+        let v: Value = serde_json::from_str(out.trim()).unwrap();
+        let id = v["id"].as_str().unwrap();
+        let (code, out, err) = run(&bus, &["--json", "status", id]).await;
+        assert_eq!(code, 0, "{err}");
+        let v: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["memory_max"], 2u64 << 30, "{v}");
+    } else {
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("NotSupported: "), "{err}");
+    }
+    let (code, _, err) = run(&bus, &["create", "--cwd", cwd, "--memory-max", "2X"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is not a size"), "{err}");
+}

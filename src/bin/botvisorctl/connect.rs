@@ -172,7 +172,15 @@ fn decode(value: &OsStr) -> Result<OsString, String> {
 /// The `unixexec:` address of the user bus of `host` over `ssh`: `ssh -xT -- HOST` and the
 /// [`REMOTE_BRIDGE`] command, as `busctl --host` builds it for the system bus.
 fn host_address(host: &str, ssh: OsString) -> Result<Address, Failure> {
-    if host.is_empty() || host.starts_with('-') || host.chars().any(char::is_whitespace) {
+    // ssh splits a destination at its last `@`: neither side may be empty.
+    let halves_empty = host
+        .rsplit_once('@')
+        .is_some_and(|(user, name)| user.is_empty() || name.is_empty());
+    if host.is_empty()
+        || halves_empty
+        || host.starts_with('-')
+        || host.chars().any(char::is_whitespace)
+    {
         return Err(Failure::usage(format!(
             "--host takes [USER@]HOST (an ssh destination), not {host:?}"
         )));
@@ -280,7 +288,7 @@ mod tests {
             "{}",
             e.text
         );
-        for bad in ["", "-oProxyCommand=x", "a b"] {
+        for bad in ["", "-oProxyCommand=x", "a b", "me@", "@host", "@"] {
             let e = Bus::choose(None, Some(bad), no_env).unwrap_err();
             assert_eq!(e.code, super::super::fail::USAGE, "{bad}");
         }

@@ -118,6 +118,7 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             permission_mode,
             env,
             idle_timeout,
+            memory_max,
         } => {
             let a = commands::CreateArgs {
                 cwd,
@@ -127,6 +128,7 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
                 permission_mode,
                 env,
                 idle_timeout,
+                memory_max,
             };
             commands::create(conn, a, json).await
         }

@@ -529,3 +529,32 @@ async fn a_dropped_link_says_the_turn_goes_on_and_how_to_follow_it() {
         "{err}"
     );
 }
+
+/// A `unixexec:` program that ends before the connection is made: the error says how it ended
+/// (its exit status) and whether it printed anything, instead of always pointing at "what the
+/// program printed" above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_ends_at_once_is_described_as_it_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let silent = "unixexec:path=false";
+    let (code, _, err) = run(None, dir.path(), &[], &["--address", silent, "list"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "the program ended (exit status: 1) and printed nothing on its standard error"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("printed is above"), "{err}");
+    let noisy = format!(
+        "unixexec:path=sh,argv1=-c,argv2={}",
+        encode("echo no bus here >&2; exit 3")
+    );
+    let (code, _, err) = run(None, dir.path(), &[], &["--address", &noisy, "list"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.starts_with("no bus here\n"), "{err}");
+    assert!(
+        err.contains("the program ended (exit status: 3); what it printed is above"),
+        "{err}"
+    );
+}

@@ -28,6 +28,16 @@ pub const MAX_READ_BYTES: u32 = 4 << 20;
 /// The longest message `Send` takes, in bytes of UTF-8. 1 MiB.
 pub const MAX_SEND_BYTES: usize = 1 << 20;
 
+/// Why a message of `len` bytes (more than [`MAX_SEND_BYTES`]) is refused: the words of
+/// `Send`'s `InvalidArgument`, which botvisorctl also says before it sends.
+pub fn send_too_long(len: usize) -> String {
+    format!(
+        "the message is {len} bytes; Send takes at most {MAX_SEND_BYTES} bytes (1 MiB). Send a \
+         shorter message, or write the text to a file in the bot's working directory and send \
+         its path"
+    )
+}
+
 /// Bound of the per-bot properties that grow with the agent's output, in bytes: `PartialText`
 /// serves at most this much of the end of the text being written, and an input in
 /// `PendingPermissions` longer than this is served as a preview. They are small because

@@ -781,3 +781,110 @@ async fn a_send_whose_bot_is_deleted_fails_with_exit_code_1() {
         "{err}"
     );
 }
+
+/// `top` outlives a restart of botvisord, as `watch` does: `{"event": "daemon_left"}` once when
+/// it is gone, `{"event": "daemon_back"}` when it is back, then refreshes of the new daemon's
+/// bots (it used to end with exit code 1, "botvisord is not running").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_waits_through_a_daemon_restart() {
+    let mut s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(&s, "steady", &s.env.work, json!([{"mode": "normal"}])).await;
+    let mut top = ctl(&bus)
+        .args(["--json", "top", "--interval", "0.1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(top.stdout.take().unwrap()).lines();
+    read_until(&mut lines, |v| v["bots"][0]["name"] == "steady").await;
+    assert!(s.daemon.terminate().await.success());
+    read_until(&mut lines, |v| v["event"] == "daemon_left").await;
+    s.daemon = Daemon::start(&s.cfg, &s.env.conn).await;
+    let meanwhile = read_until(&mut lines, |v| v["event"] == "daemon_back").await;
+    assert!(
+        meanwhile.iter().all(|v| v.get("bots").is_none()),
+        "no refresh of bots while botvisord is away: {meanwhile:?}"
+    );
+    read_until(&mut lines, |v| v["bots"][0]["name"] == "steady").await;
+    assert!(
+        top.try_wait().unwrap().is_none(),
+        "top still runs after the restart"
+    );
+    top.kill().await.unwrap();
+}
+
+/// A message longer than `Send` takes (1 MiB) is refused by botvisorctl before it sends, with
+/// the daemon's words and the exit code of a usage error, whatever its size: 200,000,000 bytes
+/// used to meet the bus's own limit first (`botvisorctl: excess data`, exit 1). Nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_is_refused_before_it_is_sent() {
+    use tokio::io::AsyncWriteExt;
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(&s, "small", &s.env.work, json!([{"mode": "normal"}])).await;
+    for size in [2_000_000usize, 200_000_000] {
+        let mut send = ctl(&bus)
+            .args(["send", "small", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = send.stdin.take().unwrap();
+        let writer = tokio::spawn(async move {
+            let chunk = vec![b'x'; 1 << 20];
+            let mut left = size;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                if stdin.write_all(&chunk[..n]).await.is_err() {
+                    return;
+                }
+                left -= n;
+            }
+        });
+        let out = tokio::time::timeout(EVENT_TIMEOUT, send.wait_with_output())
+            .await
+            .expect("send ends")
+            .unwrap();
+        writer.await.unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{size}: {err}");
+        assert!(
+            err.contains(&format!(
+                "botvisorctl: InvalidArgument: the message is {size} bytes; Send takes at most \
+                 1048576 bytes (1 MiB)."
+            )),
+            "{size}: {err}"
+        );
+    }
+    assert!(s.messages().is_empty(), "{:?}", s.messages());
+}
+
+/// `create --memory-max` passes the limit to `CreateBot` in bytes (2G is 2 GiB, as systemd's
+/// `MemoryMax=` reads it): the bot's `memory_max` is that, or, where botvisord has no memory
+/// controller, `CreateBot` answers NotSupported; a size that is not one is a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_takes_a_memory_limit_with_a_suffix() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let cwd = s.env.work.to_str().unwrap();
+    let (code, out, err) = run(
+        &bus,
+        &["--json", "create", "--cwd", cwd, "--memory-max", "2G"],
+    )
+    .await;
+    if code == 0 {
+        let v: Value = serde_json::from_str(out.trim()).unwrap();
+        let id = v["id"].as_str().unwrap();
+        let (code, out, err) = run(&bus, &["--json", "status", id]).await;
+        assert_eq!(code, 0, "{err}");
+        let v: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["memory_max"], 2u64 << 30, "{v}");
+    } else {
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("NotSupported: "), "{err}");
+    }
+    let (code, _, err) = run(&bus, &["create", "--cwd", cwd, "--memory-max", "2X"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is not a size"), "{err}");
+}

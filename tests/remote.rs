@@ -315,11 +315,15 @@ async fn host_reaches_the_remote_users_session_bus_over_ssh() {
     assert_eq!(code, 130, "{shown:?}");
     assert!(shown.contains("(left without answering)"), "{shown:?}");
     assert!(
-        shown.contains("left; the turn goes on. Follow it with: botvisorctl watch asker"),
+        shown.contains(&format!(
+            "left; the turn goes on. Follow it with: botvisorctl --host {host} watch asker"
+        )),
         "{shown:?}"
     );
     assert!(
-        shown.contains("botvisorctl answer asker ask-0-0 allow|deny"),
+        shown.contains(&format!(
+            "botvisorctl --host {host} answer asker ask-0-0 allow|deny"
+        )),
         "{shown:?}"
     );
     let (code, out, err) = run(
@@ -417,5 +421,140 @@ async fn a_bridge_run_by_another_user_is_refused() {
         s.messages().is_empty(),
         "nothing was sent: {:?}",
         s.messages()
+    );
+}
+
+/// A `unixexec:` address whose program records its pid (so the test can end it) before it runs
+/// systemd-stdio-bridge on `bus`.
+fn killable_link(bus: &str, pid_file: &Path) -> String {
+    let script = format!(
+        "echo $$ > {}; exec systemd-stdio-bridge --bus-path={bus}",
+        pid_file.display()
+    );
+    format!("unixexec:path=sh,argv1=-c,argv2={}", encode(&script))
+}
+
+/// Ends the program whose pid `pid_file` holds.
+fn kill_link(pid_file: &Path) {
+    let pid: i32 = std::fs::read_to_string(pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kill(2) of the test's own bridge process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+}
+
+/// A link that drops during `send` (its bridge is killed while the turn waits for permission)
+/// says that the connection was lost, naming the link, that the turn goes on in botvisord, and
+/// how to follow it and answer its prompt over the same `--address`; exit code 1 (as when
+/// botvisord goes away). A `watch` whose link drops says so and how to watch again, exit 1 (it
+/// used to print `I/O error: failed to read from socket`, and watch ended with 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_link_says_the_turn_goes_on_and_how_to_follow_it() {
+    let s = FakeSetup::start("").await;
+    let local = s.env.bus.address.clone();
+    let home = &s.env.home;
+    let pid_file = s.env.dir.path().join("bridge.pid");
+    let link = killable_link(&local, &pid_file);
+    create(
+        &s,
+        &local,
+        "asker",
+        json!([{"mode": "normal", "ask": {"tool": "Write", "input_bytes": 10}}]),
+    )
+    .await;
+    let said = "the connection to the bus through sh (the program of the unixexec: address from \
+                --address) was lost";
+
+    let mut send = ctl(None, home, &[])
+        .args(["--address", &link, "send", "asker", "hello"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut shown = BufReader::new(send.stdout.take().unwrap()).lines();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(line) = shown.next_line().await.unwrap() {
+            if line.contains("waiting; answer with") {
+                return;
+            }
+        }
+        panic!("send ended before its prompt");
+    })
+    .await
+    .expect("the prompt");
+    kill_link(&pid_file);
+    let out = tokio::time::timeout(EVENT_TIMEOUT, send.wait_with_output())
+        .await
+        .expect("send ends")
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{said} before the turn ended; the turn goes on in botvisord. Follow it with \
+             `botvisorctl --address {link} watch asker`"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "it waits for permission: botvisorctl --address {link} answer asker ask-0-0 allow|deny"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("I/O error: failed"), "{err}");
+
+    let mut watch = ctl(None, home, &[])
+        .args(["--address", &link, "--json", "watch"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut watched = BufReader::new(watch.stdout.take().unwrap()).lines();
+    read_until(&mut watched, |v| v["event"] == "watching").await;
+    kill_link(&pid_file);
+    let out = tokio::time::timeout(EVENT_TIMEOUT, watch.wait_with_output())
+        .await
+        .expect("watch ends")
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{said}; what happens in botvisord goes on. Watch again with \
+             `botvisorctl --address {link} watch`"
+        )),
+        "{err}"
+    );
+}
+
+/// A `unixexec:` program that ends before the connection is made: the error says how it ended
+/// (its exit status) and whether it printed anything, instead of always pointing at "what the
+/// program printed" above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_ends_at_once_is_described_as_it_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let silent = "unixexec:path=false";
+    let (code, _, err) = run(None, dir.path(), &[], &["--address", silent, "list"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "the program ended (exit status: 1) and printed nothing on its standard error"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("printed is above"), "{err}");
+    let noisy = format!(
+        "unixexec:path=sh,argv1=-c,argv2={}",
+        encode("echo no bus here >&2; exit 3")
+    );
+    let (code, _, err) = run(None, dir.path(), &[], &["--address", &noisy, "list"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.starts_with("no bus here\n"), "{err}");
+    assert!(
+        err.contains("the program ended (exit status: 3); what it printed is above"),
+        "{err}"
     );
 }

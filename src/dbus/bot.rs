@@ -63,11 +63,8 @@ impl BotObject {
     async fn send(&self, text: String, options: Options) -> Result<String> {
         OptionReader::new("Send", &options).finish()?;
         if text.len() > MAX_SEND_BYTES {
-            return Err(Error::InvalidArgument(format!(
-                "the message is {} bytes; Send takes at most {MAX_SEND_BYTES} bytes (1 MiB). \
-                 Send a shorter message, or write the text to a file in the bot's working \
-                 directory and send its path",
-                text.len()
+            return Err(Error::InvalidArgument(crate::limits::send_too_long(
+                text.len(),
             )));
         }
         Ok(self.handle.send(text)?)

@@ -71,6 +71,11 @@ pub enum Cmd {
         /// Stop the agent after this many idle seconds (0: never).
         #[arg(long, value_name = "SECONDS")]
         idle_timeout: Option<u32>,
+        /// Limit the memory of the agent and everything it starts (its cgroup's memory.max), as
+        /// systemd's MemoryMax=: bytes, or with a suffix K, M, G or T (powers of 1024), or
+        /// `infinity`. Default: botvisord's config `memory_max`.
+        #[arg(long, value_name = "BYTES", value_parser = memory_max)]
+        memory_max: Option<u64>,
     },
     /// List the bots: short id, name, state (and open permission prompts), folder.
     #[command(visible_alias = "ls")]
@@ -164,8 +169,8 @@ pub enum Cmd {
         /// `usage_interval_s` (2 s by default), never an idle or stopped one.
         #[arg(long, value_name = "SECONDS", default_value_t = 2.0, value_parser = interval)]
         interval: f64,
-        /// Stop after this many refreshes (default: until q or Ctrl-C).
-        #[arg(short = 'n', long, value_name = "N")]
+        /// Stop after this many refreshes, 1 or more (default: until q or Ctrl-C).
+        #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         iterations: Option<u64>,
     },
     /// Delete a bot and its history (asks first unless --yes).
@@ -186,6 +191,29 @@ pub enum Cmd {
     Man,
 }
 
+/// `--memory-max`: bytes, with an optional suffix K, M, G or T (powers of 1024, as systemd's
+/// `MemoryMax=`), or `infinity` (`u64::MAX`, no limit).
+pub fn memory_max(text: &str) -> Result<u64, String> {
+    if text == "infinity" {
+        return Ok(u64::MAX);
+    }
+    let bad = || format!("`{text}` is not a size: bytes, or a number with K, M, G or T");
+    let (digits, shift) = match text.char_indices().last() {
+        Some((i, 'K')) => (&text[..i], 10),
+        Some((i, 'M')) => (&text[..i], 20),
+        Some((i, 'G')) => (&text[..i], 30),
+        Some((i, 'T')) => (&text[..i], 40),
+        _ => (text, 0),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    n.checked_mul(1 << shift)
+        .filter(|b| *b < u64::MAX)
+        .ok_or_else(|| format!("`{text}` is too big (say `infinity` for no limit)"))
+}
+
 /// `--interval`: seconds from 0.1 to 3600.
 fn interval(text: &str) -> Result<f64, String> {
     let s: f64 = text
@@ -195,5 +223,31 @@ fn interval(text: &str) -> Result<f64, String> {
         Ok(s)
     } else {
         Err(format!("{s} is not from 0.1 to 3600 seconds"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_max_takes_systemds_suffixes() {
+        assert_eq!(memory_max("1048576"), Ok(1 << 20));
+        assert_eq!(memory_max("512K"), Ok(512 << 10));
+        assert_eq!(memory_max("200M"), Ok(200 << 20));
+        assert_eq!(memory_max("2G"), Ok(2 << 30));
+        assert_eq!(memory_max("1T"), Ok(1 << 40));
+        assert_eq!(memory_max("infinity"), Ok(u64::MAX));
+        for bad in ["", "M", "1.5G", "-1", "1 G", "1g", "12X", "+5"] {
+            assert!(memory_max(bad).is_err(), "{bad}");
+        }
+        assert!(memory_max("99999999999T").is_err());
+    }
+
+    #[test]
+    fn top_refuses_zero_refreshes() {
+        let e = Args::try_parse_from(["botvisorctl", "top", "-n", "0"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(Args::try_parse_from(["botvisorctl", "top", "-n", "1"]).is_ok());
     }
 }

@@ -11,7 +11,7 @@ use botvisor::dbus::client::{BotProxy, ManagerProxy};
 use botvisor::dbus::{BOT_INTERFACE, BUS_NAME, ROOT_PATH};
 
 use super::fail::{Failure, describe, error_name};
-use super::show;
+use super::{hint, show};
 
 /// The shortest id prefix shown; `GetBot` takes prefixes of 4 characters or more.
 pub const MIN_SHORT_ID: usize = 6;
@@ -226,12 +226,14 @@ pub async fn path_of(conn: &Connection, spec: &str) -> Result<OwnedObjectPath, F
     match ManagerProxy::new(conn).await?.get_bot(spec).await {
         Ok(p) => Ok(p),
         Err(e) if error_name(&e) == Some("NotFound") => Err(Failure::failed(format!(
-            "no bot has the id, id prefix or name `{}`; `botvisorctl list` shows them all",
-            show::safe(spec)
+            "no bot has the id, id prefix or name `{}`; `{} list` shows them all",
+            show::safe(spec),
+            hint::ctl()
         ))),
         Err(e) if error_name(&e) == Some("InvalidArgument") => Err(Failure::failed(format!(
-            "`{}` fits several bots; give more of the id (`botvisorctl list` shows them)",
-            show::safe(spec)
+            "`{}` fits several bots; give more of the id (`{} list` shows them)",
+            show::safe(spec),
+            hint::ctl()
         ))),
         Err(e) => Err(Failure::failed(describe(&e))),
     }
@@ -259,7 +261,10 @@ pub async fn info(conn: &Connection, path: &str) -> Result<BotInfo, Failure> {
         .into_iter()
         .find(|b| b.path == path)
         .ok_or_else(|| {
-            Failure::failed("that bot is gone (deleted); `botvisorctl list` shows the bots")
+            Failure::failed(format!(
+                "that bot is gone (deleted); `{} list` shows the bots",
+                hint::ctl()
+            ))
         })
 }
 

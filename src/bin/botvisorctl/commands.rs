@@ -29,6 +29,8 @@ pub struct CreateArgs {
     pub env: Vec<String>,
     /// Idle timeout in seconds.
     pub idle_timeout: Option<u32>,
+    /// The memory limit in bytes (`u64::MAX`: none).
+    pub memory_max: Option<u64>,
 }
 
 /// `create`: prints the id, name and folder, and a note when the name was suffixed.
@@ -70,6 +72,9 @@ pub async fn create(conn: &Connection, a: CreateArgs, json: bool) -> Result<u8, 
     }
     if let Some(s) = a.idle_timeout {
         options.insert("idle_timeout_s", Variant::from(s));
+    }
+    if let Some(m) = a.memory_max {
+        options.insert("memory_max", Variant::from(m));
     }
     let path = ManagerProxy::new(conn).await?.create_bot(options).await?;
     let info = bots::info(conn, path.as_str()).await?;

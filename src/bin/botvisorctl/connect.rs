@@ -81,14 +81,21 @@ impl Bus {
         let conn = match address.map(Address::transport) {
             None => Connection::session().await,
             Some(Transport::Unixexec(exec)) => {
-                let stream = run_program(exec).map_err(|e| {
+                let program = run_program(exec).map_err(|e| {
                     let what = match self {
                         Bus::Host(..) => format!(" (the ssh program; {SSH_ENV} names another)"),
                         _ => String::new(),
                     };
                     Failure::failed(format!("cannot run {}{what}: {e}", exec.path().display()))
                 })?;
-                zbus::connection::Builder::unix_stream(stream).build().await
+                let stream = program.stream.try_clone().map_err(zbus::Error::from);
+                let conn = match stream {
+                    Ok(s) => zbus::connection::Builder::unix_stream(s).build().await,
+                    Err(e) => Err(e),
+                };
+                return conn.map_err(|e| {
+                    Failure::failed(format!("{}; {}", self.cannot_connect(&e), program.known()))
+                });
             }
             Some(_) => {
                 let a = address.cloned().expect("an address");
@@ -106,17 +113,12 @@ impl Bus {
                  (--address ADDRESS and --host HOST name another bus)"
             ),
             Bus::Address(a, from) => {
-                let mut s = format!("cannot connect to the bus at {a} (from {from}): {e}");
-                if matches!(a.transport(), Transport::Unixexec(_)) {
-                    s.push_str("; what the program printed is above");
-                }
-                s
+                format!("cannot connect to the bus at {a} (from {from}): {e}")
             }
             Bus::Host(host, _) => format!(
-                "cannot reach the user bus of {host} through ssh ({e}); what ssh printed is \
-                 above. Check that `ssh {host}` logs in without a question, and that \
-                 systemd-stdio-bridge is installed there and the user's session bus runs \
-                 (see docs/remote.md)"
+                "cannot reach the user bus of {host} through ssh ({e}). Check that `ssh {host}` \
+                 logs in without a question, and that systemd-stdio-bridge is installed there \
+                 and the user's session bus runs (see docs/remote.md)"
             ),
         }
     }
@@ -172,7 +174,15 @@ fn decode(value: &OsStr) -> Result<OsString, String> {
 /// The `unixexec:` address of the user bus of `host` over `ssh`: `ssh -xT -- HOST` and the
 /// [`REMOTE_BRIDGE`] command, as `busctl --host` builds it for the system bus.
 fn host_address(host: &str, ssh: OsString) -> Result<Address, Failure> {
-    if host.is_empty() || host.starts_with('-') || host.chars().any(char::is_whitespace) {
+    // ssh splits a destination at its last `@`: neither side may be empty.
+    let halves_empty = host
+        .rsplit_once('@')
+        .is_some_and(|(user, name)| user.is_empty() || name.is_empty());
+    if host.is_empty()
+        || halves_empty
+        || host.starts_with('-')
+        || host.chars().any(char::is_whitespace)
+    {
         return Err(Failure::usage(format!(
             "--host takes [USER@]HOST (an ssh destination), not {host:?}"
         )));
@@ -187,15 +197,49 @@ fn host_address(host: &str, ssh: OsString) -> Result<Address, Failure> {
     ))))
 }
 
-/// Runs the program of a `unixexec:` address (see the module's words on SIGINT) with its standard input and output on one end of a
-/// socket pair, and returns the other end. Its standard error is ours; SIGINT is ignored in it.
-/// A thread waits for it to exit (it does when the connection closes).
-fn run_program(exec: &Unixexec) -> std::io::Result<UnixStream> {
+/// The program of a `unixexec:` address, running: our end of its socket pair, and what is known
+/// of it when connecting failed.
+struct Program {
+    /// Our end of the socket pair.
+    stream: UnixStream,
+    /// Its exit status, sent once it exited.
+    status: std::sync::mpsc::Receiver<std::io::Result<std::process::ExitStatus>>,
+    /// Whether it wrote anything on its standard error (passed on to ours).
+    printed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Sent when its standard error reached its end.
+    stderr_done: std::sync::mpsc::Receiver<()>,
+}
+
+impl Program {
+    /// What is known of the program after connecting failed: its exit status (waited for up to
+    /// 2 s: it ends when it closed the connection) and whether it printed anything (above).
+    fn known(&self) -> String {
+        let wait = std::time::Duration::from_secs(2);
+        let status = match self.status.recv_timeout(wait) {
+            Ok(Ok(st)) => format!("the program ended ({st})"),
+            Ok(Err(e)) => format!("the program's end is not known ({e})"),
+            Err(_) => "the program still runs".to_owned(),
+        };
+        let _ = self.stderr_done.recv_timeout(wait);
+        if self.printed.load(std::sync::atomic::Ordering::SeqCst) {
+            format!("{status}; what it printed is above")
+        } else {
+            format!("{status} and printed nothing on its standard error")
+        }
+    }
+}
+
+/// Runs the program of a `unixexec:` address (see the module's words on SIGINT) with its
+/// standard input and output on one end of a socket pair. Its standard error is passed on to
+/// ours by a thread (which notes whether it printed anything); SIGINT is ignored in it. A thread
+/// waits for it to exit (it does when the connection closes).
+fn run_program(exec: &Unixexec) -> std::io::Result<Program> {
     let (ours, theirs) = UnixStream::pair()?;
     let mut cmd = std::process::Command::new(exec.path());
     cmd.args(exec.args())
         .stdin(OwnedFd::from(theirs.try_clone()?))
-        .stdout(OwnedFd::from(theirs));
+        .stdout(OwnedFd::from(theirs))
+        .stderr(std::process::Stdio::piped());
     if let Some(arg0) = exec.arg0() {
         cmd.arg0(arg0);
     }
@@ -207,8 +251,35 @@ fn run_program(exec: &Unixexec) -> std::io::Result<UnixStream> {
         });
     }
     let mut child = cmd.spawn()?;
-    std::thread::spawn(move || child.wait());
-    Ok(ours)
+    let printed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (done_tx, stderr_done) = std::sync::mpsc::channel();
+    if let Some(mut err) = child.stderr.take() {
+        let printed = printed.clone();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                printed.store(true, std::sync::atomic::Ordering::SeqCst);
+                let mut out = std::io::stderr().lock();
+                let _ = out.write_all(&buf[..n]);
+                let _ = out.flush();
+            }
+            let _ = done_tx.send(());
+        });
+    }
+    let (status_tx, status) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = status_tx.send(child.wait());
+    });
+    Ok(Program {
+        stream: ours,
+        status,
+        printed,
+        stderr_done,
+    })
 }
 
 #[cfg(test)]
@@ -280,7 +351,7 @@ mod tests {
             "{}",
             e.text
         );
-        for bad in ["", "-oProxyCommand=x", "a b"] {
+        for bad in ["", "-oProxyCommand=x", "a b", "me@", "@host", "@"] {
             let e = Bus::choose(None, Some(bad), no_env).unwrap_err();
             assert_eq!(e.code, super::super::fail::USAGE, "{bad}");
         }

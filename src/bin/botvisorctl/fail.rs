@@ -101,8 +101,19 @@ pub fn describe(e: &zbus::Error) -> String {
             NOT_RUNNING.into()
         }
         zbus::Error::MethodError(name, text, _) => method_error(name.as_str(), text.as_deref()),
+        e if is_lost(e) => format!(
+            "{} was lost ({})",
+            super::hint::link(),
+            super::show::safe(&e.to_string())
+        ),
         other => super::show::safe(&other.to_string()),
     }
+}
+
+/// Whether `e` means that the connection to the bus is gone: its socket closed or failed (the
+/// ssh link or the bridge of `--host` ended, the bus went away).
+pub fn is_lost(e: &zbus::Error) -> bool {
+    matches!(e, zbus::Error::InputOutput(_))
 }
 
 /// A D-Bus method's error `name` and its `text` in words, on one line.
@@ -111,7 +122,10 @@ fn method_error(name: &str, text: Option<&str>) -> String {
         "org.freedesktop.DBus.Error.ServiceUnknown"
         | "org.freedesktop.DBus.Error.NameHasNoOwner" => return NOT_RUNNING.into(),
         "org.freedesktop.DBus.Error.UnknownObject" | "org.freedesktop.DBus.Error.UnknownMethod" => {
-            return "that bot is gone (deleted); `botvisorctl list` shows the bots".into();
+            return format!(
+                "that bot is gone (deleted); `{} list` shows the bots",
+                super::hint::ctl()
+            );
         }
         _ => {}
     }
@@ -124,25 +138,27 @@ fn method_error(name: &str, text: Option<&str>) -> String {
     }
 }
 
-/// botvisord's messages speak of D-Bus methods; a terminal user runs commands.
+/// botvisord's messages speak of D-Bus methods; a terminal user runs commands (with the bus
+/// they chose: [`super::hint::ctl`]).
 pub fn in_ctl_words(text: &str) -> String {
-    const WORDS: [(&str, &str); 6] = [
+    let ctl = super::hint::ctl();
+    let words = [
         (
             "ListBots shows them all",
-            "`botvisorctl list` shows them all",
+            format!("`{ctl} list` shows them all"),
         ),
-        ("until Restart", "until `botvisorctl restart`"),
-        ("Call Restart", "Run `botvisorctl restart`"),
-        ("call `Restart`", "run `botvisorctl restart`"),
-        ("with RespondPermission", "with `botvisorctl answer`"),
+        ("until Restart", format!("until `{ctl} restart`")),
+        ("Call Restart", format!("Run `{ctl} restart`")),
+        ("call `Restart`", format!("run `{ctl} restart`")),
+        ("with RespondPermission", format!("with `{ctl} answer`")),
         (
             "until the next `Send` or `Restart`",
-            "until the next `botvisorctl send` or `restart`",
+            format!("until the next `{ctl} send` or `restart`"),
         ),
     ];
     let mut out = text.to_owned();
-    for (from, to) in WORDS {
-        out = out.replace(from, to);
+    for (from, to) in words {
+        out = out.replace(from, &to);
     }
     out
 }

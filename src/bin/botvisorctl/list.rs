@@ -18,7 +18,10 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
         return Ok(OK);
     }
     if all.is_empty() {
-        anstream::println!("no bots; create one with `botvisorctl create --cwd DIR`");
+        anstream::println!(
+            "no bots; create one with `{} create --cwd DIR`",
+            super::hint::ctl()
+        );
         return Ok(OK);
     }
     let rows = all
@@ -87,7 +90,8 @@ fn prompts(all: &[BotInfo]) {
                 )
             );
             anstream::println!(
-                "  answer: botvisorctl answer {} {} allow|deny",
+                "  answer: {} answer {} {} allow|deny",
+                super::hint::ctl(),
                 show::safe(&b.short),
                 show::safe(id)
             );

@@ -25,6 +25,7 @@ mod bots;
 mod commands;
 mod connect;
 mod fail;
+mod hint;
 mod list;
 mod send;
 mod show;
@@ -85,6 +86,7 @@ fn main() {
         let bus = Bus::choose(args.address.as_deref(), args.host.as_deref(), |k| {
             std::env::var_os(k)
         })?;
+        hint::set(args.host.as_deref(), args.address.as_deref(), &bus);
         let conn = bus.connect().await?;
         run(&conn, args).await
     });
@@ -116,6 +118,7 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             permission_mode,
             env,
             idle_timeout,
+            memory_max,
         } => {
             let a = commands::CreateArgs {
                 cwd,
@@ -125,6 +128,7 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
                 permission_mode,
                 env,
                 idle_timeout,
+                memory_max,
             };
             commands::create(conn, a, json).await
         }
@@ -132,6 +136,13 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
         Cmd::Status { bot } => list::status(conn, &bot, json).await,
         Cmd::Send { bot, text } => {
             let text = if text == "-" { read_stdin()? } else { text };
+            // Checked here: a message over the bus's own limits would cost the connection.
+            if text.len() > botvisor::limits::MAX_SEND_BYTES {
+                return Err(Failure::usage(format!(
+                    "InvalidArgument: {}",
+                    botvisor::limits::send_too_long(text.len())
+                )));
+            }
             send::run(conn, &bot, text, json).await
         }
         Cmd::Chat {
@@ -176,19 +187,26 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
     }
 }
 
-/// The message from stdin, without the newline that ends its last line.
+/// The message from stdin, without the newline that ends its last line. One longer than
+/// `Send` takes is refused here, by its size, before it is read as text.
 fn read_stdin() -> Result<String, Failure> {
-    let mut s = String::new();
+    let mut s = Vec::new();
     std::io::stdin()
-        .read_to_string(&mut s)
+        .read_to_end(&mut s)
         .map_err(|e| Failure::usage(format!("cannot read the message from stdin: {e}")))?;
-    if s.ends_with('\n') {
+    if s.ends_with(b"\n") {
         s.pop();
-        if s.ends_with('\r') {
+        if s.ends_with(b"\r") {
             s.pop();
         }
     }
-    Ok(s)
+    if s.len() > botvisor::limits::MAX_SEND_BYTES {
+        return Err(Failure::usage(format!(
+            "InvalidArgument: {}",
+            botvisor::limits::send_too_long(s.len())
+        )));
+    }
+    String::from_utf8(s).map_err(|_| Failure::usage("the message on stdin is not UTF-8 text"))
 }
 
 /// A chat item's payload to show: a preview (an item over 1 MiB) is replaced by the whole item,

@@ -20,7 +20,7 @@ use botvisor::dbus::{BUS_NAME, ROOT_PATH};
 use super::fail::{CTRL_C, FAILED, Failure, describe, turn_exit_code};
 use super::show::{self, DIM, Detail, ERROR, GOOD, paint};
 use super::term::{Said, Term};
-use super::{bots, shell_word, whole_payload};
+use super::{bots, hint, shell_word, whole_payload};
 
 /// How many signals may wait unread (a burst of streamed text while a whole item is read).
 const QUEUE: usize = 1 << 16;
@@ -59,8 +59,9 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
     let turn_id = bot.send(&text, HashMap::new()).await.map_err(|e| {
         Failure::failed(match super::fail::error_name(&e) {
             Some("Busy") => format!(
-                "{}; `botvisorctl restart {}` clears it",
+                "{}; `{} restart {}` clears it",
                 describe(&e),
+                hint::ctl(),
                 shell_word(spec)
             ),
             _ => describe(&e),
@@ -108,8 +109,8 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
                         return Ok(code);
                     }
                 }
-                Some(Err(e)) => return Err(e.into()),
-                None => return Err(Failure::failed("the bus connection closed")),
+                Some(Err(e)) if !super::fail::is_lost(&e) => return Err(e.into()),
+                Some(Err(_)) | None => return Err(follow.lost()),
             },
             said = follow.term.said() => follow.on_said(said).await,
             Some(Ok(msg)) = removed.next() => {
@@ -132,7 +133,8 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
                     return Err(Failure::failed(format!(
                         "botvisord went away before the turn ended. When it runs again it sends \
                          the message to the agent unless the agent had taken it already, and \
-                         ends the turn either way (follow it with `botvisorctl chat {}`)",
+                         ends the turn either way (follow it with `{} chat {}`)",
+                        hint::ctl(),
                         follow.spec
                     )));
                 }
@@ -221,8 +223,9 @@ impl Follow<'_> {
                     let last = self.bot.last_error().await.unwrap_or_default();
                     return Err(Failure::failed(format!(
                         "the bot failed before the turn ended: {}\nThe message waits; \
-                         `botvisorctl restart {}` tries again.",
+                         `{} restart {}` tries again.",
                         show::safe(&last),
+                        hint::ctl(),
                         self.spec
                     )));
                 }
@@ -252,8 +255,9 @@ impl Follow<'_> {
                     ));
                 } else {
                     let line = format!(
-                        "{} — waiting; answer with: botvisorctl answer {} {} allow|deny",
+                        "{} — waiting; answer with: {} answer {} {} allow|deny",
                         show::item_text(kind, &v, Detail::Full, ""),
+                        hint::ctl(),
                         self.spec,
                         show::safe(&id)
                     );
@@ -319,7 +323,8 @@ impl Follow<'_> {
             }
             Said::Eof(id) => {
                 self.term.note(&format!(
-                    "no answer given here; answer with: botvisorctl answer {} {} allow|deny",
+                    "no answer given here; answer with: {} answer {} {} allow|deny",
+                    hint::ctl(),
                     self.spec,
                     show::safe(&id)
                 ));
@@ -381,6 +386,30 @@ impl Follow<'_> {
         turn_exit_code(outcome)
     }
 
+    /// The connection to the bus dropped (the ssh link, the bridge, the bus): the turn goes on
+    /// in botvisord; what to say, with how to follow it and answer what it asks.
+    fn lost(&mut self) -> Failure {
+        if self.term.asking().is_some() {
+            self.term.close("(the connection was lost)");
+        }
+        let ctl = hint::ctl();
+        let mut text = format!(
+            "{} was lost before the turn ended; the turn goes on in botvisord. Follow it with \
+             `{ctl} watch {}` (`{ctl} chat {}` shows what it did meanwhile)",
+            hint::link(),
+            self.spec,
+            self.spec
+        );
+        for id in &self.open {
+            text.push_str(&format!(
+                "\nit waits for permission: {ctl} answer {} {} allow|deny",
+                self.spec,
+                show::safe(id)
+            ));
+        }
+        Failure::failed(text)
+    }
+
     /// Ctrl-C: the turn goes on; say how to follow it and answer what it asks.
     fn left(&mut self) {
         if self.term.asking().is_some() {
@@ -393,12 +422,14 @@ impl Follow<'_> {
             return;
         }
         self.term.note(&format!(
-            "left; the turn goes on. Follow it with: botvisorctl watch {}",
+            "left; the turn goes on. Follow it with: {} watch {}",
+            hint::ctl(),
             self.spec
         ));
         for id in &self.open {
             anstream::eprintln!(
-                "it waits for permission: botvisorctl answer {} {} allow|deny",
+                "it waits for permission: {} answer {} {} allow|deny",
+                hint::ctl(),
                 self.spec,
                 show::safe(id)
             );

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use zbus::Connection;
 
 use super::bots::{self, BotInfo, known};
-use super::fail::{Failure, OK};
+use super::fail::{Failure, NOT_RUNNING, OK};
 use super::list::{bytes, count, cpu_time, table};
 use super::show;
 
@@ -152,7 +152,10 @@ fn screen_lines(all: &[(BotInfo, Option<f64>)], interval: f64) -> Vec<String> {
         all.len()
     )];
     if all.is_empty() {
-        lines.push("no bots; create one with `botvisorctl create --cwd DIR`".into());
+        lines.push(format!(
+            "no bots; create one with `{} create --cwd DIR`",
+            super::hint::ctl()
+        ));
         return lines;
     }
     let rows = all
@@ -176,7 +179,30 @@ fn screen_lines(all: &[(BotInfo, Option<f64>)], interval: f64) -> Vec<String> {
     lines
 }
 
+/// The lines of a refresh in the terminal while botvisord is not on the bus.
+fn gone_lines(interval: f64) -> Vec<String> {
+    vec![
+        format!("botvisorctl top: every {interval}s; q or Ctrl-C quits"),
+        show::paint(
+            show::ERROR,
+            "botvisord is not running on this bus; waiting for it to come back",
+        ),
+    ]
+}
+
+/// Prints one JSON line; false when the reader went away (`| head`), which ends `top` as Ctrl-C
+/// does.
+fn print_line(line: &Value) -> bool {
+    let line = line.to_string();
+    let text = botvisor::text::escape_json(&line);
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}").and_then(|()| out.flush()).is_ok()
+}
+
 /// `top`: refreshes every `interval` seconds, `iterations` times (else until q or Ctrl-C).
+/// While botvisord is not on the bus (stopped, restarting) it says so (in the terminal, or once
+/// as `{"event": "daemon_left", "time"}`) and goes on when it is back (`{"event": "daemon_back",
+/// "time"}`); such refreshes are not counted in `iterations`.
 pub async fn run(
     conn: &Connection,
     interval: f64,
@@ -191,54 +217,63 @@ pub async fn run(
     let mut keys = typed.then(keys);
     let mut seen: HashMap<String, Seen> = HashMap::new();
     let mut done = 0u64;
+    // Whether botvisord was away at the last refresh.
+    let mut away = false;
     loop {
-        let all = bots::all(conn).await?;
-        let now = Instant::now();
-        let rows: Vec<(BotInfo, Option<f64>)> = all
-            .into_iter()
-            .map(|b| {
-                let cpu = seen.get(&b.id).and_then(|s| {
-                    cpu_percent(
-                        s.cpu_nsec,
-                        s.pid,
-                        b.cpu_usage_nsec,
-                        b.process_id,
-                        now - s.at,
-                    )
-                });
-                (b, cpu)
-            })
-            .collect();
-        seen = rows
-            .iter()
-            .map(|(b, _)| {
-                let s = Seen {
-                    at: now,
-                    cpu_nsec: b.cpu_usage_nsec,
-                    pid: b.process_id,
-                };
-                (b.id.clone(), s)
-            })
-            .collect();
-        match &screen {
-            Some(screen) => screen.draw(&screen_lines(&rows, interval)),
-            None => {
-                let line = json!({
-                    "time": botvisor::time::now_rfc3339(),
-                    "bots": rows.iter().map(|(b, cpu)| row_json(b, *cpu)).collect::<Vec<_>>(),
-                });
-                let line = line.to_string();
-                let text = botvisor::text::escape_json(&line);
-                let mut out = std::io::stdout().lock();
-                // A reader that went away (`| head`) ends `top` as Ctrl-C does.
-                if writeln!(out, "{text}").and_then(|()| out.flush()).is_err() {
+        match bots::all(conn).await {
+            Ok(all) => {
+                if std::mem::take(&mut away)
+                    && screen.is_none()
+                    && !print_line(&json!({"event": "daemon_back",
+                                           "time": botvisor::time::now_rfc3339()}))
+                {
+                    return Ok(OK);
+                }
+                let now = Instant::now();
+                let rows = with_cpu(all, &seen, now);
+                seen = rows
+                    .iter()
+                    .map(|(b, _)| {
+                        let s = Seen {
+                            at: now,
+                            cpu_nsec: b.cpu_usage_nsec,
+                            pid: b.process_id,
+                        };
+                        (b.id.clone(), s)
+                    })
+                    .collect();
+                match &screen {
+                    Some(screen) => screen.draw(&screen_lines(&rows, interval)),
+                    None => {
+                        let line = json!({
+                            "time": botvisor::time::now_rfc3339(),
+                            "bots": rows.iter().map(|(b, cpu)| row_json(b, *cpu)).collect::<Vec<_>>(),
+                        });
+                        if !print_line(&line) {
+                            return Ok(OK);
+                        }
+                    }
+                }
+                done += 1;
+                if iterations.is_some_and(|n| done >= n) {
                     return Ok(OK);
                 }
             }
-        }
-        done += 1;
-        if iterations.is_some_and(|n| done >= n) {
-            return Ok(OK);
+            Err(f) if f.text == NOT_RUNNING => {
+                seen.clear();
+                match &screen {
+                    Some(screen) => screen.draw(&gone_lines(interval)),
+                    None if !away
+                        && !print_line(&json!({"event": "daemon_left",
+                                               "time": botvisor::time::now_rfc3339()})) =>
+                    {
+                        return Ok(OK);
+                    }
+                    None => {}
+                }
+                away = true;
+            }
+            Err(f) => return Err(f),
         }
         let sleep = tokio::time::sleep(Duration::from_secs_f64(interval));
         tokio::pin!(sleep);
@@ -260,6 +295,28 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Each bot with its CPU% since the refresh `seen` holds.
+fn with_cpu(
+    all: Vec<BotInfo>,
+    seen: &HashMap<String, Seen>,
+    now: Instant,
+) -> Vec<(BotInfo, Option<f64>)> {
+    all.into_iter()
+        .map(|b| {
+            let cpu = seen.get(&b.id).and_then(|s| {
+                cpu_percent(
+                    s.cpu_nsec,
+                    s.pid,
+                    b.cpu_usage_nsec,
+                    b.process_id,
+                    now - s.at,
+                )
+            });
+            (b, cpu)
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -89,8 +89,18 @@ pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<
                         return Ok(super::fail::OK);
                     }
                 }
-                Some(Err(e)) => return Err(e.into()),
-                None => return Ok(super::fail::OK),
+                Some(Err(e)) if !super::fail::is_lost(&e) => return Err(e.into()),
+                Some(Err(_)) | None => {
+                    w.end_stream();
+                    let again = match &spec {
+                        Some(s) => format!("{} watch {}", super::hint::ctl(), super::shell_word(s)),
+                        None => format!("{} watch", super::hint::ctl()),
+                    };
+                    return Err(Failure::failed(format!(
+                        "{} was lost; what happens in botvisord goes on. Watch again with `{again}`",
+                        super::hint::link()
+                    )));
+                }
             },
             Some(sig) = owner.next() => {
                 let Ok(a) = sig.args() else { continue };
@@ -174,9 +184,10 @@ impl Watch {
                     paint(
                         ASK,
                         &format!(
-                            "waiting for permission: {} {} — botvisorctl answer {} {} allow|deny",
+                            "waiting for permission: {} {} — {} answer {} {} allow|deny",
                             show::safe(tool),
                             show::safe(&show::cut(input, 200)),
+                            super::hint::ctl(),
                             show::safe(&b.short),
                             show::safe(id)
                         )
@@ -215,7 +226,7 @@ impl Watch {
                     return Ok(false);
                 }
                 let l = self.label(&path);
-                let read = format!("botvisorctl chat {} --seq {seq}", l.id);
+                let read = format!("{} chat {} --seq {seq}", super::hint::ctl(), l.id);
                 let mut text = format!(
                     "{} {} {}",
                     self.prefix(&path),
@@ -224,7 +235,8 @@ impl Watch {
                 );
                 if kind == "permission_request" {
                     text.push_str(&format!(
-                        " — botvisorctl answer {} {} allow|deny",
+                        " — {} answer {} {} allow|deny",
+                        super::hint::ctl(),
                         show::safe(&l.id),
                         show::safe(p["request_id"].as_str().unwrap_or("?"))
                     ));

@@ -2,6 +2,7 @@
 //! escalation, and the one place a stop verdict is read.
 
 use super::*;
+use crate::supervisor::core::stop::{StopPlan, StopStep};
 
 impl Actor {
     /// Walks the current process's descendants (targeted `/proc` reads from its pid) and records
@@ -140,12 +141,18 @@ impl Actor {
         let exited = proc.handle.exited().is_some();
         self.set_state(State::Stopping);
         tracing::info!(bot_id = %self.id, pid, why, "stopping agent");
-        if !exited && let Some(p) = &self.proc {
+        // The sequence is decided in core::stop; here it is carried out.
+        let (mut plan, first) = StopPlan::begin(
+            tokio::time::Instant::now(),
+            self.config.stop_grace(),
+            KILL_WAIT,
+            exited,
+        );
+        if first == Some(StopStep::Term)
+            && let Some(p) = &self.proc
+        {
             p.handle.signal_group(libc::SIGTERM);
         }
-        let grace = tokio::time::Instant::now() + self.config.stop_grace();
-        let hard = grace + KILL_WAIT;
-        let mut killed = false;
         let exit = loop {
             tokio::select! {
                 ev = self.proc_rx.recv() => match ev {
@@ -153,14 +160,18 @@ impl Actor {
                     Some(ev) => { let _ = self.on_proc_event(ev); }
                     None => break None,
                 },
-                _ = tokio::time::sleep_until(grace), if !killed => {
-                    killed = true;
-                    if let Some(p) = self.proc.as_ref().filter(|p| p.handle.exited().is_none()) {
-                        tracing::warn!(bot_id = %self.id, pid, "grace period over; SIGKILL");
-                        p.handle.signal_group(libc::SIGKILL);
+                _ = tokio::time::sleep_until(plan.next_deadline()) => {
+                    match plan.deadline(tokio::time::Instant::now()) {
+                        Some(StopStep::Kill) => {
+                            if let Some(p) = self.proc.as_ref().filter(|p| p.handle.exited().is_none()) {
+                                tracing::warn!(bot_id = %self.id, pid, "grace period over; SIGKILL");
+                                p.handle.signal_group(libc::SIGKILL);
+                            }
+                        }
+                        Some(StopStep::GiveUp) => break None,
+                        Some(StopStep::Term) | None => {}
                     }
                 }
-                _ = tokio::time::sleep_until(hard) => break None,
             }
         };
         let Some(info) = exit else {

@@ -1,0 +1,101 @@
+//! The stop sequence with no I/O (design rule 9: stop gently, prove, then release): SIGTERM to
+//! the agent's process group (stdin is closed with it), the grace period, SIGKILL, and a bounded
+//! wait for the root to be reaped before the stop is declared failed. Time is an input; the shell
+//! signals, waits for the exit event or the next deadline, and reads the verdict.
+
+use std::time::Duration;
+
+/// What the shell does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopStep {
+    /// Signal the process group SIGTERM (the gentle ask).
+    Term,
+    /// Signal the process group SIGKILL (the grace period is over).
+    Kill,
+    /// The root was not reaped within the kill wait: the stop failed (verdict `root-alive`).
+    GiveUp,
+}
+
+/// One stop of one process.
+#[derive(Debug, Clone, Copy)]
+pub struct StopPlan<T> {
+    grace_at: T,
+    hard_at: T,
+    killed: bool,
+}
+
+impl<T> StopPlan<T>
+where
+    T: Copy + PartialOrd + std::ops::Add<Duration, Output = T>,
+{
+    /// A stop begun at `now`: SIGTERM at once unless the root has exited already; SIGKILL at
+    /// `now + grace`; given up at `now + grace + kill_wait`.
+    pub fn begin(
+        now: T,
+        grace: Duration,
+        kill_wait: Duration,
+        exited: bool,
+    ) -> (StopPlan<T>, Option<StopStep>) {
+        let grace_at = now + grace;
+        let plan = StopPlan {
+            grace_at,
+            hard_at: grace_at + kill_wait,
+            killed: false,
+        };
+        (plan, (!exited).then_some(StopStep::Term))
+    }
+
+    /// When the shell is to call [`StopPlan::deadline`] unless the root exits first.
+    pub fn next_deadline(&self) -> T {
+        if self.killed {
+            self.hard_at
+        } else {
+            self.grace_at
+        }
+    }
+
+    /// A deadline came at `now`: SIGKILL once the grace is over, then give up once the kill wait
+    /// is over too; `None` when `now` is before the next deadline.
+    pub fn deadline(&mut self, now: T) -> Option<StopStep> {
+        if now < self.next_deadline() {
+            return None;
+        }
+        if self.killed {
+            Some(StopStep::GiveUp)
+        } else {
+            self.killed = true;
+            Some(StopStep::Kill)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn rule_9_gently_first_then_kill_after_the_grace_then_give_up() {
+        let (mut plan, first) = StopPlan::begin(Duration::ZERO, 10 * S, 5 * S, false);
+        assert_eq!(first, Some(StopStep::Term));
+        assert_eq!(plan.next_deadline(), 10 * S);
+        assert_eq!(plan.deadline(9 * S), None, "not before the grace is over");
+        assert_eq!(plan.deadline(10 * S), Some(StopStep::Kill));
+        assert_eq!(plan.next_deadline(), 15 * S);
+        assert_eq!(plan.deadline(12 * S), None);
+        assert_eq!(plan.deadline(15 * S), Some(StopStep::GiveUp));
+    }
+
+    #[test]
+    fn a_root_that_exited_already_is_not_signalled() {
+        let (_, first) = StopPlan::begin(Duration::ZERO, 10 * S, 5 * S, true);
+        assert_eq!(first, None);
+    }
+
+    #[test]
+    fn a_grace_of_0_kills_at_once() {
+        let (mut plan, _) = StopPlan::begin(Duration::ZERO, Duration::ZERO, 5 * S, false);
+        assert_eq!(plan.deadline(Duration::ZERO), Some(StopStep::Kill));
+    }
+}

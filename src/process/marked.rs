@@ -70,7 +70,14 @@ mod tests {
             .env(BOT_MARKER, &bot)
             .spawn()
             .unwrap();
-        let found = marked(&BTreeSet::from([bot.clone()]));
+        // Until it has exec'd, a child shows its parent's environment: wait for the marker.
+        let wanted = BTreeSet::from([bot.clone()]);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut found = marked(&wanted);
+        while found.is_empty() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            found = marked(&wanted);
+        }
         let other = marked(&BTreeSet::from(["no-such-bot".to_owned()]));
         child.kill().unwrap();
         child.wait().unwrap();

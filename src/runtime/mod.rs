@@ -6,8 +6,10 @@
 //! CLI's folder ([`claude`]); the supervisor only sees [`RuntimeEvent`]s. The resume decision of design rule 2
 //! is [`decide_start`], the one function every launch goes through.
 
+pub mod binary;
 pub mod claude;
 pub mod codex;
+pub mod jsonl;
 pub mod protocol;
 
 pub use protocol::{Protocol, Read, Sent};

@@ -33,22 +33,24 @@ pub const PERMISSION_MODES: &[&str] = &[
 /// The Claude Code runtime.
 #[derive(Debug, Clone)]
 pub struct Claude {
-    configured: Option<PathBuf>,
-    path_env: Option<std::ffi::OsString>,
+    binary: super::binary::BinaryLookup,
 }
+
+/// How Claude Code's binary is named and pointed at.
+const NAMES: super::binary::BinaryNames = super::binary::BinaryNames {
+    command: "claude",
+    product: "Claude Code",
+    config_key: "claude_bin",
+    env_var: BIN_ENV,
+    install: "npm install -g @anthropic-ai/claude-code",
+};
 
 impl Claude {
     /// A runtime whose binary is `configured` (config key `claude_bin`), else the environment
     /// variable `BOTVISOR_CLAUDE_BIN`, else `claude` on the daemon's `PATH`.
     pub fn new(configured: Option<PathBuf>) -> Claude {
-        let configured = configured.or_else(|| {
-            std::env::var_os(BIN_ENV)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        });
         Claude {
-            configured,
-            path_env: std::env::var_os("PATH"),
+            binary: super::binary::BinaryLookup::new(NAMES, configured),
         }
     }
 }
@@ -63,35 +65,7 @@ impl Runtime for Claude {
     }
 
     fn binary(&self) -> Result<PathBuf, RuntimeError> {
-        match &self.configured {
-            Some(path) => {
-                let path = if path.components().count() == 1 && !path.is_absolute() {
-                    super::find_on_path(&path.to_string_lossy(), self.path_env.as_deref())
-                        .unwrap_or_else(|| path.clone())
-                } else {
-                    path.clone()
-                };
-                if super::is_executable(&path) {
-                    Ok(path)
-                } else {
-                    let problem = crate::process::launch_error::binary_problem(&path)
-                        .unwrap_or_else(|| {
-                            format!("the agent's binary {} is not executable", path.display())
-                        });
-                    Err(RuntimeError::Unavailable(format!(
-                        "{problem}; Claude Code is needed there (set `claude_bin` in \
-                         config.toml or {BIN_ENV})"
-                    )))
-                }
-            }
-            None => super::find_on_path("claude", self.path_env.as_deref()).ok_or_else(|| {
-                RuntimeError::Unavailable(format!(
-                    "no `claude` on the daemon's PATH; install Claude Code \
-                     (npm install -g @anthropic-ai/claude-code) or set `claude_bin` in \
-                     config.toml or {BIN_ENV}"
-                ))
-            }),
-        }
+        self.binary.find()
     }
 
     fn permission_modes(&self) -> &'static [&'static str] {

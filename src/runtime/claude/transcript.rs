@@ -62,30 +62,18 @@ pub fn find(config_dir: &Path, cwd: &Path, session_id: &str) -> Option<PathBuf> 
 /// (seen on 2.1.328), so a message can be in the conversation without a replay.
 pub fn has_user_message_since(path: &Path, text: &str, since: std::time::SystemTime) -> bool {
     use serde_json::Value;
-    let Ok(content) = std::fs::read_to_string(path) else {
-        return false;
-    };
-    let since = since - std::time::Duration::from_secs(1);
-    content.lines().rev().any(|line| {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            return false;
-        };
+    crate::runtime::jsonl::holds_since(path, since, |v| {
         if v.get("type").and_then(Value::as_str) != Some("user") {
             return false;
         }
-        let said = match v.pointer("/message/content") {
+        match v.pointer("/message/content") {
             Some(Value::String(s)) => s.as_str() == text,
             Some(Value::Array(blocks)) => blocks.iter().any(|b| {
                 b.get("type").and_then(Value::as_str) == Some("text")
                     && b.get("text").and_then(Value::as_str) == Some(text)
             }),
             _ => false,
-        };
-        said && v
-            .get("timestamp")
-            .and_then(Value::as_str)
-            .and_then(|t| humantime::parse_rfc3339(t).ok())
-            .is_some_and(|t| t >= since)
+        }
     })
 }
 

@@ -23,9 +23,17 @@ pub const BIN_ENV: &str = "BOTVISOR_CODEX_BIN";
 /// The Codex runtime.
 #[derive(Debug, Clone)]
 pub struct Codex {
-    configured: Option<PathBuf>,
-    path_env: Option<std::ffi::OsString>,
+    binary: super::binary::BinaryLookup,
 }
+
+/// How Codex's binary is named and pointed at.
+const NAMES: super::binary::BinaryNames = super::binary::BinaryNames {
+    command: "codex",
+    product: "Codex",
+    config_key: "codex_bin",
+    env_var: BIN_ENV,
+    install: "npm install -g @openai/codex, then name its native binary",
+};
 
 impl Codex {
     /// A runtime whose binary is `configured` (config key `codex_bin`), else the environment
@@ -33,14 +41,8 @@ impl Codex {
     /// (`…/@openai/codex-linux-x64/vendor/<triple>/bin/codex`): the npm package's `codex` is a
     /// Node wrapper that stays between botvisor and the agent.
     pub fn new(configured: Option<PathBuf>) -> Codex {
-        let configured = configured.or_else(|| {
-            std::env::var_os(BIN_ENV)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        });
         Codex {
-            configured,
-            path_env: std::env::var_os("PATH"),
+            binary: super::binary::BinaryLookup::new(NAMES, configured),
         }
     }
 }
@@ -55,35 +57,7 @@ impl Runtime for Codex {
     }
 
     fn binary(&self) -> Result<PathBuf, RuntimeError> {
-        match &self.configured {
-            Some(path) => {
-                let path = if path.components().count() == 1 && !path.is_absolute() {
-                    super::find_on_path(&path.to_string_lossy(), self.path_env.as_deref())
-                        .unwrap_or_else(|| path.clone())
-                } else {
-                    path.clone()
-                };
-                if super::is_executable(&path) {
-                    Ok(path)
-                } else {
-                    let problem = crate::process::launch_error::binary_problem(&path)
-                        .unwrap_or_else(|| {
-                            format!("the agent's binary {} is not executable", path.display())
-                        });
-                    Err(RuntimeError::Unavailable(format!(
-                        "{problem}; Codex is needed there (set `codex_bin` in config.toml or \
-                         {BIN_ENV})"
-                    )))
-                }
-            }
-            None => super::find_on_path("codex", self.path_env.as_deref()).ok_or_else(|| {
-                RuntimeError::Unavailable(format!(
-                    "no `codex` on the daemon's PATH; install Codex (npm install -g \
-                     @openai/codex) and set `codex_bin` in config.toml or {BIN_ENV} to its \
-                     native binary"
-                ))
-            }),
-        }
+        self.binary.find()
     }
 
     fn permission_modes(&self) -> &'static [&'static str] {

@@ -63,21 +63,14 @@ fn find_in(dir: &Path, suffix: &str, depth: usize) -> Option<PathBuf> {
 /// when the turn begins, before the model is asked.
 pub fn has_user_message_since(path: &Path, text: &str, since: std::time::SystemTime) -> bool {
     use serde_json::Value;
-    let Ok(content) = std::fs::read_to_string(path) else {
-        return false;
-    };
-    let since = since - std::time::Duration::from_secs(1);
-    content.lines().rev().any(|line| {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            return false;
-        };
+    crate::runtime::jsonl::holds_since(path, since, |v| {
         if v.get("type").and_then(Value::as_str) != Some("response_item") {
             return false;
         }
         let Some(p) = v.get("payload") else {
             return false;
         };
-        let said = p.get("type").and_then(Value::as_str) == Some("message")
+        p.get("type").and_then(Value::as_str) == Some("message")
             && p.get("role").and_then(Value::as_str) == Some("user")
             && p.get("content")
                 .and_then(Value::as_array)
@@ -86,12 +79,7 @@ pub fn has_user_message_since(path: &Path, text: &str, since: std::time::SystemT
                         b.get("type").and_then(Value::as_str) == Some("input_text")
                             && b.get("text").and_then(Value::as_str) == Some(text)
                     })
-                });
-        said && v
-            .get("timestamp")
-            .and_then(Value::as_str)
-            .and_then(|t| humantime::parse_rfc3339(t).ok())
-            .is_some_and(|t| t >= since)
+                })
     })
 }
 

@@ -1,0 +1,31 @@
+//! Reading a CLI's JSON-lines conversation file (Claude Code's transcript, Codex's rollout):
+//! whether it holds a record of some shape, written at or after a moment.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+/// How much earlier than `since` a record's `timestamp` may be and still count: the CLI's clock
+/// reading and ours are taken at slightly different moments and rounded.
+pub const CLOCK_SLACK: Duration = Duration::from_secs(1);
+
+/// Whether a line of the file at `path`, newest first, is a JSON object for which `is_it` holds
+/// and whose RFC 3339 `timestamp` is at or after `since` (less [`CLOCK_SLACK`]). An unreadable
+/// file or line counts as no.
+pub fn holds_since(path: &Path, since: SystemTime, is_it: impl Fn(&Value) -> bool) -> bool {
+    let Ok(content) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    let since = since - CLOCK_SLACK;
+    content.lines().rev().any(|line| {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            return false;
+        };
+        is_it(&v)
+            && v.get("timestamp")
+                .and_then(Value::as_str)
+                .and_then(|t| humantime::parse_rfc3339(t).ok())
+                .is_some_and(|t| t >= since)
+    })
+}

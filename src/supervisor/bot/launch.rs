@@ -2,25 +2,29 @@
 //! (design rule 8: where it goes is recorded first).
 
 use super::*;
+use crate::supervisor::core::pump::{self, ProcessNow, PumpFacts};
 
 impl Actor {
-    /// Starts a process when messages wait, and feeds it the next message when it is free.
+    /// Starts a process when messages wait, and feeds it the next message when it is free
+    /// ([`pump::pump`] decides).
     pub(super) async fn pump(&mut self) {
-        if self.parked || matches!(self.state(), State::Failed | State::Stopping) {
-            return;
+        let plan = pump::pump(&PumpFacts {
+            parked: self.parked,
+            failed_or_stopping: matches!(self.state(), State::Failed | State::Stopping),
+            process: match &self.proc {
+                None => ProcessNow::None,
+                Some(p) if p.stopping || p.lost || p.in_use.is_some() => ProcessNow::Unusable,
+                Some(_) => ProcessNow::Usable,
+            },
+            waiting: !self.turns.queue.is_empty(),
+            restart_pending: self.restart_pending,
+            backoff_running: self.restart_at.is_some(),
+            in_flight: self.turns.inflight.is_some(),
+        });
+        if plan.start {
+            self.start();
         }
-        match &self.proc {
-            None => {
-                if (!self.turns.queue.is_empty() || self.restart_pending)
-                    && self.restart_at.is_none()
-                {
-                    self.start();
-                }
-            }
-            Some(p) if p.stopping || p.lost || p.in_use.is_some() => return,
-            Some(_) => {}
-        }
-        if self.turns.inflight.is_none() {
+        if plan.write {
             self.write_next();
         }
     }

@@ -18,6 +18,7 @@
 //! - [`idle`]: when a bot is idle and whether its idle deadline stops it (design rules 12, 13).
 //! - [`prompts`]: a permission request recorded before it is signalled, and closed as denied
 //!   when nobody can answer it any more.
+//! - [`pump`]: after every input, whether to start the agent and write it the next message.
 //! - [`stop`]: the stop sequence: SIGTERM, the grace, SIGKILL, the bounded wait (design rule 9).
 //! - [`stream`]: streamed text let out at most once per interval.
 //! - [`effect`]: what the core asks of its shell.
@@ -30,6 +31,7 @@ pub mod effect;
 pub mod exit;
 pub mod idle;
 pub mod prompts;
+pub mod pump;
 pub mod stop;
 pub mod stream;
 pub mod turns;

@@ -1,0 +1,168 @@
+//! Codex's notifications (`turn/started`, `item/*`, `turn/completed`, `error`, …) read as runtime
+//! events: the half of [`super::CodexProtocol`] that listens.
+
+use super::*;
+
+impl CodexProtocol {
+    /// A notification of Codex (a JSON-RPC message without an id).
+    pub(super) fn on_notification(&mut self, method: &str, params: &Value) -> Read {
+        let item = params.get("item").unwrap_or(&Value::Null);
+        let item_type = item.get("type").and_then(Value::as_str).unwrap_or_default();
+        let event = match method {
+            "turn/started" => {
+                if let Some(t) = params.pointer("/turn/id").and_then(Value::as_str) {
+                    self.turn = Some(t.to_owned());
+                }
+                self.retries = 0;
+                return Read {
+                    events: vec![RuntimeEvent::UserReplay {
+                        session_id: self.thread.clone(),
+                        text: self.last_text.clone(),
+                    }],
+                    replies: self.release_interrupt(),
+                };
+            }
+            "item/agentMessage/delta" => match params.get("delta").and_then(Value::as_str) {
+                Some(d) => RuntimeEvent::TextDelta(d.to_owned()),
+                None => RuntimeEvent::Ignored,
+            },
+            "item/started" => match item_type {
+                "agentMessage" => RuntimeEvent::MessageStart,
+                "commandExecution" => chat(
+                    "tool_use",
+                    json!({"id": item.get("id"), "name": "commandExecution",
+                           "input": {"command": item.get("command"), "cwd": item.get("cwd")}}),
+                ),
+                "fileChange" => chat(
+                    "tool_use",
+                    json!({"id": item.get("id"), "name": "fileChange",
+                           "input": {"changes": item.get("changes")}}),
+                ),
+                _ => RuntimeEvent::Ignored,
+            },
+            "item/completed" => match item_type {
+                "agentMessage" => chat(
+                    "assistant",
+                    json!({"text": item.get("text").and_then(Value::as_str).unwrap_or_default()}),
+                ),
+                "commandExecution" | "fileChange" => {
+                    let status = item.get("status").and_then(Value::as_str);
+                    let failed = status != Some("completed")
+                        || item
+                            .get("exitCode")
+                            .and_then(Value::as_i64)
+                            .is_some_and(|c| c != 0);
+                    let content = match item_type {
+                        "commandExecution" => item.get("aggregatedOutput").cloned(),
+                        _ => item.get("changes").cloned(),
+                    };
+                    chat(
+                        "tool_result",
+                        json!({"tool_use_id": item.get("id"), "content": content,
+                               "is_error": failed, "status": status,
+                               "exit_code": item.get("exitCode")}),
+                    )
+                }
+                _ => RuntimeEvent::Ignored,
+            },
+            "turn/completed" => {
+                let turn = params.get("turn").unwrap_or(&Value::Null);
+                let status = turn
+                    .get("status")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown");
+                let message = turn
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let (outcome, error) = match status {
+                    "completed" => (ResultOutcome::Success, None),
+                    "interrupted" => (
+                        ResultOutcome::Error,
+                        Some("The turn was interrupted.".to_owned()),
+                    ),
+                    _ => (
+                        ResultOutcome::Error,
+                        Some(
+                            message
+                                .clone()
+                                .unwrap_or_else(|| format!("The turn {status}.")),
+                        ),
+                    ),
+                };
+                self.turn = None;
+                self.held_interrupt = None;
+                self.retries = 0;
+                RuntimeEvent::TurnResult {
+                    outcome,
+                    session_id: self.thread.clone(),
+                    payload: json!({
+                        "subtype": status, "turn_id": turn.get("id"),
+                        "is_error": outcome == ResultOutcome::Error, "error": message,
+                        "duration_ms": turn.get("durationMs"),
+                    }),
+                    error,
+                }
+            }
+            "error" => {
+                let message = params
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("an error")
+                    .to_owned();
+                let info = params.pointer("/error/codexErrorInfo");
+                let (word, status) = match info {
+                    Some(Value::String(s)) => (s.clone(), None),
+                    Some(Value::Object(o)) => match o.iter().next() {
+                        Some((k, v)) => {
+                            (k.clone(), v.get("httpStatusCode").and_then(Value::as_u64))
+                        }
+                        None => (String::new(), None),
+                    },
+                    _ => (String::new(), None),
+                };
+                if params.get("willRetry").and_then(Value::as_bool) == Some(true) {
+                    self.retries += 1;
+                    // `Reconnecting... N/M`: a stream that broke or stayed idle past the
+                    // provider's `stream_idle_timeout_ms`, retried up to `stream_max_retries`
+                    // times. Without a count (nothing listening) Codex retries without limit.
+                    let (attempt, max_retries) =
+                        reconnect_count(&message).unwrap_or((self.retries, 0));
+                    let details = params
+                        .pointer("/error/additionalDetails")
+                        .and_then(Value::as_str)
+                        .filter(|d| !d.is_empty())
+                        .map(|d| format!(" ({d})"))
+                        .unwrap_or_default();
+                    RuntimeEvent::ApiRetry {
+                        error: if word.is_empty() {
+                            format!("{message}{details}")
+                        } else {
+                            format!("{word}: {message}{details}")
+                        },
+                        status,
+                        attempt,
+                        max_retries,
+                        delay_ms: None,
+                    }
+                } else {
+                    chat(
+                        "error",
+                        json!({"text": message, "codex_error_info": info,
+                               "details": params.pointer("/error/additionalDetails")}),
+                    )
+                }
+            }
+            _ => RuntimeEvent::Ignored,
+        };
+        Read::events(vec![event])
+    }
+}
+
+/// `(N, M)` of a retry message `Reconnecting... N/M`.
+pub(super) fn reconnect_count(message: &str) -> Option<(u64, u64)> {
+    let rest = message.strip_prefix("Reconnecting...")?.trim();
+    let (n, m) = rest.split_once('/')?;
+    let m: String = m.chars().take_while(char::is_ascii_digit).collect();
+    Some((n.trim().parse().ok()?, m.parse().ok()?))
+}

@@ -1,0 +1,448 @@
+//! The Codex protocol object, case by case, with no process.
+
+use super::notifications::reconnect_count;
+use super::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn open(start: SessionStart, mode: &str) -> (CodexProtocol, Vec<String>) {
+    let env = BTreeMap::new();
+    let spec = LaunchSpec {
+        cwd: Path::new("/w"),
+        model: "m1",
+        permission_mode: mode,
+        env: &env,
+        start: &start,
+    };
+    let mut p = CodexProtocol::new(&spec);
+    let mut lines = p.opening();
+    let read = p.read_line(br#"{"id":0,"result":{"codexHome":"/c"}}"#);
+    assert!(read.events[0].is_sign_of_life());
+    lines.extend(read.replies);
+    (p, lines)
+}
+
+fn parse(line: &str) -> Value {
+    serde_json::from_str(line).unwrap()
+}
+
+/// A protocol with the thread `T` open.
+fn opened() -> CodexProtocol {
+    let (mut p, _) = open(SessionStart::Fresh, "");
+    let read = p.read_line(br#"{"id":1,"result":{"thread":{"id":"T"}}}"#);
+    assert_eq!(
+        read.events,
+        vec![RuntimeEvent::Opened {
+            session_id: "T".into()
+        }]
+    );
+    p
+}
+
+#[test]
+fn handshake_then_thread_start_with_the_settings() {
+    let (p, lines) = open(SessionStart::Fresh, "on-request:workspace-write");
+    assert!(!p.ready());
+    assert_eq!(p.conversation(), None);
+    let init = parse(&lines[0]);
+    assert_eq!(init["method"], "initialize");
+    assert_eq!(init["params"]["capabilities"]["experimentalApi"], true);
+    assert_eq!(parse(&lines[1]), json!({"method": "initialized"}));
+    let start = parse(&lines[2]);
+    assert_eq!(start["method"], "thread/start");
+    assert_eq!(
+        start["params"],
+        json!({"cwd": "/w", "model": "m1", "approvalPolicy": "on-request", "sandbox": "workspace-write"})
+    );
+    let p = opened();
+    assert!(p.ready());
+    assert_eq!(p.conversation(), Some("T"));
+}
+
+#[test]
+fn resume_names_the_thread_and_a_missing_rollout_is_a_lost_conversation() {
+    let (mut p, lines) = open(SessionStart::Resume("old".into()), "");
+    let resume = parse(&lines[2]);
+    assert_eq!(resume["method"], "thread/resume");
+    assert_eq!(resume["params"]["threadId"], "old");
+    assert!(resume["params"].get("approvalPolicy").is_none());
+    let read = p.read_line(
+        br#"{"error":{"code":-32600,"message":"no rollout found for thread id old"},"id":1}"#,
+    );
+    assert_eq!(
+        read.events,
+        vec![RuntimeEvent::ConversationNotFound {
+            session_id: "old".into()
+        }]
+    );
+    assert!(!p.ready());
+}
+
+#[test]
+fn an_unreadable_rollout_is_a_lost_conversation_that_says_why() {
+    let (mut p, _) = open(SessionStart::Resume("old".into()), "");
+    let read = p.read_line(
+        br#"{"error":{"code":-32603,"message":"failed to read thread: thread-store internal error: failed to read session metadata /h/r.jsonl: rollout at /h/r.jsonl is empty"},"id":1}"#,
+    );
+    assert!(
+        matches!(
+            &read.events[..],
+            [RuntimeEvent::Chat(ChatPayload { kind: "system", payload }), RuntimeEvent::ConversationNotFound { session_id }]
+                if payload["reason"] == "rollout_unreadable"
+                    && payload["text"].as_str().unwrap().contains("is empty")
+                    && session_id == "old"
+        ),
+        "{:?}",
+        read.events
+    );
+}
+
+#[test]
+fn another_open_failure_is_a_failed_result_not_a_lost_conversation() {
+    let (mut p, _) = open(SessionStart::Fresh, "");
+    let read = p.read_line(br#"{"error":{"code":-32600,"message":"bad cwd"},"id":1}"#);
+    assert!(matches!(
+        &read.events[..],
+        [RuntimeEvent::TurnResult { outcome: ResultOutcome::Error, error: Some(e), .. }] if e.contains("bad cwd")
+    ));
+    assert!(!p.ready());
+    assert!(p.control(&ControlRequest::SetModel("x".into())).is_none());
+}
+
+#[test]
+fn a_turn_begins_at_turn_started_and_ends_at_turn_completed() {
+    let mut p = opened();
+    let lines = p.user_message("hi");
+    let start = parse(&lines[0]);
+    assert_eq!(start["method"], "turn/start");
+    assert_eq!(
+        start["params"],
+        json!({"threadId": "T", "input": [{"type": "text", "text": "hi"}]})
+    );
+    let id = start["id"].as_u64().unwrap();
+    let read = p.read_line(format!(r#"{{"id":{id},"result":{{"turn":{{"id":"U"}}}}}}"#).as_bytes());
+    assert_eq!(read.events, vec![RuntimeEvent::Ignored]);
+    let read =
+        p.read_line(br#"{"method":"turn/started","params":{"threadId":"T","turn":{"id":"U"}}}"#);
+    assert_eq!(
+        read.events,
+        vec![RuntimeEvent::UserReplay {
+            session_id: Some("T".into()),
+            text: "hi".into()
+        }]
+    );
+    let read = p.read_line(
+        br#"{"method":"item/started","params":{"item":{"type":"agentMessage","id":"m"}}}"#,
+    );
+    assert_eq!(read.events, vec![RuntimeEvent::MessageStart]);
+    let read = p.read_line(
+        br#"{"method":"item/agentMessage/delta","params":{"delta":"Hel","itemId":"m"}}"#,
+    );
+    assert_eq!(read.events, vec![RuntimeEvent::TextDelta("Hel".into())]);
+    let read = p.read_line(
+        br#"{"method":"item/completed","params":{"item":{"type":"agentMessage","id":"m","text":"Hello"}}}"#,
+    );
+    assert_eq!(
+        read.events,
+        vec![chat("assistant", json!({"text": "Hello"}))]
+    );
+    let read = p.read_line(
+        br#"{"method":"turn/completed","params":{"threadId":"T","turn":{"id":"U","status":"completed","error":null}}}"#,
+    );
+    assert!(matches!(
+        &read.events[..],
+        [RuntimeEvent::TurnResult { outcome: ResultOutcome::Success, error: None, session_id: Some(s), payload }]
+            if s == "T" && payload["subtype"] == "completed"
+    ));
+}
+
+#[test]
+fn failed_and_interrupted_turns_are_errors_with_a_text() {
+    let mut p = opened();
+    let read = p.read_line(
+        br#"{"method":"turn/completed","params":{"turn":{"id":"U","status":"failed","error":{"message":"boom"}}}}"#,
+    );
+    assert!(matches!(
+        &read.events[..],
+        [RuntimeEvent::TurnResult { outcome: ResultOutcome::Error, error: Some(e), .. }] if e == "boom"
+    ));
+    let read = p.read_line(
+        br#"{"method":"turn/completed","params":{"turn":{"id":"U","status":"interrupted","error":null}}}"#,
+    );
+    assert!(matches!(
+        &read.events[..],
+        [RuntimeEvent::TurnResult { outcome: ResultOutcome::Error, payload, .. }] if payload["subtype"] == "interrupted"
+    ));
+}
+
+#[test]
+fn a_refused_message_fails_its_turn() {
+    let mut p = opened();
+    let lines = p.user_message("hi");
+    let id = parse(&lines[0])["id"].as_u64().unwrap();
+    let read = p.read_line(
+        format!(r#"{{"id":{id},"error":{{"code":-32600,"message":"thread not found: T"}}}}"#)
+            .as_bytes(),
+    );
+    assert!(matches!(
+        &read.events[..],
+        [RuntimeEvent::TurnResult { outcome: ResultOutcome::Error, error: Some(e), .. }] if e.contains("thread not found")
+    ));
+}
+
+#[test]
+fn commands_are_tool_use_and_tool_result() {
+    let mut p = opened();
+    let read = p.read_line(
+        br#"{"method":"item/started","params":{"item":{"type":"commandExecution","id":"c1","command":"ls","cwd":"/w"}}}"#,
+    );
+    assert_eq!(
+        read.events,
+        vec![chat(
+            "tool_use",
+            json!({"id": "c1", "name": "commandExecution", "input": {"command": "ls", "cwd": "/w"}})
+        )]
+    );
+    let read = p.read_line(
+        br#"{"method":"item/completed","params":{"item":{"type":"commandExecution","id":"c1","status":"declined","exitCode":null}}}"#,
+    );
+    assert!(matches!(
+        &read.events[..],
+        [RuntimeEvent::Chat(ChatPayload { kind: "tool_result", payload })]
+            if payload["tool_use_id"] == "c1" && payload["is_error"] == true && payload["status"] == "declined"
+    ));
+}
+
+#[test]
+fn approvals_are_permission_requests_answered_accept_or_decline() {
+    let mut p = opened();
+    let read = p.read_line(
+        br#"{"method":"item/commandExecution/requestApproval","id":0,"params":{"threadId":"T","turnId":"U","itemId":"c1","command":"rm x","cwd":"/w","reason":"why"}}"#,
+    );
+    let [
+        RuntimeEvent::PermissionRequest {
+            request_id,
+            tool,
+            input,
+            ..
+        },
+    ] = &read.events[..]
+    else {
+        panic!("{:?}", read.events)
+    };
+    assert_eq!(tool, "commandExecution");
+    assert_eq!(input["command"], "rm x");
+    let lines = p.answer_permission(
+        request_id,
+        &PermissionAnswer::Allow {
+            updated_input: json!({}),
+        },
+    );
+    assert_eq!(
+        parse(&lines[0]),
+        json!({"id": 0, "result": {"decision": "accept"}})
+    );
+    assert!(
+        p.answer_permission(
+            request_id,
+            &PermissionAnswer::Deny {
+                message: "no".into()
+            }
+        )
+        .is_empty(),
+        "answered once"
+    );
+    // Codex counts its requests from 0 in every process: the id a client sees differs.
+    let read = p.read_line(
+        br#"{"method":"item/fileChange/requestApproval","id":1,"params":{"turnId":"U2","itemId":"f1"}}"#,
+    );
+    let [RuntimeEvent::PermissionRequest { request_id: r2, .. }] = &read.events[..] else {
+        panic!()
+    };
+    assert_ne!(r2, request_id);
+    let lines = p.answer_permission(
+        r2,
+        &PermissionAnswer::Deny {
+            message: "no".into(),
+        },
+    );
+    assert_eq!(
+        parse(&lines[0]),
+        json!({"id": 1, "result": {"decision": "decline"}})
+    );
+}
+
+#[test]
+fn requests_botvisor_does_not_serve_are_refused() {
+    let mut p = opened();
+    let read =
+        p.read_line(br#"{"method":"item/tool/requestUserInput","id":"x","params":{"turnId":"U"}}"#);
+    let [
+        RuntimeEvent::ControlRequest {
+            request_id,
+            subtype,
+            ..
+        },
+    ] = &read.events[..]
+    else {
+        panic!()
+    };
+    assert_eq!(subtype, "item/tool/requestUserInput");
+    let lines = p.refuse(request_id, "not served");
+    let v = parse(&lines[0]);
+    assert_eq!(v["id"], "x");
+    assert_eq!(v["error"]["message"], "not served");
+}
+
+#[test]
+fn an_interrupt_waits_for_the_turn_id() {
+    let mut p = opened();
+    let lines = p.user_message("hi");
+    let sent = p.control(&ControlRequest::Interrupt).unwrap();
+    assert!(sent.lines.is_empty(), "no turn id yet");
+    let read =
+        p.read_line(br#"{"method":"turn/started","params":{"threadId":"T","turn":{"id":"U"}}}"#);
+    let interrupt = parse(&read.replies[0]);
+    assert_eq!(interrupt["method"], "turn/interrupt");
+    assert_eq!(interrupt["params"], json!({"threadId": "T", "turnId": "U"}));
+    assert_eq!(interrupt["id"].to_string(), sent.request_id);
+    // Not sent twice when the turn/start answer comes after.
+    let id = parse(&lines[0])["id"].as_u64().unwrap();
+    let read = p.read_line(format!(r#"{{"id":{id},"result":{{"turn":{{"id":"U"}}}}}}"#).as_bytes());
+    assert!(read.replies.is_empty());
+    let read = p.read_line(format!(r#"{{"id":{},"result":{{}}}}"#, sent.request_id).as_bytes());
+    assert!(matches!(
+        &read.events[..],
+        [RuntimeEvent::ControlResponse { request_id, result: Ok(_) }] if *request_id == sent.request_id
+    ));
+    // With the turn known, at once.
+    let sent = p.control(&ControlRequest::Interrupt).unwrap();
+    assert_eq!(parse(&sent.lines[0])["method"], "turn/interrupt");
+}
+
+#[test]
+fn an_empty_model_means_config_tomls_at_the_resume_and_live() {
+    let env = BTreeMap::new();
+    let start = SessionStart::Resume("T".into());
+    let spec = LaunchSpec {
+        cwd: Path::new("/w"),
+        model: "",
+        permission_mode: "",
+        env: &env,
+        start: &start,
+    };
+    // A resumed thread keeps the model it last ran with: config.toml's is named.
+    let mut p = CodexProtocol::new(&spec).with_default_model(Some("cfg".into()));
+    p.opening();
+    let read = p.read_line(br#"{"id":0,"result":{"codexHome":"/c"}}"#);
+    let resume = parse(&read.replies[1]);
+    assert_eq!(resume["method"], "thread/resume");
+    assert_eq!(resume["params"]["model"], "cfg");
+    p.read_line(br#"{"id":1,"result":{"thread":{"id":"T"}}}"#);
+    let sent = p.control(&ControlRequest::SetModel(String::new())).unwrap();
+    assert_eq!(parse(&sent.lines[0])["params"]["model"], "cfg");
+    // Without one in config.toml, nothing can name the default: not sent.
+    let mut p = CodexProtocol::new(&spec);
+    p.opening();
+    let read = p.read_line(br#"{"id":0,"result":{"codexHome":"/c"}}"#);
+    assert!(parse(&read.replies[1])["params"].get("model").is_none());
+    p.read_line(br#"{"id":1,"result":{"thread":{"id":"T"}}}"#);
+    assert!(
+        p.control(&ControlRequest::SetModel(String::new()))
+            .is_none()
+    );
+}
+
+#[test]
+fn settings_are_thread_settings_updates_held_until_the_thread_is_open() {
+    let (mut p, _) = open(SessionStart::Fresh, "");
+    let sent = p.control(&ControlRequest::SetModel("m2".into())).unwrap();
+    assert!(sent.lines.is_empty());
+    let read = p.read_line(br#"{"id":1,"result":{"thread":{"id":"T"}}}"#);
+    let update = parse(&read.replies[0]);
+    assert_eq!(update["method"], "thread/settings/update");
+    assert_eq!(update["params"], json!({"model": "m2", "threadId": "T"}));
+    assert_eq!(update["id"].to_string(), sent.request_id);
+    let sent = p
+        .control(&ControlRequest::SetPermissionMode("never:read-only".into()))
+        .unwrap();
+    assert_eq!(
+        parse(&sent.lines[0])["params"],
+        json!({"approvalPolicy": "never", "sandboxPolicy": {"type": "readOnly"}, "threadId": "T"})
+    );
+    let read = p.read_line(
+        format!(
+            r#"{{"id":{},"error":{{"code":-32600,"message":"nope"}}}}"#,
+            sent.request_id
+        )
+        .as_bytes(),
+    );
+    assert!(matches!(
+        &read.events[..],
+        [RuntimeEvent::ControlResponse { result: Err(e), .. }] if e == "nope"
+    ));
+    assert!(
+        p.control(&ControlRequest::SetPermissionMode("".into()))
+            .is_none(),
+        "the CLI's default cannot be set live"
+    );
+}
+
+#[test]
+fn a_stream_retry_names_its_count_and_why() {
+    let mut p = opened();
+    let read = p.read_line(
+        br#"{"method":"error","params":{"error":{"message":"Reconnecting... 2/5","codexErrorInfo":{"responseStreamDisconnected":{"httpStatusCode":null}},"additionalDetails":"stream disconnected before completion: idle timeout waiting for SSE"},"willRetry":true}}"#,
+    );
+    assert!(
+        matches!(
+            &read.events[..],
+            [RuntimeEvent::ApiRetry { attempt: 2, max_retries: 5, status: None, error, .. }]
+                if error.contains("idle timeout waiting for SSE")
+        ),
+        "{:?}",
+        read.events
+    );
+    assert_eq!(reconnect_count("Reconnecting... waiting for network"), None);
+}
+
+#[test]
+fn errors_that_will_be_retried_are_api_retries() {
+    let mut p = opened();
+    let line = br#"{"method":"error","params":{"error":{"message":"Reconnecting... waiting for network","codexErrorInfo":{"responseStreamDisconnected":{"httpStatusCode":null}}},"willRetry":true}}"#;
+    let read = p.read_line(line);
+    assert!(matches!(
+        &read.events[..],
+        [RuntimeEvent::ApiRetry { attempt: 1, status: None, error, .. }] if error.starts_with("responseStreamDisconnected")
+    ));
+    let read = p.read_line(line);
+    assert!(matches!(
+        &read.events[..],
+        [RuntimeEvent::ApiRetry { attempt: 2, .. }]
+    ));
+    let read = p.read_line(
+        br#"{"method":"error","params":{"error":{"message":"high demand","codexErrorInfo":"internalServerError"},"willRetry":false}}"#,
+    );
+    assert!(matches!(
+        &read.events[..],
+        [RuntimeEvent::Chat(ChatPayload { kind: "error", payload })] if payload["text"] == "high demand"
+    ));
+}
+
+#[test]
+fn lines_that_are_not_the_protocol_are_unparsed() {
+    let mut p = opened();
+    assert!(matches!(
+        &p.read_line(b"hello").events[..],
+        [RuntimeEvent::Unparsed { .. }]
+    ));
+    assert!(matches!(
+        &p.read_line(b"[1]").events[..],
+        [RuntimeEvent::Unparsed { .. }]
+    ));
+    assert_eq!(
+        p.read_line(br#"{"method":"thread/tokenUsage/updated","params":{}}"#)
+            .events,
+        vec![RuntimeEvent::Ignored]
+    );
+}

@@ -336,3 +336,39 @@ async fn a_daemon_asked_to_stop_while_the_database_is_locked_still_stops() {
     let status = stopped.expect("botvisord stopped while the database was still locked");
     assert!(status.success(), "{status:?}");
 }
+
+/// A permission answer that cannot be recorded changes nothing: the prompt stays open, and the
+/// same answer once the database can be written again reaches the agent (an error changes
+/// nothing; the agent must not wait for ever for an answer that was taken and then lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_answer_refused_by_a_locked_database_can_be_given_again() {
+    let fake = FakeSetup::start("stop_grace_s = 0.5\n").await;
+    let bot = fake
+        .bot(json!([{"mode": "normal", "ask": {"tool": "Write", "input_bytes": 10}}]))
+        .await;
+    let manager = fake.env.manager().await;
+    let mut asks = bot.receive_permission_requested().await.unwrap();
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send("write it", HashMap::new()).await.unwrap();
+    let ask = tokio::time::timeout(EVENT_TIMEOUT, asks.next())
+        .await
+        .expect("PermissionRequested")
+        .unwrap();
+    let request_id = ask.args().unwrap().request_id.to_owned();
+    let locker = Lock::take(&fake.cfg.database, Duration::from_secs(120));
+    let refused = bot
+        .respond_permission(&request_id, "allow", HashMap::new())
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("StorageUnavailable"),
+        "{refused}"
+    );
+    locker.release();
+    wait_storage_error(&manager, str::is_empty).await;
+    bot.respond_permission(&request_id, "allow", HashMap::new())
+        .await
+        .expect("the prompt is still open");
+    let done = wait_turns(&mut finished, &[turn]).await;
+    assert_eq!(done[0].1, "success", "{done:?}");
+}

@@ -154,6 +154,12 @@ pub enum RuntimeEvent {
         /// The conversation, as the CLI named it.
         session_id: String,
     },
+    /// The CLI's handshake was refused (Codex: `thread/start` or `thread/resume` answered with
+    /// an error that is not a lost conversation): no turn can run in this process.
+    OpenFailed {
+        /// The CLI's words.
+        error: String,
+    },
     /// The CLI echoed a user message: a turn began in `session_id` (design rule 3).
     UserReplay {
         /// The conversation.

@@ -362,10 +362,15 @@ impl BotHandle {
         }
         let payload = payload.to_string();
         let pending = book.list();
-        self.shared.store.tx_now_then(
+        let recorded = self.shared.store.tx_now_then(
             |tx| store::chat::append(tx, &self.id, "permission_answer", None, &payload),
             |item| bot::publish_item(&self.shared.publisher, &self.id, item),
-        )?;
+        );
+        if let Err(e) = recorded {
+            // Not recorded, so not given: the prompt stays open for the same answer later.
+            book.unanswer(request_id, prompt);
+            return Err(e.into());
+        }
         bot::update_view(
             &self.view,
             &self.shared.publisher,

@@ -33,6 +33,19 @@ impl PromptBook {
             .collect()
     }
 
+    /// Undoes [`PromptBook::answer`] of `request_id` (its answer could not be recorded): open
+    /// again, and no longer among the answered.
+    pub fn unanswer(&mut self, request_id: &str, prompt: Prompt) {
+        if let Some(i) = self
+            .answered
+            .iter()
+            .rposition(|(id, _, _)| id == request_id)
+        {
+            self.answered.remove(i);
+        }
+        self.open.insert(request_id.to_owned(), prompt);
+    }
+
     /// Moves a request from open to answered.
     pub fn answer(&mut self, request_id: &str, by: &str, behavior: &str) -> Option<Prompt> {
         let p = self.open.remove(request_id)?;

@@ -327,14 +327,10 @@ fn chat(kind: &'static str, payload: Value) -> RuntimeEvent {
     RuntimeEvent::Chat(ChatPayload { kind, payload })
 }
 
-/// The handshake failed: no turn can run in this process. Reported as a failed result, so that
-/// `LastError` says why.
+/// The handshake failed: no turn can run in this process.
 fn failed_to_open(text: &str) -> RuntimeEvent {
-    RuntimeEvent::TurnResult {
-        outcome: ResultOutcome::Error,
-        session_id: None,
-        payload: json!({"subtype": "open_failed", "is_error": true, "error": text}),
-        error: Some(text.to_owned()),
+    RuntimeEvent::OpenFailed {
+        error: text.to_owned(),
     }
 }
 

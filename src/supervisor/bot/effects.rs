@@ -53,74 +53,80 @@ impl Actor {
         writes: &[Write],
         publish: &[Publish],
     ) -> Result<Option<std::time::SystemTime>, store::StoreError> {
-        let (items, delivered_at) = self.store.tx(|tx| {
-            let mut items = Vec::new();
-            let mut delivered_at = None;
-            for write in writes {
-                match write {
-                    Write::Chat {
-                        kind,
-                        turn_id,
-                        payload,
-                    } => items.push(store::chat::append(
-                        tx,
-                        &self.id,
-                        kind,
-                        turn_id.as_deref(),
-                        payload,
-                    )?),
-                    Write::TurnRunning(turn) => store::turns::set_running(tx, turn)?,
-                    Write::TurnFinished { turn_id, outcome } => {
-                        store::turns::finish(tx, turn_id, outcome.as_str())?
-                    }
-                    Write::Delivery {
-                        turn_id,
-                        session_id,
-                    } => {
-                        delivered_at = Some(store::deliveries::record(
-                            tx, &self.id, turn_id, session_id,
-                        )?)
-                    }
-                    Write::DeliveryDone(turn) => store::deliveries::forget(tx, &self.id, turn)?,
-                    Write::Session(s) => store::bots::set_session(tx, &self.id, s.as_deref())?,
-                    Write::LastError(e) => store::bots::set_last_error(tx, &self.id, e)?,
-                }
-            }
-            Ok((items, delivered_at))
-        })?;
-        for p in publish {
-            match p {
-                Publish::Item(n) => {
-                    if let Some(item) = items.get(*n) {
-                        self.publish_item(item);
+        // Published inside `tx_then`, still holding the connection: in commit order with every
+        // other writer of this database (the handles' Send, answers, forget_session).
+        let (_, delivered_at) = self.store.tx_then(
+            |tx| {
+                let mut items = Vec::new();
+                let mut delivered_at = None;
+                for write in writes {
+                    match write {
+                        Write::Chat {
+                            kind,
+                            turn_id,
+                            payload,
+                        } => items.push(store::chat::append(
+                            tx,
+                            &self.id,
+                            kind,
+                            turn_id.as_deref(),
+                            payload,
+                        )?),
+                        Write::TurnRunning(turn) => store::turns::set_running(tx, turn)?,
+                        Write::TurnFinished { turn_id, outcome } => {
+                            store::turns::finish(tx, turn_id, outcome.as_str())?
+                        }
+                        Write::Delivery {
+                            turn_id,
+                            session_id,
+                        } => {
+                            delivered_at = Some(store::deliveries::record(
+                                tx, &self.id, turn_id, session_id,
+                            )?)
+                        }
+                        Write::DeliveryDone(turn) => store::deliveries::forget(tx, &self.id, turn)?,
+                        Write::Session(s) => store::bots::set_session(tx, &self.id, s.as_deref())?,
+                        Write::LastError(e) => store::bots::set_last_error(tx, &self.id, e)?,
                     }
                 }
-                Publish::SessionId(s) => {
-                    tracing::info!(bot_id = %self.id, session_id = ?s, "session recorded");
-                    let s = s.clone();
-                    self.update(vec!["SessionId"], |v| v.record.session_id = s);
+                Ok((items, delivered_at))
+            },
+            |(items, _)| {
+                for p in publish {
+                    match p {
+                        Publish::Item(n) => {
+                            if let Some(item) = items.get(*n) {
+                                self.publish_item(item);
+                            }
+                        }
+                        Publish::SessionId(s) => {
+                            tracing::info!(bot_id = %self.id, session_id = ?s, "session recorded");
+                            let s = s.clone();
+                            self.update(vec!["SessionId"], |v| v.record.session_id = s);
+                        }
+                        Publish::LastError(e) => {
+                            let e = e.clone();
+                            self.update(vec!["LastError"], |v| v.record.last_error = e);
+                        }
+                        Publish::PermissionRequested {
+                            request_id,
+                            tool,
+                            input,
+                        } => {
+                            let _ = self.publisher.send(Publication::PermissionRequested {
+                                bot_id: self.id.clone(),
+                                request_id: request_id.clone(),
+                                tool: tool.clone(),
+                                input: input.clone(),
+                            });
+                        }
+                        Publish::TurnFinished { turn_id, outcome } => {
+                            self.publish_turn(turn_id, outcome.as_str())
+                        }
+                    }
                 }
-                Publish::LastError(e) => {
-                    let e = e.clone();
-                    self.update(vec!["LastError"], |v| v.record.last_error = e);
-                }
-                Publish::PermissionRequested {
-                    request_id,
-                    tool,
-                    input,
-                } => {
-                    let _ = self.publisher.send(Publication::PermissionRequested {
-                        bot_id: self.id.clone(),
-                        request_id: request_id.clone(),
-                        tool: tool.clone(),
-                        input: input.clone(),
-                    });
-                }
-                Publish::TurnFinished { turn_id, outcome } => {
-                    self.publish_turn(turn_id, outcome.as_str())
-                }
-            }
-        }
+            },
+        )?;
         Ok(delivered_at)
     }
 }

@@ -158,6 +158,26 @@ impl Actor {
                     Next::StopProcess
                 }
             }
+            RuntimeEvent::OpenFailed { error } => {
+                // No turn can run in this process: said, the waiting turn fails, the process is
+                // stopped, and nothing starts again until a client sends or restarts.
+                let text = format!("The agent could not open its conversation: {error}");
+                tracing::warn!(bot_id = %self.id, "{text}");
+                self.add_item(
+                    "error",
+                    None,
+                    json!({"text": text, "reason": "open_failed"}),
+                );
+                self.set_last_error(&text);
+                let recorded = self.record().session_id;
+                let holds = self.conversation_holds();
+                let effects = self
+                    .turns
+                    .start_failed("open_failed", recorded.as_deref(), holds);
+                self.apply(effects);
+                self.park(true);
+                Next::StopProcess
+            }
             RuntimeEvent::SessionInUse { session_id } => {
                 if let Some(proc) = self.proc.as_mut() {
                     tracing::info!(bot_id = %self.id, %session_id, "session id already in use");

@@ -187,7 +187,14 @@ impl Actor {
         };
         // Persist, then act: which conversation the message goes to, before it goes (rule 8
         // across a daemon crash).
-        if let Some(at) = self.apply(effects).delivered_at {
+        let applied = self.apply(effects);
+        if !applied.committed {
+            // Where it would go is not on record: not written, or a daemon crash could deliver
+            // it twice (rule 8). It waits first; the next pump tries again.
+            self.turns.unwritten();
+            return;
+        }
+        if let Some(at) = applied.delivered_at {
             self.turns.written(at);
         }
         let Some(proc) = self.proc.as_mut() else {

@@ -354,13 +354,24 @@ impl Turns {
         recorded: Option<&str>,
         holds: impl FnOnce(&Inflight) -> bool,
     ) -> Vec<Effect> {
+        self.start_failed("start_timeout", recorded, holds)
+    }
+
+    /// The process cannot run a turn (its start timed out, `start_timeout`; or its handshake was
+    /// refused, `open_failed`): as [`Turns::start_timed_out`], with `reason`.
+    pub fn start_failed(
+        &mut self,
+        reason: &str,
+        recorded: Option<&str>,
+        holds: impl FnOnce(&Inflight) -> bool,
+    ) -> Vec<Effect> {
         let Some(inf) = self.inflight.take() else {
             // A CLI that never finished its handshake (Codex) took no message: the one waiting
             // for this start fails, never written.
             let Some(head) = self.queue.pop_front() else {
                 return vec![Effect::Queued(self.waiting())];
             };
-            let end = Turns::finish(&head.id, TurnOutcome::Error, "start_timeout", None, None);
+            let end = Turns::finish(&head.id, TurnOutcome::Error, reason, None, None);
             return vec![end, Effect::Queued(self.waiting())];
         };
         let end = match decide::unreplayed_message(recorded, &inf.session, holds(&inf)) {
@@ -371,13 +382,9 @@ impl Turns {
                 Some(("system", taken_note())),
                 adopt.as_deref(),
             ),
-            UnreplayedFate::Resend => Turns::finish(
-                &inf.turn.id,
-                TurnOutcome::Error,
-                "start_timeout",
-                None,
-                None,
-            ),
+            UnreplayedFate::Resend => {
+                Turns::finish(&inf.turn.id, TurnOutcome::Error, reason, None, None)
+            }
         };
         vec![end, Effect::Queued(self.waiting())]
     }

@@ -345,3 +345,17 @@ fn rule_15_a_start_timeout_before_the_handshake_ended_fails_the_first_waiting_me
     assert_eq!(t.queue.front().unwrap().id, "b", "what else waits, waits");
     assert_eq!(effects.last(), Some(&Effect::Queued(1)));
 }
+
+#[test]
+fn a_refused_handshake_fails_the_first_waiting_message_with_its_reason() {
+    let mut t = queued(&["a", "b"]);
+    let effects = t.start_failed("open_failed", Some("s"), |_| panic!("never written"));
+    let c = commits(&effects);
+    assert!(
+        c[0].0
+            .iter()
+            .any(|w| matches!(w, Write::Chat { kind, payload, .. }
+        if kind == "turn_finished" && payload.contains("open_failed")))
+    );
+    assert_eq!(t.queue.front().unwrap().id, "b");
+}

@@ -103,7 +103,7 @@ fn another_open_failure_is_a_failed_result_not_a_lost_conversation() {
     let read = p.read_line(br#"{"error":{"code":-32600,"message":"bad cwd"},"id":1}"#);
     assert!(matches!(
         &read.events[..],
-        [RuntimeEvent::TurnResult { outcome: ResultOutcome::Error, error: Some(e), .. }] if e.contains("bad cwd")
+        [RuntimeEvent::OpenFailed { error }] if error.contains("bad cwd")
     ));
     assert!(!p.ready());
     assert!(p.control(&ControlRequest::SetModel("x".into())).is_none());

@@ -609,13 +609,24 @@ pub fn create_options<'a>(
 /// Creates a bot working in `env.work` whose CLI gets `bot_env`.
 pub async fn create_bot_in(env: &TestEnv, bot_env: &HashMap<String, String>) -> BotProxy<'static> {
     let work = env.work.to_str().unwrap().to_owned();
-    let path = env
-        .manager()
+    let path = bounded("CreateBot", async {
+        env.manager()
+            .await
+            .create_bot(create_options(&work, bot_env))
+            .await
+            .unwrap()
+    })
+    .await;
+    bounded("the bot's proxy", env.bot(&path)).await
+}
+
+/// `call`, or a panic that names it after [`EVENT_TIMEOUT`]: a client call that never returns
+/// fails its test instead of holding up the whole run (seen once in many runs: a CreateBot that
+/// the daemon never received, on a bus that answered every other call).
+pub async fn bounded<T>(what: &str, call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(EVENT_TIMEOUT, call)
         .await
-        .create_bot(create_options(&work, bot_env))
-        .await
-        .unwrap();
-    env.bot(&path).await
+        .unwrap_or_else(|_| panic!("{what} did not return within {EVENT_TIMEOUT:?}"))
 }
 
 /// What one turn showed a client.
@@ -843,13 +854,15 @@ impl RealSetup {
             bot_env.insert(k.to_string(), v.to_string());
         }
         let cwd = cwd.to_str().unwrap();
-        let path = env
-            .manager()
-            .await
-            .create_bot(create_options(cwd, &bot_env))
-            .await
-            .unwrap_or_else(|e| panic!("CreateBot {cwd}: {e}"));
-        env.bot(&path).await
+        let path = bounded("CreateBot", async {
+            env.manager()
+                .await
+                .create_bot(create_options(cwd, &bot_env))
+                .await
+                .unwrap_or_else(|e| panic!("CreateBot {cwd}: {e}"))
+        })
+        .await;
+        bounded("the bot's proxy", env.bot(&path)).await
     }
 
     /// The user texts the model was asked about, in order (main conversation only).

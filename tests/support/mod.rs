@@ -219,9 +219,11 @@ impl PrivateBus {
         let _ = self.child.wait();
     }
 
-    /// A new client connection to this bus.
+    /// A new client connection to this bus. Its method calls time out after 60 s (zbus waits
+    /// for ever by default): a call that never returns fails its test instead of the run.
     pub async fn connect(&self) -> Connection {
         zbus::connection::Builder::address(self.address.as_str())
+            .method_timeout(Duration::from_secs(60))
             .build()
             .await
             .unwrap()

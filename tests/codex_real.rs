@@ -301,17 +301,7 @@ async fn a_model_change_applies_live_to_the_next_request() {
     let pid = bot.process_id().await.unwrap();
     let mut items = bot.receive_chat_item_added().await.unwrap();
     bot.set_model("other-model").await.unwrap();
-    tokio::time::timeout(EVENT_TIMEOUT, async {
-        while let Some(sig) = items.next().await {
-            let a = sig.args().unwrap();
-            if a.payload.contains("setting_applied") {
-                return;
-            }
-            assert_ne!(a.kind, "error", "{}", a.payload);
-        }
-    })
-    .await
-    .expect("the running agent took the model");
+    wait_setting_applied(&mut items, "the running agent took the model").await;
     assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
     assert_eq!(bot.process_id().await.unwrap(), pid, "no restart");
     let models: Vec<String> = s.api.requests().iter().map(|r| r.model.clone()).collect();
@@ -319,17 +309,11 @@ async fn a_model_change_applies_live_to_the_next_request() {
     // Back to the default (empty): config.toml's model, live, and again after a resume (a
     // resumed thread keeps the model it last ran with unless one is named).
     bot.set_model("").await.unwrap();
-    tokio::time::timeout(EVENT_TIMEOUT, async {
-        while let Some(sig) = items.next().await {
-            let a = sig.args().unwrap();
-            if a.payload.contains("setting_applied") {
-                return;
-            }
-            assert_ne!(a.kind, "error", "{}", a.payload);
-        }
-    })
-    .await
-    .expect("the running agent went back to the default model");
+    wait_setting_applied(
+        &mut items,
+        "the running agent went back to the default model",
+    )
+    .await;
     assert_eq!(send_and_wait(&bot, "three").await.outcome, "success");
     stop_and_wait(&bot).await;
     assert_eq!(send_and_wait(&bot, "four").await.outcome, "success");
@@ -486,17 +470,7 @@ async fn permission_modes_are_listed_per_runtime_checked_and_applied_live() {
     bot.set_permission_mode("on-request:read-only")
         .await
         .unwrap();
-    tokio::time::timeout(EVENT_TIMEOUT, async {
-        while let Some(sig) = items.next().await {
-            let a = sig.args().unwrap();
-            if a.payload.contains("setting_applied") {
-                return;
-            }
-            assert_ne!(a.kind, "error", "{}", a.payload);
-        }
-    })
-    .await
-    .expect("the running agent took the permission setting");
+    wait_setting_applied(&mut items, "the running agent took the permission setting").await;
     assert_eq!(bot.permission_mode().await.unwrap(), "on-request:read-only");
     stop_and_wait(&bot).await;
 }
@@ -779,4 +753,23 @@ async fn a_model_api_that_accepts_and_never_answers_shows_and_the_turn_ends() {
     assert_eq!(next.outcome, "success", "{next:?}");
     stop_and_wait(&bot).await;
     wait_no_leftovers(&env).await;
+}
+
+/// Waits for the `setting_applied` item of a live setting (no `error` item may come first);
+/// `what` names it in the failure.
+async fn wait_setting_applied(
+    items: &mut (impl futures_util::Stream<Item = botvisor::dbus::client::ChatItemAdded> + Unpin),
+    what: &str,
+) {
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(sig) = items.next().await {
+            let a = sig.args().unwrap();
+            if a.payload.contains("setting_applied") {
+                return;
+            }
+            assert_ne!(a.kind, "error", "{}", a.payload);
+        }
+    })
+    .await
+    .expect(what);
 }

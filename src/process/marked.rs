@@ -5,7 +5,7 @@
 //! its inherited marker still names its bot. (With cgroups, the bot's cgroup holds it.)
 //!
 //! Cost: one read of `/proc/<pid>/environ` per process of the user (others' are unreadable and
-//! skipped), tens of milliseconds at a few thousand processes, once per start.
+//! skipped), tens of milliseconds at a few thousand processes, only at a start after a crash.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -22,7 +22,9 @@ impl Supervisor {
         }
         // Without cgroups, what the previous run never recorded (a double fork after its last
         // snapshot, adopted by it and orphaned by its crash) is found by the marker it inherited.
-        if crate::process::cgroup::subtree().is_none() {
+        // Only after a crash: a run that stopped its agents cleared their records, and then
+        // nothing of it can be left to find (no /proc scan at every start).
+        if !by_bot.is_empty() && crate::process::cgroup::subtree().is_none() {
             let ids: std::collections::BTreeSet<String> =
                 self.list().iter().map(|h| h.id.clone()).collect();
             for (bot_id, found) in crate::process::marked::marked(&ids) {

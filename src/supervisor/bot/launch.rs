@@ -181,7 +181,6 @@ impl Actor {
         let Some(session) = proc.protocol.conversation().map(str::to_owned) else {
             return;
         };
-        let stdin = stdin.clone();
         let Some((turn, effects)) = self.turns.deliver(&session) else {
             return;
         };
@@ -200,17 +199,8 @@ impl Actor {
         let Some(proc) = self.proc.as_mut() else {
             return;
         };
-        let bytes: Vec<u8> = proc
-            .protocol
-            .user_message(&turn.text)
-            .into_iter()
-            .flat_map(|line| {
-                let mut bytes = line.into_bytes();
-                bytes.push(b'\n');
-                bytes
-            })
-            .collect();
-        if stdin.send(bytes).is_err() {
+        let lines = proc.protocol.user_message(&turn.text);
+        if !self.write_lines(lines) {
             self.turns.unwritten();
             return;
         }

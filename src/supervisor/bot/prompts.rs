@@ -14,26 +14,24 @@ impl Actor {
     }
 
     pub(super) fn pending_prompts(&self) -> usize {
-        self.shared
+        self.with_prompts(|book| book.open.len())
+    }
+
+    /// `f` on the prompt book, under the lock clients answer through.
+    fn with_prompts<R>(&self, f: impl FnOnce(&mut crate::supervisor::PromptBook) -> R) -> R {
+        let mut book = self
+            .shared
             .prompts
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .open
-            .len()
+            .unwrap_or_else(|p| p.into_inner());
+        f(&mut book)
     }
 
     /// A permission request of the CLI: recorded, signalled, and open until a client answers
     /// ([`prompts::opened`]).
     pub(super) fn on_permission_request(&mut self, asked: prompts::Asked) {
         let turn = self.current_turn_id();
-        let effects = {
-            let mut book = self
-                .shared
-                .prompts
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            prompts::opened(&mut book, asked, turn.as_deref())
-        };
+        let effects = self.with_prompts(|book| prompts::opened(book, asked, turn.as_deref()));
         self.apply(effects);
     }
 
@@ -46,14 +44,7 @@ impl Actor {
     /// agent stops, or when its turn ends (an interrupt) while it was asking
     /// ([`prompts::close_all`]).
     pub(super) fn close_open_prompts(&mut self, message: &str) {
-        let effects = {
-            let mut book = self
-                .shared
-                .prompts
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            prompts::close_all(&mut book, message)
-        };
+        let effects = self.with_prompts(|book| prompts::close_all(book, message));
         self.apply(effects);
     }
 }

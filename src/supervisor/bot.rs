@@ -30,10 +30,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use super::core::control::Controls;
-use super::core::crash::{AfterCrash, Crashes};
-use super::core::exit::{ExitFacts, ExitPlan, exit_plan};
+use super::core::lifecycle::{self, CrashLimits, Exit, Lifecycle, Run};
 use super::core::stream::DeltaPacer;
-use super::core::{Inflight, Settled, Turns};
+use super::core::{Effect, Inflight, Turns};
 use super::decide::{self, TurnOutcome, UnreplayedFate};
 use super::watchdog::{Expired, Watchdogs};
 use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher, Shared};
@@ -159,17 +158,11 @@ impl BotView {
 struct Proc {
     handle: ProcessHandle,
     stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
-    /// How it was launched (a resume or a new conversation).
-    start: SessionStart,
     /// Its protocol: lines in and out, request ids, the conversation it holds.
     protocol: Box<dyn crate::runtime::Protocol>,
-    turn_began: bool,
-    stopping: bool,
-    lost: bool,
-    in_use: Option<String>,
-    /// A session id the CLI reported instead of the launched one, adopted once its transcript
-    /// exists (design rule 3).
-    reported_session: Option<String>,
+    /// What it showed so far: how it was launched, a turn begun, a lost conversation, a stop
+    /// (the lifecycle core's [`Run`]).
+    run: Run,
     /// Control requests sent and not yet answered ([`Controls`]).
     controls: Controls,
     /// Samples its resource use while the bot is active; dropped with it.
@@ -197,10 +190,11 @@ struct Actor {
     proc_rx: mpsc::UnboundedReceiver<ProcEvent>,
     /// The queue and the message in flight (the lifecycle core's turns, `supervisor::core`).
     turns: Turns,
-    crashes: Crashes,
+    /// What the bot keeps from one process to the next: crashes, a forced resume, a pending
+    /// restart, a fatal error (the lifecycle core's [`Lifecycle`]).
+    life: Lifecycle,
+    /// When a crashed agent is started again ([`Effect::RestartTimer`](super::core::Effect)).
     restart_at: Option<tokio::time::Instant>,
-    force_resume: Option<String>,
-    in_use_retried: bool,
     parked: bool,
     /// Known descendants of the current (or last) process, by identity.
     known: Vec<ProcessIdentity>,
@@ -208,10 +202,6 @@ struct Actor {
     background_tasks: usize,
     /// When the bot stops for idleness, if it stays idle.
     idle_deadline: Option<tokio::time::Instant>,
-    /// A crashed process is to be restarted (messages wait or a client holds the bot).
-    restart_pending: bool,
-    /// A failure restarting cannot fix (authentication, usage limit), with the CLI's words.
-    fatal: Option<String>,
     /// One-shot moments to look for descendants again after a tool started (a foreground tool
     /// prints nothing while it runs).
     snapshot_at: VecDeque<tokio::time::Instant>,
@@ -254,10 +244,6 @@ pub(crate) fn publish_item(publisher: &Publisher, bot_id: &str, item: &ChatItem)
     });
 }
 
-fn fresh_restart_text(old: &str) -> String {
-    format!("Restarted fresh: the conversation {old} is left for good; a new one begins.")
-}
-
 /// For a fresh restart asked through `handle`: clears the recorded session now, in one
 /// transaction with a system chat item, and publishes both.
 pub(crate) fn forget_session(handle: &BotHandle, reason: &str) -> Result<(), BotError> {
@@ -265,7 +251,8 @@ pub(crate) fn forget_session(handle: &BotHandle, reason: &str) -> Result<(), Bot
         return Ok(());
     };
     let payload =
-        json!({"text": fresh_restart_text(&old), "reason": reason, "session_id": old}).to_string();
+        json!({"text": lifecycle::fresh_restart_text(&old), "reason": reason, "session_id": old})
+            .to_string();
     let shared = &handle.shared;
     shared.store.tx_now_then(
         |tx| {
@@ -349,16 +336,12 @@ pub fn spawn_actor(
         proc_tx,
         proc_rx,
         turns: Turns::default(),
-        crashes: Crashes::default(),
+        life: Lifecycle::default(),
         restart_at: None,
-        force_resume: None,
-        in_use_retried: false,
         parked,
         known: Vec::new(),
         background_tasks: 0,
         idle_deadline: None,
-        restart_pending: false,
-        fatal: None,
         snapshot_at: VecDeque::new(),
         deltas: DeltaPacer::new(TEXT_DELTA_INTERVAL),
         watch: Watchdogs::default(),

@@ -16,8 +16,7 @@ impl Actor {
                 true
             }
             Command::Stop => {
-                self.park(true);
-                self.restart_at = None;
+                self.apply(vec![Effect::Park(true), Effect::RestartTimer(None)]);
                 self.stop_process("stop").await;
                 if self.state() != State::Failed {
                     self.set_state(State::Stopped);
@@ -74,22 +73,19 @@ impl Actor {
         }
     }
 
+    /// A client's Restart: the old process is stopped and must be released (never a second
+    /// process beside a root that survived SIGKILL, rule 7); then [`Lifecycle::restart`] says
+    /// what the next start is, and it starts.
     pub(super) async fn on_restart(&mut self, fresh: bool) {
         self.restart_at = None;
         if let Some(v) = self.stop_process("restart").await
             && !v.released()
         {
-            // The old root survived SIGKILL: never a second process beside it (rule 7).
             return;
         }
-        if fresh && let Some(old) = self.record().session_id {
-            self.forget_session(&old, "fresh_restart", fresh_restart_text(&old));
-        }
-        self.crashes.clear();
-        self.force_resume = None;
-        self.in_use_retried = false;
-        self.park(false);
-        self.set_state(State::Stopped);
+        let recorded = self.record().session_id;
+        let effects = self.life.restart(fresh, recorded.as_deref());
+        self.apply(effects);
         self.start();
     }
 

@@ -9,7 +9,7 @@ impl Actor {
         let Some(proc) = self
             .proc
             .as_mut()
-            .filter(|p| !p.stopping && p.stdin.is_some())
+            .filter(|p| !p.run.stopping && p.stdin.is_some())
         else {
             return false;
         };

@@ -41,6 +41,10 @@ impl Actor {
                 Effect::Pending(list) => {
                     self.update(vec!["PendingPermissions"], |v| v.pending = list)
                 }
+                Effect::RestartTimer(after) => {
+                    self.restart_at = after.map(|d| tokio::time::Instant::now() + d);
+                }
+                Effect::Park(parked) => self.park(parked),
             }
         }
         applied

@@ -137,25 +137,17 @@ impl Actor {
                 let Some(proc) = self.proc.as_mut() else {
                     return Next::Nothing;
                 };
-                if proc.lost {
+                let Some((effects, stop)) =
+                    Lifecycle::conversation_lost(&mut proc.run, &mut self.turns, &session_id)
+                else {
                     return Next::Nothing;
-                }
-                proc.lost = true;
-                let stopping = proc.stopping;
+                };
                 tracing::info!(bot_id = %self.id, %session_id, "conversation not found; starting a new one");
-                let effects = self.turns.conversation_lost();
-                self.forget_session(
-                    &session_id,
-                    "conversation_not_found",
-                    format!(
-                        "The CLI could not find the conversation {session_id}; a new conversation began."
-                    ),
-                );
                 self.apply(effects);
-                if stopping {
-                    Next::Nothing
-                } else {
+                if stop {
                     Next::StopProcess
+                } else {
+                    Next::Nothing
                 }
             }
             RuntimeEvent::OpenFailed { error } => {
@@ -163,25 +155,21 @@ impl Actor {
                 // stopped, and nothing starts again until a client sends or restarts.
                 let text = format!("The agent could not open its conversation: {error}");
                 tracing::warn!(bot_id = %self.id, "{text}");
-                self.add_item(
-                    "error",
-                    None,
-                    json!({"text": text, "reason": "open_failed"}),
-                );
-                self.set_last_error(&text);
                 let recorded = self.record().session_id;
                 let holds = self.conversation_holds();
-                let effects = self
-                    .turns
-                    .start_failed("open_failed", recorded.as_deref(), holds);
+                let mut effects = vec![lifecycle::said_error(&text, Some("open_failed"))];
+                effects.extend(
+                    self.turns
+                        .start_failed("open_failed", recorded.as_deref(), holds),
+                );
+                effects.push(Effect::Park(true));
                 self.apply(effects);
-                self.park(true);
                 Next::StopProcess
             }
             RuntimeEvent::SessionInUse { session_id } => {
                 if let Some(proc) = self.proc.as_mut() {
                     tracing::info!(bot_id = %self.id, %session_id, "session id already in use");
-                    proc.in_use = Some(session_id);
+                    proc.run.in_use = Some(session_id);
                 }
                 Next::Nothing
             }

@@ -15,7 +15,7 @@ impl Actor {
     /// What the actor knows of the bot's activity without reading `/proc`.
     pub(super) fn activity(&self) -> Activity {
         Activity {
-            running: self.proc.as_ref().is_some_and(|p| !p.stopping),
+            running: self.proc.as_ref().is_some_and(|p| !p.run.stopping),
             in_flight: self.turns.inflight.is_some(),
             queued: !self.turns.queue.is_empty(),
             background_tasks: self.background_tasks,

@@ -13,11 +13,11 @@ impl Actor {
             failed_or_stopping: matches!(self.state(), State::Failed | State::Stopping),
             process: match &self.proc {
                 None => ProcessNow::None,
-                Some(p) if p.stopping || p.lost || p.in_use.is_some() => ProcessNow::Unusable,
+                Some(p) if !p.run.usable() => ProcessNow::Unusable,
                 Some(_) => ProcessNow::Usable,
             },
             waiting: !self.turns.queue.is_empty(),
-            restart_pending: self.restart_pending,
+            restart_pending: self.life.restart_pending,
             backoff_running: self.restart_at.is_some(),
             in_flight: self.turns.inflight.is_some(),
         });
@@ -38,33 +38,24 @@ impl Actor {
         let program = match self.runtime.binary() {
             Ok(p) => p,
             Err(e) => {
-                let text = format!("cannot start the agent: {e}");
-                self.add_item("error", None, json!({ "text": text }));
-                self.set_last_error(&text);
-                self.parked = true;
+                self.start_refused(&format!("cannot start the agent: {e}"), None);
                 return;
             }
         };
         let env = self.build_env(&record);
         if let Err(e) = self.runtime.check_environment(&env) {
-            let text = format!("cannot start the agent: {e}");
-            self.add_item("error", None, json!({ "text": text }));
-            self.set_last_error(&text);
-            self.parked = true;
+            self.start_refused(&format!("cannot start the agent: {e}"), None);
             return;
         }
         if let Err((reason, e)) = self
             .runtime
             .check_launch(&program, &record.permission_mode, &env)
         {
-            let text = format!("cannot start the agent: {e}");
-            self.add_item("error", None, json!({ "text": text, "reason": reason }));
-            self.set_last_error(&text);
-            self.parked = true;
+            self.start_refused(&format!("cannot start the agent: {e}"), Some(reason));
             return;
         }
         let cwd = Path::new(&record.cwd);
-        let decision = match self.force_resume.take() {
+        let decision = match self.life.force_resume.take() {
             Some(id) => StartDecision {
                 start: SessionStart::Resume(id),
                 forget: None,
@@ -87,13 +78,10 @@ impl Actor {
                     format!("the {} runtime cannot resume", self.runtime.name()),
                 ),
             };
-            self.forget_session(
-                old,
-                code,
-                format!(
-                    "The earlier conversation {old} could not be found ({why}); a new conversation began."
-                ),
+            let text = format!(
+                "The earlier conversation {old} could not be found ({why}); a new conversation began."
             );
+            self.apply(vec![lifecycle::forget(old, code, text)]);
         }
         let spec = LaunchSpec {
             cwd,
@@ -123,7 +111,7 @@ impl Actor {
                 let stdin = handle.stdin.take().map(spawn_writer);
                 let protocol_opening = protocol.opening();
                 let pid = handle.pid;
-                self.restart_pending = false;
+                self.life.started();
                 self.known.clear();
                 self.background_tasks = 0;
                 if let Ok(id) = identify(pid)
@@ -136,13 +124,8 @@ impl Actor {
                 self.proc = Some(Proc {
                     handle,
                     stdin,
-                    start: decision.start,
                     protocol,
-                    turn_began: false,
-                    stopping: false,
-                    lost: false,
-                    in_use: None,
-                    reported_session: None,
+                    run: Run::new(decision.start),
                     controls: Controls::default(),
                     usage: self.watch_usage(pid, cgroup),
                 });
@@ -156,11 +139,16 @@ impl Actor {
             Err(e) => {
                 let text = process::launch_error::explain(&cmd.program, &cmd.cwd, &e);
                 tracing::error!(bot_id = %self.id, error = %text, "spawn failed");
-                self.add_item("error", None, json!({ "text": text }));
-                self.set_last_error(&text);
-                self.parked = true;
+                self.start_refused(&text, None);
             }
         }
+    }
+
+    /// The agent cannot start: the chat and `LastError` say why, and nothing starts again until a
+    /// client sends or restarts (not recorded: a daemon restart tries once more).
+    fn start_refused(&mut self, text: &str, reason: Option<&str>) {
+        self.apply(vec![lifecycle::said_error(text, reason)]);
+        self.parked = true;
     }
 
     pub(super) fn write_next(&mut self) {

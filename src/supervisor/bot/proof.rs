@@ -134,7 +134,7 @@ impl Actor {
     pub(super) async fn stop_process(&mut self, why: &'static str) -> Option<StopVerdict> {
         self.snapshot_descendants();
         let proc = self.proc.as_mut()?;
-        proc.stopping = true;
+        proc.run.stopping = true;
         proc.stdin = None;
         let pid = proc.handle.pid;
         let generation = proc.handle.generation;
@@ -181,25 +181,25 @@ impl Actor {
                 proof: PROOF,
             });
             self.read_verdict(pid, why, &v);
-            self.set_state(State::Failed);
+            let effects = lifecycle::failed(self.turns.waiting());
+            self.apply(effects);
             return Some(v);
         };
         tracing::info!(bot_id = %self.id, pid, status = %info, "agent stopped");
-        let proc = self.proc.take();
-        self.watch.process_gone();
-        self.update(vec!["ProcessId"], |v| v.process_id = 0);
-        self.deny_open_prompts();
-        self.end_streamed_message();
-        self.turns.interrupting = None;
-        if let Some(p) = &proc {
-            self.adopt_reported_session(p);
-        }
-        self.settle_inflight(
-            TurnOutcome::Interrupted,
-            "stopped",
-            "The agent was stopped before the turn finished.".into(),
+        let proc = self.proc.take()?;
+        self.process_gone();
+        let recorded = self.record().session_id;
+        let (exists, holds) = (self.transcript_check(), self.conversation_holds());
+        let (effects, unpark) = Lifecycle::stopped(
+            &proc.run,
+            &mut self.turns,
+            why,
+            recorded.as_deref(),
+            exists,
+            holds,
         );
-        if why == "replaced" && proc.is_some_and(|p| p.lost) {
+        self.apply(effects);
+        if unpark {
             // The lost conversation's own stop: its waiting message goes to a new one now.
             self.parked = false;
         }

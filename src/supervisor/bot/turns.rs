@@ -24,67 +24,36 @@ impl Actor {
         let Some(proc) = self.proc.as_mut() else {
             return;
         };
-        proc.turn_began = true;
+        proc.run.turn_began = true;
         if let Some(r) = replayed.reported_later {
             tracing::info!(bot_id = %self.id, reported = %r, %launched, "the CLI reports another session id; kept until its transcript exists");
-            proc.reported_session = Some(r);
+            proc.run.reported_session = Some(r);
         }
         self.apply(replayed.effects);
     }
 
-    /// A session id the CLI reported instead of the launched one is recorded once its transcript
-    /// exists (design rule 3, [`decide::session_to_record`]); until then the launched one stays.
-    pub(super) fn adopt_reported_session(&self, proc: &Proc) {
-        let Some(reported) = proc.reported_session.as_deref() else {
-            return;
-        };
-        if self.record().session_id.as_deref() == Some(reported)
-            || !self.transcript_exists(reported)
-        {
-            return;
-        }
-        match self
-            .store
-            .tx(|tx| store::bots::set_session(tx, &self.id, Some(reported)))
-        {
-            Ok(()) => {
-                tracing::info!(bot_id = %self.id, session_id = %reported, "session recorded: the reported conversation's transcript exists");
-                self.update(vec!["SessionId"], |v| {
-                    v.record.session_id = Some(reported.to_owned())
-                });
-            }
-            Err(e) => tracing::error!(bot_id = %self.id, error = %e, "cannot record the session"),
-        }
-    }
-
-    /// A session id the CLI reported at a turn's end (it may have forked or cleared its
-    /// conversation): once a turn began in this process, it is recorded when its transcript
-    /// exists, at once or at the process's end.
+    /// A session id the CLI reported at a turn's end ([`Run::reported`]) is recorded once its
+    /// transcript exists, at once or at the process's end ([`Run::adopt_reported`]).
     pub(super) fn note_reported_session(&mut self, reported: Option<String>) {
         let Some(proc) = self.proc.as_mut() else {
             return;
         };
-        if !proc.turn_began {
+        proc.run.reported(reported, proc.protocol.conversation());
+        let recorded = self.record().session_id;
+        let Some(proc) = self.proc.as_ref() else {
             return;
-        }
-        if let Some(r) =
-            reported.filter(|r| !r.is_empty() && Some(r.as_str()) != proc.protocol.conversation())
+        };
+        if let Some((_, effect)) = proc
+            .run
+            .adopt_reported(recorded.as_deref(), self.transcript_check())
         {
-            proc.reported_session = Some(r);
-        }
-        if let Some(proc) = &self.proc {
-            self.adopt_reported_session(proc);
+            self.apply(vec![effect]);
         }
     }
 
-    /// Whether the transcript of `session_id` exists now, for this bot's CLI (its environment
-    /// and working directory).
-    pub(super) fn transcript_exists(&self, session_id: &str) -> bool {
-        self.transcript_check()(session_id)
-    }
-
-    /// [`Actor::transcript_exists`] as a closure the core can call; the environment is built
-    /// only if it is called.
+    /// Whether the transcript of a session id exists now, for this bot's CLI (its environment
+    /// and working directory), as a closure the core can call; the environment is built only if
+    /// it is called.
     pub(super) fn transcript_check(&self) -> impl Fn(&str) -> bool + use<> {
         let record = self.record();
         let config = self.config.clone();
@@ -107,19 +76,16 @@ impl Actor {
         // waiting for the answer.
         self.close_open_prompts("The turn ended before this request was answered.");
         let ended = self.turns.result(outcome, &payload, error);
-        if let Some(e) = &ended.error
-            && let Some(kind) = self.runtime.fatal_reason(e)
-        {
-            self.fatal = Some(format!("{kind} error: {e}"));
-        }
-        if ended.succeeded {
-            // The agent works again: the next crash starts the backoff from its first step.
-            self.crashes.clear();
-        }
-        self.apply(ended.effects);
-        if self.turns.inflight.is_none() && self.proc.as_ref().is_some_and(|p| !p.stopping) {
-            self.set_state(State::Idle);
-        }
+        let fatal = ended.error.as_deref().and_then(|e| {
+            self.runtime
+                .fatal_reason(e)
+                .map(|kind| format!("{kind} error: {e}"))
+        });
+        let idle =
+            self.turns.inflight.is_none() && self.proc.as_ref().is_some_and(|p| !p.run.stopping);
+        let mut effects = ended.effects;
+        effects.extend(self.life.turn_result(ended.succeeded, fatal, idle));
+        self.apply(effects);
     }
 
     /// A closure that says whether the conversation a message in flight went to holds it (the
@@ -138,24 +104,5 @@ impl Actor {
                 inf.written,
             )
         }
-    }
-
-    /// Settles the turn in flight when its process is gone ([`Turns::settle`], design rule 8).
-    pub(super) fn settle_inflight(
-        &mut self,
-        outcome: TurnOutcome,
-        reason: &str,
-        text: String,
-    ) -> Settled {
-        if self.turns.inflight.is_none() {
-            return Settled::Nothing;
-        }
-        let recorded = self.record().session_id;
-        let holds = self.conversation_holds();
-        let (settled, effects) =
-            self.turns
-                .settle(outcome, reason, text, recorded.as_deref(), holds);
-        self.apply(effects);
-        settled
     }
 }

@@ -22,23 +22,6 @@ impl Actor {
             return;
         }
         tracing::debug!(bot_id = %self.id, state = state.as_str(), "state");
-        if state == State::Failed {
-            let waiting = self.turns.waiting();
-            if waiting > 0 {
-                self.add_item(
-                    "system",
-                    None,
-                    json!({
-                        "text": format!(
-                            "{waiting} message(s) wait; this bot takes them to the agent once \
-                             a client calls Restart."
-                        ),
-                        "reason": "failed_with_queue",
-                        "queued": waiting,
-                    }),
-                );
-            }
-        }
         if before == State::Failed || state == State::Failed {
             // `failed` waits for an explicit Restart, across daemon restarts too.
             let failed = state == State::Failed;
@@ -96,23 +79,5 @@ impl Actor {
             return;
         }
         self.update(vec!["LastError"], |v| v.record.last_error = text.to_owned());
-    }
-
-    /// Clears the recorded session in one transaction with a system chat item saying why.
-    pub(super) fn forget_session(&self, old: &str, reason: &str, text: String) {
-        let payload = json!({"text": text, "reason": reason, "session_id": old}).to_string();
-        let result = self.store.tx_then(
-            |tx| {
-                store::bots::set_session(tx, &self.id, None)?;
-                store::chat::append(tx, &self.id, "system", None, &payload)
-            },
-            |item| {
-                self.update(vec!["SessionId"], |v| v.record.session_id = None);
-                self.publish_item(item);
-            },
-        );
-        if let Err(e) = result {
-            tracing::error!(bot_id = %self.id, error = %e, "cannot clear the session");
-        }
     }
 }

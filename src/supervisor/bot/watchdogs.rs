@@ -16,19 +16,14 @@ impl Actor {
                     self.config.start_timeout_s
                 );
                 tracing::warn!(bot_id = %self.id, "{text}");
-                self.add_item(
-                    "error",
-                    None,
-                    json!({"text": text, "reason": "start_timeout"}),
-                );
-                self.set_last_error(&text);
                 // The waiting turn fails visibly; what else waits, waits for the next Send or
                 // Restart (no restart loop).
                 let recorded = self.record().session_id;
                 let holds = self.conversation_holds();
-                let effects = self.turns.start_timed_out(recorded.as_deref(), holds);
+                let mut effects = vec![lifecycle::said_error(&text, Some("start_timeout"))];
+                effects.extend(self.turns.start_timed_out(recorded.as_deref(), holds));
+                effects.push(Effect::Park(true));
                 self.apply(effects);
-                self.park(true);
                 self.stop_process("start timeout").await;
             }
             Expired::Interrupt(turn) => {

@@ -87,6 +87,11 @@ pub enum Effect {
     TurnEnded(String),
     /// The `PendingPermissions` property: `(request_id, tool, input_json)` of each open prompt.
     Pending(Vec<(String, String, String)>),
+    /// Start the agent again after this backoff (design rule 11); `None` cancels a backoff.
+    RestartTimer(Option<std::time::Duration>),
+    /// Park the bot (`true`: waiting messages wait for a client's Send or Restart) or let it go;
+    /// recorded, so a daemon restart keeps it.
+    Park(bool),
 }
 
 /// Builds the effects of one commit: collects writes and publications in order.

@@ -15,6 +15,10 @@
 //!   (design rule 11).
 //! - [`exit`]: what a process's exit means: released after a stop, a conversation that never
 //!   started (lost, or an id in use), a clean end or a crash (design rules 4, 8, 11).
+//! - [`lifecycle`]: what a process showed ([`lifecycle::Run`]) and what the bot keeps between
+//!   processes: what an exit, a lost conversation, a stop, a crash, a Restart or a turn's result
+//!   means for the turn, the session record, the state and the next start (design rules 3, 4, 8,
+//!   9, 11).
 //! - [`idle`]: when a bot is idle and whether its idle deadline stops it (design rules 12, 13).
 //! - [`prompts`]: a permission request recorded before it is signalled, and closed as denied
 //!   when nobody can answer it any more.
@@ -30,6 +34,7 @@ pub mod crash;
 pub mod effect;
 pub mod exit;
 pub mod idle;
+pub mod lifecycle;
 pub mod prompts;
 pub mod pump;
 pub mod stop;

@@ -1,0 +1,515 @@
+//! The rules of a process's life and end, case by case, with no bus, database or process.
+
+use super::*;
+use crate::runtime::ResultOutcome;
+use crate::store::QueuedTurn;
+
+fn turn(id: &str) -> QueuedTurn {
+    QueuedTurn {
+        id: id.to_owned(),
+        text: format!("text of {id}"),
+    }
+}
+
+/// A turn `a` written to the conversation `s`, replayed when `began`, and `b` waiting.
+fn in_flight(began: bool) -> Turns {
+    let mut t = Turns::default();
+    t.queue(turn("a"));
+    t.queue(turn("b"));
+    t.deliver("s").unwrap();
+    if began {
+        t.replayed("s", Some("s"), Some("s"), |_| false).unwrap();
+    }
+    t
+}
+
+fn resumed(began: bool) -> Run {
+    Run {
+        turn_began: began,
+        ..Run::new(SessionStart::Resume("s".into()))
+    }
+}
+
+fn exit(status: ExitInfo, recorded: Option<&str>, in_flight: bool) -> Exit<'_> {
+    Exit {
+        status,
+        stderr: "",
+        stderr_fatal: None,
+        stderr_in_use: None,
+        lived: Duration::from_secs(60),
+        fresh_window: Duration::from_secs(5),
+        recorded,
+        in_flight,
+    }
+}
+
+fn killed() -> ExitInfo {
+    ExitInfo {
+        code: None,
+        signal: Some(9),
+    }
+}
+
+fn code(c: i32) -> ExitInfo {
+    ExitInfo {
+        code: Some(c),
+        signal: None,
+    }
+}
+
+/// Every chat item's `(kind, reason)` the effects commit, in order.
+fn items(effects: &[Effect]) -> Vec<(String, String)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Commit { writes, .. } => Some(writes),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|w| match w {
+            Write::Chat { kind, payload, .. } => {
+                let v: serde_json::Value = serde_json::from_str(payload).unwrap();
+                let reason = v.get("reason").and_then(|r| r.as_str()).unwrap_or_default();
+                Some((kind.clone(), reason.to_owned()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn has_item(effects: &[Effect], kind: &str, reason: &str) -> bool {
+    items(effects).iter().any(|(k, r)| k == kind && r == reason)
+}
+
+fn states(effects: &[Effect]) -> Vec<State> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::State(s) => Some(*s),
+            _ => None,
+        })
+        .collect()
+}
+
+fn finished(effects: &[Effect]) -> Vec<(String, TurnOutcome)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Commit { writes, .. } => Some(writes),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|w| match w {
+            Write::TurnFinished { turn_id, outcome } => Some((turn_id.clone(), *outcome)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn forgets(effects: &[Effect]) -> bool {
+    effects.iter().any(
+        |e| matches!(e, Effect::Commit { writes, .. } if writes.contains(&Write::Session(None))),
+    )
+}
+
+const LIMITS: CrashLimits = CrashLimits {
+    window: Duration::from_secs(60),
+    limit: 3,
+};
+
+#[test]
+fn rule_11_a_crash_ends_the_running_turn_at_once_and_says_why() {
+    let mut life = Lifecycle::default();
+    let mut turns = in_flight(true);
+    let mut run = resumed(true);
+    let mut e = exit(killed(), Some("s"), true);
+    e.stderr = "segfault";
+    let steps = life.exited(&mut run, &mut turns, &e, |_| false, |_| false);
+    assert_eq!(finished(&steps.now), [("a".into(), TurnOutcome::Crashed)]);
+    assert!(has_item(&steps.now, "error", "crash"));
+    assert_eq!(states(&steps.now), [State::Stopped]);
+    assert_eq!(steps.clean_up, "crash");
+    let text = steps.crashed.expect("a crash");
+    assert!(text.contains("segfault"), "{text}");
+    assert_eq!(turns.queue.len(), 1, "the waiting message stays queued");
+    assert!(
+        !forgets(&steps.now),
+        "a crash never gives a conversation up"
+    );
+}
+
+#[test]
+fn rule_11_a_needed_agent_restarts_after_a_backoff_and_a_crash_loop_fails_the_bot() {
+    let mut life = Lifecycle::default();
+    let t0 = Instant::now();
+    let first = life.crashed(t0, LIMITS, true, 1, "boom");
+    assert!(first.contains(&Effect::RestartTimer(Some(Duration::from_millis(250)))));
+    assert!(has_item(&first, "system", "restart_pending"));
+    assert!(life.restart_pending);
+    life.started();
+    assert!(!life.restart_pending);
+    life.crashed(t0 + Duration::from_secs(1), LIMITS, true, 1, "boom");
+    let loop_ = life.crashed(t0 + Duration::from_secs(2), LIMITS, true, 1, "boom");
+    assert!(has_item(&loop_, "error", "crash_loop"));
+    assert!(has_item(&loop_, "system", "failed_with_queue"));
+    assert_eq!(states(&loop_), [State::Failed]);
+    assert!(
+        !loop_
+            .iter()
+            .any(|e| matches!(e, Effect::RestartTimer(Some(_))))
+    );
+}
+
+#[test]
+fn rule_11_an_agent_nobody_needs_is_not_restarted_after_a_crash() {
+    let mut life = Lifecycle::default();
+    assert!(
+        life.crashed(Instant::now(), LIMITS, false, 0, "boom")
+            .is_empty()
+    );
+    assert!(!life.restart_pending);
+}
+
+#[test]
+fn rule_11_a_succeeded_turn_restarts_the_backoff_from_its_first_step() {
+    let mut life = Lifecycle::default();
+    let t0 = Instant::now();
+    life.crashed(t0, LIMITS, true, 0, "boom");
+    life.crashed(t0, LIMITS, true, 0, "boom");
+    assert_eq!(
+        life.turn_result(true, None, true),
+        [Effect::State(State::Idle)]
+    );
+    let next = life.crashed(t0, LIMITS, true, 0, "boom");
+    assert!(next.contains(&Effect::RestartTimer(Some(Duration::from_millis(250)))));
+}
+
+#[test]
+fn a_failure_restarting_cannot_fix_fails_the_bot_instead_of_a_crash() {
+    let mut life = Lifecycle::default();
+    life.turn_result(false, Some("authentication error: 401".into()), true);
+    let mut turns = in_flight(true);
+    turns.result(ResultOutcome::Error, &serde_json::json!({}), None);
+    let steps = life.exited(
+        &mut resumed(true),
+        &mut turns,
+        &exit(code(1), Some("s"), false),
+        |_| false,
+        |_| false,
+    );
+    assert!(has_item(&steps.now, "error", "fatal"));
+    assert!(has_item(&steps.now, "system", "failed_with_queue"));
+    assert_eq!(states(&steps.now), [State::Failed]);
+    assert_eq!(steps.crashed, None);
+}
+
+#[test]
+fn the_stderr_of_a_failure_restarting_cannot_fix_fails_the_bot() {
+    let mut life = Lifecycle::default();
+    let mut e = exit(code(1), Some("s"), false);
+    e.stderr = "Invalid API key";
+    e.stderr_fatal = Some("authentication");
+    let steps = life.exited(
+        &mut resumed(true),
+        &mut Turns::default(),
+        &e,
+        |_| false,
+        |_| false,
+    );
+    assert!(has_item(&steps.now, "error", "fatal"));
+    assert_eq!(states(&steps.now), [State::Failed]);
+}
+
+#[test]
+fn a_fatal_result_of_one_process_does_not_fail_the_crash_of_the_next() {
+    let mut life = Lifecycle::default();
+    life.turn_result(false, Some("authentication error: 401".into()), true);
+    // That process ended cleanly; the next one crashes.
+    life.exited(
+        &mut resumed(true),
+        &mut Turns::default(),
+        &exit(code(0), Some("s"), false),
+        |_| false,
+        |_| false,
+    );
+    let steps = life.exited(
+        &mut resumed(true),
+        &mut Turns::default(),
+        &exit(killed(), Some("s"), false),
+        |_| false,
+        |_| false,
+    );
+    assert!(has_item(&steps.now, "error", "crash"));
+    assert!(steps.crashed.is_some());
+}
+
+#[test]
+fn a_clean_exit_with_nothing_in_flight_stops_the_bot() {
+    let mut life = Lifecycle::default();
+    let steps = life.exited(
+        &mut resumed(true),
+        &mut Turns::default(),
+        &exit(code(0), Some("s"), false),
+        |_| false,
+        |_| false,
+    );
+    assert!(items(&steps.now).is_empty());
+    assert_eq!(states(&steps.now), [State::Stopped]);
+    assert_eq!((steps.clean_up, steps.crashed), ("exit", None));
+}
+
+#[test]
+fn rule_4_a_lost_conversation_is_forgotten_once_and_its_message_waits_again() {
+    let mut run = resumed(false);
+    let mut turns = in_flight(false);
+    let (effects, stop) = Lifecycle::conversation_lost(&mut run, &mut turns, "s").unwrap();
+    assert!(stop);
+    assert!(forgets(&effects));
+    assert!(has_item(&effects, "system", "conversation_not_found"));
+    assert_eq!(
+        turns
+            .queue
+            .iter()
+            .map(|t| t.id.as_str())
+            .collect::<Vec<_>>(),
+        ["a", "b"],
+        "its message first, never lost"
+    );
+    assert!(!run.usable(), "the process takes no message any more");
+    assert!(Lifecycle::conversation_lost(&mut run, &mut turns, "s").is_none());
+}
+
+#[test]
+fn rule_4_a_conversation_lost_while_stopping_is_not_stopped_again() {
+    let mut run = Run {
+        stopping: true,
+        ..resumed(false)
+    };
+    let (_, stop) = Lifecycle::conversation_lost(&mut run, &mut Turns::default(), "s").unwrap();
+    assert!(!stop);
+}
+
+#[test]
+fn rule_4_the_exit_of_a_process_that_lost_its_conversation_is_not_a_crash() {
+    let mut life = Lifecycle::default();
+    let mut run = resumed(false);
+    let mut turns = in_flight(false);
+    Lifecycle::conversation_lost(&mut run, &mut turns, "s");
+    let steps = life.exited(
+        &mut run,
+        &mut turns,
+        &exit(code(1), None, false),
+        |_| false,
+        |_| false,
+    );
+    assert_eq!(steps.crashed, None);
+    assert!(items(&steps.now).is_empty());
+    assert_eq!(states(&steps.now), [State::Stopped]);
+    assert_eq!(life.crashes.len(), 0);
+}
+
+#[test]
+fn a_new_conversation_refused_as_in_use_is_resumed_once() {
+    let mut life = Lifecycle::default();
+    let mut turns = in_flight(false);
+    let mut run = Run::new(SessionStart::New("x".into()));
+    let mut e = exit(code(1), None, true);
+    e.stderr_in_use = Some("x".into());
+    let steps = life.exited(&mut run, &mut turns, &e, |_| false, |_| false);
+    assert_eq!(life.force_resume.as_deref(), Some("x"));
+    assert_eq!(steps.crashed, None);
+    assert_eq!(turns.queue.len(), 2, "the message waits for the resume");
+    // Refused again: it counts as a crash (with its backoff), and the message, never taken,
+    // still waits.
+    let mut run = Run::new(SessionStart::Resume("x".into()));
+    turns.deliver("x");
+    let steps = life.exited(&mut run, &mut turns, &e, |_| false, |_| false);
+    assert!(finished(&steps.now).is_empty());
+    assert!(steps.crashed.is_some());
+    assert_eq!(turns.queue.front().map(|t| t.id.as_str()), Some("a"));
+}
+
+#[test]
+fn rule_4_a_resumed_cli_that_exits_by_choice_at_once_gives_its_conversation_up() {
+    let mut life = Lifecycle::default();
+    let mut e = exit(code(1), Some("s"), false);
+    e.lived = Duration::from_secs(1);
+    let steps = life.exited(
+        &mut resumed(false),
+        &mut Turns::default(),
+        &e,
+        |_| false,
+        |_| false,
+    );
+    assert!(forgets(&steps.now));
+    assert!(has_item(&steps.now, "system", "died_after_launch"));
+}
+
+#[test]
+fn rule_4_a_death_by_a_signal_a_turn_begun_or_a_long_life_keeps_the_conversation() {
+    for (status, began, lived) in [
+        (killed(), false, 1),
+        (code(1), true, 1),
+        (code(1), false, 60),
+    ] {
+        let mut life = Lifecycle::default();
+        let mut e = exit(status, Some("s"), false);
+        e.lived = Duration::from_secs(lived);
+        let steps = life.exited(
+            &mut resumed(began),
+            &mut Turns::default(),
+            &e,
+            |_| false,
+            |_| false,
+        );
+        assert!(!forgets(&steps.now), "{status} began {began} lived {lived}");
+    }
+}
+
+#[test]
+fn rule_8_a_message_the_conversation_holds_is_not_sent_again_after_a_crash() {
+    let mut life = Lifecycle::default();
+    let mut turns = in_flight(false);
+    let mut e = exit(killed(), Some("s"), true);
+    e.lived = Duration::from_secs(1);
+    let steps = life.exited(&mut resumed(false), &mut turns, &e, |_| false, |_| true);
+    assert_eq!(
+        finished(&steps.now),
+        [("a".into(), TurnOutcome::TakenNotAnswered)]
+    );
+    assert!(
+        !forgets(&steps.now),
+        "a taken message keeps its conversation"
+    );
+    assert_eq!(turns.queue.len(), 1);
+}
+
+#[test]
+fn rule_3_a_reported_session_is_recorded_at_the_exit_once_its_transcript_exists() {
+    let mut run = resumed(true);
+    run.reported(Some("t".into()), Some("s"));
+    assert_eq!(run.reported_session.as_deref(), Some("t"));
+    let steps = Lifecycle::default().exited(
+        &mut run.clone(),
+        &mut Turns::default(),
+        &exit(code(0), Some("s"), false),
+        |id| id == "t",
+        |_| false,
+    );
+    assert!(matches!(&steps.now[0], Effect::Commit { writes, .. }
+        if writes == &[Write::Session(Some("t".into()))]));
+    let steps = Lifecycle::default().exited(
+        &mut run,
+        &mut Turns::default(),
+        &exit(code(0), Some("s"), false),
+        |_| false,
+        |_| false,
+    );
+    assert!(
+        !steps.now.iter().any(|e| matches!(e, Effect::Commit { .. })),
+        "no transcript, no record"
+    );
+}
+
+#[test]
+fn rule_3_a_session_reported_before_a_turn_began_is_not_kept() {
+    let mut run = resumed(false);
+    run.reported(Some("t".into()), Some("s"));
+    assert_eq!(run.reported_session, None);
+    let mut run = resumed(true);
+    run.reported(Some("s".into()), Some("s"));
+    assert_eq!(run.reported_session, None, "the same conversation");
+}
+
+#[test]
+fn rule_9_a_process_that_exits_while_being_stopped_is_released_then_stopped() {
+    let mut life = Lifecycle::default();
+    let mut turns = in_flight(true);
+    let mut run = Run {
+        stopping: true,
+        ..resumed(true)
+    };
+    let steps = life.exited(
+        &mut run,
+        &mut turns,
+        &exit(killed(), Some("s"), true),
+        |_| false,
+        |_| false,
+    );
+    assert_eq!(
+        finished(&steps.now),
+        [("a".into(), TurnOutcome::Interrupted)]
+    );
+    assert_eq!(steps.clean_up, "late exit");
+    assert_eq!(steps.then, [Effect::State(State::Stopped)]);
+    assert_eq!(steps.crashed, None);
+}
+
+#[test]
+fn rule_8_a_stop_ends_a_begun_turn_interrupted_and_requeues_one_not_taken() {
+    let mut turns = in_flight(true);
+    let (effects, unpark) = Lifecycle::stopped(
+        &resumed(true),
+        &mut turns,
+        "stop",
+        Some("s"),
+        |_| false,
+        |_| false,
+    );
+    assert_eq!(finished(&effects), [("a".into(), TurnOutcome::Interrupted)]);
+    assert!(!unpark);
+    let mut turns = in_flight(false);
+    let (effects, _) = Lifecycle::stopped(
+        &resumed(false),
+        &mut turns,
+        "stop",
+        Some("s"),
+        |_| false,
+        |_| false,
+    );
+    assert!(finished(&effects).is_empty());
+    assert_eq!(turns.queue.front().map(|t| t.id.as_str()), Some("a"));
+}
+
+#[test]
+fn rule_4_the_stop_of_a_lost_conversation_lets_its_message_go_to_a_new_one() {
+    let run = Run {
+        lost: true,
+        ..resumed(false)
+    };
+    let (_, unpark) = Lifecycle::stopped(
+        &run,
+        &mut in_flight(false),
+        "replaced",
+        None,
+        |_| false,
+        |_| false,
+    );
+    assert!(unpark);
+}
+
+#[test]
+fn a_restart_clears_the_crash_count_and_a_fresh_one_forgets_the_conversation() {
+    let mut life = Lifecycle {
+        force_resume: Some("x".into()),
+        in_use_retried: true,
+        ..Lifecycle::default()
+    };
+    life.crashed(Instant::now(), LIMITS, true, 0, "boom");
+    let effects = life.restart(true, Some("s"));
+    assert!(life.crashes.is_empty());
+    assert_eq!((life.force_resume, life.in_use_retried), (None, false));
+    assert!(has_item(&effects, "system", "fresh_restart"));
+    assert!(effects.contains(&Effect::Park(false)));
+    assert!(effects.contains(&Effect::RestartTimer(None)));
+    assert_eq!(states(&effects), [State::Stopped]);
+    assert!(!forgets(&Lifecycle::default().restart(false, Some("s"))));
+}
+
+#[test]
+fn a_bot_that_fails_says_how_many_messages_wait_for_its_restart() {
+    assert_eq!(failed(0), [Effect::State(State::Failed)]);
+    let with = failed(2);
+    assert!(has_item(&with, "system", "failed_with_queue"));
+    assert_eq!(with.last(), Some(&Effect::State(State::Failed)));
+}

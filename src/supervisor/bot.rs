@@ -20,7 +20,7 @@ mod usage;
 mod views;
 mod watchdogs;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -31,6 +31,7 @@ use tokio::sync::mpsc;
 
 use super::core::control::Controls;
 use super::core::lifecycle::{self, CrashLimits, Exit, Lifecycle, Run};
+use super::core::snapshots::Snapshots;
 use super::core::stream::DeltaPacer;
 use super::core::{Effect, Inflight, Turns};
 use super::decide::{self, TurnOutcome, UnreplayedFate};
@@ -63,9 +64,6 @@ pub const PROOF: Proof = Proof::BestEffort;
 
 /// At most one `TextDelta` signal per bot in this interval.
 pub const TEXT_DELTA_INTERVAL: Duration = Duration::from_millis(50);
-
-/// When descendants are looked for again after a tool starts.
-pub const SNAPSHOT_AFTER_TOOL: [Duration; 2] = [Duration::from_millis(200), Duration::from_secs(1)];
 
 /// A bot's state, as the `State` property shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,7 +202,7 @@ struct Actor {
     idle_deadline: Option<tokio::time::Instant>,
     /// One-shot moments to look for descendants again after a tool started (a foreground tool
     /// prints nothing while it runs).
-    snapshot_at: VecDeque<tokio::time::Instant>,
+    snapshot_at: Snapshots<tokio::time::Instant>,
     /// Streamed text not yet signalled, and when it may be.
     deltas: DeltaPacer<tokio::time::Instant>,
     /// What the current process must do by when (design rule 15).
@@ -342,7 +340,7 @@ pub fn spawn_actor(
         known: Vec::new(),
         background_tasks: 0,
         idle_deadline: None,
-        snapshot_at: VecDeque::new(),
+        snapshot_at: Snapshots::default(),
         deltas: DeltaPacer::new(TEXT_DELTA_INTERVAL),
         watch: Watchdogs::default(),
         retry_notes: Default::default(),
@@ -435,12 +433,10 @@ impl Actor {
                     self.flush_delta();
                     continue;
                 }
-                _ = sleep_until_opt(self.snapshot_at.front().copied()) => {
-                    let now = tokio::time::Instant::now();
-                    while self.snapshot_at.front().is_some_and(|t| *t <= now) {
-                        self.snapshot_at.pop_front();
+                _ = sleep_until_opt(self.snapshot_at.next()) => {
+                    if self.snapshot_at.due(tokio::time::Instant::now()) {
+                        self.snapshot_descendants();
                     }
-                    self.snapshot_descendants();
                     continue;
                 }
             }

@@ -90,10 +90,7 @@ impl Actor {
                 }
                 if tool {
                     self.snapshot_descendants();
-                    let now = tokio::time::Instant::now();
-                    for delay in SNAPSHOT_AFTER_TOOL {
-                        self.snapshot_at.push_back(now + delay);
-                    }
+                    self.snapshot_at.tool(tokio::time::Instant::now());
                 }
                 Next::Nothing
             }

@@ -23,6 +23,7 @@
 //! - [`prompts`]: a permission request recorded before it is signalled, and closed as denied
 //!   when nobody can answer it any more.
 //! - [`pump`]: after every input, whether to start the agent and write it the next message.
+//! - [`snapshots`]: when to look for descendants again after a tool (design rule 9).
 //! - [`stop`]: the stop sequence: SIGTERM, the grace, SIGKILL, the bounded wait (design rule 9).
 //! - [`stream`]: streamed text let out at most once per interval.
 //! - [`effect`]: what the core asks of its shell.
@@ -37,6 +38,7 @@ pub mod idle;
 pub mod lifecycle;
 pub mod prompts;
 pub mod pump;
+pub mod snapshots;
 pub mod stop;
 pub mod stream;
 pub mod turns;

@@ -33,6 +33,7 @@ use super::core::control::Controls;
 use super::core::lifecycle::{self, CrashLimits, Exit, Lifecycle, Run};
 use super::core::snapshots::Snapshots;
 use super::core::stream::DeltaPacer;
+use super::core::timeouts;
 use super::core::{Effect, Inflight, Turns};
 use super::decide::{self, TurnOutcome, UnreplayedFate};
 use super::watchdog::{Expired, Watchdogs};

@@ -18,9 +18,7 @@ impl Actor {
             Command::Stop => {
                 self.apply(vec![Effect::Park(true), Effect::RestartTimer(None)]);
                 self.stop_process("stop").await;
-                if self.state() != State::Failed {
-                    self.set_state(State::Stopped);
-                }
+                self.apply(Lifecycle::stop_ended(self.state()));
                 true
             }
             Command::Delete => {
@@ -73,20 +71,23 @@ impl Actor {
         }
     }
 
-    /// A client's Restart: the old process is stopped and must be released (never a second
-    /// process beside a root that survived SIGKILL, rule 7); then [`Lifecycle::restart`] says
-    /// what the next start is, and it starts.
+    /// A client's Restart: the old process is stopped, then [`Lifecycle::restart`] says whether
+    /// and how the agent starts again.
     pub(super) async fn on_restart(&mut self, fresh: bool) {
         self.restart_at = None;
-        if let Some(v) = self.stop_process("restart").await
-            && !v.released()
-        {
-            return;
-        }
+        let released = self
+            .stop_process("restart")
+            .await
+            .is_none_or(|v| v.released());
         let recorded = self.record().session_id;
-        let effects = self.life.restart(fresh, recorded.as_deref());
-        self.apply(effects);
-        self.start();
+        let Some(effects) = self.life.restart(released, fresh, recorded.as_deref()) else {
+            return;
+        };
+        if self.apply(effects).committed {
+            self.start();
+        } else {
+            tracing::error!(bot_id = %self.id, "the restart could not be recorded; not started");
+        }
     }
 
     /// A client's Stop parks the bot (waiting messages wait for its next Send or Restart);

@@ -150,16 +150,11 @@ impl Actor {
             RuntimeEvent::OpenFailed { error } => {
                 // No turn can run in this process: said, the waiting turn fails, the process is
                 // stopped, and nothing starts again until a client sends or restarts.
-                let text = format!("The agent could not open its conversation: {error}");
-                tracing::warn!(bot_id = %self.id, "{text}");
+                tracing::warn!(bot_id = %self.id, %error, "the agent could not open its conversation");
                 let recorded = self.record().session_id;
                 let holds = self.conversation_holds();
-                let mut effects = vec![lifecycle::said_error(&text, Some("open_failed"))];
-                effects.extend(
-                    self.turns
-                        .start_failed("open_failed", recorded.as_deref(), holds),
-                );
-                effects.push(Effect::Park(true));
+                let effects =
+                    timeouts::open_failed(&mut self.turns, &error, recorded.as_deref(), holds);
                 self.apply(effects);
                 Next::StopProcess
             }

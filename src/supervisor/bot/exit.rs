@@ -38,10 +38,10 @@ impl Actor {
                 window: Duration::from_secs(self.config.crash_loop_window_s),
                 limit: self.config.crash_loop_limit,
             };
-            let needed = !self.turns.queue.is_empty() || self.holders() > 0;
-            let effects =
-                self.life
-                    .crashed(Instant::now(), limits, needed, self.turns.waiting(), &text);
+            let holders = self.holders();
+            let effects = self
+                .life
+                .crashed(Instant::now(), limits, &self.turns, holders, &text);
             self.apply(effects);
         }
     }

@@ -190,7 +190,7 @@ impl Actor {
         self.process_gone();
         let recorded = self.record().session_id;
         let (exists, holds) = (self.transcript_check(), self.conversation_holds());
-        let (effects, unpark) = Lifecycle::stopped(
+        let effects = Lifecycle::stopped(
             &proc.run,
             &mut self.turns,
             why,
@@ -199,10 +199,6 @@ impl Actor {
             holds,
         );
         self.apply(effects);
-        if unpark {
-            // The lost conversation's own stop: its waiting message goes to a new one now.
-            self.parked = false;
-        }
         let v = self.clean_up_after_exit(pid, why).await;
         self.set_state(State::Stopped);
         Some(v)

@@ -81,10 +81,15 @@ impl Actor {
                 .fatal_reason(e)
                 .map(|kind| format!("{kind} error: {e}"))
         });
-        let idle =
-            self.turns.inflight.is_none() && self.proc.as_ref().is_some_and(|p| !p.run.stopping);
         let mut effects = ended.effects;
-        effects.extend(self.life.turn_result(ended.succeeded, fatal, idle));
+        if let Some(proc) = self.proc.as_mut() {
+            effects.extend(self.life.turn_result(
+                &mut proc.run,
+                &self.turns,
+                ended.succeeded,
+                fatal,
+            ));
+        }
         self.apply(effects);
     }
 

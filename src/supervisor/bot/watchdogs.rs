@@ -9,45 +9,25 @@ impl Actor {
     pub(super) async fn on_watchdog(&mut self, expired: Expired) {
         match expired {
             Expired::Start => {
-                let text = format!(
-                    "The agent printed nothing within {} s of its launch (start_timeout_s); \
-                     botvisor stopped it. Send again to retry; if it keeps happening, check \
-                     the CLI and the bot's environment.",
-                    self.config.start_timeout_s
-                );
-                tracing::warn!(bot_id = %self.id, "{text}");
-                // The waiting turn fails visibly; what else waits, waits for the next Send or
-                // Restart (no restart loop).
+                tracing::warn!(bot_id = %self.id, "the agent printed nothing within start_timeout_s; stopping it");
                 let recorded = self.record().session_id;
                 let holds = self.conversation_holds();
-                let mut effects = vec![lifecycle::said_error(&text, Some("start_timeout"))];
-                effects.extend(self.turns.start_timed_out(recorded.as_deref(), holds));
-                effects.push(Effect::Park(true));
+                let effects = timeouts::start_timed_out(
+                    &mut self.turns,
+                    self.config.start_timeout_s,
+                    recorded.as_deref(),
+                    holds,
+                );
                 self.apply(effects);
                 self.stop_process("start timeout").await;
             }
             Expired::Interrupt(turn) => {
-                if self
-                    .turns
-                    .inflight
-                    .as_ref()
-                    .is_none_or(|i| i.turn.id != turn)
-                {
+                let grace = self.config.interrupt_grace_s;
+                let Some(effects) = timeouts::interrupt_timed_out(&mut self.turns, &turn, grace)
+                else {
                     return;
-                }
-                let mut text = format!(
-                    "The agent did not end the turn within {} s of the interrupt \
-                     (interrupt_grace_s); botvisor stopped it.",
-                    self.config.interrupt_grace_s
-                );
-                if !self.turns.queue.is_empty() {
-                    text.push_str(
-                        " Waiting messages go to its next start, in the same conversation.",
-                    );
-                }
-                tracing::warn!(bot_id = %self.id, turn_id = %turn, "{text}");
-                self.set_last_error(&text);
-                let effects = self.turns.interrupt_timed_out(&text);
+                };
+                tracing::warn!(bot_id = %self.id, turn_id = %turn, "the agent did not end the turn within interrupt_grace_s; stopping it");
                 self.apply(effects);
                 self.stop_process("interrupt timeout").await;
             }

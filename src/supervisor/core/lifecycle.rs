@@ -1,5 +1,5 @@
-//! The process lifecycle, with no I/O: what one process of a bot showed ([`Run`]), and what the
-//! bot keeps from one process to the next ([`Lifecycle`]). Each method takes one input (a
+//! The process lifecycle, with no I/O: what the bot keeps from one process to the next
+//! ([`Lifecycle`]), and what happens to one process ([`Run`]) and its bot. Each method takes one input (a
 //! process's exit, a conversation reported lost, a stop, a crash, a client's Restart, a turn's
 //! result) and returns the [`Effect`]s that say what it means for the turn, the session record,
 //! the bot's `State` and its next start (design rules 3, 4, 8, 9 and 11).
@@ -9,139 +9,15 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::crash::{AfterCrash, Crashes};
-use super::effect::{CommitBuilder, Effect, Publish, Write};
+use super::effect::{CommitBuilder, Effect};
 use super::exit::{ExitFacts, ExitPlan, exit_plan};
+pub use super::records::{failed, forget, fresh_restart_text, said_error};
+pub use super::run::Run;
 use super::turns::{Inflight, Settled, Turns};
 use crate::process::ExitInfo;
 use crate::runtime::SessionStart;
 use crate::supervisor::bot::State;
 use crate::supervisor::decide::{self, TurnOutcome};
-
-/// What one process of the bot showed, from its launch to its end.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Run {
-    /// How it was launched: a resume of a recorded conversation, or a new one.
-    pub start: SessionStart,
-    /// A turn began in it (a message was replayed).
-    pub turn_began: bool,
-    /// botvisor is stopping it.
-    pub stopping: bool,
-    /// It reported its conversation lost (design rule 4).
-    pub lost: bool,
-    /// It refused a new conversation because this id is in use.
-    pub in_use: Option<String>,
-    /// A session id it reported instead of the launched one, recorded once its transcript exists
-    /// (design rule 3).
-    pub reported_session: Option<String>,
-}
-
-impl Run {
-    /// A process just launched with `start`.
-    pub fn new(start: SessionStart) -> Run {
-        Run {
-            start,
-            turn_began: false,
-            stopping: false,
-            lost: false,
-            in_use: None,
-            reported_session: None,
-        }
-    }
-
-    /// Whether it may take a message: not being stopped, its conversation neither lost nor
-    /// refused.
-    pub fn usable(&self) -> bool {
-        !self.stopping && !self.lost && self.in_use.is_none()
-    }
-
-    /// The CLI reported the conversation `reported` at a turn's end while holding `conversation`
-    /// (it may have forked or cleared it). Once a turn began in this process, another id is kept
-    /// to be recorded when its transcript exists ([`Run::adopt_reported`]).
-    pub fn reported(&mut self, reported: Option<String>, conversation: Option<&str>) {
-        if !self.turn_began {
-            return;
-        }
-        if let Some(r) = reported.filter(|r| !r.is_empty() && Some(r.as_str()) != conversation) {
-            self.reported_session = Some(r);
-        }
-    }
-
-    /// The reported session is recorded when it is not already and its transcript exists
-    /// (design rule 3, [`decide::session_to_record`]): one commit that says `SessionId`. Returns
-    /// the id recorded with its effect.
-    pub fn adopt_reported(
-        &self,
-        recorded: Option<&str>,
-        transcript_exists: impl Fn(&str) -> bool,
-    ) -> Option<(String, Effect)> {
-        let reported = self.reported_session.as_deref()?;
-        if recorded == Some(reported) || !transcript_exists(reported) {
-            return None;
-        }
-        let mut c = CommitBuilder::default();
-        c.write(Write::Session(Some(reported.to_owned())))
-            .then(Publish::SessionId(Some(reported.to_owned())));
-        Some((reported.to_owned(), c.build()?))
-    }
-}
-
-/// The recorded conversation `old` is forgotten (the next start begins a new one), in one commit
-/// with a `system` item that says why: `{"text", "reason", "session_id"}`.
-pub fn forget(old: &str, reason: &str, text: String) -> Effect {
-    let mut c = CommitBuilder::default();
-    c.write(Write::Session(None))
-        .then(Publish::SessionId(None))
-        .item(
-            "system",
-            None,
-            json!({"text": text, "reason": reason, "session_id": old}).to_string(),
-        );
-    c.build().expect("a forget writes a row")
-}
-
-/// The `system` item's text of a fresh Restart that forgets the conversation `old`.
-pub fn fresh_restart_text(old: &str) -> String {
-    format!("Restarted fresh: the conversation {old} is left for good; a new one begins.")
-}
-
-/// An error the user must see: an `error` item `{"text", "reason"?}` and `LastError`, in one
-/// commit.
-pub fn said_error(text: &str, reason: Option<&str>) -> Effect {
-    let payload = match reason {
-        Some(r) => json!({"text": text, "reason": r}),
-        None => json!({"text": text}),
-    };
-    let mut c = CommitBuilder::default();
-    c.item("error", None, payload.to_string())
-        .write(Write::LastError(text.to_owned()))
-        .then(Publish::LastError(text.to_owned()));
-    c.build().expect("an error writes rows")
-}
-
-/// The bot becomes `failed` (it waits for a client's Restart, across daemon restarts too); with
-/// `waiting` messages, a `system` item (reason `failed_with_queue`) says they wait for it.
-pub fn failed(waiting: u32) -> Vec<Effect> {
-    let mut effects = Vec::new();
-    if waiting > 0 {
-        let mut c = CommitBuilder::default();
-        c.item(
-            "system",
-            None,
-            json!({
-                "text": format!(
-                    "{waiting} message(s) wait; this bot takes them to the agent once a client \
-                     calls Restart."
-                ),
-                "reason": "failed_with_queue",
-                "queued": waiting,
-            })
-            .to_string(),
-        );
-        effects.extend(c.build());
-    }
-    effects.push(Effect::State(State::Failed));
-    effects
-}
 
 /// What a process's exit asks for, in three steps: effects now, the clean-up of what is left
 /// of its process tree (design rule 9), then effects after it.
@@ -204,28 +80,28 @@ pub struct Lifecycle {
     /// A crashed agent is to be started again when its backoff ends, though nothing waits (a
     /// client holds the bot).
     pub restart_pending: bool,
-    /// A failure restarting cannot fix, with the CLI's words, reported by a turn's result.
-    pub fatal: Option<String>,
 }
 
 impl Lifecycle {
-    /// A turn's result came. A success means the agent works: the crash backoff starts from its
-    /// first step again. A result whose error the runtime names a failure restarting cannot fix
-    /// (`fatal`, `"<kind> error: <text>"`) makes the process's next exit fail the bot.
-    /// With `idle` (no message in flight, the process not being stopped) the bot is `idle`.
+    /// A turn's result came to the process `run` (the turn's own effects are
+    /// [`Turns::result`]'s). A success means the agent works: the crash backoff starts from its
+    /// first step again. An error the runtime names a failure restarting cannot fix (`fatal`,
+    /// `"<kind> error: <text>"`) makes this process's exit fail the bot. With no message in
+    /// flight and the process not being stopped, the bot is `idle`.
     pub fn turn_result(
         &mut self,
+        run: &mut Run,
+        turns: &Turns,
         succeeded: bool,
         fatal: Option<String>,
-        idle: bool,
     ) -> Vec<Effect> {
         if fatal.is_some() {
-            self.fatal = fatal;
+            run.fatal = fatal;
         }
         if succeeded {
             self.crashes.clear();
         }
-        if idle {
+        if turns.inflight.is_none() && !run.stopping {
             vec![Effect::State(State::Idle)]
         } else {
             Vec::new()
@@ -237,10 +113,22 @@ impl Lifecycle {
         self.restart_pending = false;
     }
 
-    /// A client's Restart (after the old process is released): the crash count, a forced resume
-    /// and the id-in-use retry are cleared; with `fresh`, the recorded conversation is forgotten
-    /// (reason `fresh_restart`). The bot is `stopped`, unparked, and starts next.
-    pub fn restart(&mut self, fresh: bool, recorded: Option<&str>) -> Vec<Effect> {
+    /// A client's Restart, once its old process, if any, was stopped: `released` says its root
+    /// is proven gone. A root that survived SIGKILL keeps the bot as it is: never a second process
+    /// beside it (design rule 7), and `None` is returned. Otherwise the crash count, a forced
+    /// resume and the id-in-use retry are cleared; with `fresh`, the recorded conversation is
+    /// forgotten (reason `fresh_restart`, design rule 5). The bot is `stopped`, unparked, and the
+    /// shell starts it once these effects are committed (a fresh Restart never resumes the old
+    /// conversation because its forget was lost).
+    pub fn restart(
+        &mut self,
+        released: bool,
+        fresh: bool,
+        recorded: Option<&str>,
+    ) -> Option<Vec<Effect>> {
+        if !released {
+            return None;
+        }
         self.crashes.clear();
         self.force_resume = None;
         self.in_use_retried = false;
@@ -253,7 +141,17 @@ impl Lifecycle {
             Effect::Park(false),
             Effect::State(State::Stopped),
         ]);
-        effects
+        Some(effects)
+    }
+
+    /// A client's Stop ended: the bot is `stopped`, unless it is `failed` (a root that survived
+    /// SIGKILL, a crash loop, a fatal error): that waits for a Restart.
+    pub fn stop_ended(state: State) -> Vec<Effect> {
+        if state == State::Failed {
+            Vec::new()
+        } else {
+            vec![Effect::State(State::Stopped)]
+        }
     }
 
     /// The CLI could not find the conversation `session_id` it was resumed on (design rule 4): the
@@ -283,9 +181,9 @@ impl Lifecycle {
 
     /// A process botvisor stopped (`why`: `stop`, `restart`, `replaced`, `idle`, …) exited: the
     /// reported session is adopted, the turn in flight ends `interrupted` (reason `stopped`) or
-    /// its message waits again (design rule 8). The bot is `stopped` after the clean-up. Returns
-    /// the effects now and whether the bot is unparked: the stop of a process that lost its
-    /// conversation lets its waiting message go to a new one at once.
+    /// its message waits again (design rule 8). The bot is `stopped` after the clean-up. The stop
+    /// of a process that lost its conversation (`replaced`) unparks the bot: its waiting message
+    /// goes to a new conversation at once.
     pub fn stopped(
         run: &Run,
         turns: &mut Turns,
@@ -293,7 +191,7 @@ impl Lifecycle {
         recorded: Option<&str>,
         transcript_exists: impl Fn(&str) -> bool,
         holds: impl FnOnce(&Inflight) -> bool,
-    ) -> (Vec<Effect>, bool) {
+    ) -> Vec<Effect> {
         let mut effects = Vec::new();
         let mut recorded = recorded.map(str::to_owned);
         if let Some((id, effect)) = run.adopt_reported(recorded.as_deref(), &transcript_exists) {
@@ -308,7 +206,10 @@ impl Lifecycle {
             holds,
         );
         effects.extend(settled);
-        (effects, why == "replaced" && run.lost)
+        if why == "replaced" && run.lost {
+            effects.push(Effect::Park(false));
+        }
+        effects
     }
 
     /// A process exited unasked (or, being stopped, after its stop gave up on it): what it means
@@ -336,8 +237,7 @@ impl Lifecycle {
         transcript_exists: impl Fn(&str) -> bool,
         holds: impl FnOnce(&Inflight) -> bool,
     ) -> ExitSteps {
-        // The failure a turn's result named belongs to this process only.
-        let fatal = self.fatal.take();
+        let fatal = run.fatal.take();
         let mut now = Vec::new();
         let mut recorded = exit.recorded.map(str::to_owned);
         if let Some((id, effect)) = run.adopt_reported(recorded.as_deref(), &transcript_exists) {
@@ -471,17 +371,19 @@ impl Lifecycle {
     }
 
     /// After a crash's clean-up (design rule 11): within the crash-loop limit the agent is
-    /// started again after a backoff when it is `needed` (messages wait or a client holds the
-    /// bot), with a `system` item (reason `restart_pending`, `in_s`); at the limit the bot is
+    /// started again after a backoff when it is needed (messages wait, or `holders` clients hold
+    /// the bot), with a `system` item (reason `restart_pending`, `in_s`); at the limit the bot is
     /// `failed` with an `error` item (reason `crash_loop`) that quotes the crash's `text`.
     pub fn crashed(
         &mut self,
         now: Instant,
         limits: CrashLimits,
-        needed: bool,
-        waiting: u32,
+        turns: &Turns,
+        holders: usize,
         text: &str,
     ) -> Vec<Effect> {
+        let needed = !turns.queue.is_empty() || holders > 0;
+        let waiting = turns.waiting();
         match self
             .crashes
             .crashed(now, limits.window, limits.limit, needed)

@@ -3,6 +3,7 @@
 use super::*;
 use crate::runtime::ResultOutcome;
 use crate::store::QueuedTurn;
+use crate::supervisor::core::effect::Write;
 
 fn turn(id: &str) -> QueuedTurn {
     QueuedTurn {
@@ -142,14 +143,15 @@ fn rule_11_a_crash_ends_the_running_turn_at_once_and_says_why() {
 fn rule_11_a_needed_agent_restarts_after_a_backoff_and_a_crash_loop_fails_the_bot() {
     let mut life = Lifecycle::default();
     let t0 = Instant::now();
-    let first = life.crashed(t0, LIMITS, true, 1, "boom");
+    let waiting = in_flight(false);
+    let first = life.crashed(t0, LIMITS, &waiting, 0, "boom");
     assert!(first.contains(&Effect::RestartTimer(Some(Duration::from_millis(250)))));
     assert!(has_item(&first, "system", "restart_pending"));
     assert!(life.restart_pending);
     life.started();
     assert!(!life.restart_pending);
-    life.crashed(t0 + Duration::from_secs(1), LIMITS, true, 1, "boom");
-    let loop_ = life.crashed(t0 + Duration::from_secs(2), LIMITS, true, 1, "boom");
+    life.crashed(t0 + Duration::from_secs(1), LIMITS, &waiting, 0, "boom");
+    let loop_ = life.crashed(t0 + Duration::from_secs(2), LIMITS, &waiting, 0, "boom");
     assert!(has_item(&loop_, "error", "crash_loop"));
     assert!(has_item(&loop_, "system", "failed_with_queue"));
     assert_eq!(states(&loop_), [State::Failed]);
@@ -163,35 +165,49 @@ fn rule_11_a_needed_agent_restarts_after_a_backoff_and_a_crash_loop_fails_the_bo
 #[test]
 fn rule_11_an_agent_nobody_needs_is_not_restarted_after_a_crash() {
     let mut life = Lifecycle::default();
+    let none = Turns::default();
     assert!(
-        life.crashed(Instant::now(), LIMITS, false, 0, "boom")
+        life.crashed(Instant::now(), LIMITS, &none, 0, "boom")
             .is_empty()
     );
     assert!(!life.restart_pending);
+    let held = life.crashed(Instant::now(), LIMITS, &none, 1, "boom");
+    assert!(
+        held.iter()
+            .any(|e| matches!(e, Effect::RestartTimer(Some(_)))),
+        "a bot a client holds is restarted"
+    );
 }
 
 #[test]
 fn rule_11_a_succeeded_turn_restarts_the_backoff_from_its_first_step() {
     let mut life = Lifecycle::default();
     let t0 = Instant::now();
-    life.crashed(t0, LIMITS, true, 0, "boom");
-    life.crashed(t0, LIMITS, true, 0, "boom");
+    let none = Turns::default();
+    life.crashed(t0, LIMITS, &none, 1, "boom");
+    life.crashed(t0, LIMITS, &none, 1, "boom");
     assert_eq!(
-        life.turn_result(true, None, true),
+        life.turn_result(&mut resumed(true), &none, true, None),
         [Effect::State(State::Idle)]
     );
-    let next = life.crashed(t0, LIMITS, true, 0, "boom");
+    let next = life.crashed(t0, LIMITS, &none, 1, "boom");
     assert!(next.contains(&Effect::RestartTimer(Some(Duration::from_millis(250)))));
 }
 
 #[test]
 fn a_failure_restarting_cannot_fix_fails_the_bot_instead_of_a_crash() {
     let mut life = Lifecycle::default();
-    life.turn_result(false, Some("authentication error: 401".into()), true);
+    let mut run = resumed(true);
     let mut turns = in_flight(true);
     turns.result(ResultOutcome::Error, &serde_json::json!({}), None);
+    life.turn_result(
+        &mut run,
+        &turns,
+        false,
+        Some("authentication error: 401".into()),
+    );
     let steps = life.exited(
-        &mut resumed(true),
+        &mut run,
         &mut turns,
         &exit(code(1), Some("s"), false),
         |_| false,
@@ -223,15 +239,24 @@ fn the_stderr_of_a_failure_restarting_cannot_fix_fails_the_bot() {
 #[test]
 fn a_fatal_result_of_one_process_does_not_fail_the_crash_of_the_next() {
     let mut life = Lifecycle::default();
-    life.turn_result(false, Some("authentication error: 401".into()), true);
-    // That process ended cleanly; the next one crashes.
-    life.exited(
-        &mut resumed(true),
+    let none = Turns::default();
+    let mut first = resumed(true);
+    life.turn_result(
+        &mut first,
+        &none,
+        false,
+        Some("authentication error: 401".into()),
+    );
+    // That process was stopped (an idle stop, a Stop, a Restart); the next one crashes.
+    Lifecycle::stopped(
+        &first,
         &mut Turns::default(),
-        &exit(code(0), Some("s"), false),
+        "idle",
+        Some("s"),
         |_| false,
         |_| false,
     );
+    life.restart(true, false, Some("s"));
     let steps = life.exited(
         &mut resumed(true),
         &mut Turns::default(),
@@ -241,6 +266,23 @@ fn a_fatal_result_of_one_process_does_not_fail_the_crash_of_the_next() {
     );
     assert!(has_item(&steps.now, "error", "crash"));
     assert!(steps.crashed.is_some());
+}
+
+#[test]
+fn a_turn_result_leaves_the_bot_busy_while_a_message_is_in_flight_or_it_is_stopping() {
+    let mut life = Lifecycle::default();
+    assert!(
+        life.turn_result(&mut resumed(true), &in_flight(false), true, None)
+            .is_empty()
+    );
+    let mut stopping = Run {
+        stopping: true,
+        ..resumed(true)
+    };
+    assert!(
+        life.turn_result(&mut stopping, &Turns::default(), true, None)
+            .is_empty()
+    );
 }
 
 #[test]
@@ -412,16 +454,6 @@ fn rule_3_a_reported_session_is_recorded_at_the_exit_once_its_transcript_exists(
 }
 
 #[test]
-fn rule_3_a_session_reported_before_a_turn_began_is_not_kept() {
-    let mut run = resumed(false);
-    run.reported(Some("t".into()), Some("s"));
-    assert_eq!(run.reported_session, None);
-    let mut run = resumed(true);
-    run.reported(Some("s".into()), Some("s"));
-    assert_eq!(run.reported_session, None, "the same conversation");
-}
-
-#[test]
 fn rule_9_a_process_that_exits_while_being_stopped_is_released_then_stopped() {
     let mut life = Lifecycle::default();
     let mut turns = in_flight(true);
@@ -448,7 +480,7 @@ fn rule_9_a_process_that_exits_while_being_stopped_is_released_then_stopped() {
 #[test]
 fn rule_8_a_stop_ends_a_begun_turn_interrupted_and_requeues_one_not_taken() {
     let mut turns = in_flight(true);
-    let (effects, unpark) = Lifecycle::stopped(
+    let effects = Lifecycle::stopped(
         &resumed(true),
         &mut turns,
         "stop",
@@ -457,9 +489,9 @@ fn rule_8_a_stop_ends_a_begun_turn_interrupted_and_requeues_one_not_taken() {
         |_| false,
     );
     assert_eq!(finished(&effects), [("a".into(), TurnOutcome::Interrupted)]);
-    assert!(!unpark);
+    assert!(!effects.contains(&Effect::Park(false)));
     let mut turns = in_flight(false);
-    let (effects, _) = Lifecycle::stopped(
+    let effects = Lifecycle::stopped(
         &resumed(false),
         &mut turns,
         "stop",
@@ -472,12 +504,28 @@ fn rule_8_a_stop_ends_a_begun_turn_interrupted_and_requeues_one_not_taken() {
 }
 
 #[test]
+fn rule_3_a_stopped_process_records_the_session_it_reported_once_its_transcript_exists() {
+    let mut run = resumed(true);
+    run.reported(Some("t".into()), Some("s"));
+    let effects = Lifecycle::stopped(
+        &run,
+        &mut Turns::default(),
+        "idle",
+        Some("s"),
+        |id| id == "t",
+        |_| false,
+    );
+    assert!(matches!(&effects[0], Effect::Commit { writes, .. }
+        if writes == &[Write::Session(Some("t".into()))]));
+}
+
+#[test]
 fn rule_4_the_stop_of_a_lost_conversation_lets_its_message_go_to_a_new_one() {
     let run = Run {
         lost: true,
         ..resumed(false)
     };
-    let (_, unpark) = Lifecycle::stopped(
+    let effects = Lifecycle::stopped(
         &run,
         &mut in_flight(false),
         "replaced",
@@ -485,7 +533,7 @@ fn rule_4_the_stop_of_a_lost_conversation_lets_its_message_go_to_a_new_one() {
         |_| false,
         |_| false,
     );
-    assert!(unpark);
+    assert!(effects.contains(&Effect::Park(false)));
 }
 
 #[test]
@@ -495,21 +543,91 @@ fn a_restart_clears_the_crash_count_and_a_fresh_one_forgets_the_conversation() {
         in_use_retried: true,
         ..Lifecycle::default()
     };
-    life.crashed(Instant::now(), LIMITS, true, 0, "boom");
-    let effects = life.restart(true, Some("s"));
+    life.crashed(Instant::now(), LIMITS, &Turns::default(), 1, "boom");
+    let effects = life.restart(true, true, Some("s")).unwrap();
     assert!(life.crashes.is_empty());
     assert_eq!((life.force_resume, life.in_use_retried), (None, false));
     assert!(has_item(&effects, "system", "fresh_restart"));
     assert!(effects.contains(&Effect::Park(false)));
     assert!(effects.contains(&Effect::RestartTimer(None)));
     assert_eq!(states(&effects), [State::Stopped]);
-    assert!(!forgets(&Lifecycle::default().restart(false, Some("s"))));
+    let kept = Lifecycle::default()
+        .restart(true, false, Some("s"))
+        .unwrap();
+    assert!(!forgets(&kept));
+    let nothing = Lifecycle::default().restart(true, true, None).unwrap();
+    assert!(!forgets(&nothing), "nothing recorded, nothing to forget");
 }
 
 #[test]
-fn a_bot_that_fails_says_how_many_messages_wait_for_its_restart() {
-    assert_eq!(failed(0), [Effect::State(State::Failed)]);
-    let with = failed(2);
-    assert!(has_item(&with, "system", "failed_with_queue"));
-    assert_eq!(with.last(), Some(&Effect::State(State::Failed)));
+fn rule_7_a_restart_beside_a_root_that_survived_sigkill_changes_nothing() {
+    let mut life = Lifecycle {
+        force_resume: Some("x".into()),
+        ..Lifecycle::default()
+    };
+    assert_eq!(life.restart(false, true, Some("s")), None);
+    assert_eq!(life.force_resume.as_deref(), Some("x"));
+}
+
+#[test]
+fn a_stop_leaves_a_failed_bot_failed() {
+    assert!(Lifecycle::stop_ended(State::Failed).is_empty());
+    assert_eq!(
+        Lifecycle::stop_ended(State::Stopping),
+        [Effect::State(State::Stopped)]
+    );
+}
+
+#[test]
+fn a_turn_begun_then_refused_as_in_use_again_ends_error() {
+    let mut life = Lifecycle {
+        in_use_retried: true,
+        ..Lifecycle::default()
+    };
+    let mut run = Run {
+        in_use: Some("x".into()),
+        ..resumed(true)
+    };
+    let mut turns = in_flight(true);
+    let steps = life.exited(
+        &mut run,
+        &mut turns,
+        &exit(code(1), Some("s"), true),
+        |_| false,
+        |_| false,
+    );
+    assert_eq!(finished(&steps.now), [("a".into(), TurnOutcome::Error)]);
+}
+
+#[test]
+fn an_id_in_use_in_the_stderr_counts_only_before_a_turn_began_and_not_while_stopping() {
+    for run in [
+        resumed(true),
+        Run {
+            stopping: true,
+            ..resumed(false)
+        },
+    ] {
+        let mut life = Lifecycle::default();
+        let mut run = run;
+        let mut e = exit(code(1), Some("s"), false);
+        e.stderr_in_use = Some("x".into());
+        life.exited(&mut run, &mut Turns::default(), &e, |_| false, |_| false);
+        assert_eq!(life.force_resume, None, "{run:?}");
+    }
+}
+
+#[test]
+fn rule_4_an_early_exit_does_not_forget_a_conversation_recorded_since() {
+    let mut life = Lifecycle::default();
+    let mut e = exit(code(1), Some("other"), false);
+    e.lived = Duration::from_secs(1);
+    let steps = life.exited(
+        &mut resumed(false),
+        &mut Turns::default(),
+        &e,
+        |_| false,
+        |_| false,
+    );
+    assert!(!forgets(&steps.now));
 }

@@ -15,10 +15,14 @@
 //!   (design rule 11).
 //! - [`exit`]: what a process's exit means: released after a stop, a conversation that never
 //!   started (lost, or an id in use), a clean end or a crash (design rules 4, 8, 11).
-//! - [`lifecycle`]: what a process showed ([`lifecycle::Run`]) and what the bot keeps between
-//!   processes: what an exit, a lost conversation, a stop, a crash, a Restart or a turn's result
+//! - [`lifecycle`]: what the bot keeps between processes, and what an exit, a lost
+//!   conversation, a stop, a crash, a Restart or a turn's result
 //!   means for the turn, the session record, the state and the next start (design rules 3, 4, 8,
 //!   9, 11).
+//! - [`run`]: one process as the core knows it: how it was launched and what it showed.
+//! - [`records`]: the records and items the lifecycle writes (a conversation forgotten, an error
+//!   said, a bot that failed).
+//! - [`timeouts`]: what a watchdog's end or a refused handshake means (design rule 15).
 //! - [`idle`]: when a bot is idle and whether its idle deadline stops it (design rules 12, 13).
 //! - [`prompts`]: a permission request recorded before it is signalled, and closed as denied
 //!   when nobody can answer it any more.
@@ -38,9 +42,12 @@ pub mod idle;
 pub mod lifecycle;
 pub mod prompts;
 pub mod pump;
+pub mod records;
+pub mod run;
 pub mod snapshots;
 pub mod stop;
 pub mod stream;
+pub mod timeouts;
 pub mod turns;
 
 pub use effect::{CommitBuilder, Effect, Publish, Write};

@@ -31,7 +31,10 @@ where
     /// [`AFTER_TOOL`] from now.
     pub fn tool(&mut self, now: T) {
         for delay in AFTER_TOOL {
-            self.at.push_back(now + delay);
+            let t = now + delay;
+            // Kept earliest first: a second tool's early look comes before the first's late one.
+            let at = self.at.iter().position(|u| *u > t).unwrap_or(self.at.len());
+            self.at.insert(at, t);
         }
     }
 
@@ -76,6 +79,21 @@ mod tests {
         assert_eq!(s.next(), Some(Ms(1000)));
         assert!(s.due(Ms(5000)));
         assert_eq!(s.next(), None);
+    }
+
+    #[test]
+    fn a_second_tool_keeps_its_early_look() {
+        let mut s = Snapshots::default();
+        s.tool(Ms(0));
+        s.tool(Ms(500));
+        assert!(s.due(Ms(200)));
+        assert_eq!(
+            s.next(),
+            Some(Ms(700)),
+            "not folded into the first tool's 1 s look"
+        );
+        assert!(s.due(Ms(700)));
+        assert_eq!(s.next(), Some(Ms(1000)));
     }
 
     #[test]

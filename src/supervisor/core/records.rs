@@ -1,0 +1,116 @@
+//! The records and chat items the lifecycle writes, each one commit: a conversation forgotten,
+//! an error said, a bot that failed.
+
+use serde_json::json;
+
+use super::effect::{CommitBuilder, Effect, Publish, Write};
+use crate::supervisor::bot::State;
+
+/// The recorded conversation `old` is forgotten (the next start begins a new one), in one commit
+/// with a `system` item that says why: `{"text", "reason", "session_id"}`.
+pub fn forget(old: &str, reason: &str, text: String) -> Effect {
+    let mut c = CommitBuilder::default();
+    c.write(Write::Session(None))
+        .then(Publish::SessionId(None))
+        .item(
+            "system",
+            None,
+            json!({"text": text, "reason": reason, "session_id": old}).to_string(),
+        );
+    c.build().expect("a forget writes a row")
+}
+
+/// The `system` item's text of a fresh Restart that forgets the conversation `old`.
+pub fn fresh_restart_text(old: &str) -> String {
+    format!("Restarted fresh: the conversation {old} is left for good; a new one begins.")
+}
+
+/// An error the user must see: an `error` item `{"text", "reason"?}` and `LastError`, in one
+/// commit.
+pub fn said_error(text: &str, reason: Option<&str>) -> Effect {
+    let payload = match reason {
+        Some(r) => json!({"text": text, "reason": r}),
+        None => json!({"text": text}),
+    };
+    let mut c = CommitBuilder::default();
+    c.item("error", None, payload.to_string())
+        .write(Write::LastError(text.to_owned()))
+        .then(Publish::LastError(text.to_owned()));
+    c.build().expect("an error writes rows")
+}
+
+/// The bot becomes `failed` (it waits for a client's Restart, across daemon restarts too); with
+/// `waiting` messages, a `system` item (reason `failed_with_queue`) says they wait for it.
+pub fn failed(waiting: u32) -> Vec<Effect> {
+    let mut effects = Vec::new();
+    if waiting > 0 {
+        let mut c = CommitBuilder::default();
+        c.item(
+            "system",
+            None,
+            json!({
+                "text": format!(
+                    "{waiting} message(s) wait; this bot takes them to the agent once a client \
+                     calls Restart."
+                ),
+                "reason": "failed_with_queue",
+                "queued": waiting,
+            })
+            .to_string(),
+        );
+        effects.extend(c.build());
+    }
+    effects.push(Effect::State(State::Failed));
+    effects
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn has_item(effects: &[Effect], kind: &str, reason: &str) -> bool {
+        effects.iter().any(|e| {
+            matches!(e, Effect::Commit { writes, .. } if writes.iter().any(|w| matches!(w,
+                Write::Chat { kind: k, payload, .. } if k == kind && payload.contains(reason))))
+        })
+    }
+
+    #[test]
+    fn an_error_is_said_in_one_commit_item_first_then_last_error() {
+        let Effect::Commit { writes, publish } = said_error("boom", None) else {
+            panic!("a commit");
+        };
+        assert!(matches!(&writes[0], Write::Chat { kind, payload, .. }
+            if kind == "error" && payload == r#"{"text":"boom"}"#));
+        assert_eq!(writes[1], Write::LastError("boom".into()));
+        assert_eq!(
+            publish,
+            [
+                crate::supervisor::core::Publish::Item(0),
+                crate::supervisor::core::Publish::LastError("boom".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_forgotten_conversation_is_cleared_with_an_item_naming_it() {
+        let Effect::Commit { writes, .. } = forget("s", "why", "text".into()) else {
+            panic!("a commit");
+        };
+        assert_eq!(writes[0], Write::Session(None));
+        let Write::Chat { payload, .. } = &writes[1] else {
+            panic!("an item");
+        };
+        let v: serde_json::Value = serde_json::from_str(payload).unwrap();
+        assert_eq!(v["session_id"], "s");
+        assert_eq!(v["reason"], "why");
+    }
+
+    #[test]
+    fn a_bot_that_fails_says_how_many_messages_wait_for_its_restart() {
+        assert_eq!(failed(0), [Effect::State(State::Failed)]);
+        let with = failed(2);
+        assert!(has_item(&with, "system", "failed_with_queue"));
+        assert_eq!(with.last(), Some(&Effect::State(State::Failed)));
+    }
+}

@@ -35,7 +35,6 @@ use super::core::snapshots::Snapshots;
 use super::core::stream::DeltaPacer;
 use super::core::timeouts;
 use super::core::{Effect, Inflight, Turns};
-use super::decide::{self, TurnOutcome, UnreplayedFate};
 use super::watchdog::{Expired, Watchdogs};
 use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher, Shared};
 use crate::config::Config;
@@ -45,8 +44,8 @@ use crate::process::{
     self, ExitInfo, ProcEvent, ProcessHandle, stop::stop_by_identity, subreaper, tree,
 };
 use crate::runtime::{
-    ControlRequest, ForgetReason, LaunchSpec, PermissionAnswer, ResultOutcome, Runtime,
-    RuntimeEvent, SessionStart, StartDecision, decide_start,
+    ControlRequest, LaunchSpec, PermissionAnswer, ResultOutcome, Runtime, RuntimeEvent,
+    SessionStart, StartDecision, decide_start,
 };
 use crate::store::{self, BotRecord, ChatItem, Store};
 
@@ -249,9 +248,7 @@ pub(crate) fn forget_session(handle: &BotHandle, reason: &str) -> Result<(), Bot
     let Some(old) = handle.snapshot().record.session_id else {
         return Ok(());
     };
-    let payload =
-        json!({"text": lifecycle::fresh_restart_text(&old), "reason": reason, "session_id": old})
-            .to_string();
+    let payload = lifecycle::forget_payload(&old, reason, &lifecycle::fresh_restart_text(&old));
     let shared = &handle.shared;
     shared.store.tx_now_then(
         |tx| {

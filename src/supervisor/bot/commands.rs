@@ -11,7 +11,6 @@ impl Actor {
                 // A message sent before the actor ran `recover()` was loaded from the store
                 // already: never queue it twice (rule 8).
                 let effects = self.turns.queue(turn);
-                self.park(false);
                 self.apply(effects);
                 true
             }
@@ -57,14 +56,13 @@ impl Actor {
                 true
             }
             Command::Interrupt => {
-                if let Some(inf) = &self.turns.inflight {
-                    let turn = inf.turn.id.clone();
-                    if self.send_control(ControlRequest::Interrupt) {
-                        tracing::info!(bot_id = %self.id, turn_id = %turn, "interrupting");
-                        self.watch
-                            .interrupt_sent(&turn, self.deadline(self.config.interrupt_grace_s));
-                        self.turns.interrupting = Some(turn);
-                    }
+                if let Some(turn) = self.turns.to_interrupt()
+                    && self.send_control(ControlRequest::Interrupt)
+                {
+                    tracing::info!(bot_id = %self.id, turn_id = %turn, "interrupting");
+                    self.watch
+                        .interrupt_sent(&turn, self.deadline(self.config.interrupt_grace_s));
+                    self.turns.interrupt_sent(turn);
                 }
                 true
             }

@@ -68,20 +68,8 @@ impl Actor {
             ),
         };
         if let Some((old, reason)) = &decision.forget {
-            let (code, why) = match reason {
-                ForgetReason::TranscriptMissing => (
-                    "transcript_missing",
-                    "its transcript is not on disk".to_owned(),
-                ),
-                ForgetReason::RuntimeCannotResume => (
-                    "runtime_cannot_resume",
-                    format!("the {} runtime cannot resume", self.runtime.name()),
-                ),
-            };
-            let text = format!(
-                "The earlier conversation {old} could not be found ({why}); a new conversation began."
-            );
-            self.apply(vec![lifecycle::forget(old, code, text)]);
+            let effect = lifecycle::forget_at_start(old, reason, self.runtime.name());
+            self.apply(vec![effect]);
         }
         let spec = LaunchSpec {
             cwd,
@@ -175,24 +163,19 @@ impl Actor {
         // Persist, then act: which conversation the message goes to, before it goes (rule 8
         // across a daemon crash).
         let applied = self.apply(effects);
-        if !applied.committed {
-            // Where it would go is not on record: not written, or a daemon crash could deliver
-            // it twice (rule 8). It waits first; the next pump tries again.
-            self.turns.unwritten();
+        if !self
+            .turns
+            .delivery_recorded(applied.committed, applied.delivered_at)
+        {
             return;
         }
-        if let Some(at) = applied.delivered_at {
-            self.turns.written(at);
-        }
         let Some(proc) = self.proc.as_mut() else {
+            self.turns.unwritten();
             return;
         };
         let lines = proc.protocol.user_message(&turn.text);
-        if !self.write_lines(lines) {
-            self.turns.unwritten();
-            return;
-        }
-        self.set_state(State::Busy);
-        self.publish_queue();
+        let ok = self.write_lines(lines);
+        let effects = self.turns.wrote(ok);
+        self.apply(effects);
     }
 }

@@ -39,14 +39,6 @@ impl Actor {
         self.view.read().unwrap_or_else(|p| p.into_inner()).state
     }
 
-    pub(super) fn publish_queue(&self) {
-        let queued = self.turns.waiting();
-        let changed = self.view.read().unwrap_or_else(|p| p.into_inner()).queued != queued;
-        if changed {
-            self.update(vec!["QueuedMessages"], |v| v.queued = queued);
-        }
-    }
-
     pub(super) fn publish_item(&self, item: &ChatItem) {
         publish_item(&self.publisher, &self.id, item);
     }

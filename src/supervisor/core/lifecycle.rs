@@ -11,7 +11,9 @@ use serde_json::json;
 use super::crash::{AfterCrash, Crashes};
 use super::effect::{CommitBuilder, Effect};
 use super::exit::{ExitFacts, ExitPlan, exit_plan};
-pub use super::records::{failed, forget, fresh_restart_text, said_error};
+pub use super::records::{
+    failed, forget, forget_at_start, forget_payload, fresh_restart_text, said_error,
+};
 pub use super::run::Run;
 use super::turns::{Inflight, Settled, Turns};
 use crate::process::ExitInfo;

@@ -12,12 +12,38 @@ pub fn forget(old: &str, reason: &str, text: String) -> Effect {
     let mut c = CommitBuilder::default();
     c.write(Write::Session(None))
         .then(Publish::SessionId(None))
-        .item(
-            "system",
-            None,
-            json!({"text": text, "reason": reason, "session_id": old}).to_string(),
-        );
+        .item("system", None, forget_payload(old, reason, &text));
     c.build().expect("a forget writes a row")
+}
+
+/// The payload of the `system` item that says the conversation `old` was forgotten:
+/// `{"text", "reason", "session_id"}`.
+pub fn forget_payload(old: &str, reason: &str, text: &str) -> String {
+    json!({"text": text, "reason": reason, "session_id": old}).to_string()
+}
+
+/// At a start, the recorded conversation `old` cannot be resumed (design rule 2,
+/// [`crate::runtime::decide_start`]): forgotten, with reason `transcript_missing` or
+/// `runtime_cannot_resume` (the `runtime`'s name says which could not).
+pub fn forget_at_start(old: &str, why: &crate::runtime::ForgetReason, runtime: &str) -> Effect {
+    use crate::runtime::ForgetReason;
+    let (code, why) = match why {
+        ForgetReason::TranscriptMissing => (
+            "transcript_missing",
+            "its transcript is not on disk".to_owned(),
+        ),
+        ForgetReason::RuntimeCannotResume => (
+            "runtime_cannot_resume",
+            format!("the {runtime} runtime cannot resume"),
+        ),
+    };
+    forget(
+        old,
+        code,
+        format!(
+            "The earlier conversation {old} could not be found ({why}); a new conversation began."
+        ),
+    )
 }
 
 /// The `system` item's text of a fresh Restart that forgets the conversation `old`.

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::effect::{CommitBuilder, Effect, Publish, Write};
 use crate::runtime::ResultOutcome;
 use crate::store::QueuedTurn;
+use crate::supervisor::bot::State;
 use crate::supervisor::decide::{self, SessionChoice, TurnOutcome, UnreplayedFate};
 
 /// The message written to the CLI and not yet ended.
@@ -109,12 +110,13 @@ impl Turns {
     }
 
     /// A message a client sent: queued at the end unless it is known already (a message sent
-    /// while the daemon recovered was loaded from the store: never twice, rule 8).
+    /// while the daemon recovered was loaded from the store: never twice, rule 8). A bot a
+    /// client's Stop parked is let go: the message is taken to the agent.
     pub fn queue(&mut self, turn: QueuedTurn) -> Vec<Effect> {
         if !self.knows(&turn.id) {
             self.queue.push_back(turn);
         }
-        vec![Effect::Queued(self.waiting())]
+        vec![Effect::Park(false), Effect::Queued(self.waiting())]
     }
 
     /// The next message goes to the conversation `session`: it is in flight from now, and where
@@ -140,11 +142,38 @@ impl Turns {
         Some((turn, c.build().into_iter().collect()))
     }
 
-    /// The delivery of the message in flight was recorded at `at`.
-    pub fn written(&mut self, at: SystemTime) {
-        if let Some(i) = self.inflight.as_mut() {
+    /// The commit of [`Turns::deliver`] ended: `committed` at `at`, the message is to be written
+    /// now (`true`). Not committed, where it would go is not on record: it is not written (a
+    /// daemon crash could deliver it twice, rule 8) and waits again, first.
+    pub fn delivery_recorded(&mut self, committed: bool, at: Option<SystemTime>) -> bool {
+        if !committed {
+            self.unwritten();
+            return false;
+        }
+        if let (Some(i), Some(at)) = (self.inflight.as_mut(), at) {
             i.written = at;
         }
+        true
+    }
+
+    /// The message in flight was written to the CLI (`ok`): the bot is `busy`. Not written (its
+    /// stdin closed), it waits again, first.
+    pub fn wrote(&mut self, ok: bool) -> Vec<Effect> {
+        if !ok {
+            self.unwritten();
+            return Vec::new();
+        }
+        vec![Effect::State(State::Busy), Effect::Queued(self.waiting())]
+    }
+
+    /// A client asked to interrupt: the turn to send the interrupt for, if one is in flight.
+    pub fn to_interrupt(&self) -> Option<String> {
+        self.inflight.as_ref().map(|i| i.turn.id.clone())
+    }
+
+    /// The interrupt for `turn` was sent: its result ends it `interrupted`.
+    pub fn interrupt_sent(&mut self, turn: String) {
+        self.interrupting = Some(turn);
     }
 
     /// The message in flight could not be written (the process's stdin closed): it waits again,

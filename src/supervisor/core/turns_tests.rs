@@ -359,3 +359,44 @@ fn a_refused_handshake_fails_the_first_waiting_message_with_its_reason() {
     );
     assert_eq!(t.queue.front().unwrap().id, "b");
 }
+
+#[test]
+fn rule_8_a_message_whose_delivery_is_not_on_record_is_not_written_and_waits_first() {
+    let mut t = queued(&["a", "b"]);
+    t.deliver("s").unwrap();
+    assert!(!t.delivery_recorded(false, None));
+    assert!(t.inflight.is_none());
+    assert_eq!(t.queue.front().map(|q| q.id.as_str()), Some("a"));
+}
+
+#[test]
+fn a_written_message_makes_the_bot_busy_and_an_unwritten_one_waits_first() {
+    let mut t = queued(&["a", "b"]);
+    t.deliver("s").unwrap();
+    let at = SystemTime::UNIX_EPOCH;
+    assert!(t.delivery_recorded(true, Some(at)));
+    assert_eq!(t.inflight.as_ref().map(|i| i.written), Some(at));
+    assert_eq!(
+        t.wrote(true),
+        [
+            Effect::State(crate::supervisor::bot::State::Busy),
+            Effect::Queued(2)
+        ]
+    );
+    assert!(t.wrote(false).is_empty());
+    assert_eq!(t.queue.front().map(|q| q.id.as_str()), Some("a"));
+}
+
+#[test]
+fn a_message_sent_lets_a_stopped_bot_go_and_only_a_turn_in_flight_is_interrupted() {
+    let mut t = Turns::default();
+    assert_eq!(t.queue(turn("a"))[0], Effect::Park(false));
+    assert_eq!(t.to_interrupt(), None, "nothing in flight");
+    t.deliver("s").unwrap();
+    assert_eq!(t.to_interrupt().as_deref(), Some("a"));
+    t.interrupt_sent("a".into());
+    t.replayed("s", Some("s"), Some("s"), no_transcript)
+        .unwrap();
+    let ended = t.result(ResultOutcome::Error, &json!({}), Some("aborted".into()));
+    assert_eq!(ended.error, None, "an interrupt is not a failure");
+}

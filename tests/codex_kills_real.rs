@@ -200,6 +200,25 @@ async fn check_sweep(
     );
 }
 
+/// Waits until the bot runs an agent other than `gone` (0: none); its pid, or `None` after
+/// [`EVENT_TIMEOUT`]. `pids` watches the bot's `ProcessId`.
+async fn agent_other_than(
+    bot: &BotProxy<'_>,
+    pids: &mut zbus::proxy::PropertyStream<'_, u32>,
+    gone: u32,
+) -> Option<u32> {
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut pid = bot.process_id().await.unwrap();
+        while pid == 0 || pid == gone {
+            pid = pids.next().await?.get().await.unwrap();
+        }
+        Some(pid)
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
 /// Stops the bot and checks that no process of the test is left running.
 async fn stop_and_check_gone(seed: u64, env: &TestEnv, bot: &BotProxy<'_>) {
     stop_and_wait(bot).await;
@@ -286,15 +305,11 @@ async fn codex_killed_at_random_moments_restarts_and_keeps_its_conversation() {
         sent.push((text.clone(), turn));
         // The agent of this round: the restart after the last kill (crash restart), or the one
         // the message starts. The moment counts from when it is known.
-        let pid = tokio::time::timeout(EVENT_TIMEOUT, async {
-            let mut pid = bot.process_id().await.unwrap();
-            while pid == 0 || pid == killed {
-                pid = pids.next().await.unwrap().get().await.unwrap();
-            }
-            pid
-        })
-        .await
-        .unwrap_or_else(|_| panic!("seed {seed}: no agent was started after the kill of {killed}"));
+        let pid = agent_other_than(&bot, &mut pids, killed)
+            .await
+            .unwrap_or_else(|| {
+                panic!("seed {seed}: no agent was started after the kill of {killed}")
+            });
         let since = Instant::now();
         tokio::time::sleep(moments.next(window(i, 1600))).await; // the kill moment, not a wait
         landings.note(&last_asked, since, &bot).await;
@@ -302,27 +317,29 @@ async fn codex_killed_at_random_moments_restarts_and_keeps_its_conversation() {
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         killed = pid;
     }
-    // The crash restart, with no message waiting: the bot is held.
-    let restarted = tokio::time::timeout(EVENT_TIMEOUT, async {
-        let mut pid = bot.process_id().await.unwrap();
-        while pid == 0 || pid == killed {
-            pid = pids.next().await.unwrap().get().await.unwrap();
-        }
-        pid
-    })
-    .await
-    .unwrap_or_else(|_| panic!("seed {seed}: the bot did not restart after the last kill"));
-    wait_state(&bot, "idle").await;
     let last = send_and_wait(&bot, "last").await;
     assert_eq!(last.outcome, "success", "seed {seed}: {last:?}");
+    sent.push(("last".to_owned(), last.turn_id));
+    // Every turn has ended and nothing waits: a kill now is a crash that only the lease calls
+    // for. The held bot restarts by itself (rule 11), on the same thread.
+    assert_eq!(bot.queued_messages().await.unwrap(), 0, "seed {seed}");
+    let idle = bot.process_id().await.unwrap();
+    // SAFETY: kill(2) on the agent's pid, as a crash from outside.
+    unsafe { libc::kill(idle as i32, libc::SIGKILL) };
+    let restarted = agent_other_than(&bot, &mut pids, idle)
+        .await
+        .unwrap_or_else(|| panic!("seed {seed}: the held bot did not restart after a crash"));
+    wait_state(&bot, "idle").await;
+    let after = send_and_wait(&bot, "after").await;
+    assert_eq!(after.outcome, "success", "seed {seed}: {after:?}");
     assert_eq!(
         bot.process_id().await.unwrap(),
         restarted,
-        "seed {seed}: `last` went to the restarted agent"
+        "seed {seed}: `after` went to the restarted agent"
     );
-    sent.push(("last".to_owned(), last.turn_id));
+    sent.push(("after".to_owned(), after.turn_id));
     println!(
-        "seed {seed}: {KILLS} Codex kills in {:.1} s; kills landed {:?}",
+        "seed {seed}: {KILLS} Codex kills in {:.1} s (and one with nothing waiting); kills landed {:?}",
         started.elapsed().as_secs_f64(),
         landings.0
     );

@@ -6,72 +6,14 @@
 mod support;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use zbus::Variant;
 
-use support::responses_api::{
-    Reply, ResponsesApi, Script, codex_env, codex_home, echo_script, shell_script,
-};
+use support::codex::{CodexSetup, wait_no_leftovers, wait_session};
+use support::responses_api::{Reply, Script, codex_home, echo_script, shell_script};
 use support::*;
-
-/// A daemon whose bots may be Codex bots, and the stand-in they talk to.
-struct CodexSetup {
-    api: ResponsesApi,
-    daemon: Daemon,
-    cfg: DaemonConfig,
-    codex_home: PathBuf,
-    bot_env: HashMap<String, String>,
-}
-
-impl CodexSetup {
-    async fn start(env: &TestEnv, codex: PathBuf, script: Script) -> CodexSetup {
-        CodexSetup::start_with(env, codex, script, "").await
-    }
-
-    /// With `provider_extra` added to the stand-in provider's table.
-    async fn start_with(
-        env: &TestEnv,
-        codex: PathBuf,
-        script: Script,
-        provider_extra: &str,
-    ) -> CodexSetup {
-        let api = ResponsesApi::start(script).await;
-        let codex_home = codex_home(&env.home, &api.base_url, provider_extra);
-        let mut cfg = env.daemon_config(None);
-        cfg.codex_bin = Some(codex);
-        let daemon = Daemon::start(&cfg, &env.conn).await;
-        let bot_env = codex_env(&env.home, &codex_home, &env.marker);
-        CodexSetup {
-            api,
-            daemon,
-            cfg,
-            codex_home,
-            bot_env,
-        }
-    }
-
-    /// Creates a Codex bot in `env.work` with `permission_mode` ("" for the CLI's default).
-    async fn bot(&self, env: &TestEnv, permission_mode: &str) -> BotProxy<'static> {
-        let work = env.work.to_str().unwrap().to_owned();
-        let mut o = create_options(&work, &self.bot_env);
-        o.insert("runtime", Variant::from("codex"));
-        o.insert("permission_mode", Variant::from(permission_mode));
-        let path = env
-            .manager()
-            .await
-            .create_bot(o)
-            .await
-            .unwrap_or_else(|e| panic!("CreateBot codex: {e}"));
-        env.bot(&path).await
-    }
-
-    fn rollout(&self, thread: &str) -> Option<PathBuf> {
-        botvisor::runtime::codex::rollout::find(&self.codex_home, thread)
-    }
-}
 
 use botvisor::dbus::client::BotProxy;
 
@@ -475,21 +417,6 @@ async fn permission_modes_are_listed_per_runtime_checked_and_applied_live() {
     stop_and_wait(&bot).await;
 }
 
-/// Waits until no process of the test runs. A Codex that was told to stop can still be winding
-/// down its threads for a moment after its main thread exited (seen as `Zl` in ps, but `S` when
-/// read an instant earlier): what counts is that nothing stays.
-async fn wait_no_leftovers(env: &TestEnv) {
-    let waited = tokio::time::timeout(EVENT_TIMEOUT, async {
-        while !env.leftovers().is_empty() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    if waited.is_err() {
-        env.assert_no_leftovers();
-    }
-}
-
 /// `first` is never answered (the model API accepts it and stays silent); everything else is
 /// echoed.
 fn first_hangs_script() -> Script {
@@ -500,26 +427,6 @@ fn first_hangs_script() -> Script {
             Reply::Text(format!("Hello! You said: {}", req.last_user_text))
         }
     })
-}
-
-/// Waits until the bot records a conversation (at `turn/started`); returns it.
-async fn wait_session(bot: &BotProxy<'_>) -> String {
-    let mut changes = bot.receive_session_id_changed().await;
-    let now = bot.session_id().await.unwrap();
-    if !now.is_empty() {
-        return now;
-    }
-    tokio::time::timeout(EVENT_TIMEOUT, async {
-        while let Some(c) = changes.next().await {
-            let id = c.get().await.unwrap();
-            if !id.is_empty() {
-                return id;
-            }
-        }
-        panic!("SessionId stream ended")
-    })
-    .await
-    .expect("the thread is recorded once its first turn began")
 }
 
 /// What a user sees after a crash at the first turn of `thread`: `first` once in the chat, its

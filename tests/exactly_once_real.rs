@@ -13,40 +13,12 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use botvisor::dbus::client::BotProxy;
+use support::moments::Moments;
 use support::stand_in_api::{ApiRequest, Reply, Script};
 use support::*;
 
 /// How many times each sweep kills.
 const KILLS: u32 = 20;
-
-/// A small, seeded generator (xorshift64*): the kill moments of a sweep.
-struct Moments(u64);
-
-impl Moments {
-    fn new(name: &str) -> (Moments, u64) {
-        let seed = std::env::var("BOTVISOR_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos() as u64
-            });
-        println!("{name}: seed {seed} (BOTVISOR_TEST_SEED={seed} replays it)");
-        (Moments(seed.max(1)), seed)
-    }
-
-    /// A moment from 0 to `max_ms` milliseconds.
-    fn next(&mut self, max_ms: u64) -> Duration {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        Duration::from_millis(x.wrapping_mul(0x2545_F491_4F6C_DD1D) % (max_ms + 1))
-    }
-}
 
 /// Every message gets an answer that starts after 1 s (the CLI has written the message into its
 /// transcript and not replayed it yet) and then streams for about 1 s.

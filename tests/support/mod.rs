@@ -5,6 +5,8 @@
 #![allow(dead_code)]
 
 pub mod cgroup;
+pub mod codex;
+pub mod moments;
 pub mod responses_api;
 pub mod sshd;
 pub mod stand_in_api;
@@ -684,8 +686,20 @@ pub async fn send_and_wait(bot: &BotProxy<'_>, text: &str) -> TurnSeen {
     }
 }
 
+/// A proxy of the same bot that caches its properties, whatever `bot` does: zbus gives a proxy
+/// built without a cache (`TestEnv::bot_uncached`) property streams that end at once, so a
+/// wait for a change must watch through one that has it.
+pub async fn watching(bot: &BotProxy<'_>) -> BotProxy<'static> {
+    BotProxy::builder(bot.inner().connection())
+        .path(bot.inner().path().to_owned())
+        .build()
+        .await
+        .unwrap()
+}
+
 /// Calls `Stop` and waits until the bot's `State` is `stopped`.
 pub async fn stop_and_wait(bot: &BotProxy<'_>) {
+    let bot = watching(bot).await;
     let mut changes = bot.receive_state_changed().await;
     bot.stop().await.unwrap();
     if bot.state().await.unwrap() == "stopped" {
@@ -697,6 +711,7 @@ pub async fn stop_and_wait(bot: &BotProxy<'_>) {
                 return;
             }
         }
+        panic!("the State stream ended");
     })
     .await
     .expect("the bot stops");
@@ -704,6 +719,7 @@ pub async fn stop_and_wait(bot: &BotProxy<'_>) {
 
 /// Waits until the bot's property `State` reads `want`.
 pub async fn wait_state(bot: &BotProxy<'_>, want: &str) {
+    let bot = watching(bot).await;
     let mut changes = bot.receive_state_changed().await;
     if bot.state().await.unwrap() == want {
         return;
@@ -714,6 +730,7 @@ pub async fn wait_state(bot: &BotProxy<'_>, want: &str) {
                 return;
             }
         }
+        panic!("the State stream ended");
     })
     .await
     .unwrap_or_else(|_| panic!("state never became {want}"));

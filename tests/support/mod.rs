@@ -686,10 +686,16 @@ pub async fn send_and_wait(bot: &BotProxy<'_>, text: &str) -> TurnSeen {
     }
 }
 
-/// A proxy of the same bot that caches its properties, whatever `bot` does: zbus gives a proxy
-/// built without a cache (`TestEnv::bot_uncached`) property streams that end at once, so a
-/// wait for a change must watch through one that has it.
-pub async fn watching(bot: &BotProxy<'_>) -> BotProxy<'static> {
+/// A proxy to watch `bot`'s property changes through: `bot` itself when it caches its
+/// properties, so that once a wait on it returns, what the test reads next from `bot`'s cache is
+/// as new as the change it waited for (a second proxy's cache could lag behind it); otherwise a
+/// new caching proxy of the same bot: zbus gives a proxy built without a cache
+/// (`TestEnv::bot_uncached`) property streams that end at once.
+pub async fn watching<'a>(bot: &BotProxy<'a>) -> BotProxy<'a> {
+    let _ = bot.state().await;
+    if bot.inner().cached_property_raw("State").is_some() {
+        return bot.clone();
+    }
     BotProxy::builder(bot.inner().connection())
         .path(bot.inner().path().to_owned())
         .build()

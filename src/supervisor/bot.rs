@@ -45,7 +45,7 @@ use crate::process::{
 };
 use crate::runtime::{
     ControlRequest, LaunchSpec, PermissionAnswer, ResultOutcome, Runtime, RuntimeEvent,
-    SessionStart, StartDecision, decide_start,
+    SessionStart,
 };
 use crate::store::{self, BotRecord, ChatItem, Store};
 
@@ -189,7 +189,7 @@ struct Actor {
     /// The queue and the message in flight (the lifecycle core's turns, `supervisor::core`).
     turns: Turns,
     /// What the bot keeps from one process to the next: crashes, a forced resume, a pending
-    /// restart, a fatal error (the lifecycle core's [`Lifecycle`]).
+    /// restart (the lifecycle core's [`Lifecycle`]).
     life: Lifecycle,
     /// When a crashed agent is started again ([`Effect::RestartTimer`](super::core::Effect)).
     restart_at: Option<tokio::time::Instant>,

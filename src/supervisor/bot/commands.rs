@@ -81,11 +81,12 @@ impl Actor {
         let Some(effects) = self.life.restart(released, fresh, recorded.as_deref()) else {
             return;
         };
-        if self.apply(effects).committed {
-            self.start();
-        } else {
-            tracing::error!(bot_id = %self.id, "the restart could not be recorded; not started");
+        let committed = self.apply(effects).committed;
+        if !committed {
+            tracing::error!(bot_id = %self.id, "the fresh restart could not be recorded; not started");
         }
+        let effects = self.life.restart_recorded(committed);
+        self.apply(effects);
     }
 
     /// A client's Stop parks the bot (waiting messages wait for its next Send or Restart);

@@ -45,6 +45,8 @@ impl Actor {
                     self.restart_at = after.map(|d| tokio::time::Instant::now() + d);
                 }
                 Effect::Park(parked) => self.park(parked),
+                Effect::Pause => self.parked = true,
+                Effect::Start => self.start(),
             }
         }
         applied

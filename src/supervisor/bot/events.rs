@@ -161,7 +161,7 @@ impl Actor {
             RuntimeEvent::SessionInUse { session_id } => {
                 if let Some(proc) = self.proc.as_mut() {
                     tracing::info!(bot_id = %self.id, %session_id, "session id already in use");
-                    proc.run.in_use = Some(session_id);
+                    proc.run.session_in_use(session_id);
                 }
                 Next::Nothing
             }

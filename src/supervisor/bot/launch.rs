@@ -14,6 +14,7 @@ impl Actor {
             process: match &self.proc {
                 None => ProcessNow::None,
                 Some(p) if !p.run.usable() => ProcessNow::Unusable,
+                Some(p) if !p.protocol.ready() => ProcessNow::Opening,
                 Some(_) => ProcessNow::Usable,
             },
             waiting: !self.turns.queue.is_empty(),
@@ -55,18 +56,13 @@ impl Actor {
             return;
         }
         let cwd = Path::new(&record.cwd);
-        let decision = match self.life.force_resume.take() {
-            Some(id) => StartDecision {
-                start: SessionStart::Resume(id),
-                forget: None,
-            },
-            None => decide_start(
-                record.session_id.as_deref(),
-                self.runtime.can_resume(),
-                |id| self.runtime.transcript_exists(&env, cwd, id),
-                || self.runtime.fresh_start(),
-            ),
-        };
+        let runtime = self.runtime.clone();
+        let decision = self.life.start_decision(
+            record.session_id.as_deref(),
+            runtime.can_resume(),
+            |id| runtime.transcript_exists(&env, cwd, id),
+            || runtime.fresh_start(),
+        );
         if let Some((old, reason)) = &decision.forget {
             let effect = lifecycle::forget_at_start(old, reason, self.runtime.name());
             self.apply(vec![effect]);
@@ -132,11 +128,9 @@ impl Actor {
         }
     }
 
-    /// The agent cannot start: the chat and `LastError` say why, and nothing starts again until a
-    /// client sends or restarts (not recorded: a daemon restart tries once more).
+    /// The agent cannot start ([`lifecycle::start_refused`]).
     fn start_refused(&mut self, text: &str, reason: Option<&str>) {
-        self.apply(vec![lifecycle::said_error(text, reason)]);
-        self.parked = true;
+        self.apply(lifecycle::start_refused(text, reason));
     }
 
     pub(super) fn write_next(&mut self) {
@@ -147,11 +141,6 @@ impl Actor {
             return;
         };
         if stdin.is_closed() {
-            return;
-        }
-        // A CLI still in its handshake takes no message yet (Codex before `thread/start` is
-        // answered); the next pump tries again.
-        if !proc.protocol.ready() {
             return;
         }
         let Some(session) = proc.protocol.conversation().map(str::to_owned) else {

@@ -181,7 +181,7 @@ impl Actor {
                 proof: PROOF,
             });
             self.read_verdict(pid, why, &v);
-            let effects = lifecycle::failed(self.turns.waiting());
+            let effects = Lifecycle::stop_gave_up(&self.turns);
             self.apply(effects);
             return Some(v);
         };

@@ -24,11 +24,10 @@ impl Actor {
         let Some(proc) = self.proc.as_mut() else {
             return;
         };
-        proc.run.turn_began = true;
-        if let Some(r) = replayed.reported_later {
+        if let Some(r) = &replayed.reported_later {
             tracing::info!(bot_id = %self.id, reported = %r, %launched, "the CLI reports another session id; kept until its transcript exists");
-            proc.run.reported_session = Some(r);
         }
+        proc.run.began(replayed.reported_later.clone());
         self.apply(replayed.effects);
     }
 

@@ -92,6 +92,11 @@ pub enum Effect {
     /// Park the bot (`true`: waiting messages wait for a client's Send or Restart) or let it go;
     /// recorded, so a daemon restart keeps it.
     Park(bool),
+    /// The agent cannot start now: nothing starts again until a client sends or restarts. Not
+    /// recorded: a daemon restart tries once more.
+    Pause,
+    /// Start the agent now (a client's Restart).
+    Start,
 }
 
 /// Builds the effects of one commit: collects writes and publications in order.

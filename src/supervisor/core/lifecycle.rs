@@ -12,12 +12,12 @@ use super::crash::{AfterCrash, Crashes};
 use super::effect::{CommitBuilder, Effect};
 use super::exit::{ExitFacts, ExitPlan, exit_plan};
 pub use super::records::{
-    failed, forget, forget_at_start, forget_payload, fresh_restart_text, said_error,
+    failed, forget, forget_at_start, forget_payload, fresh_restart_text, said_error, start_refused,
 };
 pub use super::run::Run;
 use super::turns::{Inflight, Settled, Turns};
 use crate::process::ExitInfo;
-use crate::runtime::SessionStart;
+use crate::runtime::{SessionStart, StartDecision, decide_start};
 use crate::supervisor::bot::State;
 use crate::supervisor::decide::{self, TurnOutcome};
 
@@ -110,6 +110,25 @@ impl Lifecycle {
         }
     }
 
+    /// A process starts: which conversation (design rule 2). An id the CLI refused as in use
+    /// (it exists: the CLI holds it) is resumed, once, as [`Lifecycle::exited`] said; otherwise
+    /// [`decide_start`] resumes the recorded conversation only if its transcript exists.
+    pub fn start_decision(
+        &mut self,
+        recorded: Option<&str>,
+        can_resume: bool,
+        transcript_exists: impl FnOnce(&str) -> bool,
+        fresh: impl FnOnce() -> SessionStart,
+    ) -> StartDecision {
+        match self.force_resume.take() {
+            Some(id) => StartDecision {
+                start: SessionStart::Resume(id),
+                forget: None,
+            },
+            None => decide_start(recorded, can_resume, transcript_exists, fresh),
+        }
+    }
+
     /// A process started: no crash restart is pending any more.
     pub fn started(&mut self) {
         self.restart_pending = false;
@@ -117,11 +136,9 @@ impl Lifecycle {
 
     /// A client's Restart, once its old process, if any, was stopped: `released` says its root
     /// is proven gone. A root that survived SIGKILL keeps the bot as it is: never a second process
-    /// beside it (design rule 7), and `None` is returned. Otherwise the crash count, a forced
-    /// resume and the id-in-use retry are cleared; with `fresh`, the recorded conversation is
-    /// forgotten (reason `fresh_restart`, design rule 5). The bot is `stopped`, unparked, and the
-    /// shell starts it once these effects are committed (a fresh Restart never resumes the old
-    /// conversation because its forget was lost).
+    /// beside it (design rule 7), and `None` is returned. Otherwise, with `fresh`, the recorded
+    /// conversation is forgotten first (reason `fresh_restart`, design rule 5): the effects
+    /// returned are that commit, and [`Lifecycle::restart_recorded`] says what follows it.
     pub fn restart(
         &mut self,
         released: bool,
@@ -131,19 +148,38 @@ impl Lifecycle {
         if !released {
             return None;
         }
-        self.crashes.clear();
-        self.force_resume = None;
-        self.in_use_retried = false;
         let mut effects = Vec::new();
         if fresh && let Some(old) = recorded {
             effects.push(forget(old, "fresh_restart", fresh_restart_text(old)));
         }
-        effects.extend([
+        Some(effects)
+    }
+
+    /// The commit of [`Lifecycle::restart`] ended. `committed`: the crash count, a forced resume
+    /// and the id-in-use retry are cleared, the bot is `stopped`, unparked, and starts now. Not
+    /// committed, the old conversation is still on record: the bot is parked, not started, so
+    /// that no start resumes the conversation the client asked to leave (rule 5); the journal
+    /// says why, and the client may call Restart again.
+    pub fn restart_recorded(&mut self, committed: bool) -> Vec<Effect> {
+        if !committed {
+            return vec![Effect::RestartTimer(None), Effect::Park(true)];
+        }
+        self.crashes.clear();
+        self.force_resume = None;
+        self.in_use_retried = false;
+        vec![
             Effect::RestartTimer(None),
             Effect::Park(false),
             Effect::State(State::Stopped),
-        ]);
-        Some(effects)
+            Effect::Start,
+        ]
+    }
+
+    /// A stop gave up: the root outlived SIGKILL and the kill wait (design rule 9). Nothing is
+    /// released, no other process may start beside it (rule 7): the bot is `failed` until the
+    /// root exits ([`Lifecycle::exited`], a late exit) or a client restarts it.
+    pub fn stop_gave_up(turns: &Turns) -> Vec<Effect> {
+        failed(turns.waiting())
     }
 
     /// A client's Stop ended: the bot is `stopped`, unless it is `failed` (a root that survived

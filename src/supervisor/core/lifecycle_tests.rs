@@ -537,26 +537,123 @@ fn rule_4_the_stop_of_a_lost_conversation_lets_its_message_go_to_a_new_one() {
 }
 
 #[test]
-fn a_restart_clears_the_crash_count_and_a_fresh_one_forgets_the_conversation() {
+fn a_restart_clears_the_crash_count_and_a_fresh_one_forgets_the_conversation_first() {
     let mut life = Lifecycle {
         force_resume: Some("x".into()),
         in_use_retried: true,
         ..Lifecycle::default()
     };
     life.crashed(Instant::now(), LIMITS, &Turns::default(), 1, "boom");
-    let effects = life.restart(true, true, Some("s")).unwrap();
+    let forget = life.restart(true, true, Some("s")).unwrap();
+    assert!(has_item(&forget, "system", "fresh_restart"));
+    assert!(forgets(&forget));
+    let then = life.restart_recorded(true);
     assert!(life.crashes.is_empty());
     assert_eq!((life.force_resume, life.in_use_retried), (None, false));
-    assert!(has_item(&effects, "system", "fresh_restart"));
-    assert!(effects.contains(&Effect::Park(false)));
-    assert!(effects.contains(&Effect::RestartTimer(None)));
-    assert_eq!(states(&effects), [State::Stopped]);
+    assert_eq!(
+        then,
+        [
+            Effect::RestartTimer(None),
+            Effect::Park(false),
+            Effect::State(State::Stopped),
+            Effect::Start
+        ]
+    );
     let kept = Lifecycle::default()
         .restart(true, false, Some("s"))
         .unwrap();
-    assert!(!forgets(&kept));
+    assert!(kept.is_empty(), "nothing to forget");
     let nothing = Lifecycle::default().restart(true, true, None).unwrap();
-    assert!(!forgets(&nothing), "nothing recorded, nothing to forget");
+    assert!(nothing.is_empty(), "nothing recorded, nothing to forget");
+}
+
+#[test]
+fn rule_5_a_fresh_restart_whose_forget_was_not_recorded_does_not_start() {
+    let mut life = Lifecycle::default();
+    life.crashed(Instant::now(), LIMITS, &Turns::default(), 1, "boom");
+    let then = life.restart_recorded(false);
+    assert!(!then.contains(&Effect::Start));
+    assert!(
+        then.contains(&Effect::Park(true)),
+        "parked: no pump may resume the old conversation"
+    );
+}
+
+#[test]
+fn rule_9_a_stop_that_gave_up_fails_the_bot_and_says_what_waits() {
+    let effects = Lifecycle::stop_gave_up(&in_flight(false));
+    assert!(has_item(&effects, "system", "failed_with_queue"));
+    assert_eq!(states(&effects), [State::Failed]);
+    assert_eq!(
+        Lifecycle::stop_gave_up(&Turns::default()),
+        [Effect::State(State::Failed)]
+    );
+}
+
+#[test]
+fn rule_2_an_id_refused_as_in_use_is_resumed_without_a_transcript_check_once() {
+    let mut life = Lifecycle {
+        force_resume: Some("x".into()),
+        ..Lifecycle::default()
+    };
+    let first = life.start_decision(
+        Some("s"),
+        true,
+        |_| panic!("not asked"),
+        || SessionStart::New("n".into()),
+    );
+    assert_eq!(first.start, SessionStart::Resume("x".into()));
+    let next = life.start_decision(Some("s"), true, |_| false, || SessionStart::New("n".into()));
+    assert_eq!(next.start, SessionStart::New("n".into()));
+    assert!(
+        next.forget.is_some(),
+        "the missing transcript's record is forgotten"
+    );
+}
+
+#[test]
+fn only_a_lost_conversations_own_stop_unparks_the_bot() {
+    for (why, lost) in [("replaced", false), ("stop", true)] {
+        let run = Run {
+            lost,
+            ..resumed(false)
+        };
+        let effects =
+            Lifecycle::stopped(&run, &mut in_flight(false), why, None, |_| false, |_| false);
+        assert!(!effects.contains(&Effect::Park(false)), "{why} {lost}");
+    }
+}
+
+#[test]
+fn rule_9_a_late_exit_sends_a_message_not_taken_again() {
+    let mut life = Lifecycle::default();
+    let mut turns = in_flight(false);
+    let mut run = Run {
+        stopping: true,
+        ..resumed(false)
+    };
+    let steps = life.exited(
+        &mut run,
+        &mut turns,
+        &exit(killed(), Some("s"), true),
+        |_| false,
+        |_| false,
+    );
+    assert!(finished(&steps.now).is_empty());
+    assert_eq!(turns.queue.front().map(|t| t.id.as_str()), Some("a"));
+}
+
+#[test]
+fn a_crash_with_nothing_on_stderr_says_only_how_it_ended() {
+    let steps = Lifecycle::default().exited(
+        &mut resumed(true),
+        &mut Turns::default(),
+        &exit(killed(), Some("s"), false),
+        |_| false,
+        |_| false,
+    );
+    let text = steps.crashed.unwrap();
+    assert!(!text.contains("Its last output"), "{text}");
 }
 
 #[test]

@@ -11,6 +11,9 @@ pub enum ProcessNow {
     /// One runs but must take no message: it is being stopped, lost its conversation (rule 4),
     /// or refused an id in use.
     Unusable,
+    /// A process still in its handshake (Codex before `thread/start` is answered): it takes no
+    /// message yet; a later pump writes it.
+    Opening,
 }
 
 /// What the shell knows after an input.
@@ -58,7 +61,7 @@ pub fn pump(f: &PumpFacts) -> PumpPlan {
             start: false,
             write,
         },
-        ProcessNow::Unusable => PumpPlan::default(),
+        ProcessNow::Unusable | ProcessNow::Opening => PumpPlan::default(),
     }
 }
 
@@ -122,6 +125,15 @@ mod tests {
             ..facts()
         };
         assert_eq!(pump(&lost), PumpPlan::default());
+    }
+
+    #[test]
+    fn a_process_in_its_handshake_takes_no_message_yet_and_no_second_one_starts() {
+        let opening = PumpFacts {
+            process: ProcessNow::Opening,
+            ..facts()
+        };
+        assert_eq!(pump(&opening), PumpPlan::default());
     }
 
     #[test]

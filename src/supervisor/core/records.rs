@@ -51,6 +51,12 @@ pub fn fresh_restart_text(old: &str) -> String {
     format!("Restarted fresh: the conversation {old} is left for good; a new one begins.")
 }
 
+/// The agent cannot start (`text` says why; `reason` names it, as `bubblewrap_missing`): the
+/// error is said, and the bot pauses until a client sends or restarts ([`Effect::Pause`]).
+pub fn start_refused(text: &str, reason: Option<&str>) -> Vec<Effect> {
+    vec![said_error(text, reason), Effect::Pause]
+}
+
 /// An error the user must see: an `error` item `{"text", "reason"?}` and `LastError`, in one
 /// commit.
 pub fn said_error(text: &str, reason: Option<&str>) -> Effect {
@@ -138,5 +144,34 @@ mod tests {
         let with = failed(2);
         assert!(has_item(&with, "system", "failed_with_queue"));
         assert_eq!(with.last(), Some(&Effect::State(State::Failed)));
+    }
+
+    #[test]
+    fn rule_2_a_conversation_that_cannot_resume_is_forgotten_with_its_reason() {
+        use crate::runtime::ForgetReason;
+        for (why, code, words) in [
+            (
+                ForgetReason::TranscriptMissing,
+                "transcript_missing",
+                "its transcript is not on disk",
+            ),
+            (
+                ForgetReason::RuntimeCannotResume,
+                "runtime_cannot_resume",
+                "the codex runtime cannot resume",
+            ),
+        ] {
+            let effect = forget_at_start("s", &why, "codex");
+            let effects = [effect];
+            assert!(has_item(&effects, "system", code));
+            assert!(has_item(&effects, "system", words));
+        }
+    }
+
+    #[test]
+    fn a_refused_start_is_said_and_pauses_the_bot() {
+        let effects = start_refused("cannot start the agent: no codex", Some("x"));
+        assert!(has_item(&effects, "error", "no codex"));
+        assert_eq!(effects.last(), Some(&Effect::Pause));
     }
 }

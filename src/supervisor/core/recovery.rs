@@ -146,4 +146,21 @@ mod tests {
         recover(&mut turns, left, None, |_, _| false);
         assert_eq!(turns.queue.len(), 1);
     }
+
+    #[test]
+    fn rule_8_a_message_a_conversation_not_on_record_holds_makes_it_the_record() {
+        let mut turns = Turns::default();
+        let left = Left {
+            queued: vec![(turn("a"), Some("other".into()))],
+            ..Left::default()
+        };
+        let effects = recover(&mut turns, left, Some("s"), |_, _| true);
+        assert!(
+            effects
+                .iter()
+                .any(|e| matches!(e, Effect::Commit { writes, .. }
+            if writes.contains(&Write::Session(Some("other".into())))))
+        );
+        assert!(turns.queue.is_empty());
+    }
 }

@@ -40,6 +40,21 @@ impl Run {
         }
     }
 
+    /// Its message was replayed: a turn began in it (design rule 3). `reported_later` is a session
+    /// id it reported instead of the launched one, kept until its transcript exists.
+    pub fn began(&mut self, reported_later: Option<String>) {
+        self.turn_began = true;
+        if reported_later.is_some() {
+            self.reported_session = reported_later;
+        }
+    }
+
+    /// It said the new conversation's id `session_id` is in use (its exit resumes that id once,
+    /// [`super::lifecycle::Lifecycle::exited`]).
+    pub fn session_in_use(&mut self, session_id: String) {
+        self.in_use = Some(session_id);
+    }
+
     /// Whether it may take a message: not being stopped, its conversation neither lost nor
     /// refused.
     pub fn usable(&self) -> bool {
@@ -117,5 +132,23 @@ mod tests {
         let mut run = resumed(true);
         run.reported(Some("s".into()), Some("s"));
         assert_eq!(run.reported_session, None, "the same conversation");
+    }
+
+    #[test]
+    fn rule_3_a_reported_session_already_on_record_is_not_recorded_again() {
+        let mut run = resumed(true);
+        run.reported(Some("t".into()), Some("s"));
+        assert_eq!(run.adopt_reported(Some("t"), |_| true), None);
+        assert!(run.adopt_reported(Some("s"), |_| true).is_some());
+    }
+
+    #[test]
+    fn a_replay_begins_the_turn_and_keeps_a_reported_id_for_later() {
+        let mut run = resumed(false);
+        run.began(Some("t".into()));
+        assert!(run.turn_began);
+        assert_eq!(run.reported_session.as_deref(), Some("t"));
+        run.began(None);
+        assert_eq!(run.reported_session.as_deref(), Some("t"), "kept");
     }
 }

@@ -140,4 +140,13 @@ mod tests {
         assert_eq!(interrupt_timed_out(&mut t, "other", 5.0), None);
         assert!(t.inflight.is_some());
     }
+
+    #[test]
+    fn an_interrupt_timeout_with_nothing_waiting_does_not_speak_of_waiting_messages() {
+        let mut t = turns(&["a"]);
+        t.deliver("s");
+        let effects = interrupt_timed_out(&mut t, "a", 5.0).unwrap();
+        assert!(matches!(&effects[0], Effect::Commit { writes, .. }
+            if matches!(&writes[0], Write::LastError(e) if !e.contains("Waiting messages"))));
+    }
 }

@@ -113,6 +113,37 @@ async fn an_unrecognised_lost_conversation_fails_the_turn_then_starts_fresh() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_cli_that_dies_at_launch_without_a_failed_turn_keeps_its_conversation() {
+    // A broken install or a failing wrapper: exit 7 at once, no result. The transcript exists, so
+    // the conversation is kept and resumed by the next start (design rule 4: only "a failed turn,
+    // then" an early exit gives a conversation up).
+    let fake = start_fake().await;
+    let bot = fake
+        .bot(json!([
+            {"mode": "normal"},
+            {"mode": "die_at_start", "code": 7},
+            {"mode": "normal"}
+        ]))
+        .await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let old_session = bot.session_id().await.unwrap();
+    stop_and_wait(&bot).await;
+    let two = send_and_wait(&bot, "two").await;
+    assert_eq!(two.outcome, "success", "{two:?}");
+    assert_eq!(bot.session_id().await.unwrap(), old_session);
+    let launches = fake.launches();
+    assert_eq!(flag(&launches[1], "--resume"), Some(old_session.as_str()));
+    assert_eq!(flag(&launches[2], "--resume"), Some(old_session.as_str()));
+    let items = chat(&bot).await;
+    assert!(
+        !of_kind(&items, "system")
+            .iter()
+            .any(|p| p["reason"] == "died_after_launch"),
+        "{items:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_whose_process_died_before_the_replay_goes_to_the_next_process_once() {
     let fake = start_fake().await;
     let bot = fake

@@ -80,19 +80,23 @@ pub fn exited_by_choice(exit: &ExitInfo) -> bool {
 }
 
 /// Design rule 4's fallback: whether a process that exited unasked makes the next start a new
-/// conversation. Only a resumed process that exited by its own choice (see [`exited_by_choice`])
-/// within `window` of its launch, with no turn begun and no message taken into the conversation,
-/// counts as a CLI that could not resume. A death by a signal (SIGKILL, another's SIGTERM, the
-/// OOM killer) is a crash and never gives a conversation up.
+/// conversation. Only a resumed process that first failed the turn waiting for it (`refused`: an
+/// error result before any turn began, the words of a "not found" botvisor does not know), then
+/// exited by its own choice (see [`exited_by_choice`]) within `window` of its launch, with no
+/// turn begun and no message taken into the conversation, counts as a CLI that could not resume
+/// ("a failed turn, then a fresh start"). An exit with no such result (a broken install, `node`
+/// not found: exit 127, a wrapper that fails) is a crash, as is a death by a signal (SIGKILL,
+/// another's SIGTERM, the OOM killer): neither gives up a conversation whose transcript exists.
 pub fn forget_after_early_exit(
     resumed: bool,
+    refused: bool,
     turn_began: bool,
     message_taken: bool,
     exit: &ExitInfo,
     lived: Duration,
     window: Duration,
 ) -> bool {
-    resumed && !turn_began && !message_taken && exited_by_choice(exit) && lived < window
+    resumed && refused && !turn_began && !message_taken && exited_by_choice(exit) && lived < window
 }
 
 /// Which session id to record when a turn begins (design rule 3).
@@ -208,9 +212,25 @@ mod tests {
     }
 
     #[test]
+    fn rule_4_an_early_exit_without_a_failed_turn_never_gives_a_conversation_up() {
+        for c in [1, 7, 127] {
+            assert!(!forget_after_early_exit(
+                true,
+                false,
+                false,
+                false,
+                &code(c),
+                SOON,
+                WINDOW
+            ));
+        }
+    }
+
+    #[test]
     fn rule_4_a_signal_never_gives_a_conversation_up() {
         for s in [libc::SIGKILL, libc::SIGTERM, libc::SIGSEGV] {
             assert!(!forget_after_early_exit(
+                true,
                 true,
                 false,
                 false,
@@ -221,6 +241,7 @@ mod tests {
         }
         // A runtime that reports a signal as 128 + n.
         assert!(!forget_after_early_exit(
+            true,
             true,
             false,
             false,
@@ -234,6 +255,7 @@ mod tests {
     fn rule_4_fallback_fires_only_for_a_resumed_cli_that_chose_to_exit_early() {
         assert!(forget_after_early_exit(
             true,
+            true,
             false,
             false,
             &code(1),
@@ -243,7 +265,17 @@ mod tests {
         // Not resumed, a turn began, the message was taken, too late, a clean exit: no.
         assert!(!forget_after_early_exit(
             false,
+            true,
             false,
+            false,
+            &code(1),
+            SOON,
+            WINDOW
+        ));
+        assert!(!forget_after_early_exit(
+            true,
+            true,
+            true,
             false,
             &code(1),
             SOON,
@@ -253,19 +285,13 @@ mod tests {
             true,
             true,
             false,
-            &code(1),
-            SOON,
-            WINDOW
-        ));
-        assert!(!forget_after_early_exit(
-            true,
-            false,
             true,
             &code(1),
             SOON,
             WINDOW
         ));
         assert!(!forget_after_early_exit(
+            true,
             true,
             false,
             false,
@@ -274,6 +300,7 @@ mod tests {
             WINDOW
         ));
         assert!(!forget_after_early_exit(
+            true,
             true,
             false,
             false,

@@ -74,20 +74,18 @@ impl Actor {
         // A turn that ended (interrupted, failed) while the agent was asking leaves nobody
         // waiting for the answer.
         self.close_open_prompts("The turn ended before this request was answered.");
-        let ended = self.turns.result(outcome, &payload, error);
+        let mut ended = self.turns.result(outcome, &payload, error);
         let fatal = ended.error.as_deref().and_then(|e| {
             self.runtime
                 .fatal_reason(e)
                 .map(|kind| format!("{kind} error: {e}"))
         });
-        let mut effects = ended.effects;
+        let mut effects = std::mem::take(&mut ended.effects);
         if let Some(proc) = self.proc.as_mut() {
-            effects.extend(self.life.turn_result(
-                &mut proc.run,
-                &self.turns,
-                ended.succeeded,
-                fatal,
-            ));
+            effects.extend(
+                self.life
+                    .turn_result(&mut proc.run, &self.turns, &ended, fatal),
+            );
         }
         self.apply(effects);
     }

@@ -15,7 +15,7 @@ pub use super::records::{
     failed, forget, forget_at_start, forget_payload, fresh_restart_text, said_error, start_refused,
 };
 pub use super::run::Run;
-use super::turns::{Inflight, Settled, Turns};
+use super::turns::{Ended, Inflight, Settled, Turns};
 use crate::process::ExitInfo;
 use crate::runtime::{SessionStart, StartDecision, decide_start};
 use crate::supervisor::bot::State;
@@ -88,15 +88,20 @@ impl Lifecycle {
     /// A turn's result came to the process `run` (the turn's own effects are
     /// [`Turns::result`]'s). A success means the agent works: the crash backoff starts from its
     /// first step again. An error the runtime names a failure restarting cannot fix (`fatal`,
-    /// `"<kind> error: <text>"`) makes this process's exit fail the bot. With no message in
+    /// `"<kind> error: <text>"`) makes this process's exit fail the bot. An error before any turn
+    /// began is a refusal of the conversation ([`Run::refused`], design rule 4's fallback). With no message in
     /// flight and the process not being stopped, the bot is `idle`.
     pub fn turn_result(
         &mut self,
         run: &mut Run,
         turns: &Turns,
-        succeeded: bool,
+        ended: &Ended,
         fatal: Option<String>,
     ) -> Vec<Effect> {
+        let succeeded = ended.succeeded;
+        if ended.turn_id.is_some() && ended.error.is_some() && !run.turn_began {
+            run.refused = true;
+        }
         if fatal.is_some() {
             run.fatal = fatal;
         }
@@ -349,6 +354,7 @@ impl Lifecycle {
             && recorded.as_deref() == Some(id.as_str())
             && decide::forget_after_early_exit(
                 true,
+                run.refused,
                 run.turn_began,
                 settled == Settled::Taken,
                 &exit.status,

@@ -113,6 +113,16 @@ fn forgets(effects: &[Effect]) -> bool {
     )
 }
 
+/// The result of turn `a`: a success, or an error.
+fn result(succeeded: bool) -> Ended {
+    Ended {
+        effects: Vec::new(),
+        turn_id: Some("a".into()),
+        succeeded,
+        error: (!succeeded).then(|| "failed".into()),
+    }
+}
+
 const LIMITS: CrashLimits = CrashLimits {
     window: Duration::from_secs(60),
     limit: 3,
@@ -187,7 +197,7 @@ fn rule_11_a_succeeded_turn_restarts_the_backoff_from_its_first_step() {
     life.crashed(t0, LIMITS, &none, 1, "boom");
     life.crashed(t0, LIMITS, &none, 1, "boom");
     assert_eq!(
-        life.turn_result(&mut resumed(true), &none, true, None),
+        life.turn_result(&mut resumed(true), &none, &result(true), None),
         [Effect::State(State::Idle)]
     );
     let next = life.crashed(t0, LIMITS, &none, 1, "boom");
@@ -203,7 +213,7 @@ fn a_failure_restarting_cannot_fix_fails_the_bot_instead_of_a_crash() {
     life.turn_result(
         &mut run,
         &turns,
-        false,
+        &result(false),
         Some("authentication error: 401".into()),
     );
     let steps = life.exited(
@@ -244,7 +254,7 @@ fn a_fatal_result_of_one_process_does_not_fail_the_crash_of_the_next() {
     life.turn_result(
         &mut first,
         &none,
-        false,
+        &result(false),
         Some("authentication error: 401".into()),
     );
     // That process was stopped (an idle stop, a Stop, a Restart); the next one crashes.
@@ -272,7 +282,7 @@ fn a_fatal_result_of_one_process_does_not_fail_the_crash_of_the_next() {
 fn a_turn_result_leaves_the_bot_busy_while_a_message_is_in_flight_or_it_is_stopping() {
     let mut life = Lifecycle::default();
     assert!(
-        life.turn_result(&mut resumed(true), &in_flight(false), true, None)
+        life.turn_result(&mut resumed(true), &in_flight(false), &result(true), None)
             .is_empty()
     );
     let mut stopping = Run {
@@ -280,7 +290,7 @@ fn a_turn_result_leaves_the_bot_busy_while_a_message_is_in_flight_or_it_is_stopp
         ..resumed(true)
     };
     assert!(
-        life.turn_result(&mut stopping, &Turns::default(), true, None)
+        life.turn_result(&mut stopping, &Turns::default(), &result(true), None)
             .is_empty()
     );
 }
@@ -372,19 +382,34 @@ fn a_new_conversation_refused_as_in_use_is_resumed_once() {
 }
 
 #[test]
-fn rule_4_a_resumed_cli_that_exits_by_choice_at_once_gives_its_conversation_up() {
+fn rule_4_a_resumed_cli_that_fails_its_turn_and_exits_at_once_gives_its_conversation_up() {
     let mut life = Lifecycle::default();
+    let mut run = resumed(false);
+    life.turn_result(&mut run, &Turns::default(), &result(false), None);
+    assert!(run.refused);
     let mut e = exit(code(1), Some("s"), false);
     e.lived = Duration::from_secs(1);
-    let steps = life.exited(
-        &mut resumed(false),
-        &mut Turns::default(),
-        &e,
-        |_| false,
-        |_| false,
-    );
+    let steps = life.exited(&mut run, &mut Turns::default(), &e, |_| false, |_| false);
     assert!(forgets(&steps.now));
     assert!(has_item(&steps.now, "system", "died_after_launch"));
+}
+
+#[test]
+fn rule_4_a_resumed_cli_that_exits_at_once_without_a_failed_turn_keeps_its_conversation() {
+    // A broken install, `node` not found (127), a wrapper that fails: a crash, not a refusal.
+    for c in [1, 7, 127] {
+        let mut e = exit(code(c), Some("s"), false);
+        e.lived = Duration::from_secs(1);
+        let steps = Lifecycle::default().exited(
+            &mut resumed(false),
+            &mut Turns::default(),
+            &e,
+            |_| false,
+            |_| false,
+        );
+        assert!(!forgets(&steps.now), "exit {c}");
+        assert!(steps.crashed.is_some());
+    }
 }
 
 #[test]
@@ -398,7 +423,10 @@ fn rule_4_a_death_by_a_signal_a_turn_begun_or_a_long_life_keeps_the_conversation
         let mut e = exit(status, Some("s"), false);
         e.lived = Duration::from_secs(lived);
         let steps = life.exited(
-            &mut resumed(began),
+            &mut Run {
+                refused: true,
+                ..resumed(began)
+            },
             &mut Turns::default(),
             &e,
             |_| false,
@@ -720,7 +748,10 @@ fn rule_4_an_early_exit_does_not_forget_a_conversation_recorded_since() {
     let mut e = exit(code(1), Some("other"), false);
     e.lived = Duration::from_secs(1);
     let steps = life.exited(
-        &mut resumed(false),
+        &mut Run {
+            refused: true,
+            ..resumed(false)
+        },
         &mut Turns::default(),
         &e,
         |_| false,

@@ -24,6 +24,9 @@ pub struct Run {
     /// A failure restarting cannot fix that a turn's result named (`"<kind> error: <text>"`): its
     /// exit fails the bot. It belongs to this process only.
     pub fatal: Option<String>,
+    /// An error result ended the turn waiting for it before any turn began: it refused the
+    /// conversation in words botvisor may not know (design rule 4's fallback).
+    pub refused: bool,
 }
 
 impl Run {
@@ -37,6 +40,7 @@ impl Run {
             in_use: None,
             reported_session: None,
             fatal: None,
+            refused: false,
         }
     }
 

@@ -200,3 +200,34 @@ async fn a_handshake_that_never_ends_fails_the_waiting_turn_at_the_start_timeout
     assert_eq!(bot.queued_messages().await.unwrap(), 0);
     env.assert_no_leftovers();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_left_open_by_an_ignored_interrupt_is_closed_before_its_turn_ends() {
+    // The CLI asks, then ignores the interrupt: the turn ends at interrupt_grace_s, and the open
+    // question, which nobody can answer any more, is closed first: every item of a turn comes
+    // before its turn_finished (a client such as `botvisorctl send` stops reading there).
+    let fake = FakeSetup::start("stop_grace_s = 0.5\ninterrupt_grace_s = 1\n").await;
+    let bot = fake
+        .bot(json!([{"mode": "normal", "ask": {"tool": "Write", "input_bytes": 10}}]))
+        .await;
+    let mut asks = bot.receive_permission_requested().await.unwrap();
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send("write it", HashMap::new()).await.unwrap();
+    tokio::time::timeout(EVENT_TIMEOUT, asks.next())
+        .await
+        .expect("the CLI asks")
+        .unwrap();
+    assert!(bot.interrupt().await.unwrap());
+    let outcomes = wait_turns(&mut finished, std::slice::from_ref(&turn)).await;
+    assert_eq!(outcomes, vec![(turn.clone(), "interrupted".to_owned())]);
+    let items = chat(&bot).await;
+    let seq_of = |kind: &str| {
+        items
+            .iter()
+            .find(|(_, k, p)| k == kind && p["turn_id"] == turn.as_str())
+            .map(|(seq, _, _)| *seq)
+    };
+    let answered = seq_of("permission_answer").expect("the question is closed");
+    let ended = seq_of("turn_finished").expect("the turn ends");
+    assert!(answered < ended, "{items:?}");
+}

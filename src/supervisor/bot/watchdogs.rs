@@ -12,6 +12,7 @@ impl Actor {
                 tracing::warn!(bot_id = %self.id, "the agent printed nothing within start_timeout_s; stopping it");
                 let recorded = self.record().session_id;
                 let holds = self.conversation_holds();
+                self.close_open_prompts("The turn ended before this request was answered.");
                 let effects = timeouts::start_timed_out(
                     &mut self.turns,
                     self.config.start_timeout_s,
@@ -28,6 +29,8 @@ impl Actor {
                     return;
                 };
                 tracing::warn!(bot_id = %self.id, turn_id = %turn, "the agent did not end the turn within interrupt_grace_s; stopping it");
+                // Every item of the turn before its end: a question left open is closed first.
+                self.close_open_prompts("The turn ended before this request was answered.");
                 self.apply(effects);
                 self.stop_process("interrupt timeout").await;
             }

@@ -518,3 +518,21 @@ async fn an_unrecorded_double_fork_is_stopped_by_the_next_daemon_after_a_crash()
     );
     fake.env.assert_no_leftovers();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_descendant_that_forks_while_it_is_stopped_leaves_nothing_running() {
+    // A loop that ignores SIGTERM and keeps forking short-lived parents of `sleep`s: each sleep
+    // is orphaned at once (adopted by botvisord, the subreaper) and more are born during the
+    // stop's grace, after its first look. The clean-up looks again until it finds nothing new.
+    let fake = start_fake().await;
+    let bot = fake
+        .bot(json!([{"mode": "normal", "spawn": [
+            "setsid sh -c 'trap \"\" TERM; while true; do (sleep 300 &); sleep 0.05; done'"
+        ]}]))
+        .await;
+    assert_eq!(send_and_wait(&bot, "hi").await.outcome, "success");
+    wait_marked(&fake.env, 4).await;
+    stop_and_wait(&bot).await;
+    assert_eq!(bot.stop_verdict().await.unwrap(), "clean");
+    fake.env.assert_no_leftovers();
+}

@@ -4,6 +4,10 @@
 use super::*;
 use crate::supervisor::core::stop::{StopPlan, StopStep};
 
+/// How many times the clean-up after a root's exit looks for what is left of its process tree
+/// (each look stops what it finds new; the next finds what they forked meanwhile).
+const CLEAN_UP_ROUNDS: usize = 5;
+
 impl Actor {
     /// Walks the current process's descendants (targeted `/proc` reads from its pid) and records
     /// the new ones by identity.
@@ -64,8 +68,27 @@ impl Actor {
         root_pid: u32,
         why: &'static str,
     ) -> StopVerdict {
-        let leftovers = self.leftovers();
-        let mut observed = stop_by_identity(&leftovers, DESCENDANT_GRACE).await;
+        // A descendant that forks while it is being stopped (a loop that ignores SIGTERM) leaves
+        // children the first look did not see, orphaned to the daemon: look again, and stop what
+        // is new, until a look finds nothing new (at most CLEAN_UP_ROUNDS looks).
+        let mut observed: Vec<(ProcessIdentity, Liveness)> = Vec::new();
+        for _ in 0..CLEAN_UP_ROUNDS {
+            let new: Vec<ProcessIdentity> = self
+                .leftovers()
+                .into_iter()
+                .filter(|id| !observed.iter().any(|(seen, _)| seen == id))
+                .collect();
+            if new.is_empty() {
+                break;
+            }
+            observed.extend(stop_by_identity(&new, DESCENDANT_GRACE).await);
+        }
+        // What the last look still finds alive and never stopped is a survivor too.
+        for id in self.leftovers() {
+            if !observed.iter().any(|(seen, _)| *seen == id) && liveness(&id) == Liveness::Alive {
+                observed.push((id, Liveness::Alive));
+            }
+        }
         // Design rule 10: where the bot has a cgroup, it is killed whole and read empty.
         let mut proof = PROOF;
         if let Some(left) = process::cgroup::after_stop(&self.id).await {

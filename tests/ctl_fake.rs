@@ -888,3 +888,37 @@ async fn create_takes_a_memory_limit_with_a_suffix() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("is not a size"), "{err}");
 }
+
+/// `botvisorctl chat … | head`: the reader goes away while botvisorctl still writes. It ends
+/// quietly with exit 0, as a filter does, not with a panic and its backtrace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_into_a_pipe_closed_early_ends_quietly() {
+    use tokio::io::AsyncReadExt;
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(&s, "long", &s.env.work, json!([{"mode": "normal"}])).await;
+    // Four items of 100 KB: more than a pipe holds, so botvisorctl is still writing when the
+    // reader closes.
+    let text = "x".repeat(100_000);
+    for _ in 0..2 {
+        let (code, _, err) = run(&bus, &["send", "long", &text]).await;
+        assert_eq!(code, 0, "{err}");
+    }
+    let mut child = ctl(&bus)
+        .args(["chat", "long", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 64];
+    stdout.read_exact(&mut first).await.unwrap();
+    drop(stdout);
+    let out = tokio::time::timeout(EVENT_TIMEOUT, child.wait_with_output())
+        .await
+        .expect("botvisorctl ends")
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}

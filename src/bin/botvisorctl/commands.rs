@@ -92,14 +92,14 @@ pub async fn create(conn: &Connection, a: CreateArgs, json: bool) -> Result<u8, 
                    "cwd": info.cwd, "name_suffixed": suffixed})
         );
     } else {
-        anstream::println!(
+        outln!(
             "created {} (id {}) in {}",
             show::safe(&info.name),
             info.short,
             show::safe(&info.cwd)
         );
         if suffixed {
-            anstream::println!(
+            outln!(
                 "{}",
                 paint(
                     DIM,
@@ -140,7 +140,7 @@ pub async fn chat(
             if json {
                 json_line!(json!({"seq": seq_i, "kind": kind, "time": time, "payload": payload}));
             } else {
-                anstream::println!(
+                outln!(
                     "{} {}",
                     paint(DIM, &format!("#{seq_i}")),
                     show::item_text(&kind, &payload, Detail::Full, "")
@@ -190,13 +190,13 @@ pub async fn stop(conn: &Connection, spec: &str, json: bool) -> Result<u8, Failu
                    "was_running": was_running, "stop_verdict": verdict})
         );
     } else if !was_running {
-        anstream::println!(
+        outln!(
             "{} was not running ({})",
             shell_word(spec),
             show::safe(&before)
         );
     } else {
-        anstream::println!(
+        outln!(
             "stopped {} (verdict: {})",
             shell_word(spec),
             verdict_words(&verdict)
@@ -258,7 +258,7 @@ pub async fn answer(
         } else {
             "denied"
         };
-        anstream::println!("{done} request {}", show::safe(request));
+        outln!("{done} request {}", show::safe(request));
     }
     Ok(OK)
 }
@@ -269,9 +269,9 @@ pub async fn interrupt(conn: &Connection, spec: &str, json: bool) -> Result<u8, 
     if json {
         json_line!(json!({ "interrupted": done }));
     } else if done {
-        anstream::println!("interrupting the running turn");
+        outln!("interrupting the running turn");
     } else {
-        anstream::println!("no turn was running: nothing to interrupt");
+        outln!("no turn was running: nothing to interrupt");
     }
     Ok(OK)
 }
@@ -327,7 +327,7 @@ pub async fn set(
                 }
             ));
         }
-        anstream::println!("{}: {} ({when})", shell_word(spec), what.join(", "));
+        outln!("{}: {} ({when})", shell_word(spec), what.join(", "));
     }
     Ok(OK)
 }
@@ -345,9 +345,9 @@ pub async fn restart(
     if json {
         json_line!(json!({"id": bot.id().await.unwrap_or_default(), "fresh": fresh}));
     } else if fresh {
-        anstream::println!("restarting {} in a new conversation", shell_word(spec));
+        outln!("restarting {} in a new conversation", shell_word(spec));
     } else {
-        anstream::println!("restarting {}", shell_word(spec));
+        outln!("restarting {}", shell_word(spec));
     }
     Ok(OK)
 }
@@ -383,7 +383,7 @@ pub async fn delete(conn: &Connection, spec: &str, yes: bool, json: bool) -> Res
     if json {
         json_line!(json!({"id": info.id, "name": info.name, "deleted": true}));
     } else {
-        anstream::println!("deleted {} ({})", show::safe(&info.name), info.short);
+        outln!("deleted {} ({})", show::safe(&info.name), info.short);
     }
     Ok(OK)
 }

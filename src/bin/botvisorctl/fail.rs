@@ -27,6 +27,17 @@ Exit codes:
        bot is still there
   130  send: Ctrl-C left before the turn ended (the turn goes on)";
 
+/// Writing to stdout failed. A reader that went away (a closed pipe: `| head`) ends botvisorctl
+/// at once with exit 0, as it has said all anyone reads; any other failure is said on stderr and
+/// ends it with exit 1.
+pub fn stdout_failed(e: &std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("botvisorctl: cannot write to stdout: {e}");
+    std::process::exit(1);
+}
+
 /// The exit code of `send` for a turn's outcome (see `TurnFinished` in docs/dbus-api.md).
 pub fn turn_exit_code(outcome: &str) -> u8 {
     match outcome {

@@ -18,7 +18,7 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
         return Ok(OK);
     }
     if all.is_empty() {
-        anstream::println!(
+        outln!(
             "no bots; create one with `{} create --cwd DIR`",
             super::hint::ctl()
         );
@@ -43,7 +43,7 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
         "ID", "NAME", "STATE", "QUEUED", "MEMORY", "CPU", "TASKS", "CWD",
     ];
     for line in table(&header, rows) {
-        anstream::println!("{line}");
+        outln!("{line}");
     }
     prompts(&all);
     Ok(OK)
@@ -77,7 +77,7 @@ pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> Vec<String> {
 fn prompts(all: &[BotInfo]) {
     for b in all {
         for (id, tool, input) in &b.pending {
-            anstream::println!(
+            outln!(
                 "{}",
                 paint(
                     ASK,
@@ -89,7 +89,7 @@ fn prompts(all: &[BotInfo]) {
                     )
                 )
             );
-            anstream::println!(
+            outln!(
                 "  answer: {} answer {} {} allow|deny",
                 super::hint::ctl(),
                 show::safe(&b.short),
@@ -157,10 +157,10 @@ pub async fn status(conn: &Connection, spec: &str, json: bool) -> Result<u8, Fai
         ),
     ];
     for (k, v) in rows {
-        anstream::println!("{}{}", paint(DIM, &format!("{k:>16}: ")), show::safe(&v));
+        outln!("{}{}", paint(DIM, &format!("{k:>16}: ")), show::safe(&v));
     }
     if !b.last_error.is_empty() {
-        anstream::println!(
+        outln!(
             "{}{}",
             paint(DIM, &format!("{:>16}: ", "last error")),
             paint(ERROR, &show::safe(&b.last_error))

@@ -12,11 +12,32 @@
 //! or with its newlines kept where it is a text of several lines (`show::safe_text`: chat
 //! messages' bodies, streamed text).
 
+/// Prints to stdout as `anstream::println!` does; a reader that went away (`botvisorctl chat |
+/// head`) ends botvisorctl quietly ([`fail::stdout_failed`]) instead of a panic.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(anstream::stdout(), $($arg)*) {
+            crate::fail::stdout_failed(&e)
+        }
+    }};
+}
+
+/// As [`outln!`], without the newline.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = write!(anstream::stdout(), $($arg)*) {
+            crate::fail::stdout_failed(&e)
+        }
+    }};
+}
+
 /// Prints a JSON value as one line; control, invisible and text-direction characters inside its
 /// strings become `\uXXXX` (the value is unchanged).
 macro_rules! json_line {
     ($v:expr) => {
-        println!("{}", botvisor::text::escape_json(&$v.to_string()))
+        outln!("{}", botvisor::text::escape_json(&$v.to_string()))
     };
 }
 

@@ -71,7 +71,7 @@ impl Term {
 
     fn end_stream(&mut self) {
         if self.streaming {
-            anstream::println!();
+            outln!();
             self.streaming = false;
         }
     }
@@ -80,7 +80,7 @@ impl Term {
     pub fn line(&mut self, text: &str) {
         self.clear_question();
         self.end_stream();
-        anstream::println!("{text}");
+        outln!("{text}");
         let _ = std::io::stdout().flush();
         self.redraw_question();
     }
@@ -100,7 +100,7 @@ impl Term {
             return false;
         }
         // An agent's text: nothing in it may steer the terminal.
-        anstream::print!("{}", super::show::safe_text(text));
+        out!("{}", super::show::safe_text(text));
         let _ = std::io::stdout().flush();
         self.streaming = true;
         true

@@ -109,9 +109,9 @@ pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<
                 if json {
                     json_line!(json!({"event": if back { "daemon_back" } else { "daemon_left" }}));
                 } else if back {
-                    anstream::println!("{}", paint(DIM, "botvisord is back"));
+                    outln!("{}", paint(DIM, "botvisord is back"));
                 } else {
-                    anstream::println!(
+                    outln!(
                         "{}",
                         paint(ERROR, "botvisord went away; waiting for it to come back (Ctrl-C to stop)")
                     );
@@ -149,7 +149,7 @@ impl Watch {
 
     fn end_stream(&mut self) {
         if self.streaming.take().is_some() && !self.json {
-            anstream::println!();
+            outln!();
         }
     }
 
@@ -164,7 +164,7 @@ impl Watch {
             json_line!(j);
         } else {
             self.end_stream();
-            anstream::println!("{text}");
+            outln!("{text}");
         }
     }
 
@@ -288,10 +288,10 @@ impl Watch {
                     use std::io::Write;
                     if self.streaming.as_deref() != Some(path.as_str()) {
                         self.end_stream();
-                        anstream::print!("{} ", self.prefix(&path));
+                        out!("{} ", self.prefix(&path));
                         self.streaming = Some(path.clone());
                     }
-                    anstream::print!("{}", show::safe_text(&text));
+                    out!("{}", show::safe_text(&text));
                     let _ = std::io::stdout().flush();
                 }
             }

@@ -536,3 +536,36 @@ async fn a_descendant_that_forks_while_it_is_stopped_leaves_nothing_running() {
     assert_eq!(bot.stop_verdict().await.unwrap(), "clean");
     fake.env.assert_no_leftovers();
 }
+
+/// A Delete is durable once answered: a daemon killed while its actor still waits for the agent
+/// to stop (a CLI that ignores SIGTERM, a long grace) does not bring the bot back; the next daemon
+/// stops what is left and deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bot_whose_delete_was_answered_never_comes_back_after_a_daemon_crash() {
+    let mut fake = FakeSetup::start("stop_grace_s = 30\n").await;
+    let bot = fake
+        .bot(json!([{"mode": "silent", "ignore_term": true}]))
+        .await;
+    bot.send("hi", std::collections::HashMap::new())
+        .await
+        .unwrap();
+    wait_state(&bot, "busy").await;
+    let manager = fake.env.manager().await;
+    bot.delete().await.unwrap();
+    // The actor is in the stop's 30 s grace now: the daemon dies before it deletes the bot.
+    fake.daemon.kill();
+    fake.cfg.config = Some(write_config(fake.env.dir.path(), "stop_grace_s = 0.5\n"));
+    fake.daemon = Daemon::start(&fake.cfg, &fake.env.conn).await;
+    assert!(
+        manager.list_bots().await.unwrap().is_empty(),
+        "the deleted bot is back:\n{}",
+        fake.daemon.log_text()
+    );
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while !fake.env.leftovers().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("left running: {:?}", fake.env.leftovers()));
+}

@@ -101,8 +101,10 @@ impl BotObject {
         Ok(self.handle.restart(fresh)?)
     }
 
-    /// Deletes the bot with its chat history. Returns at once: the bot leaves `ListBots`, its
-    /// agent is stopped gently, then the object goes away (`InterfacesRemoved`).
+    /// Deletes the bot with its chat history. Returns at once, once the deletion is recorded (a
+    /// daemon that crashes before it is done finishes it at its next start): the bot leaves
+    /// `ListBots`, its agent is stopped gently, then the object goes away (`InterfacesRemoved`).
+    /// Errors: StorageUnavailable (nothing changed).
     async fn delete(&self) -> Result<()> {
         Ok(self.ctx.supervisor.delete(&self.handle.id)?)
     }

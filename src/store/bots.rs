@@ -111,8 +111,25 @@ pub fn insert(conn: &Connection, b: &BotRecord) -> rusqlite::Result<()> {
 
 /// All bots, oldest first.
 pub fn load_all(conn: &Connection) -> rusqlite::Result<Vec<BotRecord>> {
-    let mut st = conn.prepare("SELECT * FROM bots ORDER BY created_at, id")?;
+    let mut st = conn.prepare("SELECT * FROM bots WHERE deleting = 0 ORDER BY created_at, id")?;
     st.query_map([], from_row)?.collect()
+}
+
+/// Marks a bot deleted, as a client's Delete is answered: no later start loads it
+/// ([`load_all`]), and the next start deletes it ([`purge_deleting`]). Returns whether it existed.
+pub fn mark_deleting(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
+    Ok(conn.execute("UPDATE bots SET deleting = 1 WHERE id = ?1", [id])? > 0)
+}
+
+/// The ids of the bots a Delete marked and nothing deleted yet (a daemon crashed meanwhile).
+pub fn deleting(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    let mut st = conn.prepare("SELECT id FROM bots WHERE deleting = 1")?;
+    st.query_map([], |r| r.get(0))?.collect()
+}
+
+/// Deletes every bot a Delete marked (after their processes were stopped). Returns how many.
+pub fn purge_deleting(conn: &Connection) -> rusqlite::Result<usize> {
+    conn.execute("DELETE FROM bots WHERE deleting = 1", [])
 }
 
 /// One bot.

@@ -107,6 +107,11 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE bots ADD COLUMN memory_max INTEGER;
     "#,
+    // 7: a Delete is durable once answered: the bot is marked, and a daemon that crashed before
+    // its actor deleted it stops what is left and deletes it at the next start.
+    r#"
+    ALTER TABLE bots ADD COLUMN deleting INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version

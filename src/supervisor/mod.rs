@@ -391,10 +391,13 @@ impl Supervisor {
         v
     }
 
-    /// Deletes a bot: it leaves the list at once; its actor stops the process, deletes it from
-    /// the store, and then its object goes away.
+    /// Deletes a bot: marked deleted in the store before this call returns (a daemon that crashes
+    /// before the actor is done deletes it at its next start, [`Supervisor::recover_processes`]),
+    /// it leaves the list at once; its actor stops the process, deletes it from the store, and
+    /// then its object goes away. Errors: NotFound, StorageUnavailable (nothing changed).
     pub fn delete(&self, id: &str) -> Result<(), BotError> {
         let handle = self.get(id)?;
+        self.store.tx_now(|tx| store::bots::mark_deleting(tx, id))?;
         handle.command(Command::Delete)?;
         handle
             .shared

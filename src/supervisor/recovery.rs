@@ -12,9 +12,27 @@ impl Supervisor {
     /// still alive (same identity) and, without cgroup containment, every process that carries a
     /// bot's marker ([`crate::process::marked`]) is stopped by identity, with its descendants,
     /// and each bot's chat says so. Returns how many were alive.
+    /// A bot a Delete marked (the daemon crashed before its actor deleted it) is stopped with
+    /// the rest, then deleted.
     pub async fn recover_processes(&self) -> Result<usize, BotError> {
+        let result = self.recover_left_processes().await;
+        // Bots a Delete marked before a crash: their processes were stopped with the rest.
+        match self.store.tx(|tx| store::bots::purge_deleting(tx)) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(count = n, "deleted the bots a Delete marked before a crash"),
+            Err(e) => tracing::error!(error = %e, "cannot delete the bots a Delete marked"),
+        }
+        result
+    }
+
+    async fn recover_left_processes(&self) -> Result<usize, BotError> {
         use crate::process::identity::{Liveness, liveness};
         use crate::process::verdict::{StopObservation, verdict};
+        let deleting: std::collections::BTreeSet<String> = self
+            .store
+            .read(store::bots::deleting)?
+            .into_iter()
+            .collect();
         let records = self.store.read(store::processes::all)?;
         let mut by_bot: BTreeMap<String, Vec<store::processes::ProcessRecord>> = BTreeMap::new();
         for r in records {
@@ -25,8 +43,9 @@ impl Supervisor {
         // Only after a crash: a run that stopped its agents cleared their records, and then
         // nothing of it can be left to find (no /proc scan at every start).
         if !by_bot.is_empty() && crate::process::cgroup::subtree().is_none() {
-            let ids: std::collections::BTreeSet<String> =
+            let mut ids: std::collections::BTreeSet<String> =
                 self.list().iter().map(|h| h.id.clone()).collect();
+            ids.extend(deleting.iter().cloned());
             for (bot_id, found) in crate::process::marked::marked(&ids) {
                 let recs = by_bot.entry(bot_id.clone()).or_default();
                 for identity in found {
@@ -98,6 +117,11 @@ impl Supervisor {
                 })
                 .to_string();
                 let publisher = &self.publisher;
+                if deleting.contains(&bot_id) {
+                    // Deleted: no chat to tell; the journal said it.
+                    self.store.tx(|tx| store::processes::clear(tx, &bot_id))?;
+                    continue;
+                }
                 self.store.tx_then(
                     |tx| {
                         store::processes::clear(tx, &bot_id)?;

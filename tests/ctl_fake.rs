@@ -922,3 +922,24 @@ async fn chat_into_a_pipe_closed_early_ends_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(out.status.code(), Some(0), "{err}");
 }
+
+/// A folder whose name holds characters a bot's name may not: botvisord names the bot with them
+/// as `_`, and `create` does not claim another bot took the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_in_a_folder_with_unsafe_characters_is_not_said_to_be_renamed() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let dir = s.env.work.join("we\u{1b}[31mird");
+    std::fs::create_dir(&dir).unwrap();
+    let (code, out, err) = run(&bus, &["--json", "create", "--cwd", dir.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["name"], "we_[31mird");
+    assert_eq!(v["name_suffixed"], false, "{v}");
+    let (code, out, err) = run(&bus, &["create", "--cwd", dir.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("exists already"),
+        "a second one is renamed: {out}"
+    );
+}

@@ -503,3 +503,25 @@ async fn a_prompt_left_open_by_a_killed_daemon_is_closed_by_the_next() {
         .collect();
     assert_eq!(ends.len(), 1, "{items:?}");
 }
+
+/// A Restart clears `LastError`: the client acted on it, and a bot that works again does not
+/// show an old crash loop (found by a fresh user in `botvisorctl status`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_clears_the_last_error() {
+    let fake = FakeSetup::start("stop_grace_s = 0.5\ncrash_loop_limit = 2\n").await;
+    let bot = fake
+        .bot(json!([
+            {"mode": "die_at_start", "code": 2},
+            {"mode": "die_at_start", "code": 2},
+            {"mode": "normal"}
+        ]))
+        .await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send("waiting", HashMap::new()).await.unwrap();
+    wait_state(&bot, "failed").await;
+    assert!(bot.last_error().await.unwrap().contains("crashed"));
+    bot.restart(HashMap::new()).await.unwrap();
+    let outcomes = wait_turns(&mut finished, std::slice::from_ref(&turn)).await;
+    assert_eq!(outcomes, vec![(turn, "success".to_owned())]);
+    assert_eq!(bot.last_error().await.unwrap(), "");
+}

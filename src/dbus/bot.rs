@@ -91,9 +91,9 @@ impl BotObject {
 
     /// Stops the agent and starts it again. Options: `fresh` (b, default false): forget the
     /// conversation durably first, so that neither this start nor any later one resumes it;
-    /// otherwise the conversation is resumed when its transcript exists. Clears state `failed`.
-    /// Returns at once; `State` and `ProcessId` show the progress. Errors: Busy (the working
-    /// directory is gone), RuntimeUnavailable, InvalidArgument.
+    /// otherwise the conversation is resumed when its transcript exists. Clears state `failed`
+    /// and `LastError`. Returns at once; `State` and `ProcessId` show the progress. Errors: Busy
+    /// (the working directory is gone), RuntimeUnavailable, InvalidArgument.
     async fn restart(&self, options: Options) -> Result<()> {
         let mut r = OptionReader::new("Restart", &options);
         let fresh = r.boolean("fresh")?.unwrap_or(false);

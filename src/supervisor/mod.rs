@@ -188,6 +188,19 @@ pub struct NewBot {
     pub memory_max: Option<u64>,
 }
 
+/// The name a bot created without one gets, before a suffix (`-2`, `-3`, …) makes it unique: its
+/// folder's name (`bot` for `/`), whose characters a name may not hold
+/// ([`crate::text::is_unsafe`]) become `_`, cut to leave room for the suffix.
+pub fn default_name(cwd: &Path) -> String {
+    cwd.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "bot".to_owned())
+        .chars()
+        .map(|c| if crate::text::is_unsafe(c) { '_' } else { c })
+        .take(MAX_NAME_CHARS - 8)
+        .collect()
+}
+
 /// All bots of the daemon.
 pub struct Supervisor {
     store: Arc<Store>,
@@ -313,15 +326,7 @@ impl Supervisor {
                 name
             }
             None => {
-                // A folder name may hold what a name may not: those characters become `_`.
-                let base: String = Path::new(&cwd)
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| "bot".to_owned())
-                    .chars()
-                    .map(|c| if crate::text::is_unsafe(c) { '_' } else { c })
-                    .take(MAX_NAME_CHARS - 8)
-                    .collect();
+                let base = default_name(Path::new(&cwd));
                 (1..)
                     .map(|i| {
                         if i == 1 {

@@ -78,13 +78,12 @@ pub async fn create(conn: &Connection, a: CreateArgs, json: bool) -> Result<u8, 
     }
     let path = ManagerProxy::new(conn).await?.create_bot(options).await?;
     let info = bots::info(conn, path.as_str()).await?;
-    // The name asked for (or the folder's, the default) and the one given differ when taken.
-    let wanted = a.name.clone().unwrap_or_else(|| {
-        std::path::Path::new(&info.cwd)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    });
+    // The name asked for (or the folder's, the default, as botvisord makes it of the folder's
+    // name) and the one given differ when it was taken.
+    let wanted = a
+        .name
+        .clone()
+        .unwrap_or_else(|| botvisor::supervisor::default_name(std::path::Path::new(&info.cwd)));
     let suffixed = !wanted.is_empty() && wanted != info.name;
     if json {
         json_line!(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::crash::{AfterCrash, Crashes};
-use super::effect::{CommitBuilder, Effect};
+use super::effect::{CommitBuilder, Effect, Publish, Write};
 use super::exit::{ExitFacts, ExitPlan, exit_plan};
 pub use super::records::{
     failed, forget, forget_at_start, forget_payload, fresh_restart_text, said_error, start_refused,
@@ -161,7 +161,8 @@ impl Lifecycle {
     }
 
     /// The commit of [`Lifecycle::restart`] ended. `committed`: the crash count, a forced resume
-    /// and the id-in-use retry are cleared, the bot is `stopped`, unparked, and starts now. Not
+    /// and the id-in-use retry are cleared, so is `LastError` (the client acted on it), the bot
+    /// is `stopped`, unparked, and starts now. Not
     /// committed, the old conversation is still on record: the bot is parked, not started, so
     /// that no start resumes the conversation the client asked to leave (rule 5); the journal
     /// says why, and the client may call Restart again.
@@ -172,12 +173,18 @@ impl Lifecycle {
         self.crashes.clear();
         self.force_resume = None;
         self.in_use_retried = false;
-        vec![
+        // The client acted on what LastError said: it no longer stands.
+        let mut c = CommitBuilder::default();
+        c.write(Write::LastError(String::new()))
+            .then(Publish::LastError(String::new()));
+        let mut effects: Vec<Effect> = c.build().into_iter().collect();
+        effects.extend([
             Effect::RestartTimer(None),
             Effect::Park(false),
             Effect::State(State::Stopped),
             Effect::Start,
-        ]
+        ]);
+        effects
     }
 
     /// A stop gave up: the root outlived SIGKILL and the kill wait (design rule 9). Nothing is

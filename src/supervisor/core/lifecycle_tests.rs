@@ -578,8 +578,13 @@ fn a_restart_clears_the_crash_count_and_a_fresh_one_forgets_the_conversation_fir
     let then = life.restart_recorded(true);
     assert!(life.crashes.is_empty());
     assert_eq!((life.force_resume, life.in_use_retried), (None, false));
+    assert!(
+        matches!(&then[0], Effect::Commit { writes, .. }
+        if writes == &[Write::LastError(String::new())]),
+        "{then:?}"
+    );
     assert_eq!(
-        then,
+        then[1..],
         [
             Effect::RestartTimer(None),
             Effect::Park(false),

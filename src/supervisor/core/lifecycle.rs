@@ -478,5 +478,5 @@ impl Lifecycle {
 }
 
 #[cfg(test)]
-#[path = "lifecycle_tests.rs"]
+#[path = "lifecycle_tests/mod.rs"]
 mod tests;

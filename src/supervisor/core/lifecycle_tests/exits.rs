@@ -1,0 +1,249 @@
+//! What an exit means.
+
+use super::*;
+
+#[test]
+fn rule_11_a_crash_ends_the_running_turn_at_once_and_says_why() {
+    let mut life = Lifecycle::default();
+    let mut turns = in_flight(true);
+    let mut run = resumed(true);
+    let mut e = exit(killed(), Some("s"), true);
+    e.stderr = "segfault";
+    let steps = life.exited(&mut run, &mut turns, &e, |_| false, |_| false);
+    assert_eq!(finished(&steps.now), [("a".into(), TurnOutcome::Crashed)]);
+    assert!(has_item(&steps.now, "error", "crash"));
+    assert_eq!(states(&steps.now), [State::Stopped]);
+    assert_eq!(steps.clean_up, "crash");
+    let text = steps.crashed.expect("a crash");
+    assert!(text.contains("segfault"), "{text}");
+    assert_eq!(turns.queue.len(), 1, "the waiting message stays queued");
+    assert!(
+        !forgets(&steps.now),
+        "a crash never gives a conversation up"
+    );
+}
+
+#[test]
+fn a_clean_exit_with_nothing_in_flight_stops_the_bot() {
+    let mut life = Lifecycle::default();
+    let steps = life.exited(
+        &mut resumed(true),
+        &mut Turns::default(),
+        &exit(code(0), Some("s"), false),
+        |_| false,
+        |_| false,
+    );
+    assert!(items(&steps.now).is_empty());
+    assert_eq!(states(&steps.now), [State::Stopped]);
+    assert_eq!((steps.clean_up, steps.crashed), ("exit", None));
+}
+
+#[test]
+fn a_new_conversation_refused_as_in_use_is_resumed_once() {
+    let mut life = Lifecycle::default();
+    let mut turns = in_flight(false);
+    let mut run = Run::new(SessionStart::New("x".into()));
+    let mut e = exit(code(1), None, true);
+    e.stderr_in_use = Some("x".into());
+    let steps = life.exited(&mut run, &mut turns, &e, |_| false, |_| false);
+    assert_eq!(life.force_resume.as_deref(), Some("x"));
+    assert_eq!(steps.crashed, None);
+    assert_eq!(turns.queue.len(), 2, "the message waits for the resume");
+    // Refused again: it counts as a crash (with its backoff), and the message, never taken,
+    // still waits.
+    let mut run = Run::new(SessionStart::Resume("x".into()));
+    turns.deliver("x");
+    let steps = life.exited(&mut run, &mut turns, &e, |_| false, |_| false);
+    assert!(finished(&steps.now).is_empty());
+    assert!(steps.crashed.is_some());
+    assert_eq!(turns.queue.front().map(|t| t.id.as_str()), Some("a"));
+}
+
+#[test]
+fn rule_4_a_resumed_cli_that_fails_its_turn_and_exits_at_once_gives_its_conversation_up() {
+    let mut life = Lifecycle::default();
+    let mut run = resumed(false);
+    life.turn_result(&mut run, &Turns::default(), &result(false), None);
+    assert!(run.refused);
+    let mut e = exit(code(1), Some("s"), false);
+    e.lived = Duration::from_secs(1);
+    let steps = life.exited(&mut run, &mut Turns::default(), &e, |_| false, |_| false);
+    assert!(forgets(&steps.now));
+    assert!(has_item(&steps.now, "system", "died_after_launch"));
+}
+
+#[test]
+fn rule_4_a_resumed_cli_that_exits_at_once_without_a_failed_turn_keeps_its_conversation() {
+    // A broken install, `node` not found (127), a wrapper that fails: a crash, not a refusal.
+    for c in [1, 7, 127] {
+        let mut e = exit(code(c), Some("s"), false);
+        e.lived = Duration::from_secs(1);
+        let steps = Lifecycle::default().exited(
+            &mut resumed(false),
+            &mut Turns::default(),
+            &e,
+            |_| false,
+            |_| false,
+        );
+        assert!(!forgets(&steps.now), "exit {c}");
+        assert!(steps.crashed.is_some());
+    }
+}
+
+#[test]
+fn rule_4_a_death_by_a_signal_a_turn_begun_or_a_long_life_keeps_the_conversation() {
+    for (status, began, lived) in [
+        (killed(), false, 1),
+        (code(1), true, 1),
+        (code(1), false, 60),
+    ] {
+        let mut life = Lifecycle::default();
+        let mut e = exit(status, Some("s"), false);
+        e.lived = Duration::from_secs(lived);
+        let steps = life.exited(
+            &mut Run {
+                refused: true,
+                ..resumed(began)
+            },
+            &mut Turns::default(),
+            &e,
+            |_| false,
+            |_| false,
+        );
+        assert!(!forgets(&steps.now), "{status} began {began} lived {lived}");
+    }
+}
+
+#[test]
+fn rule_8_a_message_the_conversation_holds_is_not_sent_again_after_a_crash() {
+    let mut life = Lifecycle::default();
+    let mut turns = in_flight(false);
+    let mut e = exit(killed(), Some("s"), true);
+    e.lived = Duration::from_secs(1);
+    let steps = life.exited(&mut resumed(false), &mut turns, &e, |_| false, |_| true);
+    assert_eq!(
+        finished(&steps.now),
+        [("a".into(), TurnOutcome::TakenNotAnswered)]
+    );
+    assert!(
+        !forgets(&steps.now),
+        "a taken message keeps its conversation"
+    );
+    assert_eq!(turns.queue.len(), 1);
+}
+
+#[test]
+fn rule_3_a_reported_session_is_recorded_at_the_exit_once_its_transcript_exists() {
+    let mut run = resumed(true);
+    run.reported(Some("t".into()), Some("s"));
+    assert_eq!(run.reported_session.as_deref(), Some("t"));
+    let steps = Lifecycle::default().exited(
+        &mut run.clone(),
+        &mut Turns::default(),
+        &exit(code(0), Some("s"), false),
+        |id| id == "t",
+        |_| false,
+    );
+    assert!(matches!(&steps.now[0], Effect::Commit { writes, .. }
+        if writes == &[Write::Session(Some("t".into()))]));
+    let steps = Lifecycle::default().exited(
+        &mut run,
+        &mut Turns::default(),
+        &exit(code(0), Some("s"), false),
+        |_| false,
+        |_| false,
+    );
+    assert!(
+        !steps.now.iter().any(|e| matches!(e, Effect::Commit { .. })),
+        "no transcript, no record"
+    );
+}
+
+#[test]
+fn rule_9_a_late_exit_sends_a_message_not_taken_again() {
+    let mut life = Lifecycle::default();
+    let mut turns = in_flight(false);
+    let mut run = Run {
+        stopping: true,
+        ..resumed(false)
+    };
+    let steps = life.exited(
+        &mut run,
+        &mut turns,
+        &exit(killed(), Some("s"), true),
+        |_| false,
+        |_| false,
+    );
+    assert!(finished(&steps.now).is_empty());
+    assert_eq!(turns.queue.front().map(|t| t.id.as_str()), Some("a"));
+}
+
+#[test]
+fn a_crash_with_nothing_on_stderr_says_only_how_it_ended() {
+    let steps = Lifecycle::default().exited(
+        &mut resumed(true),
+        &mut Turns::default(),
+        &exit(killed(), Some("s"), false),
+        |_| false,
+        |_| false,
+    );
+    let text = steps.crashed.unwrap();
+    assert!(!text.contains("Its last output"), "{text}");
+}
+
+#[test]
+fn a_turn_begun_then_refused_as_in_use_again_ends_error() {
+    let mut life = Lifecycle {
+        in_use_retried: true,
+        ..Lifecycle::default()
+    };
+    let mut run = Run {
+        in_use: Some("x".into()),
+        ..resumed(true)
+    };
+    let mut turns = in_flight(true);
+    let steps = life.exited(
+        &mut run,
+        &mut turns,
+        &exit(code(1), Some("s"), true),
+        |_| false,
+        |_| false,
+    );
+    assert_eq!(finished(&steps.now), [("a".into(), TurnOutcome::Error)]);
+}
+
+#[test]
+fn an_id_in_use_in_the_stderr_counts_only_before_a_turn_began_and_not_while_stopping() {
+    for run in [
+        resumed(true),
+        Run {
+            stopping: true,
+            ..resumed(false)
+        },
+    ] {
+        let mut life = Lifecycle::default();
+        let mut run = run;
+        let mut e = exit(code(1), Some("s"), false);
+        e.stderr_in_use = Some("x".into());
+        life.exited(&mut run, &mut Turns::default(), &e, |_| false, |_| false);
+        assert_eq!(life.force_resume, None, "{run:?}");
+    }
+}
+
+#[test]
+fn rule_4_an_early_exit_does_not_forget_a_conversation_recorded_since() {
+    let mut life = Lifecycle::default();
+    let mut e = exit(code(1), Some("other"), false);
+    e.lived = Duration::from_secs(1);
+    let steps = life.exited(
+        &mut Run {
+            refused: true,
+            ..resumed(false)
+        },
+        &mut Turns::default(),
+        &e,
+        |_| false,
+        |_| false,
+    );
+    assert!(!forgets(&steps.now));
+}

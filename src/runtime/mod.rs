@@ -46,6 +46,9 @@ pub enum ForgetReason {
     RuntimeCannotResume,
     /// The transcript for the recorded id is not on disk.
     TranscriptMissing,
+    /// A client's fresh Restart asked to leave it, and its forget is not on record yet
+    /// (`supervisor::core::lifecycle::Lifecycle::start_decision`; never from [`decide_start`]).
+    FreshRestart,
 }
 
 /// The outcome of [`decide_start`].

@@ -16,11 +16,17 @@ impl Supervisor {
     /// the rest, then deleted.
     pub async fn recover_processes(&self) -> Result<usize, BotError> {
         let result = self.recover_left_processes().await;
-        // Bots a Delete marked before a crash: their processes were stopped with the rest.
-        match self.store.tx(|tx| store::bots::purge_deleting(tx)) {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(count = n, "deleted the bots a Delete marked before a crash"),
-            Err(e) => tracing::error!(error = %e, "cannot delete the bots a Delete marked"),
+        // Bots a Delete marked before a crash: their processes were stopped with the rest. Not
+        // when that failed: their process records would go with them, and the next start could
+        // not find what is left.
+        if result.is_ok() {
+            match self.store.tx(|tx| store::bots::purge_deleting(tx)) {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(count = n, "deleted the bots a Delete marked before a crash")
+                }
+                Err(e) => tracing::error!(error = %e, "cannot delete the bots a Delete marked"),
+            }
         }
         result
     }

@@ -65,7 +65,8 @@ impl Actor {
         );
         if let Some((old, reason)) = &decision.forget {
             let effect = lifecycle::forget_at_start(old, reason, self.runtime.name());
-            self.apply(vec![effect]);
+            let committed = self.apply(vec![effect]).committed;
+            self.life.start_forgot(committed);
         }
         let spec = LaunchSpec {
             cwd,

@@ -83,11 +83,15 @@ impl Actor {
             }
             observed.extend(stop_by_identity(&new, DESCENDANT_GRACE).await);
         }
-        // What the last look still finds alive and never stopped is a survivor too.
-        for id in self.leftovers() {
-            if !observed.iter().any(|(seen, _)| *seen == id) && liveness(&id) == Liveness::Alive {
-                observed.push((id, Liveness::Alive));
-            }
+        // What the last look still finds, never stopped, gets SIGKILL without a grace (the
+        // rounds are over); whatever lives on is a survivor in the verdict.
+        let last: Vec<ProcessIdentity> = self
+            .leftovers()
+            .into_iter()
+            .filter(|id| !observed.iter().any(|(seen, _)| seen == id))
+            .collect();
+        if !last.is_empty() {
+            observed.extend(stop_by_identity(&last, Duration::ZERO).await);
         }
         // Design rule 10: where the bot has a cgroup, it is killed whole and read empty.
         let mut proof = PROOF;

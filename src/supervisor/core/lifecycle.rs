@@ -82,6 +82,9 @@ pub struct Lifecycle {
     /// A crashed agent is to be started again when its backoff ends, though nothing waits (a
     /// client holds the bot).
     pub restart_pending: bool,
+    /// A fresh Restart's conversation to leave, while its forget is not on record (design rule
+    /// 5): no start resumes it ([`Lifecycle::start_decision`]).
+    pub forget_pending: Option<String>,
 }
 
 impl Lifecycle {
@@ -125,12 +128,28 @@ impl Lifecycle {
         transcript_exists: impl FnOnce(&str) -> bool,
         fresh: impl FnOnce() -> SessionStart,
     ) -> StartDecision {
+        if let Some(old) = self.forget_pending.clone()
+            && recorded == Some(old.as_str())
+        {
+            return StartDecision {
+                start: fresh(),
+                forget: Some((old, crate::runtime::ForgetReason::FreshRestart)),
+            };
+        }
         match self.force_resume.take() {
             Some(id) => StartDecision {
                 start: SessionStart::Resume(id),
                 forget: None,
             },
             None => decide_start(recorded, can_resume, transcript_exists, fresh),
+        }
+    }
+
+    /// The forget a start asked for ([`Lifecycle::start_decision`]) was committed, or not: once
+    /// it is, a fresh Restart's conversation is left for good.
+    pub fn start_forgot(&mut self, committed: bool) {
+        if committed {
+            self.forget_pending = None;
         }
     }
 
@@ -156,6 +175,7 @@ impl Lifecycle {
         let mut effects = Vec::new();
         if fresh && let Some(old) = recorded {
             effects.push(forget(old, "fresh_restart", fresh_restart_text(old)));
+            self.forget_pending = Some(old.to_owned());
         }
         Some(effects)
     }
@@ -163,13 +183,14 @@ impl Lifecycle {
     /// The commit of [`Lifecycle::restart`] ended. `committed`: the crash count, a forced resume
     /// and the id-in-use retry are cleared, so is `LastError` (the client acted on it), the bot
     /// is `stopped`, unparked, and starts now. Not
-    /// committed, the old conversation is still on record: the bot is parked, not started, so
-    /// that no start resumes the conversation the client asked to leave (rule 5); the journal
-    /// says why, and the client may call Restart again.
+    /// committed, the old conversation is still on record: the bot is parked, not started, and
+    /// the conversation stays to be left ([`Lifecycle::forget_pending`]): the next start, when a
+    /// client sends or restarts, begins a new conversation and forgets the old one then (rule 5).
     pub fn restart_recorded(&mut self, committed: bool) -> Vec<Effect> {
         if !committed {
             return vec![Effect::RestartTimer(None), Effect::Park(true)];
         }
+        self.forget_pending = None;
         self.crashes.clear();
         self.force_resume = None;
         self.in_use_retried = false;

@@ -24,10 +24,14 @@ pub fn forget_payload(old: &str, reason: &str, text: &str) -> String {
 
 /// At a start, the recorded conversation `old` cannot be resumed (design rule 2,
 /// [`crate::runtime::decide_start`]): forgotten, with reason `transcript_missing` or
-/// `runtime_cannot_resume` (the `runtime`'s name says which could not).
+/// `runtime_cannot_resume` (the `runtime`'s name says which could not); or a fresh Restart's
+/// forget, not on record yet (reason `fresh_restart`).
 pub fn forget_at_start(old: &str, why: &crate::runtime::ForgetReason, runtime: &str) -> Effect {
     use crate::runtime::ForgetReason;
     let (code, why) = match why {
+        ForgetReason::FreshRestart => {
+            return forget(old, "fresh_restart", fresh_restart_text(old));
+        }
         ForgetReason::TranscriptMissing => (
             "transcript_missing",
             "its transcript is not on disk".to_owned(),

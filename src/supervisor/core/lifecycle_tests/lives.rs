@@ -392,3 +392,22 @@ fn a_stop_leaves_a_failed_bot_failed() {
         [Effect::State(State::Stopped)]
     );
 }
+
+#[test]
+fn rule_5_a_fresh_restart_whose_forget_failed_never_resumes_the_old_conversation() {
+    let mut life = Lifecycle::default();
+    life.restart(true, true, Some("s")).unwrap();
+    life.restart_recorded(false);
+    // A later Send starts the agent: a new conversation, and the old one forgotten then.
+    let start = life.start_decision(Some("s"), true, |_| true, || SessionStart::New("n".into()));
+    assert_eq!(start.start, SessionStart::New("n".into()));
+    assert_eq!(
+        start.forget,
+        Some(("s".into(), crate::runtime::ForgetReason::FreshRestart))
+    );
+    life.start_forgot(false);
+    assert!(life.forget_pending.is_some(), "until it is on record");
+    life.start_forgot(true);
+    let next = life.start_decision(Some("n"), true, |_| true, || SessionStart::New("m".into()));
+    assert_eq!(next.start, SessionStart::Resume("n".into()));
+}

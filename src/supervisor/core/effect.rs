@@ -140,3 +140,24 @@ impl CommitBuilder {
         })
     }
 }
+
+/// Every row the commits among `effects` write, in order.
+pub fn writes(effects: &[Effect]) -> impl Iterator<Item = &Write> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Commit { writes, .. } => Some(writes),
+            _ => None,
+        })
+        .flatten()
+}
+
+/// The turns `effects` end, with their outcomes, in order (`Write::TurnFinished`).
+pub fn finished_turns(effects: &[Effect]) -> Vec<(String, TurnOutcome)> {
+    writes(effects)
+        .filter_map(|w| match w {
+            Write::TurnFinished { turn_id, outcome } => Some((turn_id.clone(), *outcome)),
+            _ => None,
+        })
+        .collect()
+}

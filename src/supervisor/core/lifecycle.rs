@@ -21,6 +21,24 @@ use crate::runtime::{SessionStart, StartDecision, decide_start};
 use crate::supervisor::bot::State;
 use crate::supervisor::decide::{self, TurnOutcome};
 
+/// The turn in flight of a process botvisor stopped: it ends `interrupted` (reason `stopped`) once
+/// it began, or its message waits again unless its conversation holds it (design rule 8).
+fn settle_stopped(
+    turns: &mut Turns,
+    recorded: Option<&str>,
+    holds: impl FnOnce(&Inflight) -> bool,
+) -> Vec<Effect> {
+    turns
+        .settle(
+            TurnOutcome::Interrupted,
+            "stopped",
+            "The agent was stopped before the turn finished.".into(),
+            recorded,
+            holds,
+        )
+        .1
+}
+
 /// What a process's exit asks for, in three steps: effects now, the clean-up of what is left
 /// of its process tree (design rule 9), then effects after it.
 #[derive(Debug, Clone, PartialEq)]
@@ -269,14 +287,7 @@ impl Lifecycle {
             effects.push(effect);
             recorded = Some(id);
         }
-        let (_, settled) = turns.settle(
-            TurnOutcome::Interrupted,
-            "stopped",
-            "The agent was stopped before the turn finished.".into(),
-            recorded.as_deref(),
-            holds,
-        );
-        effects.extend(settled);
+        effects.extend(settle_stopped(turns, recorded.as_deref(), holds));
         if why == "replaced" && run.lost {
             effects.push(Effect::Park(false));
         }
@@ -328,14 +339,7 @@ impl Lifecycle {
         });
         let (settle, clean) = match plan {
             ExitPlan::StoppedLate => {
-                let (_, settled) = turns.settle(
-                    TurnOutcome::Interrupted,
-                    "stopped",
-                    "The agent was stopped before the turn finished.".into(),
-                    recorded.as_deref(),
-                    holds,
-                );
-                now.extend(settled);
+                now.extend(settle_stopped(turns, recorded.as_deref(), holds));
                 return ExitSteps {
                     now,
                     clean_up: "late exit",

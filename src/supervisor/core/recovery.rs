@@ -93,20 +93,7 @@ mod tests {
         }
     }
 
-    fn finished(effects: &[Effect]) -> Vec<(String, TurnOutcome)> {
-        effects
-            .iter()
-            .filter_map(|e| match e {
-                Effect::Commit { writes, .. } => Some(writes),
-                _ => None,
-            })
-            .flatten()
-            .filter_map(|w| match w {
-                Write::TurnFinished { turn_id, outcome } => Some((turn_id.clone(), *outcome)),
-                _ => None,
-            })
-            .collect()
-    }
+    use crate::supervisor::core::effect::finished_turns as finished;
 
     #[test]
     fn rule_8_after_a_daemon_crash_every_left_turn_ends_once_or_is_delivered_once() {

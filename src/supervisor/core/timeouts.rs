@@ -86,20 +86,7 @@ mod tests {
         t
     }
 
-    fn ended(effects: &[Effect]) -> Vec<(String, TurnOutcome)> {
-        effects
-            .iter()
-            .filter_map(|e| match e {
-                Effect::Commit { writes, .. } => Some(writes),
-                _ => None,
-            })
-            .flatten()
-            .filter_map(|w| match w {
-                Write::TurnFinished { turn_id, outcome } => Some((turn_id.clone(), *outcome)),
-                _ => None,
-            })
-            .collect()
-    }
+    use crate::supervisor::core::effect::finished_turns as ended;
 
     #[test]
     fn rule_15_a_silent_start_fails_the_waiting_turn_once_and_parks_the_bot() {

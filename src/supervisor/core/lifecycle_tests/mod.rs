@@ -65,13 +65,7 @@ pub(super) fn code(c: i32) -> ExitInfo {
 
 /// Every chat item's `(kind, reason)` the effects commit, in order.
 pub(super) fn items(effects: &[Effect]) -> Vec<(String, String)> {
-    effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Commit { writes, .. } => Some(writes),
-            _ => None,
-        })
-        .flatten()
+    crate::supervisor::core::effect::writes(effects)
         .filter_map(|w| match w {
             Write::Chat { kind, payload, .. } => {
                 let v: serde_json::Value = serde_json::from_str(payload).unwrap();
@@ -97,20 +91,7 @@ pub(super) fn states(effects: &[Effect]) -> Vec<State> {
         .collect()
 }
 
-pub(super) fn finished(effects: &[Effect]) -> Vec<(String, TurnOutcome)> {
-    effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Commit { writes, .. } => Some(writes),
-            _ => None,
-        })
-        .flatten()
-        .filter_map(|w| match w {
-            Write::TurnFinished { turn_id, outcome } => Some((turn_id.clone(), *outcome)),
-            _ => None,
-        })
-        .collect()
-}
+pub(super) use crate::supervisor::core::effect::finished_turns as finished;
 
 pub(super) fn forgets(effects: &[Effect]) -> bool {
     effects.iter().any(

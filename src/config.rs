@@ -351,14 +351,18 @@ pub mod paths {
     }
 
     /// The lock file that keeps two daemons from sharing `database`, even on two buses:
-    /// `<runtime_dir>/db-<FNV-1a hash of the absolute database path>.lock`.
+    /// `<runtime_dir>/db-<FNV-1a hash of the canonical database path>.lock`. The path is
+    /// canonical (every symlink resolved, the file's own too), so a symlink to the database
+    /// names the same lock; a database not created yet is named by its canonical folder.
     pub fn lock_file(database: &std::path::Path) -> PathBuf {
         let absolute = std::path::absolute(database).unwrap_or_else(|_| database.to_owned());
-        let absolute = absolute
-            .parent()
-            .and_then(|p| std::fs::canonicalize(p).ok())
-            .map(|p| p.join(absolute.file_name().unwrap_or_default()))
-            .unwrap_or(absolute);
+        let absolute = std::fs::canonicalize(&absolute).unwrap_or_else(|_| {
+            absolute
+                .parent()
+                .and_then(|p| std::fs::canonicalize(p).ok())
+                .map(|p| p.join(absolute.file_name().unwrap_or_default()))
+                .unwrap_or(absolute)
+        });
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         for b in absolute.as_os_str().as_encoded_bytes() {
             hash ^= u64::from(*b);
@@ -464,5 +468,15 @@ mod tests {
         assert!(c.env_allowed("PATH"));
         assert!(!c.env_allowed("DBUS_SESSION_BUS_ADDRESS"));
         assert!(!c.env_allowed("PATHX"));
+    }
+
+    #[test]
+    fn a_symlink_to_the_database_names_the_same_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("botvisor.db");
+        std::fs::write(&db, b"").unwrap();
+        let link = dir.path().join("link.db");
+        std::os::unix::fs::symlink(&db, &link).unwrap();
+        assert_eq!(paths::lock_file(&link), paths::lock_file(&db));
     }
 }

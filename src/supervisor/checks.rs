@@ -25,7 +25,12 @@ pub const MAX_NAME_CHARS: usize = 200;
 /// The error quotes the name with its control characters escaped, and names models of the
 /// bot's runtime (see [`model_examples`]).
 pub fn check_model(runtime: &dyn Runtime, model: &str) -> Result<(), BotError> {
-    if model.len() > 200 || model.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    // A model is handed to the CLI as an argument of its own: one that begins with `-` would be
+    // read as a flag (`--dangerously-skip-permissions`).
+    if model.len() > 200
+        || model.starts_with('-')
+        || model.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
         return Err(BotError::InvalidArgument(format!(
             "invalid model name `{}`: {}",
             crate::text::escape(model, false),
@@ -102,5 +107,16 @@ mod tests {
         assert!(!codex.contains("sonnet"), "{codex}");
         assert!(check_model(&Codex::new(None), "").is_ok());
         assert!(check_model(&Codex::new(None), "gpt-5.1-codex").is_ok());
+    }
+
+    #[test]
+    fn a_model_that_would_be_read_as_a_flag_is_refused() {
+        for model in ["--dangerously-skip-permissions", "-x", "-"] {
+            for runtime in [&Claude::new(None) as &dyn Runtime, &Codex::new(None)] {
+                let text = model_error(runtime, model);
+                assert!(text.contains("invalid model name"), "{text}");
+            }
+        }
+        assert!(check_model(&Claude::new(None), "claude-sonnet-4-5").is_ok());
     }
 }

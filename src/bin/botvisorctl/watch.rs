@@ -380,12 +380,15 @@ impl Watch {
     }
 }
 
-/// A property value as JSON: strings and numbers as they are, `PendingPermissions` as a list of
-/// `{"request_id", "tool", "input"}`.
+/// A property value as JSON: strings, numbers (`u`, `t`, `x`) and booleans as they are,
+/// `PendingPermissions` as a list of `{"request_id", "tool", "input"}`.
 fn property_json(val: &OwnedValue) -> Value {
     match &**val {
         zbus::Variant::Str(s) => json!(s.as_str()),
         zbus::Variant::U32(n) => json!(n),
+        zbus::Variant::U64(n) => json!(n),
+        zbus::Variant::I64(n) => json!(n),
+        zbus::Variant::Bool(b) => json!(b),
         other => match val
             .try_clone()
             .ok()
@@ -402,5 +405,22 @@ fn property_json(val: &OwnedValue) -> Value {
             ),
             None => json!(format!("{other:?}")),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sixty_four_bit_properties_are_json_numbers() {
+        for (v, want) in [
+            (zbus::Variant::U64(u64::MAX), json!(u64::MAX)),
+            (zbus::Variant::U32(7), json!(7)),
+            (zbus::Variant::Str("x".into()), json!("x")),
+        ] {
+            let owned = OwnedValue::try_from(v).unwrap();
+            assert_eq!(property_json(&owned), want);
+        }
     }
 }

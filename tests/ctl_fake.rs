@@ -943,3 +943,44 @@ async fn create_in_a_folder_with_unsafe_characters_is_not_said_to_be_renamed() {
         "a second one is renamed: {out}"
     );
 }
+
+/// botvisord dies while `stop` waits for the agent to be proven gone: `stop` ends with exit 1
+/// and says so, instead of waiting for ever (or for another stop's state).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_ends_with_words_when_botvisord_goes_away() {
+    let mut s = FakeSetup::start("stop_grace_s = 30\n").await;
+    let bus = s.env.bus.address.clone();
+    create(
+        &s,
+        "stubborn",
+        &s.env.work,
+        json!([{"mode": "silent", "ignore_term": true}]),
+    )
+    .await;
+    let mut sender = ctl(&bus)
+        .args(["send", "stubborn", "hi"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let manager = s.env.manager().await;
+    let path = manager.list_bots().await.unwrap().remove(0);
+    let bot = s.env.bot(&path).await;
+    wait_state(&bot, "busy").await;
+    let stop = ctl(&bus)
+        .args(["stop", "stubborn"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_state(&bot, "stopping").await;
+    s.daemon.kill();
+    let out = tokio::time::timeout(EVENT_TIMEOUT, stop.wait_with_output())
+        .await
+        .expect("stop ends")
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("went away"), "{err}");
+    let _ = sender.kill().await;
+}

@@ -164,19 +164,38 @@ pub async fn stop(conn: &Connection, spec: &str, json: bool) -> Result<u8, Failu
     let bot = BotProxy::builder(conn).path(path).build().await?;
     let before = bot.state().await?;
     let mut changes = bot.receive_state_changed().await;
+    // botvisord may leave during the stop (a crash): then the wait ends, with words.
+    let dbus = zbus::fdo::DBusProxy::new(conn).await?;
+    let mut owner = dbus
+        .receive_name_owner_changed_with_args(&[(0, botvisor::dbus::BUS_NAME)])
+        .await?;
     bot.stop().await?;
     let done = tokio::time::timeout(std::time::Duration::from_secs(120), async {
         loop {
             let state: String = bot.state().await?;
             if state == "stopped" || state == "failed" {
-                return Ok::<_, zbus::Error>(state);
+                return Ok::<_, zbus::Error>(Some(state));
             }
-            changes.next().await;
+            tokio::select! {
+                _ = changes.next() => {}
+                Some(sig) = owner.next() => {
+                    if sig.args().is_ok_and(|a| a.new_owner().is_none()) {
+                        return Ok(None);
+                    }
+                }
+            }
         }
     })
     .await;
     let state = match done {
-        Ok(Ok(state)) => state,
+        Ok(Ok(Some(state))) => state,
+        Ok(Ok(None)) => {
+            return Err(Failure::failed(format!(
+                "botvisord went away before the agent was proven stopped. When it runs again it                  stops what is left of the bot's processes first (see `{} status {}`)",
+                super::hint::ctl(),
+                shell_word(spec)
+            )));
+        }
         Ok(Err(e)) => return Err(e.into()),
         Err(_) => return Err(Failure::failed("the agent did not stop within 120 s")),
     };

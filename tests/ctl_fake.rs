@@ -967,6 +967,14 @@ async fn stop_ends_with_words_when_botvisord_goes_away() {
     let path = manager.list_bots().await.unwrap().remove(0);
     let bot = s.env.bot(&path).await;
     wait_state(&bot, "busy").await;
+    // The fake read the message: it ignores SIGTERM from now on (set before it reads).
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while s.messages().is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the agent reads the message");
     let stop = ctl(&bus)
         .args(["stop", "stubborn"])
         .stdout(Stdio::piped())
@@ -983,4 +991,14 @@ async fn stop_ends_with_words_when_botvisord_goes_away() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("went away"), "{err}");
     let _ = sender.kill().await;
+    // As `stop` says: the next botvisord stops what is left.
+    s.cfg.config = Some(write_config(s.env.dir.path(), "stop_grace_s = 0.5\n"));
+    s.daemon = Daemon::start(&s.cfg, &s.env.conn).await;
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while !s.env.leftovers().is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("left running: {:?}", s.env.leftovers()));
 }

@@ -70,9 +70,9 @@ impl Actor {
     ) -> StopVerdict {
         // A descendant that forks while it is being stopped (a loop that ignores SIGTERM) leaves
         // children the first look did not see, orphaned to the daemon: look again, and stop what
-        // is new, until a look finds nothing new (at most CLEAN_UP_ROUNDS looks).
+        // is new, until a look finds nothing new (at most CLEAN_UP_ROUNDS looks with a grace).
         let mut observed: Vec<(ProcessIdentity, Liveness)> = Vec::new();
-        for _ in 0..CLEAN_UP_ROUNDS {
+        for round in 0..=CLEAN_UP_ROUNDS {
             let new: Vec<ProcessIdentity> = self
                 .leftovers()
                 .into_iter()
@@ -81,17 +81,14 @@ impl Actor {
             if new.is_empty() {
                 break;
             }
-            observed.extend(stop_by_identity(&new, DESCENDANT_GRACE).await);
-        }
-        // What the last look still finds, never stopped, gets SIGKILL without a grace (the
-        // rounds are over); whatever lives on is a survivor in the verdict.
-        let last: Vec<ProcessIdentity> = self
-            .leftovers()
-            .into_iter()
-            .filter(|id| !observed.iter().any(|(seen, _)| seen == id))
-            .collect();
-        if !last.is_empty() {
-            observed.extend(stop_by_identity(&last, Duration::ZERO).await);
+            // The last look's finds get SIGKILL without a grace: the rounds are over; whatever
+            // lives on is a survivor in the verdict.
+            let grace = if round == CLEAN_UP_ROUNDS {
+                Duration::ZERO
+            } else {
+                DESCENDANT_GRACE
+            };
+            observed.extend(stop_by_identity(&new, grace).await);
         }
         // Design rule 10: where the bot has a cgroup, it is killed whole and read empty.
         let mut proof = PROOF;

@@ -12,7 +12,8 @@ use super::crash::{AfterCrash, Crashes};
 use super::effect::{CommitBuilder, Effect, Publish, Write};
 use super::exit::{ExitFacts, ExitPlan, exit_plan};
 pub use super::records::{
-    failed, forget, forget_at_start, forget_payload, fresh_restart_text, said_error, start_refused,
+    failed, forget, forget_at_start, forget_payload, fresh_restart_text, item, said_error,
+    start_refused,
 };
 pub use super::run::Run;
 use super::turns::{Ended, Inflight, Settled, Turns};
@@ -476,10 +477,8 @@ impl Lifecycle {
             }
             AfterCrash::Restart { backoff, count } => {
                 self.restart_pending = true;
-                let mut c = CommitBuilder::default();
-                c.item(
+                let note = item(
                     "system",
-                    None,
                     json!({
                         "text": format!(
                             "botvisor restarts the agent in {:.2} s (crash {count} of at most {} \
@@ -490,12 +489,9 @@ impl Lifecycle {
                         ),
                         "reason": "restart_pending",
                         "in_s": backoff.as_secs_f64(),
-                    })
-                    .to_string(),
+                    }),
                 );
-                let mut effects = vec![Effect::RestartTimer(Some(backoff))];
-                effects.extend(c.build());
-                effects
+                vec![Effect::RestartTimer(Some(backoff)), note]
             }
             AfterCrash::Wait => Vec::new(),
         }

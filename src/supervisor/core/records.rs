@@ -75,15 +75,21 @@ pub fn said_error(text: &str, reason: Option<&str>) -> Effect {
     c.build().expect("an error writes rows")
 }
 
+/// One chat item of `kind` with no turn (`payload` a JSON object), alone in its commit, published
+/// after it.
+pub fn item(kind: &str, payload: serde_json::Value) -> Effect {
+    let mut c = CommitBuilder::default();
+    c.item(kind, None, payload.to_string());
+    c.build().expect("an item writes a row")
+}
+
 /// The bot becomes `failed` (it waits for a client's Restart, across daemon restarts too); with
 /// `waiting` messages, a `system` item (reason `failed_with_queue`) says they wait for it.
 pub fn failed(waiting: u32) -> Vec<Effect> {
     let mut effects = Vec::new();
     if waiting > 0 {
-        let mut c = CommitBuilder::default();
-        c.item(
+        effects.push(item(
             "system",
-            None,
             json!({
                 "text": format!(
                     "{waiting} message(s) wait; this bot takes them to the agent once a client \
@@ -91,10 +97,8 @@ pub fn failed(waiting: u32) -> Vec<Effect> {
                 ),
                 "reason": "failed_with_queue",
                 "queued": waiting,
-            })
-            .to_string(),
-        );
-        effects.extend(c.build());
+            }),
+        ));
     }
     effects.push(Effect::State(State::Failed));
     effects

@@ -3,7 +3,8 @@
 
 use serde_json::json;
 
-use super::effect::{CommitBuilder, Effect};
+use super::effect::Effect;
+use super::records::item;
 use super::turns::{Turns, taken_note};
 use crate::store::QueuedTurn;
 use crate::supervisor::decide::{self, LeftTurn, TurnOutcome, UnreplayedFate};
@@ -33,18 +34,14 @@ pub fn recover(
 ) -> Vec<Effect> {
     let mut effects = Vec::new();
     for (request_id, tool) in left.open_prompts {
-        let mut c = CommitBuilder::default();
-        c.item(
+        effects.push(item(
             "permission_answer",
-            None,
             json!({
                 "request_id": request_id, "tool": tool, "behavior": "deny",
                 "by": "botvisord",
                 "message": "botvisord stopped before this request was answered.",
-            })
-            .to_string(),
-        );
-        effects.extend(c.build());
+            }),
+        ));
     }
     for turn_id in left.running {
         effects.push(Turns::finish(

@@ -350,11 +350,17 @@ pub mod paths {
             .unwrap_or_else(state_dir)
     }
 
-    /// The lock file that keeps two daemons from sharing `database`, even on two buses:
-    /// `<runtime_dir>/db-<FNV-1a hash of the canonical database path>.lock`. The path is
-    /// canonical (every symlink resolved, the file's own too), so a symlink to the database
-    /// names the same lock; a database not created yet is named by its canonical folder.
+    /// The lock file that keeps two daemons from sharing `database`, even on two buses. An
+    /// existing database is named by its device and inode,
+    /// `<runtime_dir>/db-<device>-<inode>.lock` (hex), so every path to it, symlink or hard
+    /// link, names the same lock; one not created yet by its canonical path,
+    /// `<runtime_dir>/db-<FNV-1a hash of the path>.lock`, every symlink resolved (botvisord takes
+    /// the inode's lock too once it has created the file).
     pub fn lock_file(database: &std::path::Path) -> PathBuf {
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(meta) = std::fs::metadata(database) {
+            return runtime_dir().join(format!("db-{:x}-{:x}.lock", meta.dev(), meta.ino()));
+        }
         let absolute = std::path::absolute(database).unwrap_or_else(|_| database.to_owned());
         let absolute = std::fs::canonicalize(&absolute).unwrap_or_else(|_| {
             absolute
@@ -478,5 +484,18 @@ mod tests {
         let link = dir.path().join("link.db");
         std::os::unix::fs::symlink(&db, &link).unwrap();
         assert_eq!(paths::lock_file(&link), paths::lock_file(&db));
+    }
+
+    #[test]
+    fn a_hard_link_to_the_database_names_the_same_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("botvisor.db");
+        std::fs::write(&db, b"").unwrap();
+        std::fs::create_dir(dir.path().join("elsewhere")).unwrap();
+        let link = dir.path().join("elsewhere/other.db");
+        std::fs::hard_link(&db, &link).unwrap();
+        assert_eq!(paths::lock_file(&link), paths::lock_file(&db));
+        let new = dir.path().join("not-yet.db");
+        assert_ne!(paths::lock_file(&new), paths::lock_file(&db));
     }
 }

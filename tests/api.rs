@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use futures_util::StreamExt;
 use zbus::Variant;
 
 use support::*;
@@ -118,6 +119,15 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
             ]),
             "InvalidArgument",
             "at most",
+        ),
+        (
+            "a name that could be a bot id",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("name", Variant::from("deadbeef")),
+            ]),
+            "InvalidArgument",
+            "bot id",
         ),
         (
             "a name with a newline",
@@ -389,4 +399,85 @@ async fn created_bots_appear_in_the_object_manager_and_delete_removes_them() {
         .unwrap();
     assert_eq!(sig.args().unwrap().object_path.as_str(), path.as_str());
     assert_eq!(bot_count(&env).await, 0);
+}
+
+/// Issue 23, point 9: `Delete` is answered before the object goes. A client that starts waiting
+/// for `InterfacesRemoved` when its call returns must see it; before, in 5 of 6 deletes of a bot
+/// with no running agent the signal came first. The order is read from one stream of every
+/// message the client's connection receives, in the order they arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_is_answered_before_the_object_goes() {
+    let env = TestEnv::new().await;
+    let cli = placeholder_cli(env.dir.path());
+    let _daemon = Daemon::start(&env.daemon_config(Some(cli)), &env.conn).await;
+    let manager = env.manager().await;
+    let work = env.work.to_str().unwrap().to_owned();
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .interface("org.freedesktop.DBus.ObjectManager")
+        .member("InterfacesRemoved")
+        .build()
+        .unwrap();
+    // A match rule on the bus alone, so that the signal reaches this connection at all, with no
+    // queue of its own here that would fill unread.
+    zbus::fdo::DBusProxy::new(&env.conn)
+        .await
+        .unwrap()
+        .add_match_rule(rule)
+        .await
+        .unwrap();
+    for round in 0..40 {
+        let path = manager
+            .create_bot(HashMap::from([("cwd", Variant::from(work.as_str()))]))
+            .await
+            .unwrap();
+        let mut arrivals = zbus::MessageStream::from(&env.conn);
+        let reply = env
+            .conn
+            .call_method(
+                Some(botvisor::dbus::BUS_NAME),
+                path.as_str(),
+                Some(botvisor::dbus::BOT_INTERFACE),
+                "Delete",
+                &(),
+            )
+            .await
+            .unwrap();
+        let call = reply.header().reply_serial().unwrap();
+        let first = tokio::time::timeout(EVENT_TIMEOUT, async {
+            while let Some(Ok(m)) = arrivals.next().await {
+                let h = m.header();
+                if h.reply_serial() == Some(call) {
+                    return "answer";
+                }
+                if h.member()
+                    .is_some_and(|n| n.as_str() == "InterfacesRemoved")
+                    && m.body()
+                        .deserialize::<(zbus::OwnedObjectPath, Vec<String>)>()
+                        .is_ok_and(|(p, _)| p == path)
+                {
+                    return "InterfacesRemoved";
+                }
+            }
+            panic!("the connection closed");
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            first, "answer",
+            "round {round}: InterfacesRemoved came before Delete's answer"
+        );
+        tokio::time::timeout(EVENT_TIMEOUT, async {
+            while let Some(Ok(m)) = arrivals.next().await {
+                if m.header()
+                    .member()
+                    .is_some_and(|n| n.as_str() == "InterfacesRemoved")
+                {
+                    return;
+                }
+            }
+        })
+        .await
+        .expect("InterfacesRemoved after the answer");
+    }
 }

@@ -680,3 +680,26 @@ async fn wait_setting_applied(
     .await
     .expect(what);
 }
+
+/// Issue 23, point 6: the `codex` npm puts on `PATH` (`node_modules/.bin/codex`, the Node
+/// wrapper `bin/codex.js`) is taken for the native binary it runs, so that the sandbox helper
+/// beside that binary is found; on the real npm install of the pinned Codex.
+#[test]
+fn the_codex_npm_puts_on_path_is_taken_for_its_native_binary() {
+    use botvisor::runtime::Runtime;
+    let Some(native) = codex_bin() else { return };
+    let modules = native
+        .ancestors()
+        .find(|a| a.file_name().is_some_and(|n| n == "node_modules"))
+        .expect("the pinned Codex is an npm install")
+        .to_owned();
+    let wrapper = modules.join(".bin/codex");
+    assert!(wrapper.exists(), "npm put no {}", wrapper.display());
+    let found = botvisor::runtime::codex::Codex::new(Some(wrapper))
+        .binary()
+        .unwrap();
+    assert_eq!(
+        std::fs::canonicalize(found).unwrap(),
+        std::fs::canonicalize(&native).unwrap()
+    );
+}

@@ -91,10 +91,8 @@ fn main() -> ExitCode {
         }
     }
     let mut locks = Vec::new();
-    for lock_path in [
-        paths::lock_file(&database),
-        std::path::PathBuf::from(beside),
-    ] {
+    let first_lock = paths::lock_file(&database);
+    for lock_path in [first_lock.clone(), std::path::PathBuf::from(beside)] {
         match botvisor::files::take_lock(&lock_path) {
             Ok(file) => locks.push(file),
             Err(e) => {
@@ -107,21 +105,27 @@ fn main() -> ExitCode {
         let store = match botvisor::store::Store::open(&database) {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("botvisord: cannot open the database {}: {e}", database.display());
-                return ExitCode::FAILURE;
-            }
-        };
-        let conn = match botvisor::dbus::service::connect().await {
-            Ok(c) => c,
-            Err(e) => {
                 eprintln!(
-                    "botvisord: cannot connect to the session bus ({e}); is DBUS_SESSION_BUS_ADDRESS set?"
+                    "botvisord: cannot open the database {}: {e}",
+                    database.display()
                 );
                 return ExitCode::FAILURE;
             }
         };
+        // A database this start created was locked by its path: now that it exists, by its
+        // inode too, as a daemon given a hard link to it will lock it.
+        let by_inode = paths::lock_file(&database);
+        if by_inode != first_lock {
+            match botvisor::files::take_lock(&by_inode) {
+                Ok(file) => locks.push(file),
+                Err(e) => {
+                    eprintln!("botvisord: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
         tracing::info!(database = %database.display(), "starting");
-        match botvisor::dbus::service::run(conn, config, store).await {
+        match botvisor::dbus::service::run(config, store).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("botvisord: {e}");

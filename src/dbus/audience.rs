@@ -5,7 +5,7 @@
 //! service does, and `busctl monitor`, `gdbus monitor` and plain match rules all work.
 //!
 //! botvisord learns the user id of every connection on its bus (`ListNames` at start, then
-//! `NameOwnerChanged`; see [`super::caller`]). As soon as it sees a connection of another user,
+//! `NameOwnerChanged`; see [`super::clients`] and [`super::caller`]). As soon as it sees a connection of another user,
 //! or one whose user the bus cannot tell, it says so once in the journal and, until it exits,
 //! sends each signal unicast to every connection of its own user instead: one copy per
 //! connection, delivered whatever that connection's match rules (clients pick theirs out as
@@ -47,29 +47,15 @@ impl Audience {
         self.restricted.load(Ordering::SeqCst)
     }
 
-    /// Learns the user of every connection now on the bus. Called at start, after subscribing
-    /// to `NameOwnerChanged` and before the first signal.
-    pub async fn learn_all(&self, conn: &Connection) -> zbus::Result<()> {
-        let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-        for name in dbus.list_names().await? {
-            if name.starts_with(':') {
-                self.learn(conn, name.as_str()).await;
-            }
-        }
-        Ok(())
-    }
-
-    /// Learns the user of the connection `name` (a unique name that just appeared); restricts
-    /// the audience when it is not the daemon's user or cannot be told. A connection that left
-    /// before it could be asked about is ignored: it hears nothing any more.
-    pub async fn learn(&self, conn: &Connection, name: &str) {
-        if conn.unique_name().is_some_and(|own| own.as_str() == name) {
-            return;
-        }
-        match self.caller.uid_of(conn, name).await {
+    /// Learns the user of the connection `name` (a unique name on the bus, not the daemon's
+    /// own); restricts the audience when it is not the daemon's user or cannot be told. A
+    /// connection that left before it could be asked about is forgotten: it hears nothing any
+    /// more.
+    pub async fn learn(&self, name: &str) {
+        match self.caller.uid_of(name).await {
             Ok(uid) if uid == self.caller.me() => {}
             Ok(uid) => self.restrict(name, &format!("runs as user {uid}")),
-            Err(zbus::fdo::Error::NameHasNoOwner(_)) => {}
+            Err(zbus::fdo::Error::NameHasNoOwner(_)) => self.caller.forget(name),
             Err(e) => self.restrict(name, &format!("runs as a user the bus cannot tell ({e})")),
         }
     }

@@ -105,7 +105,9 @@ impl BotObject {
     /// daemon that crashes before it is done finishes it at its next start): the bot leaves
     /// `ListBots`, its agent is stopped gently, then the object goes away (`InterfacesRemoved`).
     /// Errors: StorageUnavailable (nothing changed).
-    async fn delete(&self) -> Result<()> {
+    async fn delete(&self, #[zbus(header)] hdr: Header<'_>) -> Result<()> {
+        // Marked first: the actor may remove the object the moment it is told.
+        self.ctx.replies.expect(&hdr, &self.handle.id);
         Ok(self.ctx.supervisor.delete(&self.handle.id)?)
     }
 
@@ -133,7 +135,6 @@ impl BotObject {
         behavior: String,
         options: Options,
         #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &zbus::Connection,
     ) -> Result<()> {
         let mut r = OptionReader::new("RespondPermission", &options);
         let updated_input = r.string("updated_input")?;
@@ -143,7 +144,7 @@ impl BotObject {
         let client = client_of(&hdr);
         let name = match named {
             Some(n) => super::caller::client_label(&n),
-            None => super::caller::process_name(conn, &client).await,
+            None => super::caller::process_name(self.ctx.caller.lookup(), &client).await,
         };
         Ok(self.handle.respond_permission(
             &request_id,

@@ -40,28 +40,26 @@ impl<I: Interface> Guarded<I> {
         &self.inner
     }
 
-    fn checked<'c>(
-        &'c self,
-        conn: &'c Connection,
-        msg: &'c Message,
-        r: DispatchResult<'c>,
-    ) -> DispatchResult<'c> {
+    fn checked<'c>(&'c self, msg: &'c Message, r: DispatchResult<'c>) -> DispatchResult<'c> {
         match r {
             DispatchResult::Async(f) => DispatchResult::Async(Box::pin(async move {
                 let hdr = msg.header();
                 self.ctx
                     .caller
-                    .check(conn, &hdr)
+                    .check(&hdr)
                     .await
                     .map_err(|e| Box::new(e) as BoxDBusError)?;
-                f.await
+                // The handler sends the call's answer: what waited for it goes on now.
+                let done = f.await;
+                self.ctx.replies.sent(&hdr);
+                done
             })),
             other => other,
         }
     }
 
-    async fn check(&self, conn: &Connection, hdr: &Header<'_>) -> Result<(), super::error::Error> {
-        self.ctx.caller.check(conn, hdr).await
+    async fn check(&self, hdr: &Header<'_>) -> Result<(), super::error::Error> {
+        self.ctx.caller.check(hdr).await
     }
 }
 
@@ -84,7 +82,7 @@ impl<I: Interface> Interface for Guarded<I> {
         emitter: &SignalEmitter<'_>,
     ) -> Option<Result<OwnedVariant, BoxDBusError>> {
         if let Some(hdr) = header
-            && let Err(e) = self.check(connection, hdr).await
+            && let Err(e) = self.check(hdr).await
         {
             return Some(Err(Box::new(e)));
         }
@@ -104,7 +102,7 @@ impl<I: Interface> Interface for Guarded<I> {
             Some(hdr) => {
                 // `Properties.GetAll` can only fail with a standard error:
                 // org.freedesktop.DBus.Error.AccessDenied, with the same message.
-                if let Err(e) = self.check(connection, hdr).await {
+                if let Err(e) = self.check(hdr).await {
                     let text = zbus::DBusError::description(&e)
                         .unwrap_or_default()
                         .to_owned();
@@ -134,7 +132,7 @@ impl<I: Interface> Interface for Guarded<I> {
         {
             DispatchResult::Async(f) => DispatchResult::Async(Box::pin(async move {
                 if let Some(hdr) = header {
-                    self.check(connection, hdr)
+                    self.check(hdr)
                         .await
                         .map_err(|e| Box::new(e) as BoxDBusError)?;
                 }
@@ -154,7 +152,7 @@ impl<I: Interface> Interface for Guarded<I> {
         emitter: &SignalEmitter<'_>,
     ) -> Option<Result<(), BoxDBusError>> {
         if let Some(hdr) = header
-            && let Err(e) = self.check(connection, hdr).await
+            && let Err(e) = self.check(hdr).await
         {
             return Some(Err(Box::new(e)));
         }
@@ -171,7 +169,7 @@ impl<I: Interface> Interface for Guarded<I> {
         name: MemberName<'call>,
     ) -> DispatchResult<'call> {
         let r = self.inner.call(server, connection, msg, name);
-        self.checked(connection, msg, r)
+        self.checked(msg, r)
     }
 
     fn call_mut<'call>(
@@ -185,7 +183,7 @@ impl<I: Interface> Interface for Guarded<I> {
         match self.inner.call_mut(server, connection, msg, name) {
             DispatchResult::Async(f) => DispatchResult::Async(Box::pin(async move {
                 ctx.caller
-                    .check(connection, &msg.header())
+                    .check(&msg.header())
                     .await
                     .map_err(|e| Box::new(e) as BoxDBusError)?;
                 f.await

@@ -2,7 +2,8 @@
 //!
 //! [`manager`] serves `/org/botvisor/Botvisor1` with [`objects`] (the ObjectManager), [`bot`]
 //! one object per bot below it. Every method call and property read passes the caller check
-//! ([`guard`], [`caller`]) and then validates its arguments before anything changes; errors are
+//! ([`guard`], [`caller`]; who a caller is comes from the bus through [`lookup`], and [`clients`]
+//! follows connections joining and leaving) and then validates its arguments before anything changes; errors are
 //! [`error::Error`]. [`publisher`] turns committed changes into signals, for the [`audience`]
 //! design rule 14 allows. [`bounds`] keeps every reply and signal within what the bus accepts.
 //! [`client`] holds the proxies `botvisorctl` and the tests use.
@@ -12,14 +13,17 @@ pub mod bot;
 pub mod bounds;
 pub mod caller;
 pub mod client;
+pub mod clients;
 pub mod error;
 pub mod guard;
 pub mod item_fd;
+pub mod lookup;
 pub mod manager;
 pub mod objects;
 pub mod options;
 pub mod paths;
 pub mod publisher;
+pub mod replies;
 pub mod service;
 
 /// The well-known bus name.

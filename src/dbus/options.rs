@@ -81,7 +81,11 @@ impl<'a> OptionReader<'a> {
             Some(Variant::I16(n)) => u64::try_from(*n).map(Some).map_err(|_| negative()),
             Some(Variant::I32(n)) => u64::try_from(*n).map(Some).map_err(|_| negative()),
             Some(Variant::I64(n)) => u64::try_from(*n).map(Some).map_err(|_| negative()),
-            Some(v) => Err(type_error(self.method, key, want, v)),
+            Some(v) => Err(Error::InvalidArgument(format!(
+                "{method}: option `{key}` must be a whole number that is not negative, of type \
+                 `{want}` (any integer type is taken), got `{}`",
+                v.value_signature()
+            ))),
         }
     }
 

@@ -53,6 +53,7 @@ pub async fn run(
 /// Sends one publication, bounded, to the audience of design rule 14.
 async fn send(conn: &Connection, ctx: &Ctx, p: Publication) {
     if let Publication::BotRemoved { bot_id } = &p {
+        ctx.replies.answered(bot_id).await;
         if let Err(e) = conn
             .object_server()
             .remove::<Guarded<BotObject>, _>(bot_path(bot_id))

@@ -10,6 +10,7 @@ use zbus::fdo::{RequestNameFlags, RequestNameReply};
 use super::audience::Audience;
 use super::bot::BotObject;
 use super::caller::CallerCheck;
+use super::lookup::BusLookup;
 use super::manager::Manager;
 use super::objects::BotObjects;
 use super::paths::bot_path;
@@ -27,6 +28,9 @@ pub struct Ctx {
     pub caller: Arc<CallerCheck>,
     /// Who hears the signals (design rule 14 for signals).
     pub audience: Audience,
+    /// The calls not yet answered whose effects wait for their answer: a deleted bot's object
+    /// goes (with `InterfacesRemoved`) only once its `Delete` was answered.
+    pub replies: super::replies::Replies,
 }
 
 /// Why the service did not run.
@@ -35,7 +39,10 @@ pub enum ServiceError {
     /// Another process owns `org.botvisor.Botvisor1` on this bus.
     #[error("another botvisord already owns org.botvisor.Botvisor1 on this bus")]
     AlreadyRunning,
-    /// No session bus, or the bus failed.
+    /// No bus to connect to, or it refused us.
+    #[error("cannot connect to the session bus ({0}); is DBUS_SESSION_BUS_ADDRESS set?")]
+    Connect(zbus::Error),
+    /// The bus failed.
     #[error("D-Bus: {0}")]
     Bus(#[from] zbus::Error),
     /// The database could not be opened.
@@ -49,16 +56,14 @@ pub enum ServiceError {
     Dropped(String),
 }
 
-/// The bus that started us (D-Bus activation sets `DBUS_STARTER_ADDRESS`), else the session
-/// bus.
-pub async fn connect() -> zbus::Result<Connection> {
+/// A builder of connections to the bus that started us (D-Bus activation sets
+/// `DBUS_STARTER_ADDRESS`), else to the session bus.
+fn bus() -> zbus::connection::Builder<'static> {
     match std::env::var("DBUS_STARTER_ADDRESS") {
         Ok(addr) if std::env::var("DBUS_STARTER_BUS_TYPE").as_deref() != Ok("system") => {
             zbus::connection::Builder::address(addr.as_str())
-                .build()
-                .await
         }
-        _ => Connection::session().await,
+        _ => zbus::connection::Builder::session(),
     }
 }
 
@@ -67,6 +72,11 @@ const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long a new connection may take to tell whether the bus still runs.
 const BUS_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long botvisord's own calls to the bus around its name may take (`RequestName`,
+/// `ReleaseName`): the bus answers them at once; past this it is stuck,
+/// and botvisord says so instead of waiting with it.
+const NAME_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(25);
 
 /// A stream that ends with the error that closed the connection. It matches only `NameLost`
 /// for our name, which a bus sends just before it drops us or when the name is taken away.
@@ -100,11 +110,12 @@ async fn connection_lost(conn: &Connection, stream: Option<zbus::MessageStream>)
     "the connection closed".into()
 }
 
-/// Runs the service on `conn` until SIGTERM or SIGINT (or the bus goes away), then stops every
-/// bot gently and releases the name. When the connection is lost, the journal says why and
+/// Connects to the bus (the one that started us, else the session bus) and runs the service
+/// until SIGTERM or SIGINT (or the bus goes away), then stops every bot gently and releases the
+/// name. When the connection is lost, the journal says why and
 /// whether the bus itself is gone (the session ended: `Ok`) or still runs (it dropped us:
 /// [`ServiceError::Dropped`], so that the service manager restarts botvisord).
-pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), ServiceError> {
+pub async fn run(config: Config, store: Store) -> Result<(), ServiceError> {
     // First of all: a SIGTERM or SIGINT that arrives while we start up stops us gently too,
     // instead of killing us by the signal's default action.
     use tokio::signal::unix::{SignalKind, signal};
@@ -130,23 +141,37 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
     let containment = crate::process::cgroup::init();
     let (pub_tx, pub_rx) = mpsc::unbounded_channel();
     let supervisor = Supervisor::new(Arc::new(store), config, runtimes, pub_tx);
-    let caller = Arc::new(CallerCheck::default());
+    let lookup = BusLookup::connect(bus())
+        .await
+        .map_err(ServiceError::Connect)?;
+    let caller = Arc::new(CallerCheck::new(lookup.clone()));
     let ctx = Arc::new(Ctx {
         supervisor: supervisor.clone(),
         caller: caller.clone(),
         audience: Audience::new(caller),
+        replies: Default::default(),
     });
+    // The root objects are served as the connection is made: zbus then returns it only once
+    // its object server reads the calls. An object server started later (`object_server()` on
+    // a built connection) subscribes in a task of its own, and zbus drops, unanswered, a call
+    // that arrives before that (issue 23: a first call that hung).
+    let conn = bus()
+        .serve_at(ROOT_PATH, BotObjects::guarded(ctx.clone()))
+        .serve_at(ROOT_PATH, Manager::guarded(ctx.clone()))
+        .build()
+        .await
+        .map_err(ServiceError::Connect)?;
 
-    // Who is on the bus is known before the first signal: subscribe to the changes, then list.
+    // Who is on the bus is known before the first signal: subscribe to the changes, follow
+    // them, then list.
     let dbus = zbus::fdo::DBusProxy::new(&conn).await?;
     let changes = dbus.receive_name_owner_changed().await?;
-    ctx.audience.learn_all(&conn).await?;
+    super::clients::follow(ctx.clone(), changes);
+    super::clients::learn_present(&ctx)
+        .await
+        .map_err(zbus::Error::from)?;
 
     let server = conn.object_server();
-    server
-        .at(ROOT_PATH, BotObjects::guarded(ctx.clone()))
-        .await?;
-    server.at(ROOT_PATH, Manager::guarded(ctx.clone())).await?;
     let handles = supervisor.load()?;
     let count = handles.len();
     for handle in handles {
@@ -178,16 +203,22 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
         .collect();
     crate::supervisor::memory_max::report_at_start(supervisor.config(), &records, containment);
     tokio::spawn(reap_orphans());
-    tokio::spawn(watch_clients(conn.clone(), ctx.clone(), changes));
     tokio::spawn(watch_storage(conn.clone(), ctx.clone()));
 
     let flags = RequestNameFlags::DO_NOT_QUEUE;
-    match conn.request_name_with_flags(BUS_NAME, flags).await {
-        Ok(RequestNameReply::PrimaryOwner | RequestNameReply::AlreadyOwner) => {}
-        Ok(RequestNameReply::Exists | RequestNameReply::InQueue) | Err(zbus::Error::NameTaken) => {
+    let request = conn.request_name_with_flags(BUS_NAME, flags);
+    match tokio::time::timeout(NAME_CALL_TIMEOUT, request).await {
+        Ok(Ok(RequestNameReply::PrimaryOwner | RequestNameReply::AlreadyOwner)) => {}
+        Ok(Ok(RequestNameReply::Exists | RequestNameReply::InQueue))
+        | Ok(Err(zbus::Error::NameTaken)) => {
             return Err(ServiceError::AlreadyRunning);
         }
-        Err(e) => return Err(e.into()),
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => {
+            return Err(ServiceError::Bus(zbus::Error::Failure(format!(
+                "the bus did not answer RequestName within {NAME_CALL_TIMEOUT:?}"
+            ))));
+        }
     }
     match supervisor.recover_processes().await {
         Ok(0) => {}
@@ -205,12 +236,21 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: stopping every bot"),
         _ = int.recv() => tracing::info!("SIGINT: stopping every bot"),
+        _ = lookup.connection().closed() => {
+            // Without it no new caller can be told from another user's: the service manager
+            // restarts us on a connection pair that works.
+            tracing::error!(
+                "the bus closed botvisord's connection for questions about its clients: \
+                 stopping every bot, then exiting with an error"
+            );
+            dropped = Some("the bus closed the connection for questions about clients".into());
+        }
         why = connection_lost(&conn, closing) => {
             // The session's end stops the bots; a bus that is still there dropped us for a
             // reason of ours (a message over its limits, a protocol error), which the journal
             // must name, and the service manager restarts us.
             let bus_runs = matches!(
-                tokio::time::timeout(BUS_PROBE_TIMEOUT, connect()).await,
+                tokio::time::timeout(BUS_PROBE_TIMEOUT, bus().build()).await,
                 Ok(Ok(_))
             );
             if bus_runs {
@@ -238,7 +278,12 @@ pub async fn run(conn: Connection, config: Config, store: Store) -> Result<(), S
     {
         tracing::warn!("the last signals were not all sent within {FLUSH_TIMEOUT:?}");
     }
-    let _ = conn.release_name(BUS_NAME).await;
+    if tokio::time::timeout(NAME_CALL_TIMEOUT, conn.release_name(BUS_NAME))
+        .await
+        .is_err()
+    {
+        tracing::warn!("the bus did not answer ReleaseName within {NAME_CALL_TIMEOUT:?}");
+    }
     tracing::info!("botvisord stopped");
     match dropped {
         Some(why) => Err(ServiceError::Dropped(why)),
@@ -261,30 +306,6 @@ async fn reap_orphans() {
             return;
         }
     }
-}
-
-/// Follows connections joining and leaving the bus: a new one's user is learned (the signal
-/// audience); one that leaves is forgotten and its leases end.
-async fn watch_clients(
-    conn: Connection,
-    ctx: Arc<Ctx>,
-    mut changes: zbus::fdo::NameOwnerChangedStream,
-) {
-    use futures_util::StreamExt;
-    while let Some(signal) = changes.next().await {
-        let Ok(args) = signal.args() else { continue };
-        let name = args.name().to_string();
-        if !name.starts_with(':') {
-            continue;
-        }
-        if args.new_owner().is_some() {
-            ctx.audience.learn(&conn, &name).await;
-        } else {
-            ctx.caller.forget(&name);
-            ctx.supervisor.client_gone(&name);
-        }
-    }
-    tracing::warn!("no longer told of clients leaving the bus; leases end only with Release");
 }
 
 /// Says when writes to the database start and stop failing (design rule 15): the Manager's

@@ -190,15 +190,32 @@ pub struct NewBot {
 
 /// The name a bot created without one gets, before a suffix (`-2`, `-3`, …) makes it unique: its
 /// folder's name (`bot` for `/`), whose characters a name may not hold
-/// ([`crate::text::is_unsafe`]) become `_`, cut to leave room for the suffix.
+/// ([`crate::text::is_unsafe`]) become `_`, cut to leave room for the suffix; a folder name that
+/// could be a bot id ([`id_like`]) gets `-bot` after it.
 pub fn default_name(cwd: &Path) -> String {
-    cwd.file_name()
+    let name: String = cwd
+        .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "bot".to_owned())
         .chars()
         .map(|c| if crate::text::is_unsafe(c) { '_' } else { c })
         .take(MAX_NAME_CHARS - 8)
-        .collect()
+        .collect();
+    if id_like(&name) {
+        format!("{name}-bot")
+    } else {
+        name
+    }
+}
+
+/// Whether `name` could be a bot's id or the id prefix that picks a bot out (`GetBot`,
+/// `botvisorctl`): 4 to 32 lowercase hexadecimal digits. Such a name would make that id
+/// ambiguous, now or for a bot created later, so no bot may have it.
+pub fn id_like(name: &str) -> bool {
+    (4..=32).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// All bots of the daemon.
@@ -316,6 +333,13 @@ impl Supervisor {
                          character that could make a terminal show something else; use \
                          printable characters",
                         u32::from(c)
+                    )));
+                }
+                if id_like(&name) {
+                    return Err(BotError::InvalidArgument(format!(
+                        "option `name` `{name}` could be a bot id or the start of one (4 to 32 \
+                         hexadecimal digits), which picks bots out; choose a name with another \
+                         character in it"
                     )));
                 }
                 if taken.contains(&name) {
@@ -450,5 +474,39 @@ impl Supervisor {
     /// The runtime of a name.
     pub fn runtime(&self, name: &str) -> Option<Arc<dyn Runtime>> {
         self.runtimes.get(name).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{default_name, id_like};
+    use std::path::Path;
+
+    #[test]
+    fn a_name_that_could_pick_out_a_bot_by_id_is_id_like() {
+        for name in [
+            "dead",
+            "deadbeef",
+            "2024",
+            "0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(id_like(name), "{name}");
+        }
+        for name in [
+            "abc",
+            "DEAD",
+            "deadbeefx",
+            "dead-beef",
+            "0123456789abcdef0123456789abcdef0",
+        ] {
+            assert!(!id_like(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_folder_named_like_an_id_gives_a_name_that_is_not() {
+        assert_eq!(default_name(Path::new("/home/me/2024")), "2024-bot");
+        assert_eq!(default_name(Path::new("/home/me/project")), "project");
+        assert!(!id_like(&default_name(Path::new("/srv/cafe"))));
     }
 }

@@ -438,10 +438,31 @@ impl Drop for Daemon {
         if let Some(mut child) = self.child.take() {
             // SAFETY: kill(2) on our own child's pid.
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let _ = child.wait();
+            // A daemon that does not exit after SIGTERM is stuck: killed, and the test fails
+            // (a daemon stuck on its bus once kept a whole run waiting here).
+            let pid = child.id();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(child.wait());
+            });
+            if rx.recv_timeout(EXIT_AFTER_SIGTERM).is_err() {
+                // SAFETY: kill(2) on our own child's pid, not yet reaped.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                let _ = rx.recv();
+                if !std::thread::panicking() {
+                    panic!(
+                        "botvisord did not exit within {EXIT_AFTER_SIGTERM:?} of SIGTERM:\n{}",
+                        self.log_text()
+                    );
+                }
+            }
         }
     }
 }
+
+/// How long a daemon may take to exit after SIGTERM: it stops every bot gently first (a grace
+/// period, then SIGKILL), and sends its last signals.
+pub const EXIT_AFTER_SIGTERM: Duration = Duration::from_secs(60);
 
 /// Everything one test needs: a temp folder, a bus, a client connection, a home.
 pub struct TestEnv {

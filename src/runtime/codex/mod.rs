@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod launch;
+pub mod native;
 pub mod protocol;
 pub mod rollout;
 pub mod sandbox;
@@ -32,14 +33,14 @@ const NAMES: super::binary::BinaryNames = super::binary::BinaryNames {
     product: "Codex",
     config_key: "codex_bin",
     env_var: BIN_ENV,
-    install: "npm install -g @openai/codex, then name its native binary",
+    install: "npm install -g @openai/codex",
 };
 
 impl Codex {
     /// A runtime whose binary is `configured` (config key `codex_bin`), else the environment
-    /// variable `BOTVISOR_CODEX_BIN`, else `codex` on the daemon's `PATH`. Name the native binary
-    /// (`…/@openai/codex-linux-x64/vendor/<triple>/bin/codex`): the npm package's `codex` is a
-    /// Node wrapper that stays between botvisor and the agent.
+    /// variable `BOTVISOR_CODEX_BIN`, else `codex` on the daemon's `PATH`. The npm package's
+    /// `codex` (a Node wrapper) is taken for the native binary it would run
+    /// (`…/@openai/codex-linux-x64/vendor/<triple>/bin/codex`, [`native::native_binary`]).
     pub fn new(configured: Option<PathBuf>) -> Codex {
         Codex {
             binary: super::binary::BinaryLookup::new(NAMES, configured),
@@ -57,7 +58,7 @@ impl Runtime for Codex {
     }
 
     fn binary(&self) -> Result<PathBuf, RuntimeError> {
-        self.binary.find()
+        native::native_binary(self.binary.find()?)
     }
 
     fn permission_modes(&self) -> &'static [&'static str] {

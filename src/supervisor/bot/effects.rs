@@ -54,7 +54,7 @@ impl Actor {
 
     /// Commits `writes` in one transaction, then publishes `publish` in order (design rule 1).
     /// Returns when a delivery was recorded, if one was.
-    fn commit(
+    pub(super) fn commit(
         &self,
         writes: &[Write],
         publish: &[Publish],
@@ -93,6 +93,7 @@ impl Actor {
                         Write::DeliveryDone(turn) => store::deliveries::forget(tx, &self.id, turn)?,
                         Write::Session(s) => store::bots::set_session(tx, &self.id, s.as_deref())?,
                         Write::LastError(e) => store::bots::set_last_error(tx, &self.id, e)?,
+                        Write::Failed(failed) => store::bots::set_failed(tx, &self.id, *failed)?,
                     }
                 }
                 Ok((items, delivered_at))
@@ -113,6 +114,10 @@ impl Actor {
                         Publish::LastError(e) => {
                             let e = e.clone();
                             self.update(vec!["LastError"], |v| v.record.last_error = e);
+                        }
+                        Publish::State(state) => {
+                            let state = *state;
+                            self.update(vec!["State"], |v| v.state = state);
                         }
                         Publish::PermissionRequested {
                             request_id,

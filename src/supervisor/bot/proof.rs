@@ -205,7 +205,9 @@ impl Actor {
                 proof: PROOF,
             });
             self.read_verdict(pid, why, &v);
-            let effects = Lifecycle::stop_gave_up(&self.turns);
+            let recorded = self.record().session_id;
+            let holds = self.conversation_holds();
+            let effects = Lifecycle::stop_gave_up(&mut self.turns, recorded.as_deref(), holds);
             self.apply(effects);
             return Some(v);
         };

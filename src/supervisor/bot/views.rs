@@ -2,6 +2,7 @@
 //! signals that follow their commits (design rule 1).
 
 use super::*;
+use crate::supervisor::core::{Publish, Write};
 
 impl Actor {
     pub(super) fn record(&self) -> BotRecord {
@@ -16,6 +17,9 @@ impl Actor {
         update_view(&self.view, &self.publisher, &self.id, names, f);
     }
 
+    /// Sets `State`. A change into or out of `failed` is durable first (design rule 1): it
+    /// goes through [`Actor::commit`] and is published only once committed; when the commit
+    /// fails, `State` keeps saying what is recorded, and the journal says why.
     pub(super) fn set_state(&self, state: State) {
         let before = self.view.read().unwrap_or_else(|p| p.into_inner()).state;
         if before == state {
@@ -23,14 +27,17 @@ impl Actor {
         }
         tracing::debug!(bot_id = %self.id, state = state.as_str(), "state");
         if before == State::Failed || state == State::Failed {
-            // `failed` waits for an explicit Restart, across daemon restarts too.
             let failed = state == State::Failed;
-            if let Err(e) = self
-                .store
-                .tx(|tx| store::bots::set_failed(tx, &self.id, failed))
-            {
-                tracing::error!(bot_id = %self.id, error = %e, "cannot record the failed state");
+            if let Err(e) = self.commit(&[Write::Failed(failed)], &[Publish::State(state)]) {
+                tracing::error!(
+                    bot_id = %self.id,
+                    error = %e,
+                    state = state.as_str(),
+                    "cannot record the state; State stays {}",
+                    before.as_str()
+                );
             }
+            return;
         }
         self.update(vec!["State"], |v| v.state = state);
     }
@@ -62,14 +69,14 @@ impl Actor {
         }
     }
 
+    /// Sets `LastError`, durably first (design rule 1): published only once committed.
     pub(super) fn set_last_error(&self, text: &str) {
-        if let Err(e) = self
-            .store
-            .tx(|tx| store::bots::set_last_error(tx, &self.id, text))
-        {
+        let (write, publish) = (
+            Write::LastError(text.into()),
+            Publish::LastError(text.into()),
+        );
+        if let Err(e) = self.commit(&[write], &[publish]) {
             tracing::error!(bot_id = %self.id, error = %e, "cannot record the last error");
-            return;
         }
-        self.update(vec!["LastError"], |v| v.record.last_error = text.to_owned());
     }
 }

@@ -39,6 +39,9 @@ pub enum Write {
     Session(Option<String>),
     /// The bot's `LastError`.
     LastError(String),
+    /// Whether the bot is `failed`: that state waits for an explicit Restart, across daemon
+    /// restarts too.
+    Failed(bool),
 }
 
 /// What is published once a commit succeeded (design rule 1: persist, then publish).
@@ -50,6 +53,8 @@ pub enum Publish {
     SessionId(Option<String>),
     /// The `LastError` property.
     LastError(String),
+    /// The `State` property (a change the commit made durable: into or out of `failed`).
+    State(State),
     /// The `PermissionRequested` signal.
     PermissionRequested {
         /// The CLI's request id.

@@ -24,6 +24,11 @@ use crate::supervisor::decide::{self, TurnOutcome};
 
 /// The turn in flight of a process botvisor stopped: it ends `interrupted` (reason `stopped`) once
 /// it began, or its message waits again unless its conversation holds it (design rule 8).
+/// What the chat says of a turn ended because its agent's process survived SIGKILL.
+pub const STOP_GAVE_UP: &str = "botvisord stopped the agent, but its process survived SIGKILL: \
+     the turn is ended here. The bot waits in state failed until that process exits or a \
+     Restart.";
+
 fn settle_stopped(
     turns: &mut Turns,
     recorded: Option<&str>,
@@ -229,9 +234,24 @@ impl Lifecycle {
 
     /// A stop gave up: the root outlived SIGKILL and the kill wait (design rule 9). Nothing is
     /// released, no other process may start beside it (rule 7): the bot is `failed` until the
-    /// root exits ([`Lifecycle::exited`], a late exit) or a client restarts it.
-    pub fn stop_gave_up(turns: &Turns) -> Vec<Effect> {
-        failed(turns.waiting())
+    /// root exits ([`Lifecycle::exited`], a late exit) or a client restarts it. The turn in
+    /// flight ends now, `interrupted` (reason `stop_gave_up`, saying why), as for any stop: a
+    /// message not yet replayed waits again unless its conversation holds it (rule 8); a turn
+    /// never stays running behind a process botvisord could not end.
+    pub fn stop_gave_up(
+        turns: &mut Turns,
+        recorded: Option<&str>,
+        holds: impl FnOnce(&Inflight) -> bool,
+    ) -> Vec<Effect> {
+        let (_, mut effects) = turns.settle(
+            TurnOutcome::Interrupted,
+            "stop_gave_up",
+            STOP_GAVE_UP.into(),
+            recorded,
+            holds,
+        );
+        effects.extend(failed(turns.waiting()));
+        effects
     }
 
     /// A client's Stop ended: the bot is `stopped`, unless it is `failed` (a root that survived

@@ -331,13 +331,32 @@ fn rule_5_a_fresh_restart_whose_forget_was_not_recorded_does_not_start() {
 
 #[test]
 fn rule_9_a_stop_that_gave_up_fails_the_bot_and_says_what_waits() {
-    let effects = Lifecycle::stop_gave_up(&in_flight(false));
+    let effects = Lifecycle::stop_gave_up(&mut in_flight(false), Some("s"), |_| false);
     assert!(has_item(&effects, "system", "failed_with_queue"));
     assert_eq!(states(&effects), [State::Failed]);
     assert_eq!(
-        Lifecycle::stop_gave_up(&Turns::default()),
+        Lifecycle::stop_gave_up(&mut Turns::default(), None, |_| false),
         [Effect::State(State::Failed)]
     );
+}
+
+#[test]
+fn rule_9_a_stop_that_gave_up_ends_the_running_turn_and_says_why() {
+    let mut turns = in_flight(true);
+    let effects = Lifecycle::stop_gave_up(&mut turns, Some("s"), |_| false);
+    let ended = crate::supervisor::core::effect::finished_turns(&effects);
+    assert_eq!(ended, [("a".to_owned(), TurnOutcome::Interrupted)]);
+    let said = crate::supervisor::core::effect::writes(&effects).any(|w| {
+        matches!(w, Write::Chat { kind, payload, .. }
+            if kind == "system" && payload.contains("survived SIGKILL"))
+    });
+    assert!(said, "{effects:?}");
+    assert_eq!(states(&effects), [State::Failed]);
+    assert_eq!(turns.waiting(), 1);
+    // A message not yet replayed waits again, before the bot fails.
+    let mut turns = in_flight(false);
+    Lifecycle::stop_gave_up(&mut turns, Some("s"), |_| false);
+    assert_eq!(turns.waiting(), 2);
 }
 
 #[test]

@@ -159,8 +159,15 @@ async fn a_conversation_is_resumed_and_one_killed_at_its_first_replay_is_replace
         let after: Vec<_> = items[crash_items..].to_vec();
         assert!(of_kind(&after, "error").is_empty(), "{after:?}");
         let notes = of_kind(&after, "system");
-        if had_transcript {
-            assert_eq!(bot.session_id().await.unwrap(), killed, "resumed");
+        let now = bot.session_id().await.unwrap();
+        if had_transcript && now != killed {
+            // Seen once on 2.1.328 under load: the SIGKILL came while the CLI was writing the
+            // transcript's first lines; the file was there, the CLI found no conversation in it
+            // ("No conversation found"). Rule 4: a new conversation, said, with no error item.
+            assert_eq!(notes.len(), 1, "{after:?}");
+            assert_eq!(notes[0]["reason"], "conversation_not_found", "{after:?}");
+        } else if had_transcript {
+            assert_eq!(now, killed, "resumed");
             assert!(notes.is_empty(), "{after:?}");
         } else {
             assert_ne!(

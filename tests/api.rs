@@ -34,6 +34,12 @@ fn error_text(e: &zbus::Error) -> String {
     }
 }
 
+/// A daemon whose bots run [`placeholder_cli`] (none is ever started in these tests).
+async fn placeholder_daemon(env: &TestEnv) -> Daemon {
+    let cli = placeholder_cli(env.dir.path());
+    Daemon::start(&env.daemon_config(Some(cli)), &env.conn).await
+}
+
 async fn bot_count(env: &TestEnv) -> usize {
     env.manager().await.list_bots().await.unwrap().len()
 }
@@ -41,8 +47,7 @@ async fn bot_count(env: &TestEnv) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_calls_get_named_errors_and_change_nothing() {
     let env = TestEnv::new().await;
-    let cli = placeholder_cli(env.dir.path());
-    let _daemon = Daemon::start(&env.daemon_config(Some(cli)), &env.conn).await;
+    let _daemon = placeholder_daemon(&env).await;
     let manager = env.manager().await;
     let work = env.work.to_str().unwrap().to_owned();
     let file = env.dir.path().join("a-file");
@@ -360,8 +365,7 @@ async fn a_second_daemon_on_the_same_bus_exits_non_zero() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn created_bots_appear_in_the_object_manager_and_delete_removes_them() {
     let env = TestEnv::new().await;
-    let cli = placeholder_cli(env.dir.path());
-    let _daemon = Daemon::start(&env.daemon_config(Some(cli)), &env.conn).await;
+    let _daemon = placeholder_daemon(&env).await;
     let om = zbus::fdo::ObjectManagerProxy::builder(&env.conn)
         .destination("org.botvisor.Botvisor1")
         .path("/org/botvisor/Botvisor1")
@@ -408,8 +412,7 @@ async fn created_bots_appear_in_the_object_manager_and_delete_removes_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_is_answered_before_the_object_goes() {
     let env = TestEnv::new().await;
-    let cli = placeholder_cli(env.dir.path());
-    let _daemon = Daemon::start(&env.daemon_config(Some(cli)), &env.conn).await;
+    let _daemon = placeholder_daemon(&env).await;
     let manager = env.manager().await;
     let work = env.work.to_str().unwrap().to_owned();
     let rule = zbus::MatchRule::builder()

@@ -71,20 +71,9 @@ async fn hold_and_leave(address: &str, bot: &zbus::OwnedObjectPath) -> Result<()
 /// Waits until `Holders` reads `want` (the property changes with PropertiesChanged).
 async fn wait_holders(bot: &BotProxy<'_>, want: u32) {
     let bot = watching(bot).await;
-    let mut changes = bot.receive_holders_changed().await;
-    if bot.holders().await.unwrap() == want {
-        return;
-    }
-    tokio::time::timeout(EVENT_TIMEOUT, async {
-        while let Some(c) = changes.next().await {
-            if c.get().await.unwrap() == want {
-                return;
-            }
-        }
-        panic!("the Holders stream ended");
-    })
-    .await
-    .unwrap_or_else(|_| panic!("Holders never read {want}"));
+    let changes = bot.receive_holders_changed().await;
+    let now = bot.holders().await.unwrap();
+    wait_property(changes, now, &want, "Holders").await;
 }
 
 /// Issue 23, point 1: rounds of 500 clients that connect, `Hold` a bot whose turn streams for

@@ -111,11 +111,6 @@ impl CallerCheck {
         self.lock().unknown(name)
     }
 
-    /// How many connections are on the bus, as far as botvisord was told.
-    pub fn connections(&self) -> usize {
-        self.lock().len()
-    }
-
     /// The Unix user id of the connection `name` (a unique name): known, or asked of the bus
     /// (`GetConnectionUnixUser`, bounded by [`super::lookup::LOOKUP_TIMEOUT`]) and kept while
     /// the connection is on the bus. Fails when the bus cannot tell, for example because the

@@ -52,14 +52,9 @@ pub fn follow(ctx: Arc<Ctx>, mut changes: zbus::fdo::NameOwnerChangedStream) {
 /// [`follow`] runs and before the first signal, so that the audience is known when the first
 /// signal goes out.
 pub async fn learn_present(ctx: &Ctx) -> Result<(), zbus::fdo::Error> {
-    let names = ctx.caller.lookup().connections().await?;
-    for name in &names {
-        ctx.caller.joined(name);
-    }
-    for name in &names {
-        if ctx.caller.unknown(name) {
-            ctx.audience.learn(name).await;
-        }
+    for name in ctx.caller.lookup().connections().await? {
+        ctx.caller.joined(&name);
+        ctx.audience.learn(&name).await;
     }
     Ok(())
 }

@@ -44,30 +44,24 @@ impl BusLookup {
         &self.conn
     }
 
-    fn dbus(&self) -> &DBusProxy<'static> {
-        &self.dbus
-    }
-
     /// The Unix user id of the connection with unique name `name` (`GetConnectionUnixUser`).
     /// Errors: `NameHasNoOwner` when it has left, `InvalidArgs` for a name that is not one.
     pub async fn uid_of(&self, name: &str) -> Result<u32, zbus::fdo::Error> {
-        let name =
-            BusName::try_from(name).map_err(|e| zbus::fdo::Error::InvalidArgs(e.to_string()))?;
-        self.dbus().get_connection_unix_user(name).await
+        self.dbus.get_connection_unix_user(bus_name(name)?).await
     }
 
     /// The process id of the connection `name` (`GetConnectionUnixProcessId`).
     pub async fn pid_of(&self, name: &str) -> Result<u32, zbus::fdo::Error> {
-        let name =
-            BusName::try_from(name).map_err(|e| zbus::fdo::Error::InvalidArgs(e.to_string()))?;
-        self.dbus().get_connection_unix_process_id(name).await
+        self.dbus
+            .get_connection_unix_process_id(bus_name(name)?)
+            .await
     }
 
     /// The unique names of every connection on the bus now (`ListNames`, names beginning with
     /// `:`).
     pub async fn connections(&self) -> Result<Vec<String>, zbus::fdo::Error> {
         Ok(self
-            .dbus()
+            .dbus
             .list_names()
             .await?
             .into_iter()
@@ -75,4 +69,8 @@ impl BusLookup {
             .filter(|n| n.starts_with(':'))
             .collect())
     }
+}
+
+fn bus_name(name: &str) -> Result<BusName<'_>, zbus::fdo::Error> {
+    BusName::try_from(name).map_err(|e| zbus::fdo::Error::InvalidArgs(e.to_string()))
 }

@@ -747,20 +747,34 @@ pub async fn stop_and_wait(bot: &BotProxy<'_>) {
 /// Waits until the bot's property `State` reads `want`.
 pub async fn wait_state(bot: &BotProxy<'_>, want: &str) {
     let bot = watching(bot).await;
-    let mut changes = bot.receive_state_changed().await;
-    if bot.state().await.unwrap() == want {
+    let changes = bot.receive_state_changed().await;
+    let now = bot.state().await.unwrap();
+    wait_property(changes, now, &want.to_owned(), "State").await;
+}
+
+/// Waits until a property whose `changes` were subscribed before it read `now` reads `want`;
+/// panics naming `what` after [`EVENT_TIMEOUT`].
+pub async fn wait_property<T>(
+    mut changes: zbus::proxy::PropertyStream<'_, T>,
+    now: T,
+    want: &T,
+    what: &str,
+) where
+    T: PartialEq + std::fmt::Debug + serde::de::DeserializeOwned + zbus::zvariant::Type + Unpin,
+{
+    if now == *want {
         return;
     }
     tokio::time::timeout(EVENT_TIMEOUT, async {
         while let Some(c) = changes.next().await {
-            if c.get().await.unwrap() == want {
+            if c.get().await.unwrap() == *want {
                 return;
             }
         }
-        panic!("the State stream ended");
+        panic!("the {what} stream ended");
     })
     .await
-    .unwrap_or_else(|_| panic!("state never became {want}"));
+    .unwrap_or_else(|_| panic!("{what} never read {want:?}"));
 }
 
 /// The scripted fake CLI (`tests/fake_cli/fake_claude.py`).

@@ -233,40 +233,36 @@ pub async fn run(config: Config, store: Store) -> Result<(), ServiceError> {
         .inspect_err(|e| tracing::warn!(error = %e, "cannot watch the bus connection's end"))
         .ok();
     let mut dropped = None;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping every bot"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping every bot"),
+    let lost = tokio::select! {
+        _ = term.recv() => { tracing::info!("SIGTERM: stopping every bot"); None }
+        _ = int.recv() => { tracing::info!("SIGINT: stopping every bot"); None }
+        why = connection_lost(&conn, closing) => Some(why),
+        // Without it no new caller can be told from another user's.
         _ = lookup.connection().closed() => {
-            // Without it no new caller can be told from another user's: the service manager
-            // restarts us on a connection pair that works.
-            tracing::error!(
-                "the bus closed botvisord's connection for questions about its clients: \
-                 stopping every bot, then exiting with an error"
-            );
-            dropped = Some("the bus closed the connection for questions about clients".into());
+            Some("the bus closed botvisord's connection for questions about its clients".into())
         }
-        why = connection_lost(&conn, closing) => {
-            // The session's end stops the bots; a bus that is still there dropped us for a
-            // reason of ours (a message over its limits, a protocol error), which the journal
-            // must name, and the service manager restarts us.
-            let bus_runs = matches!(
-                tokio::time::timeout(BUS_PROBE_TIMEOUT, bus().build()).await,
-                Ok(Ok(_))
+    };
+    if let Some(why) = lost {
+        // The session's end stops the bots; a bus that is still there dropped us for a reason
+        // of ours (a message over its limits, a protocol error), which the journal must name,
+        // and the service manager restarts us.
+        let bus_runs = matches!(
+            tokio::time::timeout(BUS_PROBE_TIMEOUT, bus().build()).await,
+            Ok(Ok(_))
+        );
+        if bus_runs {
+            tracing::error!(
+                reason = %why,
+                "the bus dropped botvisord's connection while the bus still runs (a message \
+                 over the bus's limits or a protocol error): stopping every bot, then exiting \
+                 with an error"
             );
-            if bus_runs {
-                tracing::error!(
-                    reason = %why,
-                    "the bus dropped botvisord's connection while the bus still runs (a message \
-                     over the bus's limits or a protocol error): stopping every bot, then exiting \
-                     with an error"
-                );
-                dropped = Some(why);
-            } else {
-                tracing::warn!(
-                    reason = %why,
-                    "the session bus went away (the session ended): stopping every bot"
-                );
-            }
+            dropped = Some(why);
+        } else {
+            tracing::warn!(
+                reason = %why,
+                "the session bus went away (the session ended): stopping every bot"
+            );
         }
     }
     supervisor.store().closing();

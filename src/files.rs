@@ -116,7 +116,26 @@ pub fn take_lock(path: &Path) -> Result<File, String> {
     }
 }
 
-/// The live process holding the (`flock`) lock on `file`. On Linux it is read from
+/// A lock (`flock`) on the database file itself, whatever path names it: the lock files are
+/// named by path or kept in a runtime folder, and a hard link to the database in another folder,
+/// from a daemon with another runtime folder, meets neither. SQLite's own locks are POSIX record
+/// locks, which `flock` does not touch on a local file system. Errors name the holder.
+pub fn lock_database(path: &Path) -> Result<File, String> {
+    let file =
+        File::open(path).map_err(|e| format!("cannot open {} to lock it: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(format!(
+            "another botvisord already uses this database: {} holds {} (perhaps through another \
+             path to the same file)",
+            lock_holder(&file, None),
+            path.display()
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(format!("cannot lock {}: {e}", path.display())),
+    }
+}
+
+/// The live process, other than this one, holding a lock on `file`. On Linux it is read from
 /// `/proc/locks`, which names the process that took the lock; elsewhere the pid `written` in the
 /// file is believed while such a process runs.
 pub fn lock_holder(file: &File, written: Option<u32>) -> LockHolder {
@@ -128,7 +147,8 @@ pub fn lock_holder(file: &File, written: Option<u32>) -> LockHolder {
             };
             holders_in(&locks, m.dev(), m.ino())
                 .into_iter()
-                .find(|pid| alive(*pid))
+                // Not this process: its own locks on the file (SQLite's) hold nobody out.
+                .find(|pid| *pid != std::process::id() && alive(*pid))
                 .map(|pid| LockHolder::Process(pid, command_name(pid)))
                 .unwrap_or(LockHolder::Unknown { written })
         }

@@ -119,6 +119,34 @@ async fn two_daemons_never_share_one_database_even_on_two_buses() {
     );
 }
 
+/// A hard link to the database in another folder, from a daemon with another runtime folder and
+/// on another bus, meets neither lock file (found by a fresh user: two daemons ran one bot's
+/// agent twice); the lock on the file itself holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hard_link_to_the_database_from_another_runtime_folder_is_refused() {
+    let env = TestEnv::new().await;
+    let cfg = env.daemon_config(Some("/bin/true".into()));
+    let first = Daemon::start(&cfg, &env.conn).await;
+    let other_bus = PrivateBus::start(&env.dir.path().join("other-bus"));
+    let mut second_cfg = cfg.clone();
+    second_cfg.bus = other_bus.address.clone();
+    second_cfg.home = env.dir.path().join("other-home");
+    std::fs::create_dir_all(second_cfg.home.join("elsewhere")).unwrap();
+    second_cfg.database = second_cfg.home.join("elsewhere/link.db");
+    std::fs::hard_link(&cfg.database, &second_cfg.database).unwrap();
+    let mut second = Daemon::spawn(&second_cfg, "second.log");
+    let status = tokio::time::timeout(EVENT_TIMEOUT, second.wait())
+        .await
+        .expect("the second daemon exits");
+    assert!(!status.success());
+    let log = second.log_text();
+    assert!(log.contains("already uses this database"), "{log}");
+    assert!(
+        log.contains(&format!("pid {} (botvisord)", first.pid())),
+        "{log}"
+    );
+}
+
 fn mode(path: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777

@@ -266,3 +266,48 @@ async fn new_clients_whose_first_calls_come_in_a_burst_are_answered() {
         assert_eq!(failed, 0, "{failed} calls failed");
     }
 }
+
+/// Clients that send `Hold` and leave at once, without waiting for the answer: the daemon may
+/// handle a client's departure while its `Hold` still waits to be checked. No lease may outlive
+/// its client (found by a fresh user: `Holders` stayed at 32 after such a storm, so the bot
+/// would never idle-stop again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_taken_by_a_client_that_left_at_once_ends() {
+    const CLIENTS: usize = 1000;
+    let fake = FakeSetup::start("").await;
+    let bot = fake.bot(json!([{"mode": "normal"}])).await;
+    let path = zbus::OwnedObjectPath::from(bot.inner().path().to_owned());
+    let dbus = zbus::fdo::DBusProxy::new(&fake.env.conn).await.unwrap();
+    let mut left = dbus.receive_name_owner_changed().await.unwrap();
+    let fire_and_leave = |_| async {
+        let conn = fake.env.bus.connect().await;
+        let name = conn.unique_name().unwrap().to_string();
+        let hold = zbus::Message::method_call(path.as_str(), "Hold")
+            .destination(BUS_NAME)
+            .interface(botvisor::dbus::BOT_INTERFACE)
+            .build(&())
+            .unwrap();
+        conn.send(&hold).await.unwrap();
+        name
+    };
+    let mut names: std::collections::HashSet<String> =
+        futures_util::future::join_all((0..CLIENTS).map(fire_and_leave))
+            .await
+            .into_iter()
+            .collect();
+    // Every client is gone from the bus: the bus passed on each one's Hold before its departure.
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while !names.is_empty() {
+            let sig = left.next().await.expect("NameOwnerChanged");
+            let a = sig.args().unwrap();
+            if a.new_owner().is_none() {
+                names.remove(a.name().as_str());
+            }
+        }
+    })
+    .await
+    .expect("the clients leave the bus");
+    // A call after them: the object server handles calls in order, so every Hold was handled.
+    fake.env.manager().await.list_bots().await.unwrap();
+    wait_holders(&bot, 0).await;
+}

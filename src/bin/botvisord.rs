@@ -112,6 +112,14 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        // The file itself, whatever path and runtime folder another daemon has.
+        match botvisor::files::lock_database(&database) {
+            Ok(file) => locks.push(file),
+            Err(e) => {
+                eprintln!("botvisord: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
         // A database this start created was locked by its path: now that it exists, by its
         // inode too, as a daemon given a hard link to it will lock it.
         let by_inode = paths::lock_file(&database);

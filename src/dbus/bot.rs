@@ -115,7 +115,16 @@ impl BotObject {
     /// never stopped for idleness and restarts after a crash. The lease ends with `Release` or
     /// when the client leaves the bus. Holding twice is one lease.
     async fn hold(&self, #[zbus(header)] hdr: Header<'_>) -> Result<()> {
-        Ok(self.handle.hold(&client_of(&hdr))?)
+        let client = client_of(&hdr);
+        self.handle.hold(&client)?;
+        // The client may have left while this call waited to be checked, and its departure been
+        // handled before the lease was taken: the bus says whether it is still there. One that
+        // leaves after this answer is handled after the lease (found by a fresh user: leases left
+        // by a storm of clients that held and left at once).
+        if !client.is_empty() && !self.ctx.caller.lookup().on_bus(&client).await {
+            self.handle.client_gone(&client);
+        }
+        Ok(())
     }
 
     /// Ends the calling client's lease. Errors: NotFound (it holds none).

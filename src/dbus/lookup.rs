@@ -57,6 +57,15 @@ impl BusLookup {
             .await
     }
 
+    /// Whether the connection `name` is on the bus now (`NameHasOwner`). A bus that cannot say
+    /// is taken to say yes: a lease then ends when the client leaves, as any other.
+    pub async fn on_bus(&self, name: &str) -> bool {
+        match bus_name(name) {
+            Ok(n) => self.dbus.name_has_owner(n).await.unwrap_or(true),
+            Err(_) => false,
+        }
+    }
+
     /// The unique names of every connection on the bus now (`ListNames`, names beginning with
     /// `:`).
     pub async fn connections(&self) -> Result<Vec<String>, zbus::fdo::Error> {

@@ -128,17 +128,23 @@ pub fn lock_database(path: &Path) -> Result<File, String> {
         Err(std::fs::TryLockError::WouldBlock) => Err(format!(
             "another botvisord already uses this database: {} holds {} (perhaps through another \
              path to the same file)",
-            lock_holder(&file, None),
+            // Not this process: its own locks on the file (SQLite's) hold nobody out.
+            holder_but(&file, None, Some(std::process::id())),
             path.display()
         )),
         Err(std::fs::TryLockError::Error(e)) => Err(format!("cannot lock {}: {e}", path.display())),
     }
 }
 
-/// The live process, other than this one, holding a lock on `file`. On Linux it is read from
+/// The live process holding the (`flock`) lock on `file`. On Linux it is read from
 /// `/proc/locks`, which names the process that took the lock; elsewhere the pid `written` in the
 /// file is believed while such a process runs.
 pub fn lock_holder(file: &File, written: Option<u32>) -> LockHolder {
+    holder_but(file, written, None)
+}
+
+/// [`lock_holder`], never naming the process `except`.
+fn holder_but(file: &File, written: Option<u32>, except: Option<u32>) -> LockHolder {
     let alive = |pid: u32| std::fs::metadata(format!("/proc/{pid}")).is_ok();
     match std::fs::read_to_string("/proc/locks") {
         Ok(locks) => {
@@ -147,8 +153,7 @@ pub fn lock_holder(file: &File, written: Option<u32>) -> LockHolder {
             };
             holders_in(&locks, m.dev(), m.ino())
                 .into_iter()
-                // Not this process: its own locks on the file (SQLite's) hold nobody out.
-                .find(|pid| *pid != std::process::id() && alive(*pid))
+                .find(|pid| Some(*pid) != except && alive(*pid))
                 .map(|pid| LockHolder::Process(pid, command_name(pid)))
                 .unwrap_or(LockHolder::Unknown { written })
         }

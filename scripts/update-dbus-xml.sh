@@ -45,6 +45,44 @@ def docify(block):
             out.append(l)
         i += 1
     return '\n'.join(out)
+# For the code generators only (botvisord does not serve them; tests/contract.rs leaves them
+# out of its comparison, and tests/codegen.rs builds and runs what the generators make):
+# gdbus-codegen passes the descriptor's GUnixFDList, qdbusxml2cpp (Qt 5) is told the C++ type of
+# each signature it does not know (dbus/qt/botvisor-types.h defines the Botvisor ones).
+QT_TYPES = {
+    'a{sv}': 'QVariantMap',
+    'a(tsss)': 'BotvisorChatItemList',
+    'a(sss)': 'BotvisorPermissionRequestList',
+    'a{sas}': 'BotvisorPermissionModes',
+}
+GLIB_FD_METHODS = {'OpenChatItem'}
+def codegen(block):
+    lines, out, i = block.split('\n'), [], 0
+    while i < len(lines):
+        l = lines[i]
+        out.append(l)
+        m = re.match(r'(\s*)<(method|signal|property) name="(\w+)"(?: type="([^"]+)")?', l)
+        if m:
+            ind, tag, name, ptype = m.groups()
+            notes = []
+            if tag == 'property' and ptype in QT_TYPES:
+                notes.append(('org.qtproject.QtDBus.QtTypeName', QT_TYPES[ptype]))
+            if tag != 'property':
+                j, count = i + 1, {'in': 0, 'out': 0}
+                while not lines[j].strip().startswith(f'</{tag}>'):
+                    a = re.search(r'<arg name="\w+" type="([^"]+)"(?: direction="(\w+)")?', lines[j])
+                    if a:
+                        direction = a.group(2) or 'out'
+                        if a.group(1) in QT_TYPES:
+                            key = f'org.qtproject.QtDBus.QtTypeName.{direction.capitalize()}{count[direction]}'
+                            notes.append((key, QT_TYPES[a.group(1)]))
+                        count[direction] += 1
+                    j += 1
+            if tag == 'method' and name in GLIB_FD_METHODS:
+                notes.append(('org.gtk.GDBus.C.UnixFD', 'true'))
+            out += [f'{ind}  <annotation name="{k}" value="{v}"/>' for k, v in notes]
+        i += 1
+    return '\n'.join(out)
 root, bot = open(sys.argv[1]).read(), open(sys.argv[2]).read()
 print('''<!DOCTYPE node PUBLIC "-//freedesktop//DTD D-BUS Object Introspection 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd">
@@ -60,10 +98,12 @@ print('''<!DOCTYPE node PUBLIC "-//freedesktop//DTD D-BUS Object Introspection 1
 
   tests/contract.rs keeps this file equal (names, signatures, directions, annotations) to what
   botvisord serves; scripts/update-dbus-xml.sh regenerates it. docs/dbus-api.md explains it.
+  The org.gtk.GDBus.C.* and org.qtproject.QtDBus.* annotations are for gdbus-codegen and
+  qdbusxml2cpp (with dbus/qt/botvisor-types.h); tests/codegen.rs builds and runs their code.
 -->
 <node>''')
-print(docify(iface(root, 'org.botvisor.Botvisor1.Manager')))
-print(docify(iface(bot, 'org.botvisor.Botvisor1.Bot')))
+print(codegen(docify(iface(root, 'org.botvisor.Botvisor1.Manager'))))
+print(codegen(docify(iface(bot, 'org.botvisor.Botvisor1.Bot'))))
 print('</node>')
 PY
 echo "wrote dbus/org.botvisor.Botvisor1.xml" >&2

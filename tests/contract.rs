@@ -10,7 +10,7 @@ use zbus::Variant;
 use support::*;
 
 /// An interface reduced to what clients rely on: members with their arguments and annotations
-/// (documentation left out).
+/// (documentation and code generators' hints left out).
 type Shape = BTreeMap<String, Vec<String>>;
 
 fn shapes(xml: &str) -> BTreeMap<String, Shape> {
@@ -55,7 +55,13 @@ fn shapes(xml: &str) -> BTreeMap<String, Shape> {
                     )),
                     "annotation" => {
                         let n = child.attribute("name").unwrap_or_default();
-                        if n != "org.gtk.GDBus.DocString" {
+                        // Documentation, and hints for the code generators (gdbus-codegen,
+                        // qdbusxml2cpp) that a server does not serve: tests/codegen.rs checks
+                        // those.
+                        let client_only = n == "org.gtk.GDBus.DocString"
+                            || n.starts_with("org.gtk.GDBus.C.")
+                            || n.starts_with("org.qtproject.QtDBus.");
+                        if !client_only {
                             parts.push(format!(
                                 "annotation {n}={}",
                                 child.attribute("value").unwrap_or_default()

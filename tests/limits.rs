@@ -529,3 +529,51 @@ async fn the_journal_says_when_the_session_bus_went_away() {
         "{log}"
     );
 }
+
+/// Issue 23: a client whose connection cannot take file descriptors (dbus-next without its
+/// native module, a TCP transport) gets `OpenChatItem` answered with a named error that points
+/// to `ReadChatItem`, not a call that waits for ever; the same connection goes on working, and a
+/// client that can take descriptors still gets one.
+#[tokio::test(flavor = "multi_thread")]
+async fn open_chat_item_to_a_client_without_descriptors_is_a_named_error() {
+    let setup = FakeSetup::start("").await;
+    let bot = setup.bot(json!([{"mode": "normal"}])).await;
+    send_and_wait(&bot, "hello").await;
+    let seq = bot.get_chat(0, 1).await.unwrap()[0].0;
+
+    let conn = setup.env.bus.connect_without_fds().await;
+    let plain = BotProxy::builder(&conn)
+        .path(bot.inner().path().to_owned())
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let err = bounded("OpenChatItem", plain.open_chat_item(seq, HashMap::new()))
+            .await
+            .expect_err("no descriptor can reach this client");
+        let text = err.to_string();
+        assert!(
+            text.contains("org.botvisor.Botvisor1.Error.NotSupported")
+                && text.contains("ReadChatItem"),
+            "{text}"
+        );
+        // The connection still works, and ReadChatItem serves the item.
+        let (data, size) = bounded(
+            "ReadChatItem",
+            plain.read_chat_item(seq, 0, 0, HashMap::new()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(data.len() as u64, size);
+    }
+    let fd = bounded("OpenChatItem", bot.open_chat_item(seq, HashMap::new()))
+        .await
+        .expect("a client that takes descriptors gets one");
+    let mut got = String::new();
+    std::fs::File::from(std::os::fd::OwnedFd::from(fd))
+        .read_to_string(&mut got)
+        .unwrap();
+    assert!(!got.is_empty());
+    assert_on_the_bus(&setup.env, &bot).await;
+}

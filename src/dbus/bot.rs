@@ -8,7 +8,7 @@ use zbus::object_server::SignalEmitter;
 
 use super::bounds;
 use super::error::{Error, Result};
-use super::guard::Guarded;
+use super::guard::{DescriptorCall, DescriptorMethods, Guarded};
 use super::options::{OptionReader, Options};
 use super::service::Ctx;
 use crate::limits::{MAX_PAGE_BYTES, MAX_PAGE_ITEMS, MAX_READ_BYTES, MAX_SEND_BYTES};
@@ -43,11 +43,45 @@ impl BotObject {
         self.handle.snapshot()
     }
 
+    /// `OpenChatItem`'s work: a sealed copy of chat item `seq`'s payload.
+    async fn chat_item_fd(&self, seq: u64, options: Options) -> Result<zbus::OwnedFd> {
+        OptionReader::new("OpenChatItem", &options).finish()?;
+        self.handle.check_alive()?;
+        // A big item takes a while to copy: off the runtime's worker threads.
+        let (store, id) = (self.ctx.supervisor.store().clone(), self.handle.id.clone());
+        let fd = tokio::task::spawn_blocking(move || super::item_fd::sealed_copy(&store, &id, seq))
+            .await
+            .map_err(|e| Error::Failed(format!("the copy of chat item {seq} failed: {e}")))?
+            .map_err(|e| match e {
+                super::item_fd::FdError::NoItem => self.no_item(seq),
+                other => Error::Failed(other.to_string()),
+            })?;
+        Ok(zbus::OwnedFd::from(fd))
+    }
+
     fn no_item(&self, seq: u64) -> Error {
         Error::NotFound(format!(
             "bot {} has no chat item {seq} (GetChat lists the items)",
             self.handle.id
         ))
+    }
+}
+
+impl DescriptorMethods for BotObject {
+    fn descriptor_call<'c>(
+        &'c self,
+        msg: &'c zbus::Message,
+        name: &zbus::names::MemberName<'_>,
+    ) -> Option<DescriptorCall<'c>> {
+        if name.as_str() != "OpenChatItem" {
+            return None;
+        }
+        Some(Box::pin(async move {
+            let (seq, options): (u64, Options) = msg.body().deserialize().map_err(|e| {
+                Error::InvalidArgument(format!("OpenChatItem takes (seq t, options a{{sv}}): {e}"))
+            })?;
+            self.chat_item_fd(seq, options).await
+        }))
     }
 }
 
@@ -237,21 +271,13 @@ impl BotObject {
     /// a sealed memory file, positioned at its start; its size is the payload's. The way to read
     /// a big item in one go on the same machine (`ReadChatItem` reads it in ranges, also where
     /// no descriptor can pass). No options yet. Errors: NotFound (no item `seq`),
-    /// InvalidArgument, Failed (no memory file on this system: use `ReadChatItem`).
+    /// InvalidArgument, NotSupported (the caller's connection cannot receive descriptors: use
+    /// `ReadChatItem`), Failed (no memory file on this system: use `ReadChatItem`).
     #[zbus(out_args("fd"))]
     async fn open_chat_item(&self, seq: u64, options: Options) -> Result<zbus::OwnedFd> {
-        OptionReader::new("OpenChatItem", &options).finish()?;
-        self.handle.check_alive()?;
-        // A big item takes a while to copy: off the runtime's worker threads.
-        let (store, id) = (self.ctx.supervisor.store().clone(), self.handle.id.clone());
-        let fd = tokio::task::spawn_blocking(move || super::item_fd::sealed_copy(&store, &id, seq))
-            .await
-            .map_err(|e| Error::Failed(format!("the copy of chat item {seq} failed: {e}")))?
-            .map_err(|e| match e {
-                super::item_fd::FdError::NoItem => self.no_item(seq),
-                other => Error::Failed(other.to_string()),
-            })?;
-        Ok(zbus::OwnedFd::from(fd))
+        // Reached only by botvisord's own calls: the guard answers the bus's
+        // (`DescriptorMethods`).
+        self.chat_item_fd(seq, options).await
     }
 
     /// A chat item was committed: `(seq, kind, JSON payload)`; a payload over 1 MiB is a preview,

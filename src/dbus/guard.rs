@@ -23,13 +23,33 @@ use zbus::{BoxDBusError, Connection, ObjectServer, OwnedVariant, Variant};
 
 use super::service::Ctx;
 
+/// The methods of an interface whose answer is a file descriptor: botvisord sends those answers
+/// itself ([`super::descriptors`]), so that a client that cannot take one is told so.
+pub trait DescriptorMethods {
+    /// The descriptor that answers `msg`, a call of `name`, when that is such a method; `None`
+    /// (the default) for every other method, which zbus answers.
+    fn descriptor_call<'c>(
+        &'c self,
+        _msg: &'c Message,
+        _name: &MemberName<'_>,
+    ) -> Option<DescriptorCall<'c>> {
+        None
+    }
+}
+
+/// The work of a method whose answer is a file descriptor: the descriptor, or the error to
+/// answer with.
+pub type DescriptorCall<'c> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<zbus::OwnedFd, super::error::Error>> + Send + 'c>,
+>;
+
 /// An interface whose every call and property read is the user's alone.
 pub struct Guarded<I> {
     inner: I,
     ctx: Arc<Ctx>,
 }
 
-impl<I: Interface> Guarded<I> {
+impl<I: Interface + DescriptorMethods> Guarded<I> {
     /// `inner`, checked with `ctx`'s caller check.
     pub fn new(inner: I, ctx: Arc<Ctx>) -> Self {
         Guarded { inner, ctx }
@@ -64,7 +84,7 @@ impl<I: Interface> Guarded<I> {
 }
 
 #[async_trait::async_trait]
-impl<I: Interface> Interface for Guarded<I> {
+impl<I: Interface + DescriptorMethods> Interface for Guarded<I> {
     fn name() -> InterfaceName<'static> {
         I::name()
     }
@@ -168,6 +188,19 @@ impl<I: Interface> Interface for Guarded<I> {
         msg: &'call Message,
         name: MemberName<'call>,
     ) -> DispatchResult<'call> {
+        if let Some(work) = self.inner.descriptor_call(msg, &name) {
+            return DispatchResult::Async(Box::pin(async move {
+                let hdr = msg.header();
+                self.check(&hdr)
+                    .await
+                    .map_err(|e| Box::new(e) as BoxDBusError)?;
+                // An error is answered by zbus; a descriptor by us, watching for the bus's refusal.
+                let fd = work.await.map_err(|e| Box::new(e) as BoxDBusError)?;
+                let sent = self.ctx.descriptors.answer(connection, msg, fd).await;
+                self.ctx.replies.sent(&hdr);
+                sent.map_err(|e| Box::new(zbus::fdo::Error::from(e)) as BoxDBusError)
+            }));
+        }
         let r = self.inner.call(server, connection, msg, name);
         self.checked(msg, r)
     }

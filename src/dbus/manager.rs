@@ -7,7 +7,7 @@ use zbus::{Connection, OwnedObjectPath, interface};
 
 use super::bot::BotObject;
 use super::error::{Error, Result};
-use super::guard::Guarded;
+use super::guard::{DescriptorMethods, Guarded};
 use super::options::{OptionReader, Options};
 use super::paths::bot_path;
 use super::service::Ctx;
@@ -41,6 +41,8 @@ fn check_env(env: &std::collections::BTreeMap<String, String>) -> Result<()> {
     }
     Ok(())
 }
+
+impl DescriptorMethods for Manager {}
 
 /// Manages bots: creates them and lists them.
 #[interface(name = "org.botvisor.Botvisor1.Manager", spawn = false)]

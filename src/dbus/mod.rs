@@ -14,6 +14,7 @@ pub mod bounds;
 pub mod caller;
 pub mod client;
 pub mod clients;
+pub mod descriptors;
 pub mod error;
 pub mod guard;
 pub mod item_fd;

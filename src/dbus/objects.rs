@@ -20,7 +20,7 @@ use zbus::{Connection, ObjectServer, Variant, interface};
 use super::BOT_INTERFACE;
 use super::bot::BotObject;
 use super::error::{Error, Result};
-use super::guard::Guarded;
+use super::guard::{DescriptorMethods, Guarded};
 use super::paths::bot_path;
 use super::service::Ctx;
 
@@ -35,6 +35,8 @@ impl BotObjects {
         Guarded::new(BotObjects { ctx: ctx.clone() }, ctx)
     }
 }
+
+impl DescriptorMethods for BotObjects {}
 
 #[interface(
     name = "org.freedesktop.DBus.ObjectManager",

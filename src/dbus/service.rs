@@ -31,6 +31,8 @@ pub struct Ctx {
     /// The calls not yet answered whose effects wait for their answer: a deleted bot's object
     /// goes (with `InterfacesRemoved`) only once its `Delete` was answered.
     pub replies: super::replies::Replies,
+    /// The answers carrying a file descriptor, until the bus could refuse them.
+    pub descriptors: super::descriptors::DescriptorReplies,
 }
 
 /// Why the service did not run.
@@ -150,6 +152,7 @@ pub async fn run(config: Config, store: Store) -> Result<(), ServiceError> {
         caller: caller.clone(),
         audience: Audience::new(caller),
         replies: Default::default(),
+        descriptors: Default::default(),
     });
     // The root objects are served as the connection is made: zbus then returns it only once
     // its object server reads the calls. An object server started later (`object_server()` on
@@ -170,6 +173,8 @@ pub async fn run(config: Config, store: Store) -> Result<(), ServiceError> {
     super::clients::learn_present(&ctx)
         .await
         .map_err(zbus::Error::from)?;
+    // Before any bot object can be called.
+    super::descriptors::watch_refusals(&conn, ctx.clone()).await?;
 
     let server = conn.object_server();
     let handles = supervisor.load()?;

@@ -230,6 +230,24 @@ impl PrivateBus {
             .await
             .unwrap()
     }
+
+    /// A connection that does not offer to take file descriptors (no `NEGOTIATE_UNIX_FD` in
+    /// its handshake), as dbus-next without its native module or a TCP transport connects.
+    pub async fn connect_without_fds(&self) -> Connection {
+        let stream = tokio::net::UnixStream::connect(self.dir.join("bus.sock"))
+            .await
+            .unwrap();
+        let (read, write) = stream.into_split();
+        let split: zbus::connection::socket::BoxedSplit = zbus::connection::socket::Split::new(
+            Box::new(NoFdRead(read)),
+            Box::new(NoFdWrite(write)),
+        );
+        zbus::connection::Builder::socket(split)
+            .method_timeout(Duration::from_secs(60))
+            .build()
+            .await
+            .unwrap()
+    }
 }
 
 impl Drop for TestEnv {
@@ -1000,5 +1018,42 @@ impl FakeSetup {
                 )
             })
             .collect()
+    }
+}
+
+/// The reading half of [`PrivateBus::connect_without_fds`]: bytes only.
+#[derive(Debug)]
+struct NoFdRead(tokio::net::unix::OwnedReadHalf);
+
+#[async_trait::async_trait]
+impl zbus::connection::socket::ReadHalf for NoFdRead {
+    async fn recvmsg(
+        &mut self,
+        buf: &mut [u8],
+    ) -> std::io::Result<(usize, Vec<std::os::fd::OwnedFd>)> {
+        use tokio::io::AsyncReadExt;
+        Ok((self.0.read(buf).await?, Vec::new()))
+    }
+}
+
+/// The writing half of [`PrivateBus::connect_without_fds`]: bytes only.
+#[derive(Debug)]
+struct NoFdWrite(tokio::net::unix::OwnedWriteHalf);
+
+#[async_trait::async_trait]
+impl zbus::connection::socket::WriteHalf for NoFdWrite {
+    async fn sendmsg(
+        &mut self,
+        buf: &[u8],
+        fds: &[std::os::fd::BorrowedFd<'_>],
+    ) -> std::io::Result<usize> {
+        use tokio::io::AsyncWriteExt;
+        assert!(fds.is_empty(), "a connection without descriptors sent one");
+        self.0.write(buf).await
+    }
+
+    async fn close(&mut self) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        self.0.shutdown().await
     }
 }

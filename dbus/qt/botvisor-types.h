@@ -1,0 +1,87 @@
+// The C++ types of botvisor's D-Bus signatures that QtDBus does not know, for the code that
+// qdbusxml2cpp makes from dbus/org.botvisor.Botvisor1.xml (whose org.qtproject.QtDBus.QtTypeName
+// annotations name them):
+//
+//     qdbusxml2cpp -i botvisor-types.h -p botvisor_proxy dbus/org.botvisor.Botvisor1.xml
+//
+// Call botvisorRegisterTypes() once, before the first call or property read.
+// tests/codegen.rs builds a client with it and runs it against botvisord.
+#ifndef BOTVISOR_TYPES_H
+#define BOTVISOR_TYPES_H
+
+#include <QtCore/QList>
+#include <QtCore/QMap>
+#include <QtCore/QMetaType>
+#include <QtCore/QString>
+#include <QtCore/QStringList>
+#include <QtDBus/QDBusArgument>
+#include <QtDBus/QDBusMetaType>
+
+// One item of GetChat, `(tsss)`: seq, kind, RFC 3339 time, JSON payload.
+struct BotvisorChatItem {
+    quint64 seq = 0;
+    QString kind;
+    QString time;
+    QString payload;
+};
+typedef QList<BotvisorChatItem> BotvisorChatItemList;
+
+// One entry of the PendingPermissions property, `(sss)`: request id, tool, input JSON.
+struct BotvisorPermissionRequest {
+    QString requestId;
+    QString tool;
+    QString input;
+};
+typedef QList<BotvisorPermissionRequest> BotvisorPermissionRequestList;
+
+// The PermissionModes property, `a{sas}`: the modes each runtime accepts, by runtime name.
+typedef QMap<QString, QStringList> BotvisorPermissionModes;
+
+inline QDBusArgument &operator<<(QDBusArgument &arg, const BotvisorChatItem &item)
+{
+    arg.beginStructure();
+    arg << item.seq << item.kind << item.time << item.payload;
+    arg.endStructure();
+    return arg;
+}
+
+inline const QDBusArgument &operator>>(const QDBusArgument &arg, BotvisorChatItem &item)
+{
+    arg.beginStructure();
+    arg >> item.seq >> item.kind >> item.time >> item.payload;
+    arg.endStructure();
+    return arg;
+}
+
+inline QDBusArgument &operator<<(QDBusArgument &arg, const BotvisorPermissionRequest &request)
+{
+    arg.beginStructure();
+    arg << request.requestId << request.tool << request.input;
+    arg.endStructure();
+    return arg;
+}
+
+inline const QDBusArgument &operator>>(const QDBusArgument &arg,
+                                       BotvisorPermissionRequest &request)
+{
+    arg.beginStructure();
+    arg >> request.requestId >> request.tool >> request.input;
+    arg.endStructure();
+    return arg;
+}
+
+Q_DECLARE_METATYPE(BotvisorChatItem)
+Q_DECLARE_METATYPE(BotvisorPermissionRequest)
+Q_DECLARE_METATYPE(BotvisorPermissionModes)
+
+// Registers the types above with QtDBus.
+inline void botvisorRegisterTypes()
+{
+    qDBusRegisterMetaType<BotvisorChatItem>();
+    qDBusRegisterMetaType<BotvisorChatItemList>();
+    qDBusRegisterMetaType<BotvisorPermissionRequest>();
+    qDBusRegisterMetaType<BotvisorPermissionRequestList>();
+    qDBusRegisterMetaType<BotvisorPermissionModes>();
+}
+
+#endif

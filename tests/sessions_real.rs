@@ -498,3 +498,79 @@ async fn send_to_a_bot_whose_folder_is_gone_is_refused_and_its_return_resumes_th
         "the refused message went nowhere"
     );
 }
+
+/// Issue 23: a mode the running agent refuses is not shown as in force. Claude Code refuses
+/// `bypassPermissions` to a session not launched with it; `PermissionMode` keeps `plan`, an
+/// `error` item (reason `setting_refused`) and `LastError` say why, the agent goes on in `plan`,
+/// and a mode it takes is shown once it did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mode_the_running_agent_refuses_is_not_shown_as_in_force() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude, echo_script()).await;
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    bot.set_permission_mode("plan").await.unwrap();
+    wait_permission_mode(&bot, "plan").await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let pid = bot.process_id().await.unwrap();
+
+    let mut items = bot.receive_chat_item_added().await.unwrap();
+    bot.set_permission_mode("bypassPermissions").await.unwrap();
+    let refused = bounded("the agent's answer", async {
+        loop {
+            let sig = items.next().await.unwrap();
+            let a = sig.args().unwrap();
+            let p: serde_json::Value = serde_json::from_str(&a.payload).unwrap();
+            if p["setting"] == "permission_mode" {
+                return (a.kind.clone(), p);
+            }
+        }
+    })
+    .await;
+    assert_eq!(refused.0, "error", "{refused:?}");
+    assert_eq!(refused.1["reason"], "setting_refused", "{refused:?}");
+    assert_eq!(refused.1["value"], "bypassPermissions");
+    assert!(
+        refused.1["text"]
+            .as_str()
+            .unwrap()
+            .contains("dangerously-skip-permissions"),
+        "the agent's words: {refused:?}"
+    );
+    let uncached = env
+        .bot_uncached(&bot.inner().path().to_owned().into())
+        .await;
+    assert_eq!(
+        uncached.permission_mode().await.unwrap(),
+        "plan",
+        "what is in force"
+    );
+    assert!(uncached.last_error().await.unwrap().contains("refused"));
+    assert_eq!(bot.process_id().await.unwrap(), pid, "no restart");
+    // botvisorctl says so too, and fails.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_botvisorctl"))
+        .env_clear()
+        .env("DBUS_SESSION_BUS_ADDRESS", &env.bus.address)
+        .args([
+            "set",
+            &bot.id().await.unwrap(),
+            "--permission-mode",
+            "bypassPermissions",
+        ])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("refused") && err.contains("dangerously-skip-permissions"),
+        "{err}"
+    );
+    assert_eq!(uncached.permission_mode().await.unwrap(), "plan");
+
+    bot.set_permission_mode("acceptEdits").await.unwrap();
+    wait_permission_mode(&bot, "acceptEdits").await;
+    assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
+    stop_and_wait(&bot).await;
+    assert_eq!(uncached.permission_mode().await.unwrap(), "acceptEdits");
+}

@@ -262,7 +262,7 @@ async fn write_calls_during_a_lock_answer_at_once_and_the_fault_clears_by_itself
     // A burst of write calls from many clients, with pings among them.
     let calls = (0..20).map(|i| {
         let bot = bot.clone();
-        async move { bot.set_model(&format!("m{i}")).await }
+        async move { bot.send(&format!("m{i}"), HashMap::new()).await }
     });
     let peer = zbus::fdo::PeerProxy::builder(&fake.env.conn)
         .destination(BUS_NAME)
@@ -283,9 +283,7 @@ async fn write_calls_during_a_lock_answer_at_once_and_the_fault_clears_by_itself
     };
     let (results, slowest_ping) = tokio::join!(futures_util::future::join_all(calls), pings);
     let burst = started.elapsed();
-    println!(
-        "20 SetModel calls and 10 pings during a lock: {burst:?}, slowest ping {slowest_ping:?}"
-    );
+    println!("20 Send calls and 10 pings during a lock: {burst:?}, slowest ping {slowest_ping:?}");
     for r in &results {
         let e = r.as_ref().unwrap_err();
         assert!(e.to_string().contains("StorageUnavailable"), "{e}");
@@ -297,6 +295,11 @@ async fn write_calls_during_a_lock_answer_at_once_and_the_fault_clears_by_itself
     // Nothing of ours writes now: the fault clears all the same.
     wait_storage_error(&manager, str::is_empty).await;
     bot.set_model("sonnet").await.unwrap();
+    assert_eq!(
+        bot.queued_messages().await.unwrap(),
+        0,
+        "no refused Send was queued"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -105,11 +105,9 @@ async fn a_setting_the_running_cli_never_confirms_is_reported_as_failed() {
         "{report}"
     );
     assert!(bot.last_error().await.unwrap().contains("opus"));
-    assert_eq!(
-        bot.model().await.unwrap(),
-        "opus",
-        "kept for the next start"
-    );
+    assert!(report["text"].as_str().unwrap().contains("nothing changed"));
+    // The agent never said it took it: not shown as in force (issue 23).
+    assert_eq!(bot.model().await.unwrap(), "", "what is in force");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

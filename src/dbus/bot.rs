@@ -111,14 +111,19 @@ impl BotObject {
         Ok(self.handle.stop()?)
     }
 
-    /// Sets the permission mode: on the running agent at once (control protocol), and for every
-    /// later start. Errors: InvalidArgument (a mode the runtime does not know).
+    /// Asks for a permission mode; returns at once. `PermissionMode` says what is in force: it
+    /// changes once the running agent took the mode (control protocol; a `system` chat item,
+    /// reason `setting_applied`), or at once when no agent runs (its next start takes it). A
+    /// refusal or no answer changes nothing: an `error` chat item (reason `setting_refused` or
+    /// `control_timeout`) and `LastError` say why. Errors: InvalidArgument (a mode the runtime
+    /// does not know), StorageUnavailable.
     async fn set_permission_mode(&self, mode: String) -> Result<()> {
         Ok(self.handle.set_permission_mode(mode)?)
     }
 
-    /// Sets the model: on the running agent for its next request, and for every later start.
-    /// Empty means the CLI's default (from the next start). Errors: InvalidArgument.
+    /// Asks for a model, as `SetPermissionMode` asks for a mode (`Model` changes once it is in
+    /// force: from the agent's next request). Empty means the CLI's default (Claude Code: from
+    /// the next start). Errors: InvalidArgument, StorageUnavailable.
     async fn set_model(&self, model: String) -> Result<()> {
         Ok(self.handle.set_model(model)?)
     }

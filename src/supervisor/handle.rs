@@ -142,43 +142,36 @@ impl BotHandle {
         self.command(Command::Stop)
     }
 
-    /// Persists a permission mode and applies it to the running process.
+    /// Asks for a permission mode: the running agent is asked to take it (control protocol),
+    /// and it is recorded and shown (`PermissionMode`) once it did; with no agent running it is
+    /// recorded at once, for the next start. A refusal or no answer changes nothing and says why
+    /// (an `error` item, `LastError`). Errors: InvalidArgument (a mode the runtime does not
+    /// know), NotFound (the bot was deleted), StorageUnavailable.
     pub fn set_permission_mode(&self, mode: String) -> Result<(), BotError> {
         self.check_alive()?;
         check_permission_mode(self.shared.runtime.as_ref(), &mode)?;
-        self.shared
-            .store
-            .tx_now(|tx| store::bots::set_permission_mode(tx, &self.id, &mode))?;
-        bot::update_view(
-            &self.view,
-            &self.shared.publisher,
-            &self.id,
-            vec!["PermissionMode"],
-            |v| v.record.permission_mode = mode.clone(),
-        );
-        if mode.is_empty() {
-            return Ok(());
-        }
+        self.check_writable()?;
         self.command(Command::ApplyLive(ControlRequest::SetPermissionMode(mode)))
     }
 
-    /// Persists a model and applies it to the running process. Empty is the CLI's default:
-    /// Claude Code's from the next start; Codex's `config.toml` model, live (see
-    /// `Protocol::control`).
+    /// Asks for a model, as [`BotHandle::set_permission_mode`] asks for a mode. Empty is the
+    /// CLI's default: Claude Code's from the next start (recorded at once); Codex's
+    /// `config.toml` model, live (see `Protocol::control`). Errors: InvalidArgument, NotFound,
+    /// StorageUnavailable.
     pub fn set_model(&self, model: String) -> Result<(), BotError> {
         self.check_alive()?;
         check_model(self.shared.runtime.as_ref(), &model)?;
-        self.shared
-            .store
-            .tx_now(|tx| store::bots::set_model(tx, &self.id, &model))?;
-        bot::update_view(
-            &self.view,
-            &self.shared.publisher,
-            &self.id,
-            vec!["Model"],
-            |v| v.record.model = model.clone(),
-        );
+        self.check_writable()?;
         self.command(Command::ApplyLive(ControlRequest::SetModel(model)))
+    }
+
+    /// StorageUnavailable while the database is known not to take writes: a setting the actor
+    /// records later would otherwise be refused out of the caller's sight.
+    fn check_writable(&self) -> Result<(), BotError> {
+        match self.shared.store.health().failing() {
+            Some(why) => Err(store::StoreError::Unavailable(why).into()),
+            None => Ok(()),
+        }
     }
 
     /// Asks for a restart; `fresh` starts a new conversation. Errors: Busy (the working

@@ -770,6 +770,14 @@ pub async fn wait_state(bot: &BotProxy<'_>, want: &str) {
     wait_property(changes, now, &want.to_owned(), "State").await;
 }
 
+/// Waits until the bot's property `PermissionMode` reads `want`.
+pub async fn wait_permission_mode(bot: &BotProxy<'_>, want: &str) {
+    let bot = watching(bot).await;
+    let changes = bot.receive_permission_mode_changed().await;
+    let now = bot.permission_mode().await.unwrap();
+    wait_property(changes, now, &want.to_owned(), "PermissionMode").await;
+}
+
 /// Waits until a property whose `changes` were subscribed before it read `now` reads `want`;
 /// panics naming `what` after [`EVENT_TIMEOUT`].
 pub async fn wait_property<T>(

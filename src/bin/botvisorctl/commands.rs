@@ -306,20 +306,33 @@ pub async fn set(
         return Err(Failure::usage("give --permission-mode and/or --model"));
     }
     let bot = bots::resolve(conn, spec).await?;
+    let running = bot.process_id().await.unwrap_or(0) != 0;
+    // A running agent's answer comes as a chat item: subscribed before asking.
+    let items = match running {
+        true => Some(bot.receive_chat_item_added().await?),
+        false => None,
+    };
+    let mut asked = Vec::new();
     if let Some(mode) = &mode {
         bot.set_permission_mode(mode).await?;
+        asked.push(("permission_mode", mode.clone()));
     }
     if let Some(model) = &model {
         bot.set_model(model).await?;
+        asked.push(("model", model.clone()));
     }
-    let running = bot.process_id().await.unwrap_or(0) != 0;
+    // Whether every setting is in force now (else from the next start).
+    let live = match items {
+        Some(items) => setting_answers(items, asked).await?,
+        None => false,
+    };
     if json {
         json_line!(
             json!({"id": bot.id().await.unwrap_or_default(), "permission_mode": mode,
-                   "model": model, "live": running})
+                   "model": model, "live": live})
         );
     } else {
-        let when = if running {
+        let when = if live {
             "applied to the running agent"
         } else {
             "taken at the next start"
@@ -348,6 +361,55 @@ pub async fn set(
         outln!("{}: {} ({when})", shell_word(spec), what.join(", "));
     }
     Ok(OK)
+}
+
+/// How long `set` waits for the running agent's answers: beyond botvisord's own bound
+/// (`control_timeout_s`, 10 s by default), after which it reports the silence itself.
+const SETTING_ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits for the running agent's answer to each setting `asked` (`(setting, value)`, as the
+/// chat items name them): whether it took them all (`false`: one is for its next start); a
+/// refusal or a silence is the failure that the `error` item words. Reads only the signals: no
+/// bus call while they come.
+async fn setting_answers(
+    mut items: botvisor::dbus::client::ChatItemAddedStream,
+    mut asked: Vec<(&'static str, String)>,
+) -> Result<bool, Failure> {
+    let mut live = true;
+    let wait = async {
+        while !asked.is_empty() {
+            let Some(sig) = items.next().await else {
+                return Err(Failure::failed(
+                    "the bot went away before the agent answered",
+                ));
+            };
+            let Ok(args) = sig.args() else { continue };
+            let Ok(p) = serde_json::from_str::<serde_json::Value>(&args.payload) else {
+                continue;
+            };
+            let Some(at) = asked
+                .iter()
+                .position(|(name, value)| p["setting"] == *name && p["value"] == value.as_str())
+            else {
+                continue;
+            };
+            asked.remove(at);
+            if args.kind == "error" {
+                let text = p["text"].as_str().unwrap_or("the running agent refused it");
+                return Err(Failure::failed(show::safe(text)));
+            }
+            live &= p["reason"] == "setting_applied";
+        }
+        Ok(live)
+    };
+    tokio::time::timeout(SETTING_ANSWER_WAIT, wait)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Failure::failed(format!(
+                "the running agent did not answer within {} s; LastError will say when it does",
+                SETTING_ANSWER_WAIT.as_secs()
+            )))
+        })
 }
 
 /// `restart`.

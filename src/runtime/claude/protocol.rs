@@ -48,9 +48,10 @@ impl Protocol for ClaudeProtocol {
     }
 
     fn control(&mut self, request: &ControlRequest) -> Option<Sent> {
-        if matches!(request, ControlRequest::SetModel(m) if m.is_empty()) {
-            // `set_model` takes a model name: the default comes with the next start (no
-            // `--model`).
+        if matches!(request, ControlRequest::SetModel(m) | ControlRequest::SetPermissionMode(m) if m.is_empty())
+        {
+            // `set_model` takes a model name, `set_permission_mode` a mode: the CLI's default
+            // comes with the next start (no `--model`, no `--permission-mode`).
             return None;
         }
         let request_id = self.next_id();

@@ -43,7 +43,16 @@ impl Actor {
                 false
             }
             Command::ApplyLive(request) => {
-                self.send_control(request);
+                // Shown once in force (design rule 6): taken by the running agent, or, with no
+                // agent to take it, recorded for the next start now.
+                if !self.send_control(request.clone())
+                    && let Some(effect) = crate::supervisor::core::control::for_next_start(
+                        &request,
+                        self.proc.is_some(),
+                    )
+                {
+                    self.apply(vec![effect]);
+                }
                 true
             }
             Command::Restart(fresh) => {

@@ -3,7 +3,7 @@
 //! here, in [`Actor::commit`]: nothing of a commit is published unless it is durable.
 
 use super::*;
-use crate::supervisor::core::{Effect, Publish, Write};
+use crate::supervisor::core::{Effect, Publish, Setting, Write};
 
 /// What executing effects gave back to the core.
 #[derive(Debug, Default)]
@@ -94,6 +94,12 @@ impl Actor {
                         Write::Session(s) => store::bots::set_session(tx, &self.id, s.as_deref())?,
                         Write::LastError(e) => store::bots::set_last_error(tx, &self.id, e)?,
                         Write::Failed(failed) => store::bots::set_failed(tx, &self.id, *failed)?,
+                        Write::Setting(Setting::PermissionMode(m)) => {
+                            store::bots::set_permission_mode(tx, &self.id, m)?
+                        }
+                        Write::Setting(Setting::Model(m)) => {
+                            store::bots::set_model(tx, &self.id, m)?
+                        }
                     }
                 }
                 Ok((items, delivered_at))
@@ -118,6 +124,14 @@ impl Actor {
                         Publish::State(state) => {
                             let state = *state;
                             self.update(vec!["State"], |v| v.state = state);
+                        }
+                        Publish::Setting(Setting::PermissionMode(m)) => {
+                            let m = m.clone();
+                            self.update(vec!["PermissionMode"], |v| v.record.permission_mode = m);
+                        }
+                        Publish::Setting(Setting::Model(m)) => {
+                            let m = m.clone();
+                            self.update(vec!["Model"], |v| v.record.model = m);
                         }
                         Publish::PermissionRequested {
                             request_id,

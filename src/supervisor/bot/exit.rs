@@ -11,6 +11,7 @@ impl Actor {
         };
         let mut proc = proc;
         self.process_gone();
+        self.apply(std::mem::take(&mut proc.controls).at_exit());
         let root_pid = proc.handle.pid;
         tracing::info!(bot_id = %self.id, pid = root_pid, status = %info, "agent exited");
         let stderr = proc.handle.stderr_text();

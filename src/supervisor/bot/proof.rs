@@ -212,8 +212,9 @@ impl Actor {
             return Some(v);
         };
         tracing::info!(bot_id = %self.id, pid, status = %info, "agent stopped");
-        let proc = self.proc.take()?;
+        let mut proc = self.proc.take()?;
         self.process_gone();
+        self.apply(std::mem::take(&mut proc.controls).at_exit());
         let recorded = self.record().session_id;
         let (exists, holds) = (self.transcript_check(), self.conversation_holds());
         let effects = Lifecycle::stopped(

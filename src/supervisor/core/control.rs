@@ -1,19 +1,22 @@
 //! Live settings with no I/O (design rule 6): the control requests sent to the running CLI and
-//! not yet answered, and what an answer, a refusal or no answer at all means (the chat says so;
-//! a refusal or a silence is an error in `LastError`; the setting stays recorded for the next
-//! start either way).
-
-use std::collections::HashMap;
+//! not yet answered, and what an answer, a refusal or no answer at all means. A property says
+//! what is in force (issue 23: `PermissionMode` showed a mode the agent had refused): a setting
+//! is recorded and shown once the running agent took it, or at once when no agent runs (its
+//! next start takes it); a refusal or a silence changes nothing and says why (an `error` item,
+//! `LastError`).
 
 use serde_json::json;
 
-use super::effect::{CommitBuilder, Effect, Publish, Write};
+use super::effect::{CommitBuilder, Effect, Publish, Setting, Write};
 use crate::runtime::ControlRequest;
 
 /// The setting a control request changes, in words (``the model to `opus` ``); `None` for the
 /// requests that change no setting (`initialize`, `interrupt`).
 pub fn setting_change(request: &ControlRequest) -> Option<String> {
     match request {
+        ControlRequest::SetPermissionMode(mode) if mode.is_empty() => {
+            Some("the permission mode to its default (the CLI's own)".to_owned())
+        }
         ControlRequest::SetPermissionMode(mode) => Some(format!("the permission mode to `{mode}`")),
         ControlRequest::SetModel(model) if model.is_empty() => {
             Some("the model to its default (the CLI's configuration)".to_owned())
@@ -23,16 +26,60 @@ pub fn setting_change(request: &ControlRequest) -> Option<String> {
     }
 }
 
-/// The control requests of one process sent and not yet answered, by request id.
+/// The record's setting a control request changes; `None` for the others.
+pub fn setting_of(request: &ControlRequest) -> Option<Setting> {
+    match request {
+        ControlRequest::SetPermissionMode(mode) => Some(Setting::PermissionMode(mode.clone())),
+        ControlRequest::SetModel(model) => Some(Setting::Model(model.clone())),
+        ControlRequest::Initialize | ControlRequest::Interrupt => None,
+    }
+}
+
+/// The name a chat item gives the setting (`permission_mode`, `model`) and its value.
+fn named(setting: &Setting) -> (&'static str, &str) {
+    match setting {
+        Setting::PermissionMode(m) => ("permission_mode", m),
+        Setting::Model(m) => ("model", m),
+    }
+}
+
+/// `setting` recorded and published: in force from now on (or from the next start).
+fn record(c: &mut CommitBuilder, setting: Setting) {
+    c.write(Write::Setting(setting.clone()))
+        .then(Publish::Setting(setting));
+}
+
+/// A setting change asked while no agent can take it live (none runs, it is stopping, or the
+/// runtime takes this value only at a start): recorded for the next start, at once. While an
+/// agent runs (`running`), a `system` item (reason `setting_next_start`, with `setting` and
+/// `value`) says it keeps the old one until then. `None` for a request that changes no setting.
+pub fn for_next_start(request: &ControlRequest, running: bool) -> Option<Effect> {
+    let setting = setting_of(request)?;
+    let mut c = CommitBuilder::default();
+    if running && let Some(what) = setting_change(request) {
+        let (name, value) = named(&setting);
+        c.item(
+            "system",
+            None,
+            json!({"text": format!("The running agent cannot change {what} live: its next start takes it."),
+                   "reason": "setting_next_start", "setting": name, "value": value})
+            .to_string(),
+        );
+    }
+    record(&mut c, setting);
+    c.build()
+}
+
+/// The control requests of one process sent and not yet answered, in the order sent.
 #[derive(Debug, Default, Clone)]
 pub struct Controls {
-    pending: HashMap<String, ControlRequest>,
+    pending: Vec<(String, ControlRequest)>,
 }
 
 impl Controls {
     /// `request` went out with `request_id`.
     pub fn sent(&mut self, request_id: String, request: ControlRequest) {
-        self.pending.insert(request_id, request);
+        self.pending.push((request_id, request));
     }
 
     /// Whether a control request changing a setting waits for its answer (a watchdog runs).
@@ -40,77 +87,126 @@ impl Controls {
         setting_change(request).is_some()
     }
 
-    /// The CLI answered `request_id`: a setting changed says so in a `system` item (reason
-    /// `setting_applied`); a refused one in an `error` item and `LastError`. An answer to a
-    /// request that changes no setting, or to none sent, changes nothing (`None`); a refused
-    /// one of those is for the journal only (`Err` with its words).
+    fn take(&mut self, request_id: &str) -> Option<ControlRequest> {
+        let at = self.pending.iter().position(|(id, _)| id == request_id)?;
+        Some(self.pending.remove(at).1)
+    }
+
+    /// The CLI answered `request_id`: a setting it took is recorded, published and said in a
+    /// `system` item (reason `setting_applied`); a refused one changes nothing and is said in an
+    /// `error` item (reason `setting_refused`) and `LastError`. Both items name the `setting`
+    /// and its `value`. An answer to a request that changes no setting, or to none sent,
+    /// changes nothing (`None`); a refused one of those is for the journal only (`Err` with its
+    /// words).
     pub fn answered(
         &mut self,
         request_id: &str,
         result: Result<(), String>,
     ) -> Result<Vec<Effect>, (ControlRequest, String)> {
-        let Some(request) = self.pending.remove(request_id) else {
+        let Some(request) = self.take(request_id) else {
             return Ok(Vec::new());
         };
-        let Some(what) = setting_change(&request) else {
+        let (Some(what), Some(setting)) = (setting_change(&request), setting_of(&request)) else {
             return match result {
                 Ok(()) => Ok(Vec::new()),
                 Err(e) => Err((request, e)),
             };
         };
+        let (name, value) = named(&setting);
         let mut c = CommitBuilder::default();
         match result {
             Ok(()) => {
                 c.item(
                     "system",
                     None,
-                    json!({"text": format!("The running agent changed {what}."), "reason": "setting_applied"})
-                        .to_string(),
+                    json!({"text": format!("The running agent changed {what}."),
+                           "reason": "setting_applied", "setting": name, "value": value})
+                    .to_string(),
                 );
+                record(&mut c, setting);
             }
             Err(e) => {
                 let text = format!(
-                    "The running agent refused to change {what}: {e}. The setting is kept for \
-                     its next start."
+                    "The running agent refused to change {what}: {e}. Nothing changed; a \
+                     setting set while the bot is stopped is taken at its next start."
                 );
-                c.item("error", None, json!({ "text": text }).to_string())
-                    .write(Write::LastError(text.clone()))
-                    .then(Publish::LastError(text));
+                c.item(
+                    "error",
+                    None,
+                    json!({"text": text, "reason": "setting_refused", "setting": name, "value": value})
+                        .to_string(),
+                )
+                .write(Write::LastError(text.clone()))
+                .then(Publish::LastError(text));
             }
         }
         Ok(c.build().into_iter().collect())
     }
 
     /// No answer to `request_id` within `timeout_s` (the control watchdog, design rule 15): an
-    /// `error` item (reason `control_timeout`) and `LastError`; the setting stays recorded.
+    /// `error` item (reason `control_timeout`, with `setting` and `value`) and `LastError`;
+    /// nothing changed, since the agent did not say it took the setting.
     pub fn timed_out(&mut self, request_id: &str, timeout_s: f64) -> Vec<Effect> {
-        let Some(what) = self
-            .pending
-            .remove(request_id)
-            .as_ref()
-            .and_then(setting_change)
-        else {
+        let Some(request) = self.take(request_id) else {
             return Vec::new();
         };
+        let (Some(what), Some(setting)) = (setting_change(&request), setting_of(&request)) else {
+            return Vec::new();
+        };
+        let (name, value) = named(&setting);
         let text = format!(
             "The running agent did not answer the request to change {what} within {timeout_s} s \
-             (control_timeout_s); the setting is kept for its next start."
+             (control_timeout_s); nothing changed."
         );
         let mut c = CommitBuilder::default();
         c.item(
             "error",
             None,
-            json!({"text": text, "reason": "control_timeout"}).to_string(),
+            json!({"text": text, "reason": "control_timeout", "setting": name, "value": value})
+                .to_string(),
         )
         .write(Write::LastError(text.clone()))
         .then(Publish::LastError(text));
         c.build().into_iter().collect()
+    }
+
+    /// The process ended with these requests unanswered: neither taken nor refused, the
+    /// settings they ask for are recorded for the next start, in the order asked.
+    pub fn at_exit(self) -> Vec<Effect> {
+        let mut c = CommitBuilder::default();
+        let mut any = false;
+        for (_, request) in self.pending {
+            if let Some(setting) = setting_of(&request) {
+                record(&mut c, setting);
+                any = true;
+            }
+        }
+        if any {
+            c.build().into_iter().collect()
+        } else {
+            Vec::new()
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn settings(effects: &[Effect]) -> Vec<Setting> {
+        let mut out = Vec::new();
+        for e in effects {
+            if let Effect::Commit { writes, publish } = e {
+                for w in writes {
+                    if let Write::Setting(s) = w {
+                        assert!(publish.contains(&Publish::Setting(s.clone())), "published");
+                        out.push(s.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
 
     fn kinds_and_last_error(effects: &[Effect]) -> (Vec<String>, Option<String>) {
         let mut kinds = Vec::new();
@@ -139,26 +235,64 @@ mod tests {
     fn rule_6_a_setting_the_cli_applied_says_so_and_is_no_error() {
         let mut c = Controls::default();
         c.sent("1".into(), ControlRequest::SetModel("opus".into()));
-        let (kinds, last) = kinds_and_last_error(&c.answered("1", Ok(())).unwrap());
+        let effects = c.answered("1", Ok(())).unwrap();
+        let (kinds, last) = kinds_and_last_error(&effects);
         assert_eq!(kinds, ["system/setting_applied"]);
         assert_eq!(last, None);
+        assert_eq!(settings(&effects), [Setting::Model("opus".into())]);
     }
 
     #[test]
-    fn rule_6_a_setting_the_cli_refused_is_an_error_and_kept_for_the_next_start() {
+    fn rule_6_a_setting_the_cli_refused_is_an_error_and_changes_nothing() {
         let mut c = Controls::default();
         c.sent("1".into(), ControlRequest::SetPermissionMode("plan".into()));
-        let (kinds, last) = kinds_and_last_error(&c.answered("1", Err("no".into())).unwrap());
-        assert_eq!(kinds, ["error/"]);
-        assert!(last.unwrap().contains("kept for its next start"));
+        let effects = c.answered("1", Err("no".into())).unwrap();
+        let (kinds, last) = kinds_and_last_error(&effects);
+        assert_eq!(kinds, ["error/setting_refused"]);
+        assert!(last.unwrap().contains("Nothing changed"));
+        assert!(settings(&effects).is_empty(), "not recorded, not shown");
+    }
+
+    #[test]
+    fn rule_6_a_setting_with_no_agent_to_take_it_is_recorded_for_the_next_start() {
+        let mode = ControlRequest::SetPermissionMode("plan".into());
+        let effects: Vec<Effect> = for_next_start(&mode, false).into_iter().collect();
+        assert_eq!(kinds_and_last_error(&effects), (vec![], None));
+        assert_eq!(settings(&effects), [Setting::PermissionMode("plan".into())]);
+        let effects: Vec<Effect> = for_next_start(&mode, true).into_iter().collect();
+        assert_eq!(
+            kinds_and_last_error(&effects).0,
+            ["system/setting_next_start"],
+            "a running agent keeps the old one: said"
+        );
+        assert_eq!(settings(&effects), [Setting::PermissionMode("plan".into())]);
+        assert!(for_next_start(&ControlRequest::Interrupt, true).is_none());
+    }
+
+    #[test]
+    fn rule_6_settings_unanswered_when_the_agent_exits_are_kept_in_the_order_asked() {
+        let mut c = Controls::default();
+        c.sent("1".into(), ControlRequest::SetModel("opus".into()));
+        c.sent("2".into(), ControlRequest::Interrupt);
+        c.sent("3".into(), ControlRequest::SetModel("sonnet".into()));
+        assert_eq!(
+            settings(&c.at_exit()),
+            [
+                Setting::Model("opus".into()),
+                Setting::Model("sonnet".into())
+            ]
+        );
+        assert!(Controls::default().at_exit().is_empty());
     }
 
     #[test]
     fn rule_15_a_setting_never_answered_is_reported_once() {
         let mut c = Controls::default();
         c.sent("1".into(), ControlRequest::SetModel("opus".into()));
-        let (kinds, last) = kinds_and_last_error(&c.timed_out("1", 10.0));
+        let effects = c.timed_out("1", 10.0);
+        let (kinds, last) = kinds_and_last_error(&effects);
         assert_eq!(kinds, ["error/control_timeout"]);
+        assert!(settings(&effects).is_empty(), "not in force");
         assert!(last.unwrap().contains("within 10 s"));
         assert!(c.timed_out("1", 10.0).is_empty(), "once");
         assert!(

@@ -42,6 +42,18 @@ pub enum Write {
     /// Whether the bot is `failed`: that state waits for an explicit Restart, across daemon
     /// restarts too.
     Failed(bool),
+    /// A setting now in force (design rule 6): taken by the running agent, or, with none
+    /// running, for its next start.
+    Setting(Setting),
+}
+
+/// A setting of the bot's record that the running agent can take live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Setting {
+    /// The `PermissionMode` property (empty: the CLI's default).
+    PermissionMode(String),
+    /// The `Model` property (empty: the CLI's default).
+    Model(String),
 }
 
 /// What is published once a commit succeeded (design rule 1: persist, then publish).
@@ -55,6 +67,8 @@ pub enum Publish {
     LastError(String),
     /// The `State` property (a change the commit made durable: into or out of `failed`).
     State(State),
+    /// The `PermissionMode` or `Model` property.
+    Setting(Setting),
     /// The `PermissionRequested` signal.
     PermissionRequested {
         /// The CLI's request id.

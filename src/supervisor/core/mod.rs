@@ -53,5 +53,5 @@ pub mod stream;
 pub mod timeouts;
 pub mod turns;
 
-pub use effect::{CommitBuilder, Effect, Publish, Write};
+pub use effect::{CommitBuilder, Effect, Publish, Setting, Write};
 pub use turns::{Ended, Inflight, Replayed, Settled, Turns};

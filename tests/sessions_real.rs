@@ -574,3 +574,31 @@ async fn a_mode_the_running_agent_refuses_is_not_shown_as_in_force() {
     stop_and_wait(&bot).await;
     assert_eq!(uncached.permission_mode().await.unwrap(), "acceptEdits");
 }
+
+/// Issue 23: a slash command that Claude Code runs itself (`/cost`) is never replayed; its
+/// output and its `result` end its turn, and the next message is taken. Before, the bot stayed
+/// `busy` for ever with the next messages queued (a failed `/compact` did the same).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slash_command_the_cli_runs_itself_ends_its_turn() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude, echo_script()).await;
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let seen = send_and_wait(&bot, "/cost").await;
+    assert_eq!(seen.outcome, "success", "{seen:?}");
+    let of_turn = |kind: &str| {
+        seen.items
+            .iter()
+            .any(|(_, k, p)| k == kind && p["turn_id"] == seen.turn_id.as_str())
+    };
+    assert!(
+        of_turn("result"),
+        "the command's result is its turn's: {seen:?}"
+    );
+    assert!(of_turn("assistant"), "and so is its output: {seen:?}");
+    let after = send_and_wait(&bot, "after").await;
+    assert_eq!(after.outcome, "success", "{after:?}");
+    assert_eq!(bot.queued_messages().await.unwrap(), 0);
+    wait_state(&bot, "idle").await;
+}

@@ -218,7 +218,7 @@ impl Actor {
         self.turns
             .inflight
             .as_ref()
-            .filter(|i| i.replayed)
+            .filter(|i| i.answered_here())
             .map(|i| i.turn.id.clone())
     }
 }

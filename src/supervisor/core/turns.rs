@@ -28,6 +28,22 @@ pub struct Inflight {
     pub written: SystemTime,
 }
 
+impl Inflight {
+    /// Whether what the CLI says now is this turn's: it replayed the message (the turn began),
+    /// or the message is a slash command (`/cost`, `/compact`), which Claude Code runs itself,
+    /// without replaying it: its output and its `result` come with no replay before them
+    /// (2.1.328, tests/sessions_real.rs `a_slash_command_the_cli_runs_itself_ends_its_turn`;
+    /// issue 23: a failed `/compact` left the bot `busy` for ever).
+    pub fn answered_here(&self) -> bool {
+        self.replayed || is_slash_command(&self.turn.text)
+    }
+}
+
+/// Whether `text` is a slash command to the CLI: its first character is `/`.
+pub fn is_slash_command(text: &str) -> bool {
+    text.starts_with('/')
+}
+
 /// What [`Turns::settle`] did with the turn in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settled {
@@ -220,8 +236,11 @@ impl Turns {
     }
 
     /// The CLI reported a turn's result (`payload` is recorded as the `result` item). It ends the
-    /// turn in flight once that began; an error before the replay ends it too (design rule 4's
-    /// fallback: the turn fails visibly). A turn an interrupt was sent for ends `interrupted`.
+    /// turn in flight once that began, or at once for a slash command ([`Inflight::answered_here`]);
+    /// an error before the replay ends it too (design rule 4's fallback: the turn fails
+    /// visibly). A success before the replay of any other message is a stray one (the late
+    /// result of a turn a watchdog ended) and leaves it in flight. A turn an interrupt was sent
+    /// for ends `interrupted`.
     pub fn result(
         &mut self,
         outcome: ResultOutcome,
@@ -229,11 +248,13 @@ impl Turns {
         error: Option<String>,
     ) -> Ended {
         let ours = match &self.inflight {
-            Some(i) if i.replayed => true,
+            Some(i) if i.answered_here() => true,
             Some(_) => outcome == ResultOutcome::Error,
             None => false,
         };
         let turn = if ours { self.inflight.take() } else { None };
+        // Ended before any replay: its delivery record is no longer needed either.
+        let unreplayed = turn.as_ref().is_some_and(|t| !t.replayed);
         let turn_id = turn.map(|t| t.turn.id);
         let interrupted = turn_id.is_some() && self.interrupting == turn_id;
         if interrupted {
@@ -261,6 +282,9 @@ impl Turns {
         }
         if let Some(t) = &turn_id {
             let text = error.as_deref().unwrap_or_default();
+            if unreplayed {
+                c.write(Write::DeliveryDone(t.clone()));
+            }
             c.write(Write::TurnFinished {
                 turn_id: t.clone(),
                 outcome,

@@ -197,6 +197,37 @@ fn a_result_before_the_replay_is_not_the_turns_unless_it_is_an_error() {
 }
 
 #[test]
+fn a_slash_command_ends_with_its_result_though_never_replayed() {
+    let mut t = Turns::default();
+    t.queue(QueuedTurn {
+        id: "a".into(),
+        text: "/cost".into(),
+    });
+    t.deliver("s");
+    let ended = t.result(ResultOutcome::Success, &json!({"num_turns": 0}), None);
+    assert_eq!(ended.turn_id.as_deref(), Some("a"), "the command's result");
+    assert!(t.inflight.is_none());
+    assert!(ended.succeeded);
+    let writes: Vec<Write> = ended
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Commit { writes, .. } => Some(writes.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert!(
+        writes.contains(&Write::DeliveryDone("a".into())),
+        "{writes:?}"
+    );
+    assert!(
+        !writes.iter().any(|w| matches!(w, Write::Session(_))),
+        "no conversation is recorded for it (rule 3)"
+    );
+}
+
+#[test]
 fn an_interrupted_turn_ends_interrupted_without_an_error() {
     let mut t = queued(&["a"]);
     t.deliver("s");

@@ -703,3 +703,52 @@ fn the_codex_npm_puts_on_path_is_taken_for_its_native_binary() {
         std::fs::canonicalize(&native).unwrap()
     );
 }
+
+/// Issue 23: after an interrupt nothing the interrupted turn started runs on. A Codex bot runs
+/// `sleep 300` (sandboxed: under bubblewrap, a descendant of `codex app-server`); `Interrupt`
+/// ends the turn `interrupted`, and `sleep 300` is gone: Codex 0.171.0 ended it itself here
+/// (a run reported it left running; botvisord then stops it, tests/supervision_fake.rs
+/// `an_interrupt_stops_what_the_interrupted_turn_left_running`). The agent runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_the_interrupted_turn_started_runs_on() {
+    let Some(codex) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    let s = CodexSetup::start(&env, codex, shell_script()).await;
+    let bot = s.bot(&env, "never:workspace-write").await;
+    assert_eq!(send_and_wait(&bot, "hello").await.outcome, "success");
+    let agent = bot.process_id().await.unwrap();
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send("run: sleep 300", HashMap::new()).await.unwrap();
+    let sleeping = || {
+        env.leftovers()
+            .into_iter()
+            .filter(|(_, cmd)| cmd.starts_with("sleep 300"))
+            .map(|(pid, _)| pid)
+            .collect::<Vec<_>>()
+    };
+    bounded("the model's command starts sleep 300", async {
+        while sleeping().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(bot.interrupt().await.unwrap());
+    let done = wait_turns(&mut finished, &[turn]).await;
+    assert_eq!(done[0].1, "interrupted");
+    bounded("sleep 300 ends after the interrupt", async {
+        while !sleeping().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let stopped_by_us = of_kind(&chat(&bot).await, "system")
+        .iter()
+        .any(|p| p["reason"] == "interrupted_processes");
+    println!(
+        "sleep 300 was stopped by {}",
+        if stopped_by_us { "botvisord" } else { "Codex" }
+    );
+    assert_eq!(bot.process_id().await.unwrap(), agent, "the agent runs on");
+    assert_eq!(send_and_wait(&bot, "after").await.outcome, "success");
+    stop_and_wait(&bot).await;
+}

@@ -205,8 +205,9 @@ impl BotObject {
     }
 
     /// Ends the running turn through the CLI's control protocol; the turn ends with outcome
-    /// `interrupted` and queued messages stay queued. Returns false (and does nothing) when no
-    /// turn runs.
+    /// `interrupted` and queued messages stay queued. What the turn started and the agent left
+    /// running is stopped by identity (a `system` chat item, reason `interrupted_processes`,
+    /// names it). Returns false (and does nothing) when no turn runs.
     #[zbus(out_args("interrupted"))]
     async fn interrupt(&self) -> Result<bool> {
         Ok(self.handle.interrupt()?)

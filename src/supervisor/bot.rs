@@ -163,6 +163,10 @@ struct Proc {
     run: Run,
     /// Control requests sent and not yet answered ([`Controls`]).
     controls: Controls,
+    /// Its descendants when the turn in flight began (its replay): what an interrupted turn
+    /// started is what is new since ([`crate::supervisor::core::interrupt`]). `None` before
+    /// the replay: what the agent starts at launch (MCP servers) is not the turn's.
+    before_turn: Option<Vec<ProcessIdentity>>,
     /// Samples its resource use while the bot is active; dropped with it.
     usage: process::usage::Watch,
 }
@@ -198,6 +202,9 @@ struct Actor {
     known: Vec<ProcessIdentity>,
     /// Background tasks the CLI reports as running.
     background_tasks: usize,
+    /// What an interrupted turn left running, to stop once the event is handled: the turn and
+    /// the processes.
+    left_by_interrupt: Option<(String, Vec<ProcessIdentity>)>,
     /// When the bot stops for idleness, if it stays idle.
     idle_deadline: Option<tokio::time::Instant>,
     /// One-shot moments to look for descendants again after a tool started (a foreground tool
@@ -337,6 +344,7 @@ pub fn spawn_actor(
         parked,
         known: Vec::new(),
         background_tasks: 0,
+        left_by_interrupt: None,
         idle_deadline: None,
         snapshot_at: Snapshots::default(),
         deltas: DeltaPacer::new(TEXT_DELTA_INTERVAL),
@@ -413,6 +421,9 @@ impl Actor {
                         }
                         Next::Exited(info) => self.on_exit(info).await,
                         Next::Nothing => {}
+                    }
+                    if let Some((turn, left)) = self.left_by_interrupt.take() {
+                        self.stop_left_by_interrupt(&turn, left).await;
                     }
                 }
                 _ = sleep_until_opt(self.restart_at) => {

@@ -37,6 +37,10 @@ Environment:
   SIGTERM, print the "No conversation found" result and linger, ignoring SIGTERM), "reply": "text", and
   "spawn": ["shell command", ...]: started at launch as children (their pids are appended to
   spawned.jsonl in the state folder).
+  "run_until_interrupt": ["shell command", ...]: "tools_after_s" (default 1) after the first
+  replay, as a model's answer would come, the turn runs these as
+  children (pids in tools.jsonl) and waits; an `interrupt` control request ends the turn (an
+  `error_during_execution` result) and leaves them running, as Codex was seen to (issue 23).
   Big output, in "normal" mode:
     "echo_bytes": N    the reply is the message repeated and cut to N characters (N bytes for
                        an ASCII message), e.g. 12 MiB of assistant text from a short message
@@ -198,6 +202,28 @@ for line in sys.stdin:
         result("error_during_execution", ["Invalid API key · Please run /login"])
         sys.exit(1)
     write_transcript()
+    if step.get("run_until_interrupt") and not globals().get("tools_ran"):
+        tools_ran = True
+        # The model's round trip: a tool starts well after the replay.
+        time.sleep(step.get("tools_after_s", 1))
+        for cmd in step["run_until_interrupt"]:
+            tool = subprocess.Popen(["/bin/sh", "-c", cmd], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            with open(os.path.join(state, "tools.jsonl"), "a") as f:
+                f.write(json.dumps({"launch": launch, "pid": tool.pid, "cmd": cmd}) + "\n")
+        while True:
+            request = sys.stdin.readline()
+            if not request:
+                sys.exit(0)
+            request = json.loads(request)
+            if request.get("type") != "control_request":
+                continue
+            out({"type": "control_response", "response": {"subtype": "success",
+                 "request_id": request["request_id"], "response": {}}})
+            if request["request"].get("subtype") == "interrupt":
+                break
+        result("error_during_execution", ["Request interrupted by user"])
+        continue
     reply = step.get("reply", "fake: " + text)
     if step.get("reply_size"):
         reply = "x" * step["reply_size"]

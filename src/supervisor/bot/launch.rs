@@ -112,6 +112,7 @@ impl Actor {
                     protocol,
                     run: Run::new(decision.start),
                     controls: Controls::default(),
+                    before_turn: None,
                     usage: self.watch_usage(pid, cgroup),
                 });
                 self.update(vec!["ProcessId"], |v| v.process_id = pid);
@@ -163,6 +164,7 @@ impl Actor {
             self.turns.unwritten();
             return;
         };
+        proc.before_turn = None;
         let lines = proc.protocol.user_message(&turn.text);
         let ok = self.write_lines(lines);
         let effects = self.turns.wrote(ok);

@@ -11,15 +11,24 @@ const CLEAN_UP_ROUNDS: usize = 5;
 impl Actor {
     /// Walks the current process's descendants (targeted `/proc` reads from its pid) and records
     /// the new ones by identity.
-    pub(super) fn snapshot_descendants(&mut self) {
+    /// The agent's processes besides its root: its descendants, and those that escaped and lost
+    /// their parent, which the daemon adopted (subreaper), with theirs. Empty with no agent.
+    pub(super) fn agent_descendants(&self) -> Vec<ProcessIdentity> {
         let Some(proc) = &self.proc else {
-            return;
+            return Vec::new();
         };
         let mut found = tree::descendants(proc.handle.pid);
-        // Descendants that escaped and lost their parent were adopted by the daemon: theirs too.
         for pid in subreaper::adopted_orphans(&self.id) {
             found.extend(identify(pid).into_iter().chain(tree::descendants(pid)));
         }
+        found
+    }
+
+    pub(super) fn snapshot_descendants(&mut self) {
+        if self.proc.is_none() {
+            return;
+        }
+        let found = self.agent_descendants();
         let new: Vec<ProcessIdentity> = found
             .into_iter()
             .filter(|id| !self.known.contains(id))

@@ -2,6 +2,7 @@
 //! result, or is settled when its process is gone (design rule 8); one durable outcome each.
 
 use super::*;
+use crate::supervisor::core::interrupt;
 
 impl Actor {
     /// The CLI replayed the message in flight: its turn began ([`Turns::replayed`], rule 3).
@@ -21,9 +22,12 @@ impl Actor {
         ) else {
             return;
         };
+        // What the turn starts is what appears from now on.
+        let before = self.agent_descendants();
         let Some(proc) = self.proc.as_mut() else {
             return;
         };
+        proc.before_turn = Some(before);
         if let Some(r) = &replayed.reported_later {
             tracing::info!(bot_id = %self.id, reported = %r, %launched, "the CLI reports another session id; kept until its transcript exists");
         }
@@ -74,7 +78,22 @@ impl Actor {
         // A turn that ended (interrupted, failed) while the agent was asking leaves nobody
         // waiting for the answer.
         self.close_open_prompts("The turn ended before this request was answered.");
+        let interrupting = self.turns.interrupting.clone();
         let mut ended = self.turns.result(outcome, &payload, error);
+        if let Some(turn) = ended
+            .turn_id
+            .clone()
+            .filter(|t| interrupting.as_ref() == Some(t))
+            && let Some(before) = self.proc.as_mut().and_then(|p| p.before_turn.take())
+        {
+            // Codex ends the command's shell and leaves the command: an orphan the daemon
+            // adopted, found with the descendants.
+            let now = self.agent_descendants();
+            let left = interrupt::left_by_turn(&before, now);
+            if !left.is_empty() {
+                self.left_by_interrupt = Some((turn, left));
+            }
+        }
         let fatal = ended.error.as_deref().and_then(|e| {
             self.runtime
                 .fatal_reason(e)
@@ -106,5 +125,19 @@ impl Actor {
                 inf.written,
             )
         }
+    }
+
+    /// Stops what an interrupted turn left running, by identity (SIGTERM, `stop_grace_s`,
+    /// SIGKILL), and says in the chat what was stopped and what survived (reason
+    /// `interrupted_processes`).
+    pub(super) async fn stop_left_by_interrupt(&mut self, turn: &str, left: Vec<ProcessIdentity>) {
+        tracing::info!(bot_id = %self.id, turn_id = %turn, count = left.len(), "stopping what the interrupted turn left running");
+        let grace = Duration::from_secs_f64(self.config.stop_grace_s);
+        let stopped = process::stop::stop_by_identity(&left, grace).await;
+        let note = interrupt::stopped_note(&stopped);
+        if note["survivors"].as_array().is_some_and(|s| !s.is_empty()) {
+            tracing::warn!(bot_id = %self.id, turn_id = %turn, "{}", note["text"]);
+        }
+        self.add_item("system", Some(turn), note);
     }
 }

@@ -41,6 +41,7 @@ pub mod crash;
 pub mod effect;
 pub mod exit;
 pub mod idle;
+pub mod interrupt;
 pub mod lifecycle;
 pub mod prompts;
 pub mod pump;

@@ -135,6 +135,24 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
             "bot id",
         ),
         (
+            "a name with a leading space",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("name", Variant::from(" demo")),
+            ]),
+            "InvalidArgument",
+            "begins or ends with white space",
+        ),
+        (
+            "a name with a trailing no-break space",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("name", Variant::from("demo\u{a0}")),
+            ]),
+            "InvalidArgument",
+            "begins or ends with white space",
+        ),
+        (
             "a name with a newline",
             HashMap::from([
                 ("cwd", Variant::from(work.as_str())),

@@ -189,8 +189,9 @@ pub struct NewBot {
 }
 
 /// The name a bot created without one gets, before a suffix (`-2`, `-3`, …) makes it unique: its
-/// folder's name (`bot` for `/`), whose characters a name may not hold
-/// ([`crate::text::is_unsafe`]) become `_`, cut to leave room for the suffix; a folder name that
+/// folder's name (`bot` for `/` or a blank one), whose characters a name may not hold
+/// ([`crate::text::is_unsafe`]) become `_` and whose white space at either end goes, cut to
+/// leave room for the suffix; a folder name that
 /// could be a bot id ([`id_like`]) gets `-bot` after it.
 pub fn default_name(cwd: &Path) -> String {
     let name: String = cwd
@@ -201,6 +202,11 @@ pub fn default_name(cwd: &Path) -> String {
         .map(|c| if crate::text::is_unsafe(c) { '_' } else { c })
         .take(MAX_NAME_CHARS - 8)
         .collect();
+    // White space at either end is refused in a name given: taken off a folder's.
+    let name = match name.trim() {
+        "" => "bot".to_owned(),
+        trimmed => trimmed.to_owned(),
+    };
     if id_like(&name) {
         format!("{name}-bot")
     } else {
@@ -333,6 +339,12 @@ impl Supervisor {
                          character that could make a terminal show something else; use \
                          printable characters",
                         u32::from(c)
+                    )));
+                }
+                if name.trim() != name {
+                    return Err(BotError::InvalidArgument(format!(
+                        "option `name` `{name}` begins or ends with white space, which a \
+                         terminal does not show: two names would look the same; remove it"
                     )));
                 }
                 if id_like(&name) {
@@ -508,5 +520,7 @@ mod tests {
         assert_eq!(default_name(Path::new("/home/me/2024")), "2024-bot");
         assert_eq!(default_name(Path::new("/home/me/project")), "project");
         assert!(!id_like(&default_name(Path::new("/srv/cafe"))));
+        assert_eq!(default_name(Path::new("/srv/ my work ")), "my work");
+        assert_eq!(default_name(Path::new("/srv/  ")), "bot");
     }
 }

@@ -375,3 +375,42 @@ async fn a_permission_answer_refused_by_a_locked_database_can_be_given_again() {
     let done = wait_turns(&mut finished, &[turn]).await;
     assert_eq!(done[0].1, "success", "{done:?}");
 }
+
+/// Issue 23 (design rule 1): the `failed` state is published only once it is recorded. The
+/// database refuses the write (a trigger aborts any change of `bots.failed`, an error no retry
+/// clears): after an authentication error the bot does not show `failed`, which it would lose
+/// at the next daemon start, and the journal says the state could not be recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_state_the_database_refuses_is_not_shown() {
+    let fake = FakeSetup::start("stop_grace_s = 0.5\n").await;
+    let bot = fake
+        .bot(json!([{"mode": "auth_error"}, {"mode": "normal"}]))
+        .await;
+    let db = rusqlite::Connection::open(&fake.cfg.database).unwrap();
+    db.execute_batch(
+        "CREATE TRIGGER refuse_failed BEFORE UPDATE OF failed ON bots \
+         BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
+    )
+    .unwrap();
+    let seen = send_and_wait(&bot, "hi").await;
+    assert_eq!(seen.outcome, "error");
+    bounded("the journal's line", async {
+        while !fake.daemon.log_text().contains("cannot record the state") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let fresh = fake
+        .env
+        .bot_uncached(&bot.inner().path().to_owned().into())
+        .await;
+    assert_ne!(
+        fresh.state().await.unwrap(),
+        "failed",
+        "shown but not recorded"
+    );
+    let recorded: i64 = db
+        .query_row("SELECT failed FROM bots", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(recorded, 0);
+}

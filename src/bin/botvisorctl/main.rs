@@ -45,6 +45,7 @@ mod args;
 mod bots;
 mod commands;
 mod connect;
+mod drain;
 mod fail;
 mod hint;
 mod list;

@@ -10,13 +10,13 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use futures_util::StreamExt;
 use serde_json::{Value, json};
 use zbus::{Connection, Variant};
 
 use botvisor::dbus::client::{BotProxy, ManagerProxy};
 use botvisor::dbus::{BUS_NAME, ROOT_PATH};
 
+use super::drain::{Drained, drained};
 use super::fail::{CTRL_C, FAILED, Failure, describe, turn_exit_code};
 use super::show::{self, DIM, Detail, ERROR, GOOD, paint};
 use super::term::{Said, Term};
@@ -37,24 +37,20 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
     let bot = bots::proxy(conn, path.clone()).await?;
     let manager = ManagerProxy::new(conn).await?;
     let bot_id = bot.id().await?;
+    // The bot's signals and the root's InterfacesRemoved (the bot deleted) in one stream, the
+    // daemon leaving in another, read in the order they came by a task of their own
+    // ([`drained`]): the loop below awaits calls, which never wait for room in a stream.
     let rule = zbus::MatchRule::builder()
         .msg_type(zbus::message::Type::Signal)
         .sender(BUS_NAME)
-        .path(path.as_str())
         .build()?;
-    let mut signals =
+    let signals =
         zbus::MessageStream::for_match_rule(rule, conn, std::num::NonZeroUsize::new(QUEUE)).await?;
-    let removed_rule = zbus::MatchRule::builder()
-        .msg_type(zbus::message::Type::Signal)
-        .sender(BUS_NAME)
-        .path(ROOT_PATH)
-        .member("InterfacesRemoved")
-        .build()?;
-    let mut removed = zbus::MessageStream::for_match_rule(removed_rule, conn, None).await?;
     let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-    let mut owner = dbus
+    let owner = dbus
         .receive_name_owner_changed_with_args(&[(0, BUS_NAME)])
         .await?;
+    let mut events = drained(signals, owner);
 
     let turn_id = bot.send(&text, HashMap::new()).await.map_err(|e| {
         Failure::failed(match super::fail::error_name(&e) {
@@ -103,42 +99,41 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
         follow.ask_next();
         tokio::select! {
             biased;
-            m = signals.next() => match m {
-                Some(Ok(msg)) => {
-                    if let Some(code) = follow.on_signal(&msg).await? {
-                        return Ok(code);
-                    }
-                }
-                Some(Err(e)) if !super::fail::is_lost(&e) => return Err(e.into()),
-                Some(Err(_)) | None => return Err(follow.lost()),
-            },
-            said = follow.term.said() => follow.on_said(said).await,
-            Some(Ok(msg)) = removed.next() => {
-                let gone = msg
-                    .body()
-                    .deserialize::<(zbus::OwnedObjectPath, Vec<String>)>()
-                    .is_ok_and(|(p, _)| p == path);
-                if gone {
-                    return Err(Failure::failed(DELETED));
-                }
-            }
-            Some(sig) = owner.next() => {
-                if sig.args().is_ok_and(|a| a.new_owner().is_none()) {
-                    // What botvisord said before it left is queued already: show it first.
-                    while let Some(Some(Ok(msg))) = futures_util::FutureExt::now_or_never(signals.next()) {
+            event = events.recv() => match event {
+                Some(Drained::First(Ok(msg))) => {
+                    let hdr = msg.header();
+                    if hdr.path().is_some_and(|p| p.as_str() == path.as_str()) {
                         if let Some(code) = follow.on_signal(&msg).await? {
                             return Ok(code);
                         }
+                    } else if hdr.path().is_some_and(|p| p.as_str() == ROOT_PATH)
+                        && hdr.member().is_some_and(|m| m.as_str() == "InterfacesRemoved")
+                    {
+                        let gone = msg
+                            .body()
+                            .deserialize::<(zbus::OwnedObjectPath, Vec<String>)>()
+                            .is_ok_and(|(p, _)| p == path);
+                        if gone {
+                            return Err(Failure::failed(DELETED));
+                        }
                     }
-                    return Err(Failure::failed(format!(
-                        "botvisord went away before the turn ended. When it runs again it sends \
-                         the message to the agent unless the agent had taken it already, and \
-                         ends the turn either way (follow it with `{} chat {}`)",
-                        hint::ctl(),
-                        follow.spec
-                    )));
                 }
-            }
+                Some(Drained::First(Err(e))) if !super::fail::is_lost(&e) => return Err(e.into()),
+                Some(Drained::First(Err(_))) | None => return Err(follow.lost()),
+                Some(Drained::Second(sig)) => {
+                    // What botvisord said before it left came first (`drained` keeps the order).
+                    if sig.args().is_ok_and(|a| a.new_owner().is_none()) {
+                        return Err(Failure::failed(format!(
+                            "botvisord went away before the turn ended. When it runs again it \
+                             sends the message to the agent unless the agent had taken it \
+                             already, and ends the turn either way (follow it with `{} chat {}`)",
+                            hint::ctl(),
+                            follow.spec
+                        )));
+                    }
+                }
+            },
+            said = follow.term.said() => follow.on_said(said).await,
             _ = &mut ctrl_c => {
                 follow.left();
                 return Ok(CTRL_C);

@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 
-use futures_util::StreamExt;
 use serde_json::{Value, json};
 use zbus::Connection;
 use zbus::{OwnedObjectPath, OwnedVariant as OwnedValue};
@@ -11,6 +10,7 @@ use zbus::{OwnedObjectPath, OwnedVariant as OwnedValue};
 use botvisor::dbus::{BOT_INTERFACE, BUS_NAME, ROOT_PATH};
 
 use super::bots::{self, BotInfo};
+use super::drain::{Drained, drained};
 use super::fail::Failure;
 use super::show::{self, ASK, DIM, Detail, ERROR, NAME, paint};
 
@@ -36,13 +36,16 @@ pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<
         .msg_type(zbus::message::Type::Signal)
         .sender(BUS_NAME)
         .build()?;
-    let mut stream =
+    let stream =
         zbus::MessageStream::for_match_rule(rule, conn, std::num::NonZeroUsize::new(1 << 16))
             .await?;
     let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-    let mut owner = dbus
+    let owner = dbus
         .receive_name_owner_changed_with_args(&[(0, BUS_NAME)])
         .await?;
+    // Read in order by a task of their own: the loop awaits calls (the bots, when botvisord is
+    // back), which never wait for room in a stream.
+    let mut events = drained(stream, owner);
     let mut w = Watch {
         json,
         only,
@@ -83,14 +86,14 @@ pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<
     loop {
         tokio::select! {
             biased;
-            m = stream.next() => match m {
-                Some(Ok(m)) => {
+            event = events.recv() => match event {
+                Some(Drained::First(Ok(m))) => {
                     if w.on_signal(&m)? {
                         return Ok(super::fail::OK);
                     }
                 }
-                Some(Err(e)) if !super::fail::is_lost(&e) => return Err(e.into()),
-                Some(Err(_)) | None => {
+                Some(Drained::First(Err(e))) if !super::fail::is_lost(&e) => return Err(e.into()),
+                Some(Drained::First(Err(_))) | None => {
                     w.end_stream();
                     let again = match &spec {
                         Some(s) => format!("{} watch {}", super::hint::ctl(), super::shell_word(s)),
@@ -101,30 +104,30 @@ pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<
                         super::hint::link()
                     )));
                 }
-            },
-            Some(sig) = owner.next() => {
-                let Ok(a) = sig.args() else { continue };
-                let back = a.new_owner().is_some();
-                w.end_stream();
-                if json {
-                    json_line!(json!({"event": if back { "daemon_back" } else { "daemon_left" }}));
-                } else if back {
-                    outln!("{}", paint(DIM, "botvisord is back"));
-                } else {
-                    outln!(
-                        "{}",
-                        paint(ERROR, "botvisord went away; waiting for it to come back (Ctrl-C to stop)")
-                    );
-                }
-                if back {
-                    // Names of bots created meanwhile, and prompts opened again at start.
-                    if let Ok(all) = bots::all(conn).await {
-                        for b in &all {
-                            w.labels.insert(b.path.clone(), Label { id: b.short.clone(), name: b.name.clone() });
+                Some(Drained::Second(sig)) => {
+                    let Ok(a) = sig.args() else { continue };
+                    let back = a.new_owner().is_some();
+                    w.end_stream();
+                    if json {
+                        json_line!(json!({"event": if back { "daemon_back" } else { "daemon_left" }}));
+                    } else if back {
+                        outln!("{}", paint(DIM, "botvisord is back"));
+                    } else {
+                        outln!(
+                            "{}",
+                            paint(ERROR, "botvisord went away; waiting for it to come back (Ctrl-C to stop)")
+                        );
+                    }
+                    if back {
+                        // Names of bots created meanwhile, and prompts opened again at start.
+                        if let Ok(all) = bots::all(conn).await {
+                            for b in &all {
+                                w.labels.insert(b.path.clone(), Label { id: b.short.clone(), name: b.name.clone() });
+                            }
                         }
                     }
                 }
-            }
+            },
             _ = &mut ctrl_c => return Ok(super::fail::OK),
         }
     }

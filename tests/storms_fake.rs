@@ -26,9 +26,20 @@ const PING_BOUND: Duration = Duration::from_secs(20);
 /// Pings the daemon every 50 ms on a connection of its own until `stop`; returns how many pings
 /// were answered and the slowest, or panics naming the first that took over [`PING_BOUND`].
 async fn ping_until(conn: zbus::Connection, stop: Arc<AtomicBool>) -> (u32, Duration) {
+    ping_peer_until(conn, BUS_NAME, "/org/botvisor/Botvisor1", stop).await
+}
+
+/// Like [`ping_until`], for the peer `destination` at `path`: the bus itself
+/// (`org.freedesktop.DBus`) is the baseline, slowed by the same storm.
+async fn ping_peer_until(
+    conn: zbus::Connection,
+    destination: &'static str,
+    path: &'static str,
+    stop: Arc<AtomicBool>,
+) -> (u32, Duration) {
     let peer = zbus::fdo::PeerProxy::builder(&conn)
-        .destination(BUS_NAME)
-        .path("/org/botvisor/Botvisor1")
+        .destination(destination)
+        .path(path)
         .build()
         .await
         .unwrap();
@@ -41,7 +52,9 @@ async fn ping_until(conn: zbus::Connection, stop: Arc<AtomicBool>) -> (u32, Dura
         match tokio::time::timeout(PING_BOUND, peer.ping()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => panic!("Ping {answered} failed: {e}"),
-            Err(_) => panic!("Ping {answered} got no answer in {PING_BOUND:?}: botvisord is stuck"),
+            Err(_) => {
+                panic!("Ping {answered} got no answer in {PING_BOUND:?}: {destination} is stuck")
+            }
         }
         worst = worst.max(sent.elapsed());
         answered += 1;
@@ -83,8 +96,7 @@ async fn wait_holders(bot: &BotProxy<'_>, want: u32) {
 /// the turn must end, and no lease may be left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_storm_of_clients_leaving_never_stops_the_daemon_answering() {
-    const ROUNDS: usize = 6;
-    const CLIENTS: usize = 500;
+    let (rounds, clients) = storm_size();
     let fake = FakeSetup::start("").await;
     let bot = fake.bot(json!([{"mode": "normal", "stream_s": 8}])).await;
     let path = zbus::OwnedObjectPath::from(bot.inner().path().to_owned());
@@ -96,11 +108,17 @@ async fn a_storm_of_clients_leaving_never_stops_the_daemon_answering() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let pinger = tokio::spawn(ping_until(fake.env.bus.connect().await, stop.clone()));
+    let bus_pinger = tokio::spawn(ping_peer_until(
+        fake.env.bus.connect().await,
+        "org.freedesktop.DBus",
+        "/org/freedesktop/DBus",
+        stop.clone(),
+    ));
     let started = Instant::now();
     let mut failures = Vec::new();
     let storm = async {
-        for _ in 0..ROUNDS {
-            let round = (0..CLIENTS).map(|_| hold_and_leave(&fake.env.bus.address, &path));
+        for _ in 0..rounds {
+            let round = (0..clients).map(|_| hold_and_leave(&fake.env.bus.address, &path));
             for r in futures_util::future::join_all(round).await {
                 if let Err(e) = r {
                     failures.push(e);
@@ -129,10 +147,11 @@ async fn a_storm_of_clients_leaving_never_stops_the_daemon_answering() {
     wait_holders(&bot, 0).await;
     stop.store(true, Ordering::SeqCst);
     let (pings, worst) = pinger.await.unwrap();
+    let (_, bus_worst) = bus_pinger.await.unwrap();
     println!(
         "storm: {} clients held and left in {storm:.1?}; {pings} pings answered, the slowest in \
-         {worst:.1?}; the turn ended {outcome}",
-        ROUNDS * CLIENTS
+         {worst:.1?} (a Ping of the bus itself: {bus_worst:.1?}); the turn ended {outcome}",
+        rounds * clients
     );
     assert!(
         failures.is_empty(),
@@ -141,6 +160,17 @@ async fn a_storm_of_clients_leaving_never_stops_the_daemon_answering() {
     );
     assert_eq!(outcome, "success");
     assert_eq!(bot.queued_messages().await.unwrap(), 0);
+}
+
+/// The storm of [`a_storm_of_clients_leaving_never_stops_the_daemon_answering`]: rounds and
+/// clients at once in each, from `BOTVISOR_TEST_STORM` (`ROUNDSxCLIENTS`), default `6x500`
+/// (issue 23 was also measured with `6x2000`).
+fn storm_size() -> (usize, usize) {
+    let text = std::env::var("BOTVISOR_TEST_STORM").unwrap_or_else(|_| "6x500".into());
+    let (r, c) = text
+        .split_once('x')
+        .expect("BOTVISOR_TEST_STORM is ROUNDSxCLIENTS");
+    (r.parse().unwrap(), c.parse().unwrap())
 }
 
 /// How many daemon starts [`a_first_call_right_after_the_start_is_answered`] makes:

@@ -141,7 +141,8 @@ pub enum Cmd {
         /// Bot id, id prefix, name or object path.
         bot: String,
     },
-    /// Change the permission mode and/or the model, live when the agent runs.
+    /// Change the permission mode and/or the model, live when the agent runs (waiting for its
+    /// answer: a setting it refuses fails and changes nothing).
     Set {
         /// Bot id, id prefix, name or object path.
         bot: String,

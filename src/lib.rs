@@ -1,6 +1,9 @@
 //! botvisor: a per-user OS service that supervises coding-agent CLI sessions ("bots") and serves
 //! them over D-Bus as `org.botvisor.Botvisor1`.
 //!
+//! "Design rule N" and "rule N", wherever they are cited, are the numbered rules of
+//! `docs/design.md`; `docs/architecture.md` says where each is decided and carried out.
+//!
 //! The data flows one way (see `docs/architecture.md` and the design):
 //! D-Bus call → [`dbus`] → [`supervisor`] (one actor per bot) → [`runtime`] (argv, resume
 //! decision, stream-json codec) → [`process`] (spawn, read lines, stop). A CLI stdout line flows

@@ -3,7 +3,7 @@
 //! Pure functions from what was observed (a recorded session id, what a transcript holds, how a
 //! process exited, how long it lived) to what happens next. No I/O, no clock, no process: the
 //! actor ([`super::bot`]) reads the world, asks here, and carries the answer out. Each function
-//! carries one case of a design rule of `DESIGN.md`; `docs/architecture.md` maps rule → function.
+//! carries one case of a design rule of `docs/design.md`; `docs/architecture.md` maps rule → function.
 
 use std::time::Duration;
 

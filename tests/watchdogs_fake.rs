@@ -229,3 +229,92 @@ async fn a_question_left_open_by_an_ignored_interrupt_is_closed_before_its_turn_
     let ended = seq_of("turn_finished").expect("the turn ends");
     assert!(answered < ended, "{items:?}");
 }
+
+/// Issue 23: a setting the agent takes after its watchdog reported it unanswered is in force, so
+/// it is recorded and shown (the fake reads no control request while it streams a reply).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setting_the_agent_takes_late_is_shown_once_taken() {
+    let fake = FakeSetup::start("stop_grace_s = 0.5\ncontrol_timeout_s = 0.5\n").await;
+    let bot = fake.bot(json!([{"mode": "normal", "stream_s": 3}])).await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let mut items = bot.receive_chat_item_added().await.unwrap();
+    let mut deltas = bot.receive_text_delta().await.unwrap();
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send("stream", HashMap::new()).await.unwrap();
+    bounded("the reply streams", deltas.next()).await;
+    bot.set_model("opus").await.unwrap();
+    let mut reasons = Vec::new();
+    bounded("the late answer", async {
+        loop {
+            let sig = items.next().await.unwrap();
+            let p: serde_json::Value = serde_json::from_str(&sig.args().unwrap().payload).unwrap();
+            if p["setting"] == "model" {
+                reasons.push((p["reason"].clone(), p["late"].clone()));
+                if p["reason"] == "setting_applied" {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        reasons,
+        [
+            (json!("control_timeout"), json!(null)),
+            (json!("setting_applied"), json!(true))
+        ]
+    );
+    wait_property(
+        watching(&bot).await.receive_model_changed().await,
+        bot.model().await.unwrap(),
+        &"opus".to_owned(),
+        "Model",
+    )
+    .await;
+    let done = bounded("the turn's end", finished.next()).await.unwrap();
+    assert_eq!(done.args().unwrap().turn_id, turn);
+}
+
+/// Issue 23: calls on one bot apply in order, the last one winning: a mode still waiting for
+/// the agent's answer does not override a later empty one (the CLI's default, which only a
+/// start takes). The fake answers control requests only once it streamed its reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_setting_asked_wins_over_one_still_waiting_for_its_answer() {
+    let fake = FakeSetup::start("stop_grace_s = 0.5\n").await;
+    let bot = fake
+        .bot(json!([{"mode": "normal", "stream_s": 2}, {"mode": "normal"}]))
+        .await;
+    let mut items = bot.receive_chat_item_added().await.unwrap();
+    let mut deltas = bot.receive_text_delta().await.unwrap();
+    bot.send("stream", HashMap::new()).await.unwrap();
+    bounded("the reply streams", deltas.next()).await;
+    bot.set_permission_mode("acceptEdits").await.unwrap();
+    bot.set_permission_mode("").await.unwrap();
+    bounded("the agent's answer", async {
+        loop {
+            let sig = items.next().await.unwrap();
+            let p: serde_json::Value = serde_json::from_str(&sig.args().unwrap().payload).unwrap();
+            if p["reason"] == "setting_applied" && p["value"] == "acceptEdits" {
+                return;
+            }
+        }
+    })
+    .await;
+    let fresh = fake
+        .env
+        .bot_uncached(&bot.inner().path().to_owned().into())
+        .await;
+    assert_eq!(
+        fresh.permission_mode().await.unwrap(),
+        "",
+        "the last call wins"
+    );
+    wait_state(&bot, "idle").await;
+    stop_and_wait(&bot).await;
+    assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
+    let second = &fake.launches()[1];
+    assert!(
+        !second.iter().any(|a| a == "--permission-mode"),
+        "the next start takes the CLI's default: {second:?}"
+    );
+}

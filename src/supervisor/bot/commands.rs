@@ -45,13 +45,16 @@ impl Actor {
             Command::ApplyLive(request) => {
                 // Shown once in force (design rule 6): taken by the running agent, or, with no
                 // agent to take it, recorded for the next start now.
-                if !self.send_control(request.clone())
-                    && let Some(effect) = crate::supervisor::core::control::for_next_start(
-                        &request,
-                        self.proc.is_some(),
-                    )
-                {
-                    self.apply(vec![effect]);
+                if !self.send_control(request.clone()) {
+                    if let Some(proc) = self.proc.as_mut() {
+                        proc.controls.superseded_by(&request);
+                    }
+                    let running = self.proc.is_some();
+                    if let Some(effect) =
+                        crate::supervisor::core::control::for_next_start(&request, running)
+                    {
+                        self.apply(vec![effect]);
+                    }
                 }
                 true
             }

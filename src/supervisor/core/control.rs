@@ -73,13 +73,51 @@ pub fn for_next_start(request: &ControlRequest, running: bool) -> Option<Effect>
 /// The control requests of one process sent and not yet answered, in the order sent.
 #[derive(Debug, Default, Clone)]
 pub struct Controls {
-    pending: Vec<(String, ControlRequest)>,
+    pending: Vec<Pending>,
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    request_id: String,
+    request: ControlRequest,
+    /// A later change of the same setting was recorded (for the next start) since: the last
+    /// call wins, so this one's answer records nothing.
+    superseded: bool,
+    /// Its watchdog reported it unanswered; a late answer is still taken.
+    late: bool,
+}
+
+/// Whether two requests change the same setting.
+fn same_setting(a: &ControlRequest, b: &ControlRequest) -> bool {
+    matches!(
+        (setting_of(a), setting_of(b)),
+        (
+            Some(Setting::PermissionMode(_)),
+            Some(Setting::PermissionMode(_))
+        ) | (Some(Setting::Model(_)), Some(Setting::Model(_)))
+    )
 }
 
 impl Controls {
     /// `request` went out with `request_id`.
     pub fn sent(&mut self, request_id: String, request: ControlRequest) {
-        self.pending.push((request_id, request));
+        self.pending.push(Pending {
+            request_id,
+            request,
+            superseded: false,
+            late: false,
+        });
+    }
+
+    /// `request` was recorded for the next start ([`for_next_start`]) while earlier changes of
+    /// the same setting wait for the agent's answer: the later call wins (calls on one bot apply
+    /// in order), so those answers record nothing.
+    pub fn superseded_by(&mut self, request: &ControlRequest) {
+        for p in &mut self.pending {
+            if same_setting(&p.request, request) {
+                p.superseded = true;
+            }
+        }
     }
 
     /// Whether a control request changing a setting waits for its answer (a watchdog runs).
@@ -87,25 +125,39 @@ impl Controls {
         setting_change(request).is_some()
     }
 
-    fn take(&mut self, request_id: &str) -> Option<ControlRequest> {
-        let at = self.pending.iter().position(|(id, _)| id == request_id)?;
-        Some(self.pending.remove(at).1)
+    fn take(&mut self, request_id: &str) -> Option<Pending> {
+        let at = self
+            .pending
+            .iter()
+            .position(|p| p.request_id == request_id)?;
+        Some(self.pending.remove(at))
     }
 
     /// The CLI answered `request_id`: a setting it took is recorded, published and said in a
-    /// `system` item (reason `setting_applied`); a refused one changes nothing and is said in an
-    /// `error` item (reason `setting_refused`) and `LastError`. Both items name the `setting`
-    /// and its `value`. An answer to a request that changes no setting, or to none sent,
-    /// changes nothing (`None`); a refused one of those is for the journal only (`Err` with its
-    /// words).
+    /// `system` item (reason `setting_applied`; `late` when its watchdog had reported it
+    /// unanswered); a refused one changes nothing and is said in an `error` item (reason
+    /// `setting_refused`) and `LastError`. Both items name the `setting` and its `value`. A
+    /// setting a later call superseded ([`Controls::superseded_by`]) is said, not recorded; a
+    /// late refusal was reported already. An answer to a request that changes no setting, or to
+    /// none sent, changes nothing (`None`); a refused one of those is for the journal only (`Err`
+    /// with its words).
     pub fn answered(
         &mut self,
         request_id: &str,
         result: Result<(), String>,
     ) -> Result<Vec<Effect>, (ControlRequest, String)> {
-        let Some(request) = self.take(request_id) else {
+        let Some(Pending {
+            request,
+            superseded,
+            late,
+            ..
+        }) = self.take(request_id)
+        else {
             return Ok(Vec::new());
         };
+        if late && let Err(e) = result {
+            return Err((request, e));
+        }
         let (Some(what), Some(setting)) = (setting_change(&request), setting_of(&request)) else {
             return match result {
                 Ok(()) => Ok(Vec::new()),
@@ -116,14 +168,25 @@ impl Controls {
         let mut c = CommitBuilder::default();
         match result {
             Ok(()) => {
-                c.item(
-                    "system",
-                    None,
-                    json!({"text": format!("The running agent changed {what}."),
-                           "reason": "setting_applied", "setting": name, "value": value})
-                    .to_string(),
-                );
-                record(&mut c, setting);
+                let text = match (late, superseded) {
+                    (_, true) => format!(
+                        "The running agent changed {what}; a later change asked since replaces \
+                         it at the next start."
+                    ),
+                    (true, false) => {
+                        format!("The running agent changed {what}, later than control_timeout_s.")
+                    }
+                    (false, false) => format!("The running agent changed {what}."),
+                };
+                let mut payload = json!({"text": text, "reason": "setting_applied",
+                                         "setting": name, "value": value});
+                if late {
+                    payload["late"] = json!(true);
+                }
+                c.item("system", None, payload.to_string());
+                if !superseded {
+                    record(&mut c, setting);
+                }
             }
             Err(e) => {
                 let text = format!(
@@ -145,11 +208,18 @@ impl Controls {
 
     /// No answer to `request_id` within `timeout_s` (the control watchdog, design rule 15): an
     /// `error` item (reason `control_timeout`, with `setting` and `value`) and `LastError`;
-    /// nothing changed, since the agent did not say it took the setting.
+    /// nothing changed, since the agent did not say it took the setting. Reported once; a late
+    /// answer is still taken ([`Controls::answered`]).
     pub fn timed_out(&mut self, request_id: &str, timeout_s: f64) -> Vec<Effect> {
-        let Some(request) = self.take(request_id) else {
+        let Some(p) = self
+            .pending
+            .iter_mut()
+            .find(|p| p.request_id == request_id && !p.late)
+        else {
             return Vec::new();
         };
+        p.late = true;
+        let request = p.request.clone();
         let (Some(what), Some(setting)) = (setting_change(&request), setting_of(&request)) else {
             return Vec::new();
         };
@@ -175,8 +245,8 @@ impl Controls {
     pub fn at_exit(self) -> Vec<Effect> {
         let mut c = CommitBuilder::default();
         let mut any = false;
-        for (_, request) in self.pending {
-            if let Some(setting) = setting_of(&request) {
+        for p in self.pending.into_iter().filter(|p| !p.superseded) {
+            if let Some(setting) = setting_of(&p.request) {
                 record(&mut c, setting);
                 any = true;
             }
@@ -270,6 +340,29 @@ mod tests {
     }
 
     #[test]
+    fn rule_7_the_last_call_wins_over_an_earlier_change_still_waiting_for_its_answer() {
+        let mut c = Controls::default();
+        c.sent(
+            "1".into(),
+            ControlRequest::SetPermissionMode("acceptEdits".into()),
+        );
+        c.sent("2".into(), ControlRequest::SetModel("opus".into()));
+        // Then the CLI's default, which only a start takes: recorded at once.
+        c.superseded_by(&ControlRequest::SetPermissionMode(String::new()));
+        let taken = c.answered("1", Ok(())).unwrap();
+        assert_eq!(kinds_and_last_error(&taken).0, ["system/setting_applied"]);
+        assert!(settings(&taken).is_empty(), "the later call stays recorded");
+        assert_eq!(
+            settings(&c.answered("2", Ok(())).unwrap()),
+            [Setting::Model("opus".into())],
+            "another setting is not superseded"
+        );
+        c.sent("3".into(), ControlRequest::SetPermissionMode("plan".into()));
+        c.superseded_by(&ControlRequest::SetPermissionMode(String::new()));
+        assert!(c.at_exit().is_empty(), "nor is it recorded at the exit");
+    }
+
+    #[test]
     fn rule_6_settings_unanswered_when_the_agent_exits_are_kept_in_the_order_asked() {
         let mut c = Controls::default();
         c.sent("1".into(), ControlRequest::SetModel("opus".into()));
@@ -295,9 +388,18 @@ mod tests {
         assert!(settings(&effects).is_empty(), "not in force");
         assert!(last.unwrap().contains("within 10 s"));
         assert!(c.timed_out("1", 10.0).is_empty(), "once");
+        let late = c.answered("1", Ok(())).unwrap();
+        assert_eq!(
+            settings(&late),
+            [Setting::Model("opus".into())],
+            "a late yes is in force: recorded"
+        );
+        assert_eq!(kinds_and_last_error(&late).0, ["system/setting_applied"]);
+        c.sent("2".into(), ControlRequest::SetModel("haiku".into()));
+        c.timed_out("2", 10.0);
         assert!(
-            c.answered("1", Ok(())).unwrap().is_empty(),
-            "a late answer changes nothing"
+            c.answered("2", Err("no".into())).is_err(),
+            "a late refusal was reported already: the journal's"
         );
     }
 

@@ -42,6 +42,30 @@ pub fn is_unsafe(c: char) -> bool {
         )
 }
 
+/// Whether `c` shows as nothing or as blank space: white space, and the characters that
+/// render so without being white space (Hangul fillers U+115F, U+1160, U+3164 and U+FFA0, the
+/// blank braille pattern U+2800, the combining grapheme joiner U+034F, the zero-width joiner
+/// U+200D and non-joiner U+200C). At either end of a name they make two names look the same.
+pub fn is_blank(c: char) -> bool {
+    c.is_whitespace()
+        || matches!(
+            c,
+            '\u{115F}'
+                | '\u{1160}'
+                | '\u{3164}'
+                | '\u{FFA0}'
+                | '\u{2800}'
+                | '\u{034F}'
+                | '\u{200C}'
+                | '\u{200D}'
+        )
+}
+
+/// `s` without the characters at either end that show blank ([`is_blank`]).
+pub fn trim_blank(s: &str) -> &str {
+    s.trim_matches(is_blank)
+}
+
 /// The first unsafe character of `s`, if any.
 pub fn first_unsafe(s: &str) -> Option<char> {
     s.chars().find(|c| is_unsafe(*c))

@@ -141,7 +141,7 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
                 ("name", Variant::from(" demo")),
             ]),
             "InvalidArgument",
-            "begins or ends with white space",
+            "begins or ends with U+0020",
         ),
         (
             "a name with a trailing no-break space",
@@ -150,7 +150,34 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
                 ("name", Variant::from("demo\u{a0}")),
             ]),
             "InvalidArgument",
-            "begins or ends with white space",
+            "begins or ends with U+00A0",
+        ),
+        (
+            "a name ending in a Hangul filler, which shows blank",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("name", Variant::from("demo\u{3164}")),
+            ]),
+            "InvalidArgument",
+            "U+3164",
+        ),
+        (
+            "a name of blank braille only",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("name", Variant::from("\u{2800}\u{2800}")),
+            ]),
+            "InvalidArgument",
+            "U+2800",
+        ),
+        (
+            "a name of spaces only",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("name", Variant::from("   ")),
+            ]),
+            "InvalidArgument",
+            "U+0020",
         ),
         (
             "a name with a newline",

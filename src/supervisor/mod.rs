@@ -203,7 +203,7 @@ pub fn default_name(cwd: &Path) -> String {
         .take(MAX_NAME_CHARS - 8)
         .collect();
     // White space at either end is refused in a name given: taken off a folder's.
-    let name = match name.trim() {
+    let name = match crate::text::trim_blank(&name) {
         "" => "bot".to_owned(),
         trimmed => trimmed.to_owned(),
     };
@@ -326,7 +326,7 @@ impl Supervisor {
             .iter()
             .map(|h| h.snapshot().record.name)
             .collect();
-        let name = match new.name.filter(|n| !n.trim().is_empty()) {
+        let name = match new.name.filter(|n| !n.is_empty()) {
             Some(name) => {
                 if name.chars().count() > MAX_NAME_CHARS {
                     return Err(BotError::InvalidArgument(format!(
@@ -341,10 +341,16 @@ impl Supervisor {
                         u32::from(c)
                     )));
                 }
-                if name.trim() != name {
+                let ends = [name.chars().next(), name.chars().last()];
+                if let Some(c) = ends
+                    .into_iter()
+                    .flatten()
+                    .find(|c| crate::text::is_blank(*c))
+                {
                     return Err(BotError::InvalidArgument(format!(
-                        "option `name` `{name}` begins or ends with white space, which a \
-                         terminal does not show: two names would look the same; remove it"
+                        "option `name` begins or ends with U+{:04X}, white space or a character \
+                         that shows blank: two names would look the same in a terminal; remove it",
+                        u32::from(c)
                     )));
                 }
                 if id_like(&name) {

@@ -577,3 +577,60 @@ async fn open_chat_item_to_a_client_without_descriptors_is_a_named_error() {
     assert!(!got.is_empty());
     assert_on_the_bus(&setup.env, &bot).await;
 }
+
+/// Issue 23, from a fresh user's tries: a flood of `OpenChatItem` calls from a connection that
+/// cannot take descriptors gets every call answered, and leaves another such client's call
+/// answered too (12,000 calls in a row left 6,543 unanswered: the daemon remembered 4,096 answers
+/// waiting for the bus's refusal, and the flood pushed the others out).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_of_open_chat_item_calls_without_descriptors_is_answered_call_by_call() {
+    const CALLS: usize = 12_000;
+    let setup = FakeSetup::start("").await;
+    let bot = setup.bot(json!([{"mode": "normal"}])).await;
+    send_and_wait(&bot, "hello").await;
+    let seq = bot.get_chat(0, 1).await.unwrap()[0].0;
+    let path = bot.inner().path().to_owned();
+    let proxy = |conn: zbus::Connection| {
+        let path = path.clone();
+        async move {
+            BotProxy::builder(&conn)
+                .path(path)
+                .cache_properties(zbus::proxy::CacheProperties::No)
+                .build()
+                .await
+                .unwrap()
+        }
+    };
+    let flooder = proxy(setup.env.bus.connect_without_fds().await).await;
+    let victim = proxy(setup.env.bus.connect_without_fds().await).await;
+    let started = std::time::Instant::now();
+    let flood = futures_util::future::join_all(
+        (0..CALLS).map(|_| flooder.open_chat_item(seq, HashMap::new())),
+    );
+    let late_call = async {
+        tokio::time::sleep(Duration::from_millis(300)).await; // in the middle of the flood
+        victim.open_chat_item(seq, HashMap::new()).await
+    };
+    let (answers, victims) = bounded("the flood's answers", async {
+        tokio::join!(flood, late_call)
+    })
+    .await;
+    let named = |r: &zbus::Result<zbus::OwnedFd>| {
+        r.as_ref()
+            .err()
+            .is_some_and(|e| e.to_string().contains("Error.NotSupported"))
+    };
+    let other: Vec<String> = answers
+        .iter()
+        .filter(|r| !named(r))
+        .take(3)
+        .map(|r| format!("{:?}", r.as_ref().err()))
+        .collect();
+    println!(
+        "{CALLS} OpenChatItem calls without descriptors answered in {:.1?}",
+        started.elapsed()
+    );
+    assert!(other.is_empty(), "not NotSupported: {other:?}");
+    assert!(named(&victims), "{:?}", victims.err());
+    assert_on_the_bus(&setup.env, &bot).await;
+}

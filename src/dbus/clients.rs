@@ -33,6 +33,7 @@ pub fn follow(ctx: Arc<Ctx>, mut changes: zbus::fdo::NameOwnerChangedStream) {
                 let _ = joined_tx.send(name.to_owned());
             } else {
                 reader_ctx.caller.forget(name);
+                reader_ctx.descriptors.forget(name);
                 reader_ctx.supervisor.client_gone(name);
             }
         }

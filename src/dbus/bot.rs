@@ -159,9 +159,16 @@ impl BotObject {
         // The client may have left while this call waited to be checked, and its departure been
         // handled before the lease was taken: the bus says whether it is still there. One that
         // leaves after this answer is handled after the lease (found by a fresh user: leases left
-        // by a storm of clients that held and left at once).
-        if !client.is_empty() && !self.ctx.caller.lookup().on_bus(&client).await {
-            self.handle.client_gone(&client);
+        // by a storm of clients that held and left at once). Asked from a task of its own: this
+        // method runs in the object server's one task, and a round trip per Hold made every
+        // other call wait behind a storm of them.
+        if !client.is_empty() {
+            let (lookup, handle) = (self.ctx.caller.lookup().clone(), self.handle.clone());
+            tokio::spawn(async move {
+                if !lookup.on_bus(&client).await {
+                    handle.client_gone(&client);
+                }
+            });
         }
         Ok(())
     }

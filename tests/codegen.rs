@@ -140,6 +140,19 @@ async fn run_client(setup: &FakeSetup, client: PathBuf, id: &str, seq: u64) -> S
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// What both clients print of `chat`'s bot: its path, its state, how many items, and its first
+/// item through the descriptor.
+fn assert_reads_the_chat(out: &str, chat: &Chat) {
+    assert_eq!(line(out, "path"), chat.path);
+    assert_eq!(line(out, "state"), "idle");
+    assert_eq!(line(out, "items"), chat.items.to_string());
+    assert_eq!(
+        line(out, "payload"),
+        chat.payload,
+        "the descriptor's content"
+    );
+}
+
 /// The value of the line `key …` of `out`.
 fn line<'a>(out: &'a str, key: &str) -> &'a str {
     out.lines()
@@ -187,14 +200,7 @@ async fn gdbus_codegen_makes_a_client_that_gets_the_descriptor() {
 
     let chat = a_bot_with_a_chat().await;
     let out = run_client(&chat.setup, dir.join("glib_client"), &chat.id, chat.seq).await;
-    assert_eq!(line(&out, "path"), chat.path);
-    assert_eq!(line(&out, "state"), "idle");
-    assert_eq!(line(&out, "items"), chat.items.to_string());
-    assert_eq!(
-        line(&out, "payload"),
-        chat.payload,
-        "the descriptor's content"
-    );
+    assert_reads_the_chat(&out, &chat);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -240,13 +246,6 @@ async fn qdbusxml2cpp_makes_a_client_that_knows_every_type() {
     let chat = a_bot_with_a_chat().await;
     let out = run_client(&chat.setup, dir.join("qt_client"), &chat.id, chat.seq).await;
     assert_eq!(line(&out, "runtimes"), "claude,codex");
-    assert_eq!(line(&out, "path"), chat.path);
-    assert_eq!(line(&out, "state"), "idle");
-    assert_eq!(line(&out, "items"), chat.items.to_string());
     assert_eq!(line(&out, "pending"), "0");
-    assert_eq!(
-        line(&out, "payload"),
-        chat.payload,
-        "the descriptor's content"
-    );
+    assert_reads_the_chat(&out, &chat);
 }

@@ -43,6 +43,19 @@ fn named(setting: &Setting) -> (&'static str, &str) {
     }
 }
 
+/// A setting that is not in force, said: an `error` item (`reason`, with `setting` and `value`)
+/// and `LastError`, both `text`.
+fn not_in_force(c: &mut CommitBuilder, text: String, reason: &str, setting: &Setting) {
+    let (name, value) = named(setting);
+    c.item(
+        "error",
+        None,
+        json!({"text": text, "reason": reason, "setting": name, "value": value}).to_string(),
+    )
+    .write(Write::LastError(text.clone()))
+    .then(Publish::LastError(text));
+}
+
 /// `setting` recorded and published: in force from now on (or from the next start).
 fn record(c: &mut CommitBuilder, setting: Setting) {
     c.write(Write::Setting(setting.clone()))
@@ -193,14 +206,7 @@ impl Controls {
                     "The running agent refused to change {what}: {e}. Nothing changed; a \
                      setting set while the bot is stopped is taken at its next start."
                 );
-                c.item(
-                    "error",
-                    None,
-                    json!({"text": text, "reason": "setting_refused", "setting": name, "value": value})
-                        .to_string(),
-                )
-                .write(Write::LastError(text.clone()))
-                .then(Publish::LastError(text));
+                not_in_force(&mut c, text, "setting_refused", &setting);
             }
         }
         Ok(c.build().into_iter().collect())
@@ -223,39 +229,27 @@ impl Controls {
         let (Some(what), Some(setting)) = (setting_change(&request), setting_of(&request)) else {
             return Vec::new();
         };
-        let (name, value) = named(&setting);
         let text = format!(
             "The running agent did not answer the request to change {what} within {timeout_s} s \
              (control_timeout_s); nothing changed."
         );
         let mut c = CommitBuilder::default();
-        c.item(
-            "error",
-            None,
-            json!({"text": text, "reason": "control_timeout", "setting": name, "value": value})
-                .to_string(),
-        )
-        .write(Write::LastError(text.clone()))
-        .then(Publish::LastError(text));
+        not_in_force(&mut c, text, "control_timeout", &setting);
         c.build().into_iter().collect()
     }
 
     /// The process ended with these requests unanswered: neither taken nor refused, the
-    /// settings they ask for are recorded for the next start, in the order asked.
+    /// settings they ask for (but those a later call superseded) are recorded for the next
+    /// start, in the order asked.
     pub fn at_exit(self) -> Vec<Effect> {
         let mut c = CommitBuilder::default();
-        let mut any = false;
         for p in self.pending.into_iter().filter(|p| !p.superseded) {
             if let Some(setting) = setting_of(&p.request) {
                 record(&mut c, setting);
-                any = true;
             }
         }
-        if any {
-            c.build().into_iter().collect()
-        } else {
-            Vec::new()
-        }
+        // No write, no effect.
+        c.build().into_iter().collect()
     }
 }
 

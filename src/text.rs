@@ -42,23 +42,44 @@ pub fn is_unsafe(c: char) -> bool {
         )
 }
 
-/// Whether `c` shows as nothing or as blank space: white space, and the characters that
-/// render so without being white space (Hangul fillers U+115F, U+1160, U+3164 and U+FFA0, the
-/// blank braille pattern U+2800, the combining grapheme joiner U+034F, the zero-width joiner
-/// U+200D and non-joiner U+200C). At either end of a name they make two names look the same.
+/// Whether `c` is one of Unicode's default-ignorable code points, which show as nothing
+/// (DerivedCoreProperties.txt, `Default_Ignorable_Code_Point`: soft hyphen, joiners, Hangul
+/// fillers, Khmer inherent vowels, variation selectors, tags, …).
+pub fn is_ignorable(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{034F}'
+            | '\u{061C}'
+            | '\u{115F}'..='\u{1160}'
+            | '\u{17B4}'..='\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF0}'..='\u{FFF8}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}'
+    )
+}
+
+/// Whether `c` shows as nothing or as blank space at the end of a name: white space, the blank
+/// braille pattern U+2800, and the ignorable code points ([`is_ignorable`]) but the variation
+/// selectors and the zero-width (non-)joiner, which end emoji sequences such as `❤️`.
 pub fn is_blank(c: char) -> bool {
     c.is_whitespace()
-        || matches!(
-            c,
-            '\u{115F}'
-                | '\u{1160}'
-                | '\u{3164}'
-                | '\u{FFA0}'
-                | '\u{2800}'
-                | '\u{034F}'
-                | '\u{200C}'
-                | '\u{200D}'
-        )
+        || c == '\u{2800}'
+        || (is_ignorable(c) && !matches!(c, '\u{FE00}'..='\u{FE0F}' | '\u{200C}' | '\u{200D}'))
+}
+
+/// `s` as a terminal shows it, for telling names apart: without its ignorable code points.
+pub fn visible(s: &str) -> String {
+    s.chars().filter(|c| !is_ignorable(*c)).collect()
 }
 
 /// `s` without the characters at either end that show blank ([`is_blank`]).

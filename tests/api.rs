@@ -162,6 +162,15 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
             "U+3164",
         ),
         (
+            "a name ending in a Khmer inherent vowel",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("name", Variant::from("x\u{17b4}")),
+            ]),
+            "InvalidArgument",
+            "U+17B4",
+        ),
+        (
             "a name of blank braille only",
             HashMap::from([
                 ("cwd", Variant::from(work.as_str())),
@@ -264,6 +273,24 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
         error_name(&err),
         "org.botvisor.Botvisor1.Error.InvalidArgument"
     );
+    // One that looks the same in a terminal is the same name: a variation selector after it.
+    let err = manager
+        .create_bot(HashMap::from([
+            ("cwd", Variant::from(work.as_str())),
+            ("name", Variant::from("twin\u{fe0f}")),
+        ]))
+        .await
+        .unwrap_err();
+    assert!(error_text(&err).contains("looks the same"), "{err}");
+    // An emoji sequence may end a name.
+    let heart = manager
+        .create_bot(HashMap::from([
+            ("cwd", Variant::from(work.as_str())),
+            ("name", Variant::from("ok \u{2764}\u{fe0f}")),
+        ]))
+        .await
+        .unwrap();
+    env.bot(&heart).await.delete().await.unwrap();
     env.bot(&named).await.delete().await.unwrap();
     let long_name = "n".repeat(201);
     let err = manager

@@ -360,9 +360,14 @@ impl Supervisor {
                          character in it"
                     )));
                 }
-                if taken.contains(&name) {
+                // Told apart as a terminal shows them: `x` and `x` with a variation selector
+                // are one name.
+                let shown = crate::text::visible(&name);
+                if let Some(same) = taken.iter().find(|t| crate::text::visible(t) == shown) {
                     return Err(BotError::InvalidArgument(format!(
-                        "a bot named `{name}` exists already; names pick bots out, so choose another"
+                        "a bot named `{}` exists already and looks the same; names pick bots out, \
+                         so choose another",
+                        crate::text::escape(same, false)
                     )));
                 }
                 name
@@ -528,5 +533,6 @@ mod tests {
         assert!(!id_like(&default_name(Path::new("/srv/cafe"))));
         assert_eq!(default_name(Path::new("/srv/ my work ")), "my work");
         assert_eq!(default_name(Path::new("/srv/  ")), "bot");
+        assert_eq!(default_name(Path::new("/srv/x\u{17b4}")), "x");
     }
 }

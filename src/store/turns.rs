@@ -8,16 +8,8 @@
 
 use rusqlite::{Connection, params};
 
+pub use crate::supervisor::core::QueuedTurn;
 use crate::time::now_rfc3339;
-
-/// A message waiting for a process to take it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QueuedTurn {
-    /// The turn id `Send` returned.
-    pub id: String,
-    /// The user's text.
-    pub text: String,
-}
 
 /// Adds a queued turn whose message is the `user` chat item `chat_seq` of the bot (its payload's
 /// `text`), committed in the same transaction.

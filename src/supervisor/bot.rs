@@ -29,13 +29,15 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
+pub use super::core::State;
 use super::core::control::Controls;
 use super::core::lifecycle::{self, CrashLimits, Exit, Lifecycle, Run};
 use super::core::snapshots::Snapshots;
+use super::core::stop::StopReason;
 use super::core::stream::DeltaPacer;
 use super::core::timeouts;
+use super::core::watchdogs::{Expired, Watchdogs};
 use super::core::{Effect, Inflight, Turns};
-use super::watchdog::{Expired, Watchdogs};
 use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher, Shared};
 use crate::config::Config;
 use crate::process::identity::{Liveness, ProcessIdentity, identify, liveness};
@@ -64,34 +66,6 @@ pub const PROOF: Proof = Proof::BestEffort;
 
 /// At most one `TextDelta` signal per bot in this interval.
 pub const TEXT_DELTA_INTERVAL: Duration = Duration::from_millis(50);
-
-/// A bot's state, as the `State` property shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// No process.
-    Stopped,
-    /// A process is running and no turn is.
-    Idle,
-    /// A process is running a turn.
-    Busy,
-    /// The process is being stopped.
-    Stopping,
-    /// Crash loop or a stop that failed: waits for an explicit restart.
-    Failed,
-}
-
-impl State {
-    /// The property value: `stopped`, `idle`, `busy`, `stopping`, `failed`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Stopped => "stopped",
-            State::Idle => "idle",
-            State::Busy => "busy",
-            State::Stopping => "stopping",
-            State::Failed => "failed",
-        }
-    }
-}
 
 /// What clients may read of a bot without asking its actor.
 #[derive(Debug, Clone)]
@@ -175,7 +149,7 @@ struct Proc {
 #[derive(Debug, PartialEq)]
 enum Next {
     Nothing,
-    StopProcess,
+    StopProcess(StopReason),
     Exited(ExitInfo),
 }
 
@@ -215,7 +189,7 @@ struct Actor {
     /// What the current process must do by when (design rule 15).
     watch: Watchdogs<tokio::time::Instant>,
     /// When the CLI's model-request retries were last noted in the chat.
-    retry_notes: super::retry::RetryNotes,
+    retry_notes: super::core::retry::RetryNotes,
     shared: Arc<Shared>,
 }
 
@@ -416,8 +390,8 @@ impl Actor {
                 }
                 Some(ev) = self.proc_rx.recv() => {
                     match self.on_proc_event(ev) {
-                        Next::StopProcess => {
-                            self.stop_process("replaced").await;
+                        Next::StopProcess(why) => {
+                            self.stop_process(why).await;
                         }
                         Next::Exited(info) => self.on_exit(info).await,
                         Next::Nothing => {}
@@ -453,7 +427,7 @@ impl Actor {
             self.rearm_idle();
             self.usage_activity();
         }
-        self.stop_process("shutdown").await;
+        self.stop_process(StopReason::Shutdown).await;
     }
 }
 

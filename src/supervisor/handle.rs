@@ -102,7 +102,7 @@ impl BotHandle {
             },
             |item| bot::publish_item(&self.shared.publisher, &self.id, item),
         )?;
-        self.command(Command::Queued(store::QueuedTurn {
+        self.command(Command::Queued(super::core::QueuedTurn {
             id: turn_id.clone(),
             text,
         }))?;

@@ -9,13 +9,9 @@ pub mod bot;
 mod cgroups;
 mod checks;
 pub mod core;
-pub mod decide;
 mod handle;
 pub mod memory_max;
-mod prompts;
 mod recovery;
-pub mod retry;
-pub mod watchdog;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -29,9 +25,9 @@ use crate::store::{self, BotRecord, Store};
 
 pub use bot::{BotView, State};
 pub use checks::{MAX_NAME_CHARS, canonical_cwd, check_model, check_permission_mode};
+pub use core::prompts::{ANSWERED_KEPT, Prompt, PromptBook};
 pub use handle::BotHandle;
 pub(crate) use handle::Shared;
-pub use prompts::{ANSWERED_KEPT, Prompt, PromptBook};
 
 /// Errors of bot operations; the D-Bus layer maps each to `org.botvisor.Botvisor1.Error.<Name>`.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
@@ -147,7 +143,7 @@ pub type Publisher = mpsc::UnboundedSender<Publication>;
 #[derive(Debug)]
 pub enum Command {
     /// A message already committed by [`BotHandle::send`], for the queue.
-    Queued(store::QueuedTurn),
+    Queued(core::QueuedTurn),
     /// Stop the process gently.
     Stop,
     /// Stop, then delete the bot with its history.

@@ -16,13 +16,13 @@ impl Actor {
             }
             Command::Stop => {
                 self.apply(vec![Effect::Park(true), Effect::RestartTimer(None)]);
-                self.stop_process("stop").await;
+                self.stop_process(StopReason::Stop).await;
                 self.apply(Lifecycle::stop_ended(self.state()));
                 true
             }
             Command::Delete => {
                 self.parked = true;
-                self.stop_process("delete").await;
+                self.stop_process(StopReason::Delete).await;
                 match self.store.tx(|tx| store::bots::delete(tx, &self.id)) {
                     Ok(_) => {
                         tracing::info!(bot_id = %self.id, "bot deleted");
@@ -38,7 +38,7 @@ impl Actor {
             }
             Command::Shutdown(reply) => {
                 self.parked = true;
-                self.stop_process("shutdown").await;
+                self.stop_process(StopReason::Shutdown).await;
                 let _ = reply.send(());
                 false
             }
@@ -86,7 +86,7 @@ impl Actor {
     pub(super) async fn on_restart(&mut self, fresh: bool) {
         self.restart_at = None;
         let released = self
-            .stop_process("restart")
+            .stop_process(StopReason::Restart)
             .await
             .is_none_or(|v| v.released());
         let recorded = self.record().session_id;

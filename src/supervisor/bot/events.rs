@@ -14,8 +14,8 @@ impl Actor {
                 self.write_lines(read.replies);
                 let mut next = Next::Nothing;
                 for event in read.events {
-                    if self.on_runtime_event(event) == Next::StopProcess {
-                        next = Next::StopProcess;
+                    if let stop @ Next::StopProcess(_) = self.on_runtime_event(event) {
+                        next = stop;
                     }
                 }
                 next
@@ -108,7 +108,7 @@ impl Actor {
                 max_retries,
                 delay_ms,
             } => {
-                let retry = crate::supervisor::retry::Retry {
+                let retry = crate::supervisor::core::retry::Retry {
                     error: &error,
                     status,
                     attempt,
@@ -142,7 +142,7 @@ impl Actor {
                 tracing::info!(bot_id = %self.id, %session_id, "conversation not found; starting a new one");
                 self.apply(effects);
                 if stop {
-                    Next::StopProcess
+                    Next::StopProcess(StopReason::Replaced)
                 } else {
                     Next::Nothing
                 }
@@ -156,7 +156,7 @@ impl Actor {
                 let effects =
                     timeouts::open_failed(&mut self.turns, &error, recorded.as_deref(), holds);
                 self.apply(effects);
-                Next::StopProcess
+                Next::StopProcess(StopReason::OpenFailed)
             }
             RuntimeEvent::SessionInUse { session_id } => {
                 if let Some(proc) = self.proc.as_mut() {
@@ -181,8 +181,8 @@ impl Actor {
     }
 
     /// The CLI retries a model request: `LastError` says so each time, and a rate-limited
-    /// `system` item (`reason` `api_retry`) of the turn waiting for it (see `super::retry`).
-    pub(super) fn on_api_retry(&mut self, retry: &crate::supervisor::retry::Retry<'_>) {
+    /// `system` item (`reason` `api_retry`) of the turn waiting for it (see `core::retry`).
+    pub(super) fn on_api_retry(&mut self, retry: &crate::supervisor::core::retry::Retry<'_>) {
         let text = match self.runtime.fatal_reason(retry.error) {
             Some(kind) => format!(
                 "The model API refused the request ({kind} error: {}, HTTP {}); the agent \
@@ -198,7 +198,7 @@ impl Actor {
         self.set_last_error(&text);
         if self
             .retry_notes
-            .should_note(retry, tokio::time::Instant::now())
+            .should_note(retry, tokio::time::Instant::now().into_std())
         {
             // The CLI retries before it replays the message: the turn is the one written to it.
             let turn = self.turns.inflight.as_ref().map(|i| i.turn.id.clone());

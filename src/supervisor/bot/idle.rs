@@ -49,7 +49,7 @@ impl Actor {
             }
             AtIdleDeadline::Stop => {
                 tracing::info!(bot_id = %self.id, "idle stop");
-                self.stop_process("idle").await;
+                self.stop_process(StopReason::Idle).await;
             }
         }
     }

@@ -148,7 +148,8 @@ impl Actor {
         let Some(session) = proc.protocol.conversation().map(str::to_owned) else {
             return;
         };
-        let Some((turn, effects)) = self.turns.deliver(&session) else {
+        let Some((turn, effects)) = self.turns.deliver(&session, std::time::SystemTime::now())
+        else {
             return;
         };
         // Persist, then act: which conversation the message goes to, before it goes (rule 8

@@ -2,7 +2,7 @@
 //! escalation, and the one place a stop verdict is read.
 
 use super::*;
-use crate::supervisor::core::stop::{StopPlan, StopStep};
+use crate::supervisor::core::stop::{StopPlan, StopReason, StopStep};
 
 /// How many times the clean-up after a root's exit looks for what is left of its process tree
 /// (each look stops what it finds new; the next finds what they forked meanwhile).
@@ -75,7 +75,7 @@ impl Actor {
     pub(super) async fn clean_up_after_exit(
         &mut self,
         root_pid: u32,
-        why: &'static str,
+        why: StopReason,
     ) -> StopVerdict {
         // A descendant that forks while it is being stopped (a loop that ignores SIGTERM) leaves
         // children the first look did not see, orphaned to the daemon: look again, and stop what
@@ -116,11 +116,11 @@ impl Actor {
 
     /// The one place a verdict is read: the journal always; the chat and `LastError` when it is
     /// not clean; the `StopVerdict` property.
-    pub(super) fn read_verdict(&mut self, root_pid: u32, why: &'static str, v: &StopVerdict) {
+    pub(super) fn read_verdict(&mut self, root_pid: u32, why: StopReason, v: &StopVerdict) {
         tracing::info!(
             bot_id = %self.id,
             pid = root_pid,
-            why,
+            why = why.as_str(),
             verdict = v.name(),
             proof = v.proof().unwrap_or(PROOF).as_str(),
             "stop verdict"
@@ -164,7 +164,7 @@ impl Actor {
     /// Stops the process gently: close stdin, SIGTERM the group, grace, SIGKILL the group, then
     /// every known descendant by identity. Lines the process writes meanwhile are still recorded.
     /// Returns the verdict (`None` when no process ran).
-    pub(super) async fn stop_process(&mut self, why: &'static str) -> Option<StopVerdict> {
+    pub(super) async fn stop_process(&mut self, why: StopReason) -> Option<StopVerdict> {
         self.snapshot_descendants();
         let proc = self.proc.as_mut()?;
         proc.run.stopping = true;
@@ -173,7 +173,7 @@ impl Actor {
         let generation = proc.handle.generation;
         let exited = proc.handle.exited().is_some();
         self.set_state(State::Stopping);
-        tracing::info!(bot_id = %self.id, pid, why, "stopping agent");
+        tracing::info!(bot_id = %self.id, pid, why = why.as_str(), "stopping agent");
         // The sequence is decided in core::stop; here it is carried out.
         let (mut plan, first) = StopPlan::begin(
             tokio::time::Instant::now(),

@@ -1,4 +1,4 @@
-//! Watchdogs (design rule 15): what happens when one fires ([`crate::supervisor::watchdog`] keeps
+//! Watchdogs (design rule 15): what happens when one fires ([`crate::supervisor::core::watchdogs`] keeps
 //! the deadlines).
 
 use super::*;
@@ -20,7 +20,7 @@ impl Actor {
                     holds,
                 );
                 self.apply(effects);
-                self.stop_process("start timeout").await;
+                self.stop_process(StopReason::StartTimeout).await;
             }
             Expired::Interrupt(turn) => {
                 let grace = self.config.interrupt_grace_s;
@@ -32,7 +32,7 @@ impl Actor {
                 // Every item of the turn before its end: a question left open is closed first.
                 self.close_open_prompts("The turn ended before this request was answered.");
                 self.apply(effects);
-                self.stop_process("interrupt timeout").await;
+                self.stop_process(StopReason::InterruptTimeout).await;
             }
             Expired::Control(request_id) => {
                 let Some(proc) = self.proc.as_mut() else {

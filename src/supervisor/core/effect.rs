@@ -1,8 +1,8 @@
 //! What the lifecycle core asks its shell to do: plain data, executed in order by
 //! `supervisor::bot::effects` and never decided there.
 
-use super::super::decide::TurnOutcome;
-use crate::supervisor::bot::State;
+use super::decide::TurnOutcome;
+use crate::supervisor::core::State;
 
 /// One row change in the bot's database, applied inside a [`Effect::Commit`]'s transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]

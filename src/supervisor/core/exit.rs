@@ -3,7 +3,7 @@
 //! status, whether a message was in flight) and carries out the [`ExitPlan`].
 
 use crate::process::ExitInfo;
-use crate::supervisor::decide::TurnOutcome;
+use crate::supervisor::core::decide::TurnOutcome;
 
 /// What the shell knows when a process exited.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub enum ExitPlan {
         resume: Option<String>,
     },
     /// It ended by itself: the turn in flight is settled as `settle` (reason `agent_exited`),
-    /// the rule-4 fallback is looked at ([`crate::supervisor::decide::forget_after_early_exit`]),
+    /// the rule-4 fallback is looked at ([`crate::supervisor::core::decide::forget_after_early_exit`]),
     /// then a clean exit stops the bot and any other is a crash (or a failure restarting cannot
     /// fix) with the backoff of [`super::crash::Crashes`].
     Ended {

@@ -16,11 +16,13 @@ pub use super::records::{
     start_refused,
 };
 pub use super::run::Run;
+use super::start::{StartDecision, decide_start};
+use super::stop::StopReason;
 use super::turns::{Ended, Inflight, Settled, Turns};
 use crate::process::ExitInfo;
-use crate::runtime::{SessionStart, StartDecision, decide_start};
-use crate::supervisor::bot::State;
-use crate::supervisor::decide::{self, TurnOutcome};
+use crate::runtime::SessionStart;
+use crate::supervisor::core::State;
+use crate::supervisor::core::decide::{self, TurnOutcome};
 
 /// The turn in flight of a process botvisor stopped: it ends `interrupted` (reason `stopped`) once
 /// it began, or its message waits again unless its conversation holds it (design rule 8).
@@ -52,9 +54,9 @@ pub struct ExitSteps {
     /// Before the clean-up, in order: the session adopted, the turn settled, the conversation
     /// forgotten, the error said, the state.
     pub now: Vec<Effect>,
-    /// Why the clean-up runs, for the journal and the stop verdict: `exit`, `late exit` or
-    /// `crash`.
-    pub clean_up: &'static str,
+    /// Why the clean-up runs, for the journal and the stop verdict: [`StopReason::Exited`],
+    /// [`StopReason::LateExit`] or [`StopReason::Crashed`].
+    pub clean_up: StopReason,
     /// After the clean-up, in order.
     pub then: Vec<Effect>,
     /// It was a crash with this text: the shell calls [`Lifecycle::crashed`] after the clean-up.
@@ -289,7 +291,7 @@ impl Lifecycle {
         Some((effects, !run.stopping))
     }
 
-    /// A process botvisor stopped (`why`: `stop`, `restart`, `replaced`, `idle`, …) exited: the
+    /// A process botvisor stopped (for `why`) exited: the
     /// reported session is adopted, the turn in flight ends `interrupted` (reason `stopped`) or
     /// its message waits again (design rule 8). The bot is `stopped` after the clean-up. The stop
     /// of a process that lost its conversation (`replaced`) unparks the bot: its waiting message
@@ -297,7 +299,7 @@ impl Lifecycle {
     pub fn stopped(
         run: &Run,
         turns: &mut Turns,
-        why: &str,
+        why: StopReason,
         recorded: Option<&str>,
         transcript_exists: impl Fn(&str) -> bool,
         holds: impl FnOnce(&Inflight) -> bool,
@@ -309,7 +311,7 @@ impl Lifecycle {
             recorded = Some(id);
         }
         effects.extend(settle_stopped(turns, recorded.as_deref(), holds));
-        if why == "replaced" && run.lost {
+        if why == StopReason::Replaced && run.lost {
             effects.push(Effect::Park(false));
         }
         effects
@@ -363,7 +365,7 @@ impl Lifecycle {
                 now.extend(settle_stopped(turns, recorded.as_deref(), holds));
                 return ExitSteps {
                     now,
-                    clean_up: "late exit",
+                    clean_up: StopReason::LateExit,
                     then: vec![Effect::State(State::Stopped)],
                     crashed: None,
                 };
@@ -384,7 +386,7 @@ impl Lifecycle {
                 }
                 return ExitSteps {
                     now,
-                    clean_up: "exit",
+                    clean_up: StopReason::Exited,
                     then: Vec::new(),
                     crashed: None,
                 };
@@ -429,7 +431,7 @@ impl Lifecycle {
             now.push(Effect::State(State::Stopped));
             return ExitSteps {
                 now,
-                clean_up: "exit",
+                clean_up: StopReason::Exited,
                 then: Vec::new(),
                 crashed: None,
             };
@@ -447,7 +449,7 @@ impl Lifecycle {
             now.extend(failed(turns.waiting()));
             return ExitSteps {
                 now,
-                clean_up: "exit",
+                clean_up: StopReason::Exited,
                 then: Vec::new(),
                 crashed: None,
             };
@@ -461,7 +463,7 @@ impl Lifecycle {
         now.push(Effect::State(State::Stopped));
         ExitSteps {
             now,
-            clean_up: "crash",
+            clean_up: StopReason::Crashed,
             then: Vec::new(),
             crashed: Some(text),
         }

@@ -33,11 +33,22 @@
 //! - [`stop`]: the stop sequence: SIGTERM, the grace, SIGKILL, the bounded wait (design rule 9).
 //! - [`stream`]: streamed text let out at most once per interval.
 //! - [`effect`]: what the core asks of its shell.
+//! - [`decide`]: the single decisions the others share (how a turn ended, what becomes of a
+//!   message not replayed, which conversation to record, whether an exit was the CLI's choice).
+//! - [`start`]: design rule 2, the resume decision every launch goes through.
+//! - [`state`]: the bot's [`State`].
+//! - [`watchdogs`]: the deadlines of rule 15 (a launch, an interrupt, a control request).
+//! - [`retry`]: what a person is told when the CLI retries a model request, and how often.
 //!
-//! The pure decisions they use live in `supervisor::decide` and `runtime::decide_start`.
+//! The core is self-contained: it names no shell (`supervisor::bot`, the store, D-Bus, the
+//! configuration), no tokio, no file system, no process and no clock; time is always an
+//! argument. The vocabulary it shares with the runtimes (`crate::runtime`'s events and
+//! requests), a process's exit status and identity, and `crate::text` are the only other parts
+//! of the crate it names. [`tests::the_core_names_no_shell`] holds it to that.
 
 pub mod control;
 pub mod crash;
+pub mod decide;
 pub mod effect;
 pub mod exit;
 pub mod idle;
@@ -47,12 +58,103 @@ pub mod prompts;
 pub mod pump;
 pub mod records;
 pub mod recovery;
+pub mod retry;
 pub mod run;
 pub mod snapshots;
+pub mod start;
+pub mod state;
 pub mod stop;
 pub mod stream;
 pub mod timeouts;
 pub mod turns;
+pub mod watchdogs;
 
 pub use effect::{CommitBuilder, Effect, Publish, Setting, Write};
-pub use turns::{Ended, Inflight, Replayed, Settled, Turns};
+pub use state::State;
+pub use turns::{Ended, Inflight, QueuedTurn, Replayed, Settled, Turns};
+
+#[cfg(test)]
+mod tests {
+    /// What a core file may name of the rest of the crate: the core itself, the runtimes'
+    /// vocabulary (events, requests, how a session starts), a process's exit and identity (data,
+    /// not the functions that read `/proc`), and text helpers.
+    const ALLOWED: &[&str] = &[
+        "crate::supervisor::core",
+        "crate::runtime::{",
+        "crate::runtime::ResultOutcome",
+        "crate::runtime::SessionStart",
+        "crate::runtime::ForgetReason",
+        "crate::runtime::ControlRequest",
+        "crate::runtime::RuntimeEvent",
+        "crate::runtime::PermissionAnswer",
+        "crate::process::ExitInfo",
+        "crate::process::identity::{Liveness, ProcessIdentity}",
+        "crate::process::identity::ProcessIdentity",
+        "crate::text",
+    ];
+
+    /// What no core file may name outside its tests: the shell's runtime, I/O and clocks.
+    const FORBIDDEN: &[&str] = &[
+        "tokio",
+        "zbus",
+        "rusqlite",
+        "std::fs",
+        "std::process",
+        "std::net",
+        "std::thread",
+        "std::env",
+        "Instant::now",
+        "SystemTime::now",
+        "super::super::",
+    ];
+
+    /// Every `.rs` file under `dir`, recursively.
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn the_core_names_no_shell() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/supervisor/core");
+        let mut files = Vec::new();
+        rust_files(&dir, &mut files);
+        let mut found = Vec::new();
+        for file in &files {
+            let name = file.strip_prefix(&dir).unwrap().display().to_string();
+            if name.ends_with("_tests.rs") || name.contains("_tests/") {
+                continue;
+            }
+            let text = std::fs::read_to_string(file).unwrap();
+            // A file's own tests start at its first `#[cfg(test)]`: they may use clocks.
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for (n, line) in code.lines().enumerate() {
+                let code_part = line.split("//").next().unwrap_or_default();
+                for word in FORBIDDEN {
+                    if code_part.contains(word) {
+                        found.push(format!("{name}:{}: names `{word}`: {line}", n + 1));
+                    }
+                }
+                let mut rest = code_part;
+                while let Some(at) = rest.find("crate::") {
+                    let path = &rest[at..];
+                    if !ALLOWED.iter().any(|a| path.starts_with(a)) {
+                        found.push(format!("{name}:{}: names {path}", n + 1));
+                    }
+                    rest = &rest[at + "crate::".len()..];
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "the core must name no shell, store, tokio, file system or clock:\n{}",
+            found.join("\n")
+        );
+    }
+}

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::effect::{CommitBuilder, Effect, Publish, Write};
-use crate::supervisor::bot::State;
+use crate::supervisor::core::State;
 
 /// The recorded conversation `old` is forgotten (the next start begins a new one), in one commit
 /// with a `system` item that says why: `{"text", "reason", "session_id"}`.
@@ -23,7 +23,7 @@ pub fn forget_payload(old: &str, reason: &str, text: &str) -> String {
 }
 
 /// At a start, the recorded conversation `old` cannot be resumed (design rule 2,
-/// [`crate::runtime::decide_start`]): forgotten, with reason `transcript_missing` or
+/// [`super::start::decide_start`]): forgotten, with reason `transcript_missing` or
 /// `runtime_cannot_resume` (the `runtime`'s name says which could not); or a fresh Restart's
 /// forget, not on record yet (reason `fresh_restart`).
 pub fn forget_at_start(old: &str, why: &crate::runtime::ForgetReason, runtime: &str) -> Effect {

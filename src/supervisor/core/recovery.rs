@@ -6,8 +6,8 @@ use serde_json::json;
 use super::effect::Effect;
 use super::records::item;
 use super::turns::{Turns, taken_note};
-use crate::store::QueuedTurn;
-use crate::supervisor::decide::{self, LeftTurn, TurnOutcome, UnreplayedFate};
+use crate::supervisor::core::QueuedTurn;
+use crate::supervisor::core::decide::{self, LeftTurn, TurnOutcome, UnreplayedFate};
 
 /// What the previous run left in the store for one bot.
 #[derive(Debug, Clone, Default)]

@@ -78,7 +78,7 @@ impl Run {
     }
 
     /// The reported session is recorded when it is not already and its transcript exists
-    /// (design rule 3, [`crate::supervisor::decide::session_to_record`]): one commit that says `SessionId`. Returns
+    /// (design rule 3, [`crate::supervisor::core::decide::session_to_record`]): one commit that says `SessionId`. Returns
     /// the id recorded with its effect.
     pub fn adopt_reported(
         &self,

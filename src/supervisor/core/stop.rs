@@ -5,6 +5,57 @@
 
 use std::time::Duration;
 
+/// Why botvisor stops a bot's process: the journal's `why` and the stop's meaning for the bot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// A client's Stop.
+    Stop,
+    /// A client's Delete.
+    Delete,
+    /// botvisord shuts down.
+    Shutdown,
+    /// A client's Restart.
+    Restart,
+    /// The process lost its conversation and makes way for one that starts a new one.
+    Replaced,
+    /// The bot was idle past its idle deadline (design rule 12).
+    Idle,
+    /// The launch showed no sign of life in time (design rule 15).
+    StartTimeout,
+    /// The turn did not end after an interrupt (design rule 15).
+    InterruptTimeout,
+    /// The agent could not open its conversation: no turn can run in it.
+    OpenFailed,
+    /// What is left after the agent exited by itself (a clean end, a conversation that never
+    /// started, a failure) is cleaned up.
+    Exited,
+    /// What is left after the agent exited while being stopped, once its stop had given up.
+    LateExit,
+    /// What is left after the agent crashed.
+    Crashed,
+}
+
+impl StopReason {
+    /// Its name in the journal: `stop`, `delete`, `shutdown`, `restart`, `replaced`, `idle`,
+    /// `start timeout`, `interrupt timeout`, `open failed`, `exit`, `late exit`, `crash`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Stop => "stop",
+            StopReason::Delete => "delete",
+            StopReason::Shutdown => "shutdown",
+            StopReason::Restart => "restart",
+            StopReason::Replaced => "replaced",
+            StopReason::Idle => "idle",
+            StopReason::StartTimeout => "start timeout",
+            StopReason::InterruptTimeout => "interrupt timeout",
+            StopReason::OpenFailed => "open failed",
+            StopReason::Exited => "exit",
+            StopReason::LateExit => "late exit",
+            StopReason::Crashed => "crash",
+        }
+    }
+}
+
 /// What the shell does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopStep {

@@ -1,6 +1,6 @@
 //! What a watchdog's end or a refused handshake means, with no I/O (design rule 15: never stuck;
 //! rule 8: the turn waiting ends once, visibly). The deadlines themselves are kept by
-//! `supervisor::watchdog::Watchdogs`; the shell stops the process after these effects.
+//! [`super::watchdogs::Watchdogs`]; the shell stops the process after these effects.
 
 use super::effect::{CommitBuilder, Effect, Publish, Write};
 use super::records::said_error;
@@ -72,8 +72,8 @@ pub fn interrupt_timed_out(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::QueuedTurn;
-    use crate::supervisor::decide::TurnOutcome;
+    use crate::supervisor::core::QueuedTurn;
+    use crate::supervisor::core::decide::TurnOutcome;
 
     fn turns(ids: &[&str]) -> Turns {
         let mut t = Turns::default();
@@ -91,7 +91,7 @@ mod tests {
     #[test]
     fn rule_15_a_silent_start_fails_the_waiting_turn_once_and_parks_the_bot() {
         let mut t = turns(&["a", "b"]);
-        t.deliver("s");
+        t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
         let effects = start_timed_out(&mut t, 30.0, Some("s"), |_| false);
         assert_eq!(ended(&effects), [("a".into(), TurnOutcome::Error)]);
         assert_eq!(effects.last(), Some(&Effect::Park(true)));
@@ -112,7 +112,7 @@ mod tests {
     #[test]
     fn rule_15_an_interrupt_not_honoured_ends_the_turn_interrupted() {
         let mut t = turns(&["a", "b"]);
-        t.deliver("s");
+        t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
         t.replayed("s", Some("s"), Some("s"), |_| false);
         let effects = interrupt_timed_out(&mut t, "a", 5.0).unwrap();
         assert_eq!(ended(&effects), [("a".into(), TurnOutcome::Interrupted)]);
@@ -123,7 +123,7 @@ mod tests {
     #[test]
     fn an_interrupt_timeout_for_a_turn_that_ended_in_time_does_nothing() {
         let mut t = turns(&["a"]);
-        t.deliver("s");
+        t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
         assert_eq!(interrupt_timed_out(&mut t, "other", 5.0), None);
         assert!(t.inflight.is_some());
     }
@@ -131,7 +131,7 @@ mod tests {
     #[test]
     fn an_interrupt_timeout_with_nothing_waiting_does_not_speak_of_waiting_messages() {
         let mut t = turns(&["a"]);
-        t.deliver("s");
+        t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
         let effects = interrupt_timed_out(&mut t, "a", 5.0).unwrap();
         assert!(matches!(&effects[0], Effect::Commit { writes, .. }
             if matches!(&writes[0], Write::LastError(e) if !e.contains("Waiting messages"))));

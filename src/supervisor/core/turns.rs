@@ -11,9 +11,17 @@ use serde_json::{Value, json};
 
 use super::effect::{CommitBuilder, Effect, Publish, Write};
 use crate::runtime::ResultOutcome;
-use crate::store::QueuedTurn;
-use crate::supervisor::bot::State;
-use crate::supervisor::decide::{self, SessionChoice, TurnOutcome, UnreplayedFate};
+use crate::supervisor::core::State;
+use crate::supervisor::core::decide::{self, SessionChoice, TurnOutcome, UnreplayedFate};
+
+/// A message waiting for a process to take it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedTurn {
+    /// The turn id `Send` returned.
+    pub id: String,
+    /// The user's text.
+    pub text: String,
+}
 
 /// The message written to the CLI and not yet ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,9 +145,10 @@ impl Turns {
 
     /// The next message goes to the conversation `session`: it is in flight from now, and where
     /// it went is committed before it is written (rule 8 across a daemon crash). `None` when
-    /// nothing waits or a message is in flight already. The shell writes `turn.text` once the
-    /// commit is done, and calls [`Turns::written`] with the time recorded.
-    pub fn deliver(&mut self, session: &str) -> Option<(QueuedTurn, Vec<Effect>)> {
+    /// nothing waits or a message is in flight already. `now` stands for when it was written
+    /// until the commit says ([`Turns::delivery_recorded`]). The shell writes `turn.text` once
+    /// the commit is done.
+    pub fn deliver(&mut self, session: &str, now: SystemTime) -> Option<(QueuedTurn, Vec<Effect>)> {
         if self.inflight.is_some() {
             return None;
         }
@@ -148,7 +157,7 @@ impl Turns {
             turn: turn.clone(),
             replayed: false,
             session: session.to_owned(),
-            written: SystemTime::now(),
+            written: now,
         });
         let mut c = CommitBuilder::default();
         c.write(Write::Delivery {

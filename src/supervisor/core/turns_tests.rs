@@ -44,19 +44,28 @@ fn no_transcript(_: &str) -> bool {
 #[test]
 fn rule_7_messages_are_delivered_one_at_a_time_in_the_order_sent() {
     let mut t = queued(&["a", "b"]);
-    let (first, _) = t.deliver("s").unwrap();
+    let (first, _) = t.deliver("s", std::time::SystemTime::UNIX_EPOCH).unwrap();
     assert_eq!(first.id, "a");
-    assert!(t.deliver("s").is_none(), "one message in flight at a time");
+    assert!(
+        t.deliver("s", std::time::SystemTime::UNIX_EPOCH).is_none(),
+        "one message in flight at a time"
+    );
     t.replayed("s", Some("s"), Some("s"), no_transcript)
         .unwrap();
     t.result(ResultOutcome::Success, &json!({"subtype": "success"}), None);
-    assert_eq!(t.deliver("s").unwrap().0.id, "b");
+    assert_eq!(
+        t.deliver("s", std::time::SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .0
+            .id,
+        "b"
+    );
 }
 
 #[test]
 fn rule_8_where_a_message_goes_is_committed_before_it_is_written() {
     let mut t = queued(&["a"]);
-    let (_, effects) = t.deliver("s").unwrap();
+    let (_, effects) = t.deliver("s", std::time::SystemTime::UNIX_EPOCH).unwrap();
     let c = commits(&effects);
     assert_eq!(
         c[0].0,
@@ -72,7 +81,7 @@ fn rule_8_a_message_sent_twice_by_recovery_and_a_client_is_queued_once() {
     let mut t = queued(&["a"]);
     t.queue(turn("a"));
     assert_eq!(t.queue.len(), 1);
-    t.deliver("s");
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
     t.queue(turn("a"));
     assert!(t.queue.is_empty(), "in flight counts as known");
 }
@@ -80,7 +89,7 @@ fn rule_8_a_message_sent_twice_by_recovery_and_a_client_is_queued_once() {
 #[test]
 fn rule_3_the_session_is_recorded_when_the_turn_begins_not_before() {
     let mut t = queued(&["a"]);
-    let (_, effects) = t.deliver("new").unwrap();
+    let (_, effects) = t.deliver("new", std::time::SystemTime::UNIX_EPOCH).unwrap();
     assert!(
         !commits(&effects)[0]
             .0
@@ -98,7 +107,7 @@ fn rule_3_the_session_is_recorded_when_the_turn_begins_not_before() {
 #[test]
 fn rule_3_a_session_already_recorded_is_not_written_again() {
     let mut t = queued(&["a"]);
-    t.deliver("s");
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
     let r = t
         .replayed("s", Some("s"), Some("s"), no_transcript)
         .unwrap();
@@ -113,7 +122,7 @@ fn rule_3_a_session_already_recorded_is_not_written_again() {
 #[test]
 fn rule_3_another_reported_id_waits_for_its_transcript() {
     let mut t = queued(&["a"]);
-    t.deliver("launched");
+    t.deliver("launched", std::time::SystemTime::UNIX_EPOCH);
     let r = t
         .replayed("launched", Some("other"), None, no_transcript)
         .unwrap();
@@ -128,7 +137,7 @@ fn rule_3_another_reported_id_waits_for_its_transcript() {
 #[test]
 fn rule_3_another_reported_id_with_a_transcript_is_recorded() {
     let mut t = queued(&["a"]);
-    t.deliver("launched");
+    t.deliver("launched", std::time::SystemTime::UNIX_EPOCH);
     let r = t
         .replayed("launched", Some("forked"), None, |id| id == "forked")
         .unwrap();
@@ -143,7 +152,7 @@ fn rule_3_another_reported_id_with_a_transcript_is_recorded() {
 #[test]
 fn a_second_replay_of_the_same_turn_changes_nothing() {
     let mut t = queued(&["a"]);
-    t.deliver("s");
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
     assert!(t.replayed("s", None, None, no_transcript).is_some());
     assert!(t.replayed("s", None, None, no_transcript).is_none());
 }
@@ -151,7 +160,7 @@ fn a_second_replay_of_the_same_turn_changes_nothing() {
 #[test]
 fn rule_1_a_result_commits_the_result_and_the_typed_end_then_publishes_in_order() {
     let mut t = queued(&["a"]);
-    t.deliver("s");
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
     t.replayed("s", None, Some("s"), no_transcript);
     let ended = t.result(
         ResultOutcome::Error,
@@ -181,7 +190,7 @@ fn rule_1_a_result_commits_the_result_and_the_typed_end_then_publishes_in_order(
 #[test]
 fn a_result_before_the_replay_is_not_the_turns_unless_it_is_an_error() {
     let mut t = queued(&["a"]);
-    t.deliver("s");
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
     let ended = t.result(ResultOutcome::Success, &json!({}), None);
     assert_eq!(
         ended.turn_id, None,
@@ -203,7 +212,7 @@ fn a_slash_command_ends_with_its_result_though_never_replayed() {
         id: "a".into(),
         text: "/cost".into(),
     });
-    t.deliver("s");
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
     let ended = t.result(ResultOutcome::Success, &json!({"num_turns": 0}), None);
     assert_eq!(ended.turn_id.as_deref(), Some("a"), "the command's result");
     assert!(t.inflight.is_none());
@@ -230,7 +239,7 @@ fn a_slash_command_ends_with_its_result_though_never_replayed() {
 #[test]
 fn an_interrupted_turn_ends_interrupted_without_an_error() {
     let mut t = queued(&["a"]);
-    t.deliver("s");
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
     t.replayed("s", None, Some("s"), no_transcript);
     t.interrupting = Some("a".into());
     let ended = t.result(
@@ -250,7 +259,7 @@ fn an_interrupted_turn_ends_interrupted_without_an_error() {
 #[test]
 fn rule_8_a_crash_before_the_replay_resends_a_message_the_conversation_lacks() {
     let mut t = queued(&["a", "b"]);
-    t.deliver("s");
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
     let (settled, effects) = t.settle(
         TurnOutcome::Crashed,
         "agent_exited",
@@ -266,7 +275,7 @@ fn rule_8_a_crash_before_the_replay_resends_a_message_the_conversation_lacks() {
 #[test]
 fn rule_8_a_crash_before_the_replay_never_resends_a_message_the_conversation_holds() {
     let mut t = queued(&["a"]);
-    t.deliver("new-one");
+    t.deliver("new-one", std::time::SystemTime::UNIX_EPOCH);
     let (settled, effects) = t.settle(
         TurnOutcome::Crashed,
         "agent_exited",
@@ -290,7 +299,7 @@ fn rule_8_a_crash_before_the_replay_never_resends_a_message_the_conversation_hol
 #[test]
 fn rule_8_a_crash_after_the_replay_ends_the_turn_crashed_with_its_words() {
     let mut t = queued(&["a"]);
-    t.deliver("s");
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
     t.replayed("s", None, Some("s"), no_transcript);
     let (settled, effects) = t.settle(
         TurnOutcome::Crashed,
@@ -307,7 +316,7 @@ fn rule_8_a_crash_after_the_replay_ends_the_turn_crashed_with_its_words() {
 #[test]
 fn rule_4_a_lost_conversation_is_not_a_turn_its_message_waits_first() {
     let mut t = queued(&["a", "b"]);
-    t.deliver("gone");
+    t.deliver("gone", std::time::SystemTime::UNIX_EPOCH);
     let effects = t.conversation_lost();
     assert_eq!(
         t.queue.iter().map(|q| q.id.as_str()).collect::<Vec<_>>(),
@@ -319,7 +328,7 @@ fn rule_4_a_lost_conversation_is_not_a_turn_its_message_waits_first() {
 #[test]
 fn a_message_whose_stdin_closed_waits_again_first() {
     let mut t = queued(&["a", "b"]);
-    t.deliver("s");
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
     t.unwritten();
     assert_eq!(t.queue.front().unwrap().id, "a");
     assert_eq!(t.waiting(), 2);
@@ -328,7 +337,7 @@ fn a_message_whose_stdin_closed_waits_again_first() {
 #[test]
 fn rule_15_a_start_timeout_fails_the_waiting_turn_visibly_and_keeps_the_rest() {
     let mut t = queued(&["a", "b"]);
-    t.deliver("s");
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
     let effects = t.start_timed_out(Some("s"), |_| false);
     let c = commits(&effects);
     assert!(c[0].1.contains(&Publish::TurnFinished {
@@ -341,7 +350,7 @@ fn rule_15_a_start_timeout_fails_the_waiting_turn_visibly_and_keeps_the_rest() {
 #[test]
 fn rule_8_a_start_timeout_after_the_conversation_took_the_message_is_not_an_error() {
     let mut t = queued(&["a"]);
-    t.deliver("s");
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
     let effects = t.start_timed_out(Some("s"), |_| true);
     assert!(commits(&effects)[0].1.contains(&Publish::TurnFinished {
         turn_id: "a".into(),
@@ -352,7 +361,7 @@ fn rule_8_a_start_timeout_after_the_conversation_took_the_message_is_not_an_erro
 #[test]
 fn rule_15_an_interrupt_the_cli_ignores_ends_the_turn_interrupted() {
     let mut t = queued(&["a"]);
-    t.deliver("s");
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
     t.replayed("s", None, Some("s"), no_transcript);
     t.interrupting = Some("a".into());
     let effects = t.interrupt_timed_out("did not end");
@@ -394,7 +403,7 @@ fn a_refused_handshake_fails_the_first_waiting_message_with_its_reason() {
 #[test]
 fn rule_8_a_message_whose_delivery_is_not_on_record_is_not_written_and_waits_first() {
     let mut t = queued(&["a", "b"]);
-    t.deliver("s").unwrap();
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH).unwrap();
     assert!(!t.delivery_recorded(false, None));
     assert!(t.inflight.is_none());
     assert_eq!(t.queue.front().map(|q| q.id.as_str()), Some("a"));
@@ -403,14 +412,14 @@ fn rule_8_a_message_whose_delivery_is_not_on_record_is_not_written_and_waits_fir
 #[test]
 fn a_written_message_makes_the_bot_busy_and_an_unwritten_one_waits_first() {
     let mut t = queued(&["a", "b"]);
-    t.deliver("s").unwrap();
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH).unwrap();
     let at = SystemTime::UNIX_EPOCH;
     assert!(t.delivery_recorded(true, Some(at)));
     assert_eq!(t.inflight.as_ref().map(|i| i.written), Some(at));
     assert_eq!(
         t.wrote(true),
         [
-            Effect::State(crate::supervisor::bot::State::Busy),
+            Effect::State(crate::supervisor::core::State::Busy),
             Effect::Queued(2)
         ]
     );
@@ -423,7 +432,7 @@ fn a_message_sent_lets_a_stopped_bot_go_and_only_a_turn_in_flight_is_interrupted
     let mut t = Turns::default();
     assert_eq!(t.queue(turn("a"))[0], Effect::Park(false));
     assert_eq!(t.to_interrupt(), None, "nothing in flight");
-    t.deliver("s").unwrap();
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH).unwrap();
     assert_eq!(t.to_interrupt().as_deref(), Some("a"));
     t.interrupt_sent("a".into());
     t.replayed("s", Some("s"), Some("s"), no_transcript)

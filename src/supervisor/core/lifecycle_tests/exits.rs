@@ -13,7 +13,7 @@ fn rule_11_a_crash_ends_the_running_turn_at_once_and_says_why() {
     assert_eq!(finished(&steps.now), [("a".into(), TurnOutcome::Crashed)]);
     assert!(has_item(&steps.now, "error", "crash"));
     assert_eq!(states(&steps.now), [State::Stopped]);
-    assert_eq!(steps.clean_up, "crash");
+    assert_eq!(steps.clean_up.as_str(), "crash");
     let text = steps.crashed.expect("a crash");
     assert!(text.contains("segfault"), "{text}");
     assert_eq!(turns.queue.len(), 1, "the waiting message stays queued");
@@ -35,7 +35,7 @@ fn a_clean_exit_with_nothing_in_flight_stops_the_bot() {
     );
     assert!(items(&steps.now).is_empty());
     assert_eq!(states(&steps.now), [State::Stopped]);
-    assert_eq!((steps.clean_up, steps.crashed), ("exit", None));
+    assert_eq!((steps.clean_up.as_str(), steps.crashed), ("exit", None));
 }
 
 #[test]
@@ -52,7 +52,7 @@ fn a_new_conversation_refused_as_in_use_is_resumed_once() {
     // Refused again: it counts as a crash (with its backoff), and the message, never taken,
     // still waits.
     let mut run = Run::new(SessionStart::Resume("x".into()));
-    turns.deliver("x");
+    turns.deliver("x", std::time::SystemTime::UNIX_EPOCH);
     let steps = life.exited(&mut run, &mut turns, &e, |_| false, |_| false);
     assert!(finished(&steps.now).is_empty());
     assert!(steps.crashed.is_some());

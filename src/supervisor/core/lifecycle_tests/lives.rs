@@ -114,7 +114,7 @@ fn a_fatal_result_of_one_process_does_not_fail_the_crash_of_the_next() {
     Lifecycle::stopped(
         &first,
         &mut Turns::default(),
-        "idle",
+        StopReason::Idle,
         Some("s"),
         |_| false,
         |_| false,
@@ -217,7 +217,7 @@ fn rule_9_a_process_that_exits_while_being_stopped_is_released_then_stopped() {
         finished(&steps.now),
         [("a".into(), TurnOutcome::Interrupted)]
     );
-    assert_eq!(steps.clean_up, "late exit");
+    assert_eq!(steps.clean_up.as_str(), "late exit");
     assert_eq!(steps.then, [Effect::State(State::Stopped)]);
     assert_eq!(steps.crashed, None);
 }
@@ -228,7 +228,7 @@ fn rule_8_a_stop_ends_a_begun_turn_interrupted_and_requeues_one_not_taken() {
     let effects = Lifecycle::stopped(
         &resumed(true),
         &mut turns,
-        "stop",
+        StopReason::Stop,
         Some("s"),
         |_| false,
         |_| false,
@@ -239,7 +239,7 @@ fn rule_8_a_stop_ends_a_begun_turn_interrupted_and_requeues_one_not_taken() {
     let effects = Lifecycle::stopped(
         &resumed(false),
         &mut turns,
-        "stop",
+        StopReason::Stop,
         Some("s"),
         |_| false,
         |_| false,
@@ -255,7 +255,7 @@ fn rule_3_a_stopped_process_records_the_session_it_reported_once_its_transcript_
     let effects = Lifecycle::stopped(
         &run,
         &mut Turns::default(),
-        "idle",
+        StopReason::Idle,
         Some("s"),
         |id| id == "t",
         |_| false,
@@ -273,7 +273,7 @@ fn rule_4_the_stop_of_a_lost_conversation_lets_its_message_go_to_a_new_one() {
     let effects = Lifecycle::stopped(
         &run,
         &mut in_flight(false),
-        "replaced",
+        StopReason::Replaced,
         None,
         |_| false,
         |_| false,
@@ -382,14 +382,14 @@ fn rule_2_an_id_refused_as_in_use_is_resumed_without_a_transcript_check_once() {
 
 #[test]
 fn only_a_lost_conversations_own_stop_unparks_the_bot() {
-    for (why, lost) in [("replaced", false), ("stop", true)] {
+    for (why, lost) in [(StopReason::Replaced, false), (StopReason::Stop, true)] {
         let run = Run {
             lost,
             ..resumed(false)
         };
         let effects =
             Lifecycle::stopped(&run, &mut in_flight(false), why, None, |_| false, |_| false);
-        assert!(!effects.contains(&Effect::Park(false)), "{why} {lost}");
+        assert!(!effects.contains(&Effect::Park(false)), "{why:?} {lost}");
     }
 }
 

@@ -7,7 +7,7 @@ mod lives;
 
 use super::*;
 use crate::runtime::ResultOutcome;
-use crate::store::QueuedTurn;
+use crate::supervisor::core::QueuedTurn;
 use crate::supervisor::core::effect::Write;
 
 pub(super) fn turn(id: &str) -> QueuedTurn {
@@ -22,7 +22,7 @@ pub(super) fn in_flight(began: bool) -> Turns {
     let mut t = Turns::default();
     t.queue(turn("a"));
     t.queue(turn("b"));
-    t.deliver("s").unwrap();
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH).unwrap();
     if began {
         t.replayed("s", Some("s"), Some("s"), |_| false).unwrap();
     }

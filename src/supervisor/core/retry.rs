@@ -4,9 +4,7 @@
 //! first attempt, the last one, and otherwise at most once per [`NOTE_EVERY`] per bot, so that a
 //! model API that is down shows in every client at once without flooding the chat.
 
-use std::time::Duration;
-
-use tokio::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The shortest time between two `api_retry` chat items of one bot (first and last attempts
 /// excepted).

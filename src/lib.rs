@@ -10,6 +10,7 @@
 //! back: [`runtime`] parse → [`supervisor`] → [`store`] commit → [`dbus`] signal.
 
 pub mod config;
+pub mod daemon;
 pub mod dbus;
 pub mod files;
 pub mod limits;

@@ -1,4 +1,5 @@
-//! `botvisord`: the botvisor service. See `botvisord --help`.
+//! `botvisord`: the botvisor service. See `botvisord --help`. It reads its arguments and its
+//! configuration; what starts, in which order, is `botvisor::daemon::run`'s.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,79 +69,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // One daemon per database, whatever bus it is on: a lock under $XDG_RUNTIME_DIR, and one
-    // beside the database itself for daemons whose runtime folders differ.
-    let mut beside = database.clone().into_os_string();
-    beside.push(".lock");
-    // The state and runtime folders are the user's alone (0700), the lock files too (0600).
-    let mut private = vec![paths::runtime_dir()];
-    if database.parent() == Some(paths::state_dir().as_path()) {
-        private.push(paths::state_dir());
-    }
-    for dir in private {
-        match botvisor::files::private_dir(&dir) {
-            Ok(true) => tracing::warn!(
-                folder = %dir.display(),
-                "the folder was open to other users: it is now private (0700)"
-            ),
-            Ok(false) => {}
-            Err(e) => {
-                eprintln!("botvisord: {e}");
-                return ExitCode::FAILURE;
-            }
+    match runtime.block_on(botvisor::daemon::run(config, database)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("botvisord: {e}");
+            ExitCode::FAILURE
         }
     }
-    let mut locks = Vec::new();
-    let first_lock = paths::lock_file(&database);
-    for lock_path in [first_lock.clone(), std::path::PathBuf::from(beside)] {
-        match botvisor::files::take_lock(&lock_path) {
-            Ok(file) => locks.push(file),
-            Err(e) => {
-                eprintln!("botvisord: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-    runtime.block_on(async move {
-        let store = match botvisor::store::Store::open(&database) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!(
-                    "botvisord: cannot open the database {}: {e}",
-                    database.display()
-                );
-                return ExitCode::FAILURE;
-            }
-        };
-        // The file itself, whatever path and runtime folder another daemon has.
-        match botvisor::files::lock_database(&database) {
-            Ok(file) => locks.push(file),
-            Err(e) => {
-                eprintln!("botvisord: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-        // A database this start created was locked by its path: now that it exists, by its
-        // inode too, as a daemon given a hard link to it will lock it.
-        let by_inode = paths::lock_file(&database);
-        if by_inode != first_lock {
-            match botvisor::files::take_lock(&by_inode) {
-                Ok(file) => locks.push(file),
-                Err(e) => {
-                    eprintln!("botvisord: {e}");
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
-        tracing::info!(database = %database.display(), "starting");
-        match botvisor::dbus::service::run(config, store).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("botvisord: {e}");
-                ExitCode::FAILURE
-            }
-        }
-    })
 }
 
 /// `--check-config`: the file parses and validates (else `main` has already said why), and every

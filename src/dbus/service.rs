@@ -1,5 +1,6 @@
 //! The daemon's D-Bus service: serve the objects, then own the name, then run until told to
-//! stop.
+//! stop. The order of these steps, with everything else botvisord does at start-up and
+//! shutdown, is `daemon::run`'s.
 
 use std::sync::Arc;
 
@@ -15,10 +16,7 @@ use super::manager::Manager;
 use super::objects::BotObjects;
 use super::paths::bot_path;
 use super::{BUS_NAME, ROOT_PATH};
-use crate::config::Config;
-use crate::runtime::{Runtime, claude::Claude, codex::Codex};
-use crate::store::Store;
-use crate::supervisor::Supervisor;
+use crate::supervisor::{BotHandle, Supervisor};
 
 /// What every object of the service shares.
 pub struct Ctx {
@@ -35,7 +33,7 @@ pub struct Ctx {
     pub descriptors: super::descriptors::DescriptorReplies,
 }
 
-/// Why the service did not run.
+/// Why the service could not connect or own its name.
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
     /// Another process owns `org.botvisor.Botvisor1` on this bus.
@@ -47,15 +45,6 @@ pub enum ServiceError {
     /// The bus failed.
     #[error("D-Bus: {0}")]
     Bus(#[from] zbus::Error),
-    /// The database could not be opened.
-    #[error("{0}")]
-    Store(#[from] crate::store::StoreError),
-    /// Bots could not be loaded.
-    #[error("{0}")]
-    Load(#[from] crate::supervisor::BotError),
-    /// The bus dropped our connection while it still runs (the bots were stopped first).
-    #[error("the bus dropped botvisord's connection while the bus still runs: {0}")]
-    Dropped(String),
 }
 
 /// A builder of connections to the bus that started us (D-Bus activation sets
@@ -112,142 +101,163 @@ async fn connection_lost(conn: &Connection, stream: Option<zbus::MessageStream>)
     "the connection closed".into()
 }
 
-/// Connects to the bus (the one that started us, else the session bus) and runs the service
-/// until SIGTERM or SIGINT (or the bus goes away), then stops every bot gently and releases the
-/// name. When the connection is lost, the journal says why and
-/// whether the bus itself is gone (the session ended: `Ok`) or still runs (it dropped us:
-/// [`ServiceError::Dropped`], so that the service manager restarts botvisord).
-pub async fn run(config: Config, store: Store) -> Result<(), ServiceError> {
-    // First of all: a SIGTERM or SIGINT that arrives while we start up stops us gently too,
-    // instead of killing us by the signal's default action.
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term =
-        signal(SignalKind::terminate()).map_err(|e| zbus::Error::Failure(e.to_string()))?;
-    let mut int =
-        signal(SignalKind::interrupt()).map_err(|e| zbus::Error::Failure(e.to_string()))?;
-    let config = Arc::new(config);
-    let runtimes: Vec<Arc<dyn Runtime>> = vec![
-        Arc::new(Claude::new(config.claude_bin.clone())),
-        Arc::new(Codex::new(config.codex_bin.clone())),
-    ];
-    for runtime in &runtimes {
-        match runtime.binary() {
-            Ok(path) => {
-                tracing::info!(runtime = runtime.name(), binary = %path.display(), "runtime")
+/// The daemon's connection to the bus, with what its objects share. Made by
+/// [`Service::connect`]; the steps after it are called in the order `daemon::run` reads.
+pub struct Service {
+    conn: Connection,
+    lookup: BusLookup,
+    ctx: Arc<Ctx>,
+    flush: Option<mpsc::UnboundedSender<tokio::sync::oneshot::Sender<()>>>,
+}
+
+/// How the service's time on the bus ended.
+#[derive(Debug)]
+pub enum End {
+    /// SIGTERM or SIGINT.
+    Asked,
+    /// The session bus went away (the session ended).
+    SessionEnded(String),
+    /// The bus dropped botvisord's connection while it still runs: the journal names why and
+    /// botvisord exits with an error, so that the service manager restarts it.
+    Dropped(String),
+}
+
+/// SIGTERM and SIGINT, watched from the start so that a signal that arrives while botvisord
+/// starts up stops it gently too, instead of killing it by the signal's default action.
+pub struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Installs the handlers. Errors: the system refused a signal handler.
+    pub fn install() -> std::io::Result<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+}
+
+impl Service {
+    /// Connects to the bus (the one that started us, else the session bus) with the root
+    /// objects (the ObjectManager and the Manager) served as the connection is made, and a
+    /// second connection for questions to the bus ([`BusLookup`]). Errors:
+    /// [`ServiceError::Connect`].
+    pub async fn connect(supervisor: Arc<Supervisor>) -> Result<Service, ServiceError> {
+        let lookup = BusLookup::connect(bus())
+            .await
+            .map_err(ServiceError::Connect)?;
+        let caller = Arc::new(CallerCheck::new(lookup.clone()));
+        let ctx = Arc::new(Ctx {
+            supervisor,
+            caller: caller.clone(),
+            audience: Audience::new(caller),
+            replies: Default::default(),
+            descriptors: Default::default(),
+        });
+        // The root objects are served as the connection is made: zbus then returns it only
+        // once its object server reads the calls. An object server started later
+        // (`object_server()` on a built connection) subscribes in a task of its own, and zbus
+        // drops, unanswered, a call that arrives before that (issue 23: a first call that
+        // hung).
+        let conn = bus()
+            .serve_at(ROOT_PATH, BotObjects::guarded(ctx.clone()))
+            .serve_at(ROOT_PATH, Manager::guarded(ctx.clone()))
+            .build()
+            .await
+            .map_err(ServiceError::Connect)?;
+        Ok(Service {
+            conn,
+            lookup,
+            ctx,
+            flush: None,
+        })
+    }
+
+    /// Who is on the bus is known before the first signal: subscribes to the changes, follows
+    /// them, then lists; and a refused descriptor is noticed before any bot object can be
+    /// called.
+    pub async fn follow_clients(&self) -> Result<(), ServiceError> {
+        let dbus = zbus::fdo::DBusProxy::new(&self.conn).await?;
+        let changes = dbus.receive_name_owner_changed().await?;
+        super::clients::follow(self.ctx.clone(), changes);
+        super::clients::learn_present(&self.ctx)
+            .await
+            .map_err(zbus::Error::from)?;
+        super::descriptors::watch_refusals(&self.conn, self.ctx.clone()).await?;
+        Ok(())
+    }
+
+    /// Serves each bot's object and announces it (`InterfacesAdded`).
+    pub async fn serve_bots(&self, handles: Vec<BotHandle>) -> Result<(), ServiceError> {
+        let server = self.conn.object_server();
+        for handle in handles {
+            let path = bot_path(&handle.id);
+            server
+                .at(&path, BotObject::guarded(handle, self.ctx.clone()))
+                .await?;
+            if let Err(e) = super::objects::announce(&self.ctx, &self.conn, &path).await {
+                tracing::debug!(error = %e, "InterfacesAdded not sent to the user's connections");
             }
-            Err(e) => tracing::warn!(runtime = runtime.name(), "runtime unavailable: {e}"),
         }
+        Ok(())
     }
-    // Containment is settled before anything can read it: the bots' objects and their
-    // InterfacesAdded (MemoryMax, StopProof) and the Manager's Containment read it.
-    let containment = crate::process::cgroup::init();
-    let (pub_tx, pub_rx) = mpsc::unbounded_channel();
-    let supervisor = Supervisor::new(Arc::new(store), config, runtimes, pub_tx);
-    let lookup = BusLookup::connect(bus())
-        .await
-        .map_err(ServiceError::Connect)?;
-    let caller = Arc::new(CallerCheck::new(lookup.clone()));
-    let ctx = Arc::new(Ctx {
-        supervisor: supervisor.clone(),
-        caller: caller.clone(),
-        audience: Audience::new(caller),
-        replies: Default::default(),
-        descriptors: Default::default(),
-    });
-    // The root objects are served as the connection is made: zbus then returns it only once
-    // its object server reads the calls. An object server started later (`object_server()` on
-    // a built connection) subscribes in a task of its own, and zbus drops, unanswered, a call
-    // that arrives before that (issue 23: a first call that hung).
-    let conn = bus()
-        .serve_at(ROOT_PATH, BotObjects::guarded(ctx.clone()))
-        .serve_at(ROOT_PATH, Manager::guarded(ctx.clone()))
-        .build()
-        .await
-        .map_err(ServiceError::Connect)?;
 
-    // Who is on the bus is known before the first signal: subscribe to the changes, follow
-    // them, then list.
-    let dbus = zbus::fdo::DBusProxy::new(&conn).await?;
-    let changes = dbus.receive_name_owner_changed().await?;
-    super::clients::follow(ctx.clone(), changes);
-    super::clients::learn_present(&ctx)
-        .await
-        .map_err(zbus::Error::from)?;
-    // Before any bot object can be called.
-    super::descriptors::watch_refusals(&conn, ctx.clone()).await?;
-
-    let server = conn.object_server();
-    let handles = supervisor.load()?;
-    let count = handles.len();
-    for handle in handles {
-        let path = bot_path(&handle.id);
-        server
-            .at(&path, BotObject::guarded(handle, ctx.clone()))
-            .await?;
-        if let Err(e) = super::objects::announce(&ctx, &conn, &path).await {
-            tracing::debug!(error = %e, "InterfacesAdded not sent to the user's connections");
-        }
+    /// Starts the task that turns committed changes into signals (design rule 1), and the one
+    /// that says when the database cannot be written (rule 15).
+    pub fn publish(
+        &mut self,
+        publications: mpsc::UnboundedReceiver<crate::supervisor::Publication>,
+    ) {
+        let (flush_tx, flush_rx) = mpsc::unbounded_channel();
+        tokio::spawn(super::publisher::run(
+            self.conn.clone(),
+            self.ctx.clone(),
+            publications,
+            flush_rx,
+        ));
+        self.flush = Some(flush_tx);
+        tokio::spawn(watch_storage(self.conn.clone(), self.ctx.clone()));
     }
-    let (flush_tx, flush_rx) = mpsc::unbounded_channel();
-    tokio::spawn(super::publisher::run(
-        conn.clone(),
-        ctx.clone(),
-        pub_rx,
-        flush_rx,
-    ));
 
-    match crate::process::subreaper::become_subreaper() {
-        Ok(true) => tracing::debug!("child subreaper: descendants that escape come back here"),
-        Ok(false) => tracing::info!("no child subreaper on this system: best-effort proof"),
-        Err(e) => tracing::warn!(error = %e, "cannot become a child subreaper"),
-    }
-    let records: Vec<_> = supervisor
-        .list()
-        .iter()
-        .map(|h| h.snapshot().record)
-        .collect();
-    crate::supervisor::memory_max::report_at_start(supervisor.config(), &records, containment);
-    tokio::spawn(reap_orphans());
-    tokio::spawn(watch_storage(conn.clone(), ctx.clone()));
-
-    let flags = RequestNameFlags::DO_NOT_QUEUE;
-    let request = conn.request_name_with_flags(BUS_NAME, flags);
-    match tokio::time::timeout(NAME_CALL_TIMEOUT, request).await {
-        Ok(Ok(RequestNameReply::PrimaryOwner | RequestNameReply::AlreadyOwner)) => {}
-        Ok(Ok(RequestNameReply::Exists | RequestNameReply::InQueue))
-        | Ok(Err(zbus::Error::NameTaken)) => {
-            return Err(ServiceError::AlreadyRunning);
-        }
-        Ok(Err(e)) => return Err(e.into()),
-        Err(_) => {
-            return Err(ServiceError::Bus(zbus::Error::Failure(format!(
+    /// Takes `org.botvisor.Botvisor1` with `DO_NOT_QUEUE` (and neither `ALLOW_REPLACEMENT` nor
+    /// `REPLACE_EXISTING`), within [`NAME_CALL_TIMEOUT`]. Errors:
+    /// [`ServiceError::AlreadyRunning`], or the bus's.
+    pub async fn take_name(&self) -> Result<(), ServiceError> {
+        let flags = RequestNameFlags::DO_NOT_QUEUE;
+        let request = self.conn.request_name_with_flags(BUS_NAME, flags);
+        match tokio::time::timeout(NAME_CALL_TIMEOUT, request).await {
+            Ok(Ok(RequestNameReply::PrimaryOwner | RequestNameReply::AlreadyOwner)) => Ok(()),
+            Ok(Ok(RequestNameReply::Exists | RequestNameReply::InQueue))
+            | Ok(Err(zbus::Error::NameTaken)) => Err(ServiceError::AlreadyRunning),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(ServiceError::Bus(zbus::Error::Failure(format!(
                 "the bus did not answer RequestName within {NAME_CALL_TIMEOUT:?}"
-            ))));
+            )))),
         }
     }
-    match supervisor.recover_processes().await {
-        Ok(0) => {}
-        Ok(n) => tracing::warn!(count = n, "stopped processes left by the previous run"),
-        Err(e) => tracing::error!(error = %e, "cannot check processes left by the previous run"),
-    }
-    supervisor.open();
-    tracing::info!(bots = count, "botvisord is serving {BUS_NAME}");
 
-    let closing = closing_stream(&conn)
-        .await
-        .inspect_err(|e| tracing::warn!(error = %e, "cannot watch the bus connection's end"))
-        .ok();
-    let mut dropped = None;
-    let lost = tokio::select! {
-        _ = term.recv() => { tracing::info!("SIGTERM: stopping every bot"); None }
-        _ = int.recv() => { tracing::info!("SIGINT: stopping every bot"); None }
-        why = connection_lost(&conn, closing) => Some(why),
-        // Without it no new caller can be told from another user's.
-        _ = lookup.connection().closed() => {
-            Some("the bus closed botvisord's connection for questions about its clients".into())
-        }
-    };
-    if let Some(why) = lost {
+    /// Runs until SIGTERM or SIGINT, or until the bus goes away or drops us; says which, and,
+    /// when the connection was lost, whether the bus itself still runs.
+    pub async fn until_end(&self, signals: &mut StopSignals) -> End {
+        let closing = closing_stream(&self.conn)
+            .await
+            .inspect_err(|e| tracing::warn!(error = %e, "cannot watch the bus connection's end"))
+            .ok();
+        let lost = tokio::select! {
+            _ = signals.term.recv() => { tracing::info!("SIGTERM: stopping every bot"); None }
+            _ = signals.int.recv() => { tracing::info!("SIGINT: stopping every bot"); None }
+            why = connection_lost(&self.conn, closing) => Some(why),
+            // Without it no new caller can be told from another user's.
+            _ = self.lookup.connection().closed() => {
+                Some("the bus closed botvisord's connection for questions about its clients".into())
+            }
+        };
+        let Some(why) = lost else {
+            return End::Asked;
+        };
         // The session's end stops the bots; a bus that is still there dropped us for a reason
         // of ours (a message over its limits, a protocol error), which the journal must name,
         // and the service manager restarts us.
@@ -262,49 +272,32 @@ pub async fn run(config: Config, store: Store) -> Result<(), ServiceError> {
                  over the bus's limits or a protocol error): stopping every bot, then exiting \
                  with an error"
             );
-            dropped = Some(why);
+            End::Dropped(why)
         } else {
             tracing::warn!(
                 reason = %why,
                 "the session bus went away (the session ended): stopping every bot"
             );
+            End::SessionEnded(why)
         }
     }
-    supervisor.store().closing();
-    supervisor.shutdown().await;
-    // The bots' last changes (State `stopped`, the turns they ended) are signalled before the
-    // name goes: a client sees them, then the owner change.
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    if flush_tx.send(done_tx).is_ok() && tokio::time::timeout(FLUSH_TIMEOUT, done_rx).await.is_err()
-    {
-        tracing::warn!("the last signals were not all sent within {FLUSH_TIMEOUT:?}");
-    }
-    if tokio::time::timeout(NAME_CALL_TIMEOUT, conn.release_name(BUS_NAME))
-        .await
-        .is_err()
-    {
-        tracing::warn!("the bus did not answer ReleaseName within {NAME_CALL_TIMEOUT:?}");
-    }
-    tracing::info!("botvisord stopped");
-    match dropped {
-        Some(why) => Err(ServiceError::Dropped(why)),
-        None => Ok(()),
-    }
-}
 
-/// Reaps orphans adopted as child subreaper whenever a child changes state.
-async fn reap_orphans() {
-    let Ok(mut sigchld) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
-    else {
-        tracing::warn!("cannot watch SIGCHLD; orphans are reaped at stops only");
-        return;
-    };
-    loop {
-        for pid in crate::process::subreaper::reap_orphans() {
-            tracing::debug!(pid, "reaped an adopted orphan");
+    /// Sends what the bots published last (within [`FLUSH_TIMEOUT`]), so that a client sees
+    /// their last changes before the owner change, then releases the name (within
+    /// [`NAME_CALL_TIMEOUT`]).
+    pub async fn leave(self) {
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        if let Some(flush) = &self.flush
+            && flush.send(done_tx).is_ok()
+            && tokio::time::timeout(FLUSH_TIMEOUT, done_rx).await.is_err()
+        {
+            tracing::warn!("the last signals were not all sent within {FLUSH_TIMEOUT:?}");
         }
-        if sigchld.recv().await.is_none() {
-            return;
+        if tokio::time::timeout(NAME_CALL_TIMEOUT, self.conn.release_name(BUS_NAME))
+            .await
+            .is_err()
+        {
+            tracing::warn!("the bus did not answer ReleaseName within {NAME_CALL_TIMEOUT:?}");
         }
     }
 }

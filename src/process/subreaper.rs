@@ -94,3 +94,21 @@ pub fn adopted_orphans(bot_id: &str) -> Vec<u32> {
         .filter(|pid| has_marker(*pid, bot_id))
         .collect()
 }
+
+/// Reaps orphans adopted as child subreaper whenever a child changes state (SIGCHLD), for as
+/// long as the daemon runs.
+pub async fn reap_on_sigchld() {
+    let Ok(mut sigchld) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+    else {
+        tracing::warn!("cannot watch SIGCHLD; orphans are reaped at stops only");
+        return;
+    };
+    loop {
+        for pid in reap_orphans() {
+            tracing::debug!(pid, "reaped an adopted orphan");
+        }
+        if sigchld.recv().await.is_none() {
+            return;
+        }
+    }
+}

@@ -6,12 +6,10 @@
 //! channel, from which the D-Bus layer emits signals (rule 1).
 
 pub mod bot;
-mod cgroups;
 mod checks;
 pub mod core;
 mod handle;
 pub mod memory_max;
-mod recovery;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -264,6 +262,27 @@ impl Supervisor {
         &self.config
     }
 
+    /// Where committed changes go to be signalled (design rule 1).
+    pub(crate) fn publisher(&self) -> &Publisher {
+        &self.publisher
+    }
+
+    /// Writes to the database fail (`Some(why)`) or succeed again (`None`): every bot's
+    /// `LastError` says so while it lasts (design rule 15).
+    pub fn set_storage_error(&self, why: Option<String>) {
+        let text = why.map(|w| {
+            format!(
+                "botvisord cannot write its database: {w}. What the agents say is kept and \
+                 written once it can; calls that must write answer StorageUnavailable meanwhile."
+            )
+        });
+        for h in self.list() {
+            bot::update_view(&h.view, &self.publisher, &h.id, vec!["LastError"], |v| {
+                v.storage_error = text.clone()
+            });
+        }
+    }
+
     /// The names of the runtimes, sorted.
     pub fn runtime_names(&self) -> Vec<String> {
         self.runtimes.keys().map(|s| s.to_string()).collect()
@@ -440,7 +459,7 @@ impl Supervisor {
     }
 
     /// Deletes a bot: marked deleted in the store before this call returns (a daemon that crashes
-    /// before the actor is done deletes it at its next start, [`Supervisor::recover_processes`]),
+    /// before the actor is done deletes it at its next start, `daemon::left_processes::stop_all`),
     /// it leaves the list at once; its actor stops the process, deletes it from the store, and
     /// then its object goes away. Errors: NotFound, StorageUnavailable (nothing changed).
     pub fn delete(&self, id: &str) -> Result<(), BotError> {

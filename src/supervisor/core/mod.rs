@@ -22,7 +22,7 @@
 //! - [`run`]: one process as the core knows it: how it was launched and what it showed.
 //! - [`records`]: the records and items the lifecycle writes (a conversation forgotten, an error
 //!   said, a bot that failed).
-//! - [`recovery`]: what the previous run left after a daemon crash: ended once or delivered once
+//! - [`left_turns`]: what the previous run left after a daemon crash: ended once or delivered once
 //!   (design rule 8).
 //! - [`timeouts`]: what a watchdog's end or a refused handshake means (design rule 15).
 //! - [`idle`]: when a bot is idle and whether its idle deadline stops it (design rules 12, 13).
@@ -53,11 +53,11 @@ pub mod effect;
 pub mod exit;
 pub mod idle;
 pub mod interrupt;
+pub mod left_turns;
 pub mod lifecycle;
 pub mod prompts;
 pub mod pump;
 pub mod records;
-pub mod recovery;
 pub mod retry;
 pub mod run;
 pub mod snapshots;

@@ -1,12 +1,12 @@
 //! Start-up recovery after a daemon crash: the shell reads what the previous run left and carries
-//! out [`recovery::recover`] (design rule 8).
+//! out [`left_turns::recover`] (design rule 8).
 
 use super::*;
-use crate::supervisor::core::recovery::{self, Left};
+use crate::supervisor::core::left_turns::{self, Left};
 
 impl Actor {
     /// At daemon start, after the previous run's processes were stopped: every turn it left
-    /// open is settled or delivered once ([`recovery::recover`]).
+    /// open is settled or delivered once ([`left_turns::recover`]).
     pub(super) fn recover(&mut self) -> Result<(), BotError> {
         let open_prompts = self
             .store
@@ -30,7 +30,7 @@ impl Actor {
         let record = self.record();
         let env = self.build_env(&record);
         let runtime = self.runtime.clone();
-        let effects = recovery::recover(
+        let effects = left_turns::recover(
             &mut self.turns,
             left,
             record.session_id.as_deref(),

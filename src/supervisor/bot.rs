@@ -32,12 +32,10 @@ use tokio::sync::mpsc;
 pub use super::core::State;
 use super::core::control::Controls;
 use super::core::lifecycle::{self, CrashLimits, Exit, Lifecycle, Run};
-use super::core::snapshots::Snapshots;
 use super::core::stop::StopReason;
-use super::core::stream::DeltaPacer;
 use super::core::timeouts;
-use super::core::watchdogs::{Expired, Watchdogs};
-use super::core::{Effect, Inflight, Turns};
+use super::core::watchdogs::Expired;
+use super::core::{BotCore, Due, Effect, Inflight};
 use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher, Shared};
 use crate::config::Config;
 use crate::process::identity::{Liveness, ProcessIdentity, identify, liveness};
@@ -164,13 +162,9 @@ struct Actor {
     generation: u64,
     proc_tx: mpsc::UnboundedSender<ProcEvent>,
     proc_rx: mpsc::UnboundedReceiver<ProcEvent>,
-    /// The queue and the message in flight (the lifecycle core's turns, `supervisor::core`).
-    turns: Turns,
-    /// What the bot keeps from one process to the next: crashes, a forced resume, a pending
-    /// restart (the lifecycle core's [`Lifecycle`]).
-    life: Lifecycle,
-    /// When a crashed agent is started again ([`Effect::RestartTimer`](super::core::Effect)).
-    restart_at: Option<tokio::time::Instant>,
+    /// The bot's core state and timers: its turns, what it keeps between processes, and every
+    /// deadline it has ([`BotCore`]).
+    core: BotCore,
     parked: bool,
     /// Known descendants of the current (or last) process, by identity.
     known: Vec<ProcessIdentity>,
@@ -179,17 +173,6 @@ struct Actor {
     /// What an interrupted turn left running, to stop once the event is handled: the turn and
     /// the processes.
     left_by_interrupt: Option<(String, Vec<ProcessIdentity>)>,
-    /// When the bot stops for idleness, if it stays idle.
-    idle_deadline: Option<tokio::time::Instant>,
-    /// One-shot moments to look for descendants again after a tool started (a foreground tool
-    /// prints nothing while it runs).
-    snapshot_at: Snapshots<tokio::time::Instant>,
-    /// Streamed text not yet signalled, and when it may be.
-    deltas: DeltaPacer<tokio::time::Instant>,
-    /// What the current process must do by when (design rule 15).
-    watch: Watchdogs<tokio::time::Instant>,
-    /// When the CLI's model-request retries were last noted in the chat.
-    retry_notes: super::core::retry::RetryNotes,
     shared: Arc<Shared>,
 }
 
@@ -312,18 +295,11 @@ pub fn spawn_actor(
         generation: 0,
         proc_tx,
         proc_rx,
-        turns: Turns::default(),
-        life: Lifecycle::default(),
-        restart_at: None,
+        core: BotCore::new(TEXT_DELTA_INTERVAL),
         parked,
         known: Vec::new(),
         background_tasks: 0,
         left_by_interrupt: None,
-        idle_deadline: None,
-        snapshot_at: Snapshots::default(),
-        deltas: DeltaPacer::new(TEXT_DELTA_INTERVAL),
-        watch: Watchdogs::default(),
-        retry_notes: Default::default(),
         shared: shared.clone(),
     };
     let span = tracing::info_span!("bot", bot_id = %id);
@@ -358,14 +334,26 @@ pub fn spawn_actor(
     }
 }
 
-async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
+async fn sleep_until_opt(deadline: Option<Instant>) {
     match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
+        Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,
     }
 }
 
 impl Actor {
+    /// A timer of the bot's core came ([`BotCore::handle_timeout`]).
+    async fn on_due(&mut self, due: Due) {
+        match due {
+            Due::FlushText => self.flush_delta(),
+            Due::LookForDescendants => self.snapshot_descendants(),
+            Due::Watchdog(expired) => self.on_watchdog(expired).await,
+            // Nothing to do but what follows every input: the pump may start the agent now.
+            Due::RestartBackoffOver => {}
+            Due::Idle => self.on_idle_deadline().await,
+        }
+    }
+
     async fn run(
         mut self,
         mut rx: mpsc::UnboundedReceiver<Command>,
@@ -380,7 +368,6 @@ impl Actor {
         }
         self.pump().await;
         loop {
-            let idle_at = self.idle_deadline;
             tokio::select! {
                 cmd = rx.recv() => {
                     let Some(cmd) = cmd else { break };
@@ -400,27 +387,15 @@ impl Actor {
                         self.stop_left_by_interrupt(&turn, left).await;
                     }
                 }
-                _ = sleep_until_opt(self.restart_at) => {
-                    self.restart_at = None;
-                }
-                _ = sleep_until_opt(idle_at) => {
-                    self.on_idle_deadline().await;
-                }
-                _ = sleep_until_opt(self.watch.next()) => {
-                    let expired = self.watch.expired(tokio::time::Instant::now());
-                    for e in expired {
-                        self.on_watchdog(e).await;
+                _ = sleep_until_opt(self.core.poll_timeout()) => {
+                    let due = self.core.handle_timeout(Instant::now());
+                    let settles = due.iter().any(Due::settles);
+                    for d in due {
+                        self.on_due(d).await;
                     }
-                }
-                _ = sleep_until_opt(self.deltas.flush_at) => {
-                    self.flush_delta();
-                    continue;
-                }
-                _ = sleep_until_opt(self.snapshot_at.next()) => {
-                    if self.snapshot_at.due(tokio::time::Instant::now()) {
-                        self.snapshot_descendants();
+                    if !settles {
+                        continue;
                     }
-                    continue;
                 }
             }
             self.pump().await;

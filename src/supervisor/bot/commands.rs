@@ -10,7 +10,7 @@ impl Actor {
             Command::Queued(turn) => {
                 // A message sent before the actor ran `recover()` was loaded from the store
                 // already: never queue it twice (rule 8).
-                let effects = self.turns.queue(turn);
+                let effects = self.core.turns.queue(turn);
                 self.apply(effects);
                 true
             }
@@ -68,13 +68,14 @@ impl Actor {
                 true
             }
             Command::Interrupt => {
-                if let Some(turn) = self.turns.to_interrupt()
+                if let Some(turn) = self.core.turns.to_interrupt()
                     && self.send_control(ControlRequest::Interrupt)
                 {
                     tracing::info!(bot_id = %self.id, turn_id = %turn, "interrupting");
-                    self.watch
+                    self.core
+                        .watch
                         .interrupt_sent(&turn, self.deadline(self.config.interrupt_grace_s));
-                    self.turns.interrupt_sent(turn);
+                    self.core.turns.interrupt_sent(turn);
                 }
                 true
             }
@@ -84,20 +85,20 @@ impl Actor {
     /// A client's Restart: the old process is stopped, then [`Lifecycle::restart`] says whether
     /// and how the agent starts again.
     pub(super) async fn on_restart(&mut self, fresh: bool) {
-        self.restart_at = None;
+        self.core.restart_at = None;
         let released = self
             .stop_process(StopReason::Restart)
             .await
             .is_none_or(|v| v.released());
         let recorded = self.record().session_id;
-        let Some(effects) = self.life.restart(released, fresh, recorded.as_deref()) else {
+        let Some(effects) = self.core.life.restart(released, fresh, recorded.as_deref()) else {
             return;
         };
         let committed = self.apply(effects).committed;
         if !committed {
             tracing::error!(bot_id = %self.id, "the fresh restart could not be recorded; not started");
         }
-        let effects = self.life.restart_recorded(committed);
+        let effects = self.core.life.restart_recorded(committed);
         self.apply(effects);
     }
 

@@ -21,9 +21,9 @@ impl Actor {
         }
         let request_id = sent.request_id;
         if Controls::watched(&request) {
-            let deadline = Config::watchdog(self.config.control_timeout_s)
-                .map(|d| tokio::time::Instant::now() + d);
-            self.watch.control_sent(&request_id, deadline);
+            let deadline =
+                Config::watchdog(self.config.control_timeout_s).map(|d| Instant::now() + d);
+            self.core.watch.control_sent(&request_id, deadline);
         }
         if let Some(proc) = self.proc.as_mut() {
             proc.controls.sent(request_id, request);
@@ -45,8 +45,8 @@ impl Actor {
     }
 
     /// Now plus a watchdog's bound in seconds (`None` for 0: never).
-    pub(super) fn deadline(&self, seconds: f64) -> Option<tokio::time::Instant> {
-        Config::watchdog(seconds).map(|d| tokio::time::Instant::now() + d)
+    pub(super) fn deadline(&self, seconds: f64) -> Option<Instant> {
+        Config::watchdog(seconds).map(|d| Instant::now() + d)
     }
 
     /// The CLI answered a control request ([`Controls::answered`]).
@@ -55,7 +55,7 @@ impl Actor {
         request_id: String,
         result: Result<Value, String>,
     ) {
-        self.watch.control_answered(&request_id);
+        self.core.watch.control_answered(&request_id);
         let Some(proc) = self.proc.as_mut() else {
             return;
         };

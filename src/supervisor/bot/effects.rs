@@ -37,12 +37,12 @@ impl Actor {
                     }
                 }
                 Effect::State(state) => self.set_state(state),
-                Effect::TurnEnded(turn) => self.watch.turn_ended(&turn),
+                Effect::TurnEnded(turn) => self.core.watch.turn_ended(&turn),
                 Effect::Pending(list) => {
                     self.update(vec!["PendingPermissions"], |v| v.pending = list)
                 }
                 Effect::RestartTimer(after) => {
-                    self.restart_at = after.map(|d| tokio::time::Instant::now() + d);
+                    self.core.restart_at = after.map(|d| Instant::now() + d);
                 }
                 Effect::Park(parked) => self.park(parked),
                 Effect::Pause => self.parked = true,

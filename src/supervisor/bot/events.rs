@@ -29,7 +29,7 @@ impl Actor {
 
     pub(super) fn on_runtime_event(&mut self, event: RuntimeEvent) -> Next {
         if event.is_sign_of_life() {
-            self.watch.sign_of_life();
+            self.core.watch.sign_of_life();
         }
         match event {
             RuntimeEvent::Init { .. } | RuntimeEvent::Opened { .. } | RuntimeEvent::Ignored => {
@@ -90,7 +90,7 @@ impl Actor {
                 }
                 if tool {
                     self.snapshot_descendants();
-                    self.snapshot_at.tool(tokio::time::Instant::now());
+                    self.core.snapshots.tool(Instant::now());
                 }
                 Next::Nothing
             }
@@ -135,7 +135,7 @@ impl Actor {
                     return Next::Nothing;
                 };
                 let Some((effects, stop)) =
-                    Lifecycle::conversation_lost(&mut proc.run, &mut self.turns, &session_id)
+                    Lifecycle::conversation_lost(&mut proc.run, &mut self.core.turns, &session_id)
                 else {
                     return Next::Nothing;
                 };
@@ -154,7 +154,7 @@ impl Actor {
                 let recorded = self.record().session_id;
                 let holds = self.conversation_holds();
                 let effects =
-                    timeouts::open_failed(&mut self.turns, &error, recorded.as_deref(), holds);
+                    timeouts::open_failed(&mut self.core.turns, &error, recorded.as_deref(), holds);
                 self.apply(effects);
                 Next::StopProcess(StopReason::OpenFailed)
             }
@@ -196,12 +196,9 @@ impl Actor {
         };
         tracing::warn!(bot_id = %self.id, attempt = retry.attempt, error = retry.error, "model request retried");
         self.set_last_error(&text);
-        if self
-            .retry_notes
-            .should_note(retry, tokio::time::Instant::now().into_std())
-        {
+        if self.core.retry_notes.should_note(retry, Instant::now()) {
             // The CLI retries before it replays the message: the turn is the one written to it.
-            let turn = self.turns.inflight.as_ref().map(|i| i.turn.id.clone());
+            let turn = self.core.turns.inflight.as_ref().map(|i| i.turn.id.clone());
             self.add_item(
                 "system",
                 turn.as_deref(),
@@ -215,7 +212,8 @@ impl Actor {
     }
 
     pub(super) fn current_turn_id(&self) -> Option<String> {
-        self.turns
+        self.core
+            .turns
             .inflight
             .as_ref()
             .filter(|i| i.answered_here())

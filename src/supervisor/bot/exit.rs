@@ -24,13 +24,14 @@ impl Actor {
             lived: proc.handle.started.elapsed(),
             fresh_window: Duration::from_secs_f64(self.config.fresh_start_if_dies_within_s),
             recorded: recorded.as_deref(),
-            in_flight: self.turns.inflight.is_some(),
+            in_flight: self.core.turns.inflight.is_some(),
         };
         let exists = self.transcript_check();
         let holds = self.conversation_holds();
-        let steps = self
-            .life
-            .exited(&mut proc.run, &mut self.turns, &exit, exists, holds);
+        let steps =
+            self.core
+                .life
+                .exited(&mut proc.run, &mut self.core.turns, &exit, exists, holds);
         self.apply(steps.now);
         self.clean_up_after_exit(root_pid, steps.clean_up).await;
         self.apply(steps.then);
@@ -40,9 +41,10 @@ impl Actor {
                 limit: self.config.crash_loop_limit,
             };
             let holders = self.holders();
-            let effects = self
-                .life
-                .crashed(Instant::now(), limits, &self.turns, holders, &text);
+            let effects =
+                self.core
+                    .life
+                    .crashed(Instant::now(), limits, &self.core.turns, holders, &text);
             self.apply(effects);
         }
     }
@@ -50,11 +52,11 @@ impl Actor {
     /// What every end of a process means for the actor, whatever the exit: no watchdog, no
     /// `ProcessId`, no open prompt, no streamed message, no interrupt under way.
     pub(super) fn process_gone(&mut self) {
-        self.watch.process_gone();
+        self.core.watch.process_gone();
         self.update(vec!["ProcessId"], |v| v.process_id = 0);
         self.deny_open_prompts();
         self.end_streamed_message();
-        self.turns.interrupting = None;
+        self.core.turns.interrupting = None;
     }
 
     pub(super) fn holders(&self) -> usize {

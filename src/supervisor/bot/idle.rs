@@ -16,8 +16,8 @@ impl Actor {
     pub(super) fn activity(&self) -> Activity {
         Activity {
             running: self.proc.as_ref().is_some_and(|p| !p.run.stopping),
-            in_flight: self.turns.inflight.is_some(),
-            queued: !self.turns.queue.is_empty(),
+            in_flight: self.core.turns.inflight.is_some(),
+            queued: !self.core.turns.queue.is_empty(),
             background_tasks: self.background_tasks,
             holders: self.holders(),
             open_prompts: self.pending_prompts(),
@@ -27,16 +27,13 @@ impl Actor {
     /// After every event: an idle bot gets a fresh deadline, a busy one none
     /// ([`idle::idle_deadline`]).
     pub(super) fn rearm_idle(&mut self) {
-        self.idle_deadline = idle::idle_deadline(
-            &self.activity(),
-            self.idle_timeout(),
-            tokio::time::Instant::now(),
-        );
+        self.core.idle_at =
+            idle::idle_deadline(&self.activity(), self.idle_timeout(), Instant::now());
     }
 
     /// The idle deadline came ([`idle::at_idle_deadline`]).
     pub(super) async fn on_idle_deadline(&mut self) {
-        self.idle_deadline = None;
+        self.core.idle_at = None;
         let activity = self.activity();
         let verdict = idle::at_idle_deadline(&activity, || {
             self.snapshot_descendants();

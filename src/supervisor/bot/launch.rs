@@ -17,10 +17,10 @@ impl Actor {
                 Some(p) if !p.protocol.ready() => ProcessNow::Opening,
                 Some(_) => ProcessNow::Usable,
             },
-            waiting: !self.turns.queue.is_empty(),
-            restart_pending: self.life.restart_pending,
-            backoff_running: self.restart_at.is_some(),
-            in_flight: self.turns.inflight.is_some(),
+            waiting: !self.core.turns.queue.is_empty(),
+            restart_pending: self.core.life.restart_pending,
+            backoff_running: self.core.restart_at.is_some(),
+            in_flight: self.core.turns.inflight.is_some(),
         });
         if plan.start {
             self.start();
@@ -57,7 +57,7 @@ impl Actor {
         }
         let cwd = Path::new(&record.cwd);
         let runtime = self.runtime.clone();
-        let decision = self.life.start_decision(
+        let decision = self.core.life.start_decision(
             record.session_id.as_deref(),
             runtime.can_resume(),
             |id| runtime.transcript_exists(&env, cwd, id),
@@ -66,7 +66,7 @@ impl Actor {
         if let Some((old, reason)) = &decision.forget {
             let effect = lifecycle::forget_at_start(old, reason, self.runtime.name());
             let committed = self.apply(vec![effect]).committed;
-            self.life.start_forgot(committed);
+            self.core.life.start_forgot(committed);
         }
         let spec = LaunchSpec {
             cwd,
@@ -96,7 +96,7 @@ impl Actor {
                 let stdin = handle.stdin.take().map(spawn_writer);
                 let protocol_opening = protocol.opening();
                 let pid = handle.pid;
-                self.life.started();
+                self.core.life.started();
                 self.known.clear();
                 self.background_tasks = 0;
                 if let Ok(id) = identify(pid)
@@ -116,7 +116,8 @@ impl Actor {
                     usage: self.watch_usage(pid, cgroup),
                 });
                 self.update(vec!["ProcessId"], |v| v.process_id = pid);
-                self.watch
+                self.core
+                    .watch
                     .launched(self.deadline(self.config.start_timeout_s));
                 self.set_state(State::Idle);
                 let opening = protocol_opening;
@@ -148,7 +149,10 @@ impl Actor {
         let Some(session) = proc.protocol.conversation().map(str::to_owned) else {
             return;
         };
-        let Some((turn, effects)) = self.turns.deliver(&session, std::time::SystemTime::now())
+        let Some((turn, effects)) = self
+            .core
+            .turns
+            .deliver(&session, std::time::SystemTime::now())
         else {
             return;
         };
@@ -156,19 +160,20 @@ impl Actor {
         // across a daemon crash).
         let applied = self.apply(effects);
         if !self
+            .core
             .turns
             .delivery_recorded(applied.committed, applied.delivered_at)
         {
             return;
         }
         let Some(proc) = self.proc.as_mut() else {
-            self.turns.unwritten();
+            self.core.turns.unwritten();
             return;
         };
         proc.before_turn = None;
         let lines = proc.protocol.user_message(&turn.text);
         let ok = self.write_lines(lines);
-        let effects = self.turns.wrote(ok);
+        let effects = self.core.turns.wrote(ok);
         self.apply(effects);
     }
 }

@@ -31,7 +31,7 @@ impl Actor {
         let env = self.build_env(&record);
         let runtime = self.runtime.clone();
         let effects = left_turns::recover(
-            &mut self.turns,
+            &mut self.core.turns,
             left,
             record.session_id.as_deref(),
             |turn, session| {

@@ -216,7 +216,7 @@ impl Actor {
             self.read_verdict(pid, why, &v);
             let recorded = self.record().session_id;
             let holds = self.conversation_holds();
-            let effects = Lifecycle::stop_gave_up(&mut self.turns, recorded.as_deref(), holds);
+            let effects = Lifecycle::stop_gave_up(&mut self.core.turns, recorded.as_deref(), holds);
             self.apply(effects);
             return Some(v);
         };
@@ -228,7 +228,7 @@ impl Actor {
         let (exists, holds) = (self.transcript_check(), self.conversation_holds());
         let effects = Lifecycle::stopped(
             &proc.run,
-            &mut self.turns,
+            &mut self.core.turns,
             why,
             recorded.as_deref(),
             exists,

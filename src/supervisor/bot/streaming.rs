@@ -11,14 +11,14 @@ impl Actor {
             let mut v = self.view.write().unwrap_or_else(|p| p.into_inner());
             v.partial_text.push_str(&text);
         }
-        if let Some(out) = self.deltas.push(&text, tokio::time::Instant::now()) {
+        if let Some(out) = self.core.deltas.push(&text, Instant::now()) {
             self.signal_delta(out);
         }
     }
 
     /// Signals what streamed text waits, if any.
     pub(super) fn flush_delta(&mut self) {
-        if let Some(out) = self.deltas.flush(tokio::time::Instant::now()) {
+        if let Some(out) = self.core.deltas.flush(Instant::now()) {
             self.signal_delta(out);
         }
     }

@@ -14,7 +14,7 @@ impl Actor {
         let recorded = self.record().session_id;
         // The transcript is looked at only when the CLI reports another id than the launched.
         let exists = self.transcript_check();
-        let Some(replayed) = self.turns.replayed(
+        let Some(replayed) = self.core.turns.replayed(
             &launched,
             session_id.as_deref(),
             recorded.as_deref(),
@@ -78,8 +78,8 @@ impl Actor {
         // A turn that ended (interrupted, failed) while the agent was asking leaves nobody
         // waiting for the answer.
         self.close_open_prompts("The turn ended before this request was answered.");
-        let interrupting = self.turns.interrupting.clone();
-        let mut ended = self.turns.result(outcome, &payload, error);
+        let interrupting = self.core.turns.interrupting.clone();
+        let mut ended = self.core.turns.result(outcome, &payload, error);
         if let Some(turn) = ended
             .turn_id
             .clone()
@@ -101,10 +101,12 @@ impl Actor {
         });
         let mut effects = std::mem::take(&mut ended.effects);
         if let Some(proc) = self.proc.as_mut() {
-            effects.extend(
-                self.life
-                    .turn_result(&mut proc.run, &self.turns, &ended, fatal),
-            );
+            effects.extend(self.core.life.turn_result(
+                &mut proc.run,
+                &self.core.turns,
+                &ended,
+                fatal,
+            ));
         }
         self.apply(effects);
     }

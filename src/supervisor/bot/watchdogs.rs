@@ -14,7 +14,7 @@ impl Actor {
                 let holds = self.conversation_holds();
                 self.close_open_prompts("The turn ended before this request was answered.");
                 let effects = timeouts::start_timed_out(
-                    &mut self.turns,
+                    &mut self.core.turns,
                     self.config.start_timeout_s,
                     recorded.as_deref(),
                     holds,
@@ -24,7 +24,8 @@ impl Actor {
             }
             Expired::Interrupt(turn) => {
                 let grace = self.config.interrupt_grace_s;
-                let Some(effects) = timeouts::interrupt_timed_out(&mut self.turns, &turn, grace)
+                let Some(effects) =
+                    timeouts::interrupt_timed_out(&mut self.core.turns, &turn, grace)
                 else {
                     return;
                 };

@@ -7,6 +7,7 @@
 //! decision. The shape follows the sans-I/O cores of `quinn-proto` and `rustls` (a core that is
 //! driven, never drives) and Horust's `handle_event`, which returns events instead of acting.
 //!
+//! - [`bot_core`]: one bot's core state and timers, with the one next deadline of them all.
 //! - [`turns`]: the queue, the message in flight, and what a replay, a result, a crash or a lost
 //!   conversation means for them (design rules 3, 4, 7, 8).
 //! - [`control`]: live settings sent to the CLI and what their answer, refusal or silence means
@@ -46,6 +47,7 @@
 //! requests), a process's exit status and identity, and `crate::text` are the only other parts
 //! of the crate it names. [`tests::the_core_names_no_shell`] holds it to that.
 
+pub mod bot_core;
 pub mod control;
 pub mod crash;
 pub mod decide;
@@ -69,6 +71,7 @@ pub mod timeouts;
 pub mod turns;
 pub mod watchdogs;
 
+pub use bot_core::{BotCore, Due};
 pub use effect::{CommitBuilder, Effect, Publish, Setting, Write};
 pub use state::State;
 pub use turns::{Ended, Inflight, QueuedTurn, Replayed, Settled, Turns};

@@ -1,0 +1,179 @@
+//! One bot's core state in one place, with the one next deadline of every timer it has.
+//!
+//! `BotCore` holds what the bot keeps between inputs: the queue and the message in flight
+//! ([`Turns`]), what it keeps from one process to the next ([`Lifecycle`]), and its timers: a
+//! crash's backoff, the idle deadline, the looks for descendants after a tool, the pace of
+//! streamed text, the watchdogs and the rate of retry notes. The shell sleeps until
+//! [`BotCore::poll_timeout`] and then asks [`BotCore::handle_timeout`] what came, in a fixed
+//! order, so a bot has one timer instead of one per concern. Time is always an argument.
+//!
+//! This is the first step towards a machine driven by `handle(now, input)` and
+//! `poll_effect()` after quinn-proto's `Connection` (issue 27): the timers and the state live
+//! here; the order of most calls is still the shell's.
+
+use std::time::{Duration, Instant};
+
+use super::lifecycle::Lifecycle;
+use super::retry::RetryNotes;
+use super::snapshots::Snapshots;
+use super::stream::DeltaPacer;
+use super::turns::Turns;
+use super::watchdogs::{Expired, Watchdogs};
+
+/// A timer that came, as [`BotCore::handle_timeout`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Due {
+    /// Streamed text waits to be signalled ([`DeltaPacer`]).
+    FlushText,
+    /// A moment to look for descendants after a tool ([`Snapshots`]).
+    LookForDescendants,
+    /// A watchdog caught a CLI that stopped answering (design rule 15).
+    Watchdog(Expired),
+    /// A crash's backoff is over: the agent may start again (design rule 11).
+    RestartBackoffOver,
+    /// The idle deadline came (design rules 12 and 13).
+    Idle,
+}
+
+impl Due {
+    /// Whether what came can change what the bot does next (start the agent, write the next
+    /// message, rearm its idle deadline); streamed text and a look for descendants cannot.
+    pub fn settles(&self) -> bool {
+        !matches!(self, Due::FlushText | Due::LookForDescendants)
+    }
+}
+
+/// One bot's core state and timers.
+#[derive(Debug)]
+pub struct BotCore {
+    /// The queue and the message in flight.
+    pub turns: Turns,
+    /// What the bot keeps from one process to the next: crashes, a forced resume, a pending
+    /// restart.
+    pub life: Lifecycle,
+    /// When a crashed agent may start again (`Effect::RestartTimer`); `None`: no backoff.
+    pub restart_at: Option<Instant>,
+    /// When the bot stops for idleness, if it stays idle.
+    pub idle_at: Option<Instant>,
+    /// One-shot moments to look for descendants again after a tool started (a foreground tool
+    /// prints nothing while it runs).
+    pub snapshots: Snapshots<Instant>,
+    /// Streamed text not yet signalled, and when it may be.
+    pub deltas: DeltaPacer<Instant>,
+    /// What the current process must do by when (design rule 15).
+    pub watch: Watchdogs<Instant>,
+    /// When the CLI's model-request retries were last noted in the chat.
+    pub retry_notes: RetryNotes,
+}
+
+impl BotCore {
+    /// A bot with nothing queued and no timer, whose streamed text is let out at most once
+    /// per `text_interval`.
+    pub fn new(text_interval: Duration) -> BotCore {
+        BotCore {
+            turns: Turns::default(),
+            life: Lifecycle::default(),
+            restart_at: None,
+            idle_at: None,
+            snapshots: Snapshots::default(),
+            deltas: DeltaPacer::new(text_interval),
+            watch: Watchdogs::default(),
+            retry_notes: RetryNotes::default(),
+        }
+    }
+
+    /// The earliest deadline of every timer the bot has, `None` when none is set.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [
+            self.deltas.flush_at,
+            self.snapshots.next(),
+            self.watch.next(),
+            self.restart_at,
+            self.idle_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// It is `now`: what came, in the order the shell handles it (streamed text first, so a
+    /// watchdog's stop or an idle stop follows what was said; the idle deadline last, as it
+    /// reads the state the others leave). Each timer that came is cleared.
+    pub fn handle_timeout(&mut self, now: Instant) -> Vec<Due> {
+        let mut due = Vec::new();
+        if self.deltas.flush_at.is_some_and(|t| t <= now) {
+            due.push(Due::FlushText);
+        }
+        if self.snapshots.next().is_some_and(|t| t <= now) && self.snapshots.due(now) {
+            due.push(Due::LookForDescendants);
+        }
+        if self.watch.next().is_some_and(|t| t <= now) {
+            due.extend(self.watch.expired(now).into_iter().map(Due::Watchdog));
+        }
+        if self.restart_at.is_some_and(|t| t <= now) {
+            self.restart_at = None;
+            due.push(Due::RestartBackoffOver);
+        }
+        if self.idle_at.is_some_and(|t| t <= now) {
+            self.idle_at = None;
+            due.push(Due::Idle);
+        }
+        due
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn one_deadline_is_the_earliest_of_every_timer() {
+        let t0 = Instant::now();
+        let mut core = BotCore::new(Duration::from_millis(50));
+        assert_eq!(core.poll_timeout(), None, "no timer: no deadline");
+        core.idle_at = Some(t0 + 30 * S);
+        core.restart_at = Some(t0 + 20 * S);
+        core.watch.launched(Some(t0 + 10 * S));
+        assert_eq!(core.poll_timeout(), Some(t0 + 10 * S));
+        core.snapshots.tool(t0);
+        assert!(
+            core.poll_timeout().unwrap() < t0 + 10 * S,
+            "a look after a tool comes first"
+        );
+    }
+
+    #[test]
+    fn what_came_is_reported_once_in_order_and_cleared() {
+        let t0 = Instant::now();
+        let mut core = BotCore::new(Duration::from_millis(50));
+        core.idle_at = Some(t0 + 2 * S);
+        core.restart_at = Some(t0 + S);
+        core.watch.launched(Some(t0 + S));
+        assert_eq!(core.handle_timeout(t0), Vec::new(), "nothing came yet");
+        assert_eq!(
+            core.handle_timeout(t0 + 3 * S),
+            vec![
+                Due::Watchdog(Expired::Start),
+                Due::RestartBackoffOver,
+                Due::Idle
+            ]
+        );
+        assert_eq!(
+            core.handle_timeout(t0 + 4 * S),
+            Vec::new(),
+            "each came once"
+        );
+        assert_eq!(core.poll_timeout(), None);
+    }
+
+    #[test]
+    fn streamed_text_and_looks_do_not_settle_the_bot() {
+        assert!(!Due::FlushText.settles());
+        assert!(!Due::LookForDescendants.settles());
+        assert!(Due::Idle.settles());
+        assert!(Due::RestartBackoffOver.settles());
+        assert!(Due::Watchdog(Expired::Start).settles());
+    }
+}

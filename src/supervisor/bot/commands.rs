@@ -2,6 +2,7 @@
 //! delete, shutdown, live settings, restart, leases, answers, interrupts.
 
 use super::*;
+use crate::supervisor::core::{Publish, Write};
 
 impl Actor {
     /// Returns false when the actor must end.
@@ -23,13 +24,8 @@ impl Actor {
             Command::Delete => {
                 self.parked = true;
                 self.stop_process(StopReason::Delete).await;
-                match self.store.tx(|tx| store::bots::delete(tx, &self.id)) {
-                    Ok(_) => {
-                        tracing::info!(bot_id = %self.id, "bot deleted");
-                        let _ = self.publisher.send(Publication::BotRemoved {
-                            bot_id: self.id.clone(),
-                        });
-                    }
+                match self.commit(&[Write::BotDeleted], &[Publish::BotRemoved]) {
+                    Ok(_) => tracing::info!(bot_id = %self.id, "bot deleted"),
                     Err(e) => {
                         tracing::error!(bot_id = %self.id, error = %e, "cannot delete the bot")
                     }
@@ -105,13 +101,11 @@ impl Actor {
     /// A client's Stop parks the bot (waiting messages wait for its next Send or Restart);
     /// recorded so that a daemon restart keeps it parked.
     pub(super) fn park(&mut self, parked: bool) {
-        if self.record().parked != parked {
-            if let Err(e) = self
-                .store
-                .tx(|tx| store::bots::set_parked(tx, &self.id, parked))
-            {
-                tracing::error!(bot_id = %self.id, error = %e, "cannot record the stop");
-            }
+        if self.record().parked != parked
+            && let Err(e) = self.commit(&[Write::Parked(parked)], &[Publish::Parked(parked)])
+        {
+            tracing::error!(bot_id = %self.id, error = %e, "cannot record the stop");
+            // The actor goes on as asked; the view says so (a daemon restart does not).
             self.update(vec![], |v| v.record.parked = parked);
         }
         self.parked = parked;

@@ -1,6 +1,7 @@
 //! The shell's half of the lifecycle core (`supervisor::core`): executes the effects the core
 //! returns, in order, and feeds their results back. Design rule 1 (persist, then publish) lives
-//! here, in [`Actor::commit`]: nothing of a commit is published unless it is durable.
+//! here, in [`Actor::commit`]: nothing of a commit is published unless it is durable, and every
+//! durable change the actor makes to its bot's rows is a [`Write`] that passes through it.
 
 use super::*;
 use crate::supervisor::core::{Effect, Publish, Setting, Write};
@@ -100,6 +101,18 @@ impl Actor {
                         Write::Setting(Setting::Model(m)) => {
                             store::bots::set_model(tx, &self.id, m)?
                         }
+                        Write::Parked(parked) => store::bots::set_parked(tx, &self.id, *parked)?,
+                        Write::Process { identity, root } => store::processes::insert(
+                            tx,
+                            &self.id,
+                            identity,
+                            if *root { "root" } else { "descendant" },
+                        )?,
+                        Write::ProcessesReleased => store::processes::clear(tx, &self.id)?,
+                        Write::StopVerdict(v) => store::bots::set_stop_verdict(tx, &self.id, v)?,
+                        Write::BotDeleted => {
+                            store::bots::delete(tx, &self.id)?;
+                        }
                     }
                 }
                 Ok((items, delivered_at))
@@ -143,6 +156,22 @@ impl Actor {
                                 request_id: request_id.clone(),
                                 tool: tool.clone(),
                                 input: input.clone(),
+                            });
+                        }
+                        Publish::Parked(parked) => {
+                            let parked = *parked;
+                            self.update(vec![], |v| v.record.parked = parked);
+                        }
+                        Publish::StopVerdict { verdict, proof } => {
+                            let (verdict, proof) = (verdict.clone(), proof.clone());
+                            self.update(vec!["StopVerdict", "StopProof"], |v| {
+                                v.stop_verdict = verdict;
+                                v.stop_proof = proof;
+                            });
+                        }
+                        Publish::BotRemoved => {
+                            let _ = self.publisher.send(Publication::BotRemoved {
+                                bot_id: self.id.clone(),
                             });
                         }
                         Publish::TurnFinished { turn_id, outcome } => {

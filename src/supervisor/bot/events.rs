@@ -82,9 +82,12 @@ impl Actor {
                 if chat.kind == "assistant" {
                     self.flush_delta();
                 }
-                let turn = self.current_turn_id();
                 let tool = matches!(chat.kind, "tool_use" | "tool_result");
-                self.add_item(chat.kind, turn.as_deref(), chat.payload);
+                let effects = self
+                    .core
+                    .turns
+                    .said_by_cli(chat.kind, chat.payload.to_string());
+                self.apply(effects);
                 if chat.kind == "assistant" {
                     self.end_streamed_message();
                 }
@@ -212,11 +215,6 @@ impl Actor {
     }
 
     pub(super) fn current_turn_id(&self) -> Option<String> {
-        self.core
-            .turns
-            .inflight
-            .as_ref()
-            .filter(|i| i.answered_here())
-            .map(|i| i.turn.id.clone())
+        self.core.turns.answering().map(str::to_owned)
     }
 }

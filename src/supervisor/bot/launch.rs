@@ -99,10 +99,14 @@ impl Actor {
                 self.core.life.started();
                 self.known.clear();
                 self.background_tasks = 0;
-                if let Ok(id) = identify(pid)
-                    && let Err(e) = self
-                        .store
-                        .tx(|tx| store::processes::insert(tx, &self.id, &id, "root"))
+                if let Ok(identity) = identify(pid)
+                    && let Err(e) = self.commit(
+                        &[crate::supervisor::core::Write::Process {
+                            identity,
+                            root: true,
+                        }],
+                        &[],
+                    )
                 {
                     tracing::error!(bot_id = %self.id, error = %e, "cannot record the process");
                 }

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::supervisor::core::stop::{StopPlan, StopReason, StopStep};
+use crate::supervisor::core::{Publish, Write};
 
 /// How many times the clean-up after a root's exit looks for what is left of its process tree
 /// (each look stops what it finds new; the next finds what they forked meanwhile).
@@ -37,13 +38,14 @@ impl Actor {
             return;
         }
         tracing::debug!(bot_id = %self.id, count = new.len(), "new descendants");
-        let r = self.store.tx(|tx| {
-            for id in &new {
-                store::processes::insert(tx, &self.id, id, "descendant")?;
-            }
-            Ok(())
-        });
-        if let Err(e) = r {
+        let writes: Vec<Write> = new
+            .iter()
+            .map(|id| Write::Process {
+                identity: id.clone(),
+                root: false,
+            })
+            .collect();
+        if let Err(e) = self.commit(&writes, &[]) {
             tracing::error!(bot_id = %self.id, error = %e, "cannot record descendants");
         }
         self.known.extend(new);
@@ -125,18 +127,16 @@ impl Actor {
             proof = v.proof().unwrap_or(PROOF).as_str(),
             "stop verdict"
         );
-        let name = v.name().to_owned();
-        if let Err(e) = self
-            .store
-            .tx(|tx| store::bots::set_stop_verdict(tx, &self.id, &name))
-        {
+        let (verdict, proof) = (
+            v.name().to_owned(),
+            v.proof().map_or("", |p| p.as_str()).to_owned(),
+        );
+        if let Err(e) = self.commit(
+            &[Write::StopVerdict(verdict.clone())],
+            &[Publish::StopVerdict { verdict, proof }],
+        ) {
             tracing::error!(bot_id = %self.id, error = %e, "cannot record the verdict");
         }
-        let proof = v.proof().map_or("", |p| p.as_str());
-        self.update(vec!["StopVerdict", "StopProof"], |view| {
-            view.stop_verdict = name;
-            view.stop_proof = proof.to_owned();
-        });
         if let Some(text) = v.report(root_pid) {
             tracing::warn!(bot_id = %self.id, pid = root_pid, "{text}");
             let survivors: Vec<u32> = match v {
@@ -155,7 +155,7 @@ impl Actor {
         }
         if v.released() {
             self.known.clear();
-            if let Err(e) = self.store.tx(|tx| store::processes::clear(tx, &self.id)) {
+            if let Err(e) = self.commit(&[Write::ProcessesReleased], &[]) {
                 tracing::error!(bot_id = %self.id, error = %e, "cannot clear process records");
             }
         }

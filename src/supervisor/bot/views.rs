@@ -2,7 +2,7 @@
 //! signals that follow their commits (design rule 1).
 
 use super::*;
-use crate::supervisor::core::{Publish, Write};
+use crate::supervisor::core::{CommitBuilder, Publish, Write};
 
 impl Actor {
     pub(super) fn record(&self) -> BotRecord {
@@ -60,11 +60,12 @@ impl Actor {
 
     /// Commits one chat item and publishes it.
     pub(super) fn add_item(&self, kind: &str, turn_id: Option<&str>, payload: Value) {
-        let payload = payload.to_string();
-        if let Err(e) = self.store.tx_then(
-            |tx| store::chat::append(tx, &self.id, kind, turn_id, &payload),
-            |item| self.publish_item(item),
-        ) {
+        let mut c = CommitBuilder::default();
+        c.item(kind, turn_id, payload.to_string());
+        let Some(Effect::Commit { writes, publish }) = c.build() else {
+            return;
+        };
+        if let Err(e) = self.commit(&writes, &publish) {
             tracing::error!(bot_id = %self.id, error = %e, "cannot record a chat item");
         }
     }

@@ -2,6 +2,7 @@
 //! `supervisor::bot::effects` and never decided there.
 
 use super::decide::TurnOutcome;
+use crate::process::identity::ProcessIdentity;
 use crate::supervisor::core::State;
 
 /// One row change in the bot's database, applied inside a [`Effect::Commit`]'s transaction.
@@ -45,6 +46,23 @@ pub enum Write {
     /// A setting now in force (design rule 6): taken by the running agent, or, with none
     /// running, for its next start.
     Setting(Setting),
+    /// Whether a client's Stop parked the bot (its waiting messages wait for a Send or a
+    /// Restart), kept across daemon restarts.
+    Parked(bool),
+    /// A process of the bot's agent, by identity (`root`: the CLI itself, else a descendant),
+    /// for the next start after a daemon crash (design rule 9).
+    Process {
+        /// The process.
+        identity: ProcessIdentity,
+        /// Whether it is the agent's root process.
+        root: bool,
+    },
+    /// The bot's agent is released: its process records go.
+    ProcessesReleased,
+    /// The verdict of the last stop (`clean`, `root-exited`, …).
+    StopVerdict(String),
+    /// The bot and everything of it are deleted.
+    BotDeleted,
 }
 
 /// A setting of the bot's record that the running agent can take live.
@@ -78,6 +96,17 @@ pub enum Publish {
         /// The tool's input, as JSON text.
         input: String,
     },
+    /// The bot's parked flag, in its view (no property shows it).
+    Parked(bool),
+    /// The `StopVerdict` and `StopProof` properties.
+    StopVerdict {
+        /// The verdict's name.
+        verdict: String,
+        /// How it was proven (`cgroup`, `process-tree`, `best-effort`; empty when not).
+        proof: String,
+    },
+    /// The bot is gone (`InterfacesRemoved`).
+    BotRemoved,
     /// The `TurnFinished` signal.
     TurnFinished {
         /// The turn.

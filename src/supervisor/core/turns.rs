@@ -127,6 +127,25 @@ impl Turns {
         self.queue.len() as u32 + self.inflight.as_ref().map_or(0, |i| u32::from(!i.replayed))
     }
 
+    /// The turn what the CLI says now belongs to: the message in flight, once it is answered
+    /// in this conversation ([`Inflight::answered_here`]); `None` between turns (what the CLI
+    /// says then, at its start or after a turn's end, is the bot's, not a turn's).
+    pub fn answering(&self) -> Option<&str> {
+        self.inflight
+            .as_ref()
+            .filter(|i| i.answered_here())
+            .map(|i| i.turn.id.as_str())
+    }
+
+    /// A chat item the CLI printed (`kind`: `assistant`, `tool_use`, `tool_result`, `system`,
+    /// …; `payload`: a JSON object as text): recorded as the [`Turns::answering`] turn's, then
+    /// published (design rule 1).
+    pub fn said_by_cli(&self, kind: &str, payload: String) -> Vec<Effect> {
+        let mut c = CommitBuilder::default();
+        c.item(kind, self.answering(), payload);
+        c.build().into_iter().collect()
+    }
+
     /// Whether the turn `turn_id` is queued or in flight.
     pub fn knows(&self, turn_id: &str) -> bool {
         self.queue.iter().any(|t| t.id == turn_id)

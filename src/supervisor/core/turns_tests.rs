@@ -440,3 +440,41 @@ fn a_message_sent_lets_a_stopped_bot_go_and_only_a_turn_in_flight_is_interrupted
     let ended = t.result(ResultOutcome::Error, &json!({}), Some("aborted".into()));
     assert_eq!(ended.error, None, "an interrupt is not a failure");
 }
+
+#[test]
+fn rule_1_what_the_cli_says_is_the_answering_turns_once_its_message_began() {
+    let chat_turn = |t: &Turns| {
+        let effects = t.said_by_cli("assistant", "{}".into());
+        let [Effect::Commit { writes, publish }] = effects.as_slice() else {
+            panic!("one commit: {effects:?}");
+        };
+        assert_eq!(publish, &vec![Publish::Item(0)], "published once committed");
+        match writes.as_slice() {
+            [Write::Chat { kind, turn_id, .. }] if kind == "assistant" => turn_id.clone(),
+            other => panic!("one chat item: {other:?}"),
+        }
+    };
+    let mut t = queued(&["a"]);
+    t.queue(QueuedTurn {
+        id: "c".into(),
+        text: "/compact".into(),
+    });
+    assert_eq!(chat_turn(&t), None, "nothing in flight: the bot's");
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH).unwrap();
+    assert_eq!(
+        chat_turn(&t),
+        None,
+        "written, not yet begun: not the turn's"
+    );
+    t.replayed("s", Some("s"), Some("s"), no_transcript)
+        .unwrap();
+    assert_eq!(chat_turn(&t).as_deref(), Some("a"));
+    t.result(ResultOutcome::Success, &json!({"subtype": "success"}), None);
+    assert_eq!(chat_turn(&t), None, "after its end: not the turn's");
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH).unwrap();
+    assert_eq!(
+        chat_turn(&t).as_deref(),
+        Some("c"),
+        "a slash command is answered without a replay"
+    );
+}

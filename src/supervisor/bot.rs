@@ -14,6 +14,8 @@ mod launch;
 mod left_turns;
 mod prompts;
 mod proof;
+#[cfg(test)]
+mod shell_tests;
 mod streaming;
 mod turns;
 mod usage;

@@ -13,9 +13,9 @@ mod idle;
 mod launch;
 mod left_turns;
 mod prompts;
-mod proof;
 #[cfg(test)]
 mod shell_tests;
+mod stop;
 mod streaming;
 mod turns;
 mod usage;
@@ -23,32 +23,23 @@ mod views;
 mod watchdogs;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 pub use super::core::State;
 use super::core::control::Controls;
-use super::core::lifecycle::{self, CrashLimits, Exit, Lifecycle, Run};
+use super::core::lifecycle::{self, Run};
 use super::core::stop::StopReason;
-use super::core::timeouts;
-use super::core::watchdogs::Expired;
-use super::core::{BotCore, Due, Effect, Inflight};
+use super::core::{BotCore, Due};
 use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher, Shared};
 use crate::config::Config;
-use crate::process::identity::{Liveness, ProcessIdentity, identify, liveness};
-use crate::process::verdict::{Proof, StopObservation, StopVerdict, verdict};
-use crate::process::{
-    self, ExitInfo, ProcEvent, ProcessHandle, stop::stop_by_identity, subreaper, tree,
-};
-use crate::runtime::{
-    ControlRequest, LaunchSpec, PermissionAnswer, ResultOutcome, Runtime, RuntimeEvent,
-    SessionStart,
-};
+use crate::process::identity::ProcessIdentity;
+use crate::process::verdict::Proof;
+use crate::process::{self, ExitInfo, ProcEvent, ProcessHandle, tree};
+use crate::runtime::Runtime;
 use crate::store::{self, BotRecord, ChatItem, Store};
 
 /// Hard limit after SIGKILL for the root process to be reaped before the stop is declared failed.
@@ -155,10 +146,9 @@ enum Next {
 
 struct Actor {
     id: String,
-    runtime: Arc<dyn Runtime>,
-    store: Arc<Store>,
-    config: Arc<Config>,
-    publisher: Publisher,
+    /// The runtime, the store, the configuration and the publisher, shared with the bot's
+    /// handle; and the leases and the prompt book clients change through it.
+    shared: Arc<Shared>,
     view: Arc<RwLock<BotView>>,
     proc: Option<Proc>,
     generation: u64,
@@ -175,7 +165,6 @@ struct Actor {
     /// What an interrupted turn left running, to stop once the event is handled: the turn and
     /// the processes.
     left_by_interrupt: Option<(String, Vec<ProcessIdentity>)>,
-    shared: Arc<Shared>,
 }
 
 /// Updates a bot's view and publishes the named properties with their new values, under the
@@ -288,10 +277,7 @@ pub fn spawn_actor(
     });
     let actor = Actor {
         id: id.clone(),
-        runtime,
-        store,
-        config,
-        publisher,
+        shared: shared.clone(),
         view: view.clone(),
         proc: None,
         generation: 0,
@@ -302,7 +288,6 @@ pub fn spawn_actor(
         known: Vec::new(),
         background_tasks: 0,
         left_by_interrupt: None,
-        shared: shared.clone(),
     };
     let span = tracing::info_span!("bot", bot_id = %id);
     let guarded = {

@@ -1,7 +1,12 @@
 //! A client's commands, applied in the order they arrived (design rule 7): queue, stop,
 //! delete, shutdown, live settings, restart, leases, answers, interrupts.
 
-use super::*;
+use super::Actor;
+use crate::runtime::ControlRequest;
+use crate::supervisor::Command;
+use crate::supervisor::core::Effect;
+use crate::supervisor::core::lifecycle::Lifecycle;
+use crate::supervisor::core::stop::StopReason;
 use crate::supervisor::core::{Publish, Write};
 
 impl Actor {
@@ -70,7 +75,7 @@ impl Actor {
                     tracing::info!(bot_id = %self.id, turn_id = %turn, "interrupting");
                     self.core
                         .watch
-                        .interrupt_sent(&turn, self.deadline(self.config.interrupt_grace_s));
+                        .interrupt_sent(&turn, self.deadline(self.shared.config.interrupt_grace_s));
                     self.core.turns.interrupt_sent(turn);
                 }
                 true

@@ -1,7 +1,12 @@
 //! Control requests to the running CLI (design rule 6) and their answers, decided in
 //! [`crate::supervisor::core::control`].
 
-use super::*;
+use super::Actor;
+use crate::config::Config;
+use crate::runtime::ControlRequest;
+use crate::supervisor::core::control::Controls;
+use serde_json::Value;
+use std::time::Instant;
 
 impl Actor {
     /// Sends a control request to the running process, if there is one that can take it.
@@ -22,7 +27,7 @@ impl Actor {
         let request_id = sent.request_id;
         if Controls::watched(&request) {
             let deadline =
-                Config::watchdog(self.config.control_timeout_s).map(|d| Instant::now() + d);
+                Config::watchdog(self.shared.config.control_timeout_s).map(|d| Instant::now() + d);
             self.core.watch.control_sent(&request_id, deadline);
         }
         if let Some(proc) = self.proc.as_mut() {

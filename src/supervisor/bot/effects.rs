@@ -3,8 +3,11 @@
 //! here, in [`Actor::commit`]: nothing of a commit is published unless it is durable, and every
 //! durable change the actor makes to its bot's rows is a [`Write`] that passes through it.
 
-use super::*;
+use super::Actor;
+use crate::store;
+use crate::supervisor::Publication;
 use crate::supervisor::core::{Effect, Publish, Setting, Write};
+use std::time::Instant;
 
 /// What executing effects gave back to the core.
 #[derive(Debug, Default)]
@@ -62,7 +65,7 @@ impl Actor {
     ) -> Result<Option<std::time::SystemTime>, store::StoreError> {
         // Published inside `tx_then`, still holding the connection: in commit order with every
         // other writer of this database (the handles' Send, answers, forget_session).
-        let (_, delivered_at) = self.store.tx_then(
+        let (_, delivered_at) = self.shared.store.tx_then(
             |tx| {
                 let mut items = Vec::new();
                 let mut delivered_at = None;
@@ -151,12 +154,15 @@ impl Actor {
                             tool,
                             input,
                         } => {
-                            let _ = self.publisher.send(Publication::PermissionRequested {
-                                bot_id: self.id.clone(),
-                                request_id: request_id.clone(),
-                                tool: tool.clone(),
-                                input: input.clone(),
-                            });
+                            let _ = self
+                                .shared
+                                .publisher
+                                .send(Publication::PermissionRequested {
+                                    bot_id: self.id.clone(),
+                                    request_id: request_id.clone(),
+                                    tool: tool.clone(),
+                                    input: input.clone(),
+                                });
                         }
                         Publish::Parked(parked) => {
                             let parked = *parked;
@@ -170,7 +176,7 @@ impl Actor {
                             });
                         }
                         Publish::BotRemoved => {
-                            let _ = self.publisher.send(Publication::BotRemoved {
+                            let _ = self.shared.publisher.send(Publication::BotRemoved {
                                 bot_id: self.id.clone(),
                             });
                         }

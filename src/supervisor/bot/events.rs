@@ -1,6 +1,13 @@
 //! The CLI's stdout, read as runtime events and dispatched.
 
-use super::*;
+use super::{Actor, Next};
+use crate::process::ProcEvent;
+use crate::runtime::RuntimeEvent;
+use crate::supervisor::core::lifecycle::Lifecycle;
+use crate::supervisor::core::stop::StopReason;
+use crate::supervisor::core::timeouts;
+use serde_json::json;
+use std::time::Instant;
 
 impl Actor {
     pub(super) fn on_proc_event(&mut self, ev: ProcEvent) -> Next {
@@ -186,7 +193,7 @@ impl Actor {
     /// The CLI retries a model request: `LastError` says so each time, and a rate-limited
     /// `system` item (`reason` `api_retry`) of the turn waiting for it (see `core::retry`).
     pub(super) fn on_api_retry(&mut self, retry: &crate::supervisor::core::retry::Retry<'_>) {
-        let text = match self.runtime.fatal_reason(retry.error) {
+        let text = match self.shared.runtime.fatal_reason(retry.error) {
             Some(kind) => format!(
                 "The model API refused the request ({kind} error: {}, HTTP {}); the agent \
                  retries ({} of {}). Check the credentials or the plan.",

@@ -1,7 +1,12 @@
 //! A CLI that exits unasked: the shell gathers what it knows and carries out what the lifecycle
 //! core decides ([`Lifecycle::exited`], then [`Lifecycle::crashed`] after a crash's clean-up).
 
-use super::*;
+use super::Actor;
+use crate::process::ExitInfo;
+use crate::supervisor::core::lifecycle::CrashLimits;
+use crate::supervisor::core::lifecycle::Exit;
+use std::time::Duration;
+use std::time::Instant;
 
 impl Actor {
     /// The process exited without being asked to.
@@ -19,10 +24,10 @@ impl Actor {
         let exit = Exit {
             status: info,
             stderr: &stderr,
-            stderr_fatal: self.runtime.fatal_reason(&stderr),
-            stderr_in_use: self.runtime.session_in_use(&stderr),
+            stderr_fatal: self.shared.runtime.fatal_reason(&stderr),
+            stderr_in_use: self.shared.runtime.session_in_use(&stderr),
             lived: proc.handle.started.elapsed(),
-            fresh_window: Duration::from_secs_f64(self.config.fresh_start_if_dies_within_s),
+            fresh_window: Duration::from_secs_f64(self.shared.config.fresh_start_if_dies_within_s),
             recorded: recorded.as_deref(),
             in_flight: self.core.turns.inflight.is_some(),
         };
@@ -37,8 +42,8 @@ impl Actor {
         self.apply(steps.then);
         if let Some(text) = steps.crashed {
             let limits = CrashLimits {
-                window: Duration::from_secs(self.config.crash_loop_window_s),
-                limit: self.config.crash_loop_limit,
+                window: Duration::from_secs(self.shared.config.crash_loop_window_s),
+                limit: self.shared.config.crash_loop_limit,
             };
             let holders = self.holders();
             let effects =

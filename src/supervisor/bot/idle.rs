@@ -1,14 +1,19 @@
 //! Idle stop (design rules 12 and 13; decided in [`crate::supervisor::core::idle`]).
 
-use super::*;
+use super::Actor;
+use crate::process::identity::Liveness;
+use crate::process::identity::liveness;
 use crate::supervisor::core::idle::{self, Activity, AtIdleDeadline};
+use crate::supervisor::core::stop::StopReason;
+use std::time::Duration;
+use std::time::Instant;
 
 impl Actor {
     pub(super) fn idle_timeout(&self) -> Option<Duration> {
         let s = self
             .record()
             .idle_timeout_s
-            .unwrap_or(self.config.idle_timeout_s);
+            .unwrap_or(self.shared.config.idle_timeout_s);
         (s > 0).then(|| Duration::from_secs(s))
     }
 

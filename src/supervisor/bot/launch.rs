@@ -1,8 +1,19 @@
 //! Starting the CLI (design rule 2 decides the conversation) and writing it the next message
 //! (design rule 8: where it goes is recorded first).
 
-use super::*;
+use super::{Actor, Proc, bot_env, spawn_writer};
+use crate::process;
+use crate::process::identity::identify;
+use crate::runtime::LaunchSpec;
+use crate::runtime::SessionStart;
+use crate::store::BotRecord;
+use crate::supervisor::core::State;
+use crate::supervisor::core::control::Controls;
+use crate::supervisor::core::lifecycle;
+use crate::supervisor::core::lifecycle::Run;
 use crate::supervisor::core::pump::{self, ProcessNow, PumpFacts};
+use std::collections::BTreeMap;
+use std::path::Path;
 
 impl Actor {
     /// Starts a process when messages wait, and feeds it the next message when it is free
@@ -31,12 +42,12 @@ impl Actor {
     }
 
     pub(super) fn build_env(&self, record: &BotRecord) -> BTreeMap<String, String> {
-        bot_env(&self.config, record)
+        bot_env(&self.shared.config, record)
     }
 
     pub(super) fn start(&mut self) {
         let record = self.record();
-        let program = match self.runtime.binary() {
+        let program = match self.shared.runtime.binary() {
             Ok(p) => p,
             Err(e) => {
                 self.start_refused(&format!("cannot start the agent: {e}"), None);
@@ -44,19 +55,20 @@ impl Actor {
             }
         };
         let env = self.build_env(&record);
-        if let Err(e) = self.runtime.check_environment(&env) {
+        if let Err(e) = self.shared.runtime.check_environment(&env) {
             self.start_refused(&format!("cannot start the agent: {e}"), None);
             return;
         }
-        if let Err((reason, e)) = self
-            .runtime
-            .check_launch(&program, &record.permission_mode, &env)
+        if let Err((reason, e)) =
+            self.shared
+                .runtime
+                .check_launch(&program, &record.permission_mode, &env)
         {
             self.start_refused(&format!("cannot start the agent: {e}"), Some(reason));
             return;
         }
         let cwd = Path::new(&record.cwd);
-        let runtime = self.runtime.clone();
+        let runtime = self.shared.runtime.clone();
         let decision = self.core.life.start_decision(
             record.session_id.as_deref(),
             runtime.can_resume(),
@@ -64,7 +76,7 @@ impl Actor {
             || runtime.fresh_start(),
         );
         if let Some((old, reason)) = &decision.forget {
-            let effect = lifecycle::forget_at_start(old, reason, self.runtime.name());
+            let effect = lifecycle::forget_at_start(old, reason, self.shared.runtime.name());
             let committed = self.apply(vec![effect]).committed;
             self.core.life.start_forgot(committed);
         }
@@ -75,8 +87,8 @@ impl Actor {
             env: &env,
             start: &decision.start,
         };
-        let cmd = self.runtime.command(program, &spec);
-        let mut protocol = self.runtime.open(&spec);
+        let cmd = self.shared.runtime.command(program, &spec);
+        let mut protocol = self.shared.runtime.open(&spec);
         self.generation += 1;
         let cgroup = self.launch_cgroup();
         match process::spawn::spawn_in(
@@ -122,7 +134,7 @@ impl Actor {
                 self.update(vec!["ProcessId"], |v| v.process_id = pid);
                 self.core
                     .watch
-                    .launched(self.deadline(self.config.start_timeout_s));
+                    .launched(self.deadline(self.shared.config.start_timeout_s));
                 self.set_state(State::Idle);
                 let opening = protocol_opening;
                 self.write_lines(opening);

@@ -1,19 +1,30 @@
 //! Start-up recovery after a daemon crash: the shell reads what the previous run left and carries
 //! out [`left_turns::recover`] (design rule 8).
 
-use super::*;
+use super::Actor;
+use crate::store;
+use crate::supervisor::BotError;
 use crate::supervisor::core::left_turns::{self, Left};
+use std::path::Path;
 
 impl Actor {
     /// At daemon start, after the previous run's processes were stopped: every turn it left
     /// open is settled or delivered once ([`left_turns::recover`]).
     pub(super) fn recover(&mut self) -> Result<(), BotError> {
         let open_prompts = self
+            .shared
             .store
             .read(|c| store::chat::unanswered_permission_requests(c, &self.id))?;
-        let running = self.store.read(|c| store::turns::running(c, &self.id))?;
-        let queued = self.store.read(|c| store::turns::queued(c, &self.id))?;
+        let running = self
+            .shared
+            .store
+            .read(|c| store::turns::running(c, &self.id))?;
+        let queued = self
+            .shared
+            .store
+            .read(|c| store::turns::queued(c, &self.id))?;
         let deliveries = self
+            .shared
             .store
             .read(|c| store::deliveries::of_bot(c, &self.id))?;
         let left = Left {
@@ -29,7 +40,7 @@ impl Actor {
         };
         let record = self.record();
         let env = self.build_env(&record);
-        let runtime = self.runtime.clone();
+        let runtime = self.shared.runtime.clone();
         let effects = left_turns::recover(
             &mut self.core.turns,
             left,

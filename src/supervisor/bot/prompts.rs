@@ -1,7 +1,8 @@
 //! Permission prompts: the CLI asks, any client answers, the first answer wins; prompts
 //! nobody can answer any more are closed (decided in [`crate::supervisor::core::prompts`]).
 
-use super::*;
+use super::Actor;
+use crate::runtime::PermissionAnswer;
 use crate::supervisor::core::prompts;
 
 impl Actor {

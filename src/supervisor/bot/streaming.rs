@@ -1,7 +1,9 @@
 //! Streamed assistant text: `TextDelta` at most every [`super::TEXT_DELTA_INTERVAL`], and
 //! the `PartialText` a late client reads.
 
-use super::*;
+use super::Actor;
+use crate::supervisor::Publication;
+use std::time::Instant;
 
 impl Actor {
     /// Streamed text: signalled at most once per [`TEXT_DELTA_INTERVAL`]
@@ -24,7 +26,7 @@ impl Actor {
     }
 
     fn signal_delta(&self, text: String) {
-        let _ = self.publisher.send(Publication::TextDelta {
+        let _ = self.shared.publisher.send(Publication::TextDelta {
             bot_id: self.id.clone(),
             turn_id: self.current_turn_id().unwrap_or_default(),
             text,

@@ -1,8 +1,15 @@
 //! A turn's life: it begins (the replay records the session, design rule 3), ends with its
 //! result, or is settled when its process is gone (design rule 8); one durable outcome each.
 
-use super::*;
+use super::{Actor, bot_env};
+use crate::process;
+use crate::process::identity::ProcessIdentity;
+use crate::runtime::ResultOutcome;
+use crate::supervisor::core::Inflight;
 use crate::supervisor::core::interrupt;
+use serde_json::Value;
+use std::path::Path;
+use std::time::Duration;
 
 impl Actor {
     /// The CLI replayed the message in flight: its turn began ([`Turns::replayed`], rule 3).
@@ -59,8 +66,8 @@ impl Actor {
     /// it is called.
     pub(super) fn transcript_check(&self) -> impl Fn(&str) -> bool + use<> {
         let record = self.record();
-        let config = self.config.clone();
-        let runtime = self.runtime.clone();
+        let config = self.shared.config.clone();
+        let runtime = self.shared.runtime.clone();
         move |session_id: &str| {
             let env = bot_env(&config, &record);
             runtime.transcript_exists(&env, Path::new(&record.cwd), session_id)
@@ -95,7 +102,8 @@ impl Actor {
             }
         }
         let fatal = ended.error.as_deref().and_then(|e| {
-            self.runtime
+            self.shared
+                .runtime
                 .fatal_reason(e)
                 .map(|kind| format!("{kind} error: {e}"))
         });
@@ -115,8 +123,8 @@ impl Actor {
     /// runtime's transcript, written since the message was), for the core's rule-8 decisions.
     pub(super) fn conversation_holds(&self) -> impl FnOnce(&Inflight) -> bool + use<> {
         let record = self.record();
-        let config = self.config.clone();
-        let runtime = self.runtime.clone();
+        let config = self.shared.config.clone();
+        let runtime = self.shared.runtime.clone();
         move |inf: &Inflight| {
             let env = bot_env(&config, &record);
             runtime.conversation_has_message(
@@ -134,7 +142,7 @@ impl Actor {
     /// `interrupted_processes`).
     pub(super) async fn stop_left_by_interrupt(&mut self, turn: &str, left: Vec<ProcessIdentity>) {
         tracing::info!(bot_id = %self.id, turn_id = %turn, count = left.len(), "stopping what the interrupted turn left running");
-        let grace = Duration::from_secs_f64(self.config.stop_grace_s);
+        let grace = Duration::from_secs_f64(self.shared.config.stop_grace_s);
         let stopped = process::stop::stop_by_identity(&left, grace).await;
         let note = interrupt::stopped_note(&stopped);
         if note["survivors"].as_array().is_some_and(|s| !s.is_empty()) {

@@ -1,7 +1,10 @@
 //! The bot's cgroup and resource use (design rule 10, issue 15): where its agent is launched,
 //! and the usage watch that samples it only while the bot is active.
 
-use super::*;
+use super::{Actor, update_view};
+use crate::process;
+use crate::supervisor::core::State;
+use std::time::Duration;
 
 /// The bot properties a usage sample changes.
 pub const USAGE_PROPERTIES: [&str; 3] = ["MemoryCurrent", "CPUUsageNSec", "TasksCurrent"];
@@ -14,7 +17,7 @@ impl Actor {
         let subtree = process::cgroup::subtree()?;
         let limit = crate::supervisor::memory_max::in_force(
             self.record().memory_max,
-            self.config.memory_max,
+            self.shared.config.memory_max,
             process::cgroup::containment(),
         );
         match subtree.prepare_bot(&self.id, limit) {
@@ -44,8 +47,12 @@ impl Actor {
                 bot_id: self.id.clone(),
             },
         };
-        let (view, publisher, id) = (self.view.clone(), self.publisher.clone(), self.id.clone());
-        let interval = Duration::from_secs_f64(self.config.usage_interval_s);
+        let (view, publisher, id) = (
+            self.view.clone(),
+            self.shared.publisher.clone(),
+            self.id.clone(),
+        );
+        let interval = Duration::from_secs_f64(self.shared.config.usage_interval_s);
         process::usage::Watch::start(source, interval, move |u| {
             update_view(&view, &publisher, &id, USAGE_PROPERTIES.to_vec(), |v| {
                 v.usage = u

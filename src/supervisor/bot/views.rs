@@ -1,8 +1,14 @@
 //! What clients see of the actor: its record and view, state changes, chat items and the
 //! signals that follow their commits (design rule 1).
 
-use super::*;
+use super::{Actor, BotView, publish_item, update_view};
+use crate::store::BotRecord;
+use crate::store::ChatItem;
+use crate::supervisor::Publication;
+use crate::supervisor::core::Effect;
+use crate::supervisor::core::State;
 use crate::supervisor::core::{CommitBuilder, Publish, Write};
+use serde_json::Value;
 
 impl Actor {
     pub(super) fn record(&self) -> BotRecord {
@@ -14,7 +20,7 @@ impl Actor {
     }
 
     pub(super) fn update(&self, names: Vec<&'static str>, f: impl FnOnce(&mut BotView)) {
-        update_view(&self.view, &self.publisher, &self.id, names, f);
+        update_view(&self.view, &self.shared.publisher, &self.id, names, f);
     }
 
     /// Sets `State`. A change into or out of `failed` is durable first (design rule 1): it
@@ -47,11 +53,11 @@ impl Actor {
     }
 
     pub(super) fn publish_item(&self, item: &ChatItem) {
-        publish_item(&self.publisher, &self.id, item);
+        publish_item(&self.shared.publisher, &self.id, item);
     }
 
     pub(super) fn publish_turn(&self, turn_id: &str, outcome: &str) {
-        let _ = self.publisher.send(Publication::TurnFinished {
+        let _ = self.shared.publisher.send(Publication::TurnFinished {
             bot_id: self.id.clone(),
             turn_id: turn_id.to_owned(),
             outcome: outcome.to_owned(),

@@ -1,7 +1,10 @@
 //! Watchdogs (design rule 15): what happens when one fires ([`crate::supervisor::core::watchdogs`] keeps
 //! the deadlines).
 
-use super::*;
+use super::Actor;
+use crate::supervisor::core::stop::StopReason;
+use crate::supervisor::core::timeouts;
+use crate::supervisor::core::watchdogs::Expired;
 
 impl Actor {
     /// A watchdog caught a CLI that stopped answering: say so (chat item, `LastError`, journal)
@@ -15,7 +18,7 @@ impl Actor {
                 self.close_open_prompts("The turn ended before this request was answered.");
                 let effects = timeouts::start_timed_out(
                     &mut self.core.turns,
-                    self.config.start_timeout_s,
+                    self.shared.config.start_timeout_s,
                     recorded.as_deref(),
                     holds,
                 );
@@ -23,7 +26,7 @@ impl Actor {
                 self.stop_process(StopReason::StartTimeout).await;
             }
             Expired::Interrupt(turn) => {
-                let grace = self.config.interrupt_grace_s;
+                let grace = self.shared.config.interrupt_grace_s;
                 let Some(effects) =
                     timeouts::interrupt_timed_out(&mut self.core.turns, &turn, grace)
                 else {
@@ -41,7 +44,7 @@ impl Actor {
                 };
                 let effects = proc
                     .controls
-                    .timed_out(&request_id, self.config.control_timeout_s);
+                    .timed_out(&request_id, self.shared.config.control_timeout_s);
                 if !effects.is_empty() {
                     tracing::warn!(bot_id = %self.id, %request_id, "a live setting was not answered (control_timeout_s)");
                 }

@@ -1,9 +1,26 @@
 //! Descendants and proof (design rule 9): known descendants by identity, the gentle stop with
 //! escalation, and the one place a stop verdict is read.
 
-use super::*;
+use super::{Actor, DESCENDANT_GRACE, KILL_WAIT, PROOF};
+use crate::process;
+use crate::process::ProcEvent;
+use crate::process::identity::Liveness;
+use crate::process::identity::ProcessIdentity;
+use crate::process::identity::identify;
+use crate::process::identity::liveness;
+use crate::process::stop::stop_by_identity;
+use crate::process::subreaper;
+use crate::process::tree;
+use crate::process::verdict::Proof;
+use crate::process::verdict::StopObservation;
+use crate::process::verdict::StopVerdict;
+use crate::process::verdict::verdict;
+use crate::supervisor::core::State;
+use crate::supervisor::core::lifecycle::Lifecycle;
 use crate::supervisor::core::stop::{StopPlan, StopReason, StopStep};
 use crate::supervisor::core::{Publish, Write};
+use serde_json::json;
+use std::time::Duration;
 
 /// How many times the clean-up after a root's exit looks for what is left of its process tree
 /// (each look stops what it finds new; the next finds what they forked meanwhile).
@@ -177,7 +194,7 @@ impl Actor {
         // The sequence is decided in core::stop; here it is carried out.
         let (mut plan, first) = StopPlan::begin(
             tokio::time::Instant::now(),
-            self.config.stop_grace(),
+            self.shared.config.stop_grace(),
             KILL_WAIT,
             exited,
         );

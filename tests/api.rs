@@ -352,6 +352,43 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
         error_name(&err),
         "org.botvisor.Botvisor1.Error.InvalidArgument"
     );
+    // A permission answer that cannot be one: named error, nothing recorded.
+    for (behavior, option, value, says) in [
+        ("maybe", None, "", "`allow` or `deny`, got `maybe`"),
+        (
+            "allow",
+            Some("updated_input"),
+            "[1]",
+            "must be a JSON object",
+        ),
+        (
+            "allow",
+            Some("message"),
+            "why",
+            "`message` goes with `deny`",
+        ),
+        (
+            "deny",
+            Some("updated_input"),
+            "{}",
+            "`updated_input` goes with `allow`",
+        ),
+    ] {
+        let options: HashMap<&str, Variant<'_>> = option
+            .map(|o| (o, Variant::from(value)))
+            .into_iter()
+            .collect();
+        let err = bot
+            .respond_permission("no-such-request", behavior, options)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error_name(&err),
+            "org.botvisor.Botvisor1.Error.InvalidArgument",
+            "{behavior} {option:?}"
+        );
+        assert!(error_text(&err).contains(says), "{err}");
+    }
     assert!(bot.get_chat(0, 0).await.unwrap().is_empty());
     assert_eq!(bot.queued_messages().await.unwrap(), 0);
     let again = manager

@@ -13,7 +13,7 @@ use super::options::{OptionReader, Options};
 use super::service::Ctx;
 use crate::limits::{MAX_PAGE_BYTES, MAX_PAGE_ITEMS, MAX_READ_BYTES, MAX_SEND_BYTES};
 use crate::store;
-use crate::supervisor::BotHandle;
+use crate::supervisor::{Answer, BotError, BotHandle};
 
 /// The caller's unique bus name (empty on a peer-to-peer connection).
 fn client_of(hdr: &Header<'_>) -> String {
@@ -196,19 +196,16 @@ impl BotObject {
         let message = r.string("message")?;
         let named = r.string("client")?;
         r.finish()?;
+        // Wrong arguments are refused before anything is looked up.
+        let answer = permission_answer(&behavior, message, updated_input)?;
         let client = client_of(&hdr);
         let name = match named {
             Some(n) => super::caller::client_label(&n),
             None => super::caller::process_name(self.ctx.caller.lookup(), &client).await,
         };
-        Ok(self.handle.respond_permission(
-            &request_id,
-            &behavior,
-            message,
-            updated_input,
-            &client,
-            &name,
-        )?)
+        Ok(self
+            .handle
+            .respond_permission(&request_id, answer, &client, &name)?)
     }
 
     /// Ends the running turn through the CLI's control protocol; the turn ends with outcome
@@ -481,5 +478,77 @@ impl BotObject {
     #[zbus(property, name = "TasksCurrent")]
     fn tasks_current(&self) -> u64 {
         self.view().usage.tasks_current
+    }
+}
+
+/// `RespondPermission`'s `behavior` with its options `message` and `updated_input`, read as an
+/// [`Answer`]. Errors: InvalidArgument naming what is wrong (`updated_input` not a JSON object,
+/// a behavior other than `allow` or `deny`, an option that goes with the other behavior).
+fn permission_answer(
+    behavior: &str,
+    message: Option<String>,
+    updated_input: Option<String>,
+) -> std::result::Result<Answer, BotError> {
+    let updated = match &updated_input {
+        None => None,
+        Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(v) if v.is_object() => Some(v),
+            _ => {
+                return Err(BotError::InvalidArgument(
+                    "option `updated_input` must be a JSON object (the tool's input)".into(),
+                ));
+            }
+        },
+    };
+    match behavior {
+        "allow" if message.is_some() => Err(BotError::InvalidArgument(
+            "option `message` goes with `deny`".into(),
+        )),
+        "allow" => Ok(Answer::Allow {
+            updated_input: updated,
+        }),
+        "deny" if updated.is_some() => Err(BotError::InvalidArgument(
+            "option `updated_input` goes with `allow`".into(),
+        )),
+        "deny" => Ok(Answer::Deny { message }),
+        _ => Err(BotError::InvalidArgument(format!(
+            "behavior must be `allow` or `deny`, got `{behavior}`"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(behavior: &str, message: Option<&str>, updated: Option<&str>) -> String {
+        match permission_answer(
+            behavior,
+            message.map(str::to_owned),
+            updated.map(str::to_owned),
+        ) {
+            Err(BotError::InvalidArgument(why)) => why,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_permission_answer_is_read_or_refused_by_name() {
+        assert_eq!(
+            permission_answer("allow", None, Some(r#"{"a":1}"#.into())).unwrap(),
+            Answer::Allow {
+                updated_input: Some(serde_json::json!({"a": 1}))
+            }
+        );
+        assert_eq!(
+            permission_answer("deny", Some("no".into()), None).unwrap(),
+            Answer::Deny {
+                message: Some("no".into())
+            }
+        );
+        assert!(refused("maybe", None, None).contains("`allow` or `deny`, got `maybe`"));
+        assert!(refused("allow", None, Some("[1]")).contains("must be a JSON object"));
+        assert!(refused("allow", Some("m"), None).contains("`message` goes with `deny`"));
+        assert!(refused("deny", None, Some("{}")).contains("`updated_input` goes with `allow`"));
     }
 }

@@ -29,6 +29,33 @@ pub(crate) struct Shared {
     pub(crate) prompts: Mutex<PromptBook>,
 }
 
+/// A client's answer to a permission request, as `RespondPermission` gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// Run the tool; with `updated_input` (a JSON object), with that input instead of the one
+    /// it asked for.
+    Allow {
+        /// The input the tool runs with, when the client changed it.
+        updated_input: Option<serde_json::Value>,
+    },
+    /// Do not run it; `message` is what the model is told (default: "The user denied this
+    /// tool use.").
+    Deny {
+        /// What the model is told.
+        message: Option<String>,
+    },
+}
+
+impl Answer {
+    /// `allow` or `deny`, as the chat's `permission_answer` item says.
+    pub fn behavior(&self) -> &'static str {
+        match self {
+            Answer::Allow { .. } => "allow",
+            Answer::Deny { .. } => "deny",
+        }
+    }
+}
+
 /// A handle on one bot. Its methods never wait for the actor: they validate, commit what must
 /// be durable at once, and queue a [`Command`]; what follows is published as signals.
 #[derive(Clone)]
@@ -252,47 +279,24 @@ impl BotHandle {
         }
     }
 
-    /// Answers an open permission request: `behavior` `allow` (optionally with `updated_input`,
-    /// a JSON object) or `deny` (with `message`). The answer and who gave it (`client`, the
-    /// unique bus name, and `client_name`, a name for people or empty) are recorded in the chat.
-    /// The first answer wins. Errors: InvalidArgument (behavior, JSON), NotFound (unknown or
-    /// already answered id).
+    /// Answers an open permission request with `answer`. The answer and who gave it (`client`,
+    /// the unique bus name, and `client_name`, a name for people or empty) are recorded in the
+    /// chat. The first answer wins. Errors: InvalidArgument (a changed input the runtime cannot
+    /// take), NotFound (unknown or already answered id), StorageUnavailable; each changes
+    /// nothing.
     pub fn respond_permission(
         &self,
         request_id: &str,
-        behavior: &str,
-        message: Option<String>,
-        updated_input: Option<String>,
+        answer: Answer,
         client: &str,
         client_name: &str,
     ) -> Result<(), BotError> {
         self.check_alive()?;
-        let updated: Option<serde_json::Value> = match &updated_input {
-            None => None,
-            Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
-                Ok(v) if v.is_object() => Some(v),
-                _ => {
-                    return Err(BotError::InvalidArgument(
-                        "option `updated_input` must be a JSON object (the tool's input)".into(),
-                    ));
-                }
-            },
+        let behavior = answer.behavior();
+        let (updated, message) = match answer {
+            Answer::Allow { updated_input } => (updated_input, None),
+            Answer::Deny { message } => (None, message),
         };
-        if behavior != "allow" && behavior != "deny" {
-            return Err(BotError::InvalidArgument(format!(
-                "behavior must be `allow` or `deny`, got `{behavior}`"
-            )));
-        }
-        if behavior == "allow" && message.is_some() {
-            return Err(BotError::InvalidArgument(
-                "option `message` goes with `deny`".into(),
-            ));
-        }
-        if behavior == "deny" && updated.is_some() {
-            return Err(BotError::InvalidArgument(
-                "option `updated_input` goes with `allow`".into(),
-            ));
-        }
         let mut book = self
             .shared
             .prompts

@@ -24,8 +24,8 @@ use crate::store::{self, BotRecord, Store};
 pub use bot::{BotView, State};
 pub use checks::{MAX_NAME_CHARS, canonical_cwd, check_model, check_permission_mode};
 pub use core::prompts::{ANSWERED_KEPT, Prompt, PromptBook};
-pub use handle::BotHandle;
 pub(crate) use handle::Shared;
+pub use handle::{Answer, BotHandle};
 
 /// Errors of bot operations; the D-Bus layer maps each to `org.botvisor.Botvisor1.Error.<Name>`.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]

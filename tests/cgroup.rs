@@ -186,10 +186,24 @@ async fn cpu_usage_rises_while_a_tool_burns_cpu_and_is_unknown_once_stopped() {
         "no agent yet"
     );
     let mut changes = bot.receive_cpu_usage_nsec_changed().await;
+    let mut tasks = bot.receive_tasks_current_changed().await;
     bot.send("burn", Default::default()).await.unwrap();
+    // The burner is counted once the tool started it (a sample after its spawn).
+    bounded("TasksCurrent counting the agent and the burner", async {
+        loop {
+            let n = tasks.next().await.unwrap().get().await.unwrap();
+            if n != u64::MAX && n >= 2 {
+                return;
+            }
+        }
+    })
+    .await;
+    // Samples until the count has risen twice: a burner on a loaded machine may get no tick
+    // between two samples, so a sample may equal the one before, but never be below it.
     let mut seen: Vec<u64> = Vec::new();
+    let rises = |seen: &[u64]| seen.windows(2).filter(|w| w[1] > w[0]).count();
     tokio::time::timeout(EVENT_TIMEOUT, async {
-        while seen.len() < 3 {
+        while rises(&seen) < 2 {
             let v = changes.next().await.unwrap().get().await.unwrap();
             if v != u64::MAX {
                 seen.push(v);
@@ -197,16 +211,12 @@ async fn cpu_usage_rises_while_a_tool_burns_cpu_and_is_unknown_once_stopped() {
         }
     })
     .await
-    .expect("CPUUsageNSec changes while the bot is busy");
+    .unwrap_or_else(|_| panic!("CPUUsageNSec rises while the bot is busy: {seen:?}"));
     assert!(
-        seen.windows(2).all(|w| w[1] > w[0]),
-        "it rises with every sample: {seen:?}"
+        seen.windows(2).all(|w| w[1] >= w[0]),
+        "it never goes down while the agent runs: {seen:?}"
     );
     assert!(bot.memory_current().await.unwrap() > 0);
-    assert!(
-        bot.tasks_current().await.unwrap() >= 2,
-        "the agent and the burner"
-    );
     stop_and_wait(&bot).await;
     tokio::time::timeout(EVENT_TIMEOUT, async {
         loop {

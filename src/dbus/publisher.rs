@@ -18,7 +18,7 @@ use super::guard::Guarded;
 use super::paths::bot_path;
 use super::service::Ctx;
 use crate::limits::MAX_ITEM_BYTES;
-use crate::supervisor::{PropertyValue, Publication};
+use crate::supervisor::{Property, PropertyValue, Publication};
 
 /// Asks the publisher to send every publication queued so far; the answer comes once they are
 /// written to the connection. The daemon's shutdown uses it so that the bots' final changes are
@@ -123,10 +123,10 @@ fn bounded(ctx: &Ctx, p: Publication) -> Publication {
                 .into_iter()
                 .map(|(name, value)| {
                     let value = match (name, value) {
-                        ("LastError", PropertyValue::Str(s)) => {
+                        (Property::LastError, PropertyValue::Str(s)) => {
                             PropertyValue::Str(bounds::last_error(&s))
                         }
-                        ("PendingPermissions", PropertyValue::Triples(v)) => {
+                        (Property::PendingPermissions, PropertyValue::Triples(v)) => {
                             PropertyValue::Triples(bounds::pending(store, &bot_id, v))
                         }
                         (_, v) => v,
@@ -170,7 +170,7 @@ async fn publish(emitter: &SignalEmitter<'_>, p: &Publication) -> zbus::Result<(
                     PropertyValue::U64(n) => Variant::from(*n),
                     PropertyValue::Triples(v) => Variant::from(v.clone()),
                 };
-                map.insert(name, v);
+                map.insert(property_name(*name), v);
             }
             zbus::fdo::Properties::properties_changed(
                 emitter,
@@ -180,5 +180,27 @@ async fn publish(emitter: &SignalEmitter<'_>, p: &Publication) -> zbus::Result<(
             )
             .await
         }
+    }
+}
+
+/// A bot property's name on the `org.botvisor.Botvisor1.Bot` interface (as in
+/// `dbus/org.botvisor.Botvisor1.xml`).
+pub fn property_name(property: Property) -> &'static str {
+    match property {
+        Property::Name => "Name",
+        Property::Model => "Model",
+        Property::PermissionMode => "PermissionMode",
+        Property::State => "State",
+        Property::SessionId => "SessionId",
+        Property::ProcessId => "ProcessId",
+        Property::LastError => "LastError",
+        Property::QueuedMessages => "QueuedMessages",
+        Property::Holders => "Holders",
+        Property::StopVerdict => "StopVerdict",
+        Property::PendingPermissions => "PendingPermissions",
+        Property::StopProof => "StopProof",
+        Property::MemoryCurrent => "MemoryCurrent",
+        Property::CpuUsageNsec => "CPUUsageNSec",
+        Property::TasksCurrent => "TasksCurrent",
     }
 }

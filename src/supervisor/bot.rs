@@ -22,6 +22,7 @@ mod usage;
 mod views;
 mod watchdogs;
 
+use crate::supervisor::Property;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -34,7 +35,8 @@ use super::core::control::Controls;
 use super::core::lifecycle::{self, Run};
 use super::core::stop::StopReason;
 use super::core::{BotCore, Due};
-use super::{BotError, BotHandle, Command, PropertyValue, Publication, Publisher, Shared};
+pub use super::view::{BotView, update_view};
+use super::{BotError, BotHandle, Command, Publication, Publisher, Shared};
 use crate::config::Config;
 use crate::process::identity::ProcessIdentity;
 use crate::process::verdict::Proof;
@@ -57,66 +59,6 @@ pub const PROOF: Proof = Proof::BestEffort;
 
 /// At most one `TextDelta` signal per bot in this interval.
 pub const TEXT_DELTA_INTERVAL: Duration = Duration::from_millis(50);
-
-/// What clients may read of a bot without asking its actor.
-#[derive(Debug, Clone)]
-pub struct BotView {
-    /// The stored record (kept in step with the database).
-    pub record: BotRecord,
-    /// The state.
-    pub state: State,
-    /// The root process's pid, 0 when none.
-    pub process_id: u32,
-    /// Messages sent and not yet taken by the CLI (not replayed).
-    pub queued: u32,
-    /// Clients holding the bot (leases).
-    pub holders: u32,
-    /// The verdict of the last stop (`clean`, `root-exited`, …); empty before the first.
-    pub stop_verdict: String,
-    /// Open permission requests: `(request_id, tool, input_json)`.
-    pub pending: Vec<(String, String, String)>,
-    /// The assistant text streamed so far in the message being written.
-    pub partial_text: String,
-    /// Why botvisord cannot write its database now (design rule 15); while set, `LastError`
-    /// shows it instead of the recorded last error.
-    pub storage_error: Option<String>,
-    /// How the last stop was proven (`cgroup`, `process-tree`, `best-effort`); empty before the
-    /// first stop of this daemon run.
-    pub stop_proof: String,
-    /// The agent's resource use, last sampled ([`process::usage::Usage::UNKNOWN`] when none).
-    pub usage: process::usage::Usage,
-}
-
-impl BotView {
-    /// The value of the D-Bus property `name` of the Bot interface (names as in the XML).
-    pub fn property(&self, name: &str) -> PropertyValue {
-        let s = |v: &str| PropertyValue::Str(v.to_owned());
-        match name {
-            "Id" => s(&self.record.id),
-            "Name" => s(&self.record.name),
-            "Cwd" => s(&self.record.cwd),
-            "Runtime" => s(&self.record.runtime),
-            "Model" => s(&self.record.model),
-            "PermissionMode" => s(&self.record.permission_mode),
-            "State" => s(self.state.as_str()),
-            "SessionId" => s(self.record.session_id.as_deref().unwrap_or_default()),
-            "ProcessId" => PropertyValue::U32(self.process_id),
-            "LastError" => s(self
-                .storage_error
-                .as_deref()
-                .unwrap_or(&self.record.last_error)),
-            "QueuedMessages" => PropertyValue::U32(self.queued),
-            "Holders" => PropertyValue::U32(self.holders),
-            "StopVerdict" => s(&self.stop_verdict),
-            "PendingPermissions" => PropertyValue::Triples(self.pending.clone()),
-            "StopProof" => s(&self.stop_proof),
-            "MemoryCurrent" => PropertyValue::U64(self.usage.memory_current),
-            "CPUUsageNSec" => PropertyValue::U64(self.usage.cpu_usage_nsec),
-            "TasksCurrent" => PropertyValue::U64(self.usage.tasks_current),
-            _ => s(""),
-        }
-    }
-}
 
 struct Proc {
     handle: ProcessHandle,
@@ -167,26 +109,6 @@ struct Actor {
     left_by_interrupt: Option<(String, Vec<ProcessIdentity>)>,
 }
 
-/// Updates a bot's view and publishes the named properties with their new values, under the
-/// view's lock so that publications follow the order of the updates.
-pub(crate) fn update_view(
-    view: &RwLock<BotView>,
-    publisher: &Publisher,
-    bot_id: &str,
-    names: Vec<&'static str>,
-    f: impl FnOnce(&mut BotView),
-) {
-    let mut v = view.write().unwrap_or_else(|p| p.into_inner());
-    f(&mut v);
-    if !names.is_empty() {
-        let changed = names.into_iter().map(|n| (n, v.property(n))).collect();
-        let _ = publisher.send(Publication::PropertiesChanged {
-            bot_id: bot_id.to_owned(),
-            changed,
-        });
-    }
-}
-
 /// Publishes a committed chat item.
 pub(crate) fn publish_item(publisher: &Publisher, bot_id: &str, item: &ChatItem) {
     let _ = publisher.send(Publication::ChatItemAdded {
@@ -215,7 +137,7 @@ pub(crate) fn forget_session(handle: &BotHandle, reason: &str) -> Result<(), Bot
                 &handle.view,
                 &shared.publisher,
                 &handle.id,
-                vec!["SessionId"],
+                vec![Property::SessionId],
                 |v| v.record.session_id = None,
             );
             publish_item(&shared.publisher, &handle.id, item);
@@ -303,12 +225,18 @@ pub fn spawn_actor(
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_default();
                 tracing::error!(bot_id = %id, panic = %what, "the bot's supervisor failed");
-                update_view(&view, &publisher, &id, vec!["State", "LastError"], |v| {
-                    v.state = State::Failed;
-                    v.record.last_error = format!(
-                        "botvisor's supervisor of this bot failed ({what}); restart botvisord"
-                    );
-                });
+                update_view(
+                    &view,
+                    &publisher,
+                    &id,
+                    vec![Property::State, Property::LastError],
+                    |v| {
+                        v.state = State::Failed;
+                        v.record.last_error = format!(
+                            "botvisor's supervisor of this bot failed ({what}); restart botvisord"
+                        );
+                    },
+                );
             }
         }
     };

@@ -2,6 +2,7 @@
 //! (design rule 1), and queue a command for the bot's actor, which applies them in order
 //! (rule 7). Its methods never wait for the actor.
 
+use crate::supervisor::Property;
 use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::mpsc;
@@ -220,7 +221,7 @@ impl BotHandle {
                 &self.view,
                 &self.shared.publisher,
                 &self.id,
-                vec!["State"],
+                vec![Property::State],
                 |v| v.state = State::Stopped,
             );
         }
@@ -272,7 +273,7 @@ impl BotHandle {
                 &self.view,
                 &self.shared.publisher,
                 &self.id,
-                vec!["Holders"],
+                vec![Property::Holders],
                 |v| v.holders = count,
             );
             let _ = self.tx.send(Command::HoldersChanged);
@@ -372,7 +373,7 @@ impl BotHandle {
             &self.view,
             &self.shared.publisher,
             &self.id,
-            vec!["PendingPermissions"],
+            vec![Property::PendingPermissions],
             |v| v.pending = pending,
         );
         drop(book);

@@ -10,6 +10,7 @@ mod checks;
 pub mod core;
 mod handle;
 pub mod memory_max;
+pub mod view;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -21,11 +22,12 @@ use crate::config::Config;
 use crate::runtime::{ControlRequest, PermissionAnswer, Runtime};
 use crate::store::{self, BotRecord, Store};
 
-pub use bot::{BotView, State};
+pub use bot::State;
 pub use checks::{MAX_NAME_CHARS, canonical_cwd, check_model, check_permission_mode};
 pub use core::prompts::{ANSWERED_KEPT, Prompt, PromptBook};
 pub(crate) use handle::Shared;
 pub use handle::{Answer, BotHandle};
+pub use view::{BotView, Property};
 
 /// Errors of bot operations; the D-Bus layer maps each to `org.botvisor.Botvisor1.Error.<Name>`.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
@@ -115,8 +117,8 @@ pub enum Publication {
     PropertiesChanged {
         /// The bot.
         bot_id: String,
-        /// D-Bus property names and values.
-        changed: Vec<(&'static str, PropertyValue)>,
+        /// The properties and their values.
+        changed: Vec<(view::Property, PropertyValue)>,
     },
 }
 
@@ -277,9 +279,13 @@ impl Supervisor {
             )
         });
         for h in self.list() {
-            bot::update_view(&h.view, &self.publisher, &h.id, vec!["LastError"], |v| {
-                v.storage_error = text.clone()
-            });
+            bot::update_view(
+                &h.view,
+                &self.publisher,
+                &h.id,
+                vec![Property::LastError],
+                |v| v.storage_error = text.clone(),
+            );
         }
     }
 

@@ -5,6 +5,7 @@
 
 use super::Actor;
 use crate::store;
+use crate::supervisor::Property;
 use crate::supervisor::Publication;
 use crate::supervisor::core::{Effect, Publish, Setting, Write};
 use std::time::Instant;
@@ -37,13 +38,13 @@ impl Actor {
                 Effect::Queued(n) => {
                     let changed = self.view.read().unwrap_or_else(|p| p.into_inner()).queued != n;
                     if changed {
-                        self.update(vec!["QueuedMessages"], |v| v.queued = n);
+                        self.update(vec![Property::QueuedMessages], |v| v.queued = n);
                     }
                 }
                 Effect::State(state) => self.set_state(state),
                 Effect::TurnEnded(turn) => self.core.watch.turn_ended(&turn),
                 Effect::Pending(list) => {
-                    self.update(vec!["PendingPermissions"], |v| v.pending = list)
+                    self.update(vec![Property::PendingPermissions], |v| v.pending = list)
                 }
                 Effect::RestartTimer(after) => {
                     self.core.restart_at = after.map(|d| Instant::now() + d);
@@ -131,23 +132,25 @@ impl Actor {
                         Publish::SessionId(s) => {
                             tracing::info!(bot_id = %self.id, session_id = ?s, "session recorded");
                             let s = s.clone();
-                            self.update(vec!["SessionId"], |v| v.record.session_id = s);
+                            self.update(vec![Property::SessionId], |v| v.record.session_id = s);
                         }
                         Publish::LastError(e) => {
                             let e = e.clone();
-                            self.update(vec!["LastError"], |v| v.record.last_error = e);
+                            self.update(vec![Property::LastError], |v| v.record.last_error = e);
                         }
                         Publish::State(state) => {
                             let state = *state;
-                            self.update(vec!["State"], |v| v.state = state);
+                            self.update(vec![Property::State], |v| v.state = state);
                         }
                         Publish::Setting(Setting::PermissionMode(m)) => {
                             let m = m.clone();
-                            self.update(vec!["PermissionMode"], |v| v.record.permission_mode = m);
+                            self.update(vec![Property::PermissionMode], |v| {
+                                v.record.permission_mode = m
+                            });
                         }
                         Publish::Setting(Setting::Model(m)) => {
                             let m = m.clone();
-                            self.update(vec!["Model"], |v| v.record.model = m);
+                            self.update(vec![Property::Model], |v| v.record.model = m);
                         }
                         Publish::PermissionRequested {
                             request_id,
@@ -170,7 +173,7 @@ impl Actor {
                         }
                         Publish::StopVerdict { verdict, proof } => {
                             let (verdict, proof) = (verdict.clone(), proof.clone());
-                            self.update(vec!["StopVerdict", "StopProof"], |v| {
+                            self.update(vec![Property::StopVerdict, Property::StopProof], |v| {
                                 v.stop_verdict = verdict;
                                 v.stop_proof = proof;
                             });

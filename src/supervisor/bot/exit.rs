@@ -3,6 +3,7 @@
 
 use super::Actor;
 use crate::process::ExitInfo;
+use crate::supervisor::Property;
 use crate::supervisor::core::lifecycle::CrashLimits;
 use crate::supervisor::core::lifecycle::Exit;
 use std::time::Duration;
@@ -58,7 +59,7 @@ impl Actor {
     /// `ProcessId`, no open prompt, no streamed message, no interrupt under way.
     pub(super) fn process_gone(&mut self) {
         self.core.watch.process_gone();
-        self.update(vec!["ProcessId"], |v| v.process_id = 0);
+        self.update(vec![Property::ProcessId], |v| v.process_id = 0);
         self.deny_open_prompts();
         self.end_streamed_message();
         self.core.turns.interrupting = None;

@@ -7,6 +7,7 @@ use crate::process::identity::identify;
 use crate::runtime::LaunchSpec;
 use crate::runtime::SessionStart;
 use crate::store::BotRecord;
+use crate::supervisor::Property;
 use crate::supervisor::core::State;
 use crate::supervisor::core::control::Controls;
 use crate::supervisor::core::lifecycle;
@@ -131,7 +132,7 @@ impl Actor {
                     before_turn: None,
                     usage: self.watch_usage(pid, cgroup),
                 });
-                self.update(vec!["ProcessId"], |v| v.process_id = pid);
+                self.update(vec![Property::ProcessId], |v| v.process_id = pid);
                 self.core
                     .watch
                     .launched(self.deadline(self.shared.config.start_timeout_s));

@@ -20,7 +20,7 @@ use crate::runtime::{
     ResultOutcome, Runtime, RuntimeError, RuntimeEvent, Sent, SessionStart,
 };
 use crate::store::Store;
-use crate::supervisor::{BotHandle, NewBot, PropertyValue, Publication, Supervisor};
+use crate::supervisor::{BotHandle, NewBot, Property, PropertyValue, Publication, Supervisor};
 
 /// What the scripted CLI says when it receives a user message: the message's text and the
 /// conversation in, its events out.
@@ -183,8 +183,8 @@ fn shell(script: Script) -> Shell {
 }
 
 /// What a client would see, in order: `item <kind>`, `turn <outcome>`, `asked <tool>`,
-/// `<Property>=<value>` for the properties named in `props`.
-fn seen(p: &Publication, props: &[&str]) -> Vec<String> {
+/// `<Property>=<value>` for the properties in `props`.
+fn seen(p: &Publication, props: &[Property]) -> Vec<String> {
     match p {
         Publication::ChatItemAdded { kind, .. } => vec![format!("item {kind}")],
         Publication::TurnFinished { outcome, .. } => vec![format!("turn {outcome}")],
@@ -193,9 +193,9 @@ fn seen(p: &Publication, props: &[&str]) -> Vec<String> {
             .iter()
             .filter(|(name, _)| props.contains(name))
             .map(|(name, value)| match value {
-                PropertyValue::Str(s) => format!("{name}={s}"),
-                PropertyValue::U32(n) => format!("{name}={}", if *n == 0 { "0" } else { "pid" }),
-                other => format!("{name}={other:?}"),
+                PropertyValue::Str(s) => format!("{name:?}={s}"),
+                PropertyValue::U32(n) => format!("{name:?}={}", if *n == 0 { "0" } else { "pid" }),
+                other => format!("{name:?}={other:?}"),
             })
             .collect(),
         _ => Vec::new(),
@@ -205,7 +205,7 @@ fn seen(p: &Publication, props: &[&str]) -> Vec<String> {
 impl Shell {
     /// What is published until `until` is seen (within 10 s: a scripted turn takes
     /// milliseconds), as [`seen`] says it.
-    async fn until(&mut self, until: &str, props: &[&str]) -> Vec<String> {
+    async fn until(&mut self, until: &str, props: &[Property]) -> Vec<String> {
         let mut out = Vec::new();
         let read = async {
             while let Some(p) = self.publications.recv().await {
@@ -247,7 +247,9 @@ async fn a_turn_is_seen_in_order_user_replay_items_session_then_its_end() {
         ]
     });
     sh.bot.send("hello".into()).unwrap();
-    let seen = sh.until("turn success", &["State", "SessionId"]).await;
+    let seen = sh
+        .until("turn success", &[Property::State, Property::SessionId])
+        .await;
     assert_eq!(
         seen.iter()
             .filter(|s| !s.starts_with("State"))
@@ -306,7 +308,9 @@ async fn a_fresh_restart_forgets_the_conversation_before_the_next_agent_starts()
     assert_eq!(sh.bot.snapshot().record.session_id.as_deref(), Some("s1"));
     sh.bot.restart(true).unwrap();
     sh.bot.send("second".into()).unwrap();
-    let seen = sh.until("turn success", &["SessionId", "ProcessId"]).await;
+    let seen = sh
+        .until("turn success", &[Property::SessionId, Property::ProcessId])
+        .await;
     let forgotten = position(&seen, "SessionId=");
     let started = position(&seen, "ProcessId=pid");
     assert!(forgotten < started, "{seen:?}");

@@ -3,11 +3,16 @@
 
 use super::{Actor, update_view};
 use crate::process;
+use crate::supervisor::Property;
 use crate::supervisor::core::State;
 use std::time::Duration;
 
 /// The bot properties a usage sample changes.
-pub const USAGE_PROPERTIES: [&str; 3] = ["MemoryCurrent", "CPUUsageNSec", "TasksCurrent"];
+pub const USAGE_PROPERTIES: [Property; 3] = [
+    Property::MemoryCurrent,
+    Property::CpuUsageNsec,
+    Property::TasksCurrent,
+];
 
 impl Actor {
     /// The cgroup folder the next agent starts in: `bots/<bot id>/` of the delegated subtree,

@@ -4,6 +4,7 @@
 use super::{Actor, BotView, publish_item, update_view};
 use crate::store::BotRecord;
 use crate::store::ChatItem;
+use crate::supervisor::Property;
 use crate::supervisor::Publication;
 use crate::supervisor::core::Effect;
 use crate::supervisor::core::State;
@@ -19,7 +20,7 @@ impl Actor {
             .clone()
     }
 
-    pub(super) fn update(&self, names: Vec<&'static str>, f: impl FnOnce(&mut BotView)) {
+    pub(super) fn update(&self, names: Vec<Property>, f: impl FnOnce(&mut BotView)) {
         update_view(&self.view, &self.shared.publisher, &self.id, names, f);
     }
 
@@ -45,7 +46,7 @@ impl Actor {
             }
             return;
         }
-        self.update(vec!["State"], |v| v.state = state);
+        self.update(vec![Property::State], |v| v.state = state);
     }
 
     pub(super) fn state(&self) -> State {

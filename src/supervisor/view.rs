@@ -1,0 +1,121 @@
+//! What clients may read of a bot without asking its actor ([`BotView`]), and the one way it
+//! changes with its properties published in the order of the changes ([`update_view`]).
+
+use std::sync::RwLock;
+
+use super::core::State;
+use super::{PropertyValue, Publication, Publisher};
+use crate::process;
+use crate::store::BotRecord;
+
+/// A bot property that changes while the bot lives, as the actor and the handle publish it
+/// (`PropertiesChanged`); `dbus::publisher` names each as the D-Bus interface does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Property {
+    /// The bot's name.
+    Name,
+    /// The model (empty: the CLI's default).
+    Model,
+    /// The permission mode (empty: the CLI's default).
+    PermissionMode,
+    /// The [`State`].
+    State,
+    /// The recorded conversation (empty: none).
+    SessionId,
+    /// The root process's pid (0: none).
+    ProcessId,
+    /// The last error, or why the database cannot be written.
+    LastError,
+    /// Messages sent and not yet taken.
+    QueuedMessages,
+    /// Clients holding the bot.
+    Holders,
+    /// The last stop's verdict.
+    StopVerdict,
+    /// Open permission requests.
+    PendingPermissions,
+    /// How the last stop was proven.
+    StopProof,
+    /// The agent's memory, in bytes.
+    MemoryCurrent,
+    /// The agent's CPU time, in nanoseconds.
+    CpuUsageNsec,
+    /// The agent's tasks (threads).
+    TasksCurrent,
+}
+
+/// What clients may read of a bot without asking its actor.
+#[derive(Debug, Clone)]
+pub struct BotView {
+    /// The stored record (kept in step with the database).
+    pub record: BotRecord,
+    /// The state.
+    pub state: State,
+    /// The root process's pid, 0 when none.
+    pub process_id: u32,
+    /// Messages sent and not yet taken by the CLI (not replayed).
+    pub queued: u32,
+    /// Clients holding the bot (leases).
+    pub holders: u32,
+    /// The verdict of the last stop (`clean`, `root-exited`, …); empty before the first.
+    pub stop_verdict: String,
+    /// Open permission requests: `(request_id, tool, input_json)`.
+    pub pending: Vec<(String, String, String)>,
+    /// The assistant text streamed so far in the message being written.
+    pub partial_text: String,
+    /// Why botvisord cannot write its database now (design rule 15); while set, `LastError`
+    /// shows it instead of the recorded last error.
+    pub storage_error: Option<String>,
+    /// How the last stop was proven (`cgroup`, `process-tree`, `best-effort`); empty before the
+    /// first stop of this daemon run.
+    pub stop_proof: String,
+    /// The agent's resource use, last sampled ([`process::usage::Usage::UNKNOWN`] when none).
+    pub usage: process::usage::Usage,
+}
+
+impl BotView {
+    /// The value of a property, as it is published.
+    pub fn value(&self, property: Property) -> PropertyValue {
+        let s = |v: &str| PropertyValue::Str(v.to_owned());
+        match property {
+            Property::Name => s(&self.record.name),
+            Property::Model => s(&self.record.model),
+            Property::PermissionMode => s(&self.record.permission_mode),
+            Property::State => s(self.state.as_str()),
+            Property::SessionId => s(self.record.session_id.as_deref().unwrap_or_default()),
+            Property::ProcessId => PropertyValue::U32(self.process_id),
+            Property::LastError => s(self
+                .storage_error
+                .as_deref()
+                .unwrap_or(&self.record.last_error)),
+            Property::QueuedMessages => PropertyValue::U32(self.queued),
+            Property::Holders => PropertyValue::U32(self.holders),
+            Property::StopVerdict => s(&self.stop_verdict),
+            Property::PendingPermissions => PropertyValue::Triples(self.pending.clone()),
+            Property::StopProof => s(&self.stop_proof),
+            Property::MemoryCurrent => PropertyValue::U64(self.usage.memory_current),
+            Property::CpuUsageNsec => PropertyValue::U64(self.usage.cpu_usage_nsec),
+            Property::TasksCurrent => PropertyValue::U64(self.usage.tasks_current),
+        }
+    }
+}
+
+/// Updates a bot's view and publishes the named properties with their new values, under the
+/// view's lock so that publications follow the order of the updates.
+pub fn update_view(
+    view: &RwLock<BotView>,
+    publisher: &Publisher,
+    bot_id: &str,
+    names: Vec<Property>,
+    f: impl FnOnce(&mut BotView),
+) {
+    let mut v = view.write().unwrap_or_else(|p| p.into_inner());
+    f(&mut v);
+    if !names.is_empty() {
+        let changed = names.into_iter().map(|n| (n, v.value(n))).collect();
+        let _ = publisher.send(Publication::PropertiesChanged {
+            bot_id: bot_id.to_owned(),
+            changed,
+        });
+    }
+}

@@ -1177,3 +1177,121 @@ async fn a_background_task_and_the_end_of_stdin() {
     );
     r.finish();
 }
+
+/// The stand-in as a subscription's API answers while its plan's limit is hit: the first main
+/// request gets 429 with the `anthropic-ratelimit-unified-*` headers, `rejected`, resetting at
+/// `reset`; later ones (the limit has reset) an echo with the headers saying `allowed`.
+fn limited_once(reset: u64) -> Script {
+    let asked = Arc::new(Mutex::new(0u32));
+    Arc::new(move |req: &ApiRequest| {
+        let first = {
+            let mut n = asked.lock().unwrap();
+            *n += 1;
+            *n == 1
+        };
+        let unified = support::stand_in_api::unified_limit_headers;
+        if first {
+            Reply::WithHeaders {
+                headers: unified("rejected", reset, "five_hour"),
+                reply: Box::new(Reply::Status {
+                    status: 429,
+                    body: json!({"type": "error", "error": {
+                        "type": "rate_limit_error",
+                        "message": "This request would exceed your account's rate limit."}}),
+                }),
+            }
+        } else {
+            Reply::WithHeaders {
+                headers: unified("allowed", reset + 5 * 3600, "five_hour"),
+                reply: Box::new(Reply::Text(format!(
+                    "Hello! You said: {}",
+                    req.last_user_text
+                ))),
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_limit_is_a_rate_limit_event_and_an_error_result() {
+    let Some(_) = claude_bin() else { return };
+    let changed = |fact: &str| format!("fact changed in {}: {fact}", claude_version());
+    let env = TestEnv::new().await;
+    let reset = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    let api = StandInApi::start(limited_once(reset)).await;
+    let mut place = Place::new(&env, &api, "limited", &env.work);
+    // A subscription user: an OAuth token, no API key.
+    place.env.remove("ANTHROPIC_API_KEY");
+    place.env.insert(
+        "CLAUDE_CODE_OAUTH_TOKEN".into(),
+        "sk-ant-oat01-stand-in".into(),
+    );
+    let mut cli = Cli::spawn(&place, SessionStart::New(new_id())).await;
+    cli.send("over the limit").await;
+    cli.until("the turn's result", is_result).await;
+    let of_type = |cli: &Cli, t: &str| -> Vec<Value> {
+        cli.seen
+            .iter()
+            .map(Line::json)
+            .filter(|v| v["type"] == t)
+            .collect()
+    };
+    let limit = of_type(&cli, "rate_limit_event");
+    let result = of_type(&cli, "result").pop().unwrap_or_default();
+    let said: Vec<Value> = of_type(&cli, "assistant")
+        .iter()
+        .map(|a| a["message"]["content"][0]["text"].clone())
+        .collect();
+    println!("plan limit: rate_limit_event {limit:?}");
+    println!("plan limit: the assistant says {said:?}");
+    println!(
+        "plan limit: result subtype {}, is_error {}, terminal_reason {}, api_error_status {}",
+        result["subtype"],
+        result["is_error"],
+        result["terminal_reason"],
+        result["api_error_status"]
+    );
+    let info = limit
+        .first()
+        .map(|l| l["rate_limit_info"].clone())
+        .unwrap_or_default();
+    assert_eq!(
+        (&info["status"], &info["resetsAt"], &info["rateLimitType"]),
+        (&json!("rejected"), &json!(reset), &json!("five_hour")),
+        "{}",
+        changed("a rejected unified limit is a rate_limit_event naming its reset and its window")
+    );
+    assert_eq!(
+        (&result["is_error"], &result["api_error_status"]),
+        (&json!(true), &json!(429)),
+        "{}",
+        changed("the turn over the limit ends with an error result, api_error_status 429")
+    );
+    assert_eq!(
+        api.requests().len(),
+        1,
+        "{}",
+        changed("a plan limit is not retried")
+    );
+    // After the reset: an allowed turn, which says so too.
+    cli.mark();
+    cli.send("again").await;
+    cli.until("the next turn's result", is_result).await;
+    let allowed: Vec<Value> = of_type(&cli, "rate_limit_event")
+        .into_iter()
+        .skip(limit.len())
+        .map(|l| l["rate_limit_info"]["status"].clone())
+        .collect();
+    println!("plan limit: after the reset, rate_limit_event statuses {allowed:?}");
+    assert!(
+        allowed.contains(&json!("allowed")),
+        "{}",
+        changed("an allowed turn of a subscription prints a rate_limit_event `allowed`")
+    );
+    cli.close_stdin();
+    cli.wait("exit after stdin closed").await;
+}

@@ -16,7 +16,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
-use support::responses_api::{Reply, ResponsesApi, Script, codex_home, echo_script};
+use support::responses_api::{
+    Reply, ResponsesApi, Script, codex_home, codex_limit_headers, echo_script,
+};
 use support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -639,4 +641,77 @@ async fn a_missing_codex_home_is_refused_at_start() {
         "{}: {stderr}",
         changed(&bin, "a missing CODEX_HOME exits 1 naming it")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usage_limit_is_an_error_that_names_its_reset() {
+    // What the Responses API answers a plan whose usage limit is reached (openai/codex's
+    // client reads `error.type` `usage_limit_reached` with `plan_type`, `resets_at`,
+    // `resets_in_seconds`).
+    let resets_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    let script: Script = std::sync::Arc::new(move |_| Reply::WithHeaders {
+        headers: codex_limit_headers(100, 300, resets_at),
+        reply: Box::new(Reply::Status {
+            status: 429,
+            body: json!({"error": {
+                "type": "usage_limit_reached",
+                "message": "The usage limit has been reached",
+                "plan_type": "plus",
+                "resets_at": resets_at,
+                "resets_in_seconds": 3600,
+            }}),
+        }),
+    });
+    let Some(s) = Setup::start(script).await else {
+        return;
+    };
+    let mut codex = s.spawn();
+    codex.handshake(true).await;
+    let thread = codex
+        .start_thread(json!({"cwd": s.env.work.to_str().unwrap()}))
+        .await;
+    codex.start_turn(&thread, "over the limit").await;
+    let limits = codex.notification("account/rateLimits/updated").await;
+    println!("usage limit: account/rateLimits/updated: {limits}");
+    assert_eq!(
+        limits.pointer("/params/rateLimits/primary"),
+        Some(&json!({"resetsAt": resets_at, "usedPercent": 100, "windowDurationMins": 300})),
+        "{}",
+        changed(
+            &s.bin,
+            "the x-codex-primary-* headers of the answer are told as account/rateLimits/updated \
+             with primary.resetsAt in Unix seconds"
+        )
+    );
+    let error = codex.notification("error").await;
+    println!("usage limit: error notification: {error}");
+    assert_eq!(
+        (
+            error.pointer("/params/error/codexErrorInfo"),
+            error.pointer("/params/willRetry")
+        ),
+        (Some(&json!("usageLimitExceeded")), Some(&json!(false))),
+        "{}",
+        changed(
+            &s.bin,
+            "a usage_limit_reached 429 is an error with codexErrorInfo usageLimitExceeded, not retried"
+        )
+    );
+    let done = codex.turn_completed().await;
+    println!("usage limit: turn/completed: {done}");
+    assert_eq!(
+        (
+            done.pointer("/params/turn/status"),
+            done.pointer("/params/turn/error/codexErrorInfo")
+        ),
+        (Some(&json!("failed")), Some(&json!("usageLimitExceeded"))),
+        "{}",
+        changed(&s.bin, "the turn over the limit fails with the same error")
+    );
+    assert_eq!(s.api.requests().len(), 1, "a usage limit is not retried");
+    codex.close().await;
 }

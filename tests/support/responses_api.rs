@@ -77,6 +77,32 @@ pub enum Reply {
     /// The request is accepted (status 200, SSE headers) and nothing more is ever sent: a model
     /// API that stopped answering.
     Never,
+    /// `reply`, with these response headers besides its own: what the real API adds, such as
+    /// a plan's `x-codex-primary-*` usage headers ([`codex_limit_headers`]).
+    WithHeaders {
+        /// Header names and values.
+        headers: Vec<(String, String)>,
+        /// The answer.
+        reply: Box<Reply>,
+    },
+}
+
+/// What the Responses API answers a ChatGPT plan with about its usage windows: the primary
+/// window (`window_minutes` long) is `used_percent` used and resets at `reset_at` (Unix
+/// seconds).
+pub fn codex_limit_headers(
+    used_percent: u32,
+    window_minutes: u32,
+    reset_at: u64,
+) -> Vec<(String, String)> {
+    [
+        ("x-codex-primary-used-percent", used_percent.to_string()),
+        ("x-codex-primary-window-minutes", window_minutes.to_string()),
+        ("x-codex-primary-reset-at", reset_at.to_string()),
+    ]
+    .into_iter()
+    .map(|(n, v)| (n.to_owned(), v))
+    .collect()
 }
 
 /// Decides the answer to a request.
@@ -432,6 +458,24 @@ async fn responses(State(shared): State<Shared>, body: Bytes) -> Response {
         }
         r => r,
     };
+    let (headers, reply) = match reply {
+        Reply::WithHeaders { headers, reply } => (headers, *reply),
+        r => (Vec::new(), r),
+    };
+    let mut resp = answer(reply);
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (
+            header::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            resp.headers_mut().insert(name, value);
+        }
+    }
+    resp
+}
+
+/// The HTTP answer of `reply` (neither delayed nor with headers of its own).
+fn answer(reply: Reply) -> Response {
     match reply {
         Reply::Status { status, body } => {
             let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -471,6 +515,6 @@ async fn responses(State(shared): State<Shared>, body: Bytes) -> Response {
             (None, exec_call(&cmd, escalate)),
             (None, completed()),
         ]),
-        Reply::Delayed { .. } => unreachable!("unwrapped above"),
+        Reply::Delayed { .. } | Reply::WithHeaders { .. } => unreachable!("unwrapped above"),
     }
 }

@@ -60,6 +60,15 @@ pub enum Reply {
         /// The answer.
         reply: Box<Reply>,
     },
+    /// `reply`, with these response headers besides its own: what the real API adds, such as a
+    /// subscription's `anthropic-ratelimit-unified-*` headers or `retry-after`
+    /// ([`unified_limit_headers`]).
+    WithHeaders {
+        /// Header names and values.
+        headers: Vec<(String, String)>,
+        /// The answer.
+        reply: Box<Reply>,
+    },
     /// A tool call, then `tool_use`.
     ToolUse {
         /// Tool name, for example `Bash`.
@@ -273,23 +282,65 @@ async fn messages(State(shared): State<Shared>, body: Bytes) -> Response {
         }
         r => r,
     };
-    if let Reply::Status { status, body } = &reply {
+    let (headers, reply) = match reply {
+        Reply::WithHeaders { headers, reply } => (headers, *reply),
+        r => (Vec::new(), r),
+    };
+    let mut resp = answer(&model, stream, &reply);
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (
+            header::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            resp.headers_mut().insert(name, value);
+        }
+    }
+    resp
+}
+
+/// The HTTP answer of `reply` (neither delayed nor with headers of its own).
+fn answer(model: &str, stream: bool, reply: &Reply) -> Response {
+    if let Reply::Status { status, body } = reply {
         let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         return (code, axum::Json(body.clone())).into_response();
     }
-    if let (true, Reply::SlowText { chunks, every }) = (stream, &reply) {
-        return slow_text(&model, chunks.clone(), *every);
+    if let (true, Reply::SlowText { chunks, every }) = (stream, reply) {
+        return slow_text(model, chunks.clone(), *every);
     }
     if stream {
-        let mut resp = sse_body(&model, &reply).into_response();
+        let mut resp = sse_body(model, reply).into_response();
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/event-stream"),
         );
         resp
     } else {
-        axum::Json(json_message(&model, &reply)).into_response()
+        axum::Json(json_message(model, reply)).into_response()
     }
+}
+
+/// What the Messages API answers a subscription (OAuth) request with about its plan's limits, as
+/// the `anthropic-ratelimit-unified-*` headers: `status` `allowed`, `allowed_warning` or
+/// `rejected`; `reset` the Unix time the limit resets; `claim` the window that decides
+/// (`five_hour`, `seven_day`, …).
+pub fn unified_limit_headers(status: &str, reset: u64, claim: &str) -> Vec<(String, String)> {
+    [
+        ("anthropic-ratelimit-unified-status", status.to_owned()),
+        ("anthropic-ratelimit-unified-reset", reset.to_string()),
+        (
+            "anthropic-ratelimit-unified-representative-claim",
+            claim.to_owned(),
+        ),
+        ("anthropic-ratelimit-unified-5h-status", status.to_owned()),
+        ("anthropic-ratelimit-unified-5h-reset", reset.to_string()),
+        (
+            "anthropic-ratelimit-unified-5h-utilization",
+            if status == "rejected" { "1.0" } else { "0.5" }.to_owned(),
+        ),
+    ]
+    .into_iter()
+    .map(|(n, v)| (n.to_owned(), v))
+    .collect()
 }
 
 /// Streams `chunks` as text deltas, one every `every`.
@@ -361,7 +412,9 @@ fn json_message(model: &str, reply: &Reply) -> Value {
             json!([{"type": "tool_use", "id": "toolu_standin_1", "name": name, "input": input}]),
             "tool_use",
         ),
-        Reply::Status { .. } | Reply::Delayed { .. } => unreachable!("answered before"),
+        Reply::Status { .. } | Reply::Delayed { .. } | Reply::WithHeaders { .. } => {
+            unreachable!("answered before")
+        }
     };
     json!({
         "id": "msg_standin", "type": "message", "role": "assistant", "model": model,
@@ -384,7 +437,9 @@ fn sse_body(model: &str, reply: &Reply) -> String {
     );
     let stop = match reply {
         Reply::SlowText { .. } => unreachable!("streamed by slow_text"),
-        Reply::Status { .. } | Reply::Delayed { .. } => unreachable!("answered before"),
+        Reply::Status { .. } | Reply::Delayed { .. } | Reply::WithHeaders { .. } => {
+            unreachable!("answered before")
+        }
         Reply::Text(text) => {
             event(
                 &mut out,

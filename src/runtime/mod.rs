@@ -196,6 +196,9 @@ pub enum RuntimeEvent {
         /// How long it waits before this attempt, in milliseconds, when it says.
         delay_ms: Option<u64>,
     },
+    /// Where the plan's usage limit stands (Claude Code's `rate_limit_event`; Codex's
+    /// `account/rateLimits/updated`, and its `usageLimitExceeded` error as reached).
+    Limit(LimitReport),
     /// Assistant text as it streams (a piece of the message being written).
     TextDelta(String),
     /// A new assistant message begins streaming: the text so far starts again.
@@ -228,6 +231,33 @@ impl RuntimeEvent {
             RuntimeEvent::Ignored | RuntimeEvent::Unparsed { .. } | RuntimeEvent::Tasks { .. }
         )
     }
+}
+
+/// Where a plan's usage limit stands, as a CLI told it (docs/cli-versions.md has what each
+/// version prints).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitReport {
+    /// Whether the plan takes requests now.
+    pub state: LimitState,
+    /// The window that decides: `five_hour`, `seven_day`, … (Claude Code's `rateLimitType`;
+    /// Codex's primary window named by its length); empty when not told.
+    pub kind: String,
+    /// When the window resets, in Unix seconds; 0 when not told.
+    pub resets_at: u64,
+    /// How much of the window is used, from 0.0 to 1.0, when told.
+    pub utilization: Option<f64>,
+}
+
+/// [`LimitReport::state`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitState {
+    /// Requests are taken (Claude Code: `allowed`).
+    Allowed,
+    /// Requests are taken and the window is nearly used (Claude Code: `allowed_warning`).
+    Warning,
+    /// Requests are refused until the reset (Claude Code: `rejected`; Codex: a primary window
+    /// 100 % used, or its `usageLimitExceeded` error).
+    Reached,
 }
 
 /// A request to a running CLI over its control protocol.

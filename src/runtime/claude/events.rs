@@ -3,7 +3,10 @@
 
 use serde_json::{Value, json};
 
-use crate::runtime::{ChatPayload, ControlRequest, PermissionAnswer, ResultOutcome, RuntimeEvent};
+use crate::runtime::{
+    ChatPayload, ControlRequest, LimitReport, LimitState, PermissionAnswer, ResultOutcome,
+    RuntimeEvent,
+};
 
 /// The error text of a `result` for a `--resume` whose transcript does not exist.
 pub const CONVERSATION_NOT_FOUND: &str = "No conversation found with session ID";
@@ -141,6 +144,7 @@ pub fn parse_line(line: &[u8]) -> Vec<RuntimeEvent> {
         Some("control_response") => vec![parse_control_response(&v)],
         Some("control_request") => vec![parse_control_request(&v)],
         Some("stream_event") => vec![parse_stream_event(&v)],
+        Some("rate_limit_event") => vec![parse_rate_limit(&v)],
         Some(_) => vec![RuntimeEvent::Ignored],
         None => vec![unparsed(line, "a JSON object without `type`".into())],
     }
@@ -193,6 +197,31 @@ fn parse_control_response(v: &Value) -> RuntimeEvent {
         Err(str_field(&response, "error").unwrap_or_else(|| "the CLI refused the request".into()))
     };
     RuntimeEvent::ControlResponse { request_id, result }
+}
+
+/// `{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":<s>,
+/// "rateLimitType":"five_hour","unifiedWindows":{"five_hour":{"utilization":1,…}}}}` (2.1.284 to
+/// 2.1.332 as a subscription user; `tests/cli_facts.rs`
+/// `a_plan_limit_is_a_rate_limit_event_and_an_error_result`). An unknown status is ignored.
+fn parse_rate_limit(v: &Value) -> RuntimeEvent {
+    let info = v.get("rate_limit_info").unwrap_or(&Value::Null);
+    let state = match info.get("status").and_then(Value::as_str) {
+        Some("allowed") => LimitState::Allowed,
+        Some("allowed_warning") => LimitState::Warning,
+        Some("rejected") => LimitState::Reached,
+        _ => return RuntimeEvent::Ignored,
+    };
+    let kind = str_field(info, "rateLimitType").unwrap_or_default();
+    let utilization = info
+        .pointer(&format!("/unifiedWindows/{kind}/utilization"))
+        .or_else(|| info.get("utilization"))
+        .and_then(Value::as_f64);
+    RuntimeEvent::Limit(LimitReport {
+        state,
+        kind,
+        resets_at: info.get("resetsAt").and_then(Value::as_u64).unwrap_or(0),
+        utilization,
+    })
 }
 
 fn parse_system(v: &Value, session_id: Option<String>) -> Vec<RuntimeEvent> {
@@ -451,6 +480,45 @@ mod tests {
                 request_id: "r4".into(),
                 result: Err("Cannot set".into())
             }
+        );
+    }
+
+    #[test]
+    fn a_plan_limit_is_a_limit_report() {
+        // As 2.1.328 prints it (tests/cli_facts.rs a_plan_limit_is_a_rate_limit_event_and_an_error_result).
+        assert_eq!(
+            one(
+                r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1796200214,"rateLimitType":"five_hour","isUsingOverage":false,"unifiedWindows":{"five_hour":{"utilization":1,"resetsAt":1796200214,"status":"rejected"}}},"uuid":"u","session_id":"s"}"#
+            ),
+            RuntimeEvent::Limit(LimitReport {
+                state: LimitState::Reached,
+                kind: "five_hour".into(),
+                resets_at: 1796200214,
+                utilization: Some(1.0),
+            })
+        );
+        assert!(matches!(
+            one(
+                r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed_warning","resetsAt":7,"rateLimitType":"seven_day"}}"#
+            ),
+            RuntimeEvent::Limit(LimitReport {
+                state: LimitState::Warning,
+                resets_at: 7,
+                utilization: None,
+                ..
+            })
+        ));
+        assert!(matches!(
+            one(r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed"}}"#),
+            RuntimeEvent::Limit(LimitReport {
+                state: LimitState::Allowed,
+                resets_at: 0,
+                ..
+            })
+        ));
+        assert_eq!(
+            one(r#"{"type":"rate_limit_event","rate_limit_info":{"status":"what"}}"#),
+            RuntimeEvent::Ignored
         );
     }
 

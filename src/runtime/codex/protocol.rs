@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 use super::settings::Permissions;
 use crate::runtime::protocol::{Protocol, Read, Sent};
 use crate::runtime::{
-    ChatPayload, ControlRequest, LaunchSpec, PermissionAnswer, ResultOutcome, RuntimeEvent,
-    SessionStart,
+    ChatPayload, ControlRequest, LaunchSpec, LimitReport, LimitState, PermissionAnswer,
+    ResultOutcome, RuntimeEvent, SessionStart,
 };
 
 /// The error text of `thread/resume` for a thread without a rollout (design rule 4).
@@ -69,6 +69,8 @@ pub struct CodexProtocol {
     last_text: String,
     /// Retries of the model request in the current turn.
     retries: u64,
+    /// The plan's primary window as `account/rateLimits/updated` last told it.
+    limit: Option<LimitReport>,
 }
 
 impl CodexProtocol {
@@ -91,6 +93,7 @@ impl CodexProtocol {
             asked: HashMap::new(),
             last_text: String::new(),
             retries: 0,
+            limit: None,
         }
     }
 

@@ -42,6 +42,19 @@ impl Actor {
             RuntimeEvent::Init { .. } | RuntimeEvent::Opened { .. } | RuntimeEvent::Ignored => {
                 Next::Nothing
             }
+            RuntimeEvent::Limit(report) => {
+                // Said in the journal; the bot does not act on it yet (issue 24: the `limited`
+                // state comes with the driven core).
+                tracing::info!(
+                    bot_id = %self.id,
+                    state = ?report.state,
+                    kind = %report.kind,
+                    resets_at = report.resets_at,
+                    utilization = ?report.utilization,
+                    "usage limit"
+                );
+                Next::Nothing
+            }
             RuntimeEvent::TextDelta(text) => {
                 self.on_text_delta(text);
                 Next::Nothing

@@ -104,6 +104,16 @@ impl CodexProtocol {
                     error,
                 }
             }
+            "account/rateLimits/updated" => {
+                let Some(report) = params
+                    .pointer("/rateLimits/primary")
+                    .and_then(primary_window)
+                else {
+                    return Read::events(vec![RuntimeEvent::Ignored]);
+                };
+                self.limit = Some(report.clone());
+                RuntimeEvent::Limit(report)
+            }
             "error" => {
                 let message = params
                     .pointer("/error/message")
@@ -146,11 +156,25 @@ impl CodexProtocol {
                         delay_ms: None,
                     }
                 } else {
-                    chat(
+                    let said = chat(
                         "error",
                         json!({"text": message, "codex_error_info": info,
                                "details": params.pointer("/error/additionalDetails")}),
-                    )
+                    );
+                    if word != "usageLimitExceeded" {
+                        said
+                    } else {
+                        // The reset is only known from the window told just before (0.171.0:
+                        // `account/rateLimits/updated`; the error's own words give a local time).
+                        let last = self.limit.clone();
+                        let reached = RuntimeEvent::Limit(LimitReport {
+                            state: LimitState::Reached,
+                            kind: last.as_ref().map(|l| l.kind.clone()).unwrap_or_default(),
+                            resets_at: last.as_ref().map_or(0, |l| l.resets_at),
+                            utilization: last.and_then(|l| l.utilization),
+                        });
+                        return Read::events(vec![reached, said]);
+                    }
                 }
             }
             _ => RuntimeEvent::Ignored,
@@ -165,4 +189,28 @@ pub(super) fn reconnect_count(message: &str) -> Option<(u64, u64)> {
     let (n, m) = rest.split_once('/')?;
     let m: String = m.chars().take_while(char::is_ascii_digit).collect();
     Some((n.trim().parse().ok()?, m.parse().ok()?))
+}
+
+/// Codex's `rateLimits.primary` `{usedPercent, windowDurationMins, resetsAt}` (0.171.0; `null`
+/// when the API's answer had no `x-codex-primary-*` headers) as a report: reached at 100 %
+/// used, the window named by its length (`five_hour` for 300 minutes, `seven_day` for 10080,
+/// else `<minutes>m`).
+pub(super) fn primary_window(primary: &Value) -> Option<LimitReport> {
+    let used = primary.get("usedPercent").and_then(Value::as_f64)?;
+    let kind = match primary.get("windowDurationMins").and_then(Value::as_u64) {
+        Some(300) => "five_hour".to_owned(),
+        Some(10080) => "seven_day".to_owned(),
+        Some(m) => format!("{m}m"),
+        None => String::new(),
+    };
+    Some(LimitReport {
+        state: if used >= 100.0 {
+            LimitState::Reached
+        } else {
+            LimitState::Allowed
+        },
+        kind,
+        resets_at: primary.get("resetsAt").and_then(Value::as_u64).unwrap_or(0),
+        utilization: Some(used / 100.0),
+    })
 }

@@ -446,3 +446,61 @@ fn lines_that_are_not_the_protocol_are_unparsed() {
         vec![RuntimeEvent::Ignored]
     );
 }
+
+#[test]
+fn a_usage_limit_is_reached_with_the_reset_the_window_told() {
+    // The lines of Codex 0.171.0 over its limit (codex_facts::a_usage_limit_is_an_error_that_names_its_reset).
+    let mut p = opened();
+    let read = p.read_line(
+        br#"{"method":"account/rateLimits/updated","params":{"rateLimits":{"credits":null,"limitId":"codex","primary":{"resetsAt":1796200138,"usedPercent":100,"windowDurationMins":300},"secondary":null}}}"#,
+    );
+    let reached = LimitReport {
+        state: LimitState::Reached,
+        kind: "five_hour".into(),
+        resets_at: 1796200138,
+        utilization: Some(1.0),
+    };
+    assert_eq!(read.events, vec![RuntimeEvent::Limit(reached.clone())]);
+    let read = p.read_line(
+        "{\"method\":\"error\",\"params\":{\"error\":{\"codexErrorInfo\":\"usageLimitExceeded\",\"message\":\"You\u{2019}ve hit your usage limit. \u{2026} try again at 8:28 AM.\"},\"willRetry\":false}}".as_bytes(),
+    );
+    assert!(
+        matches!(&read.events[..],
+            [RuntimeEvent::Limit(r), RuntimeEvent::Chat(ChatPayload { kind: "error", .. })] if *r == reached),
+        "{:?}",
+        read.events
+    );
+    // A window not at its end is allowed; one without figures says nothing.
+    let read = p.read_line(
+        br#"{"method":"account/rateLimits/updated","params":{"rateLimits":{"primary":{"resetsAt":5,"usedPercent":42,"windowDurationMins":10080}}}}"#,
+    );
+    assert!(matches!(&read.events[..],
+        [RuntimeEvent::Limit(LimitReport { state: LimitState::Allowed, kind, resets_at: 5, .. })] if kind == "seven_day"));
+    let read = p.read_line(
+        br#"{"method":"account/rateLimits/updated","params":{"rateLimits":{"primary":null}}}"#,
+    );
+    assert_eq!(read.events, vec![RuntimeEvent::Ignored]);
+}
+
+#[test]
+fn a_usage_limit_without_a_window_told_has_no_reset() {
+    let mut p = opened();
+    let read = p.read_line(
+        br#"{"method":"error","params":{"error":{"codexErrorInfo":"usageLimitExceeded","message":"You have hit your usage limit."},"willRetry":false}}"#,
+    );
+    assert!(
+        matches!(
+            &read.events[..],
+            [
+                RuntimeEvent::Limit(LimitReport {
+                    state: LimitState::Reached,
+                    resets_at: 0,
+                    ..
+                }),
+                RuntimeEvent::Chat(_)
+            ]
+        ),
+        "{:?}",
+        read.events
+    );
+}

@@ -92,10 +92,26 @@ pub struct Config {
     /// at least 1 MiB). Written to `memory.max` of each bot's cgroup where the memory controller
     /// is delegated; elsewhere ignored, said once in the journal at start.
     pub memory_max: Option<u64>,
+    /// Seconds waited past a plan's usage-limit reset before the waiting messages go (default 5;
+    /// the service's clock may be a little behind botvisord's).
+    pub limit_margin_s: f64,
+    /// Seconds waited for a usage limit whose reset is not known or already past, doubled each
+    /// time it is hit again before a turn is answered, up to an hour (default 300; at least 1).
+    pub limit_retry_s: f64,
 }
 
 /// The shortest `usage_interval_s` accepted (other than 0), in seconds.
 pub const MIN_USAGE_INTERVAL_S: f64 = 0.1;
+
+impl Config {
+    /// The waits around a usage limit's reset (`limit_margin_s`, `limit_retry_s`).
+    pub fn limit_times(&self) -> crate::supervisor::core::limits::LimitTimes {
+        crate::supervisor::core::limits::LimitTimes {
+            margin: std::time::Duration::from_secs_f64(self.limit_margin_s),
+            retry: std::time::Duration::from_secs_f64(self.limit_retry_s),
+        }
+    }
+}
 
 impl Default for Config {
     fn default() -> Self {
@@ -119,6 +135,8 @@ impl Default for Config {
             control_timeout_s: 10.0,
             usage_interval_s: 2.0,
             memory_max: None,
+            limit_margin_s: 5.0,
+            limit_retry_s: 300.0,
         }
     }
 }
@@ -211,6 +229,14 @@ impl Config {
             MAX_SECONDS as f64,
         )?;
         seconds("usage_interval_s", self.usage_interval_s, 3600.0)?;
+        seconds("limit_margin_s", self.limit_margin_s, 3600.0)?;
+        seconds("limit_retry_s", self.limit_retry_s, 3600.0)?;
+        if self.limit_retry_s < 1.0 {
+            return Err(format!(
+                "key `limit_retry_s` must be at least 1 second, got {}",
+                self.limit_retry_s
+            ));
+        }
         if self.usage_interval_s > 0.0 && self.usage_interval_s < MIN_USAGE_INTERVAL_S {
             return Err(format!(
                 "key `usage_interval_s` must be 0 (never) or at least {MIN_USAGE_INTERVAL_S} \

@@ -235,13 +235,7 @@ async fn the_real_cli_and_its_background_job_run_in_the_bots_cgroup_and_stop_pro
     let Some(claude) = claude_bin() else { return };
     let Some(cg) = TestCgroup::new() else { return };
     let env = TestEnv::new().await;
-    let dir = env.home.join(".claude");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("settings.json"),
-        r#"{"permissions":{"allow":["Bash"]}}"#,
-    )
-    .unwrap();
+    allow_bash(&env);
     let script: support::stand_in_api::Script = std::sync::Arc::new(
         |req: &support::stand_in_api::ApiRequest| {
             use support::stand_in_api::Reply;

@@ -1189,25 +1189,10 @@ fn limited_once(reset: u64) -> Script {
             *n += 1;
             *n == 1
         };
-        let unified = support::stand_in_api::unified_limit_headers;
         if first {
-            Reply::WithHeaders {
-                headers: unified("rejected", reset, "five_hour"),
-                reply: Box::new(Reply::Status {
-                    status: 429,
-                    body: json!({"type": "error", "error": {
-                        "type": "rate_limit_error",
-                        "message": "This request would exceed your account's rate limit."}}),
-                }),
-            }
+            support::stand_in_api::plan_limit_refusal(reset)
         } else {
-            Reply::WithHeaders {
-                headers: unified("allowed", reset + 5 * 3600, "five_hour"),
-                reply: Box::new(Reply::Text(format!(
-                    "Hello! You said: {}",
-                    req.last_user_text
-                ))),
-            }
+            support::stand_in_api::plan_allowed_echo(&req.last_user_text, reset + 5 * 3600)
         }
     })
 }

@@ -752,3 +752,112 @@ async fn nothing_the_interrupted_turn_started_runs_on() {
     assert_eq!(send_and_wait(&bot, "after").await.outcome, "success");
     stop_and_wait(&bot).await;
 }
+
+/// Refuses every request with a plan's usage limit (`usage_limit_reached`, the primary window
+/// 100 % used) until `reset` (Unix seconds), then echoes; `asked` records each request as
+/// `(when, the user's text, refused)`.
+fn usage_limited_until(
+    reset: u64,
+    asked: std::sync::Arc<std::sync::Mutex<Vec<(u64, String, bool)>>>,
+) -> Script {
+    use support::responses_api::codex_limit_headers;
+    std::sync::Arc::new(move |req| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let refused = now < reset;
+        asked
+            .lock()
+            .unwrap()
+            .push((now, req.last_user_text.clone(), refused));
+        if refused {
+            Reply::WithHeaders {
+                headers: codex_limit_headers(100, 300, reset),
+                reply: Box::new(Reply::Status {
+                    status: 429,
+                    body: serde_json::json!({"error": {
+                        "type": "usage_limit_reached",
+                        "message": "The usage limit has been reached",
+                        "plan_type": "plus",
+                        "resets_at": reset,
+                        "resets_in_seconds": reset - now,
+                    }}),
+                }),
+            }
+        } else {
+            Reply::WithHeaders {
+                headers: codex_limit_headers(1, 300, reset + 5 * 3600),
+                reply: Box::new(Reply::Text(format!(
+                    "Hello! You said: {}",
+                    req.last_user_text
+                ))),
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usage_limit_holds_the_queue_until_its_reset() {
+    let Some(codex) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    let reset = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 12;
+    let asked = std::sync::Arc::default();
+    let s = CodexSetup::start_configured(
+        &env,
+        codex,
+        usage_limited_until(reset, std::sync::Arc::clone(&asked)),
+        "",
+        "limit_margin_s = 1\n",
+    )
+    .await;
+    let bot = s.bot(&env, "").await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let first = bot.send("first", HashMap::new()).await.unwrap();
+    wait_state(&bot, "limited").await;
+    assert_eq!(bot.limit_kind().await.unwrap(), "five_hour");
+    assert_eq!(bot.limit_resets_at().await.unwrap(), reset);
+    let second = bot.send("second", HashMap::new()).await.unwrap();
+    let outcomes = wait_turns(&mut finished, &[first.clone(), second.clone()]).await;
+    assert_eq!(
+        outcomes,
+        [
+            (first, "success".to_owned()),
+            (second, "success".to_owned())
+        ],
+        "{:?}",
+        chat(&bot).await
+    );
+    wait_state(&bot, "idle").await;
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(
+        asked.iter().filter(|a| a.2).count(),
+        1,
+        "nothing is sent while the limit holds: {asked:?}"
+    );
+    let items = chat(&bot).await;
+    let said = texts(&items, "assistant");
+    assert!(
+        said.iter().any(|t| t.contains("You said: first"))
+            && said.iter().any(|t| t.contains("You said: second")),
+        "{said:?}"
+    );
+    // Codex's own words about the limit are kept (an `error` item, usageLimitExceeded), but no
+    // turn failed.
+    assert!(
+        of_kind(&items, "error")
+            .iter()
+            .all(|e| e["codex_error_info"] == "usageLimitExceeded"),
+        "{items:?}"
+    );
+    assert!(
+        of_kind(&items, "turn_finished")
+            .iter()
+            .all(|t| t["outcome"] == "success"),
+        "{items:?}"
+    );
+}

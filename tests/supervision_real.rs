@@ -38,17 +38,6 @@ fn bash_script() -> Script {
     })
 }
 
-/// Lets the real CLI run Bash without asking (a user's own settings would).
-fn allow_bash(env: &TestEnv) {
-    let dir = env.home.join(".claude");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("settings.json"),
-        r#"{"permissions":{"allow":["Bash"]}}"#,
-    )
-    .unwrap();
-}
-
 fn running(env: &TestEnv, command: &str) -> Vec<u32> {
     env.leftovers()
         .into_iter()

@@ -367,7 +367,8 @@ impl BotObject {
         self.view().record.permission_mode
     }
 
-    /// `stopped`, `idle`, `busy`, `stopping` or `failed`.
+    /// `stopped`, `idle`, `busy`, `stopping`, `failed` or `limited` (a plan's usage limit holds:
+    /// `LimitKind`, `LimitResetsAt`).
     #[zbus(property)]
     fn state(&self) -> String {
         self.view().state.as_str().to_owned()
@@ -478,6 +479,26 @@ impl BotObject {
     #[zbus(property, name = "TasksCurrent")]
     fn tasks_current(&self) -> u64 {
         self.view().usage.tasks_current
+    }
+
+    /// The window of the plan's usage limit the bot waits for (`five_hour`, `seven_day`, …; as
+    /// the CLI names it, empty when it does not), or empty when no limit holds. While one holds,
+    /// `State` is `limited` (unless a turn runs or the agent is being stopped) and waiting
+    /// messages go by themselves at the reset.
+    #[zbus(property)]
+    fn limit_kind(&self) -> String {
+        self.view()
+            .record
+            .limit
+            .map(|(kind, _)| kind)
+            .unwrap_or_default()
+    }
+
+    /// When the usage limit the bot waits for resets, in Unix seconds; 0 when none holds or its
+    /// reset is not known (botvisord then tries again after `limit_retry_s`, backing off).
+    #[zbus(property)]
+    fn limit_resets_at(&self) -> u64 {
+        self.view().record.limit.map_or(0, |(_, at)| at)
     }
 }
 

@@ -182,4 +182,10 @@ pub trait Bot {
     /// The memory limit in force, bytes (`u64::MAX`: none).
     #[zbus(property, name = "MemoryMax")]
     fn memory_max(&self) -> zbus::Result<u64>;
+    /// The window of the usage limit the bot waits for (`five_hour`, …; empty: none).
+    #[zbus(property)]
+    fn limit_kind(&self) -> zbus::Result<String>;
+    /// When that limit resets, Unix seconds (0: none or not known).
+    #[zbus(property)]
+    fn limit_resets_at(&self) -> zbus::Result<u64>;
 }

@@ -202,5 +202,7 @@ pub fn property_name(property: Property) -> &'static str {
         Property::MemoryCurrent => "MemoryCurrent",
         Property::CpuUsageNsec => "CPUUsageNSec",
         Property::TasksCurrent => "TasksCurrent",
+        Property::LimitKind => "LimitKind",
+        Property::LimitResetsAt => "LimitResetsAt",
     }
 }

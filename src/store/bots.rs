@@ -39,6 +39,9 @@ pub struct BotRecord {
     /// Stopped by a client: waiting messages wait for the next Send or Restart, across daemon
     /// restarts.
     pub parked: bool,
+    /// A plan's usage limit the bot waits for: its kind (`five_hour`, …) and reset (Unix
+    /// seconds, 0 when not known); `None` when none holds.
+    pub limit: Option<(String, u64)>,
 }
 
 impl BotRecord {
@@ -60,6 +63,7 @@ impl BotRecord {
             failed: false,
             stop_verdict: String::new(),
             parked: false,
+            limit: None,
         }
     }
 }
@@ -82,6 +86,10 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
         failed: r.get::<_, i64>("failed")? != 0,
         stop_verdict: r.get("stop_verdict")?,
         parked: r.get::<_, i64>("parked")? != 0,
+        limit: (r.get::<_, i64>("limited")? != 0).then_some((
+            r.get("limit_kind")?,
+            r.get::<_, i64>("limit_resets_at")?.max(0) as u64,
+        )),
     })
 }
 
@@ -181,6 +189,19 @@ pub fn set_failed(conn: &Connection, id: &str, failed: bool) -> rusqlite::Result
 pub fn set_parked(conn: &Connection, id: &str, parked: bool) -> rusqlite::Result<()> {
     conn.prepare_cached("UPDATE bots SET parked = ?2 WHERE id = ?1")?
         .execute(params![id, parked as i64])?;
+    Ok(())
+}
+
+/// Stores the usage limit the bot waits for (kind, reset in Unix seconds), or none.
+pub fn set_limit(conn: &Connection, id: &str, limit: Option<(&str, u64)>) -> rusqlite::Result<()> {
+    let (limited, kind, resets_at) = match limit {
+        Some((kind, at)) => (1i64, kind, at.min(i64::MAX as u64) as i64),
+        None => (0, "", 0),
+    };
+    conn.prepare_cached(
+        "UPDATE bots SET limited = ?2, limit_kind = ?3, limit_resets_at = ?4 WHERE id = ?1",
+    )?
+    .execute(params![id, limited, kind, resets_at])?;
     Ok(())
 }
 

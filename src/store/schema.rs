@@ -112,6 +112,13 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE bots ADD COLUMN deleting INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 8: a plan's usage limit the bot waits for (issue 24): held while `limited` is 1, with the
+    // window's kind and its reset in Unix seconds (0: not known).
+    r#"
+    ALTER TABLE bots ADD COLUMN limited INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE bots ADD COLUMN limit_kind TEXT NOT NULL DEFAULT '';
+    ALTER TABLE bots ADD COLUMN limit_resets_at INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version
@@ -188,6 +195,30 @@ mod tests {
             bots::load(&conn, "b").unwrap().unwrap().memory_max,
             Some(512 << 20)
         );
+    }
+
+    #[test]
+    fn version_8_keeps_the_usage_limit_a_bot_waits_for() {
+        use crate::store::{BotRecord, bots};
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..7] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 7).unwrap();
+        conn.execute_batch(
+            "INSERT INTO bots (id, name, cwd, runtime, created_at) VALUES ('a', 'a', '/', 'claude', 'x');",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        assert_eq!(bots::load(&conn, "a").unwrap().unwrap().limit, None);
+        bots::insert(&conn, &BotRecord::new("b", "b", "/", "claude")).unwrap();
+        bots::set_limit(&conn, "b", Some(("five_hour", 1_796_200_214))).unwrap();
+        assert_eq!(
+            bots::load(&conn, "b").unwrap().unwrap().limit,
+            Some(("five_hour".to_owned(), 1_796_200_214))
+        );
+        bots::set_limit(&conn, "b", None).unwrap();
+        assert_eq!(bots::load(&conn, "b").unwrap().unwrap().limit, None);
     }
 
     /// A database as version 3 left it: each message twice (the turn's text and its user item),

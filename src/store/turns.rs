@@ -34,6 +34,14 @@ pub fn set_running(conn: &Connection, turn_id: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Puts a running turn back in the queue, in its place (the oldest first): a usage limit
+/// refused its message before the model answered (issue 24).
+pub fn requeue(conn: &Connection, turn_id: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE turns SET status = 'queued' WHERE id = ?1 AND status = 'running'")?
+        .execute([turn_id])?;
+    Ok(())
+}
+
 /// Settles a turn with its outcome.
 pub fn finish(conn: &Connection, turn_id: &str, outcome: &str) -> rusqlite::Result<()> {
     conn.prepare_cached("UPDATE turns SET status = 'finished', outcome = ?2 WHERE id = ?1")?

@@ -162,6 +162,8 @@ pub fn spawn_actor(
     let id = record.id.clone();
     let state = if record.failed {
         State::Failed
+    } else if record.limit.is_some() && !record.parked {
+        State::Limited
     } else {
         State::Stopped
     };
@@ -266,6 +268,11 @@ impl Actor {
             // Nothing to do but what follows every input: the pump may start the agent now.
             Due::RestartBackoffOver => {}
             Due::Idle => self.on_idle_deadline().await,
+            Due::LimitLifted => {
+                tracing::info!(bot_id = %self.id, "usage limit over; the waiting messages go");
+                let running = self.proc.is_some();
+                self.apply(super::core::limits::lifted(running));
+            }
         }
     }
 
@@ -281,6 +288,7 @@ impl Actor {
         if loaded && let Err(e) = self.recover() {
             tracing::error!(bot_id = %self.id, error = %e, "cannot recover the bot's turns");
         }
+        self.resume_limit();
         self.pump().await;
         loop {
             tokio::select! {

@@ -42,6 +42,10 @@ pub enum Property {
     CpuUsageNsec,
     /// The agent's tasks (threads).
     TasksCurrent,
+    /// The usage limit's window the bot waits for (empty: none).
+    LimitKind,
+    /// When the usage limit the bot waits for resets, Unix seconds (0: none, or not known).
+    LimitResetsAt,
 }
 
 /// What clients may read of a bot without asking its actor.
@@ -96,6 +100,10 @@ impl BotView {
             Property::MemoryCurrent => PropertyValue::U64(self.usage.memory_current),
             Property::CpuUsageNsec => PropertyValue::U64(self.usage.cpu_usage_nsec),
             Property::TasksCurrent => PropertyValue::U64(self.usage.tasks_current),
+            Property::LimitKind => s(self.record.limit.as_ref().map_or("", |(k, _)| k)),
+            Property::LimitResetsAt => {
+                PropertyValue::U64(self.record.limit.as_ref().map_or(0, |(_, at)| *at))
+            }
         }
     }
 }

@@ -803,6 +803,18 @@ pub async fn wait_property<T>(
     .unwrap_or_else(|_| panic!("{what} never read {want:?}"));
 }
 
+/// Lets the real Claude Code CLI of `env` run Bash without asking (a user's own settings would):
+/// `permissions.allow` in its `settings.json`.
+pub fn allow_bash(env: &TestEnv) {
+    let dir = env.home.join(".claude");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("settings.json"),
+        r#"{"permissions":{"allow":["Bash"]}}"#,
+    )
+    .unwrap();
+}
+
 /// The scripted fake CLI (`tests/fake_cli/fake_claude.py`).
 pub fn fake_cli() -> PathBuf {
     PathBuf::from(concat!(

@@ -319,6 +319,30 @@ fn answer(model: &str, stream: bool, reply: &Reply) -> Response {
     }
 }
 
+/// The Messages API's refusal of a subscription request over its plan's `five_hour` limit,
+/// which resets at `reset` (Unix seconds): a 429 `rate_limit_error` with the unified headers
+/// `rejected`.
+pub fn plan_limit_refusal(reset: u64) -> Reply {
+    Reply::WithHeaders {
+        headers: unified_limit_headers("rejected", reset, "five_hour"),
+        reply: Box::new(Reply::Status {
+            status: 429,
+            body: serde_json::json!({"type": "error", "error": {
+                "type": "rate_limit_error",
+                "message": "This request would exceed your account's rate limit."}}),
+        }),
+    }
+}
+
+/// An echo of `text` ("Hello! You said: …") within a plan's `five_hour` limit whose window
+/// resets at `reset`: the unified headers `allowed`.
+pub fn plan_allowed_echo(text: &str, reset: u64) -> Reply {
+    Reply::WithHeaders {
+        headers: unified_limit_headers("allowed", reset, "five_hour"),
+        reply: Box::new(Reply::Text(format!("Hello! You said: {text}"))),
+    }
+}
+
 /// What the Messages API answers a subscription (OAuth) request with about its plan's limits, as
 /// the `anthropic-ratelimit-unified-*` headers: `status` `allowed`, `allowed_warning` or
 /// `rejected`; `reset` the Unix time the limit resets; `claim` the window that decides

@@ -38,8 +38,12 @@ pub struct BotInfo {
     pub model: String,
     /// The permission mode (empty: the CLI's default).
     pub permission_mode: String,
-    /// `stopped`, `idle`, `busy`, `stopping` or `failed`.
+    /// `stopped`, `idle`, `busy`, `stopping`, `failed` or `limited`.
     pub state: String,
+    /// The usage limit's window the bot waits for (empty: none).
+    pub limit_kind: String,
+    /// When it resets, Unix seconds (0: none, or not known).
+    pub limit_resets_at: u64,
     /// The conversation resumed at the next start.
     pub session_id: String,
     /// The agent's pid, 0 when none.
@@ -111,6 +115,11 @@ impl BotInfo {
             model: string(props, "Model"),
             permission_mode: string(props, "PermissionMode"),
             state: string(props, "State"),
+            limit_kind: string(props, "LimitKind"),
+            limit_resets_at: match number64(props, "LimitResetsAt") {
+                u64::MAX => 0,
+                at => at,
+            },
             session_id: string(props, "SessionId"),
             process_id: number(props, "ProcessId"),
             last_error: string(props, "LastError"),
@@ -127,11 +136,18 @@ impl BotInfo {
     }
 
     /// The state as a person reads it: `waiting for permission` while a request is open.
+    /// `limited until 18:50` (local time; with the date when it is not within a day) while a
+    /// usage limit with a known reset holds.
     pub fn shown_state(&self) -> String {
+        let state = if self.state == "limited" && self.limit_resets_at > 0 {
+            format!("limited until {}", local_time(self.limit_resets_at))
+        } else {
+            self.state.clone()
+        };
         match self.pending.len() {
-            0 => self.state.clone(),
-            1 => format!("{}, waiting for permission", self.state),
-            n => format!("{}, {n} permission requests", self.state),
+            0 => state,
+            1 => format!("{state}, waiting for permission"),
+            n => format!("{state}, {n} permission requests"),
         }
     }
 
@@ -143,6 +159,8 @@ impl BotInfo {
             "path": self.path,
             "name": self.name,
             "state": self.state,
+            "limit_kind": self.limit_kind,
+            "limit_resets_at": self.limit_resets_at,
             "cwd": self.cwd,
             "runtime": self.runtime,
             "model": self.model,
@@ -268,6 +286,32 @@ pub async fn info(conn: &Connection, path: &str) -> Result<BotInfo, Failure> {
         })
 }
 
+/// `at` (Unix seconds) in the local time zone as `HH:MM`, or `YYYY-MM-DD HH:MM` when it is more
+/// than a day from now.
+pub fn local_time(at: u64) -> String {
+    let t = at as libc::time_t;
+    // SAFETY: localtime_r writes only into `tm`, which lives on this stack.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        return format!("{at} (Unix time)");
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if at.abs_diff(now) > 24 * 3600 {
+        format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}",
+            tm.tm_year + 1900,
+            tm.tm_mon + 1,
+            tm.tm_mday,
+            tm.tm_hour,
+            tm.tm_min
+        )
+    } else {
+        format!("{:02}:{:02}", tm.tm_hour, tm.tm_min)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,5 +327,34 @@ mod tests {
         assert_eq!(s[ids[0]], "3f2a91a");
         assert_eq!(s[ids[1]], "3f2a91b");
         assert_eq!(s[ids[2]], "77aa00");
+    }
+
+    #[test]
+    fn a_limited_bot_says_until_when() {
+        let mut props = HashMap::new();
+        props.insert(
+            "State".to_owned(),
+            OwnedValue::from(zbus::Str::from("limited")),
+        );
+        let reset = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 600;
+        props.insert("LimitResetsAt".to_owned(), OwnedValue::from(reset));
+        let b = BotInfo::from_properties("/b", &props);
+        assert_eq!(
+            b.shown_state(),
+            format!("limited until {}", local_time(reset))
+        );
+        assert_eq!(local_time(reset).len(), 5, "HH:MM within a day");
+        assert_eq!(
+            local_time(reset + 3 * 86_400).len(),
+            16,
+            "with the date further off"
+        );
+        props.insert("LimitResetsAt".to_owned(), OwnedValue::from(0u64));
+        let b = BotInfo::from_properties("/b", &props);
+        assert_eq!(b.shown_state(), "limited", "no reset known");
     }
 }

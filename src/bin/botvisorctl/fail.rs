@@ -9,8 +9,8 @@ pub const FAILED: u8 = 1;
 pub const USAGE: u8 = 2;
 /// `send`: the turn ended with an error (outcome `error` or `crashed`).
 pub const TURN_ERROR: u8 = 3;
-/// `send`: the turn ended without its answer (outcome `interrupted` or `taken_not_answered`) and
-/// the bot is still there.
+/// `send`: the turn ended without its answer (outcome `interrupted`, `taken_not_answered` or
+/// `limited`) and the bot is still there.
 pub const TURN_INTERRUPTED: u8 = 4;
 /// Ctrl-C ended `send` before its turn did (the turn goes on).
 pub const CTRL_C: u8 = 130;
@@ -23,8 +23,8 @@ Exit codes:
        or, for send, was deleted)
   2    usage: a wrong command, flag or argument
   3    send: the turn ended with an error (outcome error or crashed)
-  4    send: the turn ended without its answer (outcome interrupted or taken_not_answered) and the
-       bot is still there
+  4    send: the turn ended without its answer (outcome interrupted, taken_not_answered or limited)
+       and the bot is still there
   130  send: Ctrl-C left before the turn ended (the turn goes on)";
 
 /// Writing to stdout failed. A reader that went away (a closed pipe: `| head`) ends botvisorctl
@@ -42,7 +42,7 @@ pub fn stdout_failed(e: &std::io::Error) -> ! {
 pub fn turn_exit_code(outcome: &str) -> u8 {
     match outcome {
         "success" => OK,
-        "interrupted" | "taken_not_answered" => TURN_INTERRUPTED,
+        "interrupted" | "taken_not_answered" | "limited" => TURN_INTERRUPTED,
         _ => TURN_ERROR,
     }
 }
@@ -185,6 +185,7 @@ mod tests {
         assert_eq!(turn_exit_code("crashed"), TURN_ERROR);
         assert_eq!(turn_exit_code("interrupted"), TURN_INTERRUPTED);
         assert_eq!(turn_exit_code("taken_not_answered"), TURN_INTERRUPTED);
+        assert_eq!(turn_exit_code("limited"), TURN_INTERRUPTED);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use super::Actor;
 use crate::runtime::ControlRequest;
 use crate::supervisor::Command;
 use crate::supervisor::core::Effect;
+use crate::supervisor::core::State;
 use crate::supervisor::core::lifecycle::Lifecycle;
 use crate::supervisor::core::stop::StopReason;
 use crate::supervisor::core::{Publish, Write};
@@ -16,7 +17,16 @@ impl Actor {
             Command::Queued(turn) => {
                 // A message sent before the actor ran `recover()` was loaded from the store
                 // already: never queue it twice (rule 8).
-                let effects = self.core.turns.queue(turn);
+                let known = self.core.turns.knows(&turn.id);
+                let id = turn.id.clone();
+                let mut effects = self.core.turns.queue(turn);
+                // Sent while a usage limit holds: it says when it will go.
+                if let Some((kind, resets_at)) = self.record().limit
+                    && !known
+                {
+                    let hold = crate::supervisor::core::limits::LimitHold { kind, resets_at };
+                    effects.push(crate::supervisor::core::limits::waiting(&hold, &id));
+                }
                 self.apply(effects);
                 true
             }
@@ -87,6 +97,11 @@ impl Actor {
     /// and how the agent starts again.
     pub(super) async fn on_restart(&mut self, fresh: bool) {
         self.core.restart_at = None;
+        // A client's Restart tries again at once, whatever usage limit the bot waited for.
+        if self.core.limit_until.take().is_some() || self.record().limit.is_some() {
+            let running = self.proc.is_some();
+            self.apply(crate::supervisor::core::limits::lifted(running));
+        }
         let released = self
             .stop_process(StopReason::Restart)
             .await
@@ -114,5 +129,15 @@ impl Actor {
             self.update(vec![], |v| v.record.parked = parked);
         }
         self.parked = parked;
+        // `limited` or `stopped`: what a held bot shows depends on the park.
+        let shown = match self.state() {
+            State::Limited if self.proc.is_some() => Some(State::Idle),
+            State::Limited => Some(State::Stopped),
+            s @ (State::Idle | State::Stopped) => Some(s),
+            _ => None,
+        };
+        if let Some(s) = shown {
+            self.set_state(s);
+        }
     }
 }

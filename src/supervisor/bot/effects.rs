@@ -117,6 +117,12 @@ impl Actor {
                         Write::BotDeleted => {
                             store::bots::delete(tx, &self.id)?;
                         }
+                        Write::TurnRequeued(turn) => store::turns::requeue(tx, turn)?,
+                        Write::Limit(limit) => store::bots::set_limit(
+                            tx,
+                            &self.id,
+                            limit.as_ref().map(|(k, at)| (k.as_str(), *at)),
+                        )?,
                     }
                 }
                 Ok((items, delivered_at))
@@ -176,6 +182,12 @@ impl Actor {
                             self.update(vec![Property::StopVerdict, Property::StopProof], |v| {
                                 v.stop_verdict = verdict;
                                 v.stop_proof = proof;
+                            });
+                        }
+                        Publish::Limit(limit) => {
+                            let limit = limit.clone();
+                            self.update(vec![Property::LimitKind, Property::LimitResetsAt], |v| {
+                                v.record.limit = limit
                             });
                         }
                         Publish::BotRemoved => {

@@ -43,8 +43,6 @@ impl Actor {
                 Next::Nothing
             }
             RuntimeEvent::Limit(report) => {
-                // Said in the journal; the bot does not act on it yet (issue 24: the `limited`
-                // state comes with the driven core).
                 tracing::info!(
                     bot_id = %self.id,
                     state = ?report.state,
@@ -53,6 +51,13 @@ impl Actor {
                     utilization = ?report.utilization,
                     "usage limit"
                 );
+                // A reached limit while a message is in flight: its error result is the limit's
+                // refusal, not a failed turn (`core::limits::refused`).
+                if report.state == crate::runtime::LimitState::Reached
+                    && let Some(inflight) = &self.core.turns.inflight
+                {
+                    self.core.limit_seen = Some((inflight.turn.id.clone(), report));
+                }
                 Next::Nothing
             }
             RuntimeEvent::TextDelta(text) => {

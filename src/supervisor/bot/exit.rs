@@ -63,6 +63,7 @@ impl Actor {
         self.deny_open_prompts();
         self.end_streamed_message();
         self.core.turns.interrupting = None;
+        self.core.limit_seen = None;
     }
 
     pub(super) fn holders(&self) -> usize {

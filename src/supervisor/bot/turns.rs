@@ -7,6 +7,7 @@ use crate::process::identity::ProcessIdentity;
 use crate::runtime::ResultOutcome;
 use crate::supervisor::core::Inflight;
 use crate::supervisor::core::interrupt;
+use crate::supervisor::core::limits;
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
@@ -82,11 +83,22 @@ impl Actor {
         error: Option<String>,
     ) {
         self.end_streamed_message();
+        let seen = self.core.limit_seen.take();
+        if outcome == ResultOutcome::Error
+            && let Some((turn, report)) = seen
+            && self.current_turn_id().as_deref() == Some(turn.as_str())
+        {
+            self.on_limit_refused(&report);
+            return;
+        }
         // A turn that ended (interrupted, failed) while the agent was asking leaves nobody
         // waiting for the answer.
         self.close_open_prompts("The turn ended before this request was answered.");
         let interrupting = self.core.turns.interrupting.clone();
         let mut ended = self.core.turns.result(outcome, &payload, error);
+        if ended.succeeded {
+            self.core.limit_strikes = 0;
+        }
         if let Some(turn) = ended
             .turn_id
             .clone()
@@ -117,6 +129,37 @@ impl Actor {
             ));
         }
         self.apply(effects);
+    }
+
+    /// The usage limit refused the message in flight ([`limits::refused`]): it waits at the head
+    /// of the queue and the bot holds until the reset ([`limits::wait`]).
+    pub(super) fn on_limit_refused(&mut self, report: &crate::runtime::LimitReport) {
+        self.close_open_prompts("The turn ended before this request was answered.");
+        let Some((hold, effects)) = limits::refused(&mut self.core.turns, report) else {
+            return;
+        };
+        let now_unix = unix_now();
+        let wait = limits::wait(
+            &hold,
+            now_unix,
+            self.core.limit_strikes,
+            self.shared.config.limit_times(),
+        );
+        self.core.limit_strikes += 1;
+        self.core.limit_until = Some(std::time::Instant::now() + wait);
+        tracing::warn!(bot_id = %self.id, kind = %hold.kind, resets_at = hold.resets_at, wait_s = wait.as_secs(), "usage limit reached; the message waits");
+        self.apply(effects);
+    }
+
+    /// At the actor's start: a usage limit recorded by an earlier run holds again, until its
+    /// reset (or a retry when it is not known).
+    pub(super) fn resume_limit(&mut self) {
+        let Some((kind, resets_at)) = self.record().limit else {
+            return;
+        };
+        let hold = limits::LimitHold { kind, resets_at };
+        let wait = limits::wait(&hold, unix_now(), 0, self.shared.config.limit_times());
+        self.core.limit_until = Some(std::time::Instant::now() + wait);
     }
 
     /// A closure that says whether the conversation a message in flight went to holds it (the
@@ -150,4 +193,11 @@ impl Actor {
         }
         self.add_item("system", Some(turn), note);
     }
+}
+
+/// Now, in Unix seconds.
+pub(super) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

@@ -28,6 +28,10 @@ impl Actor {
     /// goes through [`Actor::commit`] and is published only once committed; when the commit
     /// fails, `State` keeps saying what is recorded, and the journal says why.
     pub(super) fn set_state(&self, state: State) {
+        // While a usage limit holds, a bot with nothing to do says it waits for it; one a
+        // client stopped says it is stopped (nothing goes at the reset).
+        let record = self.record();
+        let state = state.while_limited(record.limit.is_some() && !self.parked);
         let before = self.view.read().unwrap_or_else(|p| p.into_inner()).state;
         if before == state {
             return;

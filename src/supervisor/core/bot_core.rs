@@ -19,6 +19,7 @@ use super::snapshots::Snapshots;
 use super::stream::DeltaPacer;
 use super::turns::Turns;
 use super::watchdogs::{Expired, Watchdogs};
+use crate::runtime::LimitReport;
 
 /// A timer that came, as [`BotCore::handle_timeout`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +34,8 @@ pub enum Due {
     RestartBackoffOver,
     /// The idle deadline came (design rules 12 and 13).
     Idle,
+    /// The usage limit the bot waited for is over: the waiting messages may go (issue 24).
+    LimitLifted,
 }
 
 impl Due {
@@ -64,6 +67,13 @@ pub struct BotCore {
     pub watch: Watchdogs<Instant>,
     /// When the CLI's model-request retries were last noted in the chat.
     pub retry_notes: RetryNotes,
+    /// While a usage limit holds: when the waiting messages go ([`super::limits::wait`]).
+    pub limit_until: Option<Instant>,
+    /// The turn in flight when the CLI said the limit is reached, with what it said: its error
+    /// result then means the limit refused it ([`super::limits::refused`]).
+    pub limit_seen: Option<(String, LimitReport)>,
+    /// Limits hit since a turn was last answered (the backoff of a limit without a reset).
+    pub limit_strikes: u32,
 }
 
 impl BotCore {
@@ -79,6 +89,9 @@ impl BotCore {
             deltas: DeltaPacer::new(text_interval),
             watch: Watchdogs::default(),
             retry_notes: RetryNotes::default(),
+            limit_until: None,
+            limit_seen: None,
+            limit_strikes: 0,
         }
     }
 
@@ -90,6 +103,7 @@ impl BotCore {
             self.watch.next(),
             self.restart_at,
             self.idle_at,
+            self.limit_until,
         ]
         .into_iter()
         .flatten()
@@ -98,7 +112,8 @@ impl BotCore {
 
     /// It is `now`: what came, in the order the shell handles it (streamed text first, so a
     /// watchdog's stop or an idle stop follows what was said; the idle deadline last, as it
-    /// reads the state the others leave). Each timer that came is cleared.
+    /// reads the state the others leave; a limit's end before it, so a bot whose wait is over is not
+    /// stopped for idleness first). Each timer that came is cleared.
     pub fn handle_timeout(&mut self, now: Instant) -> Vec<Due> {
         let mut due = Vec::new();
         if self.deltas.flush_at.is_some_and(|t| t <= now) {
@@ -113,6 +128,10 @@ impl BotCore {
         if self.restart_at.is_some_and(|t| t <= now) {
             self.restart_at = None;
             due.push(Due::RestartBackoffOver);
+        }
+        if self.limit_until.is_some_and(|t| t <= now) {
+            self.limit_until = None;
+            due.push(Due::LimitLifted);
         }
         if self.idle_at.is_some_and(|t| t <= now) {
             self.idle_at = None;

@@ -24,10 +24,14 @@ pub enum TurnOutcome {
     /// The agent stopped after the message reached the conversation and before it was answered:
     /// the conversation holds the message, so it is not sent again (design rule 8).
     TakenNotAnswered,
+    /// A plan's usage limit cut the turn after the agent had called tools: not sent again, since
+    /// a re-sent message would redo that work in the next window (issue 24, `core::limits`).
+    Limited,
 }
 
 impl TurnOutcome {
-    /// The outcome's name: `success`, `error`, `interrupted`, `crashed`, `taken_not_answered`.
+    /// The outcome's name: `success`, `error`, `interrupted`, `crashed`, `taken_not_answered`,
+    /// `limited`.
     pub fn as_str(self) -> &'static str {
         match self {
             TurnOutcome::Success => "success",
@@ -35,6 +39,7 @@ impl TurnOutcome {
             TurnOutcome::Interrupted => "interrupted",
             TurnOutcome::Crashed => "crashed",
             TurnOutcome::TakenNotAnswered => "taken_not_answered",
+            TurnOutcome::Limited => "limited",
         }
     }
 }

@@ -63,6 +63,10 @@ pub enum Write {
     StopVerdict(String),
     /// The bot and everything of it are deleted.
     BotDeleted,
+    /// A running turn goes back to the queue in its place: a usage limit refused its message.
+    TurnRequeued(String),
+    /// The usage limit the bot waits for (kind, reset in Unix seconds), or none.
+    Limit(Option<(String, u64)>),
 }
 
 /// A setting of the bot's record that the running agent can take live.
@@ -107,6 +111,8 @@ pub enum Publish {
     },
     /// The bot is gone (`InterfacesRemoved`).
     BotRemoved,
+    /// The `LimitKind` and `LimitResetsAt` properties (none: empty and 0).
+    Limit(Option<(String, u64)>),
     /// The `TurnFinished` signal.
     TurnFinished {
         /// The turn.

@@ -23,6 +23,8 @@
 //! - [`run`]: one process as the core knows it: how it was launched and what it showed.
 //! - [`records`]: the records and items the lifecycle writes (a conversation forgotten, an error
 //!   said, a bot that failed).
+//! - [`limits`]: a plan's usage limit as the state `limited`: the refused message waits, the
+//!   reset lets it go (issue 24).
 //! - [`left_turns`]: what the previous run left after a daemon crash: ended once or delivered once
 //!   (design rule 8).
 //! - [`timeouts`]: what a watchdog's end or a refused handshake means (design rule 15).
@@ -57,6 +59,7 @@ pub mod idle;
 pub mod interrupt;
 pub mod left_turns;
 pub mod lifecycle;
+pub mod limits;
 pub mod prompts;
 pub mod pump;
 pub mod records;
@@ -90,6 +93,7 @@ mod tests {
         "crate::runtime::ControlRequest",
         "crate::runtime::RuntimeEvent",
         "crate::runtime::PermissionAnswer",
+        "crate::runtime::LimitReport",
         "crate::process::ExitInfo",
         "crate::process::identity::{Liveness, ProcessIdentity}",
         "crate::process::identity::ProcessIdentity",

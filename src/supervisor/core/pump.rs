@@ -33,6 +33,8 @@ pub struct PumpFacts {
     pub backoff_running: bool,
     /// A message is in flight.
     pub in_flight: bool,
+    /// A usage limit holds: nothing starts and nothing is written until it is lifted.
+    pub limited: bool,
 }
 
 /// What the shell does, in this order.
@@ -46,9 +48,10 @@ pub struct PumpPlan {
 }
 
 /// The plan (see [`PumpPlan`]): one message in flight at a time (rule 7); none to a process that
-/// lost its conversation (rule 4); no start during a crash backoff (rule 11) or while parked.
+/// lost its conversation (rule 4); no start during a crash backoff (rule 11), while parked or
+/// while a usage limit holds (issue 24).
 pub fn pump(f: &PumpFacts) -> PumpPlan {
-    if f.parked || f.failed_or_stopping {
+    if f.parked || f.failed_or_stopping || f.limited {
         return PumpPlan::default();
     }
     let write = !f.in_flight;
@@ -78,6 +81,7 @@ mod tests {
             restart_pending: false,
             backoff_running: false,
             in_flight: false,
+            limited: false,
         }
     }
 
@@ -157,6 +161,18 @@ mod tests {
                 ..facts()
             },
         ] {
+            assert_eq!(pump(&f), PumpPlan::default(), "{f:?}");
+        }
+    }
+
+    #[test]
+    fn a_limited_bot_neither_starts_nor_writes() {
+        for process in [ProcessNow::None, ProcessNow::Usable] {
+            let f = PumpFacts {
+                limited: true,
+                process,
+                ..facts()
+            };
             assert_eq!(pump(&f), PumpPlan::default(), "{f:?}");
         }
     }

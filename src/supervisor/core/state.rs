@@ -13,10 +13,13 @@ pub enum State {
     Stopping,
     /// Crash loop or a stop that failed: waits for an explicit restart.
     Failed,
+    /// A plan's usage limit is reached: messages wait for its reset, then go by themselves
+    /// (issue 24; `core::limits`).
+    Limited,
 }
 
 impl State {
-    /// The property value: `stopped`, `idle`, `busy`, `stopping`, `failed`.
+    /// The property value: `stopped`, `idle`, `busy`, `stopping`, `failed`, `limited`.
     pub fn as_str(self) -> &'static str {
         match self {
             State::Stopped => "stopped",
@@ -24,6 +27,16 @@ impl State {
             State::Busy => "busy",
             State::Stopping => "stopping",
             State::Failed => "failed",
+            State::Limited => "limited",
+        }
+    }
+
+    /// The state shown while a usage limit holds (`limited`): `limited` for a bot that is
+    /// `idle` or `stopped`, as is; the other states say what the bot does.
+    pub fn while_limited(self, limited: bool) -> State {
+        match self {
+            State::Idle | State::Stopped if limited => State::Limited,
+            s => s,
         }
     }
 }

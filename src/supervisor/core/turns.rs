@@ -34,6 +34,9 @@ pub struct Inflight {
     pub session: String,
     /// When its delivery was recorded (a transcript entry of it is at or after this).
     pub written: SystemTime,
+    /// The agent called a tool in this turn: its work began, so a usage limit that cuts it
+    /// ends it `limited` instead of sending the message again (`core::limits::refused`).
+    pub worked: bool,
 }
 
 impl Inflight {
@@ -140,7 +143,12 @@ impl Turns {
     /// A chat item the CLI printed (`kind`: `assistant`, `tool_use`, `tool_result`, `system`,
     /// …; `payload`: a JSON object as text): recorded as the [`Turns::answering`] turn's, then
     /// published (design rule 1).
-    pub fn said_by_cli(&self, kind: &str, payload: String) -> Vec<Effect> {
+    pub fn said_by_cli(&mut self, kind: &str, payload: String) -> Vec<Effect> {
+        if kind == "tool_use"
+            && let Some(i) = self.inflight.as_mut().filter(|i| i.answered_here())
+        {
+            i.worked = true;
+        }
         let mut c = CommitBuilder::default();
         c.item(kind, self.answering(), payload);
         c.build().into_iter().collect()
@@ -177,6 +185,7 @@ impl Turns {
             replayed: false,
             session: session.to_owned(),
             written: now,
+            worked: false,
         });
         let mut c = CommitBuilder::default();
         c.write(Write::Delivery {

@@ -443,7 +443,7 @@ fn a_message_sent_lets_a_stopped_bot_go_and_only_a_turn_in_flight_is_interrupted
 
 #[test]
 fn rule_1_what_the_cli_says_is_the_answering_turns_once_its_message_began() {
-    let chat_turn = |t: &Turns| {
+    let chat_turn = |t: &mut Turns| {
         let effects = t.said_by_cli("assistant", "{}".into());
         let [Effect::Commit { writes, publish }] = effects.as_slice() else {
             panic!("one commit: {effects:?}");
@@ -459,21 +459,21 @@ fn rule_1_what_the_cli_says_is_the_answering_turns_once_its_message_began() {
         id: "c".into(),
         text: "/compact".into(),
     });
-    assert_eq!(chat_turn(&t), None, "nothing in flight: the bot's");
+    assert_eq!(chat_turn(&mut t), None, "nothing in flight: the bot's");
     t.deliver("s", std::time::SystemTime::UNIX_EPOCH).unwrap();
     assert_eq!(
-        chat_turn(&t),
+        chat_turn(&mut t),
         None,
         "written, not yet begun: not the turn's"
     );
     t.replayed("s", Some("s"), Some("s"), no_transcript)
         .unwrap();
-    assert_eq!(chat_turn(&t).as_deref(), Some("a"));
+    assert_eq!(chat_turn(&mut t).as_deref(), Some("a"));
     t.result(ResultOutcome::Success, &json!({"subtype": "success"}), None);
-    assert_eq!(chat_turn(&t), None, "after its end: not the turn's");
+    assert_eq!(chat_turn(&mut t), None, "after its end: not the turn's");
     t.deliver("s", std::time::SystemTime::UNIX_EPOCH).unwrap();
     assert_eq!(
-        chat_turn(&t).as_deref(),
+        chat_turn(&mut t).as_deref(),
         Some("c"),
         "a slash command is answered without a replay"
     );

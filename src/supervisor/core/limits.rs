@@ -1,0 +1,290 @@
+//! A plan's usage limit is a state, not an error turn (issue 24), with no I/O.
+//!
+//! When the CLI says the limit is reached while a message is in flight and then ends that turn
+//! with an error, the message did not reach the model: its turn is not failed but goes back to
+//! the head of the queue, the bot is `limited` (the hold is recorded, so a daemon restart keeps
+//! it), nothing is written to the CLI while it holds, and at the reset (plus a margin) the hold
+//! is lifted and the waiting messages go by themselves, in order, in the same conversation. A
+//! limit without a known reset, or hit again at once, is waited out with a backoff instead of a
+//! loop. Time is an argument: `now_unix` in Unix seconds.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::json;
+
+use super::decide::TurnOutcome;
+use super::effect::{CommitBuilder, Effect, Publish, Write};
+use super::state::State;
+use super::turns::Turns;
+use crate::runtime::LimitReport;
+
+/// The longest wait for a limit without a known reset, however often it was hit.
+pub const MAX_RETRY: Duration = Duration::from_secs(3600);
+
+/// How long the bot waits around a reset (the configuration's `limit_margin_s` and
+/// `limit_retry_s`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitTimes {
+    /// Waited past a known reset before the messages go (the service's clock may be behind).
+    pub margin: Duration,
+    /// Waited when the reset is not known or already past, doubled each time the limit is hit
+    /// again without a turn answered in between, up to [`MAX_RETRY`].
+    pub retry: Duration,
+}
+
+/// A limit the bot waits for: the window's kind and its reset (Unix seconds, 0 not known).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitHold {
+    /// `five_hour`, `seven_day`, …; empty when not told.
+    pub kind: String,
+    /// When it resets, in Unix seconds; 0 when not known.
+    pub resets_at: u64,
+}
+
+/// How long to wait from `now_unix` before the messages go: to the reset plus the margin, or,
+/// with no reset ahead, `retry` doubled `strikes` times (limits hit since a turn was last
+/// answered, this one excluded), at most [`MAX_RETRY`].
+pub fn wait(hold: &LimitHold, now_unix: u64, strikes: u32, times: LimitTimes) -> Duration {
+    if hold.resets_at > now_unix {
+        return Duration::from_secs(hold.resets_at - now_unix) + times.margin;
+    }
+    let factor = 1u32.checked_shl(strikes.min(16)).unwrap_or(u32::MAX);
+    times.retry.saturating_mul(factor).min(MAX_RETRY)
+}
+
+/// The words of the `system` item: which limit, and when the messages go.
+pub fn text(hold: &LimitHold) -> String {
+    let what = if hold.kind.is_empty() {
+        "The plan's usage limit".to_owned()
+    } else {
+        format!("The plan's {} usage limit", hold.kind.replace('_', "-"))
+    };
+    if hold.resets_at == 0 {
+        return format!(
+            "{what} is reached and its reset is not known: the message waits and goes by itself \
+             when botvisor tries again."
+        );
+    }
+    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(hold.resets_at);
+    format!(
+        "{what} is reached: the message waits and goes by itself when it resets at {} (UTC).",
+        humantime::format_rfc3339_seconds(at)
+    )
+}
+
+/// The turn in flight, which the CLI ended with an error after `report` said the limit is
+/// reached: the bot holds (`limited`), its hold recorded and published, then the state. A
+/// message the limit refused before the agent worked on it has not reached the model: it goes
+/// back to the head of the queue (or, not begun, only its delivery record goes) and a `system`
+/// item (`reason` `limit_reached`, `kind`, `resets_at`) says it waits. A turn the limit cut after
+/// the agent called tools ends `limited` with that item instead: sending it again would redo
+/// its work in the next window. `None` when no message is in flight.
+pub fn refused(turns: &mut Turns, report: &LimitReport) -> Option<(LimitHold, Vec<Effect>)> {
+    let inflight = turns.inflight.take()?;
+    let turn_id = inflight.turn.id.clone();
+    let hold = LimitHold {
+        kind: report.kind.clone(),
+        resets_at: report.resets_at,
+    };
+    let limit = Some((hold.kind.clone(), hold.resets_at));
+    let mut effects = vec![Effect::TurnEnded(turn_id.clone())];
+    // The hold is recorded with the requeued turn, in one commit: a message never goes back to
+    // the queue without the hold that keeps it from being sent into the limit again.
+    let mut c = CommitBuilder::default();
+    if inflight.worked {
+        let note = json!({"text": cut_text(&hold), "reason": "limit_reached", "kind": hold.kind,
+                          "resets_at": hold.resets_at});
+        effects.push(Turns::finish(
+            &turn_id,
+            TurnOutcome::Limited,
+            "limit_reached",
+            Some(("system", note)),
+            None,
+        ));
+    } else {
+        turns.queue.push_front(inflight.turn);
+        if inflight.replayed {
+            c.write(Write::TurnRequeued(turn_id.clone()));
+        }
+        c.write(Write::DeliveryDone(turn_id.clone())).item(
+            "system",
+            Some(&turn_id),
+            json!({"text": text(&hold), "reason": "limit_reached", "kind": hold.kind,
+                   "resets_at": hold.resets_at})
+            .to_string(),
+        );
+    }
+    c.write(Write::Limit(limit.clone()))
+        .then(Publish::Limit(limit));
+    effects.extend(c.build());
+    effects.push(Effect::State(State::Limited));
+    effects.push(Effect::Queued(turns.waiting()));
+    Some((hold, effects))
+}
+
+/// The `system` item of a message sent while the limit holds (`reason` `limit_waiting`): it
+/// waits and goes by itself at the reset.
+pub fn waiting(hold: &LimitHold, turn_id: &str) -> Effect {
+    let mut c = CommitBuilder::default();
+    c.item(
+        "system",
+        Some(turn_id),
+        json!({"text": text(hold), "reason": "limit_waiting", "kind": hold.kind,
+               "resets_at": hold.resets_at})
+        .to_string(),
+    );
+    c.build().expect("an item is a row")
+}
+
+/// The words for a turn the limit cut after the agent had worked on it.
+fn cut_text(hold: &LimitHold) -> String {
+    let reset = if hold.resets_at == 0 {
+        "when it resets".to_owned()
+    } else {
+        format!(
+            "after it resets at {} (UTC)",
+            humantime::format_rfc3339_seconds(
+                SystemTime::UNIX_EPOCH + Duration::from_secs(hold.resets_at)
+            )
+        )
+    };
+    format!(
+        "The plan's usage limit cut this turn after the agent had begun its work; it is not sent \
+         again, so as not to redo that work. Send what should follow {reset}: the messages still \
+         waiting go by themselves."
+    )
+}
+
+/// The wait is over: the hold is lifted durably, then the bot is `idle` (an agent `running`)
+/// or `stopped`, and the waiting messages go.
+pub fn lifted(running: bool) -> Vec<Effect> {
+    let mut c = CommitBuilder::default();
+    c.write(Write::Limit(None)).then(Publish::Limit(None));
+    let mut effects: Vec<Effect> = c.build().into_iter().collect();
+    effects.push(Effect::State(if running {
+        State::Idle
+    } else {
+        State::Stopped
+    }));
+    effects
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::LimitState;
+    use crate::supervisor::core::QueuedTurn;
+
+    const TIMES: LimitTimes = LimitTimes {
+        margin: Duration::from_secs(5),
+        retry: Duration::from_secs(300),
+    };
+
+    fn hold(resets_at: u64) -> LimitHold {
+        LimitHold {
+            kind: "five_hour".into(),
+            resets_at,
+        }
+    }
+
+    /// Turns with `a` in flight (its turn began) and `b` waiting.
+    fn a_begun_b_waiting() -> Turns {
+        let mut t = Turns::default();
+        for id in ["a", "b"] {
+            t.queue(QueuedTurn {
+                id: id.into(),
+                text: id.into(),
+            });
+        }
+        t.deliver("s", SystemTime::UNIX_EPOCH).unwrap();
+        t.replayed("s", Some("s"), Some("s"), |_| false).unwrap();
+        t
+    }
+
+    #[test]
+    fn a_known_reset_is_waited_for_with_its_margin() {
+        assert_eq!(wait(&hold(1_000), 400, 0, TIMES), Duration::from_secs(605));
+    }
+
+    #[test]
+    fn an_unknown_or_past_reset_backs_off_instead_of_looping() {
+        assert_eq!(wait(&hold(0), 400, 0, TIMES), Duration::from_secs(300));
+        assert_eq!(wait(&hold(100), 400, 1, TIMES), Duration::from_secs(600));
+        assert_eq!(wait(&hold(100), 400, 3, TIMES), Duration::from_secs(2400));
+        assert_eq!(wait(&hold(0), 400, 40, TIMES), MAX_RETRY);
+    }
+
+    #[test]
+    fn the_refused_message_goes_back_first_and_the_bot_holds() {
+        let mut t = a_begun_b_waiting();
+        let report = LimitReport {
+            state: LimitState::Reached,
+            kind: "five_hour".into(),
+            resets_at: 1_796_200_214,
+            utilization: Some(1.0),
+        };
+        let (held, effects) = refused(&mut t, &report).unwrap();
+        assert_eq!(held, hold(1_796_200_214));
+        assert!(t.inflight.is_none());
+        let ids: Vec<&str> = t.queue.iter().map(|q| q.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"], "in the order sent, the refused one first");
+        let Effect::Commit { writes, publish } = &effects[1] else {
+            panic!("{effects:?}");
+        };
+        assert_eq!(writes[0], Write::TurnRequeued("a".into()));
+        assert!(
+            !writes
+                .iter()
+                .any(|w| matches!(w, Write::TurnFinished { .. })),
+            "not a failed turn: {writes:?}"
+        );
+        assert!(writes.contains(&Write::Limit(Some(("five_hour".into(), 1_796_200_214)))));
+        assert!(publish.contains(&Publish::Limit(Some(("five_hour".into(), 1_796_200_214)))));
+        assert_eq!(effects[2], Effect::State(State::Limited));
+        assert_eq!(effects[3], Effect::Queued(2));
+        assert!(refused(&mut t, &report).is_none(), "nothing in flight");
+    }
+
+    #[test]
+    fn a_turn_cut_after_its_tool_calls_ends_limited_and_is_not_sent_again() {
+        let mut t = a_begun_b_waiting();
+        t.said_by_cli("tool_use", "{}".into());
+        let report = LimitReport {
+            state: LimitState::Reached,
+            kind: "five_hour".into(),
+            resets_at: 0,
+            utilization: None,
+        };
+        let (_, effects) = refused(&mut t, &report).unwrap();
+        let ids: Vec<&str> = t.queue.iter().map(|q| q.id.as_str()).collect();
+        assert_eq!(ids, ["b"], "the cut turn is not queued again");
+        assert_eq!(
+            crate::supervisor::core::effect::finished_turns(&effects),
+            [("a".to_owned(), TurnOutcome::Limited)]
+        );
+        assert!(
+            crate::supervisor::core::effect::writes(&effects)
+                .any(|w| *w == Write::Limit(Some(("five_hour".into(), 0)))),
+            "the bot holds all the same"
+        );
+        assert!(effects.contains(&Effect::State(State::Limited)));
+    }
+
+    #[test]
+    fn the_words_name_the_window_and_the_reset() {
+        let t = text(&hold(1_796_200_214));
+        assert!(t.contains("five-hour usage limit is reached"), "{t}");
+        assert!(t.contains("resets at 2026-12-02T08:30:14Z (UTC)"), "{t}");
+        assert!(text(&hold(0)).contains("not known"));
+    }
+
+    #[test]
+    fn lifted_is_recorded_before_the_state() {
+        let effects = lifted(true);
+        assert!(
+            matches!(&effects[0], Effect::Commit { writes, .. } if writes == &vec![Write::Limit(None)])
+        );
+        assert_eq!(effects[1], Effect::State(State::Idle));
+        assert_eq!(lifted(false)[1], Effect::State(State::Stopped));
+    }
+}

@@ -1,0 +1,232 @@
+//! A plan's usage limit on the real Claude Code CLI (issue 24): a subscription user (an OAuth
+//! token, no API key) whose stand-in API refuses with the `anthropic-ratelimit-unified-*`
+//! headers until a reset a few seconds ahead. The bot is `limited` (with `LimitKind` and
+//! `LimitResetsAt`), not an error turn; nothing is sent while the limit holds; a daemon restart
+//! keeps the hold; at the reset the waiting messages are answered by themselves, in order, in the
+//! same conversation, with no client call.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use serde_json::json;
+
+use support::stand_in_api::{ApiRequest, Reply, Script, plan_allowed_echo, plan_limit_refusal};
+use support::*;
+
+use botvisor::dbus::client::BotProxy;
+
+/// Seconds from the test's start to the stand-in's reset: time to send two messages and restart
+/// the daemon while the limit holds.
+const RESET_AFTER_S: u64 = 20;
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// What the stand-in was asked, as `(when in Unix seconds, the user's text, refused)`, main
+/// conversation only.
+type Asked = Arc<Mutex<Vec<(u64, String, bool)>>>;
+
+/// Refuses every request with a `five_hour` limit until `reset` (Unix seconds), then echoes;
+/// `asked` records the main conversation's requests.
+fn limited_until(reset: u64, asked: Asked) -> Script {
+    Arc::new(move |req: &ApiRequest| {
+        let now = unix_now();
+        let refused = now < reset;
+        if req.has_tools {
+            asked
+                .lock()
+                .unwrap()
+                .push((now, req.last_user_text.clone(), refused));
+        }
+        if refused {
+            plan_limit_refusal(reset)
+        } else {
+            plan_allowed_echo(&req.last_user_text, reset + 5 * 3600)
+        }
+    })
+}
+
+/// A bot of a subscription user: an OAuth token, no API key.
+async fn subscription_bot(setup: &mut RealSetup, env: &TestEnv) -> BotProxy<'static> {
+    setup.bot_env.remove("ANTHROPIC_API_KEY");
+    setup
+        .create_bot(
+            env,
+            &env.work,
+            &[("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-stand-in")],
+        )
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_waits_out_a_usage_limit_and_is_answered_after_its_reset() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let reset = unix_now() + RESET_AFTER_S;
+    let asked: Asked = Arc::default();
+    let mut setup = RealSetup::start_with_config(
+        &env,
+        claude,
+        limited_until(reset, asked.clone()),
+        "limit_margin_s = 1\n",
+    )
+    .await;
+    let bot = subscription_bot(&mut setup, &env).await;
+    let path = bot.inner().path().to_owned();
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let first = bot.send("first", HashMap::new()).await.unwrap();
+    wait_state(&bot, "limited").await;
+    assert_eq!(bot.limit_kind().await.unwrap(), "five_hour");
+    assert_eq!(bot.limit_resets_at().await.unwrap(), reset);
+    let session = bot.session_id().await.unwrap();
+    assert!(!session.is_empty(), "the refused message's turn began");
+    let second = bot.send("second", HashMap::new()).await.unwrap();
+    let items = chat(&bot).await;
+    let notes: Vec<_> = of_kind(&items, "system")
+        .into_iter()
+        .filter(|p| p["reason"] == "limit_reached")
+        .collect();
+    assert_eq!(notes.len(), 1, "{items:?}");
+    assert_eq!(notes[0]["resets_at"], reset);
+    assert!(
+        of_kind(&items, "turn_finished").is_empty(),
+        "the refused message is no failed turn: {items:?}"
+    );
+
+    // A daemon restart while limited keeps the hold and its reset.
+    assert!(setup.daemon.terminate().await.success());
+    let _daemon = Daemon::start(&setup.cfg, &env.conn).await;
+    let bot = env.bot(&path.into()).await;
+    assert_eq!(bot.limit_resets_at().await.unwrap(), reset);
+    assert_eq!(bot.state().await.unwrap(), "limited");
+    let changes = bot.receive_queued_messages_changed().await;
+    let now = bot.queued_messages().await.unwrap();
+    wait_property(changes, now, &2, "QueuedMessages").await;
+
+    // At the reset, both go by themselves, in order.
+    let outcomes = wait_turns(&mut finished, &[first.clone(), second.clone()]).await;
+    assert_eq!(
+        outcomes,
+        [
+            (first.clone(), "success".to_owned()),
+            (second.clone(), "success".to_owned())
+        ]
+    );
+    wait_state(&bot, "idle").await;
+    assert_eq!(bot.limit_kind().await.unwrap(), "");
+    assert_eq!(bot.limit_resets_at().await.unwrap(), 0);
+    let asked = asked.lock().unwrap().clone();
+    let refused: Vec<_> = asked.iter().filter(|a| a.2).collect();
+    assert_eq!(
+        refused.len(),
+        1,
+        "nothing is sent while the limit holds: {asked:?}"
+    );
+    assert!(
+        asked.iter().filter(|a| !a.2).all(|a| a.0 >= reset),
+        "{asked:?}"
+    );
+    let items = chat(&bot).await;
+    let said: Vec<String> = of_kind(&items, "assistant")
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    let at = |text: &str| said.iter().position(|s| s.contains(text));
+    let (Some(a), Some(b)) = (at("You said: first"), at("You said: second")) else {
+        panic!("both answered: {said:?}");
+    };
+    assert!(a < b, "{said:?}");
+    let finished: Vec<_> = of_kind(&items, "turn_finished")
+        .into_iter()
+        .map(|p| (p["turn_id"].clone(), p["outcome"].clone()))
+        .collect();
+    assert_eq!(
+        finished,
+        [
+            (json!(first), json!("success")),
+            (json!(second), json!("success"))
+        ],
+        "each turn ended once, answered: {items:?}"
+    );
+    assert_eq!(
+        bot.session_id().await.unwrap(),
+        session,
+        "the same conversation"
+    );
+}
+
+/// Answers the first message with a Bash tool call and refuses what follows it (the tool's
+/// result and anything after) with a `five_hour` limit that resets in an hour.
+fn limited_after_a_tool_call(asked: Asked) -> Script {
+    let reset = unix_now() + 3600;
+    Arc::new(move |req: &ApiRequest| {
+        if req.has_tools {
+            asked.lock().unwrap().push((
+                unix_now(),
+                req.last_user_text.clone(),
+                req.has_tool_result,
+            ));
+        }
+        if req.has_tools && !req.has_tool_result && req.last_user_text.contains("work") {
+            let n = asked.lock().unwrap().len();
+            if n == 1 {
+                return Reply::ToolUse {
+                    name: "Bash".into(),
+                    input: json!({"command": "echo worked", "description": "work"}),
+                };
+            }
+        }
+        plan_limit_refusal(reset)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_the_limit_cuts_after_its_tool_calls_ends_limited_and_is_not_sent_again() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    allow_bash(&env);
+    let asked: Asked = Arc::default();
+    let mut setup = RealSetup::start(&env, claude, limited_after_a_tool_call(asked.clone())).await;
+    let bot = subscription_bot(&mut setup, &env).await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let cut = bot.send("do the work", HashMap::new()).await.unwrap();
+    let outcomes = wait_turns(&mut finished, std::slice::from_ref(&cut)).await;
+    assert_eq!(outcomes[0].1, "limited", "{:?}", chat(&bot).await);
+    wait_state(&bot, "limited").await;
+    let next = bot.send("and then", HashMap::new()).await.unwrap();
+    let items = chat(&bot).await;
+    let waiting: Vec<_> = of_kind(&items, "system")
+        .into_iter()
+        .filter(|p| p["reason"] == "limit_waiting")
+        .collect();
+    assert_eq!(
+        waiting.len(),
+        1,
+        "a message sent while limited says when it goes: {items:?}"
+    );
+    assert!(
+        items
+            .iter()
+            .any(|(_, k, p)| k == "tool_use" && p.to_string().contains("echo worked")),
+        "{items:?}"
+    );
+    let queued = watching(&bot).await;
+    let changes = queued.receive_queued_messages_changed().await;
+    let now = queued.queued_messages().await.unwrap();
+    wait_property(changes, now, &1, "QueuedMessages").await;
+    // The daemon knows nothing more to send: the stand-in saw the message and the tool's result,
+    // and the cut turn was not sent again (nor the next one, while limited).
+    stop_and_wait(&bot).await;
+    let asked = asked.lock().unwrap().clone();
+    let texts: Vec<_> = asked.iter().map(|a| (a.1.clone(), a.2)).collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(!texts.iter().any(|t| t.0.contains("and then")), "{texts:?}");
+    let _ = next;
+}

@@ -98,12 +98,27 @@ pub struct Config {
     /// Seconds waited for a usage limit whose reset is not known or already past, doubled each
     /// time it is hit again before a turn is answered, up to an hour (default 300; at least 1).
     pub limit_retry_s: f64,
+    /// The budget of bots created without their own `budget_usd`, in US dollars (none: no
+    /// budget). When a bot's cost reaches it after a turn, the bot holds (`limited`, kind
+    /// `budget`) until the budget is raised or it is restarted.
+    pub budget_usd: Option<f64>,
 }
+
+/// The largest budget accepted, in US dollars (config `budget_usd`, `CreateBot`'s `budget_usd`,
+/// `SetBudget`).
+pub const MAX_BUDGET_USD: f64 = 1e9;
 
 /// The shortest `usage_interval_s` accepted (other than 0), in seconds.
 pub const MIN_USAGE_INTERVAL_S: f64 = 0.1;
 
 impl Config {
+    /// `budget_usd` in nano-dollars (none, or 0: no budget).
+    pub fn budget_nanos(&self) -> Option<u64> {
+        self.budget_usd
+            .map(crate::supervisor::core::spend::nanos)
+            .filter(|n| *n > 0)
+    }
+
     /// The waits around a usage limit's reset (`limit_margin_s`, `limit_retry_s`).
     pub fn limit_times(&self) -> crate::supervisor::core::limits::LimitTimes {
         crate::supervisor::core::limits::LimitTimes {
@@ -137,6 +152,7 @@ impl Default for Config {
             memory_max: None,
             limit_margin_s: 5.0,
             limit_retry_s: 300.0,
+            budget_usd: None,
         }
     }
 }
@@ -231,6 +247,13 @@ impl Config {
         seconds("usage_interval_s", self.usage_interval_s, 3600.0)?;
         seconds("limit_margin_s", self.limit_margin_s, 3600.0)?;
         seconds("limit_retry_s", self.limit_retry_s, 3600.0)?;
+        if let Some(b) = self.budget_usd
+            && !(b.is_finite() && b > 0.0 && b <= MAX_BUDGET_USD)
+        {
+            return Err(format!(
+                "key `budget_usd` must be more than 0 and at most {MAX_BUDGET_USD} (US dollars), got {b}"
+            ));
+        }
         if self.limit_retry_s < 1.0 {
             return Err(format!(
                 "key `limit_retry_s` must be at least 1 second, got {}",

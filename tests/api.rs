@@ -126,6 +126,24 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
             "at most",
         ),
         (
+            "a negative budget",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("budget_usd", Variant::from(-1.0)),
+            ]),
+            "InvalidArgument",
+            "budget_usd",
+        ),
+        (
+            "a budget that is not a number",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("budget_usd", Variant::from("5")),
+            ]),
+            "InvalidArgument",
+            "budget_usd",
+        ),
+        (
             "a name that could be a bot id",
             HashMap::from([
                 ("cwd", Variant::from(work.as_str())),
@@ -389,6 +407,17 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
         );
         assert!(error_text(&err).contains(says), "{err}");
     }
+    // A budget that cannot be one: named error, the budget in force unchanged.
+    for budget in [-0.01, f64::NAN, f64::INFINITY, 2e9] {
+        let err = bot.set_budget(budget).await.unwrap_err();
+        assert_eq!(
+            error_name(&err),
+            "org.botvisor.Botvisor1.Error.InvalidArgument",
+            "{budget}"
+        );
+        assert!(error_text(&err).contains("budget_usd"), "{err}");
+    }
+    assert_eq!(bot.budget_usd().await.unwrap(), 0.0);
     assert!(bot.get_chat(0, 0).await.unwrap().is_empty());
     assert_eq!(bot.queued_messages().await.unwrap(), 0);
     let again = manager

@@ -1280,3 +1280,69 @@ async fn a_plan_limit_is_a_rate_limit_event_and_an_error_result() {
     cli.close_stdin();
     cli.wait("exit after stdin closed").await;
 }
+
+/// The cost and token counts of each `result` across two turns of one process and a third after
+/// a resume: `total_cost_usd` is the conversation's so far (the bot's cost is the sum of the
+/// differences), `usage` the turn's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_results_cost_counts_the_conversation_and_its_usage_the_turn() {
+    let Some(_) = claude_bin() else { return };
+    let changed = |fact: &str| format!("fact changed in {}: {fact}", claude_version());
+    let env = TestEnv::new().await;
+    let api = StandInApi::start(support::stand_in_api::echo_script()).await;
+    let place = Place::new(&env, &api, "cost", &env.work);
+    let id = new_id();
+    let figures = |cli: &Cli| -> Vec<(f64, u64, u64)> {
+        cli.seen
+            .iter()
+            .map(Line::json)
+            .filter(|v| v["type"] == "result")
+            .map(|r| {
+                (
+                    r["total_cost_usd"].as_f64().unwrap_or(-1.0),
+                    r["usage"]["input_tokens"].as_u64().unwrap_or(0),
+                    r["usage"]["output_tokens"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    };
+    let mut cli = Cli::spawn(&place, SessionStart::New(id.clone())).await;
+    cli.send("one").await;
+    cli.until("the first result", is_result).await;
+    cli.mark();
+    cli.send("two").await;
+    cli.until("the second result", is_result).await;
+    let first = figures(&cli);
+    cli.close_stdin();
+    cli.wait("exit after stdin closed").await;
+    let mut resumed = Cli::spawn(&place, SessionStart::Resume(id.clone())).await;
+    resumed.send("three").await;
+    resumed.until("the third result", is_result).await;
+    let after = figures(&resumed);
+    println!("cost: results of one process {first:?}, after a resume {after:?}");
+    println!(
+        "cost: the stand-in's requests {:?}",
+        api.requests()
+            .iter()
+            .map(|r| (r.has_tools, r.last_user_text.clone()))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        first.iter().map(|f| (f.1, f.2)).collect::<Vec<_>>(),
+        [(12, 7), (12, 7)],
+        "{}",
+        changed("a result's usage is its own turn's tokens (one request each here)")
+    );
+    let per_turn = first[0].0;
+    let near = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    assert!(
+        per_turn > 0.0 && near(first[1].0, 2.0 * per_turn) && near(after[0].0, 3.0 * per_turn),
+        "{}: {first:?} {after:?}",
+        changed(
+            "a result's total_cost_usd is the conversation's so far, in one process and after a \
+             resume"
+        )
+    );
+    resumed.close_stdin();
+    resumed.wait("exit after stdin closed").await;
+}

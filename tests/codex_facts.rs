@@ -243,6 +243,13 @@ impl Setup {
         })
     }
 
+    /// A Codex app-server that took the handshake with the experimental API.
+    async fn opened(&self) -> AppServer {
+        let mut codex = self.spawn();
+        codex.handshake(true).await;
+        codex
+    }
+
     fn spawn(&self) -> AppServer {
         AppServer::spawn(
             &self.bin,
@@ -343,8 +350,7 @@ async fn handshake_thread_id_and_the_rollout_written_at_the_first_turn() {
     assert!(status.success(), "stdin EOF: {status:?}");
 
     // A new process resumes the thread: the model sees the first exchange.
-    let mut codex = s.spawn();
-    codex.handshake(true).await;
+    let mut codex = s.opened().await;
     let id = codex
         .request("thread/resume", json!({"threadId": thread, "cwd": cwd}))
         .await;
@@ -373,8 +379,7 @@ async fn resuming_a_missing_or_malformed_thread_is_refused_by_name() {
     let Some(s) = Setup::start(echo_script()).await else {
         return;
     };
-    let mut codex = s.spawn();
-    codex.handshake(true).await;
+    let mut codex = s.opened().await;
     let missing = "01a22d23-0000-7d13-9541-bb2ae3b0eabf";
     let id = codex
         .request("thread/resume", json!({"threadId": missing}))
@@ -419,8 +424,7 @@ async fn an_interrupt_ends_the_turn_as_interrupted() {
     let Some(s) = Setup::start(script).await else {
         return;
     };
-    let mut codex = s.spawn();
-    codex.handshake(true).await;
+    let mut codex = s.opened().await;
     let thread = codex
         .start_thread(json!({"cwd": s.env.work.to_str().unwrap()}))
         .await;
@@ -454,8 +458,7 @@ async fn an_escalated_command_asks_for_approval_and_a_decline_is_told_to_the_mod
         return;
     };
     let marker_file = s.env.work.join("ran");
-    let mut codex = s.spawn();
-    codex.handshake(true).await;
+    let mut codex = s.opened().await;
     let thread = codex
         .start_thread(json!({"cwd": s.env.work.to_str().unwrap(),
                              "approvalPolicy": "on-request", "sandbox": "workspace-write"}))
@@ -547,8 +550,7 @@ async fn settings_change_between_turns_only_with_the_experimental_api() {
     );
     codex.close().await;
 
-    let mut codex = s.spawn();
-    codex.handshake(true).await;
+    let mut codex = s.opened().await;
     let thread = codex.start_thread(json!({"cwd": cwd})).await;
     codex.start_turn(&thread, "one").await;
     codex.turn_completed().await;
@@ -587,8 +589,7 @@ async fn an_http_error_is_an_error_notification_and_a_failed_turn() {
     let Some(s) = Setup::start(script).await else {
         return;
     };
-    let mut codex = s.spawn();
-    codex.handshake(true).await;
+    let mut codex = s.opened().await;
     let thread = codex
         .start_thread(json!({"cwd": s.env.work.to_str().unwrap()}))
         .await;
@@ -669,8 +670,7 @@ async fn a_usage_limit_is_an_error_that_names_its_reset() {
     let Some(s) = Setup::start(script).await else {
         return;
     };
-    let mut codex = s.spawn();
-    codex.handshake(true).await;
+    let mut codex = s.opened().await;
     let thread = codex
         .start_thread(json!({"cwd": s.env.work.to_str().unwrap()}))
         .await;
@@ -713,5 +713,45 @@ async fn a_usage_limit_is_an_error_that_names_its_reset() {
         changed(&s.bin, "the turn over the limit fails with the same error")
     );
     assert_eq!(s.api.requests().len(), 1, "a usage limit is not retried");
+    codex.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Codex tells tokens, never a cost.
+async fn a_turns_token_usage_is_told_last_and_in_total() {
+    let Some(s) = Setup::start(echo_script()).await else {
+        return;
+    };
+    let mut codex = s.opened().await;
+    let thread = codex
+        .start_thread(json!({"cwd": s.env.work.to_str().unwrap()}))
+        .await;
+    codex.start_turn(&thread, "one").await;
+    codex.turn_completed().await;
+    codex.start_turn(&thread, "two").await;
+    codex.turn_completed().await;
+    let usage: Vec<&Value> = codex
+        .seen
+        .iter()
+        .filter(|v| v["method"] == "thread/tokenUsage/updated")
+        .collect();
+    println!("token usage: {usage:?}");
+    let n = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+    let lasts: u64 = usage
+        .iter()
+        .map(|u| n(u, "/params/tokenUsage/last/outputTokens"))
+        .sum();
+    assert!(
+        usage.len() == 2
+            && usage.iter().all(|u| u["params"]["turnId"].is_string())
+            && n(usage[1], "/params/tokenUsage/total/outputTokens") == lasts
+            && lasts > 0,
+        "{}",
+        changed(
+            &s.bin,
+            "thread/tokenUsage/updated tells each model request's tokens as tokenUsage.last \
+             (with its turnId) and the thread's as tokenUsage.total"
+        )
+    );
     codex.close().await;
 }

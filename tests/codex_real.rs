@@ -846,6 +846,13 @@ async fn a_usage_limit_holds_the_queue_until_its_reset() {
             && said.iter().any(|t| t.contains("You said: second")),
         "{said:?}"
     );
+    // Codex tells tokens (each answered request: 12 in, 7 out on the stand-in), never a cost.
+    let spent = watching(&bot).await;
+    let changes = spent.receive_output_tokens_changed().await;
+    let now = spent.output_tokens().await.unwrap();
+    wait_property(changes, now, &14, "OutputTokens").await;
+    assert_eq!(spent.input_tokens().await.unwrap(), 24);
+    assert_eq!(spent.cost_usd().await.unwrap(), 0.0);
     // Codex's own words about the limit are kept (an `error` item, usageLimitExceeded), but no
     // turn failed.
     assert!(

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use futures_util::StreamExt;
 use serde_json::json;
 
 use support::stand_in_api::{ApiRequest, Reply, Script, plan_allowed_echo, plan_limit_refusal};
@@ -200,17 +201,24 @@ async fn a_turn_the_limit_cuts_after_its_tool_calls_ends_limited_and_is_not_sent
     let outcomes = wait_turns(&mut finished, std::slice::from_ref(&cut)).await;
     assert_eq!(outcomes[0].1, "limited", "{:?}", chat(&bot).await);
     wait_state(&bot, "limited").await;
+    let mut added = bot.receive_chat_item_added().await.unwrap();
     let next = bot.send("and then", HashMap::new()).await.unwrap();
+    // A message sent while limited says when it goes (the actor adds it after Send returned).
+    let waiting = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let a = added.next().await.expect("signal stream");
+            let a = a.args().unwrap();
+            let p: serde_json::Value = serde_json::from_str(&a.payload).unwrap();
+            if a.kind == "system" {
+                return p;
+            }
+        }
+    })
+    .await
+    .expect("a system item");
+    assert_eq!(waiting["reason"], "limit_waiting", "{waiting}");
+    assert_eq!(waiting["turn_id"], next.as_str());
     let items = chat(&bot).await;
-    let waiting: Vec<_> = of_kind(&items, "system")
-        .into_iter()
-        .filter(|p| p["reason"] == "limit_waiting")
-        .collect();
-    assert_eq!(
-        waiting.len(),
-        1,
-        "a message sent while limited says when it goes: {items:?}"
-    );
     assert!(
         items
             .iter()
@@ -229,4 +237,90 @@ async fn a_turn_the_limit_cuts_after_its_tool_calls_ends_limited_and_is_not_sent
     assert_eq!(texts.len(), 2, "{texts:?}");
     assert!(!texts.iter().any(|t| t.0.contains("and then")), "{texts:?}");
     let _ = next;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bot_counts_its_cost_once_and_its_budget_stops_new_turns() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let mut setup = RealSetup::start(&env, claude, support::stand_in_api::echo_script()).await;
+    let work = env.work.to_str().unwrap().to_owned();
+    let mut options = create_options(&work, &setup.bot_env);
+    options.insert("budget_usd", zbus::zvariant::Variant::from(100.0));
+    let path = env.manager().await.create_bot(options).await.unwrap();
+    let bot = env.bot(&path).await;
+    assert_eq!(bot.budget_usd().await.unwrap(), 100.0);
+    let near = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    // What one echo turn costs, as the CLI computes it (12 input and 7 output tokens of its
+    // default model; $0.000188 on 2.1.328).
+    let turn_usd = {
+        let spent = watching(&bot).await;
+        let changes = spent.receive_output_tokens_changed().await;
+        let now = spent.output_tokens().await.unwrap();
+        wait_property(changes, now, &7, "OutputTokens").await;
+        spent.cost_usd().await.unwrap()
+    };
+    assert!(turn_usd > 0.0);
+    // Three turns reach it: a warning after the second (95 %), the hold after the third.
+    bot.set_budget(turn_usd * 2.1).await.unwrap();
+    // A daemon restart: the resumed conversation's total is not counted again.
+    assert!(setup.daemon.terminate().await.success());
+    setup.daemon = Daemon::start(&setup.cfg, &env.conn).await;
+    let bot = env.bot(&path).await;
+    assert!(near(bot.cost_usd().await.unwrap(), turn_usd));
+    let mut added = bot.receive_chat_item_added().await.unwrap();
+    assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
+    // The warning follows the turn's end.
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let a = added.next().await.expect("signal stream");
+            let a = a.args().unwrap();
+            if a.kind == "system" && a.payload.contains("budget_warning") {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("a budget_warning item after the second turn");
+    assert_eq!(send_and_wait(&bot, "three").await.outcome, "success");
+    wait_state(&bot, "limited").await;
+    assert_eq!(bot.limit_kind().await.unwrap(), "budget");
+    assert!(near(bot.cost_usd().await.unwrap(), 3.0 * turn_usd));
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let four = bot.send("four", HashMap::new()).await.unwrap();
+    let queued = watching(&bot).await;
+    let changes = queued.receive_queued_messages_changed().await;
+    let now = queued.queued_messages().await.unwrap();
+    wait_property(changes, now, &1, "QueuedMessages").await;
+    assert_eq!(
+        setup.asked(),
+        ["one", "two", "three"],
+        "no turn past the budget"
+    );
+    // Raising the budget lets the waiting message go.
+    bot.set_budget(1.0).await.unwrap();
+    let outcomes = wait_turns(&mut finished, std::slice::from_ref(&four)).await;
+    assert_eq!(outcomes[0].1, "success");
+    wait_state(&bot, "idle").await;
+    assert!(
+        near(bot.cost_usd().await.unwrap(), 4.0 * turn_usd),
+        "{}",
+        bot.cost_usd().await.unwrap()
+    );
+    assert_eq!(bot.input_tokens().await.unwrap(), 4 * 12);
+    assert_eq!(bot.output_tokens().await.unwrap(), 4 * 7);
+    assert!(near(bot.budget_usd().await.unwrap(), 1.0));
+    let items = chat(&bot).await;
+    let costs: Vec<f64> = of_kind(&items, "turn_finished")
+        .iter()
+        .map(|p| p["cost_usd"].as_f64().unwrap_or(-1.0))
+        .collect();
+    assert_eq!(costs.len(), 4, "{items:?}");
+    let warnings = of_kind(&items, "system")
+        .into_iter()
+        .filter(|p| p["reason"] == "budget_warning")
+        .count();
+    assert_eq!(warnings, 1, "one warning: {items:?}");
+    assert!(costs.iter().all(|c| near(*c, turn_usd)), "{costs:?}");
 }

@@ -121,6 +121,14 @@ impl BotObject {
         Ok(self.handle.set_permission_mode(mode)?)
     }
 
+    /// Sets the bot's own budget in US dollars (`BudgetUSD`), 0 for no budget whatever config
+    /// `budget_usd` says. A bot held by its budget (`LimitKind` `budget`) goes on at once when
+    /// its cost (`CostUSD`) is under the new one. Errors: InvalidArgument (negative, not finite,
+    /// over 1e9), StorageUnavailable; either changes nothing.
+    async fn set_budget(&self, budget_usd: f64) -> Result<()> {
+        Ok(self.handle.set_budget(budget_usd)?)
+    }
+
     /// Asks for a model, as `SetPermissionMode` asks for a mode (`Model` changes once it is in
     /// force: from the agent's next request). Empty means the CLI's default (Claude Code: from
     /// the next start). Errors: InvalidArgument, StorageUnavailable.
@@ -499,6 +507,36 @@ impl BotObject {
     #[zbus(property)]
     fn limit_resets_at(&self) -> u64 {
         self.view().record.limit.map_or(0, |(_, at)| at)
+    }
+
+    /// What the bot cost since its creation, in US dollars: the sum of its turns' costs as the
+    /// CLI computed them (Claude Code's `total_cost_usd`, less what the conversation had cost
+    /// before); always 0 for Codex, which tells no cost.
+    #[zbus(property, name = "CostUSD")]
+    fn cost_usd(&self) -> f64 {
+        crate::supervisor::core::spend::usd(self.view().record.spend.cost_nanos)
+    }
+
+    /// Tokens the model read for the bot since its creation (input, cache writes and cache
+    /// reads), as the CLI told them.
+    #[zbus(property)]
+    fn input_tokens(&self) -> u64 {
+        self.view().record.spend.input_tokens
+    }
+
+    /// Tokens the model wrote for the bot since its creation, as the CLI told them.
+    #[zbus(property)]
+    fn output_tokens(&self) -> u64 {
+        self.view().record.spend.output_tokens
+    }
+
+    /// The budget in force, in US dollars: the bot's own (`CreateBot` option `budget_usd`,
+    /// `SetBudget`), else config `budget_usd`; 0 for none. When `CostUSD` reaches it after a
+    /// turn, the bot is `limited` with `LimitKind` `budget` until the budget is raised or
+    /// `Restart`; at 80 % a `system` item (`reason` `budget_warning`) says so.
+    #[zbus(property, name = "BudgetUSD")]
+    fn budget_usd(&self) -> f64 {
+        crate::supervisor::core::spend::usd(self.view().budget().unwrap_or(0))
     }
 }
 

@@ -66,6 +66,8 @@ pub trait Bot {
     fn set_permission_mode(&self, mode: &str) -> zbus::Result<()>;
     /// Set the model.
     fn set_model(&self, model: &str) -> zbus::Result<()>;
+    /// Set the bot's budget, US dollars (0: none).
+    fn set_budget(&self, budget_usd: f64) -> zbus::Result<()>;
     /// Restart (`fresh`: b).
     fn restart(&self, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
     /// Answer a permission request.
@@ -188,4 +190,16 @@ pub trait Bot {
     /// When that limit resets, Unix seconds (0: none or not known).
     #[zbus(property)]
     fn limit_resets_at(&self) -> zbus::Result<u64>;
+    /// What the bot cost since its creation, US dollars.
+    #[zbus(property, name = "CostUSD")]
+    fn cost_usd(&self) -> zbus::Result<f64>;
+    /// Tokens the model read for the bot.
+    #[zbus(property)]
+    fn input_tokens(&self) -> zbus::Result<u64>;
+    /// Tokens the model wrote for the bot.
+    #[zbus(property)]
+    fn output_tokens(&self) -> zbus::Result<u64>;
+    /// The budget in force, US dollars (0: none).
+    #[zbus(property, name = "BudgetUSD")]
+    fn budget_usd(&self) -> zbus::Result<f64>;
 }

@@ -51,7 +51,8 @@ impl Manager {
     /// an existing directory), `name` (s), `runtime` (s, default `claude`), `model` (s),
     /// `permission_mode` (s), `env` (a{ss}, added to the CLI's environment), `idle_timeout_s`
     /// (u, seconds, 0 = never), `memory_max` (t, bytes, at least 1 MiB; `2^64-1` = none; where
-    /// the memory controller is delegated). Errors: InvalidArgument, RuntimeUnavailable,
+    /// the memory controller is delegated), `budget_usd` (d, US dollars; 0 = no budget; default
+    /// config `budget_usd`). Errors: InvalidArgument, RuntimeUnavailable,
     /// NotSupported (`memory_max` without a delegated memory controller), AccessDenied.
     #[zbus(out_args("bot"))]
     async fn create_bot(
@@ -69,6 +70,11 @@ impl Manager {
         let env = r.string_map("env")?.unwrap_or_default();
         let idle_timeout_s = r.seconds("idle_timeout_s")?;
         let memory_max = r.bytes("memory_max")?;
+        let budget = r
+            .number("budget_usd")?
+            .map(crate::supervisor::budget_nanos)
+            .transpose()
+            .map_err(|e| Error::InvalidArgument(format!("CreateBot: option {e}")))?;
         r.finish()?;
         let cwd = cwd.ok_or_else(|| {
             Error::InvalidArgument(
@@ -93,6 +99,7 @@ impl Manager {
             env,
             idle_timeout_s,
             memory_max,
+            budget,
         })?;
         let path = bot_path(&handle.id);
         server

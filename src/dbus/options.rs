@@ -57,6 +57,22 @@ impl<'a> OptionReader<'a> {
         }
     }
 
+    /// An amount (`d`); any integer type is taken too (`busctl` users type `d 5` or `u 5`).
+    pub fn number(&mut self, key: &'static str) -> Result<Option<f64>, Error> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Variant::F64(d)) => Ok(Some(*d)),
+            Some(Variant::U8(n)) => Ok(Some(f64::from(*n))),
+            Some(Variant::U16(n)) => Ok(Some(f64::from(*n))),
+            Some(Variant::U32(n)) => Ok(Some(f64::from(*n))),
+            Some(Variant::U64(n)) => Ok(Some(*n as f64)),
+            Some(Variant::I16(n)) => Ok(Some(f64::from(*n))),
+            Some(Variant::I32(n)) => Ok(Some(f64::from(*n))),
+            Some(Variant::I64(n)) => Ok(Some(*n as f64)),
+            Some(v) => Err(type_error(self.method, key, "d", v)),
+        }
+    }
+
     /// A count of seconds: any unsigned integer type, or a signed one that is not negative.
     pub fn seconds(&mut self, key: &'static str) -> Result<Option<u64>, Error> {
         self.unsigned(key, "u")

@@ -169,6 +169,7 @@ async fn publish(emitter: &SignalEmitter<'_>, p: &Publication) -> zbus::Result<(
                     PropertyValue::U32(n) => Variant::from(*n),
                     PropertyValue::U64(n) => Variant::from(*n),
                     PropertyValue::Triples(v) => Variant::from(v.clone()),
+                    PropertyValue::F64(v) => Variant::from(*v),
                 };
                 map.insert(property_name(*name), v);
             }
@@ -204,5 +205,9 @@ pub fn property_name(property: Property) -> &'static str {
         Property::TasksCurrent => "TasksCurrent",
         Property::LimitKind => "LimitKind",
         Property::LimitResetsAt => "LimitResetsAt",
+        Property::CostUsd => "CostUSD",
+        Property::InputTokens => "InputTokens",
+        Property::OutputTokens => "OutputTokens",
+        Property::BudgetUsd => "BudgetUSD",
     }
 }

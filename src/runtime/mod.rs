@@ -199,6 +199,15 @@ pub enum RuntimeEvent {
     /// Where the plan's usage limit stands (Claude Code's `rate_limit_event`; Codex's
     /// `account/rateLimits/updated`, and its `usageLimitExceeded` error as reached).
     Limit(LimitReport),
+    /// A model request's tokens, told during the turn (Codex 0.171.0's
+    /// `thread/tokenUsage/updated` `tokenUsage.last`: `inputTokens`, `outputTokens`); Claude Code
+    /// tells them in its `result`.
+    Tokens {
+        /// Tokens read.
+        input: u64,
+        /// Tokens written.
+        output: u64,
+    },
     /// Assistant text as it streams (a piece of the message being written).
     TextDelta(String),
     /// A new assistant message begins streaming: the text so far starts again.

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use crate::supervisor::core::spend::Spend;
+
 /// A bot as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BotRecord {
@@ -42,6 +44,13 @@ pub struct BotRecord {
     /// A plan's usage limit the bot waits for: its kind (`five_hour`, …) and reset (Unix
     /// seconds, 0 when not known); `None` when none holds.
     pub limit: Option<(String, u64)>,
+    /// What the bot cost since its creation (nano-dollars, tokens).
+    pub spend: Spend,
+    /// The last conversation total the CLI told: its session and nano-dollars.
+    pub conversation_cost: Option<(String, u64)>,
+    /// The bot's budget in nano-dollars; `Some(0)` is no budget, `None` takes the daemon's
+    /// `budget_usd`, if any.
+    pub budget: Option<u64>,
 }
 
 impl BotRecord {
@@ -64,6 +73,9 @@ impl BotRecord {
             stop_verdict: String::new(),
             parked: false,
             limit: None,
+            spend: Spend::default(),
+            conversation_cost: None,
+            budget: None,
         }
     }
 }
@@ -90,6 +102,22 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
             r.get("limit_kind")?,
             r.get::<_, i64>("limit_resets_at")?.max(0) as u64,
         )),
+        spend: Spend {
+            cost_nanos: r.get::<_, i64>("cost_nanos")?.max(0) as u64,
+            input_tokens: r.get::<_, i64>("input_tokens")?.max(0) as u64,
+            output_tokens: r.get::<_, i64>("output_tokens")?.max(0) as u64,
+        },
+        conversation_cost: {
+            let s: String = r.get("cost_session")?;
+            (!s.is_empty())
+                .then(|| -> rusqlite::Result<(String, u64)> {
+                    Ok((s, r.get::<_, i64>("cost_session_nanos")?.max(0) as u64))
+                })
+                .transpose()?
+        },
+        budget: r
+            .get::<_, Option<i64>>("budget_nanos")?
+            .map(|v| v.max(0) as u64),
     })
 }
 
@@ -97,8 +125,8 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
 pub fn insert(conn: &Connection, b: &BotRecord) -> rusqlite::Result<()> {
     conn.execute(
         "INSERT INTO bots (id, name, cwd, runtime, model, permission_mode, env, idle_timeout_s,
-                           session_id, last_error, created_at, memory_max)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                           session_id, last_error, created_at, memory_max, budget_nanos)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         params![
             b.id,
             b.name,
@@ -112,6 +140,7 @@ pub fn insert(conn: &Connection, b: &BotRecord) -> rusqlite::Result<()> {
             b.last_error,
             b.created_at,
             b.memory_max.map(|v| v as i64),
+            b.budget.map(|v| v.min(i64::MAX as u64) as i64),
         ],
     )?;
     Ok(())
@@ -202,6 +231,43 @@ pub fn set_limit(conn: &Connection, id: &str, limit: Option<(&str, u64)>) -> rus
         "UPDATE bots SET limited = ?2, limit_kind = ?3, limit_resets_at = ?4 WHERE id = ?1",
     )?
     .execute(params![id, limited, kind, resets_at])?;
+    Ok(())
+}
+
+/// Adds a turn's `spend` to the bot's and, when the CLI told one, records its conversation's
+/// total (session, nano-dollars).
+pub fn add_spend(
+    conn: &Connection,
+    id: &str,
+    spend: &Spend,
+    conversation: Option<(&str, u64)>,
+) -> rusqlite::Result<()> {
+    let i = |v: u64| v.min(i64::MAX as u64) as i64;
+    conn.prepare_cached(
+        "UPDATE bots SET cost_nanos = MIN(cost_nanos + ?2, 9223372036854775807),
+                         input_tokens = MIN(input_tokens + ?3, 9223372036854775807),
+                         output_tokens = MIN(output_tokens + ?4, 9223372036854775807)
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        id,
+        i(spend.cost_nanos),
+        i(spend.input_tokens),
+        i(spend.output_tokens)
+    ])?;
+    if let Some((session, total)) = conversation {
+        conn.prepare_cached(
+            "UPDATE bots SET cost_session = ?2, cost_session_nanos = ?3 WHERE id = ?1",
+        )?
+        .execute(params![id, session, i(total)])?;
+    }
+    Ok(())
+}
+
+/// Stores the bot's budget in nano-dollars (`None`: the daemon's).
+pub fn set_budget(conn: &Connection, id: &str, budget: Option<u64>) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE bots SET budget_nanos = ?2 WHERE id = ?1")?
+        .execute(params![id, budget.map(|v| v.min(i64::MAX as u64) as i64)])?;
     Ok(())
 }
 

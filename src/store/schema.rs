@@ -119,6 +119,17 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE bots ADD COLUMN limit_kind TEXT NOT NULL DEFAULT '';
     ALTER TABLE bots ADD COLUMN limit_resets_at INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 9: what a bot costs (issue 24): nano-dollars and tokens summed since its creation, the
+    // last conversation total the CLI told (so a restart does not count it again), and the
+    // bot's budget in nano-dollars (NULL: the daemon's `budget_usd`, if any).
+    r#"
+    ALTER TABLE bots ADD COLUMN cost_nanos INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE bots ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE bots ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE bots ADD COLUMN cost_session TEXT NOT NULL DEFAULT '';
+    ALTER TABLE bots ADD COLUMN cost_session_nanos INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE bots ADD COLUMN budget_nanos INTEGER;
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version
@@ -219,6 +230,45 @@ mod tests {
         );
         bots::set_limit(&conn, "b", None).unwrap();
         assert_eq!(bots::load(&conn, "b").unwrap().unwrap().limit, None);
+    }
+
+    #[test]
+    fn version_9_sums_what_a_bot_costs_and_keeps_its_budget() {
+        use crate::store::{BotRecord, bots};
+        use crate::supervisor::core::spend::Spend;
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..8] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 8).unwrap();
+        conn.execute_batch(
+            "INSERT INTO bots (id, name, cwd, runtime, created_at) VALUES ('a', 'a', '/', 'claude', 'x');",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let a = bots::load(&conn, "a").unwrap().unwrap();
+        assert_eq!(
+            (a.spend, a.conversation_cost, a.budget),
+            (Spend::default(), None, None)
+        );
+        let b = BotRecord {
+            budget: Some(5_000_000_000),
+            ..BotRecord::new("b", "b", "/", "claude")
+        };
+        bots::insert(&conn, &b).unwrap();
+        let turn = Spend {
+            cost_nanos: 188_000,
+            input_tokens: 12,
+            output_tokens: 7,
+        };
+        bots::add_spend(&conn, "b", &turn, Some(("s", 188_000))).unwrap();
+        bots::add_spend(&conn, "b", &turn, None).unwrap();
+        let b = bots::load(&conn, "b").unwrap().unwrap();
+        assert_eq!(b.spend, turn.plus(turn));
+        assert_eq!(b.conversation_cost, Some(("s".to_owned(), 188_000)));
+        assert_eq!(b.budget, Some(5_000_000_000));
+        bots::set_budget(&conn, "b", Some(0)).unwrap();
+        assert_eq!(bots::load(&conn, "b").unwrap().unwrap().budget, Some(0));
     }
 
     /// A database as version 3 left it: each message twice (the turn's text and its user item),

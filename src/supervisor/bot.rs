@@ -188,6 +188,7 @@ pub fn spawn_actor(
         partial_text: String::new(),
         storage_error: None,
         stop_proof: String::new(),
+        budget_default: config.budget_nanos(),
         usage: Default::default(),
     }));
     let shared = Arc::new(Shared {
@@ -289,6 +290,8 @@ impl Actor {
             tracing::error!(bot_id = %self.id, error = %e, "cannot recover the bot's turns");
         }
         self.resume_limit();
+        // What the conversation had cost when last told: not counted again (core::spend).
+        self.core.turns.meter.conversation = self.record().conversation_cost;
         self.pump().await;
         loop {
             tokio::select! {

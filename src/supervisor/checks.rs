@@ -77,6 +77,19 @@ pub fn canonical_cwd(cwd: &str) -> Result<String, BotError> {
         .map_err(|_| BotError::InvalidArgument(format!("option `cwd`: `{cwd}` is not valid UTF-8")))
 }
 
+/// A budget a client gave, in US dollars, as nano-dollars (0: no budget). Errors:
+/// InvalidArgument for a negative or not finite amount, or one over
+/// [`crate::config::MAX_BUDGET_USD`].
+pub fn budget_nanos(budget_usd: f64) -> Result<u64, BotError> {
+    if !budget_usd.is_finite() || !(0.0..=crate::config::MAX_BUDGET_USD).contains(&budget_usd) {
+        return Err(BotError::InvalidArgument(format!(
+            "budget_usd must be from 0 (no budget) to {} US dollars, got {budget_usd}",
+            crate::config::MAX_BUDGET_USD
+        )));
+    }
+    Ok(crate::supervisor::core::spend::nanos(budget_usd))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -193,6 +193,16 @@ impl BotHandle {
         self.command(Command::ApplyLive(ControlRequest::SetModel(model)))
     }
 
+    /// Sets the bot's own budget in US dollars (0: no budget, whatever the daemon's). Errors:
+    /// InvalidArgument (negative, not finite, over [`crate::config::MAX_BUDGET_USD`]),
+    /// StorageUnavailable; either changes nothing.
+    pub fn set_budget(&self, budget_usd: f64) -> Result<(), BotError> {
+        self.check_alive()?;
+        let budget = super::checks::budget_nanos(budget_usd)?;
+        self.check_writable()?;
+        self.command(Command::SetBudget(Some(budget)))
+    }
+
     /// StorageUnavailable while the database is known not to take writes: a setting the actor
     /// records later would otherwise be refused out of the caller's sight.
     fn check_writable(&self) -> Result<(), BotError> {

@@ -23,7 +23,7 @@ use crate::runtime::{ControlRequest, PermissionAnswer, Runtime};
 use crate::store::{self, BotRecord, Store};
 
 pub use bot::State;
-pub use checks::{MAX_NAME_CHARS, canonical_cwd, check_model, check_permission_mode};
+pub use checks::{MAX_NAME_CHARS, budget_nanos, canonical_cwd, check_model, check_permission_mode};
 pub use core::prompts::{ANSWERED_KEPT, Prompt, PromptBook};
 pub(crate) use handle::Shared;
 pub use handle::{Answer, BotHandle};
@@ -131,6 +131,8 @@ pub enum PropertyValue {
     U32(u32),
     /// A D-Bus `t`.
     U64(u64),
+    /// A D-Bus `d`.
+    F64(f64),
     /// A D-Bus `a(sss)`.
     Triples(Vec<(String, String, String)>),
 }
@@ -160,6 +162,9 @@ pub enum Command {
     Respond(String, PermissionAnswer),
     /// End the running turn.
     Interrupt,
+    /// The bot's own budget, nano-dollars (`Some(0)`: none), validated: recorded, and a budget
+    /// hold lifted if the cost is now under it.
+    SetBudget(Option<u64>),
 }
 
 /// What `CreateBot` asks for, validated by the D-Bus layer.
@@ -182,6 +187,8 @@ pub struct NewBot {
     pub idle_timeout_s: Option<u64>,
     /// Memory limit in bytes ([`memory_max::NO_LIMIT`]: none); checked by [`memory_max::decide`].
     pub memory_max: Option<u64>,
+    /// Budget in nano-dollars (`Some(0)`: none; `None`: config `budget_usd`).
+    pub budget: Option<u64>,
 }
 
 /// The name a bot created without one gets, before a suffix (`-2`, `-3`, …) makes it unique: its
@@ -414,6 +421,7 @@ impl Supervisor {
             env: new.env,
             idle_timeout_s: new.idle_timeout_s,
             memory_max,
+            budget: new.budget,
             ..BotRecord::new(&id, &name, &cwd, &runtime_name)
         };
         self.store.tx_now(|tx| store::bots::insert(tx, &record))?;

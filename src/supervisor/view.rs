@@ -1,6 +1,7 @@
 //! What clients may read of a bot without asking its actor ([`BotView`]), and the one way it
 //! changes with its properties published in the order of the changes ([`update_view`]).
 
+use crate::supervisor::core::spend::usd;
 use std::sync::RwLock;
 
 use super::core::State;
@@ -46,6 +47,14 @@ pub enum Property {
     LimitKind,
     /// When the usage limit the bot waits for resets, Unix seconds (0: none, or not known).
     LimitResetsAt,
+    /// What the bot cost since its creation, US dollars.
+    CostUsd,
+    /// Tokens the model read for the bot since its creation.
+    InputTokens,
+    /// Tokens the model wrote for the bot since its creation.
+    OutputTokens,
+    /// The budget in force, US dollars (0: none).
+    BudgetUsd,
 }
 
 /// What clients may read of a bot without asking its actor.
@@ -73,11 +82,19 @@ pub struct BotView {
     /// How the last stop was proven (`cgroup`, `process-tree`, `best-effort`); empty before the
     /// first stop of this daemon run.
     pub stop_proof: String,
+    /// The daemon's budget (config `budget_usd`, nano-dollars), in force for a bot without its
+    /// own.
+    pub budget_default: Option<u64>,
     /// The agent's resource use, last sampled ([`process::usage::Usage::UNKNOWN`] when none).
     pub usage: process::usage::Usage,
 }
 
 impl BotView {
+    /// The budget in force, nano-dollars: the bot's own, else the daemon's; `None` for none.
+    pub fn budget(&self) -> Option<u64> {
+        crate::supervisor::core::spend::in_force(self.record.budget, self.budget_default)
+    }
+
     /// The value of a property, as it is published.
     pub fn value(&self, property: Property) -> PropertyValue {
         let s = |v: &str| PropertyValue::Str(v.to_owned());
@@ -104,6 +121,10 @@ impl BotView {
             Property::LimitResetsAt => {
                 PropertyValue::U64(self.record.limit.as_ref().map_or(0, |(_, at)| *at))
             }
+            Property::CostUsd => PropertyValue::F64(usd(self.record.spend.cost_nanos)),
+            Property::InputTokens => PropertyValue::U64(self.record.spend.input_tokens),
+            Property::OutputTokens => PropertyValue::U64(self.record.spend.output_tokens),
+            Property::BudgetUsd => PropertyValue::F64(usd(self.budget().unwrap_or(0))),
         }
     }
 }

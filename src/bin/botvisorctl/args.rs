@@ -141,8 +141,8 @@ pub enum Cmd {
         /// Bot id, id prefix, name or object path.
         bot: String,
     },
-    /// Change the permission mode and/or the model, live when the agent runs (waiting for its
-    /// answer: a setting it refuses fails and changes nothing).
+    /// Change the permission mode, the model and/or the budget, live when the agent runs
+    /// (waiting for its answer: a setting it refuses fails and changes nothing).
     Set {
         /// Bot id, id prefix, name or object path.
         bot: String,
@@ -154,6 +154,10 @@ pub enum Cmd {
         /// Model (empty: the CLI's default from the next start).
         #[arg(long)]
         model: Option<String>,
+        /// The bot's budget in US dollars (0: none): once its cost reaches it after a turn, no
+        /// new turn starts until the budget is raised or the bot restarted.
+        #[arg(long, value_name = "USD")]
+        budget: Option<f64>,
     },
     /// Restart a bot's agent (also after state `failed`).
     Restart {

@@ -66,6 +66,14 @@ pub struct BotInfo {
     pub tasks_current: u64,
     /// The memory limit in force, bytes (`u64::MAX`: none).
     pub memory_max: u64,
+    /// What the bot cost since its creation, US dollars (`CostUSD`).
+    pub cost_usd: f64,
+    /// Tokens the model read for it.
+    pub input_tokens: u64,
+    /// Tokens the model wrote for it.
+    pub output_tokens: u64,
+    /// The budget in force, US dollars (0: none).
+    pub budget_usd: f64,
     /// Open permission requests.
     pub pending: Vec<Pending>,
 }
@@ -82,6 +90,13 @@ fn number(props: &HashMap<String, OwnedValue>, key: &str) -> u32 {
     props
         .get(key)
         .and_then(|v| u32::try_from(v).ok())
+        .unwrap_or_default()
+}
+
+fn double(props: &HashMap<String, OwnedValue>, key: &str) -> f64 {
+    props
+        .get(key)
+        .and_then(|v| f64::try_from(v).ok())
         .unwrap_or_default()
 }
 
@@ -131,6 +146,16 @@ impl BotInfo {
             cpu_usage_nsec: number64(props, "CPUUsageNSec"),
             tasks_current: number64(props, "TasksCurrent"),
             memory_max: number64(props, "MemoryMax"),
+            cost_usd: double(props, "CostUSD"),
+            input_tokens: match number64(props, "InputTokens") {
+                u64::MAX => 0,
+                n => n,
+            },
+            output_tokens: match number64(props, "OutputTokens") {
+                u64::MAX => 0,
+                n => n,
+            },
+            budget_usd: double(props, "BudgetUSD"),
             pending,
         }
     }
@@ -151,6 +176,19 @@ impl BotInfo {
         }
     }
 
+    /// `$0.0123 (1234 tokens in, 567 out) of a $5.00 budget`.
+    pub fn cost_words(&self) -> String {
+        let budget = if self.budget_usd > 0.0 {
+            format!(" of a ${:.2} budget", self.budget_usd)
+        } else {
+            String::new()
+        };
+        format!(
+            "${:.4} ({} tokens in, {} out){budget}",
+            self.cost_usd, self.input_tokens, self.output_tokens
+        )
+    }
+
     /// The JSON object of `list` and `status`.
     pub fn to_json(&self) -> Value {
         json!({
@@ -161,6 +199,10 @@ impl BotInfo {
             "state": self.state,
             "limit_kind": self.limit_kind,
             "limit_resets_at": self.limit_resets_at,
+            "cost_usd": self.cost_usd,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "budget_usd": self.budget_usd,
             "cwd": self.cwd,
             "runtime": self.runtime,
             "model": self.model,

@@ -300,12 +300,18 @@ pub async fn set(
     spec: &str,
     mode: Option<String>,
     model: Option<String>,
+    budget: Option<f64>,
     json: bool,
 ) -> Result<u8, Failure> {
-    if mode.is_none() && model.is_none() {
-        return Err(Failure::usage("give --permission-mode and/or --model"));
+    if mode.is_none() && model.is_none() && budget.is_none() {
+        return Err(Failure::usage(
+            "give --permission-mode, --model and/or --budget",
+        ));
     }
     let bot = bots::resolve(conn, spec).await?;
+    if let Some(b) = budget {
+        bot.set_budget(b).await?;
+    }
     let running = bot.process_id().await.unwrap_or(0) != 0;
     // A running agent's answer comes as a chat item: subscribed before asking.
     let items = match running {
@@ -329,7 +335,7 @@ pub async fn set(
     if json {
         json_line!(
             json!({"id": bot.id().await.unwrap_or_default(), "permission_mode": mode,
-                   "model": model, "live": live})
+                   "model": model, "budget_usd": budget, "live": live})
         );
     } else {
         let when = if live {
@@ -358,7 +364,16 @@ pub async fn set(
                 }
             ));
         }
-        outln!("{}: {} ({when})", shell_word(spec), what.join(", "));
+        if !what.is_empty() {
+            outln!("{}: {} ({when})", shell_word(spec), what.join(", "));
+        }
+        if let Some(b) = budget {
+            if b == 0.0 {
+                outln!("{}: no budget", shell_word(spec));
+            } else {
+                outln!("{}: budget ${b:.2}", shell_word(spec));
+            }
+        }
     }
     Ok(OK)
 }

@@ -198,7 +198,8 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             bot,
             permission_mode,
             model,
-        } => commands::set(conn, &bot, permission_mode, model, json).await,
+            budget,
+        } => commands::set(conn, &bot, permission_mode, model, budget, json).await,
         Cmd::Restart { bot, fresh } => commands::restart(conn, &bot, fresh, json).await,
         Cmd::Top {
             interval,

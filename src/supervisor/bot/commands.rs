@@ -14,6 +14,24 @@ impl Actor {
     /// Returns false when the actor must end.
     pub(super) async fn on_command(&mut self, cmd: Command) -> bool {
         match cmd {
+            Command::SetBudget(own) => {
+                let v = self.view.read().unwrap_or_else(|p| p.into_inner()).clone();
+                let in_force = crate::supervisor::core::spend::in_force(own, v.budget_default);
+                let held = v
+                    .record
+                    .limit
+                    .as_ref()
+                    .is_some_and(|(k, _)| k == crate::supervisor::core::limits::BUDGET);
+                let effects = crate::supervisor::core::limits::budget_set(
+                    own,
+                    in_force,
+                    v.record.spend.cost_nanos,
+                    held,
+                    self.proc.is_some(),
+                );
+                self.apply(effects);
+                true
+            }
             Command::Queued(turn) => {
                 // A message sent before the actor ran `recover()` was loaded from the store
                 // already: never queue it twice (rule 8).

@@ -123,6 +123,16 @@ impl Actor {
                             &self.id,
                             limit.as_ref().map(|(k, at)| (k.as_str(), *at)),
                         )?,
+                        Write::Spend {
+                            spend,
+                            conversation,
+                        } => store::bots::add_spend(
+                            tx,
+                            &self.id,
+                            spend,
+                            conversation.as_ref().map(|(s, t)| (s.as_str(), *t)),
+                        )?,
+                        Write::Budget(budget) => store::bots::set_budget(tx, &self.id, *budget)?,
                     }
                 }
                 Ok((items, delivered_at))
@@ -183,6 +193,21 @@ impl Actor {
                                 v.stop_verdict = verdict;
                                 v.stop_proof = proof;
                             });
+                        }
+                        Publish::Spend(spend) => {
+                            let spend = *spend;
+                            self.update(
+                                vec![
+                                    Property::CostUsd,
+                                    Property::InputTokens,
+                                    Property::OutputTokens,
+                                ],
+                                |v| v.record.spend = v.record.spend.plus(spend),
+                            );
+                        }
+                        Publish::Budget(budget) => {
+                            let budget = *budget;
+                            self.update(vec![Property::BudgetUsd], |v| v.record.budget = budget);
                         }
                         Publish::Limit(limit) => {
                             let limit = limit.clone();

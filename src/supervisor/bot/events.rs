@@ -42,6 +42,10 @@ impl Actor {
             RuntimeEvent::Init { .. } | RuntimeEvent::Opened { .. } | RuntimeEvent::Ignored => {
                 Next::Nothing
             }
+            RuntimeEvent::Tokens { input, output } => {
+                self.core.turns.meter.tokens(input, output);
+                Next::Nothing
+            }
             RuntimeEvent::Limit(report) => {
                 tracing::info!(
                     bot_id = %self.id,

@@ -33,7 +33,7 @@ impl Actor {
             restart_pending: self.core.life.restart_pending,
             backoff_running: self.core.restart_at.is_some(),
             in_flight: self.core.turns.inflight.is_some(),
-            limited: self.core.limit_until.is_some(),
+            limited: self.core.limit_until.is_some() || self.limit_holds(),
         });
         if plan.start {
             self.start();

@@ -8,6 +8,7 @@ use crate::runtime::ResultOutcome;
 use crate::supervisor::core::Inflight;
 use crate::supervisor::core::interrupt;
 use crate::supervisor::core::limits;
+use crate::supervisor::core::spend;
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
@@ -128,7 +129,27 @@ impl Actor {
                 fatal,
             ));
         }
+        effects.extend(self.budget_after(&ended.spend));
         self.apply(effects);
+    }
+
+    /// What a turn's `spend` did to the budget ([`spend::budget_step`]): a warning item at 80 %,
+    /// the budget hold at 100 %.
+    fn budget_after(&self, turn: &spend::Spend) -> Vec<crate::supervisor::core::Effect> {
+        let (before, budget, held) = {
+            let v = self.view.read().unwrap_or_else(|p| p.into_inner());
+            (
+                v.record.spend.cost_nanos,
+                v.budget(),
+                v.record.limit.is_some(),
+            )
+        };
+        let after = before.saturating_add(turn.cost_nanos);
+        match (spend::budget_step(before, after, budget), budget) {
+            (spend::BudgetStep::Warning, Some(b)) => vec![limits::budget_warning(after, b)],
+            (spend::BudgetStep::Reached, Some(b)) if !held => limits::budget_reached(after, b),
+            _ => Vec::new(),
+        }
     }
 
     /// The usage limit refused the message in flight ([`limits::refused`]): it waits at the head
@@ -157,6 +178,19 @@ impl Actor {
         let Some((kind, resets_at)) = self.record().limit else {
             return;
         };
+        if kind == limits::BUDGET {
+            // No reset: it holds while the cost is at the budget in force (config may have
+            // changed it since).
+            let (cost, budget) = {
+                let v = self.view.read().unwrap_or_else(|p| p.into_inner());
+                (v.record.spend.cost_nanos, v.budget())
+            };
+            if budget.is_none_or(|b| cost < b) {
+                let running = self.proc.is_some();
+                self.apply(limits::lifted(running));
+            }
+            return;
+        }
         let hold = limits::LimitHold { kind, resets_at };
         let wait = limits::wait(&hold, unix_now(), 0, self.shared.config.limit_times());
         self.core.limit_until = Some(std::time::Instant::now() + wait);

@@ -12,6 +12,16 @@ use crate::supervisor::core::{CommitBuilder, Publish, Write};
 use serde_json::Value;
 
 impl Actor {
+    /// A usage limit or the budget holds (recorded, shown in `LimitKind`).
+    pub(super) fn limit_holds(&self) -> bool {
+        self.view
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .record
+            .limit
+            .is_some()
+    }
+
     pub(super) fn record(&self) -> BotRecord {
         self.view
             .read()

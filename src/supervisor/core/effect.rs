@@ -2,6 +2,7 @@
 //! `supervisor::bot::effects` and never decided there.
 
 use super::decide::TurnOutcome;
+use super::spend::Spend;
 use crate::process::identity::ProcessIdentity;
 use crate::supervisor::core::State;
 
@@ -67,6 +68,16 @@ pub enum Write {
     TurnRequeued(String),
     /// The usage limit the bot waits for (kind, reset in Unix seconds), or none.
     Limit(Option<(String, u64)>),
+    /// A turn's spend, added to the bot's, with its conversation's total when the CLI told one
+    /// (session, nano-dollars).
+    Spend {
+        /// What the turn cost.
+        spend: Spend,
+        /// The conversation's total to record.
+        conversation: Option<(String, u64)>,
+    },
+    /// The bot's own budget in nano-dollars (`None`: the daemon's).
+    Budget(Option<u64>),
 }
 
 /// A setting of the bot's record that the running agent can take live.
@@ -113,6 +124,10 @@ pub enum Publish {
     BotRemoved,
     /// The `LimitKind` and `LimitResetsAt` properties (none: empty and 0).
     Limit(Option<(String, u64)>),
+    /// `CostUSD`, `InputTokens` and `OutputTokens`: this much more was spent.
+    Spend(Spend),
+    /// The `BudgetUSD` property: the bot's own budget (nano-dollars; `None`: the daemon's).
+    Budget(Option<u64>),
     /// The `TurnFinished` signal.
     TurnFinished {
         /// The turn.

@@ -23,6 +23,8 @@
 //! - [`run`]: one process as the core knows it: how it was launched and what it showed.
 //! - [`records`]: the records and items the lifecycle writes (a conversation forgotten, an error
 //!   said, a bot that failed).
+//! - [`spend`]: what a turn cost (nano-dollars, tokens) from what the CLI tells, and the budget's
+//!   steps (issue 24).
 //! - [`limits`]: a plan's usage limit as the state `limited`: the refused message waits, the
 //!   reset lets it go (issue 24).
 //! - [`left_turns`]: what the previous run left after a daemon crash: ended once or delivered once
@@ -66,6 +68,7 @@ pub mod records;
 pub mod retry;
 pub mod run;
 pub mod snapshots;
+pub mod spend;
 pub mod start;
 pub mod state;
 pub mod stop;

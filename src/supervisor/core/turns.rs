@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 
 use super::effect::{CommitBuilder, Effect, Publish, Write};
+use super::spend::{Meter, Spend, usd};
 use crate::runtime::ResultOutcome;
 use crate::supervisor::core::State;
 use crate::supervisor::core::decide::{self, SessionChoice, TurnOutcome, UnreplayedFate};
@@ -90,6 +91,8 @@ pub struct Ended {
     /// The error the result reported, unless the turn was interrupted (an interrupt's error is
     /// the interrupt, not a failure).
     pub error: Option<String>,
+    /// What the turn cost (zero for a result that ended no turn).
+    pub spend: Spend,
 }
 
 /// The queue and the turn in flight.
@@ -101,17 +104,28 @@ pub struct Turns {
     pub inflight: Option<Inflight>,
     /// The turn an interrupt was sent for.
     pub interrupting: Option<String>,
+    /// What the turn in flight costs, from what the CLI tells.
+    pub meter: Meter,
 }
 
-/// The payload of a `turn_finished` chat item: `{"turn_id", "outcome", "reason", "text"}`.
+/// The payload of a `turn_finished` chat item: `{"turn_id", "outcome", "reason", "text"}`, and
+/// for a turn the CLI finished what it cost: `cost_usd` (US dollars), `input_tokens`,
+/// `output_tokens`.
 pub fn turn_finished_payload(
     turn_id: &str,
     outcome: TurnOutcome,
     reason: &str,
     text: &str,
+    spend: Option<&Spend>,
 ) -> String {
-    json!({"turn_id": turn_id, "outcome": outcome.as_str(), "reason": reason, "text": text})
-        .to_string()
+    let mut p =
+        json!({"turn_id": turn_id, "outcome": outcome.as_str(), "reason": reason, "text": text});
+    if let Some(s) = spend {
+        p["cost_usd"] = json!(usd(s.cost_nanos));
+        p["input_tokens"] = json!(s.input_tokens);
+        p["output_tokens"] = json!(s.output_tokens);
+    }
+    p.to_string()
 }
 
 /// The `system` item of a turn whose message the conversation holds unanswered.
@@ -290,6 +304,10 @@ impl Turns {
             None => false,
         };
         let turn = if ours { self.inflight.take() } else { None };
+        let (spend, conversation) = match &turn {
+            Some(t) => self.meter.turn_ended(&t.session, payload),
+            None => (Spend::default(), None),
+        };
         // Ended before any replay: its delivery record is no longer needed either.
         let unreplayed = turn.as_ref().is_some_and(|t| !t.replayed);
         let turn_id = turn.map(|t| t.turn.id);
@@ -322,6 +340,15 @@ impl Turns {
             if unreplayed {
                 c.write(Write::DeliveryDone(t.clone()));
             }
+            if !spend.is_zero() || conversation.is_some() {
+                c.write(Write::Spend {
+                    spend,
+                    conversation,
+                });
+            }
+            if !spend.is_zero() {
+                c.then(Publish::Spend(spend));
+            }
             c.write(Write::TurnFinished {
                 turn_id: t.clone(),
                 outcome,
@@ -329,7 +356,7 @@ impl Turns {
             .item(
                 "turn_finished",
                 Some(t),
-                turn_finished_payload(t, outcome, reason, text),
+                turn_finished_payload(t, outcome, reason, text, Some(&spend)),
             )
             .then(Publish::TurnFinished {
                 turn_id: t.clone(),
@@ -347,6 +374,7 @@ impl Turns {
             succeeded: turn_id.is_some() && outcome == TurnOutcome::Success,
             turn_id,
             error,
+            spend,
         }
     }
 
@@ -381,7 +409,7 @@ impl Turns {
         c.item(
             "turn_finished",
             Some(turn_id),
-            turn_finished_payload(turn_id, outcome, reason, &text),
+            turn_finished_payload(turn_id, outcome, reason, &text, None),
         )
         .then(Publish::TurnFinished {
             turn_id: turn_id.to_owned(),

@@ -188,6 +188,52 @@ fn rule_1_a_result_commits_the_result_and_the_typed_end_then_publishes_in_order(
 }
 
 #[test]
+fn a_turns_cost_is_committed_with_its_end_and_said_in_its_turn_finished_item() {
+    let mut t = queued(&["a", "b"]);
+    let end = |t: &mut Turns, total: f64| {
+        t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
+        t.replayed("s", None, Some("s"), no_transcript);
+        t.result(
+            ResultOutcome::Success,
+            &json!({"subtype": "success", "total_cost_usd": total,
+                    "usage": {"input_tokens": 12, "output_tokens": 7}}),
+            None,
+        )
+    };
+    end(&mut t, 0.000188);
+    let ended = end(&mut t, 0.000376);
+    let spent = crate::supervisor::core::spend::Spend {
+        cost_nanos: 188_000,
+        input_tokens: 12,
+        output_tokens: 7,
+    };
+    assert_eq!(ended.spend, spent, "the second turn's own cost");
+    let c = commits(&ended.effects);
+    assert!(c[0].0.contains(&Write::Spend {
+        spend: spent,
+        conversation: Some(("s".into(), 376_000)),
+    }));
+    assert!(c[0].1.contains(&Publish::Spend(spent)));
+    let finished = c[0]
+        .0
+        .iter()
+        .find_map(|w| match w {
+            Write::Chat { kind, payload, .. } if kind == "turn_finished" => Some(payload.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let finished: serde_json::Value = serde_json::from_str(&finished).unwrap();
+    assert_eq!(
+        (
+            &finished["cost_usd"],
+            &finished["input_tokens"],
+            &finished["output_tokens"]
+        ),
+        (&json!(0.000188), &json!(12), &json!(7))
+    );
+}
+
+#[test]
 fn a_result_before_the_replay_is_not_the_turns_unless_it_is_an_error() {
     let mut t = queued(&["a"]);
     t.deliver("s", std::time::SystemTime::UNIX_EPOCH);

@@ -104,6 +104,16 @@ impl CodexProtocol {
                     error,
                 }
             }
+            "thread/tokenUsage/updated" => match params.pointer("/tokenUsage/last") {
+                Some(last) => {
+                    let n = |k: &str| last.get(k).and_then(Value::as_u64).unwrap_or(0);
+                    RuntimeEvent::Tokens {
+                        input: n("inputTokens"),
+                        output: n("outputTokens"),
+                    }
+                }
+                None => RuntimeEvent::Ignored,
+            },
             "account/rateLimits/updated" => {
                 let Some(report) = params
                     .pointer("/rateLimits/primary")

@@ -106,6 +106,7 @@ pub(super) fn result(succeeded: bool) -> Ended {
         turn_id: Some("a".into()),
         succeeded,
         error: (!succeeded).then(|| "failed".into()),
+        spend: Default::default(),
     }
 }
 

@@ -1346,3 +1346,62 @@ async fn a_results_cost_counts_the_conversation_and_its_usage_the_turn() {
     resumed.close_stdin();
     resumed.wait("exit after stdin closed").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_near_its_limit_is_an_allowed_warning_with_its_utilization() {
+    let Some(_) = claude_bin() else { return };
+    let changed = |fact: &str| format!("fact changed in {}: {fact}", claude_version());
+    let env = TestEnv::new().await;
+    let reset = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    let script: Script = Arc::new(move |req: &ApiRequest| Reply::WithHeaders {
+        headers: support::stand_in_api::unified_limit_headers(
+            "allowed_warning",
+            reset,
+            "five_hour",
+        ),
+        reply: Box::new(Reply::Text(format!(
+            "Hello! You said: {}",
+            req.last_user_text
+        ))),
+    });
+    let api = StandInApi::start(script).await;
+    let mut place = Place::new(&env, &api, "warning", &env.work);
+    place.env.remove("ANTHROPIC_API_KEY");
+    place.env.insert(
+        "CLAUDE_CODE_OAUTH_TOKEN".into(),
+        "sk-ant-oat01-stand-in".into(),
+    );
+    let mut cli = Cli::spawn(&place, SessionStart::New(new_id())).await;
+    cli.send("nearly there").await;
+    cli.until("the turn's result", is_result).await;
+    let limits: Vec<Value> = cli
+        .seen
+        .iter()
+        .map(Line::json)
+        .filter(|v| v["type"] == "rate_limit_event")
+        .collect();
+    println!("plan warning: rate_limit_event {limits:?}");
+    let info = limits
+        .first()
+        .map(|l| l["rate_limit_info"].clone())
+        .unwrap_or_default();
+    assert_eq!(
+        (
+            &info["rateLimitType"],
+            &info["unifiedWindows"]["five_hour"]["status"],
+            &info["unifiedWindows"]["five_hour"]["utilization"]
+        ),
+        (&json!("five_hour"), &json!("allowed_warning"), &json!(0.91)),
+        "{}",
+        changed(
+            "a plan near its limit is a rate_limit_event whose deciding window (rateLimitType) \
+             in unifiedWindows says allowed_warning with its utilization"
+        )
+    );
+    cli.close_stdin();
+    cli.wait("exit after stdin closed").await;
+}

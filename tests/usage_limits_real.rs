@@ -324,3 +324,53 @@ async fn a_bot_counts_its_cost_once_and_its_budget_stops_new_turns() {
     assert_eq!(warnings, 1, "one warning: {items:?}");
     assert!(costs.iter().all(|c| near(*c, turn_usd)), "{costs:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_near_its_limit_shows_it_and_warns_once() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let reset = unix_now() + 3600;
+    let script: Script = Arc::new(move |req: &ApiRequest| Reply::WithHeaders {
+        headers: support::stand_in_api::unified_limit_headers(
+            "allowed_warning",
+            reset,
+            "five_hour",
+        ),
+        reply: Box::new(Reply::Text(format!(
+            "Hello! You said: {}",
+            req.last_user_text
+        ))),
+    });
+    let mut setup = RealSetup::start(&env, claude, script).await;
+    let bot = subscription_bot(&mut setup, &env).await;
+    assert_eq!(
+        bot.plan_limit().await.unwrap(),
+        (String::new(), String::new(), -1.0, 0),
+        "nothing told yet"
+    );
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let shown = watching(&bot).await;
+    let changes = shown.receive_plan_limit_changed().await;
+    let now = shown.plan_limit().await.unwrap();
+    let want = ("warning".to_owned(), "five_hour".to_owned(), 0.91, reset);
+    wait_property(changes, now, &want, "PlanLimit").await;
+    assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
+    assert_eq!(
+        bot.state().await.unwrap(),
+        "idle",
+        "a warning holds nothing"
+    );
+    let items = chat(&bot).await;
+    let warnings: Vec<_> = of_kind(&items, "system")
+        .into_iter()
+        .filter(|p| p["reason"] == "limit_warning")
+        .collect();
+    assert_eq!(warnings.len(), 1, "once per window: {items:?}");
+    assert!(
+        warnings[0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("91 % used"),
+        "{warnings:?}"
+    );
+}

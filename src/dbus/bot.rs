@@ -509,6 +509,18 @@ impl BotObject {
         self.view().record.limit.map_or(0, |(_, at)| at)
     }
 
+    /// Where the plan's usage limit stands, as the CLI last told it: `(state, kind, utilization,
+    /// resets_at)`, `state` `allowed`, `warning` (the window is nearly used) or `reached`, `kind`
+    /// the window that decides (`five_hour`, …), `utilization` the share of it used (0 to 1; -1
+    /// not told), `resets_at` Unix seconds (0 not told). `("", "", -1, 0)` until the CLI tells
+    /// (Claude Code: with each answer of a subscription; Codex: `account/rateLimits/updated`);
+    /// not kept across daemon restarts. A warning also comes as a `system` item (`reason`
+    /// `limit_warning`), once per window.
+    #[zbus(property)]
+    fn plan_limit(&self) -> (String, String, f64, u64) {
+        self.view().plan_limit_value()
+    }
+
     /// What the bot cost since its creation, in US dollars: the sum of its turns' costs as the
     /// CLI computed them (Claude Code's `total_cost_usd`, less what the conversation had cost
     /// before); always 0 for Codex, which tells no cost.

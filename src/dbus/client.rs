@@ -202,4 +202,7 @@ pub trait Bot {
     /// The budget in force, US dollars (0: none).
     #[zbus(property, name = "BudgetUSD")]
     fn budget_usd(&self) -> zbus::Result<f64>;
+    /// Where the plan's usage limit stands: (state, kind, utilization, resets_at).
+    #[zbus(property)]
+    fn plan_limit(&self) -> zbus::Result<(String, String, f64, u64)>;
 }

@@ -170,6 +170,7 @@ async fn publish(emitter: &SignalEmitter<'_>, p: &Publication) -> zbus::Result<(
                     PropertyValue::U64(n) => Variant::from(*n),
                     PropertyValue::Triples(v) => Variant::from(v.clone()),
                     PropertyValue::F64(v) => Variant::from(*v),
+                    PropertyValue::PlanLimit(v) => Variant::from(v.clone()),
                 };
                 map.insert(property_name(*name), v);
             }
@@ -209,5 +210,6 @@ pub fn property_name(property: Property) -> &'static str {
         Property::InputTokens => "InputTokens",
         Property::OutputTokens => "OutputTokens",
         Property::BudgetUsd => "BudgetUSD",
+        Property::PlanLimit => "PlanLimit",
     }
 }

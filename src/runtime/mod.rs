@@ -262,11 +262,23 @@ pub struct LimitReport {
 pub enum LimitState {
     /// Requests are taken (Claude Code: `allowed`).
     Allowed,
-    /// Requests are taken and the window is nearly used (Claude Code: `allowed_warning`).
+    /// Requests are taken and the window is nearly used (Claude Code 2.1.328: `allowed_warning`
+    /// in the deciding window of `unifiedWindows`, though `allowed` at the top).
     Warning,
     /// Requests are refused until the reset (Claude Code: `rejected`; Codex: a primary window
     /// 100 % used, or its `usageLimitExceeded` error).
     Reached,
+}
+
+impl LimitState {
+    /// `allowed`, `warning` or `reached` (the first member of the `PlanLimit` property).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitState::Allowed => "allowed",
+            LimitState::Warning => "warning",
+            LimitState::Reached => "reached",
+        }
+    }
 }
 
 /// A request to a running CLI over its control protocol.

@@ -189,6 +189,7 @@ pub fn spawn_actor(
         storage_error: None,
         stop_proof: String::new(),
         budget_default: config.budget_nanos(),
+        plan_limit: None,
         usage: Default::default(),
     }));
     let shared = Arc::new(Shared {

@@ -133,6 +133,8 @@ pub enum PropertyValue {
     U64(u64),
     /// A D-Bus `d`.
     F64(f64),
+    /// A D-Bus `(ssdt)`.
+    PlanLimit((String, String, f64, u64)),
     /// A D-Bus `a(sss)`.
     Triples(Vec<(String, String, String)>),
 }

@@ -55,6 +55,8 @@ pub enum Property {
     OutputTokens,
     /// The budget in force, US dollars (0: none).
     BudgetUsd,
+    /// Where the plan's usage limit stands, as the CLI last told it.
+    PlanLimit,
 }
 
 /// What clients may read of a bot without asking its actor.
@@ -82,6 +84,9 @@ pub struct BotView {
     /// How the last stop was proven (`cgroup`, `process-tree`, `best-effort`); empty before the
     /// first stop of this daemon run.
     pub stop_proof: String,
+    /// Where the plan's usage limit stands, as the CLI last told it in this daemon run (not
+    /// recorded: the CLI tells it again with each answer).
+    pub plan_limit: Option<crate::runtime::LimitReport>,
     /// The daemon's budget (config `budget_usd`, nano-dollars), in force for a bot without its
     /// own.
     pub budget_default: Option<u64>,
@@ -90,6 +95,20 @@ pub struct BotView {
 }
 
 impl BotView {
+    /// `PlanLimit`'s value: `(state, kind, utilization, resets_at)`; `("", "", -1, 0)` before the
+    /// CLI told anything, -1 for a utilization not told.
+    pub fn plan_limit_value(&self) -> (String, String, f64, u64) {
+        match &self.plan_limit {
+            None => (String::new(), String::new(), -1.0, 0),
+            Some(r) => (
+                r.state.as_str().to_owned(),
+                r.kind.clone(),
+                r.utilization.unwrap_or(-1.0),
+                r.resets_at,
+            ),
+        }
+    }
+
     /// The budget in force, nano-dollars: the bot's own, else the daemon's; `None` for none.
     pub fn budget(&self) -> Option<u64> {
         crate::supervisor::core::spend::in_force(self.record.budget, self.budget_default)
@@ -125,6 +144,7 @@ impl BotView {
             Property::InputTokens => PropertyValue::U64(self.record.spend.input_tokens),
             Property::OutputTokens => PropertyValue::U64(self.record.spend.output_tokens),
             Property::BudgetUsd => PropertyValue::F64(usd(self.budget().unwrap_or(0))),
+            Property::PlanLimit => PropertyValue::PlanLimit(self.plan_limit_value()),
         }
     }
 }

@@ -346,7 +346,8 @@ pub fn plan_allowed_echo(text: &str, reset: u64) -> Reply {
 /// What the Messages API answers a subscription (OAuth) request with about its plan's limits, as
 /// the `anthropic-ratelimit-unified-*` headers: `status` `allowed`, `allowed_warning` or
 /// `rejected`; `reset` the Unix time the limit resets; `claim` the window that decides
-/// (`five_hour`, `seven_day`, …).
+/// (`five_hour`, `seven_day`, …). The window is 100 % used when `rejected`, 91 % at
+/// `allowed_warning`, else 50 %.
 pub fn unified_limit_headers(status: &str, reset: u64, claim: &str) -> Vec<(String, String)> {
     [
         ("anthropic-ratelimit-unified-status", status.to_owned()),
@@ -359,7 +360,12 @@ pub fn unified_limit_headers(status: &str, reset: u64, claim: &str) -> Vec<(Stri
         ("anthropic-ratelimit-unified-5h-reset", reset.to_string()),
         (
             "anthropic-ratelimit-unified-5h-utilization",
-            if status == "rejected" { "1.0" } else { "0.5" }.to_owned(),
+            match status {
+                "rejected" => "1.0",
+                "allowed_warning" => "0.91",
+                _ => "0.5",
+            }
+            .to_owned(),
         ),
     ]
     .into_iter()

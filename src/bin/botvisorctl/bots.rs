@@ -74,6 +74,8 @@ pub struct BotInfo {
     pub output_tokens: u64,
     /// The budget in force, US dollars (0: none).
     pub budget_usd: f64,
+    /// Where the plan's usage limit stands (`PlanLimit`: state, kind, utilization, resets_at).
+    pub plan_limit: (String, String, f64, u64),
     /// Open permission requests.
     pub pending: Vec<Pending>,
 }
@@ -156,6 +158,11 @@ impl BotInfo {
                 n => n,
             },
             budget_usd: double(props, "BudgetUSD"),
+            plan_limit: props
+                .get("PlanLimit")
+                .and_then(|v| v.try_clone().ok())
+                .and_then(|v| <(String, String, f64, u64)>::try_from(v).ok())
+                .unwrap_or((String::new(), String::new(), -1.0, 0)),
             pending,
         }
     }
@@ -174,6 +181,30 @@ impl BotInfo {
             1 => format!("{state}, waiting for permission"),
             n => format!("{state}, {n} permission requests"),
         }
+    }
+
+    /// `five-hour window 91 % used (warning), resets 18:50`; `not told` before the CLI said.
+    pub fn plan_limit_words(&self) -> String {
+        let (state, kind, used, resets_at) = &self.plan_limit;
+        if state.is_empty() {
+            return "not told".to_owned();
+        }
+        let window = if kind.is_empty() {
+            "the plan's window".to_owned()
+        } else {
+            format!("{} window", kind.replace('_', "-"))
+        };
+        let used = if *used >= 0.0 {
+            format!(" {:.0} % used", used * 100.0)
+        } else {
+            String::new()
+        };
+        let reset = if *resets_at > 0 {
+            format!(", resets {}", local_time(*resets_at))
+        } else {
+            String::new()
+        };
+        format!("{window}{used} ({state}){reset}")
     }
 
     /// `$0.0123 (1234 tokens in, 567 out) of a $5.00 budget`.
@@ -203,6 +234,8 @@ impl BotInfo {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "budget_usd": self.budget_usd,
+            "plan_limit": {"state": self.plan_limit.0, "kind": self.plan_limit.1,
+                           "utilization": self.plan_limit.2, "resets_at": self.plan_limit.3},
             "cwd": self.cwd,
             "runtime": self.runtime,
             "model": self.model,

@@ -137,6 +137,7 @@ pub async fn status(conn: &Connection, spec: &str, json: bool) -> Result<u8, Fai
         ("queued messages", b.queued_messages.to_string()),
         ("held by", format!("{} client(s)", b.holders)),
         ("cost", b.cost_words()),
+        ("plan limit", b.plan_limit_words()),
         (
             "last stop",
             match (b.stop_verdict.as_str(), b.stop_proof.as_str()) {

@@ -212,10 +212,17 @@ fn parse_rate_limit(v: &Value) -> RuntimeEvent {
         _ => return RuntimeEvent::Ignored,
     };
     let kind = str_field(info, "rateLimitType").unwrap_or_default();
-    let utilization = info
-        .pointer(&format!("/unifiedWindows/{kind}/utilization"))
+    let window = info.pointer(&format!("/unifiedWindows/{kind}"));
+    let utilization = window
+        .and_then(|w| w.get("utilization"))
         .or_else(|| info.get("utilization"))
         .and_then(Value::as_f64);
+    // 2.1.328 says `allowed` at the top and `allowed_warning` in the deciding window
+    // (cli_facts::a_plan_near_its_limit_is_an_allowed_warning_with_its_utilization).
+    let state = match window.and_then(|w| w.get("status")).and_then(Value::as_str) {
+        Some("allowed_warning") if state == LimitState::Allowed => LimitState::Warning,
+        _ => state,
+    };
     RuntimeEvent::Limit(LimitReport {
         state,
         kind,
@@ -508,6 +515,19 @@ mod tests {
                 ..
             })
         ));
+        // A warning, as 2.1.328 prints it: `allowed` at the top, `allowed_warning` in the window
+        // (tests/cli_facts.rs a_plan_near_its_limit_is_an_allowed_warning_with_its_utilization).
+        assert_eq!(
+            one(
+                r#"{"type":"rate_limit_event","rate_limit_info":{"isUsingOverage":false,"rateLimitType":"five_hour","resetsAt":1796231999,"status":"allowed","unifiedWindows":{"five_hour":{"resetsAt":1796231999,"status":"allowed_warning","utilization":0.91}}},"session_id":"s","uuid":"u"}"#
+            ),
+            RuntimeEvent::Limit(LimitReport {
+                state: LimitState::Warning,
+                kind: "five_hour".into(),
+                resets_at: 1796231999,
+                utilization: Some(0.91),
+            })
+        );
         assert!(matches!(
             one(r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed"}}"#),
             RuntimeEvent::Limit(LimitReport {

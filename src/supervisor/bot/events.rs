@@ -55,6 +55,21 @@ impl Actor {
                     utilization = ?report.utilization,
                     "usage limit"
                 );
+                let before = self
+                    .view
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .plan_limit
+                    .clone();
+                if let Some(effect) =
+                    crate::supervisor::core::limits::warned(before.as_ref(), &report)
+                {
+                    self.apply(vec![effect]);
+                }
+                let told = report.clone();
+                self.update(vec![crate::supervisor::Property::PlanLimit], |v| {
+                    v.plan_limit = Some(told)
+                });
                 // A reached limit while a message is in flight: its error result is the limit's
                 // refusal, not a failed turn (`core::limits::refused`).
                 if report.state == crate::runtime::LimitState::Reached

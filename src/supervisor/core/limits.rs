@@ -17,7 +17,7 @@ use super::effect::{CommitBuilder, Effect, Publish, Write};
 use super::spend::usd;
 use super::state::State;
 use super::turns::Turns;
-use crate::runtime::LimitReport;
+use crate::runtime::{LimitReport, LimitState};
 
 /// The longest wait for a limit without a known reset, however often it was hit.
 pub const MAX_RETRY: Duration = Duration::from_secs(3600);
@@ -126,6 +126,48 @@ pub fn refused(turns: &mut Turns, report: &LimitReport) -> Option<(LimitHold, Ve
     effects.push(Effect::State(State::Limited));
     effects.push(Effect::Queued(turns.waiting()));
     Some((hold, effects))
+}
+
+/// The CLI told where the plan's limit stands (`now`; `before` what it told last, if anything):
+/// a `system` item (`reason` `limit_warning`, `kind`, `utilization`, `resets_at`) when the
+/// window turns to a warning, once per window and reset.
+pub fn warned(before: Option<&LimitReport>, now: &LimitReport) -> Option<Effect> {
+    if now.state != LimitState::Warning {
+        return None;
+    }
+    if before.is_some_and(|b| {
+        b.state == LimitState::Warning && b.kind == now.kind && b.resets_at == now.resets_at
+    }) {
+        return None;
+    }
+    let used = now
+        .utilization
+        .map(|u| format!(" is {:.0} % used", u * 100.0))
+        .unwrap_or_else(|| " is nearly used".to_owned());
+    let window = if now.kind.is_empty() {
+        "The plan's usage limit".to_owned()
+    } else {
+        format!("The plan's {} usage limit", now.kind.replace('_', "-"))
+    };
+    let reset = if now.resets_at == 0 {
+        String::new()
+    } else {
+        format!(
+            "; it resets at {} (UTC)",
+            humantime::format_rfc3339_seconds(
+                SystemTime::UNIX_EPOCH + Duration::from_secs(now.resets_at)
+            )
+        )
+    };
+    let mut c = CommitBuilder::default();
+    c.item(
+        "system",
+        None,
+        json!({"text": format!("{window}{used}{reset}."), "reason": "limit_warning",
+               "kind": now.kind, "utilization": now.utilization, "resets_at": now.resets_at})
+        .to_string(),
+    );
+    c.build()
 }
 
 /// The `LimitKind` of a bot whose cost reached its budget.
@@ -239,7 +281,6 @@ pub fn lifted(running: bool) -> Vec<Effect> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::LimitState;
     use crate::supervisor::core::QueuedTurn;
 
     const TIMES: LimitTimes = LimitTimes {
@@ -343,6 +384,34 @@ mod tests {
         assert!(t.contains("five-hour usage limit is reached"), "{t}");
         assert!(t.contains("resets at 2026-12-02T08:30:14Z (UTC)"), "{t}");
         assert!(text(&hold(0)).contains("not known"));
+    }
+
+    #[test]
+    fn a_warning_is_said_once_per_window() {
+        let report = |state, resets_at| LimitReport {
+            state,
+            kind: "five_hour".into(),
+            resets_at,
+            utilization: Some(0.91),
+        };
+        let warning = report(LimitState::Warning, 1_796_231_999);
+        let Some(Effect::Commit { writes, .. }) = warned(None, &warning) else {
+            panic!("a warning item");
+        };
+        let Write::Chat { payload, .. } = &writes[0] else {
+            panic!("{writes:?}");
+        };
+        assert!(
+            payload.contains("five-hour usage limit is 91 % used"),
+            "{payload}"
+        );
+        assert_eq!(warned(Some(&warning), &warning), None, "said once");
+        let allowed = report(LimitState::Allowed, 1_796_231_999);
+        assert_eq!(warned(None, &allowed), None);
+        assert!(
+            warned(Some(&warning), &report(LimitState::Warning, 1_796_250_000)).is_some(),
+            "the next window warns again"
+        );
     }
 
     #[test]

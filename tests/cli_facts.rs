@@ -1181,6 +1181,26 @@ async fn a_background_task_and_the_end_of_stdin() {
 /// The stand-in as a subscription's API answers while its plan's limit is hit: the first main
 /// request gets 429 with the `anthropic-ratelimit-unified-*` headers, `rejected`, resetting at
 /// `reset`; later ones (the limit has reset) an echo with the headers saying `allowed`.
+/// A place whose CLI runs as a subscription user: an OAuth token, no API key.
+fn subscription_place(env: &TestEnv, api: &StandInApi, name: &str) -> Place {
+    let mut place = Place::new(env, api, name, &env.work);
+    place.env.remove("ANTHROPIC_API_KEY");
+    place.env.insert(
+        "CLAUDE_CODE_OAUTH_TOKEN".into(),
+        "sk-ant-oat01-stand-in".into(),
+    );
+    place
+}
+
+/// Seconds since the Unix epoch, an hour from now.
+fn an_hour_ahead() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600
+}
+
 fn limited_once(reset: u64) -> Script {
     let asked = Arc::new(Mutex::new(0u32));
     Arc::new(move |req: &ApiRequest| {
@@ -1192,7 +1212,7 @@ fn limited_once(reset: u64) -> Script {
         if first {
             support::stand_in_api::plan_limit_refusal(reset)
         } else {
-            support::stand_in_api::plan_allowed_echo(&req.last_user_text, reset + 5 * 3600)
+            support::stand_in_api::plan_echo("allowed", &req.last_user_text, reset + 5 * 3600)
         }
     })
 }
@@ -1202,19 +1222,9 @@ async fn a_plan_limit_is_a_rate_limit_event_and_an_error_result() {
     let Some(_) = claude_bin() else { return };
     let changed = |fact: &str| format!("fact changed in {}: {fact}", claude_version());
     let env = TestEnv::new().await;
-    let reset = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 3600;
+    let reset = an_hour_ahead();
     let api = StandInApi::start(limited_once(reset)).await;
-    let mut place = Place::new(&env, &api, "limited", &env.work);
-    // A subscription user: an OAuth token, no API key.
-    place.env.remove("ANTHROPIC_API_KEY");
-    place.env.insert(
-        "CLAUDE_CODE_OAUTH_TOKEN".into(),
-        "sk-ant-oat01-stand-in".into(),
-    );
+    let place = subscription_place(&env, &api, "limited");
     let mut cli = Cli::spawn(&place, SessionStart::New(new_id())).await;
     cli.send("over the limit").await;
     cli.until("the turn's result", is_result).await;
@@ -1352,29 +1362,10 @@ async fn a_plan_near_its_limit_is_an_allowed_warning_with_its_utilization() {
     let Some(_) = claude_bin() else { return };
     let changed = |fact: &str| format!("fact changed in {}: {fact}", claude_version());
     let env = TestEnv::new().await;
-    let reset = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 3600;
-    let script: Script = Arc::new(move |req: &ApiRequest| Reply::WithHeaders {
-        headers: support::stand_in_api::unified_limit_headers(
-            "allowed_warning",
-            reset,
-            "five_hour",
-        ),
-        reply: Box::new(Reply::Text(format!(
-            "Hello! You said: {}",
-            req.last_user_text
-        ))),
-    });
+    let reset = an_hour_ahead();
+    let script = support::stand_in_api::plan_warning_script(reset);
     let api = StandInApi::start(script).await;
-    let mut place = Place::new(&env, &api, "warning", &env.work);
-    place.env.remove("ANTHROPIC_API_KEY");
-    place.env.insert(
-        "CLAUDE_CODE_OAUTH_TOKEN".into(),
-        "sk-ant-oat01-stand-in".into(),
-    );
+    let place = subscription_place(&env, &api, "warning");
     let mut cli = Cli::spawn(&place, SessionStart::New(new_id())).await;
     cli.send("nearly there").await;
     cli.until("the turn's result", is_result).await;

@@ -14,7 +14,7 @@ use std::time::SystemTime;
 use futures_util::StreamExt;
 use serde_json::json;
 
-use support::stand_in_api::{ApiRequest, Reply, Script, plan_allowed_echo, plan_limit_refusal};
+use support::stand_in_api::{ApiRequest, Reply, Script, plan_echo, plan_limit_refusal};
 use support::*;
 
 use botvisor::dbus::client::BotProxy;
@@ -49,7 +49,7 @@ fn limited_until(reset: u64, asked: Asked) -> Script {
         if refused {
             plan_limit_refusal(reset)
         } else {
-            plan_allowed_echo(&req.last_user_text, reset + 5 * 3600)
+            plan_echo("allowed", &req.last_user_text, reset + 5 * 3600)
         }
     })
 }
@@ -330,17 +330,7 @@ async fn a_plan_near_its_limit_shows_it_and_warns_once() {
     let Some(claude) = claude_bin() else { return };
     let env = TestEnv::new().await;
     let reset = unix_now() + 3600;
-    let script: Script = Arc::new(move |req: &ApiRequest| Reply::WithHeaders {
-        headers: support::stand_in_api::unified_limit_headers(
-            "allowed_warning",
-            reset,
-            "five_hour",
-        ),
-        reply: Box::new(Reply::Text(format!(
-            "Hello! You said: {}",
-            req.last_user_text
-        ))),
-    });
+    let script = support::stand_in_api::plan_warning_script(reset);
     let mut setup = RealSetup::start(&env, claude, script).await;
     let bot = subscription_bot(&mut setup, &env).await;
     assert_eq!(

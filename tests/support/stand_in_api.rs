@@ -319,6 +319,12 @@ fn answer(model: &str, stream: bool, reply: &Reply) -> Response {
     }
 }
 
+/// A script that echoes each request with [`plan_echo`]: a plan whose `five_hour` window is
+/// nearly used (`allowed_warning`, 91 %) and resets at `reset`.
+pub fn plan_warning_script(reset: u64) -> Script {
+    Arc::new(move |req: &ApiRequest| plan_echo("allowed_warning", &req.last_user_text, reset))
+}
+
 /// The Messages API's refusal of a subscription request over its plan's `five_hour` limit,
 /// which resets at `reset` (Unix seconds): a 429 `rate_limit_error` with the unified headers
 /// `rejected`.
@@ -335,10 +341,10 @@ pub fn plan_limit_refusal(reset: u64) -> Reply {
 }
 
 /// An echo of `text` ("Hello! You said: …") within a plan's `five_hour` limit whose window
-/// resets at `reset`: the unified headers `allowed`.
-pub fn plan_allowed_echo(text: &str, reset: u64) -> Reply {
+/// resets at `reset`: the unified headers say `status` (`allowed`, `allowed_warning`).
+pub fn plan_echo(status: &str, text: &str, reset: u64) -> Reply {
     Reply::WithHeaders {
-        headers: unified_limit_headers("allowed", reset, "five_hour"),
+        headers: unified_limit_headers(status, reset, "five_hour"),
         reply: Box::new(Reply::Text(format!("Hello! You said: {text}"))),
     }
 }

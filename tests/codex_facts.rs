@@ -243,6 +243,18 @@ impl Setup {
         })
     }
 
+    /// The stand-in answering with `script`, a Codex app-server past its handshake, a new thread in
+    /// the work folder and a turn begun there with `text`; `None` (skipped) without Codex.
+    async fn first_turn(script: Script, text: &str) -> Option<(Setup, AppServer, String)> {
+        let s = Setup::start(script).await?;
+        let mut codex = s.opened().await;
+        let thread = codex
+            .start_thread(json!({"cwd": s.env.work.to_str().unwrap()}))
+            .await;
+        codex.start_turn(&thread, text).await;
+        Some((s, codex, thread))
+    }
+
     /// A Codex app-server that took the handshake with the experimental API.
     async fn opened(&self) -> AppServer {
         let mut codex = self.spawn();
@@ -586,14 +598,9 @@ async fn an_http_error_is_an_error_notification_and_a_failed_turn() {
         status: 500,
         body: json!({"error": {"message": "stand-in failure", "type": "server_error"}}),
     });
-    let Some(s) = Setup::start(script).await else {
+    let Some((s, mut codex, _)) = Setup::first_turn(script, "fail").await else {
         return;
     };
-    let mut codex = s.opened().await;
-    let thread = codex
-        .start_thread(json!({"cwd": s.env.work.to_str().unwrap()}))
-        .await;
-    codex.start_turn(&thread, "fail").await;
     let error = codex.notification("error").await;
     println!("error notification: {error}");
     assert!(
@@ -667,14 +674,9 @@ async fn a_usage_limit_is_an_error_that_names_its_reset() {
             }}),
         }),
     });
-    let Some(s) = Setup::start(script).await else {
+    let Some((s, mut codex, _)) = Setup::first_turn(script, "over the limit").await else {
         return;
     };
-    let mut codex = s.opened().await;
-    let thread = codex
-        .start_thread(json!({"cwd": s.env.work.to_str().unwrap()}))
-        .await;
-    codex.start_turn(&thread, "over the limit").await;
     let limits = codex.notification("account/rateLimits/updated").await;
     println!("usage limit: account/rateLimits/updated: {limits}");
     assert_eq!(
@@ -719,14 +721,9 @@ async fn a_usage_limit_is_an_error_that_names_its_reset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 /// Codex tells tokens, never a cost.
 async fn a_turns_token_usage_is_told_last_and_in_total() {
-    let Some(s) = Setup::start(echo_script()).await else {
+    let Some((s, mut codex, thread)) = Setup::first_turn(echo_script(), "one").await else {
         return;
     };
-    let mut codex = s.opened().await;
-    let thread = codex
-        .start_thread(json!({"cwd": s.env.work.to_str().unwrap()}))
-        .await;
-    codex.start_turn(&thread, "one").await;
     codex.turn_completed().await;
     codex.start_turn(&thread, "two").await;
     codex.turn_completed().await;
@@ -752,6 +749,52 @@ async fn a_turns_token_usage_is_told_last_and_in_total() {
             "thread/tokenUsage/updated tells each model request's tokens as tokenUsage.last \
              (with its turnId) and the thread's as tokenUsage.total"
         )
+    );
+    codex.close().await;
+}
+
+/// A key the Responses API refuses: Codex 0.171.0 sends an `error` whose `codexErrorInfo` is
+/// `{"httpConnectionFailed": {"httpStatusCode": 401}}` and whose message says "401
+/// Unauthorized", not retried, and the turn fails with it (botvisor holds: `login_required`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_key_is_an_error_naming_the_401() {
+    let script: Script = std::sync::Arc::new(|_| Reply::Status {
+        status: 401,
+        body: json!({"error": {"type": "invalid_request_error", "code": "invalid_api_key",
+                     "message": "Incorrect API key provided."}}),
+    });
+    let Some((s, mut codex, _)) = Setup::first_turn(script, "hello").await else {
+        return;
+    };
+    let error = codex.notification("error").await;
+    println!("refused key: error notification: {error}");
+    assert_eq!(
+        (
+            error.pointer("/params/error/codexErrorInfo/httpConnectionFailed/httpStatusCode"),
+            error.pointer("/params/willRetry")
+        ),
+        (Some(&json!(401)), Some(&json!(false))),
+        "{}",
+        changed(
+            &s.bin,
+            "a 401 is an error notification naming the status, not retried"
+        )
+    );
+    let message = error
+        .pointer("/params/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    assert!(
+        message.contains("401 Unauthorized"),
+        "{}: {message}",
+        changed(&s.bin, "the error's message says 401 Unauthorized")
+    );
+    let done = codex.turn_completed().await;
+    assert_eq!(
+        done.pointer("/params/turn/status"),
+        Some(&json!("failed")),
+        "{}",
+        changed(&s.bin, "the turn fails")
     );
     codex.close().await;
 }

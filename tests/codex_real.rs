@@ -868,3 +868,39 @@ async fn a_usage_limit_holds_the_queue_until_its_reset() {
         "{items:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_key_holds_until_set_environment_gives_a_new_one() {
+    let Some(codex) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    let refused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flag = refused.clone();
+    let script: Script = std::sync::Arc::new(move |req| {
+        if flag.load(std::sync::atomic::Ordering::SeqCst) {
+            Reply::Status {
+                status: 401,
+                body: serde_json::json!({"error": {"type": "invalid_request_error",
+                    "code": "invalid_api_key", "message": "Incorrect API key provided."}}),
+            }
+        } else {
+            Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+        }
+    });
+    let s = CodexSetup::start(&env, codex, script).await;
+    let bot = s.bot(&env, "").await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send("hello", HashMap::new()).await.unwrap();
+    wait_state(&bot, "login_required").await;
+    let last_error = bot.last_error().await.unwrap();
+    assert!(last_error.contains("401"), "Codex's words: {last_error}");
+    refused.store(false, std::sync::atomic::Ordering::SeqCst);
+    let new_env: HashMap<&str, &str> = s
+        .bot_env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    bot.set_environment(new_env, HashMap::new()).await.unwrap();
+    let outcomes = wait_turns(&mut finished, std::slice::from_ref(&turn)).await;
+    assert_eq!(outcomes[0].1, "success", "{:?}", chat(&bot).await);
+    wait_state(&bot, "idle").await;
+}

@@ -364,3 +364,115 @@ async fn a_plan_near_its_limit_shows_it_and_warns_once() {
         "{warnings:?}"
     );
 }
+
+/// 401 (an expired OAuth token) to every request while `expired` holds, else an echo.
+fn login_expired_while(expired: Arc<std::sync::atomic::AtomicBool>) -> Script {
+    Arc::new(move |req: &ApiRequest| {
+        if expired.load(std::sync::atomic::Ordering::SeqCst) {
+            support::stand_in_api::login_expired()
+        } else {
+            Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+        }
+    })
+}
+
+/// A subscription bot whose login expired: its first message is refused with a 401. Returns
+/// the setup, the bot, the flag that makes the stand-in refuse, the turn and the session.
+async fn expired_login_bot(
+    env: &TestEnv,
+) -> (
+    RealSetup,
+    BotProxy<'static>,
+    Arc<std::sync::atomic::AtomicBool>,
+    String,
+    String,
+) {
+    let claude = claude_bin().expect("checked by the caller");
+    let expired = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut setup = RealSetup::start(env, claude, login_expired_while(expired.clone())).await;
+    let bot = subscription_bot(&mut setup, env).await;
+    let turn = bot.send("hello", HashMap::new()).await.unwrap();
+    wait_state(&bot, "login_required").await;
+    let last_error = bot.last_error().await.unwrap();
+    assert!(
+        last_error.contains("OAuth token has expired"),
+        "the CLI's words: {last_error}"
+    );
+    assert_eq!(bot.limit_kind().await.unwrap(), "");
+    let items = chat(&bot).await;
+    assert!(
+        of_kind(&items, "turn_finished").is_empty(),
+        "the refused message is no failed turn: {items:?}"
+    );
+    let session = bot.session_id().await.unwrap();
+    (setup, bot, expired, turn, session)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_login_holds_until_the_credentials_file_changes() {
+    if claude_bin().is_none() {
+        return;
+    }
+    let env = TestEnv::new().await;
+    let (setup, bot, expired, turn, session) = expired_login_bot(&env).await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let asked = setup.api.requests().len();
+    // Nothing is sent while the login is expired (no restart loop, not `failed`).
+    let second = bot.send("again", HashMap::new()).await.unwrap();
+    let queued = watching(&bot).await;
+    let changes = queued.receive_queued_messages_changed().await;
+    let now = queued.queued_messages().await.unwrap();
+    wait_property(changes, now, &2, "QueuedMessages").await;
+    assert_eq!(setup.api.requests().len(), asked);
+    assert_eq!(bot.state().await.unwrap(), "login_required");
+    // The user logs in again: the CLI's credentials file changes.
+    expired.store(false, std::sync::atomic::Ordering::SeqCst);
+    std::fs::write(
+        env.home.join(".claude/.credentials.json"),
+        r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-fresh"}}"#,
+    )
+    .unwrap();
+    let outcomes = wait_turns(&mut finished, &[turn.clone(), second.clone()]).await;
+    assert_eq!(
+        outcomes,
+        [(turn, "success".to_owned()), (second, "success".to_owned())]
+    );
+    wait_state(&bot, "idle").await;
+    assert_eq!(
+        bot.session_id().await.unwrap(),
+        session,
+        "the same conversation"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_login_holds_until_set_environment_gives_a_new_token() {
+    if claude_bin().is_none() {
+        return;
+    }
+    let env = TestEnv::new().await;
+    let (setup, bot, expired, turn, session) = expired_login_bot(&env).await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    expired.store(false, std::sync::atomic::Ordering::SeqCst);
+    let mut new_env: HashMap<&str, &str> = setup
+        .bot_env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    new_env.insert("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-rotated");
+    bot.set_environment(new_env, HashMap::new()).await.unwrap();
+    let outcomes = wait_turns(&mut finished, std::slice::from_ref(&turn)).await;
+    assert_eq!(outcomes[0].1, "success");
+    wait_state(&bot, "idle").await;
+    assert_eq!(
+        bot.session_id().await.unwrap(),
+        session,
+        "the same conversation"
+    );
+    // A bad environment is refused by name and changes nothing.
+    let err = bot
+        .set_environment(HashMap::from([("A=B", "x")]), HashMap::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("invalid variable name"), "{err}");
+}

@@ -121,6 +121,24 @@ impl BotObject {
         Ok(self.handle.set_permission_mode(mode)?)
     }
 
+    /// Replaces the bot's extra environment for its CLI (as `CreateBot`'s `env`; `{}` removes
+    /// it), recorded before this returns, for example to rotate an API key or token without
+    /// deleting the bot. Taken at the next launch: a bot waiting for its login
+    /// (`login_required`) goes on at once, and a running agent with no turn in flight is
+    /// restarted on the same conversation (with a turn in flight, at its next launch). No
+    /// options are defined yet. Errors: InvalidArgument (a name empty or holding `=` or NUL, a
+    /// value holding NUL, an unknown option), NotFound, StorageUnavailable; each changes nothing.
+    async fn set_environment(
+        &self,
+        env: std::collections::BTreeMap<String, String>,
+        options: crate::dbus::options::Options,
+    ) -> Result<()> {
+        let r = crate::dbus::options::OptionReader::new("SetEnvironment", &options);
+        r.finish()?;
+        crate::dbus::manager::check_env("SetEnvironment: `env`", &env)?;
+        Ok(self.handle.set_environment(env)?)
+    }
+
     /// Sets the bot's own budget in US dollars (`BudgetUSD`), 0 for no budget whatever config
     /// `budget_usd` says. A bot held by its budget (`LimitKind` `budget`) goes on at once when
     /// its cost (`CostUSD`) is under the new one. Errors: InvalidArgument (negative, not finite,
@@ -375,8 +393,10 @@ impl BotObject {
         self.view().record.permission_mode
     }
 
-    /// `stopped`, `idle`, `busy`, `stopping`, `failed` or `limited` (a plan's usage limit holds:
-    /// `LimitKind`, `LimitResetsAt`).
+    /// `stopped`, `idle`, `busy`, `stopping`, `failed`, `limited` (a plan's usage limit or the
+    /// budget holds: `LimitKind`, `LimitResetsAt`) or `login_required` (the CLI's login expired
+    /// or was refused: `LastError` gives its words; messages wait until its credentials file
+    /// changes, `SetEnvironment` or `Restart`).
     #[zbus(property)]
     fn state(&self) -> String {
         self.view().state.as_str().to_owned()
@@ -495,11 +515,7 @@ impl BotObject {
     /// messages go by themselves at the reset.
     #[zbus(property)]
     fn limit_kind(&self) -> String {
-        self.view()
-            .record
-            .limit
-            .map(|(kind, _)| kind)
-            .unwrap_or_default()
+        self.view().limit_kind().to_owned()
     }
 
     /// When the usage limit the bot waits for resets, in Unix seconds; 0 when none holds or its

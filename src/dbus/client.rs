@@ -68,6 +68,12 @@ pub trait Bot {
     fn set_model(&self, model: &str) -> zbus::Result<()>;
     /// Set the bot's budget, US dollars (0: none).
     fn set_budget(&self, budget_usd: f64) -> zbus::Result<()>;
+    /// Replace the bot's extra environment (options: none yet).
+    fn set_environment(
+        &self,
+        env: HashMap<&str, &str>,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<()>;
     /// Restart (`fresh`: b).
     fn restart(&self, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
     /// Answer a permission request.

@@ -26,16 +26,22 @@ impl Manager {
 }
 
 /// Checks the `env` option: names non-empty without `=` or NUL, values without NUL.
-fn check_env(env: &std::collections::BTreeMap<String, String>) -> Result<()> {
+/// InvalidArgument for an environment no process can be given: a variable name that is empty
+/// or holds `=` or NUL, or a value that holds NUL. `what` names the argument
+/// (`CreateBot: option \`env\``).
+pub(crate) fn check_env(
+    what: &str,
+    env: &std::collections::BTreeMap<String, String>,
+) -> Result<()> {
     for (k, v) in env {
         if k.is_empty() || k.contains(['=', '\0']) {
             return Err(Error::InvalidArgument(format!(
-                "CreateBot: option `env` has an invalid variable name `{k}` (empty, or holds `=` or NUL)"
+                "{what} has an invalid variable name `{k}` (empty, or holds `=` or NUL)"
             )));
         }
         if v.contains('\0') {
             return Err(Error::InvalidArgument(format!(
-                "CreateBot: option `env`: the value of `{k}` holds a NUL byte"
+                "{what}: the value of `{k}` holds a NUL byte"
             )));
         }
     }
@@ -83,7 +89,7 @@ impl Manager {
                     .into(),
             )
         })?;
-        check_env(&env)?;
+        check_env("CreateBot: option `env`", &env)?;
         if idle_timeout_s.is_some_and(|s| s > crate::config::MAX_SECONDS) {
             return Err(Error::InvalidArgument(format!(
                 "CreateBot: option `idle_timeout_s` must be at most {} (one year); 0 means never",

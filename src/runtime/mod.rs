@@ -381,6 +381,11 @@ pub trait Runtime: Send + Sync + 'static {
     /// Whether an error text means a failure that restarting cannot fix: `Some("authentication")`
     /// or `Some("usage limit")`.
     fn fatal_reason(&self, text: &str) -> Option<&'static str>;
+    /// The file the CLI keeps its login in, for a process started with `env` (a bot whose login
+    /// expired waits for it to change); `None` when the runtime has none or `env` does not say.
+    fn credentials_file(&self, _env: &BTreeMap<String, String>) -> Option<PathBuf> {
+        None
+    }
 }
 
 /// Looks `name` up on `path` (a `PATH`-style list) and returns the first executable file.

@@ -271,6 +271,20 @@ pub fn set_budget(conn: &Connection, id: &str, budget: Option<u64>) -> rusqlite:
     Ok(())
 }
 
+/// Stores the bot's extra environment for the CLI.
+pub fn set_env(
+    conn: &Connection,
+    id: &str,
+    env: &BTreeMap<String, String>,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE bots SET env = ?2 WHERE id = ?1")?
+        .execute(params![
+            id,
+            serde_json::to_string(env).unwrap_or_else(|_| "{}".into())
+        ])?;
+    Ok(())
+}
+
 /// Stores the verdict of the last stop.
 pub fn set_stop_verdict(conn: &Connection, id: &str, verdict: &str) -> rusqlite::Result<()> {
     conn.prepare_cached("UPDATE bots SET stop_verdict = ?2 WHERE id = ?1")?

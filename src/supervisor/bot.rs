@@ -6,6 +6,7 @@
 
 mod commands;
 mod control;
+mod credentials;
 mod effects;
 mod events;
 mod exit;
@@ -107,6 +108,11 @@ struct Actor {
     /// What an interrupted turn left running, to stop once the event is handled: the turn and
     /// the processes.
     left_by_interrupt: Option<(String, Vec<ProcessIdentity>)>,
+    /// The watch on the CLI's credentials file while the bot waits for its login.
+    credentials: Option<credentials::Watch>,
+    /// The actor's own command queue, for what it hears from outside the bus (the credentials
+    /// watch).
+    commands: mpsc::UnboundedSender<Command>,
 }
 
 /// Publishes a committed chat item.
@@ -162,10 +168,10 @@ pub fn spawn_actor(
     let id = record.id.clone();
     let state = if record.failed {
         State::Failed
-    } else if record.limit.is_some() && !record.parked {
-        State::Limited
-    } else {
+    } else if record.parked {
         State::Stopped
+    } else {
+        State::Stopped.while_held(record.limit.as_ref().map(|(k, _)| k.as_str()))
     };
     let stop_verdict = record.stop_verdict.clone();
     let parked = record.parked;
@@ -214,6 +220,8 @@ pub fn spawn_actor(
         known: Vec::new(),
         background_tasks: 0,
         left_by_interrupt: None,
+        credentials: None,
+        commands: tx.clone(),
     };
     let span = tracing::info_span!("bot", bot_id = %id);
     let guarded = {
@@ -291,6 +299,7 @@ impl Actor {
             tracing::error!(bot_id = %self.id, error = %e, "cannot recover the bot's turns");
         }
         self.resume_limit();
+        self.follow_credentials();
         // What the conversation had cost when last told: not counted again (core::spend).
         self.core.turns.meter.conversation = self.record().conversation_cost;
         self.pump().await;

@@ -3,6 +3,7 @@
 //! (rule 7). Its methods never wait for the actor.
 
 use crate::supervisor::Property;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::mpsc;
@@ -191,6 +192,23 @@ impl BotHandle {
         check_model(self.shared.runtime.as_ref(), &model)?;
         self.check_writable()?;
         self.command(Command::ApplyLive(ControlRequest::SetModel(model)))
+    }
+
+    /// Replaces the bot's extra environment (validated by the caller), recorded before this
+    /// returns and taken at the next launch; the actor lets a bot waiting for its login go on,
+    /// and restarts a running agent with no turn in flight on the same conversation. Errors:
+    /// NotFound (deleted), StorageUnavailable; either changes nothing.
+    pub fn set_environment(&self, env: BTreeMap<String, String>) -> Result<(), BotError> {
+        self.check_alive()?;
+        self.shared.store.tx_now_then(
+            |tx| store::bots::set_env(tx, &self.id, &env),
+            |_| {
+                bot::update_view(&self.view, &self.shared.publisher, &self.id, vec![], |v| {
+                    v.record.env = env.clone()
+                })
+            },
+        )?;
+        self.command(Command::EnvironmentChanged)
     }
 
     /// Sets the bot's own budget in US dollars (0: no budget, whatever the daemon's). Errors:

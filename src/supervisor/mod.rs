@@ -164,6 +164,11 @@ pub enum Command {
     Respond(String, PermissionAnswer),
     /// End the running turn.
     Interrupt,
+    /// The CLI's credentials file changed (a bot waiting for its login).
+    CredentialsChanged,
+    /// A client changed the bot's environment (already recorded): applied at the next launch; a
+    /// running agent with no turn in flight is restarted on the same conversation now.
+    EnvironmentChanged,
     /// The bot's own budget, nano-dollars (`Some(0)`: none), validated: recorded, and a budget
     /// hold lifted if the cost is now under it.
     SetBudget(Option<u64>),

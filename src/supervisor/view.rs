@@ -95,6 +95,15 @@ pub struct BotView {
 }
 
 impl BotView {
+    /// `LimitKind`: the limit the bot holds for; empty for none and for a login hold (its
+    /// `State` says `login_required`).
+    pub fn limit_kind(&self) -> &str {
+        match &self.record.limit {
+            Some((k, _)) if k != crate::supervisor::core::limits::LOGIN => k,
+            _ => "",
+        }
+    }
+
     /// `PlanLimit`'s value: `(state, kind, utilization, resets_at)`; `("", "", -1, 0)` before the
     /// CLI told anything, -1 for a utilization not told.
     pub fn plan_limit_value(&self) -> (String, String, f64, u64) {
@@ -136,7 +145,7 @@ impl BotView {
             Property::MemoryCurrent => PropertyValue::U64(self.usage.memory_current),
             Property::CpuUsageNsec => PropertyValue::U64(self.usage.cpu_usage_nsec),
             Property::TasksCurrent => PropertyValue::U64(self.usage.tasks_current),
-            Property::LimitKind => s(self.record.limit.as_ref().map_or("", |(k, _)| k)),
+            Property::LimitKind => s(self.limit_kind()),
             Property::LimitResetsAt => {
                 PropertyValue::U64(self.record.limit.as_ref().map_or(0, |(_, at)| *at))
             }

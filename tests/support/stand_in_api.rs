@@ -319,6 +319,21 @@ fn answer(model: &str, stream: bool, reply: &Reply) -> Response {
     }
 }
 
+/// What the Messages API answers a subscription request whose OAuth token expired: 401
+/// `authentication_error`, to every request.
+pub fn login_expired_script() -> Script {
+    Arc::new(|_: &ApiRequest| login_expired())
+}
+
+/// The 401 of an expired OAuth token.
+pub fn login_expired() -> Reply {
+    Reply::Status {
+        status: 401,
+        body: serde_json::json!({"type": "error", "error": {"type": "authentication_error",
+            "message": "OAuth token has expired. Please obtain a new token or refresh your existing token."}}),
+    }
+}
+
 /// A script that echoes each request with [`plan_echo`]: a plan whose `five_hour` window is
 /// nearly used (`allowed_warning`, 91 %) and resets at `reset`.
 pub fn plan_warning_script(reset: u64) -> Script {

@@ -173,6 +173,8 @@ impl BotInfo {
     pub fn shown_state(&self) -> String {
         let state = if self.state == "limited" && self.limit_resets_at > 0 {
             format!("limited until {}", local_time(self.limit_resets_at))
+        } else if self.state == "login_required" {
+            "login required".to_owned()
         } else {
             self.state.clone()
         };

@@ -203,6 +203,10 @@ fn parse_control_response(v: &Value) -> RuntimeEvent {
 /// "rateLimitType":"five_hour","unifiedWindows":{"five_hour":{"utilization":1,…}}}}` (2.1.284 to
 /// 2.1.332 as a subscription user; `tests/cli_facts.rs`
 /// `a_plan_limit_is_a_rate_limit_event_and_an_error_result`). An unknown status is ignored.
+/// The share of a plan's window used from which botvisor calls it a warning when the CLI tells
+/// only the share (Claude Code 2.1.284), as the budget's warning.
+pub const WARNING_UTILIZATION: f64 = 0.8;
+
 fn parse_rate_limit(v: &Value) -> RuntimeEvent {
     let info = v.get("rate_limit_info").unwrap_or(&Value::Null);
     let state = match info.get("status").and_then(Value::as_str) {
@@ -217,10 +221,16 @@ fn parse_rate_limit(v: &Value) -> RuntimeEvent {
         .and_then(|w| w.get("utilization"))
         .or_else(|| info.get("utilization"))
         .and_then(Value::as_f64);
-    // 2.1.328 says `allowed` at the top and `allowed_warning` in the deciding window
-    // (cli_facts::a_plan_near_its_limit_is_an_allowed_warning_with_its_utilization).
+    // 2.1.328 says `allowed` at the top and `allowed_warning` in the deciding window; 2.1.284
+    // gives the window's utilization only, so a window that says nothing is a warning from
+    // WARNING_UTILIZATION on (cli_facts::a_plan_near_its_limit_is_an_allowed_warning_with_its_utilization).
     let state = match window.and_then(|w| w.get("status")).and_then(Value::as_str) {
         Some("allowed_warning") if state == LimitState::Allowed => LimitState::Warning,
+        None if state == LimitState::Allowed
+            && utilization.is_some_and(|u| u >= WARNING_UTILIZATION) =>
+        {
+            LimitState::Warning
+        }
         _ => state,
     };
     RuntimeEvent::Limit(LimitReport {
@@ -528,6 +538,25 @@ mod tests {
                 utilization: Some(0.91),
             })
         );
+        // 2.1.284: the window's share only.
+        assert!(matches!(
+            one(
+                r#"{"type":"rate_limit_event","rate_limit_info":{"rateLimitType":"five_hour","resetsAt":5,"status":"allowed","unifiedWindows":{"five_hour":{"resetsAt":5,"utilization":0.91}}}}"#
+            ),
+            RuntimeEvent::Limit(LimitReport {
+                state: LimitState::Warning,
+                ..
+            })
+        ));
+        assert!(matches!(
+            one(
+                r#"{"type":"rate_limit_event","rate_limit_info":{"rateLimitType":"five_hour","status":"allowed","unifiedWindows":{"five_hour":{"utilization":0.5}}}}"#
+            ),
+            RuntimeEvent::Limit(LimitReport {
+                state: LimitState::Allowed,
+                ..
+            })
+        ));
         assert!(matches!(
             one(r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed"}}"#),
             RuntimeEvent::Limit(LimitReport {

@@ -113,6 +113,12 @@ impl Runtime for Claude {
         events::fatal_reason(text)
     }
 
+    /// `$CLAUDE_CONFIG_DIR/.credentials.json` (default `~/.claude`), where `claude /login`
+    /// writes a subscription's OAuth tokens on Linux.
+    fn credentials_file(&self, env: &BTreeMap<String, String>) -> Option<PathBuf> {
+        transcript::config_dir(env).map(|d| d.join(".credentials.json"))
+    }
+
     fn session_in_use(&self, stderr: &str) -> Option<String> {
         stderr.lines().find_map(events::session_in_use)
     }

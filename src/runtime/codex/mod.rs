@@ -151,6 +151,11 @@ impl Runtime for Codex {
         None
     }
 
+    /// `$CODEX_HOME/auth.json` (default `~/.codex`), where `codex login` writes its key or tokens.
+    fn credentials_file(&self, env: &BTreeMap<String, String>) -> Option<PathBuf> {
+        rollout::codex_home(env).map(|h| h.join("auth.json"))
+    }
+
     fn fatal_reason(&self, text: &str) -> Option<&'static str> {
         let t = text.to_ascii_lowercase();
         if [

@@ -14,6 +14,19 @@ impl Actor {
     /// Returns false when the actor must end.
     pub(super) async fn on_command(&mut self, cmd: Command) -> bool {
         match cmd {
+            Command::CredentialsChanged => {
+                self.login_back().await;
+                true
+            }
+            Command::EnvironmentChanged => {
+                if self.limit_holds_login() {
+                    self.login_back().await;
+                } else if self.proc.is_some() && self.core.turns.inflight.is_none() {
+                    // Taken at launch: the running agent starts again on its conversation.
+                    self.on_restart(false).await;
+                }
+                true
+            }
             Command::SetBudget(own) => {
                 let v = self.view.read().unwrap_or_else(|p| p.into_inner()).clone();
                 let in_force = crate::supervisor::core::spend::in_force(own, v.budget_default);
@@ -149,8 +162,8 @@ impl Actor {
         self.parked = parked;
         // `limited` or `stopped`: what a held bot shows depends on the park.
         let shown = match self.state() {
-            State::Limited if self.proc.is_some() => Some(State::Idle),
-            State::Limited => Some(State::Stopped),
+            State::Limited | State::LoginRequired if self.proc.is_some() => Some(State::Idle),
+            State::Limited | State::LoginRequired => Some(State::Stopped),
             s @ (State::Idle | State::Stopped) => Some(s),
             _ => None,
         };

@@ -92,6 +92,22 @@ impl Actor {
             self.on_limit_refused(&report);
             return;
         }
+        // An expired or refused login is a hold, not a failure: the message waits for new
+        // credentials (Claude Code 2.1.328: an error result with api_error_status 401 whose text
+        // says so; Codex 0.171.0: a failed turn "unexpected status 401 Unauthorized").
+        if outcome == ResultOutcome::Error
+            && let Some(words) = error.as_deref()
+            && self.shared.runtime.fatal_reason(words) == Some("authentication")
+            && self.current_turn_id().is_some()
+        {
+            self.close_open_prompts("The turn ended before this request was answered.");
+            if let Some(effects) = limits::login_refused(&mut self.core.turns, words) {
+                tracing::warn!(bot_id = %self.id, error = %words, "login expired or refused; the message waits");
+                self.apply(effects);
+                self.follow_credentials();
+            }
+            return;
+        }
         // A turn that ended (interrupted, failed) while the agent was asking leaves nobody
         // waiting for the answer.
         self.close_open_prompts("The turn ended before this request was answered.");

@@ -22,6 +22,17 @@ impl Actor {
             .is_some()
     }
 
+    /// The bot waits for its login (a hold of kind `core::limits::LOGIN`).
+    pub(super) fn limit_holds_login(&self) -> bool {
+        self.view
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .record
+            .limit
+            .as_ref()
+            .is_some_and(|(k, _)| k == crate::supervisor::core::limits::LOGIN)
+    }
+
     pub(super) fn record(&self) -> BotRecord {
         self.view
             .read()
@@ -41,7 +52,8 @@ impl Actor {
         // While a usage limit holds, a bot with nothing to do says it waits for it; one a
         // client stopped says it is stopped (nothing goes at the reset).
         let record = self.record();
-        let state = state.while_limited(record.limit.is_some() && !self.parked);
+        let hold = record.limit.as_ref().map(|(k, _)| k.as_str());
+        let state = state.while_held(hold.filter(|_| !self.parked));
         let before = self.view.read().unwrap_or_else(|p| p.into_inner()).state;
         if before == state {
             return;

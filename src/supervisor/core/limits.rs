@@ -55,6 +55,11 @@ pub fn wait(hold: &LimitHold, now_unix: u64, strikes: u32, times: LimitTimes) ->
 
 /// The words of the `system` item: which limit, and when the messages go.
 pub fn text(hold: &LimitHold) -> String {
+    if hold.kind == LOGIN {
+        return "The agent's login expired or was refused: the message waits until the \
+                credentials change (log in again, or SetEnvironment with a new token)."
+            .to_owned();
+    }
     if hold.kind == BUDGET {
         return "The bot's cost reached its budget: the message waits until the budget is raised \
                 (SetBudget) or the bot is restarted."
@@ -86,24 +91,84 @@ pub fn text(hold: &LimitHold) -> String {
 /// the agent called tools ends `limited` with that item instead: sending it again would redo
 /// its work in the next window. `None` when no message is in flight.
 pub fn refused(turns: &mut Turns, report: &LimitReport) -> Option<(LimitHold, Vec<Effect>)> {
-    let inflight = turns.inflight.take()?;
-    let turn_id = inflight.turn.id.clone();
     let hold = LimitHold {
         kind: report.kind.clone(),
         resets_at: report.resets_at,
     };
+    let note = |text: String| {
+        json!({"text": text, "reason": "limit_reached", "kind": hold.kind,
+               "resets_at": hold.resets_at})
+    };
+    let effects = held(
+        turns,
+        &hold,
+        note(text(&hold)),
+        (TurnOutcome::Limited, "limit_reached", note(cut_text(&hold))),
+        State::Limited,
+    )?;
+    Some((hold, effects))
+}
+
+/// The kind of the hold of a bot whose login expired or was refused (`LimitKind` shows it
+/// empty: it is no plan's limit).
+pub const LOGIN: &str = "login";
+
+/// The turn in flight ended with an error that says the login expired or was refused (`words`:
+/// the CLI's): the bot holds (`login_required`) as for a limit ([`refused`]): a message not
+/// worked on waits at the head of the queue, a turn cut after tool calls ends `error`; the
+/// `system` item's `reason` is `login_required` and `LastError` gives the words. `None` when no
+/// message is in flight.
+pub fn login_refused(turns: &mut Turns, words: &str) -> Option<Vec<Effect>> {
+    let hold = LimitHold {
+        kind: LOGIN.to_owned(),
+        resets_at: 0,
+    };
+    let waits = format!(
+        "The agent's login expired or was refused ({words}); the message waits and goes by \
+         itself once the credentials change (log in again, or SetEnvironment with a new token)."
+    );
+    let cut = format!(
+        "The agent's login expired or was refused ({words}) after the agent had begun its work; \
+         the turn is not sent again. The messages still waiting go once the credentials change."
+    );
+    let note = |text: String| json!({"text": text, "reason": "login_required"});
+    let mut effects = held(
+        turns,
+        &hold,
+        note(waits),
+        (TurnOutcome::Error, "login_required", note(cut)),
+        State::LoginRequired,
+    )?;
+    let mut c = CommitBuilder::default();
+    c.write(Write::LastError(words.to_owned()))
+        .then(Publish::LastError(words.to_owned()));
+    effects.insert(1, c.build().expect("a row"));
+    Some(effects)
+}
+
+/// The turn in flight ends with the hold `hold`: put back first in the queue with the `system`
+/// item `waits`, or, once the agent called a tool in it, ended with `cut`'s outcome, reason and
+/// item; the hold recorded in the same commit; then `state` and the queue's length.
+fn held(
+    turns: &mut Turns,
+    hold: &LimitHold,
+    waits: serde_json::Value,
+    cut: (TurnOutcome, &str, serde_json::Value),
+    state: State,
+) -> Option<Vec<Effect>> {
+    let inflight = turns.inflight.take()?;
+    let turn_id = inflight.turn.id.clone();
     let limit = Some((hold.kind.clone(), hold.resets_at));
     let mut effects = vec![Effect::TurnEnded(turn_id.clone())];
     // The hold is recorded with the requeued turn, in one commit: a message never goes back to
     // the queue without the hold that keeps it from being sent into the limit again.
     let mut c = CommitBuilder::default();
     if inflight.worked {
-        let note = json!({"text": cut_text(&hold), "reason": "limit_reached", "kind": hold.kind,
-                          "resets_at": hold.resets_at});
+        let (outcome, reason, note) = cut;
         effects.push(Turns::finish(
             &turn_id,
-            TurnOutcome::Limited,
-            "limit_reached",
+            outcome,
+            reason,
             Some(("system", note)),
             None,
         ));
@@ -115,17 +180,48 @@ pub fn refused(turns: &mut Turns, report: &LimitReport) -> Option<(LimitHold, Ve
         c.write(Write::DeliveryDone(turn_id.clone())).item(
             "system",
             Some(&turn_id),
-            json!({"text": text(&hold), "reason": "limit_reached", "kind": hold.kind,
-                   "resets_at": hold.resets_at})
-            .to_string(),
+            waits.to_string(),
         );
     }
     c.write(Write::Limit(limit.clone()))
         .then(Publish::Limit(limit));
     effects.extend(c.build());
-    effects.push(Effect::State(State::Limited));
+    effects.push(Effect::State(state));
     effects.push(Effect::Queued(turns.waiting()));
-    Some((hold, effects))
+    Some(effects)
+}
+
+/// The `system` item of a message sent while the limit holds (`reason` `limit_waiting`): it
+/// waits and goes by itself at the reset.
+pub fn waiting(hold: &LimitHold, turn_id: &str) -> Effect {
+    let mut c = CommitBuilder::default();
+    c.item(
+        "system",
+        Some(turn_id),
+        json!({"text": text(hold), "reason": "limit_waiting", "kind": hold.kind,
+               "resets_at": hold.resets_at})
+        .to_string(),
+    );
+    c.build().expect("an item is a row")
+}
+
+/// The words for a turn the limit cut after the agent had worked on it.
+fn cut_text(hold: &LimitHold) -> String {
+    let reset = if hold.resets_at == 0 {
+        "when it resets".to_owned()
+    } else {
+        format!(
+            "after it resets at {} (UTC)",
+            humantime::format_rfc3339_seconds(
+                SystemTime::UNIX_EPOCH + Duration::from_secs(hold.resets_at)
+            )
+        )
+    };
+    format!(
+        "The plan's usage limit cut this turn after the agent had begun its work; it is not sent \
+         again, so as not to redo that work. Send what should follow {reset}: the messages still \
+         waiting go by themselves."
+    )
 }
 
 /// The CLI told where the plan's limit stands (`now`; `before` what it told last, if anything):
@@ -229,39 +325,6 @@ pub fn budget_warning(cost: u64, budget: u64) -> Effect {
         .to_string(),
     );
     c.build().expect("an item is a row")
-}
-
-/// The `system` item of a message sent while the limit holds (`reason` `limit_waiting`): it
-/// waits and goes by itself at the reset.
-pub fn waiting(hold: &LimitHold, turn_id: &str) -> Effect {
-    let mut c = CommitBuilder::default();
-    c.item(
-        "system",
-        Some(turn_id),
-        json!({"text": text(hold), "reason": "limit_waiting", "kind": hold.kind,
-               "resets_at": hold.resets_at})
-        .to_string(),
-    );
-    c.build().expect("an item is a row")
-}
-
-/// The words for a turn the limit cut after the agent had worked on it.
-fn cut_text(hold: &LimitHold) -> String {
-    let reset = if hold.resets_at == 0 {
-        "when it resets".to_owned()
-    } else {
-        format!(
-            "after it resets at {} (UTC)",
-            humantime::format_rfc3339_seconds(
-                SystemTime::UNIX_EPOCH + Duration::from_secs(hold.resets_at)
-            )
-        )
-    };
-    format!(
-        "The plan's usage limit cut this turn after the agent had begun its work; it is not sent \
-         again, so as not to redo that work. Send what should follow {reset}: the messages still \
-         waiting go by themselves."
-    )
 }
 
 /// The wait is over: the hold is lifted durably, then the bot is `idle` (an agent `running`)

@@ -16,10 +16,14 @@ pub enum State {
     /// A plan's usage limit is reached: messages wait for its reset, then go by themselves
     /// (issue 24; `core::limits`).
     Limited,
+    /// The CLI's login expired or was refused: messages wait until its credentials change or a
+    /// client changes the bot's environment (issue 24; `core::limits`).
+    LoginRequired,
 }
 
 impl State {
-    /// The property value: `stopped`, `idle`, `busy`, `stopping`, `failed`, `limited`.
+    /// The property value: `stopped`, `idle`, `busy`, `stopping`, `failed`, `limited`,
+    /// `login_required`.
     pub fn as_str(self) -> &'static str {
         match self {
             State::Stopped => "stopped",
@@ -28,15 +32,18 @@ impl State {
             State::Stopping => "stopping",
             State::Failed => "failed",
             State::Limited => "limited",
+            State::LoginRequired => "login_required",
         }
     }
 
-    /// The state shown while a usage limit holds (`limited`): `limited` for a bot that is
-    /// `idle` or `stopped`, as is; the other states say what the bot does.
-    pub fn while_limited(self, limited: bool) -> State {
-        match self {
-            State::Idle | State::Stopped if limited => State::Limited,
-            s => s,
+    /// The state shown while the bot holds for `hold` (a limit's kind; `login` for an expired
+    /// login; `None`: no hold): `limited` or `login_required` for a bot that is `idle` or
+    /// `stopped`; the other states say what the bot does.
+    pub fn while_held(self, hold: Option<&str>) -> State {
+        match (self, hold) {
+            (State::Idle | State::Stopped, Some(super::limits::LOGIN)) => State::LoginRequired,
+            (State::Idle | State::Stopped, Some(_)) => State::Limited,
+            (s, _) => s,
         }
     }
 }

@@ -310,12 +310,24 @@ impl Watch {
                     let shown = property_json(val);
                     if matches!(
                         k.as_str(),
-                        "State" | "LastError" | "StopVerdict" | "SessionId" | "Name"
+                        "State"
+                            | "LastError"
+                            | "StopVerdict"
+                            | "SessionId"
+                            | "Name"
+                            | "LimitKind"
+                            | "LimitResetsAt"
+                            | "CostUSD"
                     ) {
-                        let s = shown
-                            .as_str()
-                            .map(str::to_owned)
-                            .unwrap_or_else(|| shown.to_string());
+                        let s = match (k.as_str(), shown.as_u64(), shown.as_f64()) {
+                            // A reset as people read it: local time.
+                            ("LimitResetsAt", Some(at), _) if at > 0 => bots::local_time(at),
+                            ("CostUSD", _, Some(usd)) => format!("${usd:.4}"),
+                            _ => shown
+                                .as_str()
+                                .map(str::to_owned)
+                                .unwrap_or_else(|| shown.to_string()),
+                        };
                         parts.push(format!("{k}={}", show::safe(&show::cut(&s, 300))));
                     }
                     if k == "Name"

@@ -102,6 +102,10 @@ pub struct Config {
     /// budget). When a bot's cost reaches it after a turn, the bot holds (`limited`, kind
     /// `budget`) until the budget is raised or it is restarted.
     pub budget_usd: Option<f64>,
+    /// Whether a turn a plan's usage limit cut after the agent called tools continues by itself
+    /// at the reset, for bots created without their own `continue_after_limit` (default false:
+    /// an unattended continuation spends the next window; the turn ends `limited`).
+    pub continue_after_limit: bool,
 }
 
 /// The largest budget accepted, in US dollars (config `budget_usd`, `CreateBot`'s `budget_usd`,
@@ -153,6 +157,7 @@ impl Default for Config {
             limit_margin_s: 5.0,
             limit_retry_s: 300.0,
             budget_usd: None,
+            continue_after_limit: false,
         }
     }
 }

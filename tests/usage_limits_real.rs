@@ -476,3 +476,61 @@ async fn an_expired_login_holds_until_set_environment_gives_a_new_token() {
         .unwrap_err();
     assert!(err.to_string().contains("invalid variable name"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_continue_after_limit_a_cut_turn_continues_at_the_reset() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    allow_bash(&env);
+    let reset = unix_now() + 8;
+    let asked: Asked = Arc::default();
+    let seen = asked.clone();
+    // The first message is answered with a tool call; what follows is refused until the reset.
+    let script: Script = Arc::new(move |req: &ApiRequest| {
+        let now = unix_now();
+        if req.has_tools {
+            seen.lock()
+                .unwrap()
+                .push((now, req.last_user_text.clone(), req.has_tool_result));
+        }
+        let first = seen.lock().unwrap().len() == 1;
+        if req.has_tools && first && !req.has_tool_result {
+            return Reply::ToolUse {
+                name: "Bash".into(),
+                input: json!({"command": "echo worked", "description": "work"}),
+            };
+        }
+        if now < reset {
+            return plan_limit_refusal(reset);
+        }
+        plan_echo("allowed", &req.last_user_text, reset + 5 * 3600)
+    });
+    let mut setup =
+        RealSetup::start_with_config(&env, claude, script, "limit_margin_s = 1\n").await;
+    setup.bot_env.remove("ANTHROPIC_API_KEY");
+    setup.bot_env.insert(
+        "CLAUDE_CODE_OAUTH_TOKEN".into(),
+        "sk-ant-oat01-stand-in".into(),
+    );
+    let work = env.work.to_str().unwrap().to_owned();
+    let mut options = create_options(&work, &setup.bot_env);
+    options.insert("continue_after_limit", zbus::zvariant::Variant::from(true));
+    let path = env.manager().await.create_bot(options).await.unwrap();
+    let bot = env.bot(&path).await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send("do the work", HashMap::new()).await.unwrap();
+    wait_state(&bot, "limited").await;
+    let outcomes = wait_turns(&mut finished, std::slice::from_ref(&turn)).await;
+    assert_eq!(outcomes[0].1, "success", "{:?}", chat(&bot).await);
+    let asked = asked.lock().unwrap().clone();
+    let after: Vec<&String> = asked
+        .iter()
+        .filter(|a| a.0 >= reset)
+        .map(|a| &a.1)
+        .collect();
+    assert_eq!(
+        after,
+        [&botvisor::supervisor::core::limits::CONTINUE_TEXT.to_owned()],
+        "at the reset the agent is asked to continue, not sent the message again: {asked:?}"
+    );
+}

@@ -58,7 +58,9 @@ impl Manager {
     /// `permission_mode` (s), `env` (a{ss}, added to the CLI's environment), `idle_timeout_s`
     /// (u, seconds, 0 = never), `memory_max` (t, bytes, at least 1 MiB; `2^64-1` = none; where
     /// the memory controller is delegated), `budget_usd` (d, US dollars; 0 = no budget; default
-    /// config `budget_usd`). Errors: InvalidArgument, RuntimeUnavailable,
+    /// config `budget_usd`), `continue_after_limit` (b: a turn a usage limit cut after tool calls
+    /// continues by itself at the reset; default config `continue_after_limit`, false). Errors:
+    /// InvalidArgument, RuntimeUnavailable,
     /// NotSupported (`memory_max` without a delegated memory controller), AccessDenied.
     #[zbus(out_args("bot"))]
     async fn create_bot(
@@ -81,6 +83,7 @@ impl Manager {
             .map(crate::supervisor::budget_nanos)
             .transpose()
             .map_err(|e| Error::InvalidArgument(format!("CreateBot: option {e}")))?;
+        let continue_after_limit = r.boolean("continue_after_limit")?;
         r.finish()?;
         let cwd = cwd.ok_or_else(|| {
             Error::InvalidArgument(
@@ -106,6 +109,7 @@ impl Manager {
             idle_timeout_s,
             memory_max,
             budget,
+            continue_after_limit,
         })?;
         let path = bot_path(&handle.id);
         server

@@ -51,6 +51,9 @@ pub struct BotRecord {
     /// The bot's budget in nano-dollars; `Some(0)` is no budget, `None` takes the daemon's
     /// `budget_usd`, if any.
     pub budget: Option<u64>,
+    /// Whether a turn a usage limit cut after tool calls continues at the reset; `None` takes
+    /// the daemon's `continue_after_limit`.
+    pub continue_after_limit: Option<bool>,
 }
 
 impl BotRecord {
@@ -76,6 +79,7 @@ impl BotRecord {
             spend: Spend::default(),
             conversation_cost: None,
             budget: None,
+            continue_after_limit: None,
         }
     }
 }
@@ -118,6 +122,9 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
         budget: r
             .get::<_, Option<i64>>("budget_nanos")?
             .map(|v| v.max(0) as u64),
+        continue_after_limit: r
+            .get::<_, Option<i64>>("continue_after_limit")?
+            .map(|v| v != 0),
     })
 }
 
@@ -125,8 +132,9 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
 pub fn insert(conn: &Connection, b: &BotRecord) -> rusqlite::Result<()> {
     conn.execute(
         "INSERT INTO bots (id, name, cwd, runtime, model, permission_mode, env, idle_timeout_s,
-                           session_id, last_error, created_at, memory_max, budget_nanos)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                           session_id, last_error, created_at, memory_max, budget_nanos,
+                           continue_after_limit)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         params![
             b.id,
             b.name,
@@ -141,6 +149,7 @@ pub fn insert(conn: &Connection, b: &BotRecord) -> rusqlite::Result<()> {
             b.created_at,
             b.memory_max.map(|v| v as i64),
             b.budget.map(|v| v.min(i64::MAX as u64) as i64),
+            b.continue_after_limit.map(i64::from),
         ],
     )?;
     Ok(())

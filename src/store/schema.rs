@@ -130,6 +130,12 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE bots ADD COLUMN cost_session_nanos INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE bots ADD COLUMN budget_nanos INTEGER;
     "#,
+    // 10: a turn a usage limit cut, continued at the reset (`continue_after_limit`): the text
+    // that goes instead of its message; and the bot's own choice (NULL: the daemon's).
+    r#"
+    ALTER TABLE turns ADD COLUMN resend_text TEXT;
+    ALTER TABLE bots ADD COLUMN continue_after_limit INTEGER;
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version
@@ -230,6 +236,34 @@ mod tests {
         );
         bots::set_limit(&conn, "b", None).unwrap();
         assert_eq!(bots::load(&conn, "b").unwrap().unwrap().limit, None);
+    }
+
+    #[test]
+    fn version_10_sends_a_continued_turn_as_its_request_to_continue() {
+        use crate::store::{BotRecord, bots, chat, turns};
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let b = BotRecord {
+            continue_after_limit: Some(true),
+            ..BotRecord::new("b", "b", "/", "claude")
+        };
+        bots::insert(&conn, &b).unwrap();
+        assert_eq!(
+            bots::load(&conn, "b")
+                .unwrap()
+                .unwrap()
+                .continue_after_limit,
+            Some(true)
+        );
+        let item = chat::append(&conn, "b", "user", Some("t"), r#"{"text":"do it"}"#).unwrap();
+        turns::insert(&conn, "b", "t", item.seq).unwrap();
+        turns::set_running(&conn, "t").unwrap();
+        turns::requeue_to_continue(&conn, "t", "go on").unwrap();
+        let queued = turns::queued(&conn, "b").unwrap();
+        assert_eq!(
+            (queued[0].id.as_str(), queued[0].text.as_str()),
+            ("t", "go on")
+        );
     }
 
     #[test]

@@ -42,6 +42,16 @@ pub fn requeue(conn: &Connection, turn_id: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Puts a running turn a usage limit cut back in the queue, in its place, to go as `text` (a
+/// request to continue) instead of its message (issue 24, `continue_after_limit`).
+pub fn requeue_to_continue(conn: &Connection, turn_id: &str, text: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE turns SET status = 'queued', resend_text = ?2 WHERE id = ?1 AND status = 'running'",
+    )?
+    .execute(params![turn_id, text])?;
+    Ok(())
+}
+
 /// Settles a turn with its outcome.
 pub fn finish(conn: &Connection, turn_id: &str, outcome: &str) -> rusqlite::Result<()> {
     conn.prepare_cached("UPDATE turns SET status = 'finished', outcome = ?2 WHERE id = ?1")?
@@ -53,7 +63,7 @@ pub fn finish(conn: &Connection, turn_id: &str, outcome: &str) -> rusqlite::Resu
 /// (whole, also when the item is served as a preview).
 pub fn queued(conn: &Connection, bot_id: &str) -> rusqlite::Result<Vec<QueuedTurn>> {
     let mut st = conn.prepare_cached(
-        "SELECT t.id, json_extract(COALESCE(w.payload, c.payload), '$.text')
+        "SELECT t.id, COALESCE(t.resend_text, json_extract(COALESCE(w.payload, c.payload), '$.text'))
          FROM turns t
          JOIN chat_items c ON c.bot_id = t.bot_id AND c.seq = t.chat_seq
          LEFT JOIN chat_wholes w ON w.bot_id = t.bot_id AND w.seq = t.chat_seq

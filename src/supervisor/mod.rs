@@ -196,6 +196,8 @@ pub struct NewBot {
     pub memory_max: Option<u64>,
     /// Budget in nano-dollars (`Some(0)`: none; `None`: config `budget_usd`).
     pub budget: Option<u64>,
+    /// Continue a turn a usage limit cut (`None`: config `continue_after_limit`).
+    pub continue_after_limit: Option<bool>,
 }
 
 /// The name a bot created without one gets, before a suffix (`-2`, `-3`, …) makes it unique: its
@@ -429,6 +431,7 @@ impl Supervisor {
             idle_timeout_s: new.idle_timeout_s,
             memory_max,
             budget: new.budget,
+            continue_after_limit: new.continue_after_limit,
             ..BotRecord::new(&id, &name, &cwd, &runtime_name)
         };
         self.store.tx_now(|tx| store::bots::insert(tx, &record))?;

@@ -118,6 +118,9 @@ impl Actor {
                             store::bots::delete(tx, &self.id)?;
                         }
                         Write::TurnRequeued(turn) => store::turns::requeue(tx, turn)?,
+                        Write::TurnContinued(turn, text) => {
+                            store::turns::requeue_to_continue(tx, turn, text)?
+                        }
                         Write::Limit(limit) => store::bots::set_limit(
                             tx,
                             &self.id,

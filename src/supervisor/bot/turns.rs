@@ -172,7 +172,12 @@ impl Actor {
     /// of the queue and the bot holds until the reset ([`limits::wait`]).
     pub(super) fn on_limit_refused(&mut self, report: &crate::runtime::LimitReport) {
         self.close_open_prompts("The turn ended before this request was answered.");
-        let Some((hold, effects)) = limits::refused(&mut self.core.turns, report) else {
+        let continue_cut = self
+            .record()
+            .continue_after_limit
+            .unwrap_or(self.shared.config.continue_after_limit);
+        let Some((hold, effects)) = limits::refused(&mut self.core.turns, report, continue_cut)
+        else {
             return;
         };
         let now_unix = unix_now();

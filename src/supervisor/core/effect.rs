@@ -66,6 +66,9 @@ pub enum Write {
     BotDeleted,
     /// A running turn goes back to the queue in its place: a usage limit refused its message.
     TurnRequeued(String),
+    /// A running turn a usage limit cut goes back to the queue in its place, to go as this text
+    /// (a request to continue) instead of its message.
+    TurnContinued(String, String),
     /// The usage limit the bot waits for (kind, reset in Unix seconds), or none.
     Limit(Option<(String, u64)>),
     /// A turn's spend, added to the bot's, with its conversation's total when the CLI told one

@@ -16,7 +16,7 @@ use super::decide::TurnOutcome;
 use super::effect::{CommitBuilder, Effect, Publish, Write};
 use super::spend::usd;
 use super::state::State;
-use super::turns::Turns;
+use super::turns::{QueuedTurn, Turns};
 use crate::runtime::{LimitReport, LimitState};
 
 /// The longest wait for a limit without a known reset, however often it was hit.
@@ -89,8 +89,14 @@ pub fn text(hold: &LimitHold) -> String {
 /// back to the head of the queue (or, not begun, only its delivery record goes) and a `system`
 /// item (`reason` `limit_reached`, `kind`, `resets_at`) says it waits. A turn the limit cut after
 /// the agent called tools ends `limited` with that item instead: sending it again would redo
-/// its work in the next window. `None` when no message is in flight.
-pub fn refused(turns: &mut Turns, report: &LimitReport) -> Option<(LimitHold, Vec<Effect>)> {
+/// its work in the next window, unless `continue_cut` (`continue_after_limit`): then it goes back
+/// first in the queue as [`CONTINUE_TEXT`], which goes at the reset instead of its message.
+/// `None` when no message is in flight.
+pub fn refused(
+    turns: &mut Turns,
+    report: &LimitReport,
+    continue_cut: bool,
+) -> Option<(LimitHold, Vec<Effect>)> {
     let hold = LimitHold {
         kind: report.kind.clone(),
         resets_at: report.resets_at,
@@ -99,13 +105,12 @@ pub fn refused(turns: &mut Turns, report: &LimitReport) -> Option<(LimitHold, Ve
         json!({"text": text, "reason": "limit_reached", "kind": hold.kind,
                "resets_at": hold.resets_at})
     };
-    let effects = held(
-        turns,
-        &hold,
-        note(text(&hold)),
-        (TurnOutcome::Limited, "limit_reached", note(cut_text(&hold))),
-        State::Limited,
-    )?;
+    let cut = if continue_cut {
+        Cut::Continue(note(continue_text(&hold)))
+    } else {
+        Cut::End(TurnOutcome::Limited, "limit_reached", note(cut_text(&hold)))
+    };
+    let effects = held(turns, &hold, note(text(&hold)), cut, State::Limited)?;
     Some((hold, effects))
 }
 
@@ -136,7 +141,7 @@ pub fn login_refused(turns: &mut Turns, words: &str) -> Option<Vec<Effect>> {
         turns,
         &hold,
         note(waits),
-        (TurnOutcome::Error, "login_required", note(cut)),
+        Cut::End(TurnOutcome::Error, "login_required", note(cut)),
         State::LoginRequired,
     )?;
     let mut c = CommitBuilder::default();
@@ -146,14 +151,28 @@ pub fn login_refused(turns: &mut Turns, words: &str) -> Option<Vec<Effect>> {
     Some(effects)
 }
 
+/// What becomes of a turn a hold cut after the agent called tools.
+enum Cut<'a> {
+    /// It ends with this outcome, reason and `system` item.
+    End(TurnOutcome, &'a str, serde_json::Value),
+    /// It goes back first in the queue to continue, [`CONTINUE_TEXT`] going instead of its
+    /// message, with this `system` item.
+    Continue(serde_json::Value),
+}
+
+/// What goes to the agent, instead of the message, for a turn a usage limit cut and that
+/// continues at the reset (`continue_after_limit`).
+pub const CONTINUE_TEXT: &str = "The plan's usage limit interrupted your last turn and has now \
+reset. Continue the task from where you stopped.";
+
 /// The turn in flight ends with the hold `hold`: put back first in the queue with the `system`
-/// item `waits`, or, once the agent called a tool in it, ended with `cut`'s outcome, reason and
-/// item; the hold recorded in the same commit; then `state` and the queue's length.
+/// item `waits`, or, once the agent called a tool in it, as `cut` says; the hold recorded in
+/// the same commit; then `state` and the queue's length.
 fn held(
     turns: &mut Turns,
     hold: &LimitHold,
     waits: serde_json::Value,
-    cut: (TurnOutcome, &str, serde_json::Value),
+    cut: Cut<'_>,
     state: State,
 ) -> Option<Vec<Effect>> {
     let inflight = turns.inflight.take()?;
@@ -163,15 +182,25 @@ fn held(
     // The hold is recorded with the requeued turn, in one commit: a message never goes back to
     // the queue without the hold that keeps it from being sent into the limit again.
     let mut c = CommitBuilder::default();
-    if inflight.worked {
-        let (outcome, reason, note) = cut;
+    if let (true, Cut::End(outcome, reason, note)) = (inflight.worked, &cut) {
         effects.push(Turns::finish(
             &turn_id,
-            outcome,
+            *outcome,
             reason,
-            Some(("system", note)),
+            Some(("system", note.clone())),
             None,
         ));
+    } else if let (true, Cut::Continue(note)) = (inflight.worked, &cut) {
+        turns.queue.push_front(QueuedTurn {
+            id: turn_id.clone(),
+            text: CONTINUE_TEXT.to_owned(),
+        });
+        c.write(Write::TurnContinued(
+            turn_id.clone(),
+            CONTINUE_TEXT.to_owned(),
+        ))
+        .write(Write::DeliveryDone(turn_id.clone()))
+        .item("system", Some(&turn_id), note.to_string());
     } else {
         turns.queue.push_front(inflight.turn);
         if inflight.replayed {
@@ -203,6 +232,24 @@ pub fn waiting(hold: &LimitHold, turn_id: &str) -> Effect {
         .to_string(),
     );
     c.build().expect("an item is a row")
+}
+
+/// The words for a turn the limit cut after the agent had worked on it, continued at the reset.
+fn continue_text(hold: &LimitHold) -> String {
+    let reset = if hold.resets_at == 0 {
+        "when it resets".to_owned()
+    } else {
+        format!(
+            "when it resets at {} (UTC)",
+            humantime::format_rfc3339_seconds(
+                SystemTime::UNIX_EPOCH + Duration::from_secs(hold.resets_at)
+            )
+        )
+    };
+    format!(
+        "The plan's usage limit cut this turn after the agent had begun its work; it continues \
+         by itself {reset} (continue_after_limit), asked to go on from where it stopped."
+    )
 }
 
 /// The words for a turn the limit cut after the agent had worked on it.
@@ -344,7 +391,6 @@ pub fn lifted(running: bool) -> Vec<Effect> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::supervisor::core::QueuedTurn;
 
     const TIMES: LimitTimes = LimitTimes {
         margin: Duration::from_secs(5),
@@ -394,7 +440,7 @@ mod tests {
             resets_at: 1_796_200_214,
             utilization: Some(1.0),
         };
-        let (held, effects) = refused(&mut t, &report).unwrap();
+        let (held, effects) = refused(&mut t, &report, false).unwrap();
         assert_eq!(held, hold(1_796_200_214));
         assert!(t.inflight.is_none());
         let ids: Vec<&str> = t.queue.iter().map(|q| q.id.as_str()).collect();
@@ -413,7 +459,10 @@ mod tests {
         assert!(publish.contains(&Publish::Limit(Some(("five_hour".into(), 1_796_200_214)))));
         assert_eq!(effects[2], Effect::State(State::Limited));
         assert_eq!(effects[3], Effect::Queued(2));
-        assert!(refused(&mut t, &report).is_none(), "nothing in flight");
+        assert!(
+            refused(&mut t, &report, false).is_none(),
+            "nothing in flight"
+        );
     }
 
     #[test]
@@ -426,7 +475,7 @@ mod tests {
             resets_at: 0,
             utilization: None,
         };
-        let (_, effects) = refused(&mut t, &report).unwrap();
+        let (_, effects) = refused(&mut t, &report, false).unwrap();
         let ids: Vec<&str> = t.queue.iter().map(|q| q.id.as_str()).collect();
         assert_eq!(ids, ["b"], "the cut turn is not queued again");
         assert_eq!(
@@ -439,6 +488,30 @@ mod tests {
             "the bot holds all the same"
         );
         assert!(effects.contains(&Effect::State(State::Limited)));
+    }
+
+    #[test]
+    fn with_continue_after_limit_a_cut_turn_waits_to_continue() {
+        let mut t = a_begun_b_waiting();
+        t.said_by_cli("tool_use", "{}".into());
+        let report = LimitReport {
+            state: LimitState::Reached,
+            kind: "five_hour".into(),
+            resets_at: 0,
+            utilization: None,
+        };
+        let (_, effects) = refused(&mut t, &report, true).unwrap();
+        let queued: Vec<(&str, &str)> = t
+            .queue
+            .iter()
+            .map(|q| (q.id.as_str(), q.text.as_str()))
+            .collect();
+        assert_eq!(queued, [("a", CONTINUE_TEXT), ("b", "b")]);
+        assert!(crate::supervisor::core::effect::finished_turns(&effects).is_empty());
+        assert!(
+            crate::supervisor::core::effect::writes(&effects)
+                .any(|w| *w == Write::TurnContinued("a".into(), CONTINUE_TEXT.into()))
+        );
     }
 
     #[test]

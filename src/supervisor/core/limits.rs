@@ -234,40 +234,34 @@ pub fn waiting(hold: &LimitHold, turn_id: &str) -> Effect {
     c.build().expect("an item is a row")
 }
 
+/// "when it resets", or `word` "it resets at <RFC 3339> (UTC)" when the reset is known.
+fn when_reset(hold: &LimitHold, word: &str) -> String {
+    if hold.resets_at == 0 {
+        return "when it resets".to_owned();
+    }
+    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(hold.resets_at);
+    format!(
+        "{word} it resets at {} (UTC)",
+        humantime::format_rfc3339_seconds(at)
+    )
+}
+
 /// The words for a turn the limit cut after the agent had worked on it, continued at the reset.
 fn continue_text(hold: &LimitHold) -> String {
-    let reset = if hold.resets_at == 0 {
-        "when it resets".to_owned()
-    } else {
-        format!(
-            "when it resets at {} (UTC)",
-            humantime::format_rfc3339_seconds(
-                SystemTime::UNIX_EPOCH + Duration::from_secs(hold.resets_at)
-            )
-        )
-    };
     format!(
         "The plan's usage limit cut this turn after the agent had begun its work; it continues \
-         by itself {reset} (continue_after_limit), asked to go on from where it stopped."
+         by itself {} (continue_after_limit), asked to go on from where it stopped.",
+        when_reset(hold, "when")
     )
 }
 
 /// The words for a turn the limit cut after the agent had worked on it.
 fn cut_text(hold: &LimitHold) -> String {
-    let reset = if hold.resets_at == 0 {
-        "when it resets".to_owned()
-    } else {
-        format!(
-            "after it resets at {} (UTC)",
-            humantime::format_rfc3339_seconds(
-                SystemTime::UNIX_EPOCH + Duration::from_secs(hold.resets_at)
-            )
-        )
-    };
     format!(
         "The plan's usage limit cut this turn after the agent had begun its work; it is not sent \
-         again, so as not to redo that work. Send what should follow {reset}: the messages still \
-         waiting go by themselves."
+         again, so as not to redo that work. Send what should follow {}: the messages still \
+         waiting go by themselves.",
+        when_reset(hold, "after")
     )
 }
 

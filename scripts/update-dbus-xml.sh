@@ -54,6 +54,8 @@ QT_TYPES = {
     'a(tsss)': 'BotvisorChatItemList',
     'a(sss)': 'BotvisorPermissionRequestList',
     'a{sas}': 'BotvisorPermissionModes',
+    'a{ss}': 'BotvisorEnvironment',
+    '(ssdt)': 'BotvisorPlanLimit',
 }
 GLIB_FD_METHODS = {'OpenChatItem'}
 def codegen(block):

@@ -37,6 +37,17 @@ typedef QList<BotvisorPermissionRequest> BotvisorPermissionRequestList;
 // The PermissionModes property, `a{sas}`: the modes each runtime accepts, by runtime name.
 typedef QMap<QString, QStringList> BotvisorPermissionModes;
 
+// SetEnvironment's `env`, `a{ss}`: variable names and values.
+typedef QMap<QString, QString> BotvisorEnvironment;
+
+// The PlanLimit property, `(ssdt)`: state, kind, utilization (-1: not told), reset (Unix s).
+struct BotvisorPlanLimit {
+    QString state;
+    QString kind;
+    double utilization = -1;
+    quint64 resetsAt = 0;
+};
+
 inline QDBusArgument &operator<<(QDBusArgument &arg, const BotvisorChatItem &item)
 {
     arg.beginStructure();
@@ -70,7 +81,25 @@ inline const QDBusArgument &operator>>(const QDBusArgument &arg,
     return arg;
 }
 
+inline QDBusArgument &operator<<(QDBusArgument &arg, const BotvisorPlanLimit &limit)
+{
+    arg.beginStructure();
+    arg << limit.state << limit.kind << limit.utilization << limit.resetsAt;
+    arg.endStructure();
+    return arg;
+}
+
+inline const QDBusArgument &operator>>(const QDBusArgument &arg, BotvisorPlanLimit &limit)
+{
+    arg.beginStructure();
+    arg >> limit.state >> limit.kind >> limit.utilization >> limit.resetsAt;
+    arg.endStructure();
+    return arg;
+}
+
 Q_DECLARE_METATYPE(BotvisorChatItem)
+Q_DECLARE_METATYPE(BotvisorPlanLimit)
+Q_DECLARE_METATYPE(BotvisorEnvironment)
 Q_DECLARE_METATYPE(BotvisorPermissionRequest)
 Q_DECLARE_METATYPE(BotvisorPermissionModes)
 
@@ -82,6 +111,8 @@ inline void botvisorRegisterTypes()
     qDBusRegisterMetaType<BotvisorPermissionRequest>();
     qDBusRegisterMetaType<BotvisorPermissionRequestList>();
     qDBusRegisterMetaType<BotvisorPermissionModes>();
+    qDBusRegisterMetaType<BotvisorEnvironment>();
+    qDBusRegisterMetaType<BotvisorPlanLimit>();
 }
 
 #endif

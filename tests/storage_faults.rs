@@ -384,7 +384,7 @@ async fn a_permission_answer_refused_by_a_locked_database_can_be_given_again() {
 async fn a_failed_state_the_database_refuses_is_not_shown() {
     let fake = FakeSetup::start("stop_grace_s = 0.5\n").await;
     let bot = fake
-        .bot(json!([{"mode": "auth_error"}, {"mode": "normal"}]))
+        .bot(json!([{"mode": "auth_exit"}, {"mode": "normal"}]))
         .await;
     let db = rusqlite::Connection::open(&fake.cfg.database).unwrap();
     db.execute_batch(
@@ -393,7 +393,7 @@ async fn a_failed_state_the_database_refuses_is_not_shown() {
     )
     .unwrap();
     let seen = send_and_wait(&bot, "hi").await;
-    assert_eq!(seen.outcome, "error");
+    assert_eq!(seen.outcome, "crashed");
     bounded("the journal's line", async {
         while !fake.daemon.log_text().contains("cannot record the state") {
             tokio::time::sleep(Duration::from_millis(20)).await;

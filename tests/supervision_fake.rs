@@ -204,19 +204,45 @@ async fn a_crash_loop_ends_in_failed_until_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_authentication_error_goes_straight_to_failed() {
+async fn an_authentication_failure_at_exit_goes_straight_to_failed() {
     let fake = start_fake().await;
     let bot = fake
-        .bot(json!([{"mode": "auth_error"}, {"mode": "normal"}]))
+        .bot(json!([{"mode": "auth_exit"}, {"mode": "normal"}]))
         .await;
     bot.hold().await.unwrap();
     let seen = send_and_wait(&bot, "hi").await;
-    assert_eq!(seen.outcome, "error");
+    assert_eq!(seen.outcome, "crashed");
     wait_state(&bot, "failed").await;
     assert_eq!(fake.launches().len(), 1, "no restart loop");
     let last = bot.last_error().await.unwrap();
     assert!(last.contains("authentication"), "{last}");
     assert!(last.contains("Invalid API key"), "{last}");
+}
+
+/// Issue 24: an authentication error in a turn's result is no failure but a hold: the bot is
+/// `login_required`, its message waits, and the agent that exited is not restarted in a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authentication_error_result_holds_the_message_without_a_restart_loop() {
+    let fake = start_fake().await;
+    let bot = fake
+        .bot(json!([{"mode": "auth_error"}, {"mode": "normal"}]))
+        .await;
+    bot.hold().await.unwrap();
+    bot.send("hi", HashMap::new()).await.unwrap();
+    wait_state(&bot, "login_required").await;
+    let last = bot.last_error().await.unwrap();
+    assert!(last.contains("Invalid API key"), "{last}");
+    state_stays_clear_of(&bot, &["idle", "busy", "failed"], Duration::from_secs(2)).await;
+    assert_eq!(fake.launches().len(), 1, "no restart loop");
+    assert_eq!(bot.queued_messages().await.unwrap(), 1, "the message waits");
+    // Restart lets it go, answered by the next launch.
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    bot.restart(HashMap::new()).await.unwrap();
+    let sig = tokio::time::timeout(EVENT_TIMEOUT, finished.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(sig.args().unwrap().outcome, "success");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -450,10 +476,10 @@ async fn a_stop_keeps_waiting_messages_waiting_across_a_daemon_restart() {
 async fn failed_survives_a_daemon_restart() {
     let mut fake = start_fake().await;
     let bot = fake
-        .bot(json!([{"mode": "auth_error"}, {"mode": "normal"}]))
+        .bot(json!([{"mode": "auth_exit"}, {"mode": "normal"}]))
         .await;
     let path: zbus::OwnedObjectPath = bot.inner().path().to_owned().into();
-    assert_eq!(send_and_wait(&bot, "hi").await.outcome, "error");
+    assert_eq!(send_and_wait(&bot, "hi").await.outcome, "crashed");
     wait_state(&bot, "failed").await;
     let err = bot.send("refused", HashMap::new()).await.unwrap_err();
     assert!(err.to_string().contains("Busy"), "{err}");

@@ -17,6 +17,7 @@ Environment:
     {"mode": "garbage"}            print lines that are not the protocol, then behave normally
     {"mode": "die_at_start", "code": C}        exit C at once
     {"mode": "auth_error"}         replay, then an authentication error result, then exit 1
+    {"mode": "auth_exit"}          replay, then an authentication failure on stderr only, exit 1
     {"mode": "silent"}             read messages and never answer
     {"mode": "take_then_die"}      write the message into the transcript, then exit 1 unreplayed
     {"mode": "mute"}               print nothing at all, read nothing (a CLI hung at start-up)
@@ -200,6 +201,10 @@ for line in sys.stdin:
         sys.exit(step.get("code", 1))
     if mode == "auth_error":
         result("error_during_execution", ["Invalid API key · Please run /login"])
+        sys.exit(1)
+    if mode == "auth_exit":
+        sys.stderr.write("Invalid API key · Please run /login\n")
+        sys.stderr.flush()
         sys.exit(1)
     write_transcript()
     if step.get("run_until_interrupt") and not globals().get("tools_ran"):

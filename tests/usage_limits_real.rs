@@ -534,3 +534,42 @@ async fn with_continue_after_limit_a_cut_turn_continues_at_the_reset() {
         "at the reset the agent is asked to continue, not sent the message again: {asked:?}"
     );
 }
+
+/// The service still refuses after the reset it named (its clock behind ours): the CLI, in the
+/// same process, prints no new `rate_limit_event`, only its error result's words; the bot holds
+/// again and backs off instead of burning the queue as error turns (found by a helper's test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_hit_again_after_its_reset_holds_again() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let reset = unix_now() + 4;
+    let script: Script = Arc::new(move |req: &ApiRequest| {
+        if unix_now() < reset + 5 {
+            plan_limit_refusal(reset)
+        } else {
+            plan_echo("allowed", &req.last_user_text, reset + 5 * 3600)
+        }
+    });
+    let mut setup = RealSetup::start_with_config(
+        &env,
+        claude,
+        script,
+        "limit_retry_s = 3\nlimit_margin_s = 1\n",
+    )
+    .await;
+    let bot = subscription_bot(&mut setup, &env).await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let first = bot.send("hello", HashMap::new()).await.unwrap();
+    let second = bot.send("second", HashMap::new()).await.unwrap();
+    wait_state(&bot, "limited").await;
+    let outcomes = wait_turns(&mut finished, &[first.clone(), second.clone()]).await;
+    assert_eq!(
+        outcomes,
+        [
+            (first, "success".to_owned()),
+            (second, "success".to_owned())
+        ],
+        "{:?}",
+        chat(&bot).await
+    );
+}

@@ -39,6 +39,9 @@ pub fn fatal_reason(text: &str) -> Option<&'static str> {
     } else if ["usage limit", "usage_limit", "credit balance is too low"]
         .iter()
         .any(|w| t.contains(w))
+        // The plan's limit in a result's words (2.1.328: "You've hit your 5-hour limit · resets
+        // 6:50pm (UTC)"; 2.1.284: "… your session limit …").
+        || (t.contains("hit your") && t.contains("limit"))
     {
         Some("usage limit")
     } else {
@@ -596,6 +599,11 @@ mod tests {
             Some("usage limit")
         );
         assert_eq!(fatal_reason("overloaded"), None);
+        // A limit hit again in the same process comes as the result's words only.
+        assert_eq!(
+            fatal_reason("You've hit your 5-hour limit · resets 6:02pm (UTC)"),
+            Some("usage limit")
+        );
     }
 
     #[test]

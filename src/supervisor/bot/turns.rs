@@ -92,6 +92,33 @@ impl Actor {
             self.on_limit_refused(&report);
             return;
         }
+        // The same limit hit again in the same process: Claude Code 2.1.328 prints no new
+        // `rate_limit_event` when nothing changed, only its error result's words ("You've hit
+        // your 5-hour limit · resets …"). The last report tells the window; its reset, if past,
+        // is waited out with the backoff.
+        if outcome == ResultOutcome::Error
+            && let Some(words) = error.as_deref()
+            && self.shared.runtime.fatal_reason(words) == Some("usage limit")
+            && self.current_turn_id().is_some()
+        {
+            let last = self
+                .view
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .plan_limit
+                .clone();
+            let report = match last {
+                Some(r) if r.state == crate::runtime::LimitState::Reached => r,
+                _ => crate::runtime::LimitReport {
+                    state: crate::runtime::LimitState::Reached,
+                    kind: String::new(),
+                    resets_at: 0,
+                    utilization: None,
+                },
+            };
+            self.on_limit_refused(&report);
+            return;
+        }
         // An expired or refused login is a hold, not a failure: the message waits for new
         // credentials (Claude Code 2.1.328: an error result with api_error_status 401 whose text
         // says so; Codex 0.171.0: a failed turn "unexpected status 401 Unauthorized").
@@ -199,6 +226,11 @@ impl Actor {
         let Some((kind, resets_at)) = self.record().limit else {
             return;
         };
+        if kind == limits::LOGIN {
+            // No timer: it waits for the credentials (`follow_credentials`), SetEnvironment or
+            // Restart.
+            return;
+        }
         if kind == limits::BUDGET {
             // No reset: it holds while the cost is at the budget in force (config may have
             // changed it since).

@@ -14,10 +14,11 @@ use serde_json::Value;
 /// `Eq`), shown in dollars.
 pub const NANOS_PER_USD: f64 = 1e9;
 
-/// US dollars as whole nano-dollars (negative or not finite: 0).
+/// US dollars as whole nano-dollars (negative or not finite: 0; a positive amount is at least
+/// one nano-dollar, so a tiny budget never reads as none).
 pub fn nanos(usd: f64) -> u64 {
     if usd.is_finite() && usd > 0.0 {
-        (usd * NANOS_PER_USD).round() as u64
+        ((usd * NANOS_PER_USD).round() as u64).max(1)
     } else {
         0
     }
@@ -175,6 +176,7 @@ mod tests {
             188_000,
             "Claude Code's figures are exact in nano-dollars"
         );
+        assert_eq!(nanos(1e-12), 1, "a tiny budget never reads as none");
     }
 
     #[test]

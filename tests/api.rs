@@ -54,6 +54,10 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
     std::fs::write(&file, "x").unwrap();
     let file = file.to_str().unwrap().to_owned();
 
+    // Environments no program can be started with.
+    let huge = "x".repeat(128 * 1024);
+    let many: HashMap<String, String> = (0..1025).map(|i| (format!("V{i}"), "1".into())).collect();
+    let long_name_eq = format!("{}=", "N".repeat(300));
     let cases: Vec<(&str, HashMap<&str, Variant<'_>>, &str, &str)> = vec![
         ("no cwd", HashMap::new(), "InvalidArgument", "cwd"),
         (
@@ -252,6 +256,39 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
             "U+009B",
         ),
         (
+            "a variable too long for Linux to pass to a program",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                (
+                    "env",
+                    Variant::from(HashMap::from([("BIG", huge.as_str())])),
+                ),
+            ]),
+            "InvalidArgument",
+            "`BIG` is 131076 bytes",
+        ),
+        (
+            "more variables than a bot may have",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                ("env", Variant::from(many.clone())),
+            ]),
+            "InvalidArgument",
+            "1025 variables",
+        ),
+        (
+            "a variable name over a line long, shown bounded",
+            HashMap::from([
+                ("cwd", Variant::from(work.as_str())),
+                (
+                    "env",
+                    Variant::from(HashMap::from([(long_name_eq.as_str(), "x")])),
+                ),
+            ]),
+            "InvalidArgument",
+            "…` (empty, or holds `=`",
+        ),
+        (
             "negative idle timeout",
             HashMap::from([
                 ("cwd", Variant::from(work.as_str())),
@@ -404,6 +441,40 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
             error_name(&err),
             "org.botvisor.Botvisor1.Error.InvalidArgument",
             "{behavior} {option:?}"
+        );
+        assert!(error_text(&err).contains(says), "{err}");
+    }
+    // An environment that cannot be one: named error, and the bot's own is unchanged (it still
+    // starts: the one it has is the daemon's, which the placeholder CLI does not need).
+    for (env_map, says) in [
+        (
+            HashMap::from([("BIG".to_owned(), huge.clone())]),
+            "over the 131071",
+        ),
+        (many.clone(), "1025 variables"),
+        (
+            (0..5)
+                .map(|i| (format!("V{i}"), "y".repeat(120 * 1024)))
+                .collect(),
+            "over the 524288",
+        ),
+        (
+            HashMap::from([("A=B".to_owned(), "x".to_owned())]),
+            "invalid variable name",
+        ),
+    ] {
+        let env_map: HashMap<&str, &str> = env_map
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let err = bot
+            .set_environment(env_map, HashMap::new())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error_name(&err),
+            "org.botvisor.Botvisor1.Error.InvalidArgument",
+            "{says}"
         );
         assert!(error_text(&err).contains(says), "{err}");
     }

@@ -148,6 +148,22 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     let (ok, _, err) = run(&env, &["set", "demo", "--mode", "nonsense"]).await;
     assert!(!ok);
     assert!(err.contains("InvalidArgument"), "{err}");
+    // A new environment (as for a rotated key): the names are shown, never the values.
+    let mut set_env = vec!["--json", "set", "demo", "--env", "ROTATED=s3cret"];
+    for e in &envs {
+        set_env.extend(["--env", e.as_str()]);
+    }
+    let (ok, out, err) = run(&env, &set_env).await;
+    assert!(ok, "{err}");
+    let shown: Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(
+        shown["env"].as_array().unwrap().contains(&"ROTATED".into()),
+        "{out}"
+    );
+    assert!(!out.contains("s3cret"), "{out}");
+    let (ok, _, err) = run(&env, &["set", "demo", "--env", "NOVALUE"]).await;
+    assert!(!ok);
+    assert!(err.contains("is not KEY=VALUE"), "{err}");
     let (ok, out, _) = run(&env, &["interrupt", "demo"]).await;
     assert!(ok);
     assert!(out.contains("nothing to interrupt"), "{out}");

@@ -323,6 +323,14 @@ async fn a_bot_counts_its_cost_once_and_its_budget_stops_new_turns() {
         .count();
     assert_eq!(warnings, 1, "one warning: {items:?}");
     assert!(costs.iter().all(|c| near(*c, turn_usd)), "{costs:?}");
+    // A budget lowered under the cost holds at once, not after one more turn.
+    bot.set_budget(turn_usd).await.unwrap();
+    wait_state(&bot, "limited").await;
+    assert_eq!(bot.limit_kind().await.unwrap(), "budget");
+    bot.set_budget(0.0).await.unwrap();
+    wait_state(&bot, "idle").await;
+    assert_eq!(send_and_wait(&bot, "five").await.outcome, "success");
+    assert_eq!(setup.asked(), ["one", "two", "three", "four", "five"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -126,8 +126,11 @@ impl BotObject {
     /// deleting the bot. Taken at the next launch: a bot waiting for its login
     /// (`login_required`) goes on at once, and a running agent with no turn in flight is
     /// restarted on the same conversation (with a turn in flight, at its next launch). No
-    /// options are defined yet. Errors: InvalidArgument (a name empty or holding `=` or NUL, a
-    /// value holding NUL, an unknown option), NotFound, StorageUnavailable; each changes nothing.
+    /// options are defined yet. A plan's limit or the budget that holds the bot holds on.
+    /// Errors: InvalidArgument (a name empty or holding `=` or NUL, a value holding NUL, a
+    /// `NAME=VALUE` over 131071 bytes, more than 1024 variables or 524288 bytes in all: what
+    /// Linux would refuse to start a program with; an unknown option), NotFound,
+    /// StorageUnavailable; each changes nothing.
     async fn set_environment(
         &self,
         env: std::collections::BTreeMap<String, String>,
@@ -141,7 +144,9 @@ impl BotObject {
 
     /// Sets the bot's own budget in US dollars (`BudgetUSD`), 0 for no budget whatever config
     /// `budget_usd` says. A bot held by its budget (`LimitKind` `budget`) goes on at once when
-    /// its cost (`CostUSD`) is under the new one. Errors: InvalidArgument (negative, not finite,
+    /// its cost (`CostUSD`) is under the new one; a bot whose cost is already at the new one holds
+    /// at once when no turn is in flight (else when that turn ends), and a bot a plan's limit or
+    /// its login holds, when that hold ends. Errors: InvalidArgument (negative, not finite,
     /// over 1e9), StorageUnavailable; either changes nothing.
     async fn set_budget(&self, budget_usd: f64) -> Result<()> {
         Ok(self.handle.set_budget(budget_usd)?)

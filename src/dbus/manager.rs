@@ -25,25 +25,67 @@ impl Manager {
     }
 }
 
-/// Checks the `env` option: names non-empty without `=` or NUL, values without NUL.
+/// The longest `NAME=VALUE` string Linux passes to a program (`MAX_ARG_STRLEN`, 32 pages of
+/// 4 KiB, with its NUL): a longer one makes every launch fail with "Argument list too long".
+pub const MAX_ENV_VARIABLE_BYTES: usize = 128 * 1024 - 1;
+
+/// The most bytes a bot's extra environment may hold in all (`NAME=VALUE` strings and NULs): a
+/// quarter of Linux's usual 2 MiB for arguments and environment together, so the inherited
+/// environment and the CLI's own arguments keep room.
+pub const MAX_ENV_BYTES: usize = 512 * 1024;
+
+/// The most variables a bot's extra environment may hold.
+pub const MAX_ENV_VARIABLES: usize = 1024;
+
+/// A variable name as an error shows it: its first 64 characters, escaped.
+fn name_shown(k: &str) -> String {
+    let head: String = k.chars().take(64).collect();
+    let more = if head.len() < k.len() { "…" } else { "" };
+    format!("{}{more}", crate::text::escape(&head, false))
+}
+
 /// InvalidArgument for an environment no process can be given: a variable name that is empty
-/// or holds `=` or NUL, or a value that holds NUL. `what` names the argument
-/// (`CreateBot: option \`env\``).
+/// or holds `=` or NUL, a value that holds NUL, a `NAME=VALUE` over
+/// [`MAX_ENV_VARIABLE_BYTES`], or more than [`MAX_ENV_VARIABLES`] variables or
+/// [`MAX_ENV_BYTES`] in all. `what` names the argument (`CreateBot: option \`env\``).
 pub(crate) fn check_env(
     what: &str,
     env: &std::collections::BTreeMap<String, String>,
 ) -> Result<()> {
+    if env.len() > MAX_ENV_VARIABLES {
+        return Err(Error::InvalidArgument(format!(
+            "{what} holds {} variables, over the {MAX_ENV_VARIABLES} a bot may have",
+            env.len()
+        )));
+    }
+    let mut total = 0;
     for (k, v) in env {
         if k.is_empty() || k.contains(['=', '\0']) {
             return Err(Error::InvalidArgument(format!(
-                "{what} has an invalid variable name `{k}` (empty, or holds `=` or NUL)"
+                "{what} has an invalid variable name `{}` (empty, or holds `=` or NUL)",
+                name_shown(k)
             )));
         }
         if v.contains('\0') {
             return Err(Error::InvalidArgument(format!(
-                "{what}: the value of `{k}` holds a NUL byte"
+                "{what}: the value of `{}` holds a NUL byte",
+                name_shown(k)
             )));
         }
+        let bytes = k.len() + 1 + v.len();
+        if bytes > MAX_ENV_VARIABLE_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: `{}` is {bytes} bytes with its value, over the {MAX_ENV_VARIABLE_BYTES} \
+                 Linux passes to a program",
+                name_shown(k)
+            )));
+        }
+        total += bytes + 1;
+    }
+    if total > MAX_ENV_BYTES {
+        return Err(Error::InvalidArgument(format!(
+            "{what} holds {total} bytes, over the {MAX_ENV_BYTES} a bot's environment may have"
+        )));
     }
     Ok(())
 }

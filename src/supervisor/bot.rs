@@ -269,6 +269,17 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 }
 
 impl Actor {
+    /// A plan's limit or the login no longer holds: the bot goes on, unless its cost is at the
+    /// budget in force ([`super::core::budget::hold_over`]).
+    fn hold_over(&mut self) {
+        let (cost, budget) = {
+            let v = self.view.read().unwrap_or_else(|p| p.into_inner());
+            (v.record.spend.cost_nanos, v.budget())
+        };
+        let running = self.proc.is_some();
+        self.apply(super::core::budget::hold_over(running, cost, budget));
+    }
+
     /// A timer of the bot's core came ([`BotCore::handle_timeout`]).
     async fn on_due(&mut self, due: Due) {
         match due {
@@ -280,8 +291,7 @@ impl Actor {
             Due::Idle => self.on_idle_deadline().await,
             Due::LimitLifted => {
                 tracing::info!(bot_id = %self.id, "usage limit over; the waiting messages go");
-                let running = self.proc.is_some();
-                self.apply(super::core::limits::lifted(running));
+                self.hold_over();
             }
         }
     }

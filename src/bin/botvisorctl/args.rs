@@ -141,8 +141,9 @@ pub enum Cmd {
         /// Bot id, id prefix, name or object path.
         bot: String,
     },
-    /// Change the permission mode, the model and/or the budget, live when the agent runs
-    /// (waiting for its answer: a setting it refuses fails and changes nothing).
+    /// Change the permission mode, the model, the budget and/or the agent's extra environment,
+    /// live when the agent runs (waiting for its answer: a setting it refuses fails and changes
+    /// nothing).
     Set {
         /// Bot id, id prefix, name or object path.
         bot: String,
@@ -158,6 +159,14 @@ pub enum Cmd {
         /// new turn starts until the budget is raised or the bot restarted.
         #[arg(long, value_name = "USD")]
         budget: Option<f64>,
+        /// Replace the agent's extra environment with these KEY=VALUE (repeatable; the ones
+        /// given before are not kept), for example a new API key or token: a bot waiting for
+        /// its login goes on, an idle running agent restarts on the same conversation.
+        #[arg(long = "env", value_name = "KEY=VALUE")]
+        env: Vec<String>,
+        /// Remove the agent's extra environment.
+        #[arg(long, conflicts_with = "env")]
+        clear_env: bool,
     },
     /// Restart a bot's agent (also after state `failed`).
     Restart {

@@ -45,16 +45,7 @@ pub async fn create(conn: &Connection, a: CreateArgs, json: bool) -> Result<u8, 
         .to_str()
         .ok_or_else(|| Failure::usage("the working directory is not valid UTF-8"))?
         .to_owned();
-    let mut env_map = HashMap::new();
-    for kv in &a.env {
-        let (k, v) = kv
-            .split_once('=')
-            .filter(|(k, _)| !k.is_empty())
-            .ok_or_else(|| {
-                Failure::usage(format!("--env `{}` is not KEY=VALUE", show::safe(kv)))
-            })?;
-        env_map.insert(k.to_owned(), v.to_owned());
-    }
+    let env_map = env_pairs(&a.env)?;
     let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
     options.insert("cwd", Variant::from(cwd.as_str()));
     for (key, value) in [
@@ -294,23 +285,59 @@ pub async fn interrupt(conn: &Connection, spec: &str, json: bool) -> Result<u8, 
     Ok(OK)
 }
 
+/// `--env KEY=VALUE` arguments as a map (a later KEY wins). Usage error: one without `=` or
+/// with an empty KEY.
+pub fn env_pairs(args: &[String]) -> Result<HashMap<String, String>, Failure> {
+    let mut env = HashMap::new();
+    for kv in args {
+        let (k, v) = kv
+            .split_once('=')
+            .filter(|(k, _)| !k.is_empty())
+            .ok_or_else(|| {
+                Failure::usage(format!("--env `{}` is not KEY=VALUE", show::safe(kv)))
+            })?;
+        env.insert(k.to_owned(), v.to_owned());
+    }
+    Ok(env)
+}
+
+/// What `set` changes; `None` leaves it as it is.
+pub struct Settings {
+    /// `--permission-mode`.
+    pub permission_mode: Option<String>,
+    /// `--model`.
+    pub model: Option<String>,
+    /// `--budget`, US dollars.
+    pub budget: Option<f64>,
+    /// `--env` (the whole extra environment) or `--clear-env` (empty).
+    pub env: Option<HashMap<String, String>>,
+}
+
 /// `set`.
 pub async fn set(
     conn: &Connection,
     spec: &str,
-    mode: Option<String>,
-    model: Option<String>,
-    budget: Option<f64>,
+    settings: Settings,
     json: bool,
 ) -> Result<u8, Failure> {
-    if mode.is_none() && model.is_none() && budget.is_none() {
+    let Settings {
+        permission_mode: mode,
+        model,
+        budget,
+        env,
+    } = settings;
+    if mode.is_none() && model.is_none() && budget.is_none() && env.is_none() {
         return Err(Failure::usage(
-            "give --permission-mode, --model and/or --budget",
+            "give --permission-mode, --model, --budget, --env and/or --clear-env",
         ));
     }
     let bot = bots::resolve(conn, spec).await?;
     if let Some(b) = budget {
         bot.set_budget(b).await?;
+    }
+    if let Some(env) = &env {
+        let env: HashMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        bot.set_environment(env, HashMap::new()).await?;
     }
     let running = bot.process_id().await.unwrap_or(0) != 0;
     // A running agent's answer comes as a chat item: subscribed before asking.
@@ -335,7 +362,8 @@ pub async fn set(
     if json {
         json_line!(
             json!({"id": bot.id().await.unwrap_or_default(), "permission_mode": mode,
-                   "model": model, "budget_usd": budget, "live": live})
+                   "model": model, "budget_usd": budget,
+                   "env": env.as_ref().map(|e| e.keys().collect::<Vec<_>>()), "live": live})
         );
     } else {
         let when = if live {
@@ -366,6 +394,18 @@ pub async fn set(
         }
         if !what.is_empty() {
             outln!("{}: {} ({when})", shell_word(spec), what.join(", "));
+        }
+        if let Some(env) = &env {
+            let mut names: Vec<_> = env.keys().map(|k| show::safe(k)).collect();
+            names.sort();
+            match names.is_empty() {
+                true => outln!("{}: no extra environment", shell_word(spec)),
+                false => outln!(
+                    "{}: extra environment {} (from the next start; an idle agent restarts with it now)",
+                    shell_word(spec),
+                    names.join(", ")
+                ),
+            }
         }
         if let Some(b) = budget {
             if b == 0.0 {

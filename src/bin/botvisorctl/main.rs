@@ -199,7 +199,22 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             permission_mode,
             model,
             budget,
-        } => commands::set(conn, &bot, permission_mode, model, budget, json).await,
+            env,
+            clear_env,
+        } => {
+            let env = match (clear_env, env.is_empty()) {
+                (true, _) => Some(Default::default()),
+                (false, true) => None,
+                (false, false) => Some(commands::env_pairs(&env)?),
+            };
+            let settings = commands::Settings {
+                permission_mode,
+                model,
+                budget,
+                env,
+            };
+            commands::set(conn, &bot, settings, json).await
+        }
         Cmd::Restart { bot, fresh } => commands::restart(conn, &bot, fresh, json).await,
         Cmd::Top {
             interval,

@@ -22,24 +22,27 @@ impl Actor {
                 if self.limit_holds_login() {
                     self.login_back().await;
                 } else if self.proc.is_some() && self.core.turns.inflight.is_none() {
-                    // Taken at launch: the running agent starts again on its conversation.
-                    self.on_restart(false).await;
+                    // Taken at launch: the running agent starts again on its conversation; a
+                    // plan's limit or the budget holds on.
+                    self.restart_agent(false).await;
                 }
                 true
             }
             Command::SetBudget(own) => {
+                use crate::supervisor::core::budget::{self, Held};
                 let v = self.view.read().unwrap_or_else(|p| p.into_inner()).clone();
                 let in_force = crate::supervisor::core::spend::in_force(own, v.budget_default);
-                let held = v
-                    .record
-                    .limit
-                    .as_ref()
-                    .is_some_and(|(k, _)| k == crate::supervisor::core::limits::BUDGET);
-                let effects = crate::supervisor::core::limits::budget_set(
+                let held = match v.record.limit.as_ref() {
+                    None => Held::Nothing,
+                    Some((k, _)) if k == budget::BUDGET => Held::ByBudget,
+                    Some(_) => Held::ByOther,
+                };
+                let effects = budget::set(
                     own,
                     in_force,
                     v.record.spend.cost_nanos,
                     held,
+                    self.core.turns.inflight.is_some(),
                     self.proc.is_some(),
                 );
                 self.apply(effects);
@@ -124,15 +127,20 @@ impl Actor {
         }
     }
 
-    /// A client's Restart: the old process is stopped, then [`Lifecycle::restart`] says whether
-    /// and how the agent starts again.
+    /// A client's Restart: it tries again at once, whatever limit, login or budget the bot
+    /// waited for, then [`Actor::restart_agent`].
     pub(super) async fn on_restart(&mut self, fresh: bool) {
-        self.core.restart_at = None;
-        // A client's Restart tries again at once, whatever usage limit the bot waited for.
         if self.core.limit_until.take().is_some() || self.record().limit.is_some() {
             let running = self.proc.is_some();
             self.apply(crate::supervisor::core::limits::lifted(running));
         }
+        self.restart_agent(fresh).await;
+    }
+
+    /// The old process is stopped, then [`Lifecycle::restart`] says whether and how the agent
+    /// starts again (`fresh`: on a new conversation). A hold stays as it is.
+    pub(super) async fn restart_agent(&mut self, fresh: bool) {
+        self.core.restart_at = None;
         let released = self
             .stop_process(StopReason::Restart)
             .await

@@ -86,8 +86,8 @@ impl Actor {
     }
 
     /// The credentials changed, or a client changed the bot's environment: a login hold is
-    /// lifted and the agent starts again on the same conversation with what is now in force
-    /// (a running agent is restarted, as it read its credentials at launch).
+    /// over ([`Actor::hold_over`]) and a running agent starts again on the same conversation
+    /// with what is now in force, as it read its credentials at launch.
     pub(super) async fn login_back(&mut self) {
         let held = self
             .record()
@@ -98,10 +98,9 @@ impl Actor {
         }
         tracing::info!(bot_id = %self.id, "the credentials changed; the waiting messages go");
         self.credentials = None;
+        self.hold_over();
         if self.proc.is_some() {
-            self.on_restart(false).await;
-        } else {
-            self.apply(limits::lifted(false));
+            self.restart_agent(false).await;
         }
     }
 }

@@ -6,6 +6,7 @@ use crate::process;
 use crate::process::identity::ProcessIdentity;
 use crate::runtime::ResultOutcome;
 use crate::supervisor::core::Inflight;
+use crate::supervisor::core::budget;
 use crate::supervisor::core::interrupt;
 use crate::supervisor::core::limits;
 use crate::supervisor::core::spend;
@@ -189,8 +190,8 @@ impl Actor {
         };
         let after = before.saturating_add(turn.cost_nanos);
         match (spend::budget_step(before, after, budget), budget) {
-            (spend::BudgetStep::Warning, Some(b)) => vec![limits::budget_warning(after, b)],
-            (spend::BudgetStep::Reached, Some(b)) if !held => limits::budget_reached(after, b),
+            (spend::BudgetStep::Warning, Some(b)) => vec![budget::warning(after, b)],
+            (spend::BudgetStep::Reached, Some(b)) if !held => budget::reached(after, b),
             _ => Vec::new(),
         }
     }
@@ -231,7 +232,7 @@ impl Actor {
             // Restart.
             return;
         }
-        if kind == limits::BUDGET {
+        if kind == budget::BUDGET {
             // No reset: it holds while the cost is at the budget in force (config may have
             // changed it since).
             let (cost, budget) = {

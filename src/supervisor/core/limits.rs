@@ -12,9 +12,9 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::json;
 
+use super::budget::BUDGET;
 use super::decide::TurnOutcome;
 use super::effect::{CommitBuilder, Effect, Publish, Write};
-use super::spend::usd;
 use super::state::State;
 use super::turns::{QueuedTurn, Turns};
 use crate::runtime::{LimitReport, LimitState};
@@ -305,67 +305,6 @@ pub fn warned(before: Option<&LimitReport>, now: &LimitReport) -> Option<Effect>
         .to_string(),
     );
     c.build()
-}
-
-/// The `LimitKind` of a bot whose cost reached its budget.
-pub const BUDGET: &str = "budget";
-
-/// The bot's cost (`cost`, nano-dollars) reached its `budget` after a turn: it holds
-/// (`limited`, kind [`BUDGET`], no reset) until the budget is raised or `Restart`, with a
-/// `system` item (`reason` `limit_reached`, `kind` `budget`, `cost_usd`, `budget_usd`). Nothing
-/// runs is stopped: the turn had ended.
-pub fn budget_reached(cost: u64, budget: u64) -> Vec<Effect> {
-    let limit = Some((BUDGET.to_owned(), 0));
-    let mut c = CommitBuilder::default();
-    c.item(
-        "system",
-        None,
-        json!({"text": format!(
-                  "The bot's cost, ${:.4}, reached its budget of ${:.4}: no new turn starts until \
-                   the budget is raised (SetBudget) or the bot is restarted; the messages wait.",
-                  usd(cost), usd(budget)),
-               "reason": "limit_reached", "kind": BUDGET, "resets_at": 0,
-               "cost_usd": usd(cost), "budget_usd": usd(budget)})
-        .to_string(),
-    )
-    .write(Write::Limit(limit.clone()))
-    .then(Publish::Limit(limit));
-    let mut effects: Vec<Effect> = c.build().into_iter().collect();
-    effects.push(Effect::State(State::Limited));
-    effects
-}
-
-/// A client set the bot's `own` budget (nano-dollars; `Some(0)` none), making `in_force` the
-/// budget: recorded and published; a bot its budget held (`held_by_budget`) whose `cost` is
-/// now under it goes on ([`lifted`]).
-pub fn budget_set(
-    own: Option<u64>,
-    in_force: Option<u64>,
-    cost: u64,
-    held_by_budget: bool,
-    running: bool,
-) -> Vec<Effect> {
-    let mut c = CommitBuilder::default();
-    c.write(Write::Budget(own)).then(Publish::Budget(own));
-    let mut effects: Vec<Effect> = c.build().into_iter().collect();
-    if held_by_budget && in_force.is_none_or(|b| cost < b) {
-        effects.extend(lifted(running));
-    }
-    effects
-}
-
-/// The bot's cost crossed 80 % of its budget: a `system` item (`reason` `budget_warning`,
-/// `cost_usd`, `budget_usd`).
-pub fn budget_warning(cost: u64, budget: u64) -> Effect {
-    let mut c = CommitBuilder::default();
-    c.item(
-        "system",
-        None,
-        json!({"text": format!("The bot has cost ${:.4} of its ${:.4} budget.", usd(cost), usd(budget)),
-               "reason": "budget_warning", "cost_usd": usd(cost), "budget_usd": usd(budget)})
-        .to_string(),
-    );
-    c.build().expect("an item is a row")
 }
 
 /// The wait is over: the hold is lifted durably, then the bot is `idle` (an agent `running`)

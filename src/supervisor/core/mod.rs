@@ -25,8 +25,10 @@
 //!   said, a bot that failed).
 //! - [`spend`]: what a turn cost (nano-dollars, tokens) from what the CLI tells, and the budget's
 //!   steps (issue 24).
-//! - [`limits`]: a plan's usage limit as the state `limited`: the refused message waits, the
-//!   reset lets it go (issue 24).
+//! - [`limits`]: a plan's usage limit or an expired login as a state (`limited`,
+//!   `login_required`): the refused message waits, the reset or new credentials let it go
+//!   (issue 24).
+//! - [`budget`]: the bot's budget as a hold once its cost reaches it (issue 24).
 //! - [`left_turns`]: what the previous run left after a daemon crash: ended once or delivered once
 //!   (design rule 8).
 //! - [`timeouts`]: what a watchdog's end or a refused handshake means (design rule 15).
@@ -52,6 +54,7 @@
 //! of the crate it names. [`tests::the_core_names_no_shell`] holds it to that.
 
 pub mod bot_core;
+pub mod budget;
 pub mod control;
 pub mod crash;
 pub mod decide;

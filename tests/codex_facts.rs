@@ -798,3 +798,69 @@ async fn a_refused_key_is_an_error_naming_the_401() {
     );
     codex.close().await;
 }
+
+/// A login made outside the running app-server (`codex login` in a terminal, writing
+/// `$CODEX_HOME/auth.json`): Codex 0.171.0 tells its client nothing (no `account/updated`, no
+/// `account/login/completed`: those come only for a login or logout made through the
+/// app-server's own `account/login/start` and `account/logout`, which botvisor never sends), and
+/// its `account/read` still answers what it read at its start. So botvisor watches the file and
+/// starts the agent again when it changes (`bot/credentials.rs`), rather than wait for a notice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_made_elsewhere_is_not_told_to_the_running_app_server() {
+    let Some(s) = Setup::start(echo_script()).await else {
+        return;
+    };
+    let mut codex = s.opened().await;
+    let id = codex.request("account/read", json!({})).await;
+    let before = codex.answer(id).await;
+    let login = tokio::process::Command::new(&s.bin)
+        .args(["login", "--with-api-key"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", s.codex_home.parent().unwrap())
+        .env("CODEX_HOME", &s.codex_home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn codex login");
+    let mut login = login;
+    let mut stdin = login.stdin.take().unwrap();
+    stdin.write_all(b"sk-fresh-key\n").await.unwrap();
+    drop(stdin);
+    let status = tokio::time::timeout(WAIT, login.wait())
+        .await
+        .expect("codex login ends")
+        .unwrap();
+    assert!(status.success(), "codex login --with-api-key: {status}");
+    assert!(
+        s.codex_home.join("auth.json").exists(),
+        "{}",
+        changed(&s.bin, "codex login writes $CODEX_HOME/auth.json")
+    );
+    // Everything the app-server wrote before this answer has been read.
+    let id = codex.request("account/read", json!({})).await;
+    let after = codex.answer(id).await;
+    println!("external login: account/read before {before}, after {after}");
+    let notices: Vec<&Value> = codex
+        .seen
+        .iter()
+        .filter(|v| {
+            v.get("method")
+                .and_then(Value::as_str)
+                .is_some_and(|m| m.starts_with("account/") && m != "account/rateLimits/updated")
+        })
+        .collect();
+    assert!(
+        notices.is_empty(),
+        "{}: {notices:?}",
+        changed(&s.bin, "an external login is told to a running app-server")
+    );
+    assert_eq!(
+        before.get("result"),
+        after.get("result"),
+        "{}",
+        changed(&s.bin, "a running app-server rereads auth.json")
+    );
+    codex.close().await;
+}

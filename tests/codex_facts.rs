@@ -50,6 +50,19 @@ struct AppServer {
     /// Every line read so far.
     seen: Vec<Value>,
     next_id: u64,
+    /// The process group `spawn` made (the app-server's pid).
+    group: Option<u32>,
+}
+
+impl Drop for AppServer {
+    /// Ends what is left in the app-server's process group (the plugin sync's `git`, see
+    /// `spawn`), as botvisor's stop does.
+    fn drop(&mut self) {
+        if let Some(group) = self.group {
+            // SAFETY: killpg takes plain integers; the group is the one `spawn` made.
+            unsafe { libc::killpg(group as libc::pid_t, libc::SIGKILL) };
+        }
+    }
 }
 
 impl AppServer {
@@ -67,6 +80,10 @@ impl AppServer {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
+            // Its own process group, ended at close as botvisor ends an agent's: Codex 0.171.0's
+            // start-up plugin sync runs `git ls-remote https://github.com/openai/plugins.git`,
+            // which outlives the app-server where the network hangs rather than refuses.
+            .process_group(0)
             .spawn()
             .expect("spawn codex app-server");
         let stdout = child.stdout.take().unwrap();
@@ -83,6 +100,7 @@ impl AppServer {
         });
         AppServer {
             stdin: child.stdin.take(),
+            group: child.id(),
             child,
             lines: rx,
             seen: Vec::new(),
@@ -185,7 +203,7 @@ impl AppServer {
         self.notification("turn/completed").await
     }
 
-    /// Closes stdin and waits for the exit.
+    /// Closes stdin and waits for the exit; what is left in its process group ends at drop.
     async fn close(mut self) -> std::process::ExitStatus {
         self.stdin = None;
         tokio::time::timeout(WAIT, self.child.wait())

@@ -227,27 +227,21 @@ impl Actor {
         let Some((kind, resets_at)) = self.record().limit else {
             return;
         };
-        if kind == limits::LOGIN {
-            // No timer: it waits for the credentials (`follow_credentials`), SetEnvironment or
-            // Restart.
-            return;
-        }
-        if kind == budget::BUDGET {
-            // No reset: it holds while the cost is at the budget in force (config may have
-            // changed it since).
-            let (cost, budget) = {
-                let v = self.view.read().unwrap_or_else(|p| p.into_inner());
-                (v.record.spend.cost_nanos, v.budget())
-            };
-            if budget.is_none_or(|b| cost < b) {
+        let (cost, budget) = {
+            let v = self.view.read().unwrap_or_else(|p| p.into_inner());
+            (v.record.spend.cost_nanos, v.budget())
+        };
+        let times = self.shared.config.limit_times();
+        match limits::resumed(&kind, resets_at, unix_now(), times, cost, budget) {
+            limits::Resumed::Wait(wait) => {
+                self.core.limit_until = Some(std::time::Instant::now() + wait);
+            }
+            limits::Resumed::Credentials | limits::Resumed::Budget => {}
+            limits::Resumed::Lift => {
                 let running = self.proc.is_some();
                 self.apply(limits::lifted(running));
             }
-            return;
         }
-        let hold = limits::LimitHold { kind, resets_at };
-        let wait = limits::wait(&hold, unix_now(), 0, self.shared.config.limit_times());
-        self.core.limit_until = Some(std::time::Instant::now() + wait);
     }
 
     /// A closure that says whether the conversation a message in flight went to holds it (the

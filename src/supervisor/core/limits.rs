@@ -307,6 +307,46 @@ pub fn warned(before: Option<&LimitReport>, now: &LimitReport) -> Option<Effect>
     c.build()
 }
 
+/// What a hold recorded by an earlier run does at the actor's start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resumed {
+    /// A plan's limit: wait this long, as [`wait`] says with no strike (the backoff's count is
+    /// not recorded, so a daemon restart starts it again).
+    Wait(Duration),
+    /// The login's hold: no timer; it goes on when the credentials change, at `SetEnvironment`
+    /// or at `Restart`.
+    Credentials,
+    /// The budget's hold while the cost is at the budget in force (the configuration may have
+    /// changed it since): no timer; it goes on when the budget is raised or at `Restart`.
+    Budget,
+    /// The budget's hold, with the cost now under the budget in force: lift it.
+    Lift,
+}
+
+/// The recorded hold `(kind, resets_at)` at the actor's start: `cost` and `budget` in
+/// nano-dollars (`budget` `None` for no budget), `now_unix` in Unix seconds.
+pub fn resumed(
+    kind: &str,
+    resets_at: u64,
+    now_unix: u64,
+    times: LimitTimes,
+    cost: u64,
+    budget: Option<u64>,
+) -> Resumed {
+    match kind {
+        LOGIN => Resumed::Credentials,
+        BUDGET if budget.is_some_and(|b| cost >= b) => Resumed::Budget,
+        BUDGET => Resumed::Lift,
+        _ => {
+            let hold = LimitHold {
+                kind: kind.to_owned(),
+                resets_at,
+            };
+            Resumed::Wait(wait(&hold, now_unix, 0, times))
+        }
+    }
+}
+
 /// The wait is over: the hold is lifted durably, then the bot is `idle` (an agent `running`)
 /// or `stopped`, and the waiting messages go.
 pub fn lifted(running: bool) -> Vec<Effect> {
@@ -349,6 +389,34 @@ mod tests {
         t.deliver("s", SystemTime::UNIX_EPOCH).unwrap();
         t.replayed("s", Some("s"), Some("s"), |_| false).unwrap();
         t
+    }
+
+    #[test]
+    fn after_a_restart_only_a_plans_limit_gets_a_timer() {
+        assert_eq!(
+            resumed("five_hour", 1_000, 400, TIMES, 0, None),
+            Resumed::Wait(Duration::from_secs(605))
+        );
+        assert_eq!(
+            resumed("five_hour", 0, 400, TIMES, 0, None),
+            Resumed::Wait(TIMES.retry),
+            "a reset not known is retried, not waited for forever"
+        );
+        assert_eq!(
+            resumed(LOGIN, 0, 400, TIMES, 0, None),
+            Resumed::Credentials,
+            "a login comes back with the credentials, never with a timer"
+        );
+        assert_eq!(
+            resumed(BUDGET, 0, 400, TIMES, 10, Some(10)),
+            Resumed::Budget
+        );
+        assert_eq!(
+            resumed(BUDGET, 0, 400, TIMES, 10, Some(11)),
+            Resumed::Lift,
+            "a budget raised while the daemon was down lifts the hold"
+        );
+        assert_eq!(resumed(BUDGET, 0, 400, TIMES, 10, None), Resumed::Lift);
     }
 
     #[test]

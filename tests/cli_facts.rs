@@ -23,7 +23,9 @@ use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
 use botvisor::runtime::claude::Claude;
-use botvisor::runtime::claude::events::{self, CONVERSATION_NOT_FOUND};
+use botvisor::runtime::claude::events;
+use botvisor::runtime::claude::results::CONVERSATION_NOT_FOUND;
+use botvisor::runtime::claude::stdin;
 use botvisor::runtime::claude::transcript::{self, MAX_SLUG_LEN};
 use botvisor::runtime::{
     ControlRequest, LaunchSpec, PermissionAnswer, ResultOutcome, Runtime, RuntimeEvent,
@@ -284,14 +286,14 @@ impl Cli {
     }
 
     async fn send(&mut self, text: &str) {
-        self.write(events::encode_user_message(text)).await;
+        self.write(stdin::encode_user_message(text)).await;
     }
 
     /// Sends a control request; returns its id.
     async fn control(&mut self, request: &ControlRequest) -> String {
         self.next_request += 1;
         let id = format!("facts-{}", self.next_request);
-        let line = events::encode_control(&id, request);
+        let line = stdin::encode_control(&id, request);
         self.write(line).await;
         id
     }
@@ -781,7 +783,7 @@ async fn a_conversation_as_botvisor_runs_it() {
                 _ => None,
             })
             .unwrap();
-        let answer = events::encode_permission_answer(
+        let answer = stdin::encode_permission_answer(
             &request_id,
             &PermissionAnswer::Allow {
                 updated_input: input,

@@ -1,13 +1,16 @@
 //! Claude Code (`@anthropic-ai/claude-code`), driven through its stream-json protocol.
 //!
 //! Every fact about Claude Code's files and messages lives in this folder:
-//! [`launch`] (argv), [`events`] (stdout lines), [`transcript`] (where conversations are kept).
+//! [`launch`] (argv), [`events`] (stdout lines), [`results`] (how a turn ended, the plan's limits),
+//! [`stdin`] (the lines botvisor writes), [`transcript`] (where conversations are kept).
 //! The facts come from `shared/claude-code-facts.md` and were re-checked on the real CLI 2.1.328
 //! by the tier-3 tests.
 
 pub mod events;
 pub mod launch;
 pub mod protocol;
+pub mod results;
+pub mod stdin;
 pub mod transcript;
 
 use std::collections::BTreeMap;
@@ -110,7 +113,7 @@ impl Runtime for Claude {
     }
 
     fn fatal_reason(&self, text: &str) -> Option<&'static str> {
-        events::fatal_reason(text)
+        results::fatal_reason(text)
     }
 
     /// `$CLAUDE_CONFIG_DIR/.credentials.json` (default `~/.claude`), where `claude /login`

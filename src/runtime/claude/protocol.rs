@@ -3,7 +3,7 @@
 //! process is ready at once; the conversation is the id it was launched with; control requests
 //! carry ids `botvisor-N` chosen here.
 
-use super::events;
+use super::{events, stdin};
 use crate::runtime::protocol::{Protocol, Read, Sent};
 use crate::runtime::{ControlRequest, PermissionAnswer, SessionStart};
 
@@ -32,7 +32,7 @@ impl ClaudeProtocol {
 impl Protocol for ClaudeProtocol {
     fn opening(&mut self) -> Vec<String> {
         let id = self.next_id();
-        vec![events::encode_control(&id, &ControlRequest::Initialize)]
+        vec![stdin::encode_control(&id, &ControlRequest::Initialize)]
     }
 
     fn ready(&self) -> bool {
@@ -44,7 +44,7 @@ impl Protocol for ClaudeProtocol {
     }
 
     fn user_message(&mut self, text: &str) -> Vec<String> {
-        vec![events::encode_user_message(text)]
+        vec![stdin::encode_user_message(text)]
     }
 
     fn control(&mut self, request: &ControlRequest) -> Option<Sent> {
@@ -55,16 +55,16 @@ impl Protocol for ClaudeProtocol {
             return None;
         }
         let request_id = self.next_id();
-        let lines = vec![events::encode_control(&request_id, request)];
+        let lines = vec![stdin::encode_control(&request_id, request)];
         Some(Sent { request_id, lines })
     }
 
     fn answer_permission(&mut self, request_id: &str, answer: &PermissionAnswer) -> Vec<String> {
-        vec![events::encode_permission_answer(request_id, answer)]
+        vec![stdin::encode_permission_answer(request_id, answer)]
     }
 
     fn refuse(&mut self, request_id: &str, message: &str) -> Vec<String> {
-        vec![events::encode_control_error(request_id, message)]
+        vec![stdin::encode_control_error(request_id, message)]
     }
 
     fn read_line(&mut self, line: &[u8]) -> Read {

@@ -222,17 +222,21 @@ fn parse_assistant(v: &Value) -> Vec<RuntimeEvent> {
     events
 }
 
+/// The one event `line` reads as, for the tests of this folder; panics on none or several.
+#[cfg(test)]
+pub(super) fn parse_one(line: &str) -> RuntimeEvent {
+    let mut v = parse_line(line.as_bytes());
+    assert_eq!(v.len(), 1, "{v:?}");
+    v.remove(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::runtime::claude::stdin::{encode_control, encode_permission_answer};
     use crate::runtime::{ControlRequest, PermissionAnswer};
 
-    fn one(line: &str) -> RuntimeEvent {
-        let mut v = parse_line(line.as_bytes());
-        assert_eq!(v.len(), 1, "{v:?}");
-        v.remove(0)
-    }
+    use crate::runtime::claude::events::parse_one as one;
 
     #[test]
     fn replay_is_a_turn_start() {

@@ -155,13 +155,7 @@ pub(super) fn parse_result(v: &Value, session_id: Option<String>) -> RuntimeEven
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::claude::events::parse_line;
-
-    fn one(line: &str) -> RuntimeEvent {
-        let mut v = parse_line(line.as_bytes());
-        assert_eq!(v.len(), 1, "{v:?}");
-        v.remove(0)
-    }
+    use crate::runtime::claude::events::parse_one as one;
 
     #[test]
     fn not_found_result_is_recognised() {

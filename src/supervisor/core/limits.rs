@@ -377,6 +377,16 @@ mod tests {
         }
     }
 
+    /// A `five_hour` limit reached, resetting at `resets_at` (0: not told).
+    fn reached(resets_at: u64) -> LimitReport {
+        LimitReport {
+            state: LimitState::Reached,
+            kind: "five_hour".into(),
+            resets_at,
+            utilization: Some(1.0),
+        }
+    }
+
     /// Turns with `a` in flight (its turn began) and `b` waiting.
     fn a_begun_b_waiting() -> Turns {
         let mut t = Turns::default();
@@ -435,12 +445,7 @@ mod tests {
     #[test]
     fn the_refused_message_goes_back_first_and_the_bot_holds() {
         let mut t = a_begun_b_waiting();
-        let report = LimitReport {
-            state: LimitState::Reached,
-            kind: "five_hour".into(),
-            resets_at: 1_796_200_214,
-            utilization: Some(1.0),
-        };
+        let report = reached(1_796_200_214);
         let (held, effects) = refused(&mut t, &report, false).unwrap();
         assert_eq!(held, hold(1_796_200_214));
         assert!(t.inflight.is_none());
@@ -470,13 +475,7 @@ mod tests {
     fn a_turn_cut_after_its_tool_calls_ends_limited_and_is_not_sent_again() {
         let mut t = a_begun_b_waiting();
         t.said_by_cli("tool_use", "{}".into());
-        let report = LimitReport {
-            state: LimitState::Reached,
-            kind: "five_hour".into(),
-            resets_at: 0,
-            utilization: None,
-        };
-        let (_, effects) = refused(&mut t, &report, false).unwrap();
+        let (_, effects) = refused(&mut t, &reached(0), false).unwrap();
         let ids: Vec<&str> = t.queue.iter().map(|q| q.id.as_str()).collect();
         assert_eq!(ids, ["b"], "the cut turn is not queued again");
         assert_eq!(
@@ -495,13 +494,7 @@ mod tests {
     fn with_continue_after_limit_a_cut_turn_waits_to_continue() {
         let mut t = a_begun_b_waiting();
         t.said_by_cli("tool_use", "{}".into());
-        let report = LimitReport {
-            state: LimitState::Reached,
-            kind: "five_hour".into(),
-            resets_at: 0,
-            utilization: None,
-        };
-        let (_, effects) = refused(&mut t, &report, true).unwrap();
+        let (_, effects) = refused(&mut t, &reached(0), true).unwrap();
         let queued: Vec<(&str, &str)> = t
             .queue
             .iter()

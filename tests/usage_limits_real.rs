@@ -101,6 +101,34 @@ async fn the_queue_waits_out_a_usage_limit_and_is_answered_after_its_reset() {
         "the refused message is no failed turn: {items:?}"
     );
 
+    // A new environment while limited lifts nothing and starts nothing: the agent that ran
+    // with the old one stops, and the launch at the reset takes the new one.
+    let pid = bot.process_id().await.unwrap();
+    assert_ne!(pid, 0, "the refusing agent still runs");
+    {
+        let mut new_env: HashMap<&str, &str> = setup
+            .bot_env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        new_env.insert("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-stand-in");
+        new_env.insert("BOTVISOR_TEST_ROTATED", "1");
+        bot.set_environment(new_env, HashMap::new()).await.unwrap();
+        // The actor takes commands in order: once the budget set after it is in force, the
+        // new environment was dealt with.
+        let changes = bot.receive_budget_usd_changed().await;
+        bot.set_budget(1000.0).await.unwrap();
+        let now = bot.budget_usd().await.unwrap();
+        wait_property(changes, now, &1000.0, "BudgetUSD").await;
+    }
+    assert_eq!(
+        bot.process_id().await.unwrap(),
+        0,
+        "no agent runs for the hold"
+    );
+    wait_state(&bot, "limited").await;
+    assert_eq!(bot.limit_resets_at().await.unwrap(), reset);
+
     // A daemon restart while limited keeps the hold and its reset.
     assert!(setup.daemon.terminate().await.success());
     let _daemon = Daemon::start(&setup.cfg, &env.conn).await;

@@ -22,9 +22,15 @@ impl Actor {
                 if self.limit_holds_login() {
                     self.login_back().await;
                 } else if self.proc.is_some() && self.core.turns.inflight.is_none() {
-                    // Taken at launch: the running agent starts again on its conversation; a
-                    // plan's limit or the budget holds on.
-                    self.restart_agent(false).await;
+                    if self.limit_holds() {
+                        // A plan's limit or the budget holds on: no agent is started for it, so
+                        // the one running, with the old environment, stops as an idle one does;
+                        // the launch at the hold's end takes what is in force.
+                        self.stop_process(StopReason::Idle).await;
+                    } else {
+                        // Taken at launch: the running agent starts again on its conversation.
+                        self.restart_agent(false).await;
+                    }
                 }
                 true
             }

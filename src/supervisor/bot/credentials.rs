@@ -1,8 +1,15 @@
-//! A bot whose login expired waits for its CLI's credentials to change (issue 24): the
-//! credentials file's folder is watched with inotify (the `notify` crate) while the hold lasts,
-//! and a change of that file comes to the actor as [`Command::CredentialsChanged`].
+//! A bot whose login expired waits for its CLI's credentials to change (issue 24). While the
+//! hold lasts the credentials file is looked at whenever inotify (the `notify` crate) tells of a
+//! change in its folder, the folder's parent or, for a symlink, its target's folder, and every
+//! [`POLL`] besides, for what inotify on those folders cannot see (the folder replaced by a new
+//! one, a folder that did not exist yet). A change of the file itself (what `stat` says of it,
+//! through a symlink) comes to the actor as [`Command::CredentialsChanged`]; other files in the
+//! folder do not count.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use notify::Watcher as _;
 use tokio::sync::mpsc;
@@ -11,9 +18,38 @@ use super::Actor;
 use crate::supervisor::Command;
 use crate::supervisor::core::limits;
 
+/// How often the credentials file is looked at without an inotify event.
+pub const POLL: Duration = Duration::from_secs(2);
+
+/// What `stat` says of the credentials file: the link itself and what it leads to. `None` for
+/// a file that is not there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fingerprint {
+    link: (u64, u64, i64, i64),
+    target: Option<(u64, u64, u64, i64, i64)>,
+}
+
+fn fingerprint(file: &Path) -> Option<Fingerprint> {
+    let link = std::fs::symlink_metadata(file).ok()?;
+    let target = std::fs::metadata(file)
+        .ok()
+        .map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()));
+    Some(Fingerprint {
+        link: (link.dev(), link.ino(), link.mtime(), link.mtime_nsec()),
+        target,
+    })
+}
+
 /// A watch on one credentials file; dropped, it ends.
 pub(super) struct Watch {
-    _watcher: notify::RecommendedWatcher,
+    _watcher: Option<notify::RecommendedWatcher>,
+    poll: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.poll.abort();
+    }
 }
 
 impl std::fmt::Debug for Watch {
@@ -22,30 +58,76 @@ impl std::fmt::Debug for Watch {
     }
 }
 
-/// Watches `file`'s folder (not recursively; the file may not exist yet) and sends
-/// [`Command::CredentialsChanged`] on `commands` each time `file` is written, created,
-/// replaced or removed. Errors: the folder does not exist or inotify refuses the watch.
-pub(super) fn watch(
-    file: &Path,
-    commands: mpsc::UnboundedSender<Command>,
-) -> notify::Result<Watch> {
-    let dir = file.parent().unwrap_or(Path::new("/")).to_path_buf();
-    let name = file.file_name().map(|n| n.to_owned());
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let Ok(event) = event else { return };
-        if event.kind.is_access() {
-            return;
+/// The folders whose inotify events may tell of a change of `file`: its folder, that folder's
+/// parent (the folder replaced or made), and a symlink's target's folder. Only those that exist.
+fn folders(file: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(dir) = file.parent() {
+        out.push(dir.to_path_buf());
+        if let Some(up) = dir.parent() {
+            out.push(up.to_path_buf());
         }
-        if event
-            .paths
-            .iter()
-            .any(|p| p.file_name().map(|n| n.to_owned()) == name)
-        {
-            let _ = commands.send(Command::CredentialsChanged);
+    }
+    if let Ok(target) = std::fs::canonicalize(file)
+        && let Some(dir) = target.parent()
+    {
+        out.push(dir.to_path_buf());
+    }
+    out.sort();
+    out.dedup();
+    out.retain(|d| d.is_dir());
+    out
+}
+
+/// Looks at `file` now and then (see the module) and sends [`Command::CredentialsChanged`] on
+/// `commands` each time what `stat` says of it changed since the watch began or since the
+/// last change sent: written, made, replaced, removed, or its symlink pointed elsewhere. Needs
+/// a tokio runtime; a folder inotify refuses is only looked at every [`POLL`].
+pub(super) fn watch(file: &Path, commands: mpsc::UnboundedSender<Command>) -> Watch {
+    let last = Arc::new(Mutex::new(fingerprint(file)));
+    let check = {
+        let file = file.to_path_buf();
+        Arc::new(move || {
+            let now = fingerprint(&file);
+            let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+            if *last != now {
+                *last = now;
+                let _ = commands.send(Command::CredentialsChanged);
+            }
+        })
+    };
+    let on_event = check.clone();
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok_and(|e| !e.kind.is_access()) {
+            on_event();
         }
-    })?;
-    watcher.watch(&dir, notify::RecursiveMode::NonRecursive)?;
-    Ok(Watch { _watcher: watcher })
+    });
+    let watcher = match watcher {
+        Ok(mut w) => {
+            for dir in folders(file) {
+                if let Err(e) = w.watch(&dir, notify::RecursiveMode::NonRecursive) {
+                    tracing::debug!(folder = %dir.display(), error = %e, "inotify refused the folder; it is looked at every POLL");
+                }
+            }
+            Some(w)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no inotify for the credentials; they are looked at every POLL");
+            None
+        }
+    };
+    let poll = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            check();
+        }
+    });
+    Watch {
+        _watcher: watcher,
+        poll,
+    }
 }
 
 impl Actor {
@@ -56,8 +138,8 @@ impl Actor {
     }
 
     /// While the bot holds for its login, watches its CLI's credentials file (once); otherwise
-    /// ends the watch. A watch that cannot be set up is said in the journal: `SetEnvironment`
-    /// and `Restart` still let the bot go on.
+    /// ends the watch. A runtime that names no credentials file (no `HOME`, no config folder)
+    /// is said in the journal: `SetEnvironment` and `Restart` still let the bot go on.
     pub(super) fn follow_credentials(&mut self) {
         let held = self
             .record()
@@ -74,15 +156,8 @@ impl Actor {
             tracing::warn!(bot_id = %self.id, "no credentials file to watch for the login");
             return;
         };
-        match watch(&file, self.commands.clone()) {
-            Ok(w) => {
-                tracing::info!(bot_id = %self.id, file = %file.display(), "waiting for the login's credentials to change");
-                self.credentials = Some(w);
-            }
-            Err(e) => {
-                tracing::warn!(bot_id = %self.id, file = %file.display(), error = %e, "cannot watch the credentials file")
-            }
-        }
+        tracing::info!(bot_id = %self.id, file = %file.display(), "waiting for the login's credentials to change");
+        self.credentials = Some(watch(&file, self.commands.clone()));
     }
 
     /// The credentials changed, or a client changed the bot's environment: a login hold is
@@ -102,5 +177,52 @@ impl Actor {
         if self.proc.is_some() {
             self.restart_agent(false).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(20);
+
+    async fn changed(rx: &mut mpsc::UnboundedReceiver<Command>, what: &str) {
+        match tokio::time::timeout(WAIT, rx.recv()).await {
+            Ok(Some(Command::CredentialsChanged)) => {}
+            Ok(other) => panic!("{what}: {other:?}"),
+            Err(_) => panic!("{what}: not seen"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_change_is_seen_through_a_symlink_a_replaced_folder_and_a_folder_made_late() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("cc");
+        let file = dir.join(".credentials.json");
+        let elsewhere = root.path().join("dotfiles");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("creds"), "old").unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("creds"), &file).unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let w = watch(&file, tx);
+        std::fs::write(elsewhere.join("creds"), "fresh token").unwrap();
+        changed(&mut rx, "the symlink's target written").await;
+
+        std::fs::rename(&dir, root.path().join("cc.old")).unwrap();
+        changed(&mut rx, "the folder moved away (the file is gone)").await;
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(&file, "a new login").unwrap();
+        changed(&mut rx, "the file in a new folder of the same name").await;
+        std::fs::write(&file, "a newer login, longer").unwrap();
+        changed(&mut rx, "the file written again").await;
+        drop(w);
+
+        let late = root.path().join("not-yet").join(".credentials.json");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let _w = watch(&late, tx);
+        std::fs::create_dir(late.parent().unwrap()).unwrap();
+        std::fs::write(&late, "x").unwrap();
+        changed(&mut rx, "a folder made after the watch began").await;
     }
 }

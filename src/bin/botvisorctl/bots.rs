@@ -9,6 +9,7 @@ use zbus::{Connection, OwnedObjectPath};
 
 use botvisor::dbus::client::{BotProxy, ManagerProxy};
 use botvisor::dbus::{BOT_INTERFACE, BUS_NAME, ROOT_PATH};
+pub use botvisor::supervisor::core::spend::dollars;
 
 use super::fail::{Failure, describe, error_name};
 use super::{hint, show};
@@ -185,40 +186,23 @@ impl BotInfo {
         }
     }
 
-    /// `five-hour window 91 % used (warning), resets 18:50`; `not told` before the CLI said.
+    /// `five-hour window 91 % used (warning), resets 18:50` ([`plan_limit_words`]).
     pub fn plan_limit_words(&self) -> String {
-        let (state, kind, used, resets_at) = &self.plan_limit;
-        if state.is_empty() {
-            return "not told".to_owned();
-        }
-        let window = if kind.is_empty() {
-            "the plan's window".to_owned()
-        } else {
-            format!("{} window", kind.replace('_', "-"))
-        };
-        let used = if *used >= 0.0 {
-            format!(" {:.0} % used", used * 100.0)
-        } else {
-            String::new()
-        };
-        let reset = if *resets_at > 0 {
-            format!(", resets {}", local_time(*resets_at))
-        } else {
-            String::new()
-        };
-        format!("{window}{used} ({state}){reset}")
+        plan_limit_words(&self.plan_limit)
     }
 
-    /// `$0.0123 (1234 tokens in, 567 out) of a $5.00 budget`.
+    /// `$0.0123 (1234 tokens in, 567 out) of a $5.00 budget` ([`dollars`]).
     pub fn cost_words(&self) -> String {
         let budget = if self.budget_usd > 0.0 {
-            format!(" of a ${:.2} budget", self.budget_usd)
+            format!(" of a {} budget", dollars(self.budget_usd))
         } else {
             String::new()
         };
         format!(
-            "${:.4} ({} tokens in, {} out){budget}",
-            self.cost_usd, self.input_tokens, self.output_tokens
+            "{} ({} tokens in, {} out){budget}",
+            dollars(self.cost_usd),
+            self.input_tokens,
+            self.output_tokens
         )
     }
 
@@ -361,6 +345,31 @@ pub async fn info(conn: &Connection, path: &str) -> Result<BotInfo, Failure> {
                 hint::ctl()
             ))
         })
+}
+
+/// `PlanLimit` `(state, kind, utilization, resets_at)` as words: `five-hour window 91 % used
+/// (warning), resets 18:50`; `not told` before the CLI said.
+pub fn plan_limit_words(plan_limit: &(String, String, f64, u64)) -> String {
+    let (state, kind, used, resets_at) = plan_limit;
+    if state.is_empty() {
+        return "not told".to_owned();
+    }
+    let window = if kind.is_empty() {
+        "the plan's window".to_owned()
+    } else {
+        format!("{} window", kind.replace('_', "-"))
+    };
+    let used = if *used >= 0.0 {
+        format!(" {:.0} % used", used * 100.0)
+    } else {
+        String::new()
+    };
+    let reset = if *resets_at > 0 {
+        format!(", resets {}", local_time(*resets_at))
+    } else {
+        String::new()
+    };
+    format!("{window}{used} ({state}){reset}")
 }
 
 /// `at` (Unix seconds) in the local time zone as `HH:MM`, or `YYYY-MM-DD HH:MM` when it is more

@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 
 use futures_util::StreamExt;
+
+use super::bots::dollars;
 use serde_json::json;
 use zbus::{Connection, Variant};
 
@@ -411,7 +413,7 @@ pub async fn set(
             if b == 0.0 {
                 outln!("{}: no budget", shell_word(spec));
             } else {
-                outln!("{}: budget ${b:.2}", shell_word(spec));
+                outln!("{}: budget {}", shell_word(spec), dollars(b));
             }
         }
     }

@@ -318,11 +318,18 @@ impl Watch {
                             | "LimitKind"
                             | "LimitResetsAt"
                             | "CostUSD"
+                            | "BudgetUSD"
+                            | "PlanLimit"
                     ) {
                         let s = match (k.as_str(), shown.as_u64(), shown.as_f64()) {
                             // A reset as people read it: local time.
                             ("LimitResetsAt", Some(at), _) if at > 0 => bots::local_time(at),
-                            ("CostUSD", _, Some(usd)) => format!("${usd:.4}"),
+                            ("CostUSD", _, Some(usd)) => bots::dollars(usd),
+                            ("BudgetUSD", _, Some(usd)) if usd > 0.0 => bots::dollars(usd),
+                            ("BudgetUSD", _, _) => "none".to_owned(),
+                            ("PlanLimit", _, _) => plan_limit(val)
+                                .map(|p| bots::plan_limit_words(&p))
+                                .unwrap_or_default(),
                             _ => shown
                                 .as_str()
                                 .map(str::to_owned)
@@ -395,37 +402,98 @@ impl Watch {
     }
 }
 
-/// A property value as JSON: strings, numbers (`u`, `t`, `x`) and booleans as they are,
-/// `PendingPermissions` as a list of `{"request_id", "tool", "input"}`.
+/// `PlanLimit`'s `(ssdt)`, or `None` for another shape.
+fn plan_limit(val: &OwnedValue) -> Option<(String, String, f64, u64)> {
+    <(String, String, f64, u64)>::try_from(val.try_clone().ok()?).ok()
+}
+
+/// A property value as JSON: strings, numbers (every integer type and `d`; a `d` that is not
+/// finite is `null`) and booleans as they are; `PendingPermissions` as a list of
+/// `{"request_id", "tool", "input"}`; `PlanLimit` as `{"state", "kind", "utilization",
+/// "resets_at"}`, as `status --json` gives it; any other array or structure as a list of its
+/// values, a dictionary as an object.
 fn property_json(val: &OwnedValue) -> Value {
-    match &**val {
-        zbus::Variant::Str(s) => json!(s.as_str()),
-        zbus::Variant::U32(n) => json!(n),
-        zbus::Variant::U64(n) => json!(n),
-        zbus::Variant::I64(n) => json!(n),
-        zbus::Variant::Bool(b) => json!(b),
-        other => match val
-            .try_clone()
-            .ok()
-            .and_then(|v| Vec::<(String, String, String)>::try_from(v).ok())
-        {
-            Some(pending) => Value::Array(
-                pending
-                    .into_iter()
-                    .map(|(id, tool, input)| {
-                        json!({"request_id": id, "tool": tool,
-                               "input": serde_json::from_str::<Value>(&input).unwrap_or(Value::Null)})
-                    })
-                    .collect(),
-            ),
-            None => json!(format!("{other:?}")),
-        },
+    if let Ok(pending) = val
+        .try_clone()
+        .map_err(|_| ())
+        .and_then(|v| Vec::<(String, String, String)>::try_from(v).map_err(|_| ()))
+    {
+        return Value::Array(
+            pending
+                .into_iter()
+                .map(|(id, tool, input)| {
+                    json!({"request_id": id, "tool": tool,
+                           "input": serde_json::from_str::<Value>(&input).unwrap_or(Value::Null)})
+                })
+                .collect(),
+        );
+    }
+    if let Some((state, kind, utilization, resets_at)) = plan_limit(val) {
+        return json!({"state": state, "kind": kind, "utilization": utilization,
+                      "resets_at": resets_at});
+    }
+    variant_json(val)
+}
+
+/// Any D-Bus value as JSON (see [`property_json`]).
+fn variant_json(val: &zbus::Variant<'_>) -> Value {
+    use zbus::Variant as V;
+    match val {
+        V::Str(s) => json!(s.as_str()),
+        V::ObjectPath(p) => json!(p.as_str()),
+        V::Signature(g) => json!(g.to_string()),
+        V::U8(n) => json!(n),
+        V::Bool(b) => json!(b),
+        V::I16(n) => json!(n),
+        V::U16(n) => json!(n),
+        V::I32(n) => json!(n),
+        V::U32(n) => json!(n),
+        V::I64(n) => json!(n),
+        V::U64(n) => json!(n),
+        V::F64(d) => serde_json::Number::from_f64(*d).map_or(Value::Null, Value::Number),
+        V::Variant(inner) => variant_json(inner),
+        V::Array(a) => Value::Array(a.iter().map(variant_json).collect()),
+        V::Structure(s) => Value::Array(s.fields().iter().map(variant_json).collect()),
+        V::Dict(d) => Value::Object(
+            d.iter()
+                .map(|(k, v)| {
+                    let key = match variant_json(k) {
+                        Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    (key, variant_json(v))
+                })
+                .collect(),
+        ),
+        _ => Value::Null,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn money_and_the_plan_limit_are_json_not_debug_text() {
+        let cost = OwnedValue::try_from(zbus::Variant::F64(0.000282)).unwrap();
+        assert_eq!(property_json(&cost), json!(0.000282));
+        let nan = OwnedValue::try_from(zbus::Variant::F64(f64::NAN)).unwrap();
+        assert_eq!(property_json(&nan), Value::Null);
+        let plan = OwnedValue::try_from(zbus::Variant::from((
+            "reached".to_owned(),
+            "five_hour".to_owned(),
+            1.0f64,
+            1_796_200_214u64,
+        )))
+        .unwrap();
+        assert_eq!(
+            property_json(&plan),
+            json!({"state": "reached", "kind": "five_hour", "utilization": 1.0,
+                   "resets_at": 1_796_200_214u64})
+        );
+        let other = OwnedValue::try_from(zbus::Variant::from((7u32, "x".to_owned()))).unwrap();
+        assert_eq!(property_json(&other), json!([7, "x"]));
+    }
 
     #[test]
     fn sixty_four_bit_properties_are_json_numbers() {

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::effect::{CommitBuilder, Effect, Publish, Write};
 use super::limits::lifted;
-use super::spend::usd;
+use super::spend::{dollars, usd};
 use super::state::State;
 
 /// The `LimitKind` of a bot whose cost reached its budget.
@@ -24,9 +24,9 @@ pub fn reached(cost: u64, budget: u64) -> Vec<Effect> {
         "system",
         None,
         json!({"text": format!(
-                  "The bot's cost, ${:.4}, reached its budget of ${:.4}: no new turn starts until \
+                  "The bot's cost, {}, reached its budget of {}: no new turn starts until \
                    the budget is raised (SetBudget) or the bot is restarted; the messages wait.",
-                  usd(cost), usd(budget)),
+                  dollars(usd(cost)), dollars(usd(budget))),
                "reason": "limit_reached", "kind": BUDGET, "resets_at": 0,
                "cost_usd": usd(cost), "budget_usd": usd(budget)})
         .to_string(),
@@ -95,7 +95,7 @@ pub fn warning(cost: u64, budget: u64) -> Effect {
     c.item(
         "system",
         None,
-        json!({"text": format!("The bot has cost ${:.4} of its ${:.4} budget.", usd(cost), usd(budget)),
+        json!({"text": format!("The bot has cost {} of its {} budget.", dollars(usd(cost)), dollars(usd(budget))),
                "reason": "budget_warning", "cost_usd": usd(cost), "budget_usd": usd(budget)})
         .to_string(),
     );

@@ -29,6 +29,20 @@ pub fn usd(nanos: u64) -> f64 {
     nanos as f64 / NANOS_PER_USD
 }
 
+/// US dollars as people read them: `$12.34` from a dollar on, otherwise with as many
+/// decimals as show the first two significant digits (at least 4, at most 9: `$0.0123`,
+/// `$0.00030`, `$0.000000001`); `$0` for none.
+pub fn dollars(usd: f64) -> String {
+    if !usd.is_finite() || usd <= 0.0 {
+        return "$0".to_owned();
+    }
+    if usd >= 1.0 {
+        return format!("${usd:.2}");
+    }
+    let decimals = ((-usd.log10()).ceil() as usize + 1).clamp(4, 9);
+    format!("${usd:.decimals$}")
+}
+
 /// What one turn (or a bot, summed) cost: as the CLI computed it, and tokens.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Spend {
@@ -153,6 +167,17 @@ pub fn budget_step(before: u64, after: u64, budget: Option<u64>) -> BudgetStep {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn dollars_show_what_a_small_amount_is() {
+        assert_eq!(dollars(0.0), "$0");
+        assert_eq!(dollars(f64::NAN), "$0");
+        assert_eq!(dollars(5.0), "$5.00");
+        assert_eq!(dollars(1234.567), "$1234.57");
+        assert_eq!(dollars(0.0123), "$0.0123");
+        assert_eq!(dollars(0.0003), "$0.00030");
+        assert_eq!(dollars(1e-9), "$0.000000001");
+    }
 
     fn result(total: f64) -> Value {
         json!({"total_cost_usd": total, "usage": {"input_tokens": 12, "output_tokens": 7,

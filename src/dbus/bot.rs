@@ -523,8 +523,9 @@ impl BotObject {
         self.view().limit_kind().to_owned()
     }
 
-    /// When the usage limit the bot waits for resets, in Unix seconds; 0 when none holds or its
-    /// reset is not known (botvisord then tries again after `limit_retry_s`, backing off).
+    /// When the waiting messages go, in Unix seconds: the usage limit's reset as the CLI told it,
+    /// or, when it told none, one already past or more than 8 days ahead, when botvisord tries
+    /// again (`limit_retry_s`, doubled each time the limit is hit again); 0 when no limit holds.
     #[zbus(property)]
     fn limit_resets_at(&self) -> u64 {
         self.view().record.limit.map_or(0, |(_, at)| at)

@@ -170,9 +170,12 @@ impl BotInfo {
 
     /// The state as a person reads it: `waiting for permission` while a request is open.
     /// `limited until 18:50` (local time; with the date when it is not within a day) while a
-    /// usage limit with a known reset holds.
+    /// usage limit holds (until the time its messages go), `limited (budget)` while the budget
+    /// holds.
     pub fn shown_state(&self) -> String {
-        let state = if self.state == "limited" && self.limit_resets_at > 0 {
+        let state = if self.state == "limited" && self.limit_kind == "budget" {
+            "limited (budget)".to_owned()
+        } else if self.state == "limited" && self.limit_resets_at > 0 {
             format!("limited until {}", local_time(self.limit_resets_at))
         } else if self.state == "login_required" {
             "login required".to_owned()

@@ -204,17 +204,20 @@ impl Actor {
             .record()
             .continue_after_limit
             .unwrap_or(self.shared.config.continue_after_limit);
-        let Some((hold, effects)) = limits::refused(&mut self.core.turns, report, continue_cut)
-        else {
+        let now_unix = unix_now();
+        let times = self.shared.config.limit_times();
+        let strikes = self.core.limit_strikes;
+        let Some((hold, effects)) = limits::refused(
+            &mut self.core.turns,
+            report,
+            continue_cut,
+            now_unix,
+            strikes,
+            times,
+        ) else {
             return;
         };
-        let now_unix = unix_now();
-        let wait = limits::wait(
-            &hold,
-            now_unix,
-            self.core.limit_strikes,
-            self.shared.config.limit_times(),
-        );
+        let wait = limits::wait(&hold, now_unix, strikes, times);
         self.core.limit_strikes += 1;
         self.core.limit_until = Some(std::time::Instant::now() + wait);
         tracing::warn!(bot_id = %self.id, kind = %hold.kind, resets_at = hold.resets_at, wait_s = wait.as_secs(), "usage limit reached; the message waits");

@@ -53,8 +53,33 @@ pub fn wait(hold: &LimitHold, now_unix: u64, strikes: u32, times: LimitTimes) ->
     times.retry.saturating_mul(factor).min(MAX_RETRY)
 }
 
+/// A reset further ahead than this is not believed (the longest plan window the CLIs were seen
+/// to tell is `seven_day`): the bot tries again instead of holding for years.
+pub const MAX_RESET_AHEAD: Duration = Duration::from_secs(8 * 24 * 3600);
+
+/// When the messages go after a limit that told `told` (Unix seconds, 0 none) at `now_unix`:
+/// the reset told, when it is ahead and within [`MAX_RESET_AHEAD`] (`true`); otherwise when
+/// botvisor tries again, [`wait`] with `strikes` from now (`false`).
+pub fn goes_at(told: u64, now_unix: u64, strikes: u32, times: LimitTimes) -> (u64, bool) {
+    if told > now_unix && told - now_unix <= MAX_RESET_AHEAD.as_secs() {
+        return (told, true);
+    }
+    let unknown = LimitHold {
+        kind: String::new(),
+        resets_at: 0,
+    };
+    let retry = wait(&unknown, now_unix, strikes, times).as_secs();
+    (now_unix.saturating_add(retry), false)
+}
+
 /// The words of the `system` item: which limit, and when the messages go.
 pub fn text(hold: &LimitHold) -> String {
+    text_told(hold, true)
+}
+
+/// [`text`], saying, when `believed` is false, that the reset was not known (or not
+/// believable) and the time is when botvisor tries again.
+fn text_told(hold: &LimitHold, believed: bool) -> String {
     if hold.kind == LOGIN {
         return "The agent's login expired or was refused: the message waits until the \
                 credentials change (log in again, or SetEnvironment with a new token)."
@@ -76,10 +101,17 @@ pub fn text(hold: &LimitHold) -> String {
              when botvisor tries again."
         );
     }
-    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(hold.resets_at);
+    if !believed {
+        return format!(
+            "{what} is reached and its reset is not known (none told, or one already past or \
+             too far ahead): the message waits and goes by itself when botvisor tries again, \
+             {}.",
+            when_reset(hold, "at")
+        );
+    }
     format!(
-        "{what} is reached: the message waits and goes by itself when it resets at {} (UTC).",
-        humantime::format_rfc3339_seconds(at)
+        "{what} is reached: the message waits and goes by itself {}.",
+        when_reset(hold, "when")
     )
 }
 
@@ -96,21 +128,31 @@ pub fn refused(
     turns: &mut Turns,
     report: &LimitReport,
     continue_cut: bool,
+    now_unix: u64,
+    strikes: u32,
+    times: LimitTimes,
 ) -> Option<(LimitHold, Vec<Effect>)> {
+    let (resets_at, believed) = goes_at(report.resets_at, now_unix, strikes, times);
     let hold = LimitHold {
         kind: report.kind.clone(),
-        resets_at: report.resets_at,
+        resets_at,
     };
     let note = |text: String| {
         json!({"text": text, "reason": "limit_reached", "kind": hold.kind,
-               "resets_at": hold.resets_at})
+               "resets_at": hold.resets_at, "reset_told": report.resets_at})
     };
     let cut = if continue_cut {
         Cut::Continue(note(continue_text(&hold)))
     } else {
         Cut::End(TurnOutcome::Limited, "limit_reached", note(cut_text(&hold)))
     };
-    let effects = held(turns, &hold, note(text(&hold)), cut, State::Limited)?;
+    let effects = held(
+        turns,
+        &hold,
+        note(text_told(&hold, believed)),
+        cut,
+        State::Limited,
+    )?;
     Some((hold, effects))
 }
 
@@ -234,16 +276,19 @@ pub fn waiting(hold: &LimitHold, turn_id: &str) -> Effect {
     c.build().expect("an item is a row")
 }
 
-/// "when it resets", or `word` "it resets at <RFC 3339> (UTC)" when the reset is known.
+/// "when it resets", or `word` "it resets at <RFC 3339> (UTC)" when the time is known (`at`:
+/// "at <RFC 3339> (UTC)").
 fn when_reset(hold: &LimitHold, word: &str) -> String {
     if hold.resets_at == 0 {
         return "when it resets".to_owned();
     }
-    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(hold.resets_at);
-    format!(
-        "{word} it resets at {} (UTC)",
-        humantime::format_rfc3339_seconds(at)
-    )
+    let at = humantime::format_rfc3339_seconds(
+        SystemTime::UNIX_EPOCH + Duration::from_secs(hold.resets_at),
+    );
+    match word {
+        "at" => format!("at {at} (UTC)"),
+        _ => format!("{word} it resets at {at} (UTC)"),
+    }
 }
 
 /// The words for a turn the limit cut after the agent had worked on it, continued at the reset.
@@ -365,6 +410,9 @@ pub fn lifted(running: bool) -> Vec<Effect> {
 mod tests {
     use super::*;
 
+    /// Now in the tests: a little before the reset of [`reached`]'s examples.
+    const NOW: u64 = 1_796_200_000;
+
     const TIMES: LimitTimes = LimitTimes {
         margin: Duration::from_secs(5),
         retry: Duration::from_secs(300),
@@ -430,6 +478,37 @@ mod tests {
     }
 
     #[test]
+    fn a_reset_past_or_too_far_ahead_is_not_believed_and_the_bot_says_when_it_tries_again() {
+        let day = 24 * 3600;
+        assert_eq!(goes_at(NOW + 60, NOW, 0, TIMES), (NOW + 60, true));
+        assert_eq!(goes_at(NOW + 7 * day, NOW, 0, TIMES), (NOW + 7 * day, true));
+        assert_eq!(goes_at(0, NOW, 0, TIMES), (NOW + 300, false));
+        assert_eq!(goes_at(NOW - 100, NOW, 0, TIMES), (NOW + 300, false));
+        assert_eq!(goes_at(NOW, NOW, 2, TIMES), (NOW + 1200, false));
+        assert_eq!(goes_at(99_999_999_999, NOW, 0, TIMES), (NOW + 300, false));
+        assert_eq!(goes_at(0, u64::MAX - 1, 0, TIMES), (u64::MAX, false));
+        let mut t = a_begun_b_waiting();
+        let (held, effects) = refused(&mut t, &reached(NOW - 100), false, NOW, 1, TIMES).unwrap();
+        assert_eq!(held.resets_at, NOW + 600, "LimitResetsAt says when it goes");
+        let Some(Effect::Commit { writes, .. }) =
+            effects.iter().find(|e| matches!(e, Effect::Commit { .. }))
+        else {
+            panic!("{effects:?}");
+        };
+        let note = writes.iter().find_map(|w| match w {
+            Write::Chat { payload, .. } => Some(payload.clone()),
+            _ => None,
+        });
+        let note: serde_json::Value = serde_json::from_str(&note.unwrap()).unwrap();
+        assert_eq!(note["reset_told"], NOW - 100);
+        let words = note["text"].as_str().unwrap();
+        assert!(
+            words.contains("tries again, at 2026-12-02T08:36:40Z"),
+            "{words}"
+        );
+    }
+
+    #[test]
     fn a_known_reset_is_waited_for_with_its_margin() {
         assert_eq!(wait(&hold(1_000), 400, 0, TIMES), Duration::from_secs(605));
     }
@@ -446,7 +525,7 @@ mod tests {
     fn the_refused_message_goes_back_first_and_the_bot_holds() {
         let mut t = a_begun_b_waiting();
         let report = reached(1_796_200_214);
-        let (held, effects) = refused(&mut t, &report, false).unwrap();
+        let (held, effects) = refused(&mut t, &report, false, NOW, 0, TIMES).unwrap();
         assert_eq!(held, hold(1_796_200_214));
         assert!(t.inflight.is_none());
         let ids: Vec<&str> = t.queue.iter().map(|q| q.id.as_str()).collect();
@@ -466,7 +545,7 @@ mod tests {
         assert_eq!(effects[2], Effect::State(State::Limited));
         assert_eq!(effects[3], Effect::Queued(2));
         assert!(
-            refused(&mut t, &report, false).is_none(),
+            refused(&mut t, &report, false, NOW, 0, TIMES).is_none(),
             "nothing in flight"
         );
     }
@@ -475,7 +554,7 @@ mod tests {
     fn a_turn_cut_after_its_tool_calls_ends_limited_and_is_not_sent_again() {
         let mut t = a_begun_b_waiting();
         t.said_by_cli("tool_use", "{}".into());
-        let (_, effects) = refused(&mut t, &reached(0), false).unwrap();
+        let (_, effects) = refused(&mut t, &reached(0), false, NOW, 0, TIMES).unwrap();
         let ids: Vec<&str> = t.queue.iter().map(|q| q.id.as_str()).collect();
         assert_eq!(ids, ["b"], "the cut turn is not queued again");
         assert_eq!(
@@ -484,7 +563,7 @@ mod tests {
         );
         assert!(
             crate::supervisor::core::effect::writes(&effects)
-                .any(|w| *w == Write::Limit(Some(("five_hour".into(), 0)))),
+                .any(|w| *w == Write::Limit(Some(("five_hour".into(), NOW + 300)))),
             "the bot holds all the same"
         );
         assert!(effects.contains(&Effect::State(State::Limited)));
@@ -494,7 +573,7 @@ mod tests {
     fn with_continue_after_limit_a_cut_turn_waits_to_continue() {
         let mut t = a_begun_b_waiting();
         t.said_by_cli("tool_use", "{}".into());
-        let (_, effects) = refused(&mut t, &reached(0), true).unwrap();
+        let (_, effects) = refused(&mut t, &reached(0), true, NOW, 0, TIMES).unwrap();
         let queued: Vec<(&str, &str)> = t
             .queue
             .iter()

@@ -7,7 +7,7 @@ use crate::supervisor::core::decide::TurnOutcome;
 
 /// What the shell knows when a process exited.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExitFacts {
+pub(super) struct ExitFacts {
     /// botvisor was stopping it (a root that survived SIGKILL exited at last).
     pub stopping: bool,
     /// It reported its conversation lost (design rule 4).
@@ -24,7 +24,7 @@ pub struct ExitFacts {
 
 /// How the turn in flight, if any, is settled, and what comes after.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExitPlan {
+pub(super) enum ExitPlan {
     /// It was being stopped: the turn ends `interrupted` (reason `stopped`) and the bot is
     /// `stopped`; the process is released now.
     StoppedLate,
@@ -50,7 +50,7 @@ pub enum ExitPlan {
 }
 
 /// The plan for an exit (see [`ExitPlan`]).
-pub fn exit_plan(facts: &ExitFacts) -> ExitPlan {
+pub(super) fn exit_plan(facts: &ExitFacts) -> ExitPlan {
     if facts.stopping {
         return ExitPlan::StoppedLate;
     }

@@ -1053,6 +1053,71 @@ async fn real_clis(rows: &mut Vec<Row>) {
     });
 }
 
+/// Row 11: botvisor's copy of a conversation (`supervisor::keep::update`) at each of 1,000 turn
+/// ends of a Claude Code transcript growing by a turn of about 4 KiB, beside copying the whole
+/// file each turn (what a copy without offsets would cost), in the same run.
+fn kept_conversation(rows: &mut Vec<Row>) {
+    use std::io::Write as _;
+    let turns = if quick() { 200 } else { 1000 };
+    let dir = tempfile::tempdir().unwrap();
+    let transcript = dir.path().join("projects").join("s.jsonl");
+    std::fs::create_dir_all(transcript.parent().unwrap()).unwrap();
+    let kept = botvisor::supervisor::keep::folder(&dir.path().join("botvisor.db"), "bench");
+    let whole = dir.path().join("whole.jsonl");
+    let line = format!(
+        "{{\"type\":\"assistant\",\"text\":\"{}\"}}\n",
+        "x".repeat(1000)
+    );
+    let (mut ours, mut baseline) = (Vec::new(), Vec::new());
+    let (mut ours_bytes, mut baseline_bytes) = (0u64, 0u64);
+    for _ in 0..turns {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&transcript)
+            .unwrap();
+        for _ in 0..4 {
+            f.write_all(line.as_bytes()).unwrap();
+        }
+        drop(f);
+        let t = Instant::now();
+        ours_bytes +=
+            botvisor::supervisor::keep::update(&kept, "s", std::slice::from_ref(&transcript))
+                .unwrap();
+        ours.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        baseline_bytes += std::fs::copy(&transcript, &whole).unwrap();
+        baseline.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let (o, b) = (stats(ours), stats(baseline));
+    let size = std::fs::metadata(&transcript).unwrap().len();
+    rows.push(Row {
+        name: format!(
+            "11. conversation copy at a turn's end ({turns} turns, {} KiB transcript)",
+            size / 1024
+        ),
+        goal: "bytes written per turn = the turn's own".into(),
+        figure: format!(
+            "median {:.0} µs, p99 {:.0} µs; {} B per turn",
+            o.median,
+            o.p99,
+            ours_bytes / turns as u64
+        ),
+        baseline: format!(
+            "whole copy: median {:.0} µs, p99 {:.0} µs; {} B per turn",
+            b.median,
+            b.p99,
+            baseline_bytes / turns as u64
+        ),
+        // Met when all the turns together wrote the transcript once.
+        verdict: if ours_bytes == size {
+            "met".into()
+        } else {
+            "missed".into()
+        },
+    });
+}
+
 /// Whether row group `n` runs: all of them, or those listed in `BENCH_ONLY` (for example
 /// `BENCH_ONLY=8` or `BENCH_ONLY=1,7`).
 fn selected(n: u32) -> bool {
@@ -1097,6 +1162,9 @@ fn main() {
         }
         if selected(10) {
             real_clis(&mut rows).await;
+        }
+        if selected(11) {
+            kept_conversation(&mut rows);
         }
         println!();
         println!("| measure | goal | figure | baseline (same run) | against the goal |");

@@ -106,6 +106,10 @@ pub struct Config {
     /// at the reset, for bots created without their own `continue_after_limit` (default false:
     /// an unattended continuation spends the next window; the turn ends `limited`).
     pub continue_after_limit: bool,
+    /// Whether botvisor keeps its own copy of each bot's conversation files (Claude Code's
+    /// transcript), beside the database in `conversations/`, and puts it back when the CLI's is
+    /// gone before a resume (default true; `supervisor::keep`).
+    pub keep_conversations: bool,
 }
 
 /// The largest budget accepted, in US dollars (config `budget_usd`, `CreateBot`'s `budget_usd`,
@@ -158,6 +162,7 @@ impl Default for Config {
             limit_retry_s: 300.0,
             budget_usd: None,
             continue_after_limit: false,
+            keep_conversations: true,
         }
     }
 }

@@ -11,6 +11,11 @@ use zbus::Variant;
 use support::stand_in_api::{ApiRequest, Reply, Script, echo_script};
 use support::*;
 
+/// The whole body of the last request the stand-in API was sent, as text.
+fn last_request(setup: &RealSetup) -> String {
+    setup.api.requests().last().unwrap().body.to_string()
+}
+
 fn transcript_exists(config_dir: &Path, session: &str) -> bool {
     let Ok(dirs) = std::fs::read_dir(config_dir.join("projects")) else {
         return false;
@@ -124,14 +129,7 @@ async fn a_conversation_is_resumed_and_one_killed_at_its_first_replay_is_replace
     assert_eq!(send_and_wait(&bot, "again").await.outcome, "success");
     assert_eq!(bot.session_id().await.unwrap(), session);
     assert!(
-        setup
-            .api
-            .requests()
-            .last()
-            .unwrap()
-            .body
-            .to_string()
-            .contains("remember me"),
+        last_request(&setup).contains("remember me"),
         "{}",
         fact("--resume ID sends the conversation's history to the model")
     );
@@ -228,11 +226,14 @@ fn remove_transcripts(config_dir: &Path, session: &str) {
     }
 }
 
+/// Without botvisor's copy (`keep_conversations = false`), rule 2 alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transcript_removed_while_the_daemon_was_down_is_replaced_without_a_failed_turn() {
     let Some(claude) = claude_bin() else { return };
     let env = TestEnv::new().await;
-    let mut setup = RealSetup::start(&env, claude, echo_script()).await;
+    let mut setup =
+        RealSetup::start_with_config(&env, claude, echo_script(), "keep_conversations = false\n")
+            .await;
     let bot = setup.create_bot(&env, &env.work, &[]).await;
     assert_eq!(send_and_wait(&bot, "hello").await.outcome, "success");
     let session = bot.session_id().await.unwrap();
@@ -250,6 +251,80 @@ async fn a_transcript_removed_while_the_daemon_was_down_is_replaced_without_a_fa
     assert!(of_kind(&after, "error").is_empty(), "{after:?}");
     assert_eq!(of_kind(&after, "system")[0]["reason"], "transcript_missing");
     assert_eq!(of_kind(&after, "result").len(), 1);
+}
+
+/// Claude Code deletes transcripts by itself (`cleanupPeriodDays`, 30 days by default; its
+/// sweep runs in the interactive CLI, not in the print mode botvisor drives, so the test removes
+/// the file as the sweep does, by unlinking it, and its project folder too). botvisor's copy,
+/// kept at each turn's end, is put back: the same conversation resumes, the model is sent the
+/// earlier turns, and the chat says what happened. A fresh restart removes the copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_the_cli_removed_is_put_back_from_botvisors_copy_and_resumed() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let mut setup = RealSetup::start(&env, claude, echo_script()).await;
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    assert_eq!(
+        send_and_wait(&bot, "remember the apple").await.outcome,
+        "success"
+    );
+    assert_eq!(send_and_wait(&bot, "and the pear").await.outcome, "success");
+    let session = bot.session_id().await.unwrap();
+    let config_dir = env.home.join(".claude");
+    let kept = setup
+        .cfg
+        .database
+        .parent()
+        .unwrap()
+        .join("conversations")
+        .join(bot.id().await.unwrap());
+    assert!(
+        kept.join(&session).is_dir(),
+        "a copy is kept at the turn's end"
+    );
+
+    // Removed while the bot was stopped.
+    stop_and_wait(&bot).await;
+    remove_transcripts(&config_dir, &session);
+    assert!(!transcript_exists(&config_dir, &session));
+    let before = chat(&bot).await.len();
+    assert_eq!(send_and_wait(&bot, "what fruit?").await.outcome, "success");
+    assert_eq!(
+        bot.session_id().await.unwrap(),
+        session,
+        "the same conversation"
+    );
+    let last = last_request(&setup);
+    assert!(
+        last.contains("remember the apple") && last.contains("and the pear"),
+        "the model is sent the earlier turns: {last}"
+    );
+    let after = chat(&bot).await[before..].to_vec();
+    let notes = of_kind(&after, "system");
+    assert_eq!(notes.len(), 1, "{after:?}");
+    assert_eq!(notes[0]["reason"], "conversation_restored");
+    assert!(of_kind(&after, "error").is_empty(), "{after:?}");
+
+    // Removed with its folder while botvisord was down: put back at the next start.
+    assert!(setup.daemon.terminate().await.success());
+    std::fs::remove_dir_all(config_dir.join("projects")).unwrap();
+    let path = bot.inner().path().to_owned();
+    let _daemon = Daemon::start(&setup.cfg, &env.conn).await;
+    let bot = env.bot(&path.into()).await;
+    assert_eq!(send_and_wait(&bot, "still there?").await.outcome, "success");
+    assert_eq!(bot.session_id().await.unwrap(), session);
+    assert!(last_request(&setup).contains("what fruit?"));
+
+    // A fresh restart leaves the old conversation for good: its copy goes.
+    bot.restart(HashMap::from([("fresh", Variant::from(true))]))
+        .await
+        .unwrap();
+    // Commands are taken in order: once this turn ended, the restart was carried out.
+    assert_eq!(send_and_wait(&bot, "a new start").await.outcome, "success");
+    let fresh = bot.session_id().await.unwrap();
+    assert_ne!(fresh, session);
+    assert!(!kept.join(&session).exists(), "the old copy went");
+    assert!(kept.join(&fresh).is_dir(), "the new conversation is kept");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -368,6 +368,18 @@ pub trait Runtime: Send + Sync + 'static {
         text: &str,
         since: std::time::SystemTime,
     ) -> bool;
+    /// The files that hold the conversation `session_id` now, for a CLI started with `env` in
+    /// `cwd`, which botvisor keeps a copy of (`supervisor::keep`); empty when none exists or the
+    /// runtime's files cannot be put back alone (Codex: its rollout also needs its row in
+    /// `state_5.sqlite`).
+    fn conversation_files(
+        &self,
+        _env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        _session_id: &str,
+    ) -> Vec<PathBuf> {
+        Vec::new()
+    }
     /// A new conversation as this runtime starts one: [`SessionStart::New`] with a fresh id
     /// when botvisor names it (Claude Code), [`SessionStart::Fresh`] when the CLI does (Codex).
     fn fresh_start(&self) -> SessionStart;

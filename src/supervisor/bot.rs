@@ -11,6 +11,7 @@ mod effects;
 mod events;
 mod exit;
 mod idle;
+mod keep;
 mod launch;
 mod left_turns;
 mod prompts;

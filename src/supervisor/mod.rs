@@ -9,6 +9,7 @@ pub mod bot;
 mod checks;
 pub mod core;
 mod handle;
+pub mod keep;
 pub mod memory_max;
 pub mod view;
 

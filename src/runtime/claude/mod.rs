@@ -87,6 +87,18 @@ impl Runtime for Claude {
         transcript::find(&config_dir, cwd, session_id).is_some()
     }
 
+    fn conversation_files(
+        &self,
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+        session_id: &str,
+    ) -> Vec<PathBuf> {
+        transcript::config_dir(env)
+            .and_then(|dir| transcript::find(&dir, cwd, session_id))
+            .into_iter()
+            .collect()
+    }
+
     fn conversation_has_message(
         &self,
         env: &BTreeMap<String, String>,

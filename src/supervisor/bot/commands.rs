@@ -80,7 +80,10 @@ impl Actor {
                 self.parked = true;
                 self.stop_process(StopReason::Delete).await;
                 match self.commit(&[Write::BotDeleted], &[Publish::BotRemoved]) {
-                    Ok(_) => tracing::info!(bot_id = %self.id, "bot deleted"),
+                    Ok(_) => {
+                        tracing::info!(bot_id = %self.id, "bot deleted");
+                        self.forget_kept();
+                    }
                     Err(e) => {
                         tracing::error!(bot_id = %self.id, error = %e, "cannot delete the bot")
                     }
@@ -158,6 +161,8 @@ impl Actor {
         let committed = self.apply(effects).committed;
         if !committed {
             tracing::error!(bot_id = %self.id, "the fresh restart could not be recorded; not started");
+        } else if fresh {
+            self.forget_kept();
         }
         let effects = self.core.life.restart_recorded(committed);
         self.apply(effects);

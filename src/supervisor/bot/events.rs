@@ -175,6 +175,7 @@ impl Actor {
                 // TurnFinished sees the conversation the turn went to.
                 self.note_reported_session(session_id);
                 self.on_result(outcome, payload, error);
+                self.keep_conversation();
                 Next::Nothing
             }
             RuntimeEvent::ConversationNotFound { session_id } => {

@@ -70,6 +70,7 @@ impl Actor {
             return;
         }
         let cwd = Path::new(&record.cwd);
+        self.restore_conversation(&env, cwd);
         let runtime = self.shared.runtime.clone();
         let decision = self.core.life.start_decision(
             record.session_id.as_deref(),

@@ -492,3 +492,55 @@ fn help_and_check_config() {
         "{err}"
     );
 }
+
+/// A daemon started right after one that died (a SIGKILL, a crash and a restart by the service
+/// manager) may find the dead one's connection still owning the bus name for a moment: it waits
+/// for the name to be released instead of exiting as if another daemon ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bus_name_left_by_a_run_that_just_ended_is_taken_once_released() {
+    let env = TestEnv::new().await;
+    let squatter = env.bus.connect().await;
+    squatter
+        .request_name(botvisor::dbus::BUS_NAME)
+        .await
+        .unwrap();
+    let dbus = zbus::fdo::DBusProxy::new(&env.conn).await.unwrap();
+    let mut owners = dbus
+        .receive_name_owner_changed_with_args(&[(0, botvisor::dbus::BUS_NAME)])
+        .await
+        .unwrap();
+    let daemon = Daemon::spawn(&env.daemon_config(None), "botvisord.log");
+    let waiting = "the bus name is held by another connection";
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        while !daemon.log_text().contains(waiting) {
+            tick.tick().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the daemon did not wait for the name:\n{}",
+            daemon.log_text()
+        )
+    });
+    squatter
+        .release_name(botvisor::dbus::BUS_NAME)
+        .await
+        .unwrap();
+    let pid = daemon.pid();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(change) = owners.next().await {
+            if change.args().unwrap().new_owner().is_some() {
+                break;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the name was not taken:\n{}", daemon.log_text()));
+    let owner = dbus
+        .get_connection_unix_process_id(botvisor::dbus::BUS_NAME.try_into().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(owner, pid, "{}", daemon.log_text());
+}

@@ -69,6 +69,11 @@ const BUS_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2)
 /// and botvisord says so instead of waiting with it.
 const NAME_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(25);
 
+/// How long the bus name held by another connection is waited for to be released (see
+/// [`Service::take_name`]): the bus drops a dead process's connection within milliseconds; a
+/// live daemon on the same bus is not waited out for longer than a user would notice.
+const NAME_RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A stream that ends with the error that closed the connection. It matches only `NameLost`
 /// for our name, which a bus sends just before it drops us or when the name is taken away.
 async fn closing_stream(conn: &Connection) -> zbus::Result<zbus::MessageStream> {
@@ -223,9 +228,47 @@ impl Service {
     }
 
     /// Takes `org.botvisor.Botvisor1` with `DO_NOT_QUEUE` (and neither `ALLOW_REPLACEMENT` nor
-    /// `REPLACE_EXISTING`), within [`NAME_CALL_TIMEOUT`]. Errors:
+    /// `REPLACE_EXISTING`), each call within [`NAME_CALL_TIMEOUT`]. The name held by another
+    /// connection is asked for once more if that owner leaves within [`NAME_RELEASE_WAIT`]: this
+    /// daemon holds the database's lock, so an owner that is going is the run that crashed just
+    /// before this one, whose connection the bus has not dropped yet. Errors:
     /// [`ServiceError::AlreadyRunning`], or the bus's.
     pub async fn take_name(&self) -> Result<(), ServiceError> {
+        use futures_util::StreamExt;
+        match self.request_name().await {
+            Err(ServiceError::AlreadyRunning) => {}
+            other => return other,
+        }
+        tracing::info!(
+            wait_s = NAME_RELEASE_WAIT.as_secs_f64(),
+            "the bus name is held by another connection: waiting for it to leave"
+        );
+        let dbus = zbus::fdo::DBusProxy::new(&self.conn).await?;
+        let mut changes = dbus
+            .receive_name_owner_changed_with_args(&[(0, BUS_NAME)])
+            .await?;
+        let gone = async {
+            if !dbus.name_has_owner(BUS_NAME.try_into()?).await? {
+                return Ok::<bool, zbus::Error>(true);
+            }
+            while let Some(change) = changes.next().await {
+                if change.args()?.new_owner().is_none() {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        };
+        match tokio::time::timeout(NAME_RELEASE_WAIT, gone).await {
+            Ok(Ok(true)) => {
+                tracing::info!("the bus name's last owner left; asking for it again");
+                self.request_name().await
+            }
+            _ => Err(ServiceError::AlreadyRunning),
+        }
+    }
+
+    /// One `RequestName` (see [`Service::take_name`]).
+    async fn request_name(&self) -> Result<(), ServiceError> {
         let flags = RequestNameFlags::DO_NOT_QUEUE;
         let request = self.conn.request_name_with_flags(BUS_NAME, flags);
         match tokio::time::timeout(NAME_CALL_TIMEOUT, request).await {

@@ -381,17 +381,22 @@ impl Daemon {
             .unwrap();
         let daemon = Daemon::spawn(cfg, "botvisord.log");
         let dbus = zbus::fdo::DBusProxy::new(conn).await.unwrap();
-        if dbus
-            .name_has_owner(BUS_NAME.try_into().unwrap())
-            .await
-            .unwrap()
-        {
+        // The owner must be this daemon: right after a SIGKILL the bus may still list the
+        // killed one's connection for a moment.
+        let pid = daemon.pid();
+        let owned = || async {
+            dbus.get_connection_unix_process_id(BUS_NAME.try_into().unwrap())
+                .await
+                .ok()
+                == Some(pid)
+        };
+        if owned().await {
             return daemon;
         }
         let got = tokio::time::timeout(Duration::from_secs(30), async {
             while let Some(sig) = stream.next().await {
                 let args = sig.args().unwrap();
-                if args.new_owner().is_some() {
+                if args.new_owner().is_some() && owned().await {
                     return;
                 }
             }

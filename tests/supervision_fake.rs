@@ -245,6 +245,28 @@ async fn an_authentication_error_result_holds_the_message_without_a_restart_loop
     assert_eq!(sig.args().unwrap().outcome, "success");
 }
 
+/// A bot held for its login (as for a usage limit) that a client stops: its waiting messages no
+/// longer go by themselves, and the chat says so instead of keeping the hold's promise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_bot_stopped_with_waiting_messages_says_they_wait_for_send_or_restart() {
+    let fake = start_fake().await;
+    let bot = fake
+        .bot(json!([{"mode": "auth_error"}, {"mode": "normal"}]))
+        .await;
+    bot.send("hi", HashMap::new()).await.unwrap();
+    wait_state(&bot, "login_required").await;
+    bot.send("two", HashMap::new()).await.unwrap();
+    stop_and_wait(&bot).await;
+    let items = chat(&bot).await;
+    let notes: Vec<_> = of_kind(&items, "system")
+        .into_iter()
+        .filter(|p| p["reason"] == "stopped_with_queue")
+        .collect();
+    assert_eq!(notes.len(), 1, "{items:?}");
+    assert_eq!(notes[0]["queued"], 2);
+    assert_eq!(bot.state().await.unwrap(), "stopped");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_disconnects_without_release_drops_its_lease() {
     let fake = start_fake().await;

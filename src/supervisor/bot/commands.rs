@@ -71,6 +71,13 @@ impl Actor {
                 true
             }
             Command::Stop => {
+                // Said first, so a client that sees `stopped` finds it in the chat.
+                if !self.parked {
+                    let waiting = self.core.turns.waiting();
+                    self.apply(crate::supervisor::core::records::stopped_with_queue(
+                        waiting,
+                    ));
+                }
                 self.apply(vec![Effect::Park(true), Effect::RestartTimer(None)]);
                 self.stop_process(StopReason::Stop).await;
                 self.apply(Lifecycle::stop_ended(self.state()));

@@ -104,6 +104,26 @@ pub fn failed(waiting: u32) -> Vec<Effect> {
     effects
 }
 
+/// A client's Stop with `waiting` messages: a `system` item (reason `stopped_with_queue`) says
+/// they no longer go by themselves, not even at a limit's reset, but at the next `Send` or
+/// `Restart`. Nothing with none waiting.
+pub fn stopped_with_queue(waiting: u32) -> Vec<Effect> {
+    if waiting == 0 {
+        return Vec::new();
+    }
+    vec![item(
+        "system",
+        json!({
+            "text": format!(
+                "The bot was stopped: {waiting} waiting message(s) no longer go by themselves (not \
+                 even at a usage limit's reset); they go at the next Send or Restart."
+            ),
+            "reason": "stopped_with_queue",
+            "queued": waiting,
+        }),
+    )]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,5 +201,15 @@ mod tests {
         let effects = start_refused("cannot start the agent: no codex", Some("x"));
         assert!(has_item(&effects, "error", "no codex"));
         assert_eq!(effects.last(), Some(&Effect::Pause));
+    }
+
+    #[test]
+    fn a_stop_with_waiting_messages_says_they_no_longer_go_by_themselves() {
+        assert!(stopped_with_queue(0).is_empty());
+        assert!(has_item(
+            &stopped_with_queue(2),
+            "system",
+            "stopped_with_queue"
+        ));
     }
 }

@@ -224,6 +224,11 @@ fn runtime() -> Claude {
 
 impl Cli {
     async fn spawn(place: &Place, start: SessionStart) -> Cli {
+        Cli::spawn_with(place, start, &[]).await
+    }
+
+    /// [`Cli::spawn`] with `extra` arguments after botvisor's.
+    async fn spawn_with(place: &Place, start: SessionStart, extra: &[String]) -> Cli {
         let rt = runtime();
         let spec = LaunchSpec {
             cwd: &place.cwd,
@@ -236,6 +241,7 @@ impl Cli {
         let started = Instant::now();
         let mut child = tokio::process::Command::new(&cmd.program)
             .args(&cmd.args)
+            .args(extra)
             .current_dir(&cmd.cwd)
             .env_clear()
             .envs(&cmd.env)
@@ -1455,4 +1461,134 @@ async fn an_expired_login_is_two_retries_and_an_error_result() {
     cli.mark();
     cli.close_stdin();
     cli.wait("exit after stdin closed").await;
+}
+
+/// A message the CLI took and never answered (killed while the model answered) is redone in the
+/// same conversation by a truncating resume, as the Agent SDK does (2.1.328, hidden from `--help`):
+/// `--resume ID --resume-session-at P --resume-drops-turn U`, where `U` is the `uuid` of the
+/// taken message's `user` line in the transcript and `P` its `parentUuid`. The model is then sent
+/// the earlier turns and the message once; the transcript keeps the dropped line, and the new
+/// message branches from `P` beside it. A `--resume-drops-turn` that names no message of that
+/// range is refused: "Resume rejected by --resume-drops-turn: …", and the CLI exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_message_is_redone_once_by_a_truncating_resume() {
+    let env = TestEnv::new().await;
+    let script: Script = Arc::new(|req: &ApiRequest| {
+        if req.last_user_text == "doomed" && !req.has_tool_result {
+            Reply::SlowText {
+                chunks: (0..20).map(|i| format!("d{i} ")).collect(),
+                every: Duration::from_millis(100),
+            }
+        } else {
+            Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+        }
+    });
+    let api = StandInApi::start(script).await;
+    let place = Place::new(&env, &api, "home", &env.work);
+    let id = new_id();
+    let mut cli = Cli::spawn(&place, SessionStart::New(id.clone())).await;
+    cli.send("first").await;
+    cli.until("the first turn's result", is_result).await;
+    cli.send("doomed").await;
+    api.wait_for(|r| r.last_user_text == "doomed", EVENT_TIMEOUT)
+        .await;
+    let transcript = place.transcript(&id).expect("the transcript");
+    let lines = || -> Vec<Value> {
+        std::fs::read_to_string(&transcript)
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let is_doomed =
+        |l: &Value| l["type"] == "user" && l.pointer("/message/content") == Some(&json!("doomed"));
+    // Taken: in the conversation (2.1.332 may ask the model a moment before it writes the
+    // line), while the model still answers (2 s).
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        while !lines().iter().any(is_doomed) {
+            tick.tick().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "{}",
+            fact("a taken message is a `user` line of the transcript")
+        )
+    });
+    cli.signal(libc::SIGKILL);
+    let _ = cli.wait("the CLI killed while the model answers").await;
+    let taken = lines().into_iter().find(is_doomed).unwrap();
+    let prompt = taken["uuid"].as_str().expect("its uuid").to_owned();
+    let parent = taken["parentUuid"]
+        .as_str()
+        .expect("its parentUuid")
+        .to_owned();
+    let truncate = |drops: &str| {
+        vec![
+            "--resume-session-at".to_owned(),
+            parent.clone(),
+            "--resume-drops-turn".to_owned(),
+            drops.to_owned(),
+        ]
+    };
+
+    // Refused when the turn named is not the one dropped.
+    let mut wrong = Cli::spawn_with(
+        &place,
+        SessionStart::Resume(id.clone()),
+        &truncate(&new_id()),
+    )
+    .await;
+    wrong.send("doomed").await;
+    let (status, _) = wrong.wait("a truncation of the wrong turn").await;
+    let stderr = wrong.stderr().await;
+    println!("wrong turn: {}, stderr {stderr:?}", exit_text(&status));
+    assert!(
+        !status.success() && stderr.contains("Resume rejected by --resume-drops-turn"),
+        "{}",
+        fact("a truncating resume of the wrong turn is refused on stderr")
+    );
+
+    let before = api.requests().len();
+    let mut cli =
+        Cli::spawn_with(&place, SessionStart::Resume(id.clone()), &truncate(&prompt)).await;
+    cli.send("doomed").await;
+    let at = cli
+        .until("the redone turn's result", is_result)
+        .await
+        .unwrap();
+    let result = cli.seen[at].json();
+    assert_eq!(result["subtype"], "success");
+    assert_eq!(
+        result["session_id"],
+        json!(id),
+        "{}",
+        fact("the same conversation")
+    );
+    let asked: Vec<ApiRequest> = api.requests()[before..]
+        .iter()
+        .filter(|r| r.has_tools)
+        .cloned()
+        .collect();
+    let body = asked.last().expect("the model was asked").body.to_string();
+    println!(
+        "redone: the model was sent \"doomed\" {} time(s)",
+        body.matches("\"doomed\"").count()
+    );
+    assert_eq!(
+        body.matches("\"doomed\"").count(),
+        1,
+        "{}",
+        fact("after a truncating resume the model is sent the dropped message once")
+    );
+    assert!(
+        body.contains("Hello! You said: first"),
+        "the earlier turn stays"
+    );
+    cli.close_stdin();
+    cli.wait("the end of stdin").await;
+    let kept = lines().into_iter().filter(is_doomed).count();
+    println!("the transcript holds the message {kept} time(s) (the dropped line stays, branched)");
 }

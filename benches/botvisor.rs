@@ -1081,10 +1081,16 @@ fn kept_conversation(rows: &mut Vec<Row>) {
         }
         drop(f);
         let t = Instant::now();
-        ours_bytes +=
+        let done =
             botvisor::supervisor::keep::update(&kept, "s", std::slice::from_ref(&transcript))
                 .unwrap();
         ours.push(t.elapsed().as_secs_f64() * 1e6);
+        for d in done {
+            match d {
+                botvisor::supervisor::keep::Updated::Appended(n) => ours_bytes += n,
+                other => panic!("a growing transcript: {other:?}"),
+            }
+        }
         let t = Instant::now();
         baseline_bytes += std::fs::copy(&transcript, &whole).unwrap();
         baseline.push(t.elapsed().as_secs_f64() * 1e6);

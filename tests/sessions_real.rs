@@ -8,6 +8,7 @@ use std::path::Path;
 use futures_util::StreamExt;
 use zbus::Variant;
 
+use botvisor::runtime::claude::transcript;
 use support::stand_in_api::{ApiRequest, Reply, Script, echo_script};
 use support::*;
 
@@ -304,6 +305,31 @@ async fn a_conversation_the_cli_removed_is_put_back_from_botvisors_copy_and_resu
     assert_eq!(notes.len(), 1, "{after:?}");
     assert_eq!(notes[0]["reason"], "conversation_restored");
     assert!(of_kind(&after, "error").is_empty(), "{after:?}");
+
+    // Removed under the running agent, which writes the next turn into a file made anew
+    // without the earlier turns: the copy keeps them, and the next start puts them back.
+    remove_transcripts(&config_dir, &session);
+    assert_eq!(send_and_wait(&bot, "and now?").await.outcome, "success");
+    stop_and_wait(&bot).await;
+    // Emptied while stopped (a crash or a full disk): set aside, the copy put back.
+    let file = transcript::find(&config_dir, &env.work, &session).expect("made anew");
+    std::fs::write(&file, "").unwrap();
+    assert_eq!(
+        send_and_wait(&bot, "which fruits?").await.outcome,
+        "success"
+    );
+    assert_eq!(bot.session_id().await.unwrap(), session);
+    let last = last_request(&setup);
+    assert!(
+        last.contains("remember the apple") && last.contains("and now?"),
+        "the turns before and after the loss are sent: {last}"
+    );
+    let mut aside = file.into_os_string();
+    aside.push(".botvisor-set-aside");
+    assert!(
+        std::path::Path::new(&aside).is_file(),
+        "the emptied file is kept aside"
+    );
 
     // Removed with its folder while botvisord was down: put back at the next start.
     assert!(setup.daemon.terminate().await.success());

@@ -380,6 +380,17 @@ pub trait Runtime: Send + Sync + 'static {
     ) -> Vec<PathBuf> {
         Vec::new()
     }
+    /// Where a CLI started with `env` in `cwd` looks for the file of `session` now, whether or
+    /// not it is there (botvisor puts its copy back there); `None` when that cannot be told
+    /// (Claude Code: a working directory whose slug is cut and hashed, with no folder yet).
+    fn conversation_target(
+        &self,
+        _env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        _session_id: &str,
+    ) -> Option<PathBuf> {
+        None
+    }
     /// A new conversation as this runtime starts one: [`SessionStart::New`] with a fresh id
     /// when botvisor names it (Claude Code), [`SessionStart::Fresh`] when the CLI does (Codex).
     fn fresh_start(&self) -> SessionStart;

@@ -114,6 +114,9 @@ struct Actor {
     /// The actor's own command queue, for what it hears from outside the bus (the credentials
     /// watch).
     commands: mpsc::UnboundedSender<Command>,
+    /// botvisor's copy of the conversation could not be updated at the last turn's end (said
+    /// once in the chat until it can again).
+    copy_failing: bool,
 }
 
 /// Publishes a committed chat item.
@@ -223,6 +226,7 @@ pub fn spawn_actor(
         left_by_interrupt: None,
         credentials: None,
         commands: tx.clone(),
+        copy_failing: false,
     };
     let span = tracing::info_span!("bot", bot_id = %id);
     let guarded = {

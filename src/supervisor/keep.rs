@@ -3,21 +3,29 @@
 //!
 //! The CLI deletes conversations by itself: Claude Code removes transcripts older than its
 //! `cleanupPeriodDays` setting (default 30), and users lose whole folders. So at each turn's
-//! end botvisor appends what the CLI's files gained to a copy of its own, and before a resume,
-//! when the CLI's file is gone and the bot was not restarted fresh, puts the copy back where the
-//! CLI looks. Layout, beside the database:
+//! end botvisor appends what the CLI's file gained to a copy of its own, and before a launch puts
+//! the copy back where the CLI looks when the CLI's file does not hold the whole conversation:
+//! gone, emptied or cut (a crash, a full disk), replaced by another file, or re-created by the
+//! running CLI with only what came after its loss. Layout, beside the database:
 //!
 //! ```text
-//! conversations/<bot id>/<session id>/<file name>        the copy
-//! conversations/<bot id>/<session id>/<file name>.from   where the CLI keeps it (one line)
+//! conversations/<bot id>/<session id>/<file name>        the copy, only ever appended to
+//! conversations/<bot id>/<session id>/<file name>.json   how far the CLI's file was followed
 //! ```
 //!
-//! Only the bot's current conversation is kept: the copies of an older one go at the next
-//! update. A fresh restart and `Delete` remove the bot's folder.
+//! The copy never shrinks and never takes a line of another conversation: what the CLI's file
+//! holds is appended only when it continues what was copied (the same bytes where the last
+//! update stopped) or, re-created, names this session on every line. A fresh restart and
+//! `Delete` remove the bot's folder; nothing else does.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Bytes of the CLI's file kept to recognise it at the next update (where the last one stopped).
+const TAIL: u64 = 64;
 
 /// The folder of a bot's copies: `conversations/<bot_id>` in the folder of `database`.
 pub fn folder(database: &Path, bot_id: &str) -> PathBuf {
@@ -33,60 +41,159 @@ fn safe(session: &str) -> bool {
     !session.is_empty() && !session.contains(['/', '\0']) && !session.starts_with('.')
 }
 
-/// Brings the copy of `session`'s `files` (where the CLI keeps them now) up to date in `folder`:
-/// what each file gained since the last update is appended; a file now shorter than its copy
-/// (the CLI rewrote it) is copied whole. Copies of other sessions are removed. Returns the bytes
-/// written. Errors: the folder cannot be made or a file read or written (the copy is then as
-/// the last update left it, or shorter, never longer than the CLI's file).
-pub fn update(folder: &Path, session: &str, files: &[PathBuf]) -> io::Result<u64> {
+/// How far one of the CLI's files was followed (`<file name>.json`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Followed {
+    /// Where the CLI kept it when last copied.
+    from: PathBuf,
+    /// Bytes of the CLI's file copied so far.
+    copied: u64,
+    /// Its last bytes before `copied` (at most [`TAIL`]), as hex.
+    tail: String,
+    /// The copy holds lines the CLI's file lost (it was re-created): the next launch puts the
+    /// copy back.
+    ahead: bool,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn meta_path(copy: &Path) -> PathBuf {
+    let mut p = copy.as_os_str().to_owned();
+    p.push(".json");
+    PathBuf::from(p)
+}
+
+fn read_meta(copy: &Path) -> Followed {
+    fs::read(meta_path(copy))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+fn write_meta(copy: &Path, meta: &Followed) -> io::Result<()> {
+    let path = meta_path(copy);
+    let tmp = path.with_extension("json.tmp");
+    fs::write(&tmp, serde_json::to_vec(meta).map_err(io::Error::other)?)?;
+    fs::rename(tmp, path)
+}
+
+/// The `TAIL` bytes of `file` before `end` (fewer at its start).
+fn tail_before(file: &mut File, end: u64) -> io::Result<String> {
+    let start = end.saturating_sub(TAIL);
+    file.seek(SeekFrom::Start(start))?;
+    let mut buf = vec![0; (end - start) as usize];
+    file.read_exact(&mut buf)?;
+    Ok(hex(&buf))
+}
+
+/// Whether `file` (of `len` bytes) continues what `meta` followed: at least as long, and the
+/// same bytes where the copy stopped.
+fn continues(file: &mut File, len: u64, meta: &Followed) -> io::Result<bool> {
+    if len < meta.copied {
+        return Ok(false);
+    }
+    Ok(tail_before(file, meta.copied)? == meta.tail)
+}
+
+/// Whether every line of `file` that says which session it belongs to says `session`, and one
+/// does: a file the CLI made anew for this conversation.
+fn of_session(file: &Path, session: &str) -> bool {
+    let Ok(text) = fs::read_to_string(file) else {
+        return false;
+    };
+    let mut named = false;
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        match v.get("sessionId").and_then(|s| s.as_str()) {
+            Some(s) if s == session => named = true,
+            Some(_) => return false,
+            None => {}
+        }
+    }
+    named
+}
+
+/// What one update did to the copy of a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Updated {
+    /// What the CLI's file gained was appended: this many bytes.
+    Appended(u64),
+    /// The CLI's file was made anew for this conversation (its earlier lines lost): appended
+    /// whole to the copy, which the next launch puts back.
+    Recreated(u64),
+    /// The CLI's file is not this conversation's continuation (cut, or another conversation):
+    /// the copy is left as it is, and the next launch puts it back.
+    Diverged,
+}
+
+/// Brings the copy of `session`'s `files` (where the CLI keeps them now) up to date in `folder`,
+/// one [`Updated`] per file. Errors: the folder cannot be made, or a file read or written (the
+/// copy is then as the last update left it, or holds part of what was new: never a byte the
+/// CLI's file did not hold there).
+pub fn update(folder: &Path, session: &str, files: &[PathBuf]) -> io::Result<Vec<Updated>> {
+    let mut done = Vec::new();
     if !safe(session) || files.is_empty() {
-        return Ok(0);
+        return Ok(done);
     }
     let dir = folder.join(session);
     fs::create_dir_all(&dir)?;
-    if let Ok(entries) = fs::read_dir(folder) {
-        for entry in entries.filter_map(Result::ok) {
-            if entry.file_name() != session {
-                let _ = fs::remove_dir_all(entry.path());
-            }
-        }
-    }
-    let mut written = 0;
     for file in files {
         let Some(name) = file.file_name() else {
             continue;
         };
         let copy = dir.join(name);
-        let from = dir.join(format!("{}.from", name.to_string_lossy()));
-        let origin = file.to_string_lossy();
-        if fs::read_to_string(&from).ok().as_deref() != Some(&*origin) {
-            fs::write(&from, origin.as_bytes())?;
+        let mut meta = read_meta(&copy);
+        let mut src = File::open(file)?;
+        let len = src.metadata()?.len();
+        let have = fs::metadata(&copy).map_or(0, |m| m.len());
+        let (from, recreated) = if have == 0 || continues(&mut src, len, &meta)? {
+            (if have == 0 { 0 } else { meta.copied }, false)
+        } else if of_session(file, session) {
+            (0, true)
+        } else {
+            done.push(Updated::Diverged);
+            meta.ahead = true;
+            write_meta(&copy, &meta)?;
+            continue;
+        };
+        if recreated {
+            cut_to_last_line(&copy)?;
         }
-        written += append_new(file, &copy)?;
+        src.seek(SeekFrom::Start(from))?;
+        let mut out = OpenOptions::new().create(true).append(true).open(&copy)?;
+        let n = io::copy(&mut (&mut src).take(len - from), &mut out)?;
+        out.flush()?;
+        meta.from = file.clone();
+        meta.copied = from + n;
+        meta.tail = tail_before(&mut src, meta.copied)?;
+        meta.ahead |= recreated;
+        write_meta(&copy, &meta)?;
+        done.push(if recreated {
+            Updated::Recreated(n)
+        } else {
+            Updated::Appended(n)
+        });
     }
-    Ok(written)
+    Ok(done)
 }
 
-/// Appends to `copy` what `file` holds past the copy's length, or copies it whole when it is
-/// shorter than the copy; returns the bytes written.
-fn append_new(file: &Path, copy: &Path) -> io::Result<u64> {
-    let mut src = File::open(file)?;
-    let len = src.metadata()?.len();
-    let have = fs::metadata(copy).map_or(0, |m| m.len());
-    if len == have {
-        return Ok(0);
+/// Cuts `copy` after its last newline (a line the CLI was writing when a copy stopped).
+fn cut_to_last_line(copy: &Path) -> io::Result<()> {
+    let Ok(bytes) = fs::read(copy) else {
+        return Ok(());
+    };
+    let keep = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    if keep < bytes.len() {
+        OpenOptions::new()
+            .write(true)
+            .open(copy)?
+            .set_len(keep as u64)?;
     }
-    if len < have {
-        let tmp = copy.with_extension("rewrite");
-        let n = io::copy(&mut src, &mut File::create(&tmp)?)?;
-        fs::rename(&tmp, copy)?;
-        return Ok(n);
-    }
-    src.seek(SeekFrom::Start(have))?;
-    let mut out = OpenOptions::new().create(true).append(true).open(copy)?;
-    let n = io::copy(&mut src.take(len - have), &mut out)?;
-    out.flush()?;
-    Ok(n)
+    Ok(())
 }
 
 /// Whether `folder` holds a copy of `session`.
@@ -94,36 +201,90 @@ pub fn holds(folder: &Path, session: &str) -> bool {
     safe(session) && folder.join(session).is_dir()
 }
 
-/// Puts back each file of `session` that is gone from where the CLI kept it, from the copy in
-/// `folder` (written beside it, then renamed into place, so the CLI never reads half a file),
-/// making the CLI's folders as needed. Returns the paths put back; a file still where it was is
-/// left alone. Errors: the copy cannot be read or the file written.
-pub fn restore(folder: &Path, session: &str) -> io::Result<Vec<PathBuf>> {
-    let mut restored = Vec::new();
+/// Where the CLI kept the copied file `name` of `session` when it was last copied.
+pub fn origin(folder: &Path, session: &str, name: &str) -> Option<PathBuf> {
     if !holds(folder, session) {
-        return Ok(restored);
+        return None;
     }
-    let dir = folder.join(session);
-    for entry in fs::read_dir(&dir)?.filter_map(Result::ok) {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(copied) = name.strip_suffix(".from") else {
-            continue;
-        };
-        let origin = PathBuf::from(fs::read_to_string(entry.path())?);
-        if origin.as_os_str().is_empty() || origin.exists() {
-            continue;
-        }
-        if let Some(parent) = origin.parent() {
-            fs::create_dir_all(parent)?;
-        }
-        let mut tmp = origin.clone().into_os_string();
-        tmp.push(".botvisor-restore");
-        let tmp = PathBuf::from(tmp);
-        fs::copy(dir.join(copied), &tmp)?;
-        fs::rename(&tmp, &origin)?;
-        restored.push(origin);
+    let meta = read_meta(&folder.join(session).join(name));
+    (!meta.from.as_os_str().is_empty()).then_some(meta.from)
+}
+
+/// What [`restore`] found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Restored {
+    /// The CLI's file holds the whole conversation: nothing done.
+    Whole,
+    /// The CLI's file was gone: the copy was put there.
+    WasGone,
+    /// The CLI's file did not hold the whole conversation (emptied, cut, replaced, or made anew
+    /// without its earlier lines): it was set aside at this path and the copy put there.
+    SetAside(PathBuf),
+}
+
+/// Before a launch: puts the copy of `session`'s file `name` at `target` (where the CLI will
+/// look for it now) unless the file there holds the whole conversation. The copy goes up to its
+/// last complete line, written beside `target` then renamed into place, so the CLI never reads
+/// half a file; a file that did not hold it all is renamed to `<target>.botvisor-set-aside`
+/// first. Errors: no copy, `target` is not a file (a folder in its place), or the copy cannot
+/// be read or written; `target` is then as it was.
+pub fn restore(folder: &Path, session: &str, name: &str, target: &Path) -> io::Result<Restored> {
+    if !holds(folder, session) {
+        return Err(io::Error::new(io::ErrorKind::NotFound, "no copy"));
     }
-    Ok(restored)
+    let copy = folder.join(session).join(name);
+    let meta = read_meta(&copy);
+    let whole = match File::open(target) {
+        Ok(mut f) if f.metadata()?.is_file() => {
+            let len = f.metadata()?.len();
+            !meta.ahead && continues(&mut f, len, &meta)?
+        }
+        Ok(_) => {
+            return Err(io::Error::other(format!(
+                "{} is not a file",
+                target.display()
+            )));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e),
+    };
+    if whole {
+        return Ok(Restored::Whole);
+    }
+    let bytes = fs::read(&copy)?;
+    let end = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    if let Some(parent) = target.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    let with_suffix = |suffix: &str| {
+        let mut p = target.as_os_str().to_owned();
+        p.push(suffix);
+        PathBuf::from(p)
+    };
+    let tmp = with_suffix(".botvisor-restore");
+    if let Err(e) = fs::write(&tmp, &bytes[..end]) {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    let outcome = if target.exists() {
+        let aside = with_suffix(".botvisor-set-aside");
+        fs::rename(target, &aside)?;
+        Restored::SetAside(aside)
+    } else {
+        Restored::WasGone
+    };
+    fs::rename(&tmp, target)?;
+    let mut put = File::open(target)?;
+    write_meta(
+        &copy,
+        &Followed {
+            from: target.to_path_buf(),
+            copied: end as u64,
+            tail: tail_before(&mut put, end as u64)?,
+            ahead: false,
+        },
+    )?;
+    Ok(outcome)
 }
 
 /// Removes a bot's copies (a fresh restart, `Delete`). A folder that is not there is no error.
@@ -138,73 +299,176 @@ pub fn remove(folder: &Path) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_copy_grows_by_what_is_new_and_comes_back_where_the_cli_kept_it() {
+    const S: &str = "s1";
+
+    struct Case {
+        _root: tempfile::TempDir,
+        kept: PathBuf,
+        transcript: PathBuf,
+    }
+
+    fn case() -> Case {
         let root = tempfile::tempdir().unwrap();
         let cli = root.path().join("projects").join("-work");
         fs::create_dir_all(&cli).unwrap();
-        let transcript = cli.join("s1.jsonl");
-        let kept = folder(&root.path().join("botvisor.db"), "bot");
-        fs::write(&transcript, "{\"a\":1}\n").unwrap();
-        assert_eq!(
-            update(&kept, "s1", std::slice::from_ref(&transcript)).unwrap(),
-            8
-        );
-        assert_eq!(
-            update(&kept, "s1", std::slice::from_ref(&transcript)).unwrap(),
-            0,
-            "nothing new"
-        );
-        let mut f = OpenOptions::new().append(true).open(&transcript).unwrap();
-        f.write_all(b"{\"b\":2}\n").unwrap();
-        assert_eq!(
-            update(&kept, "s1", std::slice::from_ref(&transcript)).unwrap(),
-            8,
-            "only what is new is written"
-        );
-        let whole = fs::read(&transcript).unwrap();
+        Case {
+            kept: folder(&root.path().join("botvisor.db"), "bot"),
+            transcript: cli.join("s1.jsonl"),
+            _root: root,
+        }
+    }
 
-        assert!(
-            restore(&kept, "s1").unwrap().is_empty(),
-            "still there: left alone"
-        );
-        fs::remove_dir_all(root.path().join("projects")).unwrap();
-        assert_eq!(restore(&kept, "s1").unwrap(), vec![transcript.clone()]);
-        assert_eq!(fs::read(&transcript).unwrap(), whole);
+    fn line(n: u32) -> String {
+        format!("{{\"sessionId\":\"{S}\",\"n\":{n}}}\n")
+    }
 
-        // The CLI rewrote it shorter: copied whole.
-        fs::write(&transcript, "{}\n").unwrap();
-        assert_eq!(
-            update(&kept, "s1", std::slice::from_ref(&transcript)).unwrap(),
-            3
-        );
-        assert_eq!(fs::read(kept.join("s1").join("s1.jsonl")).unwrap(), b"{}\n");
-
-        // A new conversation: the old one's copy goes.
-        let t2 = cli.join("s2.jsonl");
-        fs::write(&t2, "x\n").unwrap();
-        update(&kept, "s2", &[t2]).unwrap();
-        assert!(!holds(&kept, "s1") && holds(&kept, "s2"));
-        remove(&kept).unwrap();
-        assert!(!kept.exists());
-        remove(&kept).unwrap();
+    impl Case {
+        fn write(&self, text: &str) {
+            fs::write(&self.transcript, text).unwrap();
+        }
+        fn append(&self, text: &str) {
+            let mut f = OpenOptions::new()
+                .append(true)
+                .open(&self.transcript)
+                .unwrap();
+            f.write_all(text.as_bytes()).unwrap();
+        }
+        fn update(&self) -> Vec<Updated> {
+            update(&self.kept, S, std::slice::from_ref(&self.transcript)).unwrap()
+        }
+        fn copy(&self) -> String {
+            fs::read_to_string(self.kept.join(S).join("s1.jsonl")).unwrap()
+        }
+        fn restore(&self) -> Restored {
+            restore(&self.kept, S, "s1.jsonl", &self.transcript).unwrap()
+        }
+        fn cli(&self) -> String {
+            fs::read_to_string(&self.transcript).unwrap()
+        }
     }
 
     #[test]
-    fn a_session_id_never_leaves_the_folder() {
-        let root = tempfile::tempdir().unwrap();
-        let kept = root.path().join("k");
-        let file = root.path().join("t.jsonl");
-        fs::write(&file, "x").unwrap();
-        for bad in ["", "..", "../x", ".hidden", "a/b"] {
-            assert_eq!(
-                update(&kept, bad, std::slice::from_ref(&file)).unwrap(),
-                0,
-                "{bad}"
-            );
-            assert!(!holds(&kept, bad));
-            assert!(restore(&kept, bad).unwrap().is_empty());
+    fn a_copy_grows_by_what_is_new_and_comes_back_when_the_file_is_gone() {
+        let c = case();
+        c.write(&line(1));
+        assert_eq!(c.update(), [Updated::Appended(line(1).len() as u64)]);
+        assert_eq!(c.update(), [Updated::Appended(0)], "nothing new");
+        c.append(&line(2));
+        assert_eq!(c.update(), [Updated::Appended(line(2).len() as u64)]);
+        assert_eq!(
+            c.restore(),
+            Restored::Whole,
+            "the CLI's file is whole: left alone"
+        );
+        let whole = c.cli();
+        fs::remove_dir_all(c.transcript.parent().unwrap()).unwrap();
+        assert_eq!(c.restore(), Restored::WasGone);
+        assert_eq!(c.cli(), whole);
+        c.append(&line(3));
+        assert_eq!(c.update(), [Updated::Appended(line(3).len() as u64)]);
+        assert_eq!(c.copy(), c.cli());
+    }
+
+    #[test]
+    fn a_file_emptied_cut_or_replaced_is_set_aside_and_the_copy_put_back() {
+        let whole = format!("{}{}", line(1), line(2));
+        for damaged in [
+            String::new(),
+            format!("{}{{\"sessionId\":\"s1\",\"n", line(1)),
+            "{\"sessionId\":\"other\",\"n\":9}\n".to_owned(),
+            format!("{}{}", line(1), line(7)),
+            format!("{}{}{}", line(1), line(7), line(8)),
+        ] {
+            let c = case();
+            c.write(&whole);
+            c.update();
+            c.write(&damaged);
+            let Restored::SetAside(aside) = c.restore() else {
+                panic!("{damaged:?}: not put back");
+            };
+            assert_eq!(fs::read_to_string(aside).unwrap(), damaged, "nothing lost");
+            assert_eq!(c.cli(), whole, "{damaged:?}");
+            assert_eq!(c.copy(), whole, "the copy never takes what is not its own");
         }
-        assert!(!kept.exists());
+    }
+
+    #[test]
+    fn another_conversation_over_the_file_never_enters_the_copy() {
+        let c = case();
+        c.write(&line(1));
+        c.update();
+        c.write("{\"sessionId\":\"other\",\"n\":1}\n{\"sessionId\":\"other\",\"n\":2}\n");
+        assert_eq!(c.update(), [Updated::Diverged]);
+        assert_eq!(c.copy(), line(1));
+    }
+
+    #[test]
+    fn a_file_the_running_cli_made_anew_is_added_to_the_copy_and_put_back_whole() {
+        // Its file removed under a running CLI, which writes the next turn into a new file.
+        let c = case();
+        c.write(&format!("{}{}", line(1), line(2)));
+        c.update();
+        c.write(&line(3));
+        assert_eq!(c.update(), [Updated::Recreated(line(3).len() as u64)]);
+        c.append(&line(4));
+        assert_eq!(c.update(), [Updated::Appended(line(4).len() as u64)]);
+        let all = format!("{}{}{}{}", line(1), line(2), line(3), line(4));
+        assert_eq!(c.copy(), all);
+        assert!(matches!(c.restore(), Restored::SetAside(_)));
+        assert_eq!(
+            c.cli(),
+            all,
+            "the earlier turns come back before the new ones"
+        );
+        assert_eq!(c.restore(), Restored::Whole);
+    }
+
+    #[test]
+    fn a_copy_cut_mid_line_is_put_back_up_to_its_last_whole_line() {
+        let c = case();
+        c.write(&line(1));
+        c.update();
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(c.kept.join(S).join("s1.jsonl"))
+            .unwrap();
+        f.write_all(b"{\"sessionId\":\"s1\",\"n").unwrap();
+        fs::remove_file(&c.transcript).unwrap();
+        assert_eq!(c.restore(), Restored::WasGone);
+        assert_eq!(c.cli(), line(1));
+    }
+
+    #[test]
+    fn a_folder_in_the_files_place_is_an_error_and_changes_nothing() {
+        let c = case();
+        c.write(&line(1));
+        c.update();
+        fs::remove_file(&c.transcript).unwrap();
+        fs::create_dir(&c.transcript).unwrap();
+        let err = restore(&c.kept, S, "s1.jsonl", &c.transcript).unwrap_err();
+        assert!(err.to_string().contains("is not a file"), "{err}");
+        assert!(c.transcript.is_dir());
+        assert_eq!(c.copy(), line(1));
+    }
+
+    #[test]
+    fn a_session_id_never_leaves_the_folder_and_remove_takes_everything() {
+        let c = case();
+        c.write("x\n");
+        for bad in ["", "..", "../x", ".hidden", "a/b"] {
+            assert!(
+                update(&c.kept, bad, std::slice::from_ref(&c.transcript))
+                    .unwrap()
+                    .is_empty()
+            );
+            assert!(!holds(&c.kept, bad));
+            assert!(restore(&c.kept, bad, "x", &c.transcript).is_err());
+        }
+        assert!(!c.kept.exists());
+        c.update();
+        assert_eq!(origin(&c.kept, S, "s1.jsonl"), Some(c.transcript.clone()));
+        remove(&c.kept).unwrap();
+        assert!(!c.kept.exists());
+        remove(&c.kept).unwrap();
     }
 }

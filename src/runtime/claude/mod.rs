@@ -99,6 +99,15 @@ impl Runtime for Claude {
             .collect()
     }
 
+    fn conversation_target(
+        &self,
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+        session_id: &str,
+    ) -> Option<PathBuf> {
+        transcript::target(&transcript::config_dir(env)?, cwd, session_id)
+    }
+
     fn conversation_has_message(
         &self,
         env: &BTreeMap<String, String>,

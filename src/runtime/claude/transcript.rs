@@ -56,6 +56,30 @@ pub fn find(config_dir: &Path, cwd: &Path, session_id: &str) -> Option<PathBuf> 
         .find(|path| path.is_file())
 }
 
+/// Where the CLI started in `cwd` looks for the transcript of `session_id`: where it is, or
+/// `<config>/projects/<slug>/<session-id>.jsonl` for a slug of at most [`MAX_SLUG_LEN`]; `None`
+/// for a longer slug with no folder yet (its hash is the CLI's) or an id that is not a file name.
+pub fn target(config_dir: &Path, cwd: &Path, session_id: &str) -> Option<PathBuf> {
+    if session_id.is_empty() || session_id.contains(['/', '\0']) || session_id.starts_with('.') {
+        return None;
+    }
+    if let Some(found) = find(config_dir, cwd, session_id) {
+        return Some(found);
+    }
+    let file = format!("{session_id}.jsonl");
+    let slug = slug(cwd);
+    let projects = config_dir.join("projects");
+    if slug.len() <= MAX_SLUG_LEN {
+        return Some(projects.join(slug).join(file));
+    }
+    let prefix = &slug[..MAX_SLUG_LEN];
+    std::fs::read_dir(&projects)
+        .ok()?
+        .filter_map(Result::ok)
+        .find(|entry| entry.file_name().to_string_lossy().starts_with(prefix))
+        .map(|entry| entry.path().join(file))
+}
+
 /// Whether the transcript at `path` holds a user message with exactly `text`, written at or
 /// after `since` (its `timestamp`, less one second for clock rounding). Claude Code writes the
 /// user's message into the transcript about 0.1 s after `system`/`init`, before it replays it

@@ -20,33 +20,56 @@ impl Actor {
         Some(keep::folder(self.shared.store.path()?, &self.id))
     }
 
-    /// A turn ended: the copy of the recorded conversation takes what the CLI wrote since.
-    pub(super) fn keep_conversation(&self) {
+    /// A turn ended: the copy of the recorded conversation takes what the CLI wrote since
+    /// ([`keep::update`]). A copy that stops being kept is said once in the chat (`system`,
+    /// reason `conversation_not_kept`) until it is kept again.
+    pub(super) fn keep_conversation(&mut self) {
         let Some(folder) = self.kept_folder() else {
             return;
         };
         let record = self.record();
-        let Some(session) = record.session_id.as_deref() else {
+        let Some(session) = record.session_id.clone() else {
             return;
         };
         let env = self.build_env(&record);
         let files = self
             .shared
             .runtime
-            .conversation_files(&env, Path::new(&record.cwd), session);
-        match keep::update(&folder, session, &files) {
-            Ok(n) => {
-                tracing::debug!(bot_id = %self.id, session_id = %session, bytes = n, "conversation copy updated")
+            .conversation_files(&env, Path::new(&record.cwd), &session);
+        match keep::update(&folder, &session, &files) {
+            Ok(done) => {
+                tracing::debug!(bot_id = %self.id, session_id = %session, ?done, "conversation copy updated");
+                if done.contains(&keep::Updated::Diverged) {
+                    tracing::warn!(bot_id = %self.id, session_id = %session, "the CLI's file is no longer this conversation's; botvisor's copy is kept as it was and goes back at the next start");
+                }
+                self.copy_failing = false;
             }
             Err(e) => {
-                tracing::warn!(bot_id = %self.id, session_id = %session, error = %e, "cannot keep a copy of the conversation")
+                tracing::warn!(bot_id = %self.id, session_id = %session, error = %e, "cannot keep a copy of the conversation");
+                if !self.copy_failing {
+                    self.copy_failing = true;
+                    self.add_item(
+                        "system",
+                        None,
+                        json!({
+                            "text": format!(
+                                "botvisor cannot keep its copy of this conversation ({e}): if the \
+                                 CLI loses it, it cannot be put back. Each turn's end tries again."
+                            ),
+                            "reason": "conversation_not_kept",
+                            "session_id": session,
+                        }),
+                    );
+                }
             }
         }
     }
 
-    /// Before the start decision: the recorded conversation, gone from the CLI's store, is put
-    /// back from botvisor's copy, and a `system` item (`reason` `conversation_restored`) says so;
-    /// the decision then resumes it (design rule 2).
+    /// Before the start decision: when the CLI's file of the recorded conversation does not
+    /// hold it whole (gone, emptied, cut, replaced, made anew), botvisor's copy is put where the
+    /// CLI looks now ([`keep::restore`]) and a `system` item says so (reason
+    /// `conversation_restored`, or `conversation_not_restored` with the reason when it cannot
+    /// be); the decision then resumes it (design rule 2).
     pub(super) fn restore_conversation(&self, env: &BTreeMap<String, String>, cwd: &Path) {
         let Some(folder) = self.kept_folder() else {
             return;
@@ -54,36 +77,52 @@ impl Actor {
         let Some(session) = self.record().session_id else {
             return;
         };
-        if !keep::holds(&folder, &session)
-            || self.shared.runtime.transcript_exists(env, cwd, &session)
-        {
+        if !keep::holds(&folder, &session) {
             return;
         }
-        match keep::restore(&folder, &session) {
-            Ok(files) if !files.is_empty() => {
-                tracing::warn!(bot_id = %self.id, session_id = %session, "the CLI's conversation was gone; put back from botvisor's copy");
-                let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-                self.add_item(
-                    "system",
-                    None,
-                    json!({
-                        "text": format!(
-                            "The conversation {session} was gone from {}'s store (its own clean-up \
-                             of old conversations, or a folder removed); botvisor put back its copy \
-                             and resumes it.",
-                            self.shared.runtime.name()
-                        ),
-                        "reason": "conversation_restored",
-                        "session_id": session,
-                        "files": names,
-                    }),
-                );
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(bot_id = %self.id, session_id = %session, error = %e, "cannot put the conversation's copy back")
-            }
-        }
+        let runtime = &self.shared.runtime;
+        let name = format!("{session}.jsonl");
+        let Some(target) = runtime
+            .conversation_target(env, cwd, &session)
+            .or_else(|| keep::origin(&folder, &session, &name))
+        else {
+            return;
+        };
+        let cli = runtime.name();
+        let (text, reason) = match keep::restore(&folder, &session, &name, &target) {
+            Ok(keep::Restored::Whole) => return,
+            Ok(keep::Restored::WasGone) => (
+                format!(
+                    "The conversation {session} was gone from {cli}'s store (its own clean-up \
+                     of old conversations, or a folder removed); botvisor put back its copy and \
+                     resumes it."
+                ),
+                "conversation_restored",
+            ),
+            Ok(keep::Restored::SetAside(aside)) => (
+                format!(
+                    "{cli}'s file of the conversation {session} did not hold all of it (emptied, \
+                     cut, replaced, or made anew without its earlier turns); botvisor put back \
+                     its copy and resumes it. The file found there is kept as {}.",
+                    aside.display()
+                ),
+                "conversation_restored",
+            ),
+            Err(e) => (
+                format!(
+                    "{cli}'s file of the conversation {session} is gone or incomplete, and \
+                     botvisor could not put back its copy: {e}."
+                ),
+                "conversation_not_restored",
+            ),
+        };
+        tracing::warn!(bot_id = %self.id, session_id = %session, reason, "{text}");
+        self.add_item(
+            "system",
+            None,
+            json!({"text": text, "reason": reason, "session_id": session,
+                   "file": target.display().to_string()}),
+        );
     }
 
     /// A fresh restart or `Delete`: the copies go with the conversation.

@@ -48,6 +48,10 @@ struct Followed {
     from: PathBuf,
     /// Bytes of the CLI's file copied so far.
     copied: u64,
+    /// The copy's length after the last update that finished: what a failed write appended
+    /// past it is cut before the next.
+    #[serde(default)]
+    copy_len: u64,
     /// Its last bytes before `copied` (at most [`TAIL`]), as hex.
     tail: String,
     /// The copy holds lines the CLI's file lost (it was re-created): the next launch puts the
@@ -97,12 +101,18 @@ fn continues(file: &mut File, len: u64, meta: &Followed) -> io::Result<bool> {
     Ok(tail_before(file, meta.copied)? == meta.tail)
 }
 
-/// Whether every line of `file` that says which session it belongs to says `session`, and one
-/// does: a file the CLI made anew for this conversation.
-fn of_session(file: &Path, session: &str) -> bool {
+/// Whether `file` is one the CLI made anew for this conversation after losing the one `copy`
+/// follows: every line of it that says which session it belongs to says `session`, one does,
+/// and its first line is not a line of the copy (then it is the old file, cut).
+fn made_anew(file: &Path, copy: &Path, session: &str) -> bool {
     let Ok(text) = fs::read_to_string(file) else {
         return false;
     };
+    let first = text.lines().next().unwrap_or_default();
+    let copied = fs::read_to_string(copy).unwrap_or_default();
+    if first.is_empty() || copied.lines().any(|l| l == first) {
+        return false;
+    }
     let mut named = false;
     for line in text.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
@@ -149,10 +159,26 @@ pub fn update(folder: &Path, session: &str, files: &[PathBuf]) -> io::Result<Vec
         let mut meta = read_meta(&copy);
         let mut src = File::open(file)?;
         let len = src.metadata()?.len();
-        let have = fs::metadata(&copy).map_or(0, |m| m.len());
+        let mut have = fs::metadata(&copy).map_or(0, |m| m.len());
+        if have != meta.copy_len {
+            // A write that failed part way (the record says less) or a copy changed by hand:
+            // back to what the record says, or, shorter than that, copied again whole.
+            let keep = if have > meta.copy_len {
+                meta.copy_len
+            } else {
+                0
+            };
+            if keep == 0 {
+                meta = Followed::default();
+            }
+            if have > 0 {
+                OpenOptions::new().write(true).open(&copy)?.set_len(keep)?;
+            }
+            have = keep;
+        }
         let (from, recreated) = if have == 0 || continues(&mut src, len, &meta)? {
             (if have == 0 { 0 } else { meta.copied }, false)
-        } else if of_session(file, session) {
+        } else if made_anew(file, &copy, session) {
             (0, true)
         } else {
             done.push(Updated::Diverged);
@@ -169,6 +195,7 @@ pub fn update(folder: &Path, session: &str, files: &[PathBuf]) -> io::Result<Vec
         out.flush()?;
         meta.from = file.clone();
         meta.copied = from + n;
+        meta.copy_len = fs::metadata(&copy)?.len();
         meta.tail = tail_before(&mut src, meta.copied)?;
         meta.ahead |= recreated;
         write_meta(&copy, &meta)?;
@@ -253,6 +280,13 @@ pub fn restore(folder: &Path, session: &str, name: &str, target: &Path) -> io::R
     }
     let bytes = fs::read(&copy)?;
     let end = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    if end < bytes.len() {
+        // A line cut when a write failed: not put back, and not followed by what comes next.
+        OpenOptions::new()
+            .write(true)
+            .open(&copy)?
+            .set_len(end as u64)?;
+    }
     if let Some(parent) = target.parent() {
         fs::create_dir_all(parent)?;
     }
@@ -267,7 +301,13 @@ pub fn restore(folder: &Path, session: &str, name: &str, target: &Path) -> io::R
         return Err(e);
     }
     let outcome = if target.exists() {
-        let aside = with_suffix(".botvisor-set-aside");
+        let aside = (0..)
+            .map(|n| match n {
+                0 => with_suffix(".botvisor-set-aside"),
+                n => with_suffix(&format!(".botvisor-set-aside.{n}")),
+            })
+            .find(|p| !p.exists())
+            .expect("a free name");
         fs::rename(target, &aside)?;
         Restored::SetAside(aside)
     } else {
@@ -280,6 +320,7 @@ pub fn restore(folder: &Path, session: &str, name: &str, target: &Path) -> io::R
         &Followed {
             from: target.to_path_buf(),
             copied: end as u64,
+            copy_len: end as u64,
             tail: tail_before(&mut put, end as u64)?,
             ahead: false,
         },
@@ -421,6 +462,58 @@ mod tests {
             "the earlier turns come back before the new ones"
         );
         assert_eq!(c.restore(), Restored::Whole);
+    }
+
+    #[test]
+    fn a_file_cut_under_the_running_cli_that_grows_again_never_enters_the_copy() {
+        let c = case();
+        let whole = format!("{}{}{}", line(1), line(2), line(3));
+        c.write(&whole);
+        c.update();
+        c.write(&format!("{}{}", line(1), line(4)));
+        assert_eq!(c.update(), [Updated::Diverged]);
+        assert_eq!(c.copy(), whole);
+        assert!(matches!(c.restore(), Restored::SetAside(_)));
+        assert_eq!(c.cli(), whole);
+    }
+
+    #[test]
+    fn what_a_failed_write_left_is_cut_before_the_next_append() {
+        let c = case();
+        c.write(&line(1));
+        c.update();
+        let copy = c.kept.join(S).join("s1.jsonl");
+        let torn = || {
+            let mut f = OpenOptions::new().append(true).open(&copy).unwrap();
+            f.write_all(b"{\"sessionId\":\"s1\",\"n").unwrap();
+        };
+        torn();
+        c.append(&line(2));
+        c.update();
+        assert_eq!(c.copy(), format!("{}{}", line(1), line(2)), "no splice");
+        // Its record lost too: copied whole again.
+        torn();
+        fs::remove_file(meta_path(&copy)).unwrap();
+        c.update();
+        assert_eq!(c.copy(), c.cli());
+    }
+
+    #[test]
+    fn each_file_set_aside_is_kept() {
+        let c = case();
+        c.write(&line(1));
+        c.update();
+        c.write("first damage\n");
+        let Restored::SetAside(a) = c.restore() else {
+            panic!("not put back")
+        };
+        c.write("second damage\n");
+        let Restored::SetAside(b) = c.restore() else {
+            panic!("not put back")
+        };
+        assert_ne!(a, b);
+        assert_eq!(fs::read_to_string(a).unwrap(), "first damage\n");
+        assert_eq!(fs::read_to_string(b).unwrap(), "second damage\n");
     }
 
     #[test]

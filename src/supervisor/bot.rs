@@ -78,6 +78,9 @@ struct Proc {
     before_turn: Option<Vec<ProcessIdentity>>,
     /// Samples its resource use while the bot is active; dropped with it.
     usage: process::usage::Watch,
+    /// The environment it was started with (where its files are, whatever the bot's record
+    /// says since).
+    env: BTreeMap<String, String>,
 }
 
 /// What handling an event asks the actor to do next.

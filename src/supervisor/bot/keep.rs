@@ -31,7 +31,11 @@ impl Actor {
         let Some(session) = record.session_id.clone() else {
             return;
         };
-        let env = self.build_env(&record);
+        // The running CLI writes where its own environment says, even after SetEnvironment.
+        let env = match &self.proc {
+            Some(p) => p.env.clone(),
+            None => self.build_env(&record),
+        };
         let files = self
             .shared
             .runtime

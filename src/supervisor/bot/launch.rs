@@ -133,6 +133,7 @@ impl Actor {
                     controls: Controls::default(),
                     before_turn: None,
                     usage: self.watch_usage(pid, cgroup),
+                    env: env.clone(),
                 });
                 self.update(vec![Property::ProcessId], |v| v.process_id = pid);
                 self.core

@@ -62,7 +62,7 @@ impl Actor {
                     .plan_limit
                     .clone();
                 if let Some(effect) =
-                    crate::supervisor::core::limits::warned(before.as_ref(), &report)
+                    crate::supervisor::core::limit_warning::warned(before.as_ref(), &report)
                 {
                     self.apply(vec![effect]);
                 }

@@ -64,6 +64,7 @@ pub mod idle;
 pub mod interrupt;
 pub mod left_turns;
 pub mod lifecycle;
+pub mod limit_warning;
 pub mod limits;
 pub mod prompts;
 pub mod pump;

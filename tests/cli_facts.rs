@@ -26,9 +26,10 @@ use botvisor::runtime::claude::Claude;
 use botvisor::runtime::claude::events;
 use botvisor::runtime::claude::results::CONVERSATION_NOT_FOUND;
 use botvisor::runtime::claude::stdin;
+use botvisor::runtime::claude::taken;
 use botvisor::runtime::claude::transcript::{self, MAX_SLUG_LEN};
 use botvisor::runtime::{
-    ControlRequest, LaunchSpec, PermissionAnswer, ResultOutcome, Runtime, RuntimeEvent,
+    ControlRequest, Cut, LaunchSpec, PermissionAnswer, ResultOutcome, Runtime, RuntimeEvent,
     SessionStart,
 };
 use support::stand_in_api::{ApiRequest, Reply, Script, StandInApi};
@@ -1591,4 +1592,142 @@ async fn a_taken_message_is_redone_once_by_a_truncating_resume() {
     cli.wait("the end of stdin").await;
     let kept = lines().into_iter().filter(is_doomed).count();
     println!("the transcript holds the message {kept} time(s) (the dropped line stays, branched)");
+}
+
+/// One transcript line, as far as a turn's reconciliation reads it.
+fn line_shape(l: &Value) -> String {
+    let content = l.pointer("/message/content");
+    let blocks: Vec<String> = match content {
+        Some(Value::Array(bs)) => bs
+            .iter()
+            .map(|b| b["type"].as_str().unwrap_or("?").to_owned())
+            .collect(),
+        Some(Value::String(_)) => vec!["string".into()],
+        _ => vec![],
+    };
+    format!(
+        "type={} subtype={} uuid={} parent={} stop_reason={} blocks={:?} id={}",
+        l["type"],
+        l["subtype"],
+        l["uuid"].as_str().map(|s| &s[..8]).unwrap_or("-"),
+        l["parentUuid"].as_str().map(|s| &s[..8]).unwrap_or("null"),
+        l.pointer("/message/stop_reason").unwrap_or(&Value::Null),
+        blocks,
+        l.pointer("/message/id").unwrap_or(&Value::Null),
+    )
+}
+
+/// Issue 25: what a turn leaves in the transcript, for botvisor to read an answer it did not
+/// see (a daemon killed during the turn) and to redo a message taken but not answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_turn_leaves_in_the_transcript() {
+    let Some(_) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let asked = Asked::default();
+    let target = env.dir.path().join("written.txt");
+    let base = script(target, asked.clone());
+    let script: Script = Arc::new(move |req: &ApiRequest| {
+        if req.last_user_text == "doomed" && !req.has_tool_result {
+            Reply::SlowText {
+                chunks: (0..20).map(|i| format!("d{i} ")).collect(),
+                every: Duration::from_millis(100),
+            }
+        } else {
+            base(req)
+        }
+    });
+    let api = StandInApi::start(script).await;
+    let place = Place::new(&env, &api, "home", &env.work);
+    let lines = |id: &str| -> Vec<Value> {
+        place
+            .transcript(id)
+            .map(|t| {
+                std::fs::read_to_string(t)
+                    .unwrap()
+                    .lines()
+                    .filter_map(|l| serde_json::from_str(l).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // A first message killed while the model answers.
+    let id = new_id();
+    let mut cli = Cli::spawn(&place, SessionStart::New(id.clone())).await;
+    cli.send("doomed").await;
+    api.wait_for(|r| r.last_user_text == "doomed", EVENT_TIMEOUT)
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // the kill moment, not a wait
+    cli.signal(libc::SIGKILL);
+    let _ = cli.wait("killed in its first turn").await;
+    println!("--- a first turn killed while the model answers ---");
+    for l in lines(&id) {
+        println!("  {}", line_shape(&l));
+    }
+    let read = |id: &str, text: &str| {
+        let path = place.transcript(id).expect("the transcript");
+        taken::read(&path, text, std::time::SystemTime::UNIX_EPOCH)
+    };
+    let killed = read(&id, "doomed").expect("the killed first message is in its transcript");
+    assert_eq!(
+        (killed.cut.clone(), killed.answered, killed.answer.len()),
+        (Some(Cut::Whole), false, 0),
+        "{}: {killed:?}",
+        fact(
+            "a first message has no parent line, and a turn killed while the model answers leaves no answer"
+        )
+    );
+    // Two whole turns: an echo, a tool call.
+    let id = new_id();
+    let mut cli = Cli::spawn(&place, SessionStart::New(id.clone())).await;
+    cli.send("first").await;
+    cli.until("the first result", is_result).await;
+    cli.mark();
+    cli.send(WRITE).await;
+    let asks = |e: &RuntimeEvent| matches!(e, RuntimeEvent::PermissionRequest { .. });
+    let i = cli
+        .until("the Write's permission request", asks)
+        .await
+        .unwrap();
+    let (request_id, input) = cli.seen[i]
+        .events
+        .iter()
+        .find_map(|e| match e {
+            RuntimeEvent::PermissionRequest {
+                request_id, input, ..
+            } => Some((request_id.clone(), input.clone())),
+            _ => None,
+        })
+        .unwrap();
+    let allow = PermissionAnswer::Allow {
+        updated_input: input,
+    };
+    cli.write(stdin::encode_permission_answer(&request_id, &allow))
+        .await;
+    cli.until("the tool turn's result", is_result).await;
+    cli.close_stdin();
+    cli.wait("the end of stdin").await;
+    println!("--- two whole turns (an echo; a Write) ---");
+    for l in lines(&id) {
+        println!("  {}", line_shape(&l));
+    }
+    let first = read(&id, "first").expect("the first message");
+    assert!(
+        first.answered && !first.tool_called && first.cut == Some(Cut::Whole),
+        "{}: {first:?}",
+        fact("a whole answer ends with an assistant line whose stop_reason is not tool_use")
+    );
+    let tool = read(&id, WRITE).expect("the Write's message");
+    let kinds: Vec<&str> = tool.answer.iter().map(|c| c.kind).collect();
+    assert!(
+        tool.answered
+            && tool.tool_called
+            && matches!(tool.cut, Some(Cut::At { .. }))
+            && kinds.contains(&"tool_use")
+            && kinds.contains(&"tool_result")
+            && kinds.last() == Some(&"assistant"),
+        "{}: {tool:?}",
+        fact(
+            "a tool call's answer chains tool_use, tool_result and a final assistant line after a parent"
+        )
+    );
 }

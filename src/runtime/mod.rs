@@ -90,6 +90,49 @@ pub struct ChatPayload {
     pub payload: serde_json::Value,
 }
 
+/// Where a resume cuts a conversation to drop a message it took and did not answer, so that the
+/// message can be sent again and the model sees it once (issue 25).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cut {
+    /// Resume at the line `at` (the message's parent), dropping the turn whose prompt is `drops`
+    /// (Claude Code: `--resume-session-at at --resume-drops-turn drops`).
+    At {
+        /// The id of the last line kept.
+        at: String,
+        /// The id of the message's own line.
+        drops: String,
+    },
+    /// The message is the conversation's first: nothing before it is kept, so it goes to a new
+    /// conversation.
+    Whole,
+}
+
+/// What a conversation's file holds of a message written to it: the message was taken (issue 25).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TakenTurn {
+    /// How to resume without it; `None` when the runtime cannot say (Codex, for now).
+    pub cut: Option<Cut>,
+    /// The chat items of its answer the file holds, in order (`assistant`, `tool_use`,
+    /// `tool_result`).
+    pub answer: Vec<ChatPayload>,
+    /// The answer is whole: the model ended its turn.
+    pub answered: bool,
+    /// The agent called a tool in the turn: its work began.
+    pub tool_called: bool,
+}
+
+impl TakenTurn {
+    /// A message the file holds, with nothing known of its answer.
+    pub fn bare() -> TakenTurn {
+        TakenTurn {
+            cut: None,
+            answer: Vec::new(),
+            answered: false,
+            tool_called: false,
+        }
+    }
+}
+
 /// How a turn ended, as the runtime reported it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResultOutcome {
@@ -368,6 +411,20 @@ pub trait Runtime: Send + Sync + 'static {
         text: &str,
         since: std::time::SystemTime,
     ) -> bool;
+    /// What the conversation `session_id` holds of the user message `text`, written at or after
+    /// `since`: `None` when it does not hold it. By default, [`Runtime::conversation_has_message`]
+    /// with nothing known of the answer.
+    fn taken_turn(
+        &self,
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+        session_id: &str,
+        text: &str,
+        since: std::time::SystemTime,
+    ) -> Option<TakenTurn> {
+        self.conversation_has_message(env, cwd, session_id, text, since)
+            .then(TakenTurn::bare)
+    }
     /// The files that hold the conversation `session_id` now, for a CLI started with `env` in
     /// `cwd`, which botvisor keeps a copy of (`supervisor::keep`); empty when none exists or the
     /// runtime's files cannot be put back alone (Codex: its rollout also needs its row in

@@ -78,10 +78,39 @@ pub fn queued(conn: &Connection, bot_id: &str) -> rusqlite::Result<Vec<QueuedTur
     .collect()
 }
 
-/// The ids of the turns of a bot that were running (replayed, no result).
-pub fn running(conn: &Connection, bot_id: &str) -> rusqlite::Result<Vec<String>> {
+/// A turn a bot had running (replayed, no result), as start-up recovery reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunningTurn {
+    /// The turn and the text it was sent as.
+    pub turn: QueuedTurn,
+    /// When it was sent (`turns.created_at`): its line in the conversation is later.
+    pub sent_at: std::time::SystemTime,
+    /// How many chat items of its answer (`assistant`, `tool_use`, `tool_result`) are recorded.
+    pub answer_items: usize,
+}
+
+/// The turns of a bot that were running (replayed, no result), oldest first.
+pub fn running(conn: &Connection, bot_id: &str) -> rusqlite::Result<Vec<RunningTurn>> {
     let mut st = conn.prepare_cached(
-        "SELECT id FROM turns WHERE bot_id = ?1 AND status = 'running' ORDER BY pos",
+        "SELECT t.id, COALESCE(t.resend_text, json_extract(COALESCE(w.payload, c.payload), '$.text')),
+                t.created_at,
+                (SELECT COUNT(*) FROM chat_items a WHERE a.bot_id = t.bot_id AND a.seq > t.chat_seq AND a.turn_id = t.id
+                   AND a.kind IN ('assistant', 'tool_use', 'tool_result'))
+         FROM turns t
+         LEFT JOIN chat_items c ON c.bot_id = t.bot_id AND c.seq = t.chat_seq
+         LEFT JOIN chat_wholes w ON w.bot_id = t.bot_id AND w.seq = t.chat_seq
+         WHERE t.bot_id = ?1 AND t.status = 'running' ORDER BY t.pos",
     )?;
-    st.query_map([bot_id], |r| r.get(0))?.collect()
+    st.query_map([bot_id], |r| {
+        let at: String = r.get(2)?;
+        Ok(RunningTurn {
+            turn: QueuedTurn {
+                id: r.get(0)?,
+                text: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+            },
+            sent_at: humantime::parse_rfc3339(&at).unwrap_or(std::time::UNIX_EPOCH),
+            answer_items: r.get::<_, i64>(3)? as usize,
+        })
+    })?
+    .collect()
 }

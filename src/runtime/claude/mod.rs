@@ -11,6 +11,7 @@ pub mod launch;
 pub mod protocol;
 pub mod results;
 pub mod stdin;
+pub mod taken;
 pub mod transcript;
 
 use std::collections::BTreeMap;
@@ -119,6 +120,19 @@ impl Runtime for Claude {
         transcript::config_dir(env)
             .and_then(|dir| transcript::find(&dir, cwd, session_id))
             .is_some_and(|path| transcript::has_user_message_since(&path, text, since))
+    }
+
+    fn taken_turn(
+        &self,
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+        session_id: &str,
+        text: &str,
+        since: std::time::SystemTime,
+    ) -> Option<super::TakenTurn> {
+        transcript::config_dir(env)
+            .and_then(|dir| transcript::find(&dir, cwd, session_id))
+            .and_then(|path| taken::read(&path, text, since))
     }
 
     fn command(&self, program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand {

@@ -4,7 +4,7 @@
 use super::Actor;
 use crate::store;
 use crate::supervisor::BotError;
-use crate::supervisor::core::left_turns::{self, Left};
+use crate::supervisor::core::left_turns::{self, Left, LeftRunning};
 use std::path::Path;
 
 impl Actor {
@@ -29,12 +29,21 @@ impl Actor {
             .read(|c| store::deliveries::of_bot(c, &self.id))?;
         let left = Left {
             open_prompts,
-            running,
+            running: running
+                .into_iter()
+                .map(|r| LeftRunning {
+                    turn: r.turn,
+                    sent_at: r.sent_at,
+                    in_chat: r.answer_items,
+                })
+                .collect(),
             queued: queued
                 .into_iter()
                 .map(|t| {
-                    let sent_to = deliveries.get(&t.id).map(|d| d.session_id.clone());
-                    (t, sent_to)
+                    let sent = deliveries
+                        .get(&t.id)
+                        .map(|d| (d.session_id.clone(), d.written_at));
+                    (t, sent)
                 })
                 .collect(),
         };
@@ -45,16 +54,8 @@ impl Actor {
             &mut self.core.turns,
             left,
             record.session_id.as_deref(),
-            |turn, session| {
-                deliveries.get(&turn.id).is_some_and(|d| {
-                    runtime.conversation_has_message(
-                        &env,
-                        Path::new(&record.cwd),
-                        session,
-                        &turn.text,
-                        d.written_at,
-                    )
-                })
+            |turn, session, since| {
+                runtime.taken_turn(&env, Path::new(&record.cwd), session, &turn.text, since)
             },
         );
         self.apply(effects);

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use crate::process::ExitInfo;
+use crate::runtime::{ChatPayload, TakenTurn};
 
 /// How a turn ended, as its `turn_finished` chat item and its `TurnFinished` signal say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +76,16 @@ pub fn unreplayed_message(
     UnreplayedFate::Taken {
         adopt: (recorded != Some(sent_to)).then(|| sent_to.to_owned()),
     }
+}
+
+/// What a conversation's file says of a turn botvisor did not see end (a daemon crash): the chat
+/// items of its answer the chat lacks (`taken.answer` after the `in_chat` items already
+/// recorded of it; they are recorded, marked `recovered`), and whether the answer is whole, so
+/// the turn ends as the file says (`success`, reason `recovered`) instead of unanswered (issue 25,
+/// "reconciled at recovery").
+pub fn reconcile(taken: &TakenTurn, in_chat: usize) -> (&[ChatPayload], bool) {
+    let missing = taken.answer.get(in_chat..).unwrap_or_default();
+    (missing, taken.answered)
 }
 
 /// Whether the process chose to exit: an exit code from 1 to 127. A death by a signal, or an

@@ -780,16 +780,7 @@ async fn a_conversation_as_botvisor_runs_it() {
         .await;
     let mut written = false;
     if let Some(i) = prompt {
-        let (request_id, input) = cli.seen[i]
-            .events
-            .iter()
-            .find_map(|e| match e {
-                RuntimeEvent::PermissionRequest {
-                    request_id, input, ..
-                } => Some((request_id.clone(), input.clone())),
-                _ => None,
-            })
-            .unwrap();
+        let (request_id, input) = permission_request(&cli.seen[i].events);
         let answer = stdin::encode_permission_answer(
             &request_id,
             &PermissionAnswer::Allow {
@@ -1594,6 +1585,19 @@ async fn a_taken_message_is_redone_once_by_a_truncating_resume() {
     println!("the transcript holds the message {kept} time(s) (the dropped line stays, branched)");
 }
 
+/// The request id and tool input of the permission request among `events`.
+fn permission_request(events: &[RuntimeEvent]) -> (String, Value) {
+    events
+        .iter()
+        .find_map(|e| match e {
+            RuntimeEvent::PermissionRequest {
+                request_id, input, ..
+            } => Some((request_id.clone(), input.clone())),
+            _ => None,
+        })
+        .expect("a permission request")
+}
+
 /// One transcript line, as far as a turn's reconciliation reads it.
 fn line_shape(l: &Value) -> String {
     let content = l.pointer("/message/content");
@@ -1688,16 +1692,7 @@ async fn what_a_turn_leaves_in_the_transcript() {
         .until("the Write's permission request", asks)
         .await
         .unwrap();
-    let (request_id, input) = cli.seen[i]
-        .events
-        .iter()
-        .find_map(|e| match e {
-            RuntimeEvent::PermissionRequest {
-                request_id, input, ..
-            } => Some((request_id.clone(), input.clone())),
-            _ => None,
-        })
-        .unwrap();
+    let (request_id, input) = permission_request(&cli.seen[i].events);
     let allow = PermissionAnswer::Allow {
         updated_input: input,
     };

@@ -17,15 +17,18 @@ pub fn holds_since(path: &Path, since: SystemTime, is_it: impl Fn(&Value) -> boo
     let Ok(content) = std::fs::read_to_string(path) else {
         return false;
     };
-    let since = since - CLOCK_SLACK;
     content.lines().rev().any(|line| {
         let Ok(v) = serde_json::from_str::<Value>(line) else {
             return false;
         };
-        is_it(&v)
-            && v.get("timestamp")
-                .and_then(Value::as_str)
-                .and_then(|t| humantime::parse_rfc3339(t).ok())
-                .is_some_and(|t| t >= since)
+        is_it(&v) && written_since(&v, since)
     })
+}
+
+/// Whether the record `v`'s RFC 3339 `timestamp` is at or after `since`, less [`CLOCK_SLACK`].
+pub fn written_since(v: &Value, since: SystemTime) -> bool {
+    v.get("timestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| humantime::parse_rfc3339(t).ok())
+        .is_some_and(|t| t >= since - CLOCK_SLACK)
 }

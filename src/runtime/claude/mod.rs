@@ -19,6 +19,11 @@ use std::path::{Path, PathBuf};
 
 use super::{LaunchCommand, LaunchSpec, Protocol, Runtime, RuntimeError, SessionStart};
 
+/// The transcript of `session_id` for a CLI started with `env` in `cwd`, if it exists now.
+fn transcript_of(env: &BTreeMap<String, String>, cwd: &Path, session_id: &str) -> Option<PathBuf> {
+    transcript::find(&transcript::config_dir(env)?, cwd, session_id)
+}
+
 /// The environment variable that names the binary when the config has no `claude_bin`.
 pub const BIN_ENV: &str = "BOTVISOR_CLAUDE_BIN";
 
@@ -82,10 +87,7 @@ impl Runtime for Claude {
         cwd: &Path,
         session_id: &str,
     ) -> bool {
-        let Some(config_dir) = transcript::config_dir(env) else {
-            return false;
-        };
-        transcript::find(&config_dir, cwd, session_id).is_some()
+        transcript_of(env, cwd, session_id).is_some()
     }
 
     fn conversation_files(
@@ -94,10 +96,7 @@ impl Runtime for Claude {
         cwd: &Path,
         session_id: &str,
     ) -> Vec<PathBuf> {
-        transcript::config_dir(env)
-            .and_then(|dir| transcript::find(&dir, cwd, session_id))
-            .into_iter()
-            .collect()
+        transcript_of(env, cwd, session_id).into_iter().collect()
     }
 
     fn conversation_target(
@@ -117,8 +116,7 @@ impl Runtime for Claude {
         text: &str,
         since: std::time::SystemTime,
     ) -> bool {
-        transcript::config_dir(env)
-            .and_then(|dir| transcript::find(&dir, cwd, session_id))
+        transcript_of(env, cwd, session_id)
             .is_some_and(|path| transcript::has_user_message_since(&path, text, since))
     }
 
@@ -130,9 +128,7 @@ impl Runtime for Claude {
         text: &str,
         since: std::time::SystemTime,
     ) -> Option<super::TakenTurn> {
-        transcript::config_dir(env)
-            .and_then(|dir| transcript::find(&dir, cwd, session_id))
-            .and_then(|path| taken::read(&path, text, since))
+        transcript_of(env, cwd, session_id).and_then(|path| taken::read(&path, text, since))
     }
 
     fn command(&self, program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand {

@@ -19,11 +19,11 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 use super::events::parse_line;
-use crate::runtime::jsonl::CLOCK_SLACK;
+use crate::runtime::jsonl::written_since;
 use crate::runtime::{ChatPayload, Cut, RuntimeEvent, TakenTurn};
 
 /// Whether `line` is the user's message `text` (not a replay, not a tool result).
-fn is_the_message(line: &Value, text: &str) -> bool {
+pub(super) fn is_the_message(line: &Value, text: &str) -> bool {
     if line.get("type").and_then(Value::as_str) != Some("user")
         || line.get("isMeta").and_then(Value::as_bool) == Some(true)
     {
@@ -58,15 +58,8 @@ fn is_a_prompt(line: &Value) -> bool {
     }
 }
 
-fn written_since(line: &Value, since: SystemTime) -> bool {
-    line.get("timestamp")
-        .and_then(Value::as_str)
-        .and_then(|t| humantime::parse_rfc3339(t).ok())
-        .is_some_and(|t| t >= since - CLOCK_SLACK)
-}
-
 /// Reads the transcript's `lines` (one JSON text each) for the newest user line that is `text`,
-/// written at or after `since` (less [`CLOCK_SLACK`]), and what follows it on its branch. `None`
+/// written at or after `since` (less [`crate::runtime::jsonl::CLOCK_SLACK`]), and what follows it on its branch. `None`
 /// when no such line exists. Lines that are not JSON objects are stepped over.
 pub fn read_lines<'a>(
     lines: impl Iterator<Item = &'a str>,

@@ -85,20 +85,7 @@ pub fn target(config_dir: &Path, cwd: &Path, session_id: &str) -> Option<PathBuf
 /// user's message into the transcript about 0.1 s after `system`/`init`, before it replays it
 /// (seen on 2.1.328), so a message can be in the conversation without a replay.
 pub fn has_user_message_since(path: &Path, text: &str, since: std::time::SystemTime) -> bool {
-    use serde_json::Value;
-    crate::runtime::jsonl::holds_since(path, since, |v| {
-        if v.get("type").and_then(Value::as_str) != Some("user") {
-            return false;
-        }
-        match v.pointer("/message/content") {
-            Some(Value::String(s)) => s.as_str() == text,
-            Some(Value::Array(blocks)) => blocks.iter().any(|b| {
-                b.get("type").and_then(Value::as_str) == Some("text")
-                    && b.get("text").and_then(Value::as_str) == Some(text)
-            }),
-            _ => false,
-        }
-    })
+    crate::runtime::jsonl::holds_since(path, since, |v| super::taken::is_the_message(v, text))
 }
 
 #[cfg(test)]

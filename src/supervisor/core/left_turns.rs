@@ -86,16 +86,9 @@ pub fn recover(
         });
     }
     for (turn, sent) in left.queued {
-        let mut taken = None;
-        let fate = decide::left_turn(
-            false,
-            recorded,
-            sent.as_ref().map(|(s, _)| s.as_str()),
-            |s| {
-                taken = sent.as_ref().and_then(|(_, at)| look(&turn, s, *at));
-                taken.is_some()
-            },
-        );
+        let taken = sent.as_ref().and_then(|(s, at)| look(&turn, s, *at));
+        let sent_to = sent.as_ref().map(|(s, _)| s.as_str());
+        let fate = decide::left_turn(false, recorded, sent_to, |_| taken.is_some());
         match fate {
             LeftTurn::Unreplayed(UnreplayedFate::Taken { adopt }) => {
                 let (missing, answered) = taken

@@ -110,6 +110,10 @@ pub struct Config {
     /// transcript), beside the database in `conversations/`, and puts it back when the CLI's is
     /// gone before a resume (default true; `supervisor::keep`).
     pub keep_conversations: bool,
+    /// How many times a message the conversation took and never answered (the agent or
+    /// botvisord died first) is asked again, each time by a resume that drops the unanswered
+    /// attempt (issue 25; default 3; 0: never, such a turn ends `taken_not_answered`).
+    pub redo_limit: u32,
 }
 
 /// The largest budget accepted, in US dollars (config `budget_usd`, `CreateBot`'s `budget_usd`,
@@ -118,6 +122,9 @@ pub const MAX_BUDGET_USD: f64 = 1e9;
 
 /// The shortest `usage_interval_s` accepted (other than 0), in seconds.
 pub const MIN_USAGE_INTERVAL_S: f64 = 0.1;
+
+/// The most `redo_limit` may be: each redo is one more request to the model.
+pub const MAX_REDO_LIMIT: u32 = 20;
 
 impl Config {
     /// `budget_usd` in nano-dollars (none, or 0: no budget).
@@ -163,6 +170,7 @@ impl Default for Config {
             budget_usd: None,
             continue_after_limit: false,
             keep_conversations: true,
+            redo_limit: 3,
         }
     }
 }
@@ -291,6 +299,12 @@ impl Config {
         }
         if let Some(bytes) = self.memory_max {
             crate::supervisor::memory_max::check_range("key `memory_max`", bytes)?;
+        }
+        if self.redo_limit > MAX_REDO_LIMIT {
+            return Err(format!(
+                "key `redo_limit` must be at most {MAX_REDO_LIMIT}, got {}",
+                self.redo_limit
+            ));
         }
         if self.crash_loop_limit == 0 {
             return Err("key `crash_loop_limit` must be at least 1".into());

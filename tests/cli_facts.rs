@@ -225,11 +225,11 @@ fn runtime() -> Claude {
 
 impl Cli {
     async fn spawn(place: &Place, start: SessionStart) -> Cli {
-        Cli::spawn_with(place, start, &[]).await
+        Cli::spawn_with(place, start, None).await
     }
 
-    /// [`Cli::spawn`] with `extra` arguments after botvisor's.
-    async fn spawn_with(place: &Place, start: SessionStart, extra: &[String]) -> Cli {
+    /// [`Cli::spawn`], resuming without what `cut` drops (botvisor's own command for it).
+    async fn spawn_with(place: &Place, start: SessionStart, cut: Option<&Cut>) -> Cli {
         let rt = runtime();
         let spec = LaunchSpec {
             cwd: &place.cwd,
@@ -237,12 +237,12 @@ impl Cli {
             permission_mode: "",
             env: &place.env,
             start: &start,
+            cut,
         };
         let cmd = rt.command(rt.binary().unwrap(), &spec);
         let started = Instant::now();
         let mut child = tokio::process::Command::new(&cmd.program)
             .args(&cmd.args)
-            .args(extra)
             .current_dir(&cmd.cwd)
             .env_clear()
             .envs(&cmd.env)
@@ -1517,20 +1517,16 @@ async fn a_taken_message_is_redone_once_by_a_truncating_resume() {
         .as_str()
         .expect("its parentUuid")
         .to_owned();
-    let truncate = |drops: &str| {
-        vec![
-            "--resume-session-at".to_owned(),
-            parent.clone(),
-            "--resume-drops-turn".to_owned(),
-            drops.to_owned(),
-        ]
+    let truncate = |drops: &str| Cut::At {
+        at: parent.clone(),
+        drops: drops.to_owned(),
     };
 
     // Refused when the turn named is not the one dropped.
     let mut wrong = Cli::spawn_with(
         &place,
         SessionStart::Resume(id.clone()),
-        &truncate(&new_id()),
+        Some(&truncate(&new_id())),
     )
     .await;
     wrong.send("doomed").await;
@@ -1544,8 +1540,12 @@ async fn a_taken_message_is_redone_once_by_a_truncating_resume() {
     );
 
     let before = api.requests().len();
-    let mut cli =
-        Cli::spawn_with(&place, SessionStart::Resume(id.clone()), &truncate(&prompt)).await;
+    let mut cli = Cli::spawn_with(
+        &place,
+        SessionStart::Resume(id.clone()),
+        Some(&truncate(&prompt)),
+    )
+    .await;
     cli.send("doomed").await;
     let at = cli
         .until("the redone turn's result", is_result)
@@ -1724,5 +1724,212 @@ async fn what_a_turn_leaves_in_the_transcript() {
         fact(
             "a tool call's answer chains tool_use, tool_result and a final assistant line after a parent"
         )
+    );
+}
+
+/// The entries of a transcript, in file order (lines with a `uuid`, off any side chain).
+fn entries(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["uuid"].is_string() && l["isSidechain"] != true)
+        .collect()
+}
+
+/// The `leafUuid` of the transcript's last `last-prompt` record.
+fn last_prompt_leaf(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["type"] == "last-prompt")
+        .filter_map(|l| l["leafUuid"].as_str().map(str::to_owned))
+        .next_back()
+}
+
+/// Issue 25: where a resume continues when a truncating resume left a branch behind. Claude
+/// Code continues from the leaf its last `last-prompt` record names (`leafUuid`); a gentle stop
+/// while a message waits unanswered names that attempt, and a process killed with SIGKILL after
+/// a truncating resume writes none, so the record still names the dropped attempt: a plain
+/// resume then leaves the newest turns out and a truncating one is refused. With the record
+/// botvisor appends (`Runtime::before_resume`, `runtime::claude::leaf`), both resume the newest
+/// branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn where_a_resume_continues_after_a_truncating_resume() {
+    let Some(_) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    // The first ask of "doomed" and of "second" answers slowly (they are stopped meanwhile).
+    let slow_once: Mutex<BTreeSet<String>> = Mutex::default();
+    let script: Script = Arc::new(move |req: &ApiRequest| {
+        if matches!(req.last_user_text.as_str(), "doomed" | "second")
+            && req.has_tools
+            && slow_once.lock().unwrap().insert(req.last_user_text.clone())
+        {
+            Reply::SlowText {
+                chunks: (0..30).map(|i| format!("s{i} ")).collect(),
+                every: Duration::from_millis(100),
+            }
+        } else {
+            Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+        }
+    });
+    let api = StandInApi::start(script).await;
+    let place = Place::new(&env, &api, "home", &env.work);
+    let id = new_id();
+    let taken = |text: &str, path: &Path| {
+        entries(path)
+            .into_iter()
+            .rev()
+            .find(|l| l["type"] == "user" && l.pointer("/message/content") == Some(&json!(text)))
+    };
+    let wait_taken = async |text: &str| {
+        tokio::time::timeout(EVENT_TIMEOUT, async {
+            let mut tick = tokio::time::interval(Duration::from_millis(20));
+            loop {
+                if let Some(path) = place.transcript(&id)
+                    && let Some(l) = taken(text, &path)
+                {
+                    return l;
+                }
+                tick.tick().await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{}",
+                fact(&format!("`{text}` is taken into the transcript"))
+            )
+        })
+    };
+    // A: an answered turn, then "doomed" taken and the CLI stopped gently (SIGTERM).
+    let mut a = Cli::spawn(&place, SessionStart::New(id.clone())).await;
+    a.send("first").await;
+    a.until("the first turn's result", is_result).await;
+    a.send("doomed").await;
+    let d1 = wait_taken("doomed").await;
+    a.signal(libc::SIGTERM);
+    a.wait("the gentle stop").await;
+    let path = place.transcript(&id).unwrap();
+    let d1_id = d1["uuid"].as_str().unwrap().to_owned();
+    println!(
+        "a gentle stop with `doomed` unanswered: last-prompt names {:?}, the attempt is {d1_id}",
+        last_prompt_leaf(&path),
+    );
+    // B: the truncating resume answers "doomed"; "second" is taken, and the CLI killed.
+    let cut = Cut::At {
+        at: d1["parentUuid"].as_str().unwrap().to_owned(),
+        drops: d1_id.clone(),
+    };
+    let mut b = Cli::spawn_with(&place, SessionStart::Resume(id.clone()), Some(&cut)).await;
+    b.send("doomed").await;
+    let at = b
+        .until("the redone turn's result", is_result)
+        .await
+        .unwrap();
+    assert_eq!(b.seen[at].json()["subtype"], "success");
+    b.send("second").await;
+    let s1 = wait_taken("second").await;
+    b.signal(libc::SIGKILL);
+    b.wait("the kill").await;
+    println!(
+        "killed after a truncating resume: last-prompt names {:?}",
+        last_prompt_leaf(&path)
+    );
+    // The record names the dropped attempt (2.1.328, 2.1.332) or an entry before it (2.1.284),
+    // not the newest entry.
+    let newest = entries(&path).last().unwrap()["uuid"].clone();
+    let stale = last_prompt_leaf(&path).as_deref() != newest.as_str();
+    println!("the newest entry is {newest}: the record is stale: {stale}");
+    let second = Cut::At {
+        at: s1["parentUuid"].as_str().unwrap().to_owned(),
+        drops: s1["uuid"].as_str().unwrap().to_owned(),
+    };
+    let snapshot = std::fs::read(&path).unwrap();
+    // Each probe starts from that transcript, botvisor's record appended or not, and says what
+    // the model is sent: the user's messages, and the redone answer's count.
+    let probe = async |what: &str, cut: Option<&Cut>, record: bool| {
+        std::fs::write(&path, &snapshot).unwrap();
+        if record {
+            let rt = runtime();
+            let wrote = rt.before_resume(&place.env, &place.cwd, &id).unwrap();
+            assert!(wrote, "botvisor's record is appended");
+            assert!(
+                !rt.before_resume(&place.env, &place.cwd, &id).unwrap(),
+                "once"
+            );
+        }
+        let before = api.requests().len();
+        let mut c = Cli::spawn_with(&place, SessionStart::Resume(id.clone()), cut).await;
+        c.send("probe").await;
+        let end = c.until(what, is_result).await.unwrap();
+        let result = c.seen[end].json();
+        c.close_stdin();
+        let (status, _) = c.wait(what).await;
+        let asked = api.requests()[before..]
+            .iter()
+            .rfind(|r| r.has_tools)
+            .cloned();
+        let said = asked.as_ref().map(|r| r.user_texts()).unwrap_or_default();
+        let answers = asked.map_or(0, |r| {
+            r.body
+                .to_string()
+                .matches("Hello! You said: doomed")
+                .count()
+        });
+        println!(
+            "{what}: {}, result {} {}, the model was sent {said:?} and the redone answer {answers} time(s)",
+            exit_text(&status),
+            result["subtype"],
+            result["errors"]
+        );
+        (result, said, answers)
+    };
+    let (_, said, _) = probe("a plain resume", None, false).await;
+    let (refused, _, _) = probe("a truncating resume of `second`", Some(&second), false).await;
+    if stale {
+        assert!(
+            !said.iter().any(|s| s == "second"),
+            "{}",
+            fact(
+                "a plain resume continues from the leaf the last record names (the dropped attempt's branch)"
+            )
+        );
+        assert!(
+            refused["errors"]
+                .to_string()
+                .contains("Resume rejected by --resume-drops-turn"),
+            "{}",
+            fact("a truncating resume is refused while the record names another branch")
+        );
+    }
+    let (_, said, answers) = probe("a plain resume, botvisor's record", None, true).await;
+    assert_eq!(
+        (said, answers),
+        (
+            ["first", "doomed", "second", "probe"]
+                .map(String::from)
+                .to_vec(),
+            1
+        ),
+        "{}",
+        fact("with a record naming the newest entry, a plain resume sends the newest branch")
+    );
+    let (result, said, answers) = probe(
+        "a truncating resume of `second`, botvisor's record",
+        Some(&second),
+        true,
+    )
+    .await;
+    assert_eq!(
+        (result["subtype"].as_str(), said, answers),
+        (
+            Some("success"),
+            ["first", "doomed", "probe"].map(String::from).to_vec(),
+            1
+        ),
+        "{}",
+        fact("with a record naming the newest entry, a truncating resume drops the newest attempt")
     );
 }

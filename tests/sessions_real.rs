@@ -115,7 +115,11 @@ async fn settings_change_live_on_a_running_agent_without_a_restart() {
 async fn a_conversation_is_resumed_and_one_killed_at_its_first_replay_is_replaced() {
     let Some(claude) = claude_bin() else { return };
     let env = TestEnv::new().await;
-    let setup = RealSetup::start(&env, claude, doomed_streams_slowly()).await;
+    // Rule 2 after a kill at the first replay, as it was before issue 25: the killed message is
+    // not asked again here (`a_first_message_killed_unanswered_is_asked_again_in_a_new_conversation`).
+    let setup =
+        RealSetup::start_with_config(&env, claude, doomed_streams_slowly(), "redo_limit = 0\n")
+            .await;
 
     // Resumed once a turn began and the transcript exists.
     let bot = setup.create_bot(&env, &env.work, &[]).await;
@@ -144,7 +148,8 @@ async fn a_conversation_is_resumed_and_one_killed_at_its_first_replay_is_replace
         let cwd = env.dir.path().join(format!("killed-{remove_transcript}"));
         std::fs::create_dir_all(&cwd).unwrap();
         let bot = setup.create_bot(&env, &cwd, &[]).await;
-        let killed = kill_at_first_replay(&bot).await;
+        let (killed, outcome) = kill_at_first_replay(&bot).await;
+        assert_eq!(outcome, "crashed");
         let config_dir = env.home.join(".claude");
         if remove_transcript {
             // The state the facts file describes: killed before the transcript was written.
@@ -198,7 +203,9 @@ fn doomed_streams_slowly() -> Script {
 
 /// Sends a message and kills the agent with SIGKILL as soon as its replay is seen (the moment
 /// the session is recorded). Returns the session id; the turn ends `crashed`.
-async fn kill_at_first_replay(bot: &botvisor::dbus::client::BotProxy<'static>) -> String {
+/// Sends `doomed`, SIGKILLs the agent once the session is recorded (its first replay), and
+/// returns that session and the turn's outcome.
+async fn kill_at_first_replay(bot: &botvisor::dbus::client::BotProxy<'static>) -> (String, String) {
     let mut session_changes = bot.receive_session_id_changed().await;
     let mut finished = bot.receive_turn_finished().await.unwrap();
     let turn = bot.send("doomed", HashMap::new()).await.unwrap();
@@ -217,8 +224,47 @@ async fn kill_at_first_replay(bot: &botvisor::dbus::client::BotProxy<'static>) -
     .await
     .unwrap();
     let outcomes = wait_turns(&mut finished, std::slice::from_ref(&turn)).await;
-    assert_eq!(outcomes[0].1, "crashed");
-    killed
+    (killed, outcomes[0].1.clone())
+}
+
+/// Issue 25: a conversation's first message, killed before it was answered, is asked again; as
+/// the conversation held nothing else, in a new one (the old record forgotten, reason
+/// `only_unanswered`), and the model is sent it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_message_killed_unanswered_is_asked_again_in_a_new_conversation() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude, doomed_streams_slowly()).await;
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    let (killed, outcome) = kill_at_first_replay(&bot).await;
+    assert_eq!(outcome, "success", "asked again and answered");
+    let now = bot.session_id().await.unwrap();
+    assert_ne!(now, killed, "a new conversation");
+    let items = chat(&bot).await;
+    let reasons: Vec<&str> = of_kind(&items, "system")
+        .iter()
+        .filter_map(|p| p["reason"].as_str())
+        .collect();
+    assert!(reasons.contains(&"redo"), "{reasons:?}");
+    // The old record is left: it held only the unanswered message (`only_unanswered`), or
+    // the CLI never wrote it down (`transcript_missing`, as claude-code-facts.md saw at the
+    // first replay).
+    assert!(
+        reasons.contains(&"only_unanswered") || reasons.contains(&"transcript_missing"),
+        "{reasons:?}"
+    );
+    assert!(of_kind(&items, "turn_finished").len() == 1, "{items:?}");
+    let last = setup
+        .api
+        .requests()
+        .into_iter()
+        .rfind(|r| r.has_tools)
+        .unwrap();
+    assert_eq!(
+        last.user_texts().iter().filter(|t| *t == "doomed").count(),
+        1,
+        "the model is sent it once"
+    );
 }
 
 fn remove_transcripts(config_dir: &Path, session: &str) {

@@ -382,7 +382,8 @@ async fn a_permission_answer_refused_by_a_locked_database_can_be_given_again() {
 /// at the next daemon start, and the journal says the state could not be recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_state_the_database_refuses_is_not_shown() {
-    let fake = FakeSetup::start("stop_grace_s = 0.5\n").await;
+    // The turn ends as the agent left it (`crashed`), not asked again (issue 25).
+    let fake = FakeSetup::start("stop_grace_s = 0.5\nredo_limit = 0\n").await;
     let bot = fake
         .bot(json!([{"mode": "auth_exit"}, {"mode": "normal"}]))
         .await;

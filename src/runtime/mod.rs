@@ -47,6 +47,9 @@ pub enum ForgetReason {
     RuntimeCannotResume,
     /// The transcript for the recorded id is not on disk.
     TranscriptMissing,
+    /// It holds nothing but a first message the agent never answered, which is asked again in a
+    /// new conversation (issue 25, [`Cut::Whole`]).
+    OnlyUnanswered,
     /// A client's fresh Restart asked to leave it, and its forget is not on record yet
     /// (`supervisor::core::lifecycle::Lifecycle::start_decision`; never from
     /// [`crate::supervisor::core::start::decide_start`]).
@@ -79,6 +82,9 @@ pub struct LaunchSpec<'a> {
     pub env: &'a BTreeMap<String, String>,
     /// New conversation or resume.
     pub start: &'a SessionStart,
+    /// With [`SessionStart::Resume`]: resume without the unanswered message this [`Cut`] drops,
+    /// so that the message can be sent again (issue 25); `None`: resume the whole conversation.
+    pub cut: Option<&'a Cut>,
 }
 
 /// A chat item a runtime event asks to record.
@@ -92,7 +98,8 @@ pub struct ChatPayload {
 
 /// Where a resume cuts a conversation to drop a message it took and did not answer, so that the
 /// message can be sent again and the model sees it once (issue 25).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Cut {
     /// Resume at the line `at` (the message's parent), dropping the turn whose prompt is `drops`
     /// (Claude Code: `--resume-session-at at --resume-drops-turn drops`).
@@ -424,6 +431,19 @@ pub trait Runtime: Send + Sync + 'static {
     ) -> Option<TakenTurn> {
         self.conversation_has_message(env, cwd, session_id, text, since)
             .then(TakenTurn::bare)
+    }
+    /// Readies the conversation `session_id`'s files for a process that resumes it, so that it
+    /// continues the conversation's newest branch (Claude Code: a `last-prompt` record naming
+    /// the newest entry, when a truncating resume left the last record naming a dropped attempt;
+    /// [`claude::leaf`]). `Ok(true)` when something was written. Called only while no process
+    /// of the bot runs.
+    fn before_resume(
+        &self,
+        _env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        _session_id: &str,
+    ) -> std::io::Result<bool> {
+        Ok(false)
     }
     /// The files that hold the conversation `session_id` now, for a CLI started with `env` in
     /// `cwd`, which botvisor keeps a copy of (`supervisor::keep`); empty when none exists or the

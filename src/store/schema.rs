@@ -136,6 +136,13 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE turns ADD COLUMN resend_text TEXT;
     ALTER TABLE bots ADD COLUMN continue_after_limit INTEGER;
     "#,
+    // 11: a message the conversation took and never answered is asked again (issue 25): how
+    // many times it was (`redos`), and where the next resume cuts the conversation to drop the
+    // unanswered attempt (`redo_cut`, a `runtime::Cut` as JSON; NULL once the attempt is gone).
+    r#"
+    ALTER TABLE turns ADD COLUMN redos INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE turns ADD COLUMN redo_cut TEXT;
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version

@@ -8,6 +8,7 @@
 
 use rusqlite::{Connection, params};
 
+use crate::runtime::Cut;
 pub use crate::supervisor::core::QueuedTurn;
 use crate::time::now_rfc3339;
 
@@ -27,9 +28,33 @@ pub fn insert(
     Ok(())
 }
 
-/// Marks a turn as running: its message was replayed by the CLI.
+/// Marks a turn as running: its message was replayed by the CLI (an unanswered attempt a redo
+/// was to cut is gone from the conversation by then: the cut is forgotten).
 pub fn set_running(conn: &Connection, turn_id: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached("UPDATE turns SET status = 'running' WHERE id = ?1 AND status = 'queued'")?
+    conn.prepare_cached(
+        "UPDATE turns SET status = 'running', redo_cut = NULL WHERE id = ?1 AND status = 'queued'",
+    )?
+    .execute([turn_id])?;
+    Ok(())
+}
+
+/// Puts a turn whose message the conversation took and never answered back in the queue, in its
+/// place, to be asked again once more (`redos` + 1) by a resume that drops the unanswered
+/// attempt as `cut` says (`None`: the whole conversation is resumed; issue 25).
+pub fn redo(conn: &Connection, turn_id: &str, cut: Option<&Cut>) -> rusqlite::Result<()> {
+    let cut = cut.and_then(|c| serde_json::to_string(c).ok());
+    conn.prepare_cached(
+        "UPDATE turns SET status = 'queued', redos = redos + 1, redo_cut = ?2
+         WHERE id = ?1 AND status != 'finished'",
+    )?
+    .execute(params![turn_id, cut])?;
+    Ok(())
+}
+
+/// The redo of a turn goes without its cut: the CLI refused it, or the conversation it was to
+/// cut is no longer the one the message goes to.
+pub fn uncut(conn: &Connection, turn_id: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE turns SET redo_cut = NULL WHERE id = ?1")?
         .execute([turn_id])?;
     Ok(())
 }
@@ -63,7 +88,8 @@ pub fn finish(conn: &Connection, turn_id: &str, outcome: &str) -> rusqlite::Resu
 /// (whole, also when the item is served as a preview).
 pub fn queued(conn: &Connection, bot_id: &str) -> rusqlite::Result<Vec<QueuedTurn>> {
     let mut st = conn.prepare_cached(
-        "SELECT t.id, COALESCE(t.resend_text, json_extract(COALESCE(w.payload, c.payload), '$.text'))
+        "SELECT t.id, COALESCE(t.resend_text, json_extract(COALESCE(w.payload, c.payload), '$.text')),
+                t.redos, t.redo_cut
          FROM turns t
          JOIN chat_items c ON c.bot_id = t.bot_id AND c.seq = t.chat_seq
          LEFT JOIN chat_wholes w ON w.bot_id = t.bot_id AND w.seq = t.chat_seq
@@ -73,6 +99,10 @@ pub fn queued(conn: &Connection, bot_id: &str) -> rusqlite::Result<Vec<QueuedTur
         Ok(QueuedTurn {
             id: r.get(0)?,
             text: r.get(1)?,
+            redos: r.get::<_, i64>(2)?.max(0) as u32,
+            cut: r
+                .get::<_, Option<String>>(3)?
+                .and_then(|c| serde_json::from_str(&c).ok()),
         })
     })?
     .collect()
@@ -95,7 +125,8 @@ pub fn running(conn: &Connection, bot_id: &str) -> rusqlite::Result<Vec<RunningT
         "SELECT t.id, COALESCE(t.resend_text, json_extract(COALESCE(w.payload, c.payload), '$.text')),
                 t.created_at,
                 (SELECT COUNT(*) FROM chat_items a WHERE a.bot_id = t.bot_id AND a.seq > t.chat_seq AND a.turn_id = t.id
-                   AND a.kind IN ('assistant', 'tool_use', 'tool_result'))
+                   AND a.kind IN ('assistant', 'tool_use', 'tool_result')),
+                t.redos
          FROM turns t
          LEFT JOIN chat_items c ON c.bot_id = t.bot_id AND c.seq = t.chat_seq
          LEFT JOIN chat_wholes w ON w.bot_id = t.bot_id AND w.seq = t.chat_seq
@@ -107,6 +138,8 @@ pub fn running(conn: &Connection, bot_id: &str) -> rusqlite::Result<Vec<RunningT
             turn: QueuedTurn {
                 id: r.get(0)?,
                 text: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                redos: r.get::<_, i64>(4)?.max(0) as u32,
+                cut: None,
             },
             sent_at: humantime::parse_rfc3339(&at).unwrap_or(std::time::UNIX_EPOCH),
             answer_items: r.get::<_, i64>(3)? as usize,

@@ -131,10 +131,10 @@ impl BotHandle {
             },
             |item| bot::publish_item(&self.shared.publisher, &self.id, item),
         )?;
-        self.command(Command::Queued(super::core::QueuedTurn {
-            id: turn_id.clone(),
+        self.command(Command::Queued(super::core::QueuedTurn::new(
+            turn_id.clone(),
             text,
-        }))?;
+        )))?;
         Ok(turn_id)
     }
 

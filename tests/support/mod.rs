@@ -905,6 +905,40 @@ pub async fn wait_turns(
     done
 }
 
+/// The lines of Claude Code's transcript of `session` under `config_dir` (`$CLAUDE_CONFIG_DIR`,
+/// `~/.claude` by default) on the conversation's current branch: from its newest line back along
+/// `parentUuid`, in order. A resume that dropped an unanswered attempt leaves that attempt in the
+/// file on a branch of its own (docs/cli-versions.md): it is not on this one.
+pub fn transcript_branch(config_dir: &Path, session: &str) -> Vec<serde_json::Value> {
+    let file = std::fs::read_dir(config_dir.join("projects"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|d| d.path().join(format!("{session}.jsonl")))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("no transcript of {session} under {}", config_dir.display()));
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|l: &serde_json::Value| l.get("uuid").and_then(|u| u.as_str()).is_some())
+        .collect();
+    let by_id: HashMap<&str, &serde_json::Value> = lines
+        .iter()
+        .map(|l| (l["uuid"].as_str().unwrap(), l))
+        .collect();
+    let mut branch = Vec::new();
+    let mut at = lines.last();
+    while let Some(line) = at {
+        branch.push(line.clone());
+        at = line["parentUuid"]
+            .as_str()
+            .and_then(|p| by_id.get(p).copied());
+    }
+    branch.reverse();
+    branch
+}
+
 /// Everything a real-CLI test needs: the stand-in API, a running daemon, the bot environment.
 pub struct RealSetup {
     /// The stand-in API.

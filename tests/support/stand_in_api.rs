@@ -207,6 +207,31 @@ impl Drop for StandInApi {
     }
 }
 
+impl ApiRequest {
+    /// Every text the user said in the conversation this request carries, in order (each text
+    /// block of each `user` message, system reminders left out): a message the conversation
+    /// holds twice is here twice.
+    pub fn user_texts(&self) -> Vec<String> {
+        let messages = self.body.get("messages").and_then(Value::as_array);
+        messages
+            .into_iter()
+            .flatten()
+            .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+            .flat_map(|m| match m.get("content") {
+                Some(Value::String(s)) => vec![s.clone()],
+                Some(Value::Array(blocks)) => blocks
+                    .iter()
+                    .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+                    .filter_map(|b| b.get("text").and_then(Value::as_str))
+                    .filter(|t| !t.trim_start().starts_with("<system-reminder>"))
+                    .map(str::to_owned)
+                    .collect(),
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+}
+
 fn request_of(body: Value) -> ApiRequest {
     let messages: Vec<Value> = body
         .get("messages")

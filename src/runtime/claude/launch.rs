@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use crate::runtime::{LaunchCommand, LaunchSpec, SessionStart};
+use crate::runtime::{Cut, LaunchCommand, LaunchSpec, SessionStart};
 
 /// The full command for one launch.
 pub fn command(program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand {
@@ -30,7 +30,20 @@ pub fn command(program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand {
     .collect();
     match spec.start {
         SessionStart::New(id) => args.extend(["--session-id".to_owned(), id.clone()]),
-        SessionStart::Resume(id) => args.extend(["--resume".to_owned(), id.clone()]),
+        SessionStart::Resume(id) => {
+            args.extend(["--resume".to_owned(), id.clone()]);
+            // A truncating resume: the conversation up to `at`, without the turn whose prompt
+            // is `drops` (print-mode options hidden from `--help`; 2.1.284, 2.1.328 and 2.1.332:
+            // cli_facts::a_taken_message_is_redone_once_by_a_truncating_resume).
+            if let Some(Cut::At { at, drops }) = spec.cut {
+                args.extend([
+                    "--resume-session-at".to_owned(),
+                    at.clone(),
+                    "--resume-drops-turn".to_owned(),
+                    drops.clone(),
+                ]);
+            }
+        }
         // Claude Code takes no conversation without an id botvisor chose
         // (`Runtime::fresh_start`); if asked anyway, it picks one and the replay names it.
         SessionStart::Fresh => {}
@@ -68,6 +81,7 @@ mod tests {
             permission_mode: "plan",
             env: &env,
             start: &start,
+            cut: None,
         };
         let c = command("/bin/claude".into(), &spec);
         let argv = c.args.join(" ");
@@ -84,5 +98,19 @@ mod tests {
         assert!(argv.contains("--resume abc"), "{argv}");
         assert!(argv.contains("--model opus"), "{argv}");
         assert!(!argv.contains("--session-id"), "{argv}");
+        assert!(!argv.contains("--resume-session-at"), "{argv}");
+        let cut = Cut::At {
+            at: "p".into(),
+            drops: "u".into(),
+        };
+        let spec = LaunchSpec {
+            cut: Some(&cut),
+            ..spec
+        };
+        let argv = command("/bin/claude".into(), &spec).args.join(" ");
+        assert!(
+            argv.contains("--resume abc --resume-session-at p --resume-drops-turn u"),
+            "{argv}"
+        );
     }
 }

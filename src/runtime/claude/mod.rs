@@ -8,6 +8,7 @@
 
 pub mod events;
 pub mod launch;
+pub mod leaf;
 pub mod protocol;
 pub mod results;
 pub mod stdin;
@@ -88,6 +89,29 @@ impl Runtime for Claude {
         session_id: &str,
     ) -> bool {
         transcript_of(env, cwd, session_id).is_some()
+    }
+
+    fn before_resume(
+        &self,
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+        session_id: &str,
+    ) -> std::io::Result<bool> {
+        let Some(path) = transcript_of(env, cwd, session_id) else {
+            return Ok(false);
+        };
+        let content = std::fs::read_to_string(&path)?;
+        let Some(record) = leaf::record_to_append(&content, session_id) else {
+            return Ok(false);
+        };
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path)?;
+        let sep = if content.ends_with('\n') || content.is_empty() {
+            ""
+        } else {
+            "\n"
+        };
+        std::io::Write::write_all(&mut file, format!("{sep}{record}\n").as_bytes())?;
+        Ok(true)
     }
 
     fn conversation_files(

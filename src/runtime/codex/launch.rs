@@ -34,6 +34,7 @@ mod tests {
             permission_mode: "never",
             env: &env,
             start: &start,
+            cut: None,
         };
         let c = command("/bin/codex".into(), &spec);
         assert_eq!(c.args, vec!["app-server"]);

@@ -118,6 +118,10 @@ impl Actor {
                             store::bots::delete(tx, &self.id)?;
                         }
                         Write::TurnRequeued(turn) => store::turns::requeue(tx, turn)?,
+                        Write::TurnRedo { turn_id, cut } => {
+                            store::turns::redo(tx, turn_id, cut.as_ref())?
+                        }
+                        Write::TurnUncut(turn) => store::turns::uncut(tx, turn)?,
                         Write::TurnContinued(turn, text) => {
                             store::turns::requeue_to_continue(tx, turn, text)?
                         }

@@ -31,13 +31,14 @@ impl Actor {
             fresh_window: Duration::from_secs_f64(self.shared.config.fresh_start_if_dies_within_s),
             recorded: recorded.as_deref(),
             in_flight: self.core.turns.inflight.is_some(),
+            redo_limit: self.shared.config.redo_limit,
         };
         let exists = self.transcript_check();
-        let holds = self.conversation_holds();
-        let steps =
-            self.core
-                .life
-                .exited(&mut proc.run, &mut self.core.turns, &exit, exists, holds);
+        let look = self.conversation_look();
+        let steps = self
+            .core
+            .life
+            .exited(&mut proc.run, &mut self.core.turns, &exit, exists, look);
         self.apply(steps.now);
         self.clean_up_after_exit(root_pid, steps.clean_up).await;
         self.apply(steps.then);

@@ -72,16 +72,33 @@ impl Actor {
         let cwd = Path::new(&record.cwd);
         self.restore_conversation(&env, cwd);
         let runtime = self.shared.runtime.clone();
+        // The first waiting message, when it is asked again, cuts its unanswered attempt out.
+        let cut = self.core.turns.queue.front().and_then(|t| t.cut.clone());
         let decision = self.core.life.start_decision(
             record.session_id.as_deref(),
             runtime.can_resume(),
             |id| runtime.transcript_exists(&env, cwd, id),
             || runtime.fresh_start(),
+            cut.as_ref(),
         );
         if let Some((old, reason)) = &decision.forget {
             let effect = lifecycle::forget_at_start(old, reason, self.shared.runtime.name());
             let committed = self.apply(vec![effect]).committed;
             self.core.life.start_forgot(committed);
+        }
+        if let SessionStart::Resume(id) = &decision.start {
+            match runtime.before_resume(&env, cwd, id) {
+                Ok(true) => tracing::info!(
+                    bot_id = %self.id, session_id = %id,
+                    "the conversation's record of where to continue named a dropped attempt; \
+                     it now names the newest entry"
+                ),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(
+                    bot_id = %self.id, session_id = %id, error = %e,
+                    "cannot ready the conversation's files for the resume"
+                ),
+            }
         }
         let spec = LaunchSpec {
             cwd,
@@ -89,6 +106,7 @@ impl Actor {
             permission_mode: &record.permission_mode,
             env: &env,
             start: &decision.start,
+            cut: decision.cut.as_ref(),
         };
         let cmd = self.shared.runtime.command(program, &spec);
         let mut protocol = self.shared.runtime.open(&spec);
@@ -129,7 +147,7 @@ impl Actor {
                     handle,
                     stdin,
                     protocol,
-                    run: Run::new(decision.start),
+                    run: Run::with_cut(decision.start, decision.cut),
                     controls: Controls::default(),
                     before_turn: None,
                     usage: self.watch_usage(pid, cgroup),
@@ -169,11 +187,12 @@ impl Actor {
         let Some(session) = proc.protocol.conversation().map(str::to_owned) else {
             return;
         };
-        let Some((turn, effects)) = self
-            .core
-            .turns
-            .deliver(&session, std::time::SystemTime::now())
-        else {
+        let launched_cut = proc.run.cut.clone();
+        let Some((turn, effects)) = self.core.turns.deliver_cut(
+            &session,
+            std::time::SystemTime::now(),
+            launched_cut.as_ref(),
+        ) else {
             return;
         };
         // Persist, then act: which conversation the message goes to, before it goes (rule 8

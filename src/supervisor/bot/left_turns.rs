@@ -54,7 +54,8 @@ impl Actor {
             &mut self.core.turns,
             left,
             record.session_id.as_deref(),
-            |turn, session, since| {
+            self.shared.config.redo_limit,
+            |turn: &crate::supervisor::core::QueuedTurn, session: &str, since| {
                 runtime.taken_turn(&env, Path::new(&record.cwd), session, &turn.text, since)
             },
         );

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::process::ExitInfo;
-use crate::runtime::{ChatPayload, TakenTurn};
+use crate::runtime::{ChatPayload, Cut, TakenTurn};
 
 /// How a turn ended, as its `turn_finished` chat item and its `TurnFinished` signal say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +86,73 @@ pub fn unreplayed_message(
 pub fn reconcile(taken: &TakenTurn, in_chat: usize) -> (&[ChatPayload], bool) {
     let missing = taken.answer.get(in_chat..).unwrap_or_default();
     (missing, taken.answered)
+}
+
+/// What becomes of a turn whose message the conversation took (its file holds the message)
+/// when its process ended unasked or botvisord died before its answer was seen (issue 25).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TakenFate {
+    /// The file holds the whole answer: what the chat lacks of it is recorded and the turn ends
+    /// `success` (reason `recovered`).
+    Answered,
+    /// Asked again: the next resume drops the unanswered attempt as the [`Cut`] says, and the
+    /// message is written again, so the model sees it once and the user gets an answer.
+    Redo(Cut),
+    /// It ends unanswered, for this reason.
+    Unanswered(NoRedo),
+}
+
+/// Why a taken message is not asked again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoRedo {
+    /// The agent called a tool in the turn: its work began, and doing it again could repeat what
+    /// the tool did (a file appended to twice, a command run twice).
+    ToolCalled,
+    /// The runtime cannot drop an attempt from its conversation (Codex, for now).
+    CannotCut,
+    /// The message was asked again `redo_limit` times already.
+    Limit,
+    /// Its end was asked for (a Stop, a Restart, a Delete, a watchdog): nothing is asked again.
+    NotAsked,
+    /// `redo_limit` is 0: nothing is ever asked again.
+    Off,
+}
+
+impl NoRedo {
+    /// Why, in words that finish "it is not asked again: …".
+    pub fn words(self) -> &'static str {
+        match self {
+            NoRedo::ToolCalled => "the agent had begun its work (it called a tool)",
+            NoRedo::CannotCut => "this runtime cannot drop the unanswered attempt",
+            NoRedo::Limit => "it was asked again as many times as redo_limit allows",
+            NoRedo::NotAsked => "the agent was stopped",
+            NoRedo::Off => "redo_limit is 0",
+        }
+    }
+}
+
+/// Issue 25's "every message answered once", for a message the conversation took: a whole
+/// answer in the file is the turn's answer; otherwise the message is asked again while the
+/// agent did no work in the turn (no tool called), the runtime can drop the unanswered attempt
+/// (`taken.cut`), and it was asked again fewer than `redo_limit` times (`redos`); a
+/// `redo_limit` of 0 asks nothing again.
+pub fn taken_fate(taken: &TakenTurn, redos: u32, redo_limit: u32) -> TakenFate {
+    if taken.answered {
+        return TakenFate::Answered;
+    }
+    if redo_limit == 0 {
+        return TakenFate::Unanswered(NoRedo::Off);
+    }
+    if taken.tool_called {
+        return TakenFate::Unanswered(NoRedo::ToolCalled);
+    }
+    let Some(cut) = &taken.cut else {
+        return TakenFate::Unanswered(NoRedo::CannotCut);
+    };
+    if redos >= redo_limit {
+        return TakenFate::Unanswered(NoRedo::Limit);
+    }
+    TakenFate::Redo(cut.clone())
 }
 
 /// Whether the process chose to exit: an exit code from 1 to 127. A death by a signal, or an
@@ -343,6 +410,62 @@ mod tests {
         assert_eq!(
             session_to_record("x", Some("y"), |_| false),
             SessionChoice::LaunchedUntil("y".into())
+        );
+    }
+
+    fn taken(answered: bool, tool_called: bool, cut: Option<Cut>) -> TakenTurn {
+        TakenTurn {
+            cut,
+            answer: Vec::new(),
+            answered,
+            tool_called,
+        }
+    }
+
+    fn at() -> Option<Cut> {
+        Some(Cut::At {
+            at: "p".into(),
+            drops: "u".into(),
+        })
+    }
+
+    #[test]
+    fn issue_25_a_whole_answer_in_the_file_is_the_turns_answer() {
+        assert_eq!(
+            taken_fate(&taken(true, true, None), 9, 0),
+            TakenFate::Answered
+        );
+    }
+
+    #[test]
+    fn issue_25_a_taken_message_without_work_is_asked_again_up_to_the_limit() {
+        assert_eq!(
+            taken_fate(&taken(false, false, at()), 0, 3),
+            TakenFate::Redo(at().unwrap())
+        );
+        assert_eq!(
+            taken_fate(&taken(false, false, Some(Cut::Whole)), 2, 3),
+            TakenFate::Redo(Cut::Whole)
+        );
+        assert_eq!(
+            taken_fate(&taken(false, false, at()), 3, 3),
+            TakenFate::Unanswered(NoRedo::Limit)
+        );
+    }
+
+    #[test]
+    fn issue_25_work_begun_a_runtime_that_cannot_cut_or_a_stop_asks_nothing_again() {
+        assert_eq!(
+            taken_fate(&taken(false, true, at()), 0, 3),
+            TakenFate::Unanswered(NoRedo::ToolCalled)
+        );
+        assert_eq!(
+            taken_fate(&taken(false, false, None), 0, 3),
+            TakenFate::Unanswered(NoRedo::CannotCut)
+        );
+        assert_eq!(
+            taken_fate(&taken(false, false, at()), 0, 0),
+            TakenFate::Unanswered(NoRedo::Off)
         );
     }
 

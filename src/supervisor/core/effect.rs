@@ -4,6 +4,7 @@
 use super::decide::TurnOutcome;
 use super::spend::Spend;
 use crate::process::identity::ProcessIdentity;
+use crate::runtime::Cut;
 use crate::supervisor::core::State;
 
 /// One row change in the bot's database, applied inside a [`Effect::Commit`]'s transaction.
@@ -66,6 +67,17 @@ pub enum Write {
     BotDeleted,
     /// A running turn goes back to the queue in its place: a usage limit refused its message.
     TurnRequeued(String),
+    /// A turn whose message the conversation took and never answered goes back to the queue in
+    /// its place, asked once more, the next resume dropping the unanswered attempt as `cut` says
+    /// (issue 25).
+    TurnRedo {
+        /// The turn.
+        turn_id: String,
+        /// Where the next resume cuts its conversation; `None`: resumed whole.
+        cut: Option<Cut>,
+    },
+    /// A turn's redo goes without its cut (the CLI refused it).
+    TurnUncut(String),
     /// A running turn a usage limit cut goes back to the queue in its place, to go as this text
     /// (a request to continue) instead of its message.
     TurnContinued(String, String),

@@ -20,6 +20,10 @@ pub(super) struct ExitFacts {
     pub exit: ExitInfo,
     /// A message was in flight.
     pub in_flight: bool,
+    /// It was launched to resume without an unanswered attempt ([`crate::runtime::Cut`]).
+    pub cut: bool,
+    /// A turn began in it.
+    pub turn_began: bool,
 }
 
 /// How the turn in flight, if any, is settled, and what comes after.
@@ -28,6 +32,12 @@ pub(super) enum ExitPlan {
     /// It was being stopped: the turn ends `interrupted` (reason `stopped`) and the bot is
     /// `stopped`; the process is released now.
     StoppedLate,
+    /// It was to resume without an unanswered attempt, and exited by its own choice before any
+    /// turn began: the CLI refused the cut (Claude Code 2.1.328: "Resume rejected by
+    /// --resume-drops-turn: …" on stderr, exit 1; cli_facts). The message asked again ends
+    /// `taken_not_answered` saying so; the bot is `stopped`, no crash counted, and the next start
+    /// resumes the whole conversation.
+    CutRefused,
     /// It never held a turn of its own: the turn in flight is settled as `error` (reason
     /// `agent_exited`, no text: a message not replayed waits again), the bot is `stopped`, and
     /// with `resume` the next start resumes that id (once); otherwise, after a lost conversation,
@@ -55,6 +65,14 @@ pub(super) fn exit_plan(facts: &ExitFacts) -> ExitPlan {
         return ExitPlan::StoppedLate;
     }
     let clean = facts.exit.code == Some(0) && !facts.in_flight;
+    if facts.cut
+        && !facts.turn_began
+        && !facts.lost
+        && facts.in_use.is_none()
+        && super::decide::exited_by_choice(&facts.exit)
+    {
+        return ExitPlan::CutRefused;
+    }
     match (&facts.in_use, facts.lost) {
         (Some(id), _) if !facts.in_use_retried => ExitPlan::NotStarted {
             resume: Some(id.clone()),
@@ -83,6 +101,35 @@ mod tests {
             in_use_retried: false,
             exit: ExitInfo { code, signal },
             in_flight: false,
+            cut: false,
+            turn_began: false,
+        }
+    }
+
+    #[test]
+    fn issue_25_a_cut_resume_that_exits_by_choice_before_a_turn_is_a_refusal_not_a_crash() {
+        let f = ExitFacts {
+            cut: true,
+            in_flight: true,
+            ..facts(Some(1), None)
+        };
+        assert_eq!(exit_plan(&f), ExitPlan::CutRefused);
+        for f in [
+            ExitFacts {
+                turn_began: true,
+                ..f.clone()
+            },
+            ExitFacts {
+                cut: false,
+                ..f.clone()
+            },
+            facts(None, Some(9)),
+            ExitFacts {
+                cut: true,
+                ..facts(None, Some(9))
+            },
+        ] {
+            assert_ne!(exit_plan(&f), ExitPlan::CutRefused, "{f:?}");
         }
     }
 

@@ -3,12 +3,13 @@
 
 use std::time::SystemTime;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::effect::{CommitBuilder, Effect};
+use super::effect::Effect;
 use super::records::item;
-use super::turns::{Turns, taken_note};
-use crate::runtime::{ChatPayload, TakenTurn};
+use super::taken::{self, Resolved};
+use super::turns::Turns;
+use crate::runtime::TakenTurn;
 use crate::supervisor::core::QueuedTurn;
 use crate::supervisor::core::decide::{self, LeftTurn, TurnOutcome, UnreplayedFate};
 
@@ -36,17 +37,19 @@ pub struct LeftRunning {
 }
 
 /// Settles what the previous run left: its open requests are denied (nobody can answer them
-/// now); every turn whose message the conversation holds is reconciled with it
-/// ([`decide::reconcile`]): the answer the chat lacks is recorded, marked `recovered: true`,
-/// and a whole answer ends the turn `success` (reason `recovered`); otherwise a turn that had
-/// begun ends `interrupted` (reason `daemon_restarted`) and a message written and taken ends
-/// `taken_not_answered`; every other queued message waits in `turns`, in order, to be
+/// now); every turn whose message the conversation holds is resolved by what the conversation's
+/// file holds ([`taken::resolve`], issue 25): a whole answer is recorded (what the chat lacks,
+/// marked `recovered: true`) and ends the turn `success` (reason `recovered`); a message taken
+/// and unanswered is asked again while `redo_limit` allows, before every other waiting message;
+/// otherwise a turn that had begun ends `interrupted` (reason `daemon_restarted`) and a message
+/// written and taken ends `taken_not_answered`. Every other queued message waits, in order, to be
 /// delivered once. `look(turn, session, since)` reads what the conversation `session` holds of
 /// the turn's message, written since `since`; `recorded` is the bot's conversation.
 pub fn recover(
     turns: &mut Turns,
     left: Left,
     recorded: Option<&str>,
+    redo_limit: u32,
     mut look: impl FnMut(&QueuedTurn, &str, SystemTime) -> Option<TakenTurn>,
 ) -> Vec<Effect> {
     let mut effects = Vec::new();
@@ -60,106 +63,85 @@ pub fn recover(
             }),
         ));
     }
+    // The order the waiting messages go in: asked again first (they were sent first), then the
+    // queue as it was.
+    let mut waiting = Vec::new();
     for run in left.running {
         let taken = recorded.and_then(|s| look(&run.turn, s, run.sent_at));
-        let answered = match &taken {
-            Some(t) => {
-                let (missing, answered) = decide::reconcile(t, run.in_chat);
-                effects.extend(recovered_items(&run.turn.id, missing));
-                answered
-            }
-            None => false,
+        let resolved = match taken {
+            Some(t) => Some(taken::resolve(&run.turn, &t, run.in_chat, redo_limit, None)),
+            None => taken::lost_before_written(&run.turn, run.in_chat, redo_limit),
         };
-        effects.push(if answered {
-            recovered_end(&run.turn.id, None)
-        } else {
-            Turns::finish(
-                &run.turn.id,
-                TurnOutcome::Interrupted,
-                "daemon_restarted",
-                Some((
-                    "system",
-                    json!({"text": "botvisord stopped before the turn finished."}),
-                )),
-                None,
-            )
-        });
+        match resolved {
+            Some(Resolved::Answered(done)) => effects.extend(done),
+            Some(Resolved::Redo {
+                turn,
+                effects: redo,
+            }) => {
+                effects.extend(redo);
+                waiting.push(turn);
+            }
+            other => {
+                if let Some(Resolved::Unanswered { effects: read, .. }) = other {
+                    effects.extend(read);
+                }
+                effects.push(Turns::finish(
+                    &run.turn.id,
+                    TurnOutcome::Interrupted,
+                    "daemon_restarted",
+                    Some((
+                        "system",
+                        json!({"text": "botvisord stopped before the turn finished."}),
+                    )),
+                    None,
+                ));
+            }
+        }
     }
     for (turn, sent) in left.queued {
         let taken = sent.as_ref().and_then(|(s, at)| look(&turn, s, *at));
         let sent_to = sent.as_ref().map(|(s, _)| s.as_str());
         let fate = decide::left_turn(false, recorded, sent_to, |_| taken.is_some());
-        match fate {
-            LeftTurn::Unreplayed(UnreplayedFate::Taken { adopt }) => {
-                let (missing, answered) = taken
-                    .as_ref()
-                    .map_or((&[][..], false), |t| decide::reconcile(t, 0));
-                effects.extend(recovered_items(&turn.id, missing));
-                effects.push(if answered {
-                    recovered_end(&turn.id, adopt.as_deref())
-                } else {
-                    Turns::finish(
-                        &turn.id,
-                        TurnOutcome::TakenNotAnswered,
-                        "taken_not_answered",
-                        Some(("system", taken_note())),
-                        adopt.as_deref(),
-                    )
-                });
-            }
-            _ => {
-                if !turns.knows(&turn.id) {
-                    turns.queue.push_back(turn);
+        match (fate, taken) {
+            (LeftTurn::Unreplayed(UnreplayedFate::Taken { adopt }), Some(taken)) => {
+                match taken::resolve(&turn, &taken, 0, redo_limit, adopt.as_deref()) {
+                    Resolved::Answered(done) => effects.extend(done),
+                    Resolved::Redo {
+                        turn,
+                        effects: redo,
+                    } => {
+                        effects.extend(redo);
+                        waiting.push(turn);
+                    }
+                    Resolved::Unanswered { why, effects: read } => {
+                        effects.extend(read);
+                        effects.push(taken::unanswered_end(&turn.id, why, adopt.as_deref()));
+                    }
                 }
             }
+            _ => waiting.push(turn),
         }
     }
+    // A message a client sent while the daemon recovered may be queued already: once, after.
+    let sent_meanwhile: Vec<QueuedTurn> = turns
+        .queue
+        .drain(..)
+        .filter(|t| !waiting.iter().any(|w| w.id == t.id))
+        .collect();
+    turns.queue.extend(waiting);
+    turns.queue.extend(sent_meanwhile);
     effects.push(Effect::Queued(turns.waiting()));
     effects
-}
-
-/// The chat items of an answer read back from the conversation, each marked `recovered: true`,
-/// in one commit; `None` when there are none.
-fn recovered_items(turn_id: &str, items: &[ChatPayload]) -> Option<Effect> {
-    let mut c = CommitBuilder::default();
-    for i in items {
-        let mut payload = i.payload.clone();
-        if let Some(o) = payload.as_object_mut() {
-            o.insert("recovered".into(), Value::Bool(true));
-        }
-        c.item(i.kind, Some(turn_id), payload.to_string());
-    }
-    c.build()
-}
-
-/// The end of a turn whose whole answer was read back from the conversation: `success`, reason
-/// `recovered`.
-fn recovered_end(turn_id: &str, adopt: Option<&str>) -> Effect {
-    Turns::finish(
-        turn_id,
-        TurnOutcome::Success,
-        "recovered",
-        Some((
-            "system",
-            json!({
-                "text": "botvisord stopped during this turn; its answer was read back from the conversation.",
-                "reason": "recovered",
-            }),
-        )),
-        adopt,
-    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::{ChatPayload, Cut};
     use crate::supervisor::core::effect::Write;
 
     fn turn(id: &str) -> QueuedTurn {
-        QueuedTurn {
-            id: id.to_owned(),
-            text: id.to_owned(),
-        }
+        QueuedTurn::new(id, id)
     }
 
     use crate::supervisor::core::effect::finished_turns as finished;
@@ -218,7 +200,7 @@ mod tests {
             queued: vec![(turn("taken"), sent("s"))],
             ..Left::default()
         };
-        let effects = recover(&mut turns, left, Some("s"), |_, _, _| Some(answer(true)));
+        let effects = recover(&mut turns, left, Some("s"), 3, |_, _, _| Some(answer(true)));
         assert_eq!(
             finished(&effects),
             [
@@ -260,7 +242,9 @@ mod tests {
             queued: vec![(turn("taken"), sent("s"))],
             ..Left::default()
         };
-        let effects = recover(&mut turns, left, Some("s"), |_, _, _| Some(answer(false)));
+        let effects = recover(&mut turns, left, Some("s"), 3, |_, _, _| {
+            Some(answer(false))
+        });
         assert_eq!(
             finished(&effects),
             [
@@ -276,14 +260,15 @@ mod tests {
         let mut turns = Turns::default();
         let left = Left {
             open_prompts: vec![("r1".into(), "Bash".into())],
-            running: vec![running("run", 0)],
+            // Part of its answer is in the chat: not asked again.
+            running: vec![running("run", 1), running("unkept", 0)],
             queued: vec![
                 (turn("taken"), sent("s")),
                 (turn("lost"), sent("s")),
                 (turn("never"), None),
             ],
         };
-        let effects = recover(&mut turns, left, Some("s"), |t, _, _| {
+        let effects = recover(&mut turns, left, Some("s"), 3, |t, _, _| {
             (t.id == "taken").then(TakenTurn::bare)
         });
         assert_eq!(
@@ -294,10 +279,83 @@ mod tests {
             ]
         );
         let queued: Vec<&str> = turns.queue.iter().map(|t| t.id.as_str()).collect();
-        assert_eq!(queued, ["lost", "never"], "in order, once");
-        assert_eq!(effects.last(), Some(&Effect::Queued(2)));
+        assert_eq!(
+            queued,
+            ["unkept", "lost", "never"],
+            "in order, once; a begun turn the conversation never kept is asked again"
+        );
+        assert_eq!(effects.last(), Some(&Effect::Queued(3)));
         assert!(matches!(&effects[0], Effect::Commit { writes, .. }
             if matches!(&writes[0], Write::Chat { kind, .. } if kind == "permission_answer")));
+    }
+
+    #[test]
+    fn issue_25_a_message_taken_and_unanswered_is_asked_again_first_without_the_attempt() {
+        let mut turns = Turns::default();
+        turns.queue(turn("sent_meanwhile"));
+        let left = Left {
+            running: vec![running("run", 0)],
+            queued: vec![
+                (turn("taken"), sent("s")),
+                (turn("waiting"), None),
+                (turn("sent_meanwhile"), None),
+            ],
+            ..Left::default()
+        };
+        let cut = Cut::At {
+            at: "p".into(),
+            drops: "u".into(),
+        };
+        let effects = recover(&mut turns, left, Some("s"), 3, |t, _, _| {
+            (t.id != "waiting" && t.id != "sent_meanwhile").then(|| TakenTurn {
+                cut: Some(cut.clone()),
+                ..TakenTurn::bare()
+            })
+        });
+        assert_eq!(finished(&effects), [], "nothing ends: both are asked again");
+        let queued: Vec<(&str, u32, Option<&Cut>)> = turns
+            .queue
+            .iter()
+            .map(|t| (t.id.as_str(), t.redos, t.cut.as_ref()))
+            .collect();
+        assert_eq!(
+            queued,
+            [
+                ("run", 1, Some(&cut)),
+                ("taken", 1, Some(&cut)),
+                ("waiting", 0, None),
+                ("sent_meanwhile", 0, None)
+            ]
+        );
+        let redos = crate::supervisor::core::effect::writes(&effects)
+            .filter(|w| matches!(w, Write::TurnRedo { .. }))
+            .count();
+        assert_eq!(
+            redos, 2,
+            "each redo is on record before anything is written"
+        );
+        // At the limit, it ends unanswered.
+        let mut turns = Turns::default();
+        let left = Left {
+            queued: vec![(
+                QueuedTurn {
+                    redos: 3,
+                    ..turn("taken")
+                },
+                sent("s"),
+            )],
+            ..Left::default()
+        };
+        let effects = recover(&mut turns, left, Some("s"), 3, |_, _, _| {
+            Some(TakenTurn {
+                cut: Some(cut.clone()),
+                ..TakenTurn::bare()
+            })
+        });
+        assert_eq!(
+            finished(&effects),
+            [("taken".into(), TurnOutcome::TakenNotAnswered)]
+        );
     }
 
     #[test]
@@ -308,7 +366,7 @@ mod tests {
             queued: vec![(turn("a"), None)],
             ..Left::default()
         };
-        recover(&mut turns, left, None, |_, _, _| None);
+        recover(&mut turns, left, None, 3, |_, _, _| None);
         assert_eq!(turns.queue.len(), 1);
     }
 
@@ -319,7 +377,7 @@ mod tests {
             queued: vec![(turn("a"), sent("other"))],
             ..Left::default()
         };
-        let effects = recover(&mut turns, left, Some("s"), |_, _, _| {
+        let effects = recover(&mut turns, left, Some("s"), 3, |_, _, _| {
             Some(TakenTurn::bare())
         });
         assert!(

@@ -16,11 +16,11 @@ pub use super::records::{
     start_refused,
 };
 pub use super::run::Run;
-use super::start::{StartDecision, decide_start};
+use super::start::{StartDecision, decide_start, with_cut};
 use super::stop::StopReason;
 use super::turns::{Ended, Inflight, Settled, Turns};
 use crate::process::ExitInfo;
-use crate::runtime::SessionStart;
+use crate::runtime::{Cut, SessionStart, TakenTurn};
 use crate::supervisor::core::State;
 use crate::supervisor::core::decide::{self, TurnOutcome};
 
@@ -45,6 +45,44 @@ fn settle_stopped(
             holds,
         )
         .1
+}
+
+/// A resume without an unanswered attempt was refused (the CLI's words on `stderr`): the
+/// message it was to ask again ends `taken_not_answered`, saying so (reason `cut_refused`); it is
+/// in the conversation once already (issue 25).
+fn cut_refused(turns: &mut Turns, stderr: &str) -> Vec<Effect> {
+    let turn = match turns
+        .inflight
+        .take_if(|i| !i.replayed && i.turn.cut.is_some())
+    {
+        Some(inf) => Some(inf.turn),
+        None => turns
+            .queue
+            .front()
+            .is_some_and(|t| t.cut.is_some())
+            .then(|| turns.queue.pop_front())
+            .flatten(),
+    };
+    let mut effects = Vec::new();
+    if let Some(turn) = turn {
+        let mut text = "The agent stopped after this message reached the conversation and before \
+                        it was answered, and the CLI refused to resume without the unanswered \
+                        attempt; it is not asked again."
+            .to_owned();
+        if !stderr.is_empty() {
+            text.push_str(" The CLI said: ");
+            text.push_str(stderr);
+        }
+        effects.push(Turns::finish(
+            &turn.id,
+            TurnOutcome::TakenNotAnswered,
+            "cut_refused",
+            Some(("system", json!({"text": text, "reason": "cut_refused"}))),
+            None,
+        ));
+    }
+    effects.push(Effect::Queued(turns.waiting()));
+    effects
 }
 
 /// What a process's exit asks for, in three steps: effects now, the clean-up of what is left
@@ -85,6 +123,8 @@ pub struct Exit<'a> {
     pub recorded: Option<&'a str>,
     /// A message was in flight.
     pub in_flight: bool,
+    /// `redo_limit`: how many times a message taken and unanswered is asked again (issue 25).
+    pub redo_limit: u32,
 }
 
 /// The crash-loop bounds of the configuration (design rule 11).
@@ -146,13 +186,16 @@ impl Lifecycle {
 
     /// A process starts: which conversation (design rule 2). An id the CLI refused as in use
     /// (it exists: the CLI holds it) is resumed, once, as [`Lifecycle::exited`] said; otherwise
-    /// [`decide_start`] resumes the recorded conversation only if its transcript exists.
+    /// [`decide_start`] resumes the recorded conversation only if its transcript exists. `cut`
+    /// is the first waiting message's, when it is asked again: the resume drops its unanswered
+    /// attempt ([`with_cut`], issue 25).
     pub fn start_decision(
         &mut self,
         recorded: Option<&str>,
         can_resume: bool,
         transcript_exists: impl FnOnce(&str) -> bool,
-        fresh: impl FnOnce() -> SessionStart,
+        fresh: impl Fn() -> SessionStart,
+        cut: Option<&Cut>,
     ) -> StartDecision {
         if let Some(old) = self.forget_pending.clone()
             && recorded == Some(old.as_str())
@@ -160,15 +203,18 @@ impl Lifecycle {
             return StartDecision {
                 start: fresh(),
                 forget: Some((old, crate::runtime::ForgetReason::FreshRestart)),
+                cut: None,
             };
         }
-        match self.force_resume.take() {
+        let decision = match self.force_resume.take() {
             Some(id) => StartDecision {
                 start: SessionStart::Resume(id),
                 forget: None,
+                cut: None,
             },
-            None => decide_start(recorded, can_resume, transcript_exists, fresh),
-        }
+            None => decide_start(recorded, can_resume, transcript_exists, &fresh),
+        };
+        with_cut(decision, cut, fresh)
     }
 
     /// The forget a start asked for ([`Lifecycle::start_decision`]) was committed, or not: once
@@ -340,7 +386,7 @@ impl Lifecycle {
         turns: &mut Turns,
         exit: &Exit<'_>,
         transcript_exists: impl Fn(&str) -> bool,
-        holds: impl FnOnce(&Inflight) -> bool,
+        look: impl FnOnce(&Inflight) -> Option<TakenTurn>,
     ) -> ExitSteps {
         let fatal = run.fatal.take();
         let mut now = Vec::new();
@@ -359,14 +405,28 @@ impl Lifecycle {
             in_use_retried: self.in_use_retried,
             exit: exit.status,
             in_flight: exit.in_flight,
+            cut: run.cut.is_some(),
+            turn_began: run.turn_began,
         });
         let (settle, clean) = match plan {
             ExitPlan::StoppedLate => {
-                now.extend(settle_stopped(turns, recorded.as_deref(), holds));
+                now.extend(settle_stopped(turns, recorded.as_deref(), |i| {
+                    look(i).is_some()
+                }));
                 return ExitSteps {
                     now,
                     clean_up: StopReason::LateExit,
                     then: vec![Effect::State(State::Stopped)],
+                    crashed: None,
+                };
+            }
+            ExitPlan::CutRefused => {
+                now.extend(cut_refused(turns, exit.stderr));
+                now.push(Effect::State(State::Stopped));
+                return ExitSteps {
+                    now,
+                    clean_up: StopReason::Exited,
+                    then: Vec::new(),
                     crashed: None,
                 };
             }
@@ -376,7 +436,7 @@ impl Lifecycle {
                     "agent_exited",
                     String::new(),
                     recorded.as_deref(),
-                    holds,
+                    |i| look(i).is_some(),
                 );
                 now.extend(settled);
                 now.push(Effect::State(State::Stopped));
@@ -402,8 +462,22 @@ impl Lifecycle {
         } else {
             String::new()
         };
-        let (settled, effects) =
-            turns.settle(settle, "agent_exited", text, recorded.as_deref(), holds);
+        // A crash: what the conversation holds decides (issue 25); any other end (an id in use
+        // refused again) settles as it is.
+        let (settled, effects) = if settle == TurnOutcome::Crashed {
+            turns.settle_unasked(
+                settle,
+                "agent_exited",
+                text,
+                recorded.as_deref(),
+                exit.redo_limit,
+                look,
+            )
+        } else {
+            turns.settle(settle, "agent_exited", text, recorded.as_deref(), |i| {
+                look(i).is_some()
+            })
+        };
         now.extend(effects);
         if let SessionStart::Resume(id) = &run.start
             && recorded.as_deref() == Some(id.as_str())
@@ -411,7 +485,10 @@ impl Lifecycle {
                 true,
                 run.refused,
                 run.turn_began,
-                settled == Settled::Taken,
+                matches!(
+                    settled,
+                    Settled::Taken | Settled::Redone | Settled::Recovered
+                ),
                 &exit.status,
                 exit.lived,
                 exit.fresh_window,

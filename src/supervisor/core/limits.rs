@@ -233,10 +233,9 @@ fn held(
             None,
         ));
     } else if let (true, Cut::Continue(note)) = (inflight.worked, &cut) {
-        turns.queue.push_front(QueuedTurn {
-            id: turn_id.clone(),
-            text: CONTINUE_TEXT.to_owned(),
-        });
+        turns
+            .queue
+            .push_front(QueuedTurn::new(turn_id.clone(), CONTINUE_TEXT));
         c.write(Write::TurnContinued(
             turn_id.clone(),
             CONTINUE_TEXT.to_owned(),

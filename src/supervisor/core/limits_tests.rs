@@ -35,6 +35,7 @@ fn a_begun_b_waiting() -> Turns {
         t.queue(QueuedTurn {
             id: id.into(),
             text: id.into(),
+            ..QueuedTurn::default()
         });
     }
     t.deliver("s", SystemTime::UNIX_EPOCH).unwrap();

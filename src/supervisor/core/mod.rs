@@ -31,6 +31,9 @@
 //! - [`budget`]: the bot's budget as a hold once its cost reaches it (issue 24).
 //! - [`left_turns`]: what the previous run left after a daemon crash: ended once or delivered once
 //!   (design rule 8).
+//! - [`taken`]: a message the conversation took and botvisor did not see answered: its answer
+//!   read back, the message asked again without the unanswered attempt, or ended unanswered
+//!   (issue 25, design rule 8).
 //! - [`timeouts`]: what a watchdog's end or a refused handshake means (design rule 15).
 //! - [`idle`]: when a bot is idle and whether its idle deadline stops it (design rules 12, 13).
 //! - [`prompts`]: a permission request recorded before it is signalled, and closed as denied
@@ -77,6 +80,7 @@ pub mod start;
 pub mod state;
 pub mod stop;
 pub mod stream;
+pub mod taken;
 pub mod timeouts;
 pub mod turns;
 pub mod watchdogs;
@@ -101,6 +105,8 @@ mod tests {
         "crate::runtime::RuntimeEvent",
         "crate::runtime::PermissionAnswer",
         "crate::runtime::LimitReport",
+        "crate::runtime::TakenTurn",
+        "crate::runtime::Cut",
         "crate::process::ExitInfo",
         "crate::process::identity::{Liveness, ProcessIdentity}",
         "crate::process::identity::ProcessIdentity",

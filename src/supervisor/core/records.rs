@@ -32,6 +32,16 @@ pub fn forget_at_start(old: &str, why: &crate::runtime::ForgetReason, runtime: &
         ForgetReason::FreshRestart => {
             return forget(old, "fresh_restart", fresh_restart_text(old));
         }
+        ForgetReason::OnlyUnanswered => {
+            return forget(
+                old,
+                "only_unanswered",
+                format!(
+                    "The conversation {old} held only a message the agent never answered; it is \
+                     asked again in a new conversation."
+                ),
+            );
+        }
         ForgetReason::TranscriptMissing => (
             "transcript_missing",
             "its transcript is not on disk".to_owned(),

@@ -3,13 +3,16 @@
 //! session it reported, a failure restarting cannot fix). It ends with its process.
 
 use super::effect::{CommitBuilder, Effect, Publish, Write};
-use crate::runtime::SessionStart;
+use crate::runtime::{Cut, SessionStart};
 
 /// What one process of the bot showed, from its launch to its end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Run {
     /// How it was launched: a resume of a recorded conversation, or a new one.
     pub start: SessionStart,
+    /// The unanswered attempt its resume dropped (issue 25), if it was launched to ask a message
+    /// again.
+    pub cut: Option<Cut>,
     /// A turn began in it (a message was replayed).
     pub turn_began: bool,
     /// botvisor is stopping it.
@@ -34,6 +37,7 @@ impl Run {
     pub fn new(start: SessionStart) -> Run {
         Run {
             start,
+            cut: None,
             turn_began: false,
             stopping: false,
             lost: false,
@@ -41,6 +45,14 @@ impl Run {
             reported_session: None,
             fatal: None,
             refused: false,
+        }
+    }
+
+    /// A process launched with `start`, resuming without what `cut` drops.
+    pub fn with_cut(start: SessionStart, cut: Option<Cut>) -> Run {
+        Run {
+            cut,
+            ..Run::new(start)
         }
     }
 

@@ -1,6 +1,6 @@
 //! Design rule 2 (resume only what exists) as one decision every launch goes through.
 
-use crate::runtime::{ForgetReason, SessionStart};
+use crate::runtime::{Cut, ForgetReason, SessionStart};
 
 /// The outcome of [`decide_start`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -10,6 +10,32 @@ pub struct StartDecision {
     /// A recorded session id that must be cleared, in the same transaction as a system chat item
     /// that says why, before the process starts.
     pub forget: Option<(String, ForgetReason)>,
+    /// With a resume: the unanswered attempt it drops, so that the message asked again is in
+    /// the conversation once (issue 25, [`with_cut`]).
+    pub cut: Option<Cut>,
+}
+
+/// The start `decision` for a first waiting message that is asked again with `cut` (issue 25):
+/// a resume drops the unanswered attempt ([`Cut::At`]); a conversation that held nothing but
+/// that message ([`Cut::Whole`]) is left for a new one, `fresh()`, its record forgotten. A new
+/// conversation needs no cut: the message goes to it as a first ask.
+pub fn with_cut(
+    decision: StartDecision,
+    cut: Option<&Cut>,
+    fresh: impl FnOnce() -> SessionStart,
+) -> StartDecision {
+    match (cut, &decision.start) {
+        (Some(Cut::At { .. }), SessionStart::Resume(_)) => StartDecision {
+            cut: cut.cloned(),
+            ..decision
+        },
+        (Some(Cut::Whole), SessionStart::Resume(id)) => StartDecision {
+            forget: Some((id.clone(), ForgetReason::OnlyUnanswered)),
+            start: fresh(),
+            cut: None,
+        },
+        _ => decision,
+    }
 }
 
 /// Design rule 2, in one function: resume only when a session id is recorded, the runtime can
@@ -27,18 +53,22 @@ pub fn decide_start(
         None => StartDecision {
             start: fresh(),
             forget: None,
+            cut: None,
         },
         Some(id) if !can_resume => StartDecision {
             start: fresh(),
             forget: Some((id.to_owned(), ForgetReason::RuntimeCannotResume)),
+            cut: None,
         },
         Some(id) if transcript_exists(id) => StartDecision {
             start: SessionStart::Resume(id.to_owned()),
             forget: None,
+            cut: None,
         },
         Some(id) => StartDecision {
             start: fresh(),
             forget: Some((id.to_owned(), ForgetReason::TranscriptMissing)),
+            cut: None,
         },
     }
 }
@@ -83,5 +113,33 @@ mod tests {
             d.forget,
             Some(("old".into(), ForgetReason::RuntimeCannotResume))
         );
+    }
+
+    #[test]
+    fn issue_25_a_redo_resumes_without_the_attempt_or_leaves_a_conversation_of_it_alone() {
+        let at = Cut::At {
+            at: "p".into(),
+            drops: "u".into(),
+        };
+        let resume = || decide_start(Some("old"), true, |_| true, new_id);
+        let d = with_cut(resume(), Some(&at), new_id);
+        assert_eq!(
+            (d.start, d.cut, d.forget),
+            (SessionStart::Resume("old".into()), Some(at.clone()), None)
+        );
+        let d = with_cut(resume(), Some(&Cut::Whole), new_id);
+        assert_eq!(
+            (d.start, d.cut, d.forget),
+            (
+                SessionStart::New("new".into()),
+                None,
+                Some(("old".into(), ForgetReason::OnlyUnanswered))
+            )
+        );
+        // A conversation that is gone: a first ask in the new one, no cut.
+        let gone = decide_start(Some("old"), true, |_| false, new_id);
+        let d = with_cut(gone.clone(), Some(&at), new_id);
+        assert_eq!(d, gone);
+        assert_eq!(with_cut(resume(), None, new_id), resume());
     }
 }

@@ -81,6 +81,7 @@ mod tests {
             t.queue(QueuedTurn {
                 id: (*id).to_owned(),
                 text: String::new(),
+                ..QueuedTurn::default()
             });
         }
         t

@@ -11,17 +11,34 @@ use serde_json::{Value, json};
 
 use super::effect::{CommitBuilder, Effect, Publish, Write};
 use super::spend::{Meter, Spend, usd};
-use crate::runtime::ResultOutcome;
+use super::taken::{self, Resolved};
+use crate::runtime::{Cut, ResultOutcome, TakenTurn};
 use crate::supervisor::core::State;
-use crate::supervisor::core::decide::{self, SessionChoice, TurnOutcome, UnreplayedFate};
+use crate::supervisor::core::decide::{self, NoRedo, SessionChoice, TurnOutcome, UnreplayedFate};
 
 /// A message waiting for a process to take it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct QueuedTurn {
     /// The turn id `Send` returned.
     pub id: String,
     /// The user's text.
     pub text: String,
+    /// How many times it was asked again after its conversation took it unanswered (issue 25).
+    pub redos: u32,
+    /// Where the resume that asks it again cuts its conversation, to drop the unanswered
+    /// attempt; `None` once that attempt is gone (the message was replayed) or for a first ask.
+    pub cut: Option<Cut>,
+}
+
+impl QueuedTurn {
+    /// A message sent as `text`, asked for the first time.
+    pub fn new(id: impl Into<String>, text: impl Into<String>) -> QueuedTurn {
+        QueuedTurn {
+            id: id.into(),
+            text: text.into(),
+            ..QueuedTurn::default()
+        }
+    }
 }
 
 /// The message written to the CLI and not yet ended.
@@ -38,6 +55,10 @@ pub struct Inflight {
     /// The agent called a tool in this turn: its work began, so a usage limit that cuts it
     /// ends it `limited` instead of sending the message again (`core::limits::refused`).
     pub worked: bool,
+    /// How many chat items of its answer (`assistant`, `tool_use`, `tool_result`) are recorded:
+    /// what its conversation's file holds beyond them is recorded if its process dies
+    /// ([`Turns::settle_unasked`]).
+    pub answer_items: usize,
 }
 
 impl Inflight {
@@ -65,6 +86,10 @@ pub enum Settled {
     Requeued,
     /// Its conversation holds its message: ended `taken_not_answered`.
     Taken,
+    /// Its conversation holds its message unanswered: asked again (issue 25).
+    Redone,
+    /// Its conversation holds its whole answer: ended `success`, the answer read back.
+    Recovered,
     /// It had begun and ended with the outcome given.
     Ended,
 }
@@ -128,15 +153,6 @@ pub fn turn_finished_payload(
     p.to_string()
 }
 
-/// The `system` item of a turn whose message the conversation holds unanswered.
-pub fn taken_note() -> Value {
-    json!({
-        "text": "The agent stopped after this message reached the conversation and before it \
-                 was answered; it is not sent again.",
-        "reason": "taken_not_answered",
-    })
-}
-
 impl Turns {
     /// Messages sent and not yet taken by the CLI: the queue and an in-flight message not yet
     /// replayed (`QueuedMessages`).
@@ -158,10 +174,11 @@ impl Turns {
     /// …; `payload`: a JSON object as text): recorded as the [`Turns::answering`] turn's, then
     /// published (design rule 1).
     pub fn said_by_cli(&mut self, kind: &str, payload: String) -> Vec<Effect> {
-        if kind == "tool_use"
-            && let Some(i) = self.inflight.as_mut().filter(|i| i.answered_here())
-        {
-            i.worked = true;
+        if let Some(i) = self.inflight.as_mut().filter(|i| i.answered_here()) {
+            i.worked |= kind == "tool_use";
+            if matches!(kind, "assistant" | "tool_use" | "tool_result") {
+                i.answer_items += 1;
+            }
         }
         let mut c = CommitBuilder::default();
         c.item(kind, self.answering(), payload);
@@ -188,20 +205,38 @@ impl Turns {
     /// it went is committed before it is written (rule 8 across a daemon crash). `None` when
     /// nothing waits or a message is in flight already. `now` stands for when it was written
     /// until the commit says ([`Turns::delivery_recorded`]). The shell writes `turn.text` once
-    /// the commit is done.
+    /// the commit is done. The process was launched without a cut: see [`Turns::deliver_cut`].
     pub fn deliver(&mut self, session: &str, now: SystemTime) -> Option<(QueuedTurn, Vec<Effect>)> {
+        self.deliver_cut(session, now, None)
+    }
+
+    /// [`Turns::deliver`] by a process launched to resume without what `launched_cut` drops. A
+    /// message asked again whose cut this process did not make goes without it from now on
+    /// (its unanswered attempt is in a conversation this one does not resume, or is gone), so
+    /// that a later resume does not cut a conversation that never held it (issue 25).
+    pub fn deliver_cut(
+        &mut self,
+        session: &str,
+        now: SystemTime,
+        launched_cut: Option<&Cut>,
+    ) -> Option<(QueuedTurn, Vec<Effect>)> {
         if self.inflight.is_some() {
             return None;
         }
-        let turn = self.queue.pop_front()?;
+        let mut turn = self.queue.pop_front()?;
+        let mut c = CommitBuilder::default();
+        if turn.cut.is_some() && turn.cut.as_ref() != launched_cut {
+            turn.cut = None;
+            c.write(Write::TurnUncut(turn.id.clone()));
+        }
         self.inflight = Some(Inflight {
             turn: turn.clone(),
             replayed: false,
             session: session.to_owned(),
             written: now,
             worked: false,
+            answer_items: 0,
         });
-        let mut c = CommitBuilder::default();
         c.write(Write::Delivery {
             turn_id: turn.id.clone(),
             session_id: session.to_owned(),
@@ -270,6 +305,8 @@ impl Turns {
             SessionChoice::LaunchedUntil(r) => (launched.to_owned(), Some(r)),
         };
         inf.replayed = true;
+        // The unanswered attempt a resume was to cut is gone: the message is in this turn now.
+        inf.turn.cut = None;
         let turn_id = inf.turn.id.clone();
         let mut c = CommitBuilder::default();
         c.write(Write::TurnRunning(turn_id.clone()))
@@ -310,19 +347,27 @@ impl Turns {
         };
         // Ended before any replay: its delivery record is no longer needed either.
         let unreplayed = turn.as_ref().is_some_and(|t| !t.replayed);
+        let asked_again = turn.as_ref().is_some_and(|t| t.turn.cut.is_some());
         let turn_id = turn.map(|t| t.turn.id);
         let interrupted = turn_id.is_some() && self.interrupting == turn_id;
         if interrupted {
             self.interrupting = None;
         }
+        // A message asked again whose resume the CLI refused before it took it (Claude Code:
+        // an error result "Resume rejected by --resume-drops-turn: …", then exit 1): it is in
+        // the conversation once, unanswered, and is not asked again (issue 25).
+        let cut_refused = unreplayed && asked_again && outcome == ResultOutcome::Error;
         let error = if interrupted { None } else { error };
         let outcome = match outcome {
             _ if interrupted => TurnOutcome::Interrupted,
+            _ if cut_refused => TurnOutcome::TakenNotAnswered,
             ResultOutcome::Success => TurnOutcome::Success,
             ResultOutcome::Error => TurnOutcome::Error,
         };
         let reason = if interrupted {
             "interrupt"
+        } else if cut_refused {
+            "cut_refused"
         } else {
             payload
                 .get("subtype")
@@ -441,13 +486,8 @@ impl Turns {
                     (Settled::Requeued, vec![Effect::Queued(self.waiting())])
                 }
                 UnreplayedFate::Taken { adopt } => {
-                    let end = Turns::finish(
-                        &inf.turn.id,
-                        TurnOutcome::TakenNotAnswered,
-                        "taken_not_answered",
-                        Some(("system", taken_note())),
-                        adopt.as_deref(),
-                    );
+                    let end =
+                        taken::unanswered_end(&inf.turn.id, NoRedo::NotAsked, adopt.as_deref());
                     (Settled::Taken, vec![end, Effect::Queued(self.waiting())])
                 }
             };
@@ -460,6 +500,80 @@ impl Turns {
         let item = (!text.is_empty()).then(|| (kind, json!({ "text": text })));
         let end = Turns::finish(&inf.turn.id, outcome, reason, item, None);
         (Settled::Ended, vec![end])
+    }
+
+    /// The process of the turn in flight ended unasked (it crashed, or exited by itself), as
+    /// [`Turns::settle`], except that a message its conversation took is resolved by what the
+    /// conversation's file holds (issue 25, [`taken::resolve`]): `look` reads it. A whole answer
+    /// read back ends the turn `success`; a message taken and unanswered is asked again, first in
+    /// the queue, while `redo_limit` allows; otherwise a message never replayed ends
+    /// `taken_not_answered` and a turn that began ends with `outcome`.
+    pub fn settle_unasked(
+        &mut self,
+        outcome: TurnOutcome,
+        reason: &str,
+        text: String,
+        recorded: Option<&str>,
+        redo_limit: u32,
+        look: impl FnOnce(&Inflight) -> Option<TakenTurn>,
+    ) -> (Settled, Vec<Effect>) {
+        let Some(inf) = self.inflight.as_ref() else {
+            return (Settled::Nothing, Vec::new());
+        };
+        let Some(taken) = look(inf) else {
+            // Begun, never written down, nothing of an answer shown: asked again, uncut.
+            let lost = (inf.replayed && !inf.worked)
+                .then(|| taken::lost_before_written(&inf.turn, inf.answer_items, redo_limit))
+                .flatten();
+            if let Some(Resolved::Redo { turn, effects }) = lost {
+                self.inflight = None;
+                self.queue.push_front(turn);
+                let mut effects = effects;
+                effects.push(Effect::Queued(self.waiting()));
+                return (Settled::Redone, effects);
+            }
+            return self.settle(outcome, reason, text, recorded, |_| false);
+        };
+        let inf = self.inflight.take().expect("in flight");
+        let adopt = match decide::unreplayed_message(recorded, &inf.session, true) {
+            UnreplayedFate::Taken { adopt } if !inf.replayed => adopt,
+            _ => None,
+        };
+        let in_chat = if inf.replayed { inf.answer_items } else { 0 };
+        let mut effects = Vec::new();
+        let settled = match taken::resolve(&inf.turn, &taken, in_chat, redo_limit, adopt.as_deref())
+        {
+            Resolved::Answered(done) => {
+                effects.extend(done);
+                Settled::Recovered
+            }
+            Resolved::Redo {
+                turn,
+                effects: redo,
+            } => {
+                effects.extend(redo);
+                self.queue.push_front(turn);
+                Settled::Redone
+            }
+            Resolved::Unanswered { why, effects: read } => {
+                effects.extend(read);
+                if inf.replayed {
+                    let kind = if outcome == TurnOutcome::Crashed {
+                        "error"
+                    } else {
+                        "system"
+                    };
+                    let item = (!text.is_empty()).then(|| (kind, json!({ "text": text })));
+                    effects.push(Turns::finish(&inf.turn.id, outcome, reason, item, None));
+                    Settled::Ended
+                } else {
+                    effects.push(taken::unanswered_end(&inf.turn.id, why, adopt.as_deref()));
+                    Settled::Taken
+                }
+            }
+        };
+        effects.push(Effect::Queued(self.waiting()));
+        (settled, effects)
     }
 
     /// The CLI printed nothing within the start watchdog's bound (design rule 15): the message in
@@ -493,13 +607,9 @@ impl Turns {
             return vec![end, Effect::Queued(self.waiting())];
         };
         let end = match decide::unreplayed_message(recorded, &inf.session, holds(&inf)) {
-            UnreplayedFate::Taken { adopt } => Turns::finish(
-                &inf.turn.id,
-                TurnOutcome::TakenNotAnswered,
-                "taken_not_answered",
-                Some(("system", taken_note())),
-                adopt.as_deref(),
-            ),
+            UnreplayedFate::Taken { adopt } => {
+                taken::unanswered_end(&inf.turn.id, NoRedo::NotAsked, adopt.as_deref())
+            }
             UnreplayedFate::Resend => {
                 Turns::finish(&inf.turn.id, TurnOutcome::Error, reason, None, None)
             }

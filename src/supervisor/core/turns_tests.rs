@@ -6,6 +6,7 @@ fn turn(id: &str) -> QueuedTurn {
     QueuedTurn {
         id: id.to_owned(),
         text: format!("text of {id}"),
+        ..QueuedTurn::default()
     }
 }
 
@@ -257,6 +258,7 @@ fn a_slash_command_ends_with_its_result_though_never_replayed() {
     t.queue(QueuedTurn {
         id: "a".into(),
         text: "/cost".into(),
+        ..QueuedTurn::default()
     });
     t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
     let ended = t.result(ResultOutcome::Success, &json!({"num_turns": 0}), None);
@@ -504,6 +506,7 @@ fn rule_1_what_the_cli_says_is_the_answering_turns_once_its_message_began() {
     t.queue(QueuedTurn {
         id: "c".into(),
         text: "/compact".into(),
+        ..QueuedTurn::default()
     });
     assert_eq!(chat_turn(&mut t), None, "nothing in flight: the bot's");
     t.deliver("s", std::time::SystemTime::UNIX_EPOCH).unwrap();
@@ -523,4 +526,38 @@ fn rule_1_what_the_cli_says_is_the_answering_turns_once_its_message_began() {
         Some("c"),
         "a slash command is answered without a replay"
     );
+}
+
+#[test]
+fn issue_25_a_refused_resume_of_a_message_asked_again_ends_it_unanswered() {
+    let mut t = Turns::default();
+    let cut = crate::runtime::Cut::At {
+        at: "p".into(),
+        drops: "u".into(),
+    };
+    t.queue(QueuedTurn {
+        redos: 1,
+        cut: Some(cut.clone()),
+        ..turn("a")
+    });
+    t.deliver_cut("s", std::time::SystemTime::UNIX_EPOCH, Some(&cut));
+    let ended = t.result(
+        ResultOutcome::Error,
+        &json!({"subtype": "error_during_execution",
+                "errors": ["Resume rejected by --resume-drops-turn: …"]}),
+        Some("Resume rejected by --resume-drops-turn: …".into()),
+    );
+    let c = commits(&ended.effects);
+    assert!(c[0].0.contains(&Write::TurnFinished {
+        turn_id: "a".into(),
+        outcome: TurnOutcome::TakenNotAnswered
+    }));
+    // A first ask's error before the replay stays an error (design rule 4's fallback).
+    let mut t = queued(&["b"]);
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
+    let ended = t.result(ResultOutcome::Error, &json!({}), Some("x".into()));
+    assert!(commits(&ended.effects)[0].0.contains(&Write::TurnFinished {
+        turn_id: "b".into(),
+        outcome: TurnOutcome::Error
+    }));
 }

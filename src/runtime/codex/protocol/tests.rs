@@ -13,6 +13,7 @@ fn open(start: SessionStart, mode: &str) -> (CodexProtocol, Vec<String>) {
         permission_mode: mode,
         env: &env,
         start: &start,
+        cut: None,
     };
     let mut p = CodexProtocol::new(&spec);
     let mut lines = p.opening();
@@ -330,6 +331,7 @@ fn an_empty_model_means_config_tomls_at_the_resume_and_live() {
         permission_mode: "",
         env: &env,
         start: &start,
+        cut: None,
     };
     // A resumed thread keeps the model it last ran with: config.toml's is named.
     let mut p = CodexProtocol::new(&spec).with_default_model(Some("cfg".into()));

@@ -74,7 +74,7 @@ fn a_failure_restarting_cannot_fix_fails_the_bot_instead_of_a_crash() {
         &mut turns,
         &exit(code(1), Some("s"), false),
         |_| false,
-        |_| false,
+        |_| None,
     );
     assert!(has_item(&steps.now, "error", "fatal"));
     assert!(has_item(&steps.now, "system", "failed_with_queue"));
@@ -93,7 +93,7 @@ fn the_stderr_of_a_failure_restarting_cannot_fix_fails_the_bot() {
         &mut Turns::default(),
         &e,
         |_| false,
-        |_| false,
+        |_| None,
     );
     assert!(has_item(&steps.now, "error", "fatal"));
     assert_eq!(states(&steps.now), [State::Failed]);
@@ -125,7 +125,7 @@ fn a_fatal_result_of_one_process_does_not_fail_the_crash_of_the_next() {
         &mut Turns::default(),
         &exit(killed(), Some("s"), false),
         |_| false,
-        |_| false,
+        |_| None,
     );
     assert!(has_item(&steps.now, "error", "crash"));
     assert!(steps.crashed.is_some());
@@ -190,7 +190,7 @@ fn rule_4_the_exit_of_a_process_that_lost_its_conversation_is_not_a_crash() {
         &mut turns,
         &exit(code(1), None, false),
         |_| false,
-        |_| false,
+        |_| None,
     );
     assert_eq!(steps.crashed, None);
     assert!(items(&steps.now).is_empty());
@@ -211,7 +211,7 @@ fn rule_9_a_process_that_exits_while_being_stopped_is_released_then_stopped() {
         &mut turns,
         &exit(killed(), Some("s"), true),
         |_| false,
-        |_| false,
+        |_| None,
     );
     assert_eq!(
         finished(&steps.now),
@@ -370,9 +370,16 @@ fn rule_2_an_id_refused_as_in_use_is_resumed_without_a_transcript_check_once() {
         true,
         |_| panic!("not asked"),
         || SessionStart::New("n".into()),
+        None,
     );
     assert_eq!(first.start, SessionStart::Resume("x".into()));
-    let next = life.start_decision(Some("s"), true, |_| false, || SessionStart::New("n".into()));
+    let next = life.start_decision(
+        Some("s"),
+        true,
+        |_| false,
+        || SessionStart::New("n".into()),
+        None,
+    );
     assert_eq!(next.start, SessionStart::New("n".into()));
     assert!(
         next.forget.is_some(),
@@ -418,7 +425,13 @@ fn rule_5_a_fresh_restart_whose_forget_failed_never_resumes_the_old_conversation
     life.restart(true, true, Some("s")).unwrap();
     life.restart_recorded(false);
     // A later Send starts the agent: a new conversation, and the old one forgotten then.
-    let start = life.start_decision(Some("s"), true, |_| true, || SessionStart::New("n".into()));
+    let start = life.start_decision(
+        Some("s"),
+        true,
+        |_| true,
+        || SessionStart::New("n".into()),
+        None,
+    );
     assert_eq!(start.start, SessionStart::New("n".into()));
     assert_eq!(
         start.forget,
@@ -427,6 +440,12 @@ fn rule_5_a_fresh_restart_whose_forget_failed_never_resumes_the_old_conversation
     life.start_forgot(false);
     assert!(life.forget_pending.is_some(), "until it is on record");
     life.start_forgot(true);
-    let next = life.start_decision(Some("n"), true, |_| true, || SessionStart::New("m".into()));
+    let next = life.start_decision(
+        Some("n"),
+        true,
+        |_| true,
+        || SessionStart::New("m".into()),
+        None,
+    );
     assert_eq!(next.start, SessionStart::Resume("n".into()));
 }

@@ -14,6 +14,7 @@ pub(super) fn turn(id: &str) -> QueuedTurn {
     QueuedTurn {
         id: id.to_owned(),
         text: format!("text of {id}"),
+        ..QueuedTurn::default()
     }
 }
 
@@ -46,6 +47,7 @@ pub(super) fn exit(status: ExitInfo, recorded: Option<&str>, in_flight: bool) ->
         fresh_window: Duration::from_secs(5),
         recorded,
         in_flight,
+        redo_limit: 3,
     }
 }
 

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod notify;
+
 /// Environment variables a bot's CLI inherits from the daemon. An entry ending in `*` is a prefix.
 /// Everything else in the daemon's environment stays out; a bot's own `env` option is added on top.
 pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &[
@@ -110,6 +112,10 @@ pub struct Config {
     /// transcript), beside the database in `conversations/`, and puts it back when the CLI's is
     /// gone before a resume (default true; `supervisor::keep`).
     pub keep_conversations: bool,
+    /// `[notify]`: what `botvisor-notify` shows on the desktop (botvisord only checks it).
+    pub notify: notify::NotifyConfig,
+    /// `[[hooks]]`: commands `botvisor-notify` runs for events (botvisord only checks them).
+    pub hooks: Vec<notify::HookConfig>,
 }
 
 /// The largest budget accepted, in US dollars (config `budget_usd`, `CreateBot`'s `budget_usd`,
@@ -163,6 +169,8 @@ impl Default for Config {
             budget_usd: None,
             continue_after_limit: false,
             keep_conversations: true,
+            notify: notify::NotifyConfig::default(),
+            hooks: Vec::new(),
         }
     }
 }
@@ -295,7 +303,7 @@ impl Config {
         if self.crash_loop_limit == 0 {
             return Err("key `crash_loop_limit` must be at least 1".into());
         }
-        Ok(())
+        notify::validate(&self.notify, &self.hooks)
     }
 
     /// The stop grace period.

@@ -25,7 +25,7 @@ use super::model::Happening;
 use super::note;
 
 /// The bytes of a hook's standard error kept for the log.
-pub const KEPT_STDERR: usize = 2048;
+pub const KEPT_STDERR: usize = 1024;
 
 /// How long a hook's standard error is read after it exited: a process it left running may
 /// hold the pipe open, and is not waited for.

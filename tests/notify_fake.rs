@@ -96,13 +96,15 @@ async fn a_server_that_comes_back_is_shown_the_open_request_and_no_one_else_answ
     let n = server.wait("the request shown again", asks).await;
     assert_eq!(n.replaces, 0, "a new server knows no earlier id");
     assert_eq!(&n.actions[..2], ["default", "Open"]);
-    // A signal from a connection that is not the server's is not taken.
+    // A signal from a connection that is not the server's is not taken, even sent to
+    // botvisor-notify itself (a signal with a destination passes every match rule).
     let key = allow_key(&n.actions);
-    let spoof =
-        zbus::object_server::SignalEmitter::new(&fake.env.conn, "/org/freedesktop/Notifications")
-            .unwrap();
-    spoof
-        .emit(
+    let target = notify.unique_name(&fake.env.conn).await;
+    fake.env
+        .conn
+        .emit_signal(
+            Some(target.as_str()),
+            "/org/freedesktop/Notifications",
             "org.freedesktop.Notifications",
             "ActionInvoked",
             &(n.id, key.replace("allow", "deny")),
@@ -237,4 +239,55 @@ timeout_s = 0.5
         .find(|l| l.contains("killed after its timeout"))
         .unwrap();
     assert!(line.contains("spam") && line.len() < 4000, "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_requests_at_once_are_one_notification() {
+    let fake = FakeSetup::start("").await;
+    let server = StandInServer::start(&fake.env.bus.address, &["actions", "body"]).await;
+    let bot = fake
+        .bot(json!([{"mode": "normal", "ask": {"tool": "Write", "count": 200}}]))
+        .await;
+    let notify = Notifier::start(&fake.env, "[notify]\nturn_finished = false\n").await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send("go", HashMap::new()).await.unwrap();
+    let first = server
+        .wait("the 200th request counted", |r| {
+            r.notified
+                .iter()
+                .find(|n| n.body.contains("(199 more requests waiting)"))
+                .cloned()
+        })
+        .await;
+    let pending = bot.pending_permissions().await.unwrap();
+    assert_eq!(pending.len(), 200);
+    for (id, _, _) in &pending {
+        bot.respond_permission(id, "allow", HashMap::new())
+            .await
+            .unwrap();
+    }
+    assert_eq!(wait_turns(&mut finished, &[turn]).await[0].1, "success");
+    server
+        .wait("its notification closed", |r| {
+            r.closed.contains(&first.id).then_some(())
+        })
+        .await;
+    let record = server
+        .wait("the record", |r| {
+            Some((r.notified.clone(), r.closed.clone()))
+        })
+        .await;
+    let ids: std::collections::HashSet<u32> = record.0.iter().map(|n| n.id).collect();
+    assert_eq!(
+        ids.len(),
+        1,
+        "one notification, replaced in place: {:?}",
+        record.0.len()
+    );
+    eprintln!(
+        "200 requests answered one by one: {} Notify calls, {} CloseNotification",
+        record.0.len(),
+        record.1.len()
+    );
+    assert!(notify.log_text().contains("botvisord is on the bus"));
 }

@@ -215,8 +215,8 @@ pub fn check_lines(notify: &NotifyConfig, hooks: &[HookConfig]) -> Vec<String> {
         let found = find_program(program);
         let mut line = format!(
             "hook {}: {} for {} (timeout {} s, queue {})",
-            h.label(),
-            h.command.join(" "),
+            crate::text::escape(&h.label(), false),
+            crate::text::escape(&h.command.join(" "), false),
             h.events.join(", "),
             h.timeout_s,
             h.queue

@@ -238,6 +238,17 @@ impl Dunst {
         .unwrap_or_else(|| self.fail(&format!("no {n} notifications ending {summary_end:?}")))
     }
 
+    /// Waits until dunst showed a notification for which `pred` holds, and returns the first.
+    pub async fn wait_shown_where(
+        &self,
+        what: &str,
+        pred: impl Fn(&HashMap<String, String>) -> bool,
+    ) -> HashMap<String, String> {
+        poll(what, || self.shown().into_iter().find(|s| pred(s)))
+            .await
+            .unwrap_or_else(|| self.fail(&format!("never shown: {what}")))
+    }
+
     /// `dunstctl ARGS` on this bus: its output.
     pub fn ctl(&self, args: &[&str]) -> String {
         let out = Command::new("dunstctl")
@@ -357,6 +368,24 @@ impl Notifier {
             child: Some(child),
             log,
         }
+    }
+
+    /// Its connection's unique name on the bus of `conn` (found by its pid).
+    pub async fn unique_name(&self, conn: &Connection) -> String {
+        let pid = self.child.as_ref().expect("running").id();
+        let dbus = zbus::fdo::DBusProxy::new(conn).await.unwrap();
+        for name in dbus.list_names().await.unwrap() {
+            if name.starts_with(':')
+                && dbus
+                    .get_connection_unix_process_id(name.clone().into())
+                    .await
+                    .ok()
+                    == Some(pid)
+            {
+                return name.to_string();
+            }
+        }
+        panic!("botvisor-notify (pid {pid}) is not on the bus")
     }
 
     /// Its log so far.

@@ -49,7 +49,7 @@ Environment:
                        before replying, ask permission for tool T (a can_use_tool control
                        request `ask-L-N`: launch L, its Nth question) with input {"file_path": "/dev/null", "content": N "x"s}
                        (or "input" when given), K times at once (default 1), wait for every
-                       answer and append {"behavior", "request_id", "input_equal"} to answers.jsonl for each
+                       answer and append {"behavior", "input_equal"} to answers.jsonl for each
     "stream_then_wait": true
                        stream the reply as one text delta (stream_event lines), then wait until
                        the file "release" appears in the state folder before the assistant message
@@ -268,7 +268,6 @@ for line in sys.stdin:
             decided = answer["response"]["response"]
             with open(os.path.join(state, "answers.jsonl"), "a") as f:
                 f.write(json.dumps({"behavior": decided.get("behavior"),
-                                    "request_id": answer["response"].get("request_id"),
                                     "input_equal": decided.get("updatedInput") == tool_input})
                         + "\n")
     if step.get("stream_then_wait"):

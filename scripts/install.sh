@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs botvisord and botvisorctl for the current user. See docs/install.md.
+# Installs botvisord, botvisorctl and botvisor-notify for the current user. See docs/install.md.
 set -euo pipefail
 
 usage() {
@@ -9,7 +9,9 @@ Usage: scripts/install.sh [OPTIONS]
 Builds botvisor (cargo build --release) and installs it for the current user: the binaries,
 shell completions and the man page of botvisorctl, the docs, and the way the service starts:
 a systemd user unit with D-Bus activation (Linux with a systemd user manager), a launchd agent
-(macOS), or D-Bus activation alone with a log file (Linux without systemd). It records where
+(macOS), or D-Bus activation alone with a log file (Linux without systemd); and botvisor-notify,
+the desktop notifications (a systemd user unit with the graphical session, or an XDG autostart
+entry without systemd; docs/notifications.md). It records where
 the Claude Code CLI is in the configuration, because a service started by D-Bus or systemd does
 not see your shell's PATH.
 
@@ -18,7 +20,8 @@ Options:
   --bin-dir DIR     install the binaries found in DIR (for example ~/.cargo/bin after
                     `cargo install --path .`); implies --no-build
   --autostart       also install an XDG autostart entry that starts botvisord at login
-                    (for desktops without a systemd user manager)
+                    (for desktops without a systemd user manager; botvisor-notify's is
+                    installed there without it)
   --system          for every user: PREFIX (default /usr/local), systemd --global
   --uninstall       remove what this script installed (the database and config stay)
   -h, --help        this help
@@ -60,6 +63,7 @@ if [ "$scope" = system ]; then
   prefix="${PREFIX:-/usr/local}"
   unit_dir="$prefix/lib/systemd/user"
   dbus_dir="$prefix/share/dbus-1/services"
+  apps_dir="$prefix/share/applications"
   bash_dir="$prefix/share/bash-completion/completions"
   zsh_dir="$prefix/share/zsh/site-functions"
   fish_dir="$prefix/share/fish/vendor_completions.d"
@@ -67,6 +71,7 @@ else
   prefix="${PREFIX:-$HOME/.local}"
   unit_dir="$config_home/systemd/user"
   dbus_dir="$data_home/dbus-1/services"
+  apps_dir="$data_home/applications"
   bash_dir="$data_home/bash-completion/completions"
   zsh_dir="$data_home/zsh/site-functions"
   fish_dir="$config_home/fish/completions"
@@ -82,6 +87,7 @@ else
 fi
 config="$config_home/botvisor/config.toml"
 autostart_file="$config_home/autostart/botvisord.desktop"
+notify_autostart="$config_home/autostart/botvisor-notify.desktop"
 
 # How this machine starts user services.
 manager=none
@@ -104,11 +110,14 @@ if [ "$mode" = uninstall ]; then
       launchctl bootout "gui/$(id -u)/org.botvisor.botvisord" 2>/dev/null || true
       rm -f "$agents/org.botvisor.botvisord.plist" ;;
     systemd)
+      systemctl --user disable --now botvisor-notify.service 2>/dev/null || true
       systemctl --user disable --now botvisord.service 2>/dev/null || true ;;
   esac
-  rm -f "$unit_dir/botvisord.service" "$dbus_dir/org.botvisor.Botvisor1.service" "$autostart_file"
+  rm -f "$unit_dir/botvisord.service" "$unit_dir/botvisor-notify.service" \
+    "$dbus_dir/org.botvisor.Botvisor1.service" "$autostart_file" "$notify_autostart" \
+    "$apps_dir/botvisor-notify.desktop"
   [ "$manager" = systemd ] && { systemctl --user daemon-reload || echo "install.sh: systemctl --user daemon-reload failed" >&2; }
-  rm -f "$bindir/botvisord" "$bindir/botvisorctl" "$mandir/botvisorctl.1" \
+  rm -f "$bindir/botvisord" "$bindir/botvisorctl" "$bindir/botvisor-notify" "$mandir/botvisorctl.1" \
     "$bash_dir/botvisorctl" "$zsh_dir/_botvisorctl" "$fish_dir/botvisorctl.fish"
   rm -rf "$docdir"
   echo "uninstalled; kept the database ($state_home/botvisor) and the configuration ($config)"
@@ -122,21 +131,23 @@ if [ -z "$bin_src" ]; then
     cargo build --release --locked --bins
   fi
 fi
-for b in botvisord botvisorctl; do
+for b in botvisord botvisorctl botvisor-notify; do
   if [ ! -x "$bin_src/$b" ]; then
     echo "install.sh: no $bin_src/$b; build first (cargo build --release), or give --bin-dir DIR" >&2
     exit 1
   fi
 done
 
-install -d "$bindir" "$docdir" "$mandir" "$bash_dir" "$zsh_dir" "$fish_dir"
-install -m 0755 "$bin_src/botvisord" "$bin_src/botvisorctl" "$bindir/"
+install -d "$bindir" "$docdir" "$mandir" "$bash_dir" "$zsh_dir" "$fish_dir" "$apps_dir"
+install -m 0755 "$bin_src/botvisord" "$bin_src/botvisorctl" "$bin_src/botvisor-notify" "$bindir/"
+# Its name is the desktop-entry hint of botvisor-notify's notifications.
+fill packaging/xdg/botvisor-notify.desktop "$apps_dir/botvisor-notify.desktop"
 install -m 0644 README.md docs/*.md dbus/org.botvisor.Botvisor1.xml "$docdir/"
 "$bindir/botvisorctl" man > "$mandir/botvisorctl.1"
 "$bindir/botvisorctl" completions bash > "$bash_dir/botvisorctl"
 "$bindir/botvisorctl" completions zsh > "$zsh_dir/_botvisorctl"
 "$bindir/botvisorctl" completions fish > "$fish_dir/botvisorctl.fish"
-echo "installed botvisord and botvisorctl in $bindir (man page, bash, zsh and fish completions too)"
+echo "installed botvisord, botvisorctl and botvisor-notify in $bindir (man page, bash, zsh and fish completions too)"
 
 # Where Claude Code is, for a service that does not see this shell's PATH.
 claude="${CLAUDE_BIN:-$(command -v claude 2>/dev/null || true)}"
@@ -173,6 +184,7 @@ case "$manager" in
   systemd)
     install -d "$unit_dir" "$dbus_dir"
     fill packaging/systemd/botvisord.service "$unit_dir/botvisord.service"
+    fill packaging/systemd/botvisor-notify.service "$unit_dir/botvisor-notify.service"
     fill packaging/dbus/org.botvisor.Botvisor1.service "$dbus_dir/org.botvisor.Botvisor1.service"
     if [ "$scope" = user ]; then
       if ! systemctl --user daemon-reload; then
@@ -184,8 +196,11 @@ case "$manager" in
       echo "  systemctl --user enable --now botvisord"
       echo "(or do nothing: the first D-Bus call, such as botvisorctl list, starts it)"
       echo "its log: journalctl --user -u botvisord"
+      echo "desktop notifications when a bot needs you (docs/notifications.md), with every graphical session:"
+      echo "  systemctl --user enable --now botvisor-notify"
     else
-      echo "installed the unit in $unit_dir; enable it for every user with: systemctl --global enable botvisord"
+      echo "installed the units in $unit_dir; enable them for every user with:"
+      echo "  systemctl --global enable botvisord botvisor-notify"
     fi ;;
   none)
     install -d "$dbus_dir" "$logdir"
@@ -194,6 +209,10 @@ case "$manager" in
     echo "botvisord starts by D-Bus activation on the first call (botvisorctl list, a panel), when"
     echo "your session bus reads $dbus_dir; it logs to $logdir/botvisord.log"
     echo "or run it yourself in a terminal: $bindir/botvisord"
+    install -d "$(dirname "$notify_autostart")"
+    fill packaging/xdg/botvisor-notify.desktop "$notify_autostart"
+    echo "installed the autostart entry $notify_autostart: your desktop starts botvisor-notify"
+    echo "(desktop notifications when a bot needs you, docs/notifications.md) at login"
     if [ "$autostart" = yes ]; then
       install -d "$(dirname "$autostart_file")"
       fill packaging/xdg/botvisord.desktop "$autostart_file"

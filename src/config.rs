@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod notify;
+
 /// Environment variables a bot's CLI inherits from the daemon. An entry ending in `*` is a prefix.
 /// Everything else in the daemon's environment stays out; a bot's own `env` option is added on top.
 pub const DEFAULT_ENV_ALLOWLIST: &[&str] = &[
@@ -114,6 +116,10 @@ pub struct Config {
     /// botvisord died first) is asked again, each time by a resume that drops the unanswered
     /// attempt (issue 25; default 3; 0: never, such a turn ends `taken_not_answered`).
     pub redo_limit: u32,
+    /// `[notify]`: what `botvisor-notify` shows on the desktop (botvisord only checks it).
+    pub notify: notify::NotifyConfig,
+    /// `[[hooks]]`: commands `botvisor-notify` runs for events (botvisord only checks them).
+    pub hooks: Vec<notify::HookConfig>,
 }
 
 /// The largest budget accepted, in US dollars (config `budget_usd`, `CreateBot`'s `budget_usd`,
@@ -171,6 +177,8 @@ impl Default for Config {
             continue_after_limit: false,
             keep_conversations: true,
             redo_limit: 3,
+            notify: notify::NotifyConfig::default(),
+            hooks: Vec::new(),
         }
     }
 }
@@ -309,7 +317,7 @@ impl Config {
         if self.crash_loop_limit == 0 {
             return Err("key `crash_loop_limit` must be at least 1".into());
         }
-        Ok(())
+        notify::validate(&self.notify, &self.hooks)
     }
 
     /// The stop grace period.

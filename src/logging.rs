@@ -5,7 +5,7 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
-/// The syslog identifier in the journal.
+/// The syslog identifier of botvisord in the journal.
 pub const SYSLOG_IDENTIFIER: &str = "botvisord";
 
 /// Installs the global subscriber. `verbosity` 0 is `info`, 1 `debug`, 2 or more `trace`;
@@ -13,6 +13,12 @@ pub const SYSLOG_IDENTIFIER: &str = "botvisord";
 /// made), unless the journal takes it; a file that cannot be opened leaves the log on stderr,
 /// with a line saying why.
 pub fn init(verbosity: u8, log_file: Option<&std::path::Path>) {
+    init_as(SYSLOG_IDENTIFIER, verbosity, log_file)
+}
+
+/// As [`init`], for the program whose syslog identifier in the journal is `identifier`
+/// (`botvisor-notify`).
+pub fn init_as(identifier: &str, verbosity: u8, log_file: Option<&std::path::Path>) {
     let default = match verbosity {
         0 => "info",
         1 => "botvisor=debug,info",
@@ -22,7 +28,7 @@ pub fn init(verbosity: u8, log_file: Option<&std::path::Path>) {
     if std::env::var_os("JOURNAL_STREAM").is_some()
         && let Ok(journald) = tracing_journald::layer()
     {
-        let journald = journald.with_syslog_identifier(SYSLOG_IDENTIFIER.to_owned());
+        let journald = journald.with_syslog_identifier(identifier.to_owned());
         let _ = tracing_subscriber::registry()
             .with(filter)
             .with(journald)

@@ -124,8 +124,27 @@ fn without_systemd_it_says_what_to_do_and_installs_everything() {
         "says where the log goes: {out}"
     );
 
-    for f in [".local/bin/botvisord", ".local/bin/botvisorctl"] {
+    for f in [
+        ".local/bin/botvisord",
+        ".local/bin/botvisorctl",
+        ".local/bin/botvisor-notify",
+    ] {
         assert!(h.path(f).is_file(), "{f} missing");
+    }
+    // botvisor-notify: its desktop entry (the notifications' desktop-entry hint) and, without
+    // systemd, its autostart entry.
+    let notify_exec = format!(
+        "Exec={} --log-file {}",
+        h.path(".local/bin/botvisor-notify").display(),
+        h.path(".local/state/botvisor/botvisor-notify.log")
+            .display()
+    );
+    for f in [
+        ".local/share/applications/botvisor-notify.desktop",
+        ".config/autostart/botvisor-notify.desktop",
+    ] {
+        let entry = h.read(f);
+        assert!(entry.contains(&notify_exec), "{f}: {entry}");
     }
     assert!(
         h.read(".local/share/man/man1/botvisorctl.1")
@@ -189,6 +208,8 @@ fn without_systemd_it_says_what_to_do_and_installs_everything() {
     assert!(!h.path(".local/bin/botvisord").exists());
     assert!(!h.path(".local/share/man/man1/botvisorctl.1").exists());
     assert!(!h.path(".config/autostart/botvisord.desktop").exists());
+    assert!(!h.path(".config/autostart/botvisor-notify.desktop").exists());
+    assert!(!h.path(".local/bin/botvisor-notify").exists());
     assert!(
         h.path(".config/botvisor/config.toml").exists(),
         "the configuration stays"
@@ -200,7 +221,7 @@ fn cargo_target_dir_is_honoured() {
     let h = Home::new(1, 0);
     let target = h.home.join("elsewhere");
     std::fs::create_dir_all(target.join("release")).unwrap();
-    for b in ["botvisord", "botvisorctl"] {
+    for b in ["botvisord", "botvisorctl", "botvisor-notify"] {
         std::fs::copy(
             Path::new(&bin_dir()).join(b),
             target.join("release").join(b),
@@ -244,6 +265,19 @@ fn with_systemd_it_reloads_and_says_how_to_enable() {
         "{unit}"
     );
     assert!(h.read("systemctl.log").contains("--user daemon-reload"));
+    assert!(
+        out.contains("systemctl --user enable --now botvisor-notify"),
+        "{out}"
+    );
+    let unit = h.read(".config/systemd/user/botvisor-notify.service");
+    assert!(
+        unit.contains(&format!(
+            "ExecStart={}",
+            h.path(".local/bin/botvisor-notify").display()
+        )) && unit.contains("WantedBy=graphical-session.target"),
+        "{unit}"
+    );
+    assert!(!h.path(".config/autostart/botvisor-notify.desktop").exists());
 
     // A failing daemon-reload is said, not hidden.
     let h = Home::new(0, 1);

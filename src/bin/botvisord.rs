@@ -116,6 +116,10 @@ fn check_config(config_path: &std::path::Path, config: &Config) -> ExitCode {
         }
         Err(e) => println!("runtime codex: warning: {e}"),
     }
+    // What botvisor-notify will do with this file (docs/notifications.md).
+    for line in botvisor::config::notify::check_lines(&config.notify, &config.hooks) {
+        println!("{line}");
+    }
     if ok {
         ExitCode::SUCCESS
     } else {

@@ -45,10 +45,11 @@ Environment:
   Big output, in "normal" mode:
     "echo_bytes": N    the reply is the message repeated and cut to N characters (N bytes for
                        an ASCII message), e.g. 12 MiB of assistant text from a short message
-    "ask": {"tool": T, "input_bytes": N}
+    "ask": {"tool": T, "input_bytes": N, "count": K, "input": {...}}
                        before replying, ask permission for tool T (a can_use_tool control
-                       request `ask-L-N`: launch L, its Nth question) with input {"file_path": "/dev/null", "content": N "x"s}, wait for
-                       the answer and append {"behavior", "input_equal"} to answers.jsonl
+                       request `ask-L-N`: launch L, its Nth question) with input {"file_path": "/dev/null", "content": N "x"s}
+                       (or "input" when given), K times at once (default 1), wait for every
+                       answer and append {"behavior", "input_equal"} to answers.jsonl for each
     "stream_then_wait": true
                        stream the reply as one text delta (stream_event lines), then wait until
                        the file "release" appears in the state folder before the assistant message
@@ -249,20 +250,26 @@ for line in sys.stdin:
         reply = (text * (n // max(len(text), 1) + 1))[:n]
     ask = step.get("ask")
     if ask:
-        tool_input = {"file_path": "/dev/null", "content": "x" * ask["input_bytes"]}
-        question = globals().get("questions", 0)
-        globals()["questions"] = question + 1
-        out({"type": "control_request", "request_id": "ask-%d-%d" % (launch, question),
-             "request": {"subtype": "can_use_tool", "tool_name": ask["tool"], "input": tool_input,
-                         "tool_use_id": "toolu_ask"}})
-        while True:
+        tool_input = ask.get("input") or {"file_path": "/dev/null",
+                                          "content": "x" * ask.get("input_bytes", 0)}
+        asked = []
+        for _ in range(ask.get("count", 1)):
+            question = globals().get("questions", 0)
+            globals()["questions"] = question + 1
+            asked.append("ask-%d-%d" % (launch, question))
+            out({"type": "control_request", "request_id": asked[-1],
+                 "request": {"subtype": "can_use_tool", "tool_name": ask["tool"],
+                             "input": tool_input, "tool_use_id": "toolu_ask"}})
+        while asked:
             answer = json.loads(sys.stdin.readline())
-            if answer.get("type") == "control_response":
-                break
-        decided = answer["response"]["response"]
-        with open(os.path.join(state, "answers.jsonl"), "a") as f:
-            f.write(json.dumps({"behavior": decided.get("behavior"),
-                                "input_equal": decided.get("updatedInput") == tool_input}) + "\n")
+            if answer.get("type") != "control_response":
+                continue
+            asked = [a for a in asked if a != answer["response"].get("request_id")]
+            decided = answer["response"]["response"]
+            with open(os.path.join(state, "answers.jsonl"), "a") as f:
+                f.write(json.dumps({"behavior": decided.get("behavior"),
+                                    "input_equal": decided.get("updatedInput") == tool_input})
+                        + "\n")
     if step.get("stream_then_wait"):
         out({"type": "stream_event", "session_id": session, "event": {"type": "message_start"}})
         out({"type": "stream_event", "session_id": session, "event": {

@@ -6,6 +6,7 @@
 
 pub mod cgroup;
 pub mod codex;
+pub mod desktop;
 pub mod moments;
 pub mod responses_api;
 pub mod sshd;

@@ -10,6 +10,7 @@ use zbus::{Connection, OwnedObjectPath};
 use botvisor::dbus::client::{BotProxy, ManagerProxy};
 use botvisor::dbus::{BOT_INTERFACE, BUS_NAME, ROOT_PATH};
 pub use botvisor::supervisor::core::spend::dollars;
+pub use botvisor::time::local_time;
 
 use super::fail::{Failure, describe, error_name};
 use super::{hint, show};
@@ -373,32 +374,6 @@ pub fn plan_limit_words(plan_limit: &(String, String, f64, u64)) -> String {
         String::new()
     };
     format!("{window}{used} ({state}){reset}")
-}
-
-/// `at` (Unix seconds) in the local time zone as `HH:MM`, or `YYYY-MM-DD HH:MM` when it is more
-/// than a day from now.
-pub fn local_time(at: u64) -> String {
-    let t = at as libc::time_t;
-    // SAFETY: localtime_r writes only into `tm`, which lives on this stack.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
-        return format!("{at} (Unix time)");
-    }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    if at.abs_diff(now) > 24 * 3600 {
-        format!(
-            "{:04}-{:02}-{:02} {:02}:{:02}",
-            tm.tm_year + 1900,
-            tm.tm_mon + 1,
-            tm.tm_mday,
-            tm.tm_hour,
-            tm.tm_min
-        )
-    } else {
-        format!("{:02}:{:02}", tm.tm_hour, tm.tm_min)
-    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 
 use botvisor::runtime::claude::Claude;
 use botvisor::runtime::claude::events;
+use botvisor::runtime::claude::registry;
 use botvisor::runtime::claude::results::CONVERSATION_NOT_FOUND;
 use botvisor::runtime::claude::stdin;
 use botvisor::runtime::claude::taken;
@@ -230,6 +231,16 @@ impl Cli {
 
     /// [`Cli::spawn`], resuming without what `cut` drops (botvisor's own command for it).
     async fn spawn_with(place: &Place, start: SessionStart, cut: Option<&Cut>) -> Cli {
+        Cli::launch(place, start, cut, false).await
+    }
+
+    /// [`Cli::spawn`] resuming `id` in a copy (`--fork-session`).
+    async fn spawn_forked(place: &Place, id: &str) -> Cli {
+        Cli::launch(place, SessionStart::Resume(id.to_owned()), None, true).await
+    }
+
+    /// A CLI started with botvisor's own command for `start`, `cut` and `fork`.
+    async fn launch(place: &Place, start: SessionStart, cut: Option<&Cut>, fork: bool) -> Cli {
         let rt = runtime();
         let spec = LaunchSpec {
             cwd: &place.cwd,
@@ -238,6 +249,7 @@ impl Cli {
             env: &place.env,
             start: &start,
             cut,
+            fork,
         };
         let cmd = rt.command(rt.binary().unwrap(), &spec);
         let started = Instant::now();
@@ -1931,5 +1943,121 @@ async fn where_a_resume_continues_after_a_truncating_resume() {
         ),
         "{}",
         fact("with a record naming the newest entry, a truncating resume drops the newest attempt")
+    );
+}
+
+/// The registry files of `place`'s Claude Code that name `session`, as botvisor reads them
+/// (`runtime::claude::registry`).
+fn registry_entries(place: &Place, session: &str) -> Vec<registry::Entry> {
+    let dir = transcript::config_dir(&place.env).unwrap().join("sessions");
+    let texts: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .collect();
+    registry::entries_for(texts.iter().map(String::as_str), session)
+}
+
+/// Issue 25, design rule 7: every live Claude Code process is in the registry
+/// (`sessions/<pid>.json`, `procStart` its start time in clock ticks), and a second process
+/// resuming a conversation one holds is not refused: both write it. botvisor's holder check
+/// (`Runtime::holder`) finds the first. `--fork-session` continues in a new conversation and
+/// leaves the old transcript as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_session_is_in_the_registry_and_a_second_resume_is_not_refused() {
+    let Some(_) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let api = StandInApi::start(Arc::new(|req: &ApiRequest| {
+        Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+    }))
+    .await;
+    let place = Place::new(&env, &api, "home", &env.work);
+    let id = new_id();
+    let mut first = Cli::spawn(&place, SessionStart::New(id.clone())).await;
+    first.send("first").await;
+    first.until("the first turn's result", is_result).await;
+    let pid = first.child.id().unwrap();
+    let entries = registry_entries(&place, &id);
+    println!("the registry while the first process runs: {entries:?}");
+    let start_time = botvisor::process::identity::stat(pid).unwrap().start_time;
+    assert!(
+        entries
+            .iter()
+            .any(|e| e.pid == pid && e.start_time == start_time),
+        "{}",
+        fact("a live process is in sessions/<pid>.json with its procStart")
+    );
+    let holder = runtime()
+        .holder(&place.env, &place.cwd, &id)
+        .expect("botvisor finds the holder");
+    assert_eq!(holder.identity.pid, pid);
+    println!("botvisor names it: {} ({})", holder.what, holder.command);
+    // A second process on the same conversation.
+    let mut second = Cli::spawn(&place, SessionStart::Resume(id.clone())).await;
+    second.send("second").await;
+    let at = second
+        .until("the second process's result", is_result)
+        .await
+        .unwrap();
+    println!(
+        "a second resume while the first runs: result {}",
+        second.seen[at].json()["subtype"]
+    );
+    assert_eq!(
+        second.seen[at].json()["subtype"],
+        "success",
+        "{}",
+        fact("a resume of a conversation another process holds is not refused")
+    );
+    second.close_stdin();
+    second.wait("the second process's end").await;
+    first.close_stdin();
+    first.wait("the first process's end").await;
+    assert!(
+        registry_entries(&place, &id).iter().all(|e| e.pid != pid),
+        "{}",
+        fact("a process that exits gently removes its registry file")
+    );
+    assert!(runtime().holder(&place.env, &place.cwd, &id).is_none());
+    // A fork: a new conversation, the old transcript untouched.
+    let path = place.transcript(&id).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let rt = runtime();
+    let start = SessionStart::Resume(id.clone());
+    let spec = LaunchSpec {
+        cwd: &place.cwd,
+        model: "",
+        permission_mode: "",
+        env: &place.env,
+        start: &start,
+        cut: None,
+        fork: true,
+    };
+    let argv = rt.command(rt.binary().unwrap(), &spec).args.join(" ");
+    assert!(argv.contains("--fork-session"), "{argv}");
+    let mut fork = Cli::spawn_forked(&place, &id).await;
+    fork.send("third").await;
+    let at = fork.until("the fork's result", is_result).await.unwrap();
+    let forked = fork.seen[at].json()["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    fork.close_stdin();
+    fork.wait("the fork's end").await;
+    println!("the fork's conversation: {forked}");
+    assert_ne!(forked, id, "{}", fact("--fork-session names a new session"));
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "{}",
+        fact("a fork leaves the old transcript as it was")
+    );
+    let body = api.requests().last().unwrap().body.to_string();
+    assert!(
+        body.contains("Hello! You said: second"),
+        "{}",
+        fact("a fork carries the conversation's turns")
     );
 }

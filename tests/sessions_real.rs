@@ -749,3 +749,152 @@ async fn a_slash_command_the_cli_runs_itself_ends_its_turn() {
     assert_eq!(bot.queued_messages().await.unwrap(), 0);
     wait_state(&bot, "idle").await;
 }
+
+/// A real Claude Code the user runs on `session` outside botvisor (print mode, stdin held open:
+/// as another program would), once it is in the CLI's registry of live sessions.
+struct OtherCli {
+    child: std::process::Child,
+}
+
+impl OtherCli {
+    async fn start(env: &TestEnv, setup: &RealSetup, claude: &Path, session: &str) -> OtherCli {
+        let child = std::process::Command::new(claude)
+            .args([
+                "-p",
+                "--input-format",
+                "stream-json",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--resume",
+                session,
+            ])
+            .current_dir(&env.work)
+            .env_clear()
+            .envs(&setup.bot_env)
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let rt = botvisor::runtime::claude::Claude::new(Some(claude.to_owned()));
+        let env_map: std::collections::BTreeMap<String, String> = setup
+            .bot_env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        bounded("the other CLI in the registry", async {
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
+            while botvisor::runtime::Runtime::holder(&rt, &env_map, &env.work, session)
+                .is_none_or(|h| h.identity.pid != child.id())
+            {
+                tick.tick().await;
+            }
+        })
+        .await;
+        OtherCli { child }
+    }
+
+    /// Closes its stdin: it exits by itself.
+    fn close(mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for OtherCli {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue 25, design rule 7: a conversation another process holds (the user's terminal, another
+/// program) gets no second writer. The bot waits in `held_elsewhere` naming it (`HeldBy`), no
+/// crash counted, its message queued; it goes on by itself in the same conversation when that
+/// process exits; `Restart` with `fork` continues in a copy, leaving the held one as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_another_process_holds_is_waited_for_or_forked() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude.clone(), echo_script()).await;
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let session = bot.session_id().await.unwrap();
+    stop_and_wait(&bot).await;
+
+    let other = OtherCli::start(&env, &setup, &claude, &session).await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let two = bot.send("two", HashMap::new()).await.unwrap();
+    wait_state(&bot, "held_elsewhere").await;
+    let held_by = bot.held_by().await.unwrap();
+    assert!(
+        held_by.starts_with(&format!("pid {}:", other.child.id())),
+        "{held_by}"
+    );
+    assert_eq!(bot.process_id().await.unwrap(), 0, "no second writer");
+    assert_eq!(bot.queued_messages().await.unwrap(), 1);
+    let items = chat(&bot).await;
+    assert!(of_kind(&items, "error").is_empty(), "no crash: {items:?}");
+    assert!(
+        of_kind(&items, "system")
+            .iter()
+            .any(|p| p["reason"] == "held_elsewhere" && p["pid"] == other.child.id()),
+        "{items:?}"
+    );
+    other.close();
+    let done = wait_turns(&mut finished, std::slice::from_ref(&two)).await;
+    assert_eq!(done[0].1, "success", "{done:?}");
+    assert_eq!(
+        bot.session_id().await.unwrap(),
+        session,
+        "the same conversation"
+    );
+    assert_eq!(bot.held_by().await.unwrap(), "");
+    assert!(
+        of_kind(&chat(&bot).await, "system")
+            .iter()
+            .any(|p| p["reason"] == "held_elsewhere_ended")
+    );
+
+    // Held again: a Restart with fork continues in a copy.
+    stop_and_wait(&bot).await;
+    let other = OtherCli::start(&env, &setup, &claude, &session).await;
+    let three = bot.send("three", HashMap::new()).await.unwrap();
+    wait_state(&bot, "held_elsewhere").await;
+    let held_file = {
+        let dir = env.home.join(".claude");
+        transcript::find(&dir, &std::fs::canonicalize(&env.work).unwrap(), &session).unwrap()
+    };
+    let before = std::fs::read(&held_file).unwrap();
+    bot.restart(HashMap::from([("fork", Variant::from(true))]))
+        .await
+        .unwrap();
+    let done = wait_turns(&mut finished, std::slice::from_ref(&three)).await;
+    assert_eq!(done[0].1, "success", "{done:?}");
+    let body = setup.api.requests().last().unwrap().body.to_string();
+    assert!(
+        body.contains("Hello! You said: two"),
+        "the copy carries the turns"
+    );
+    assert_eq!(
+        std::fs::read(&held_file).unwrap(),
+        before,
+        "the held conversation is left as it is"
+    );
+    // The copy is recorded once its transcript exists (rule 3).
+    let forked = bounded("the fork recorded", async {
+        let mut changes = bot.receive_session_id_changed().await;
+        loop {
+            let now = bot.session_id().await.unwrap();
+            if now != session {
+                return now;
+            }
+            changes.next().await;
+        }
+    })
+    .await;
+    assert_ne!(forked, session);
+    other.close();
+}

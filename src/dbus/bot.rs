@@ -161,14 +161,31 @@ impl BotObject {
 
     /// Stops the agent and starts it again. Options: `fresh` (b, default false): forget the
     /// conversation durably first, so that neither this start nor any later one resumes it;
-    /// otherwise the conversation is resumed when its transcript exists. Clears state `failed`
-    /// and `LastError`. Returns at once; `State` and `ProcessId` show the progress. Errors: Busy
-    /// (the working directory is gone), RuntimeUnavailable, InvalidArgument.
+    /// `fork` (b, default false): continue in a new conversation copied from it, leaving it as
+    /// it is (what goes on while another process holds it, `State` `held_elsewhere`; Claude Code
+    /// only); otherwise the conversation is resumed when its transcript exists. Clears state
+    /// `failed` and `LastError`. Returns at once; `State` and `ProcessId` show the progress.
+    /// Errors: Busy (the working directory is gone), RuntimeUnavailable, InvalidArgument (`fresh`
+    /// and `fork` together), NotSupported (`fork` on a runtime that cannot fork, Codex for now).
     async fn restart(&self, options: Options) -> Result<()> {
+        use crate::supervisor::core::lifecycle::RestartMode;
         let mut r = OptionReader::new("Restart", &options);
         let fresh = r.boolean("fresh")?.unwrap_or(false);
+        let fork = r.boolean("fork")?.unwrap_or(false);
         r.finish()?;
-        Ok(self.handle.restart(fresh)?)
+        let mode = match (fresh, fork) {
+            (true, true) => {
+                return Err(Error::InvalidArgument(
+                    "Restart: `fresh` starts a new conversation and `fork` copies the old one; \
+                     give one of them"
+                        .into(),
+                ));
+            }
+            (true, false) => RestartMode::Fresh,
+            (false, true) => RestartMode::Fork,
+            (false, false) => RestartMode::Resume,
+        };
+        Ok(self.handle.restart(mode)?)
     }
 
     /// Deletes the bot with its chat history. Returns at once, once the deletion is recorded (a
@@ -399,9 +416,11 @@ impl BotObject {
     }
 
     /// `stopped`, `idle`, `busy`, `stopping`, `failed`, `limited` (a plan's usage limit or the
-    /// budget holds: `LimitKind`, `LimitResetsAt`) or `login_required` (the CLI's login expired
+    /// budget holds: `LimitKind`, `LimitResetsAt`), `login_required` (the CLI's login expired
     /// or was refused: `LastError` gives its words; messages wait until its credentials file
-    /// changes, `SetEnvironment` or `Restart`).
+    /// changes, `SetEnvironment` or `Restart`) or `held_elsewhere` (another process, such as the
+    /// user's terminal, has the conversation open: `HeldBy` names it; messages wait until it
+    /// exits, or `Restart` with `fork`).
     #[zbus(property)]
     fn state(&self) -> String {
         self.view().state.as_str().to_owned()
@@ -512,6 +531,16 @@ impl BotObject {
     #[zbus(property, name = "TasksCurrent")]
     fn tasks_current(&self) -> u64 {
         self.view().usage.tasks_current
+    }
+
+    /// The process outside botvisor that holds the bot's conversation while `State` is
+    /// `held_elsewhere`: `pid N: what: command` (what: "Claude Code in a terminal (tmux …)",
+    /// "Claude Code run by another program", "Claude Code's background agent"; the command line
+    /// cut to 300 characters); empty otherwise. The bot looks every second and goes on when it
+    /// exits; `Restart` with `fork` continues in a copy of the conversation instead.
+    #[zbus(property)]
+    fn held_by(&self) -> String {
+        self.view().held_by.clone()
     }
 
     /// The window of the plan's usage limit the bot waits for (`five_hour`, `seven_day`, …; as

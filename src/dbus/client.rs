@@ -193,6 +193,9 @@ pub trait Bot {
     /// The window of the usage limit the bot waits for (`five_hour`, …; empty: none).
     #[zbus(property)]
     fn limit_kind(&self) -> zbus::Result<String>;
+    /// `HeldBy`.
+    #[zbus(property)]
+    fn held_by(&self) -> zbus::Result<String>;
     /// When that limit resets, Unix seconds (0: none or not known).
     #[zbus(property)]
     fn limit_resets_at(&self) -> zbus::Result<u64>;

@@ -211,5 +211,6 @@ pub fn property_name(property: Property) -> &'static str {
         Property::OutputTokens => "OutputTokens",
         Property::BudgetUsd => "BudgetUSD",
         Property::PlanLimit => "PlanLimit",
+        Property::HeldBy => "HeldBy",
     }
 }

@@ -85,6 +85,9 @@ pub struct LaunchSpec<'a> {
     /// With [`SessionStart::Resume`]: resume without the unanswered message this [`Cut`] drops,
     /// so that the message can be sent again (issue 25); `None`: resume the whole conversation.
     pub cut: Option<&'a Cut>,
+    /// With [`SessionStart::Resume`]: continue in a new conversation forked from it, leaving it as
+    /// it is (Claude Code: `--fork-session`).
+    pub fork: bool,
 }
 
 /// A chat item a runtime event asks to record.
@@ -138,6 +141,18 @@ impl TakenTurn {
             tool_called: false,
         }
     }
+}
+
+/// A live process outside botvisor that holds a conversation (design rule 7, issue 25): the
+/// bot waits in state `held_elsewhere` until it exits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The process, by identity: watched until it exits.
+    pub identity: crate::process::identity::ProcessIdentity,
+    /// What it is, in words ("Claude Code in a terminal (tmux work:@0.%0)", …).
+    pub what: String,
+    /// Its command line, bounded (`runtime::claude::registry`).
+    pub command: String,
 }
 
 /// How a turn ended, as the runtime reported it.
@@ -373,6 +388,11 @@ pub trait Runtime: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     /// Whether a conversation can be continued by a later process.
     fn can_resume(&self) -> bool;
+    /// Whether a resume can continue in a copy of the conversation, leaving it as it is (Claude
+    /// Code's `--fork-session`; [`LaunchSpec::fork`]).
+    fn can_fork(&self) -> bool {
+        false
+    }
     /// Whether an allowed tool use can run with an input a client changed (Claude Code's
     /// `updatedInput`); Codex runs the command it asked for, as asked.
     fn can_change_tool_input(&self) -> bool {
@@ -431,6 +451,18 @@ pub trait Runtime: Send + Sync + 'static {
     ) -> Option<TakenTurn> {
         self.conversation_has_message(env, cwd, session_id, text, since)
             .then(TakenTurn::bare)
+    }
+    /// The live process outside botvisor that holds the conversation `session_id` now, for a CLI
+    /// started with `env` in `cwd` (Claude Code: its registry of live sessions,
+    /// [`claude::registry`]); `None` when none does or the runtime cannot tell. Asked before
+    /// every resume: a second writer would fork the conversation.
+    fn holder(
+        &self,
+        _env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        _session_id: &str,
+    ) -> Option<Holder> {
+        None
     }
     /// Readies the conversation `session_id`'s files for a process that resumes it, so that it
     /// continues the conversation's newest branch (Claude Code: a `last-prompt` record naming

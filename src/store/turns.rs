@@ -117,6 +117,8 @@ pub struct RunningTurn {
     pub sent_at: std::time::SystemTime,
     /// How many chat items of its answer (`assistant`, `tool_use`, `tool_result`) are recorded.
     pub answer_items: usize,
+    /// Its agent began work: a `tool_use` or `permission_request` item of it is recorded.
+    pub worked: bool,
 }
 
 /// The turns of a bot that were running (replayed, no result), oldest first.
@@ -126,7 +128,9 @@ pub fn running(conn: &Connection, bot_id: &str) -> rusqlite::Result<Vec<RunningT
                 t.created_at,
                 (SELECT COUNT(*) FROM chat_items a WHERE a.bot_id = t.bot_id AND a.seq > t.chat_seq AND a.turn_id = t.id
                    AND a.kind IN ('assistant', 'tool_use', 'tool_result')),
-                t.redos
+                t.redos,
+                EXISTS (SELECT 1 FROM chat_items a WHERE a.bot_id = t.bot_id AND a.seq > t.chat_seq AND a.turn_id = t.id
+                   AND a.kind IN ('tool_use', 'permission_request'))
          FROM turns t
          LEFT JOIN chat_items c ON c.bot_id = t.bot_id AND c.seq = t.chat_seq
          LEFT JOIN chat_wholes w ON w.bot_id = t.bot_id AND w.seq = t.chat_seq
@@ -143,6 +147,7 @@ pub fn running(conn: &Connection, bot_id: &str) -> rusqlite::Result<Vec<RunningT
             },
             sent_at: humantime::parse_rfc3339(&at).unwrap_or(std::time::UNIX_EPOCH),
             answer_items: r.get::<_, i64>(3)? as usize,
+            worked: r.get(5)?,
         })
     })?
     .collect()

@@ -10,6 +10,7 @@ mod credentials;
 mod effects;
 mod events;
 mod exit;
+mod held;
 mod idle;
 mod keep;
 mod launch;
@@ -204,6 +205,7 @@ pub fn spawn_actor(
         budget_default: config.budget_nanos(),
         plan_limit: None,
         usage: Default::default(),
+        held_by: String::new(),
     }));
     let shared = Arc::new(Shared {
         runtime: runtime.clone(),
@@ -297,6 +299,7 @@ impl Actor {
             // Nothing to do but what follows every input: the pump may start the agent now.
             Due::RestartBackoffOver => {}
             Due::Idle => self.on_idle_deadline().await,
+            Due::LookAtHolder => self.look_at_holder(),
             Due::LimitLifted => {
                 tracing::info!(bot_id = %self.id, "usage limit over; the waiting messages go");
                 self.hold_over();

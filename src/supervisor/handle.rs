@@ -2,6 +2,7 @@
 //! (design rule 1), and queue a command for the bot's actor, which applies them in order
 //! (rule 7). Its methods never wait for the actor.
 
+use super::core::lifecycle::RestartMode;
 use crate::supervisor::Property;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -230,12 +231,20 @@ impl BotHandle {
         }
     }
 
-    /// Asks for a restart; `fresh` starts a new conversation. Errors: Busy (the working
-    /// directory is gone), RuntimeUnavailable; either changes nothing.
-    pub fn restart(&self, fresh: bool) -> Result<(), BotError> {
+    /// Asks for a restart on the conversation, a new one ([`RestartMode::Fresh`]) or a copy
+    /// ([`RestartMode::Fork`]). Errors: Busy (the working directory is gone),
+    /// RuntimeUnavailable; either changes nothing.
+    pub fn restart(&self, mode: RestartMode) -> Result<(), BotError> {
         self.check_alive()?;
+        if mode == RestartMode::Fork && !self.shared.runtime.can_fork() {
+            return Err(BotError::NotSupported(format!(
+                "Restart: the {} runtime cannot continue in a copy of a conversation (fork); \
+                 Restart without it resumes the conversation, with fresh begins a new one",
+                self.shared.runtime.name()
+            )));
+        }
         self.check_can_start(&self.snapshot())?;
-        if fresh {
+        if mode == RestartMode::Fresh {
             // Durably forgotten before this call returns; the actor forgets again after the stop
             // in case the old process began a turn meanwhile.
             bot::forget_session(self, "fresh_restart")?;
@@ -253,7 +262,7 @@ impl BotHandle {
                 |v| v.state = State::Stopped,
             );
         }
-        self.command(Command::Restart(fresh))
+        self.command(Command::Restart(mode))
     }
 
     /// Adds a lease for `client` (a unique bus name); holding twice is one lease.

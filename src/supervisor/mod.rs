@@ -157,8 +157,8 @@ pub enum Command {
     Shutdown(oneshot::Sender<()>),
     /// Apply a setting (already persisted) to the running process, if any.
     ApplyLive(ControlRequest),
-    /// Stop and start again; with `fresh`, forget the conversation first.
-    Restart(bool),
+    /// Stop and start again, on the conversation, a new one or a copy.
+    Restart(core::lifecycle::RestartMode),
     /// The set of clients holding the bot changed.
     HoldersChanged,
     /// A client answered a permission request (already recorded): pass it to the CLI.

@@ -57,6 +57,8 @@ pub enum Property {
     BudgetUsd,
     /// Where the plan's usage limit stands, as the CLI last told it.
     PlanLimit,
+    /// The process outside botvisor that holds the conversation (empty: none).
+    HeldBy,
 }
 
 /// What clients may read of a bot without asking its actor.
@@ -92,6 +94,9 @@ pub struct BotView {
     pub budget_default: Option<u64>,
     /// The agent's resource use, last sampled ([`process::usage::Usage::UNKNOWN`] when none).
     pub usage: process::usage::Usage,
+    /// The process outside botvisor that holds the conversation while the bot waits for it
+    /// (`core::held::Held::describe`; empty: none).
+    pub held_by: String,
 }
 
 impl BotView {
@@ -154,6 +159,7 @@ impl BotView {
             Property::OutputTokens => PropertyValue::U64(self.record.spend.output_tokens),
             Property::BudgetUsd => PropertyValue::F64(usd(self.budget().unwrap_or(0))),
             Property::PlanLimit => PropertyValue::PlanLimit(self.plan_limit_value()),
+            Property::HeldBy => s(&self.held_by),
         }
     }
 }

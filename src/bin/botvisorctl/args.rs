@@ -173,8 +173,12 @@ pub enum Cmd {
         /// Bot id, id prefix, name or object path.
         bot: String,
         /// Forget the conversation: the next one is new.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "fork")]
         fresh: bool,
+        /// Continue in a copy of the conversation, leaving it as it is (for one another process
+        /// has open: state held_elsewhere).
+        #[arg(long)]
+        fork: bool,
     },
     /// Every bot's memory, CPU and tasks, refreshed in place until q or Ctrl-C; with --json or
     /// without a terminal, one JSON line per refresh.

@@ -40,8 +40,11 @@ pub struct BotInfo {
     pub model: String,
     /// The permission mode (empty: the CLI's default).
     pub permission_mode: String,
-    /// `stopped`, `idle`, `busy`, `stopping`, `failed` or `limited`.
+    /// `stopped`, `idle`, `busy`, `stopping`, `failed`, `limited`, `login_required` or
+    /// `held_elsewhere`.
     pub state: String,
+    /// The process outside botvisor that holds the conversation (`HeldBy`; empty: none).
+    pub held_by: String,
     /// The usage limit's window the bot waits for (empty: none).
     pub limit_kind: String,
     /// When it resets, Unix seconds (0: none, or not known).
@@ -134,6 +137,7 @@ impl BotInfo {
             model: string(props, "Model"),
             permission_mode: string(props, "PermissionMode"),
             state: string(props, "State"),
+            held_by: string(props, "HeldBy"),
             limit_kind: string(props, "LimitKind"),
             limit_resets_at: match number64(props, "LimitResetsAt") {
                 u64::MAX => 0,
@@ -180,6 +184,10 @@ impl BotInfo {
             format!("limited until {}", local_time(self.limit_resets_at))
         } else if self.state == "login_required" {
             "login required".to_owned()
+        } else if self.state == "held_elsewhere" {
+            // `pid N: what: command`: the pid is what a person acts on.
+            let pid = self.held_by.split(':').next().unwrap_or_default();
+            format!("held elsewhere ({pid})")
         } else {
             self.state.clone()
         };
@@ -218,6 +226,7 @@ impl BotInfo {
             "path": self.path,
             "name": self.name,
             "state": self.state,
+            "held_by": self.held_by,
             "limit_kind": self.limit_kind,
             "limit_resets_at": self.limit_resets_at,
             "cost_usd": self.cost_usd,

@@ -474,15 +474,25 @@ pub async fn restart(
     conn: &Connection,
     spec: &str,
     fresh: bool,
+    fork: bool,
     json: bool,
 ) -> Result<u8, Failure> {
     let bot = bots::resolve(conn, spec).await?;
-    bot.restart(HashMap::from([("fresh", Variant::from(fresh))]))
-        .await?;
+    let mut options = HashMap::from([("fresh", Variant::from(fresh))]);
+    // Only when asked: a botvisord from before issue 25 refuses the option it does not know.
+    if fork {
+        options.insert("fork", Variant::from(true));
+    }
+    bot.restart(options).await?;
     if json {
-        json_line!(json!({"id": bot.id().await.unwrap_or_default(), "fresh": fresh}));
+        json_line!(json!({"id": bot.id().await.unwrap_or_default(), "fresh": fresh, "fork": fork}));
     } else if fresh {
         outln!("restarting {} in a new conversation", shell_word(spec));
+    } else if fork {
+        outln!(
+            "restarting {} in a copy of its conversation",
+            shell_word(spec)
+        );
     } else {
         outln!("restarting {}", shell_word(spec));
     }

@@ -135,6 +135,7 @@ pub async fn status(conn: &Connection, spec: &str, json: bool) -> Result<u8, Fai
             },
         ),
         ("queued messages", b.queued_messages.to_string()),
+        ("conversation", or(&b.held_by, "not open elsewhere")),
         ("held by", format!("{} client(s)", b.holders)),
         ("cost", b.cost_words()),
         ("plan limit", b.plan_limit_words()),

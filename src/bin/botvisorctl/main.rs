@@ -215,7 +215,7 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             };
             commands::set(conn, &bot, settings, json).await
         }
-        Cmd::Restart { bot, fresh } => commands::restart(conn, &bot, fresh, json).await,
+        Cmd::Restart { bot, fresh, fork } => commands::restart(conn, &bot, fresh, fork, json).await,
         Cmd::Top {
             interval,
             iterations,

@@ -320,6 +320,7 @@ impl Watch {
                             | "CostUSD"
                             | "BudgetUSD"
                             | "PlanLimit"
+                            | "HeldBy"
                     ) {
                         let s = match (k.as_str(), shown.as_u64(), shown.as_f64()) {
                             // A reset as people read it: local time.

@@ -35,6 +35,9 @@ pub fn command(program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand {
             // A truncating resume: the conversation up to `at`, without the turn whose prompt
             // is `drops` (print-mode options hidden from `--help`; 2.1.284, 2.1.328 and 2.1.332:
             // cli_facts::a_taken_message_is_redone_once_by_a_truncating_resume).
+            if spec.fork {
+                args.push("--fork-session".to_owned());
+            }
             if let Some(Cut::At { at, drops }) = spec.cut {
                 args.extend([
                     "--resume-session-at".to_owned(),
@@ -82,6 +85,7 @@ mod tests {
             env: &env,
             start: &start,
             cut: None,
+            fork: false,
         };
         let c = command("/bin/claude".into(), &spec);
         let argv = c.args.join(" ");

@@ -10,6 +10,7 @@ pub mod events;
 pub mod launch;
 pub mod leaf;
 pub mod protocol;
+pub mod registry;
 pub mod results;
 pub mod stdin;
 pub mod taken;
@@ -89,6 +90,22 @@ impl Runtime for Claude {
         session_id: &str,
     ) -> bool {
         transcript_of(env, cwd, session_id).is_some()
+    }
+
+    fn can_fork(&self) -> bool {
+        true
+    }
+
+    fn holder(
+        &self,
+        env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        session_id: &str,
+    ) -> Option<super::Holder> {
+        let marker = env
+            .get(crate::process::tree::BOT_MARKER)
+            .map(String::as_str);
+        registry::holder(&transcript::config_dir(env)?, session_id, marker)
     }
 
     fn before_resume(

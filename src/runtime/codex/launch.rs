@@ -35,6 +35,7 @@ mod tests {
             env: &env,
             start: &start,
             cut: None,
+            fork: false,
         };
         let c = command("/bin/codex".into(), &spec);
         assert_eq!(c.args, vec!["app-server"]);

@@ -6,7 +6,7 @@ use crate::runtime::ControlRequest;
 use crate::supervisor::Command;
 use crate::supervisor::core::Effect;
 use crate::supervisor::core::State;
-use crate::supervisor::core::lifecycle::Lifecycle;
+use crate::supervisor::core::lifecycle::{Lifecycle, RestartMode};
 use crate::supervisor::core::stop::StopReason;
 use crate::supervisor::core::{Publish, Write};
 
@@ -29,7 +29,7 @@ impl Actor {
                         self.stop_process(StopReason::Idle).await;
                     } else {
                         // Taken at launch: the running agent starts again on its conversation.
-                        self.restart_agent(false).await;
+                        self.restart_agent(RestartMode::Resume).await;
                     }
                 }
                 true
@@ -79,6 +79,7 @@ impl Actor {
                     ));
                 }
                 self.apply(vec![Effect::Park(true), Effect::RestartTimer(None)]);
+                self.drop_hold();
                 self.stop_process(StopReason::Stop).await;
                 self.apply(Lifecycle::stop_ended(self.state()));
                 true
@@ -119,8 +120,8 @@ impl Actor {
                 }
                 true
             }
-            Command::Restart(fresh) => {
-                self.on_restart(fresh).await;
+            Command::Restart(mode) => {
+                self.on_restart(mode).await;
                 true
             }
             Command::HoldersChanged => true,
@@ -145,30 +146,32 @@ impl Actor {
 
     /// A client's Restart: it tries again at once, whatever limit, login or budget the bot
     /// waited for, then [`Actor::restart_agent`].
-    pub(super) async fn on_restart(&mut self, fresh: bool) {
+    pub(super) async fn on_restart(&mut self, mode: RestartMode) {
         if self.core.limit_until.take().is_some() || self.record().limit.is_some() {
             let running = self.proc.is_some();
             self.apply(crate::supervisor::core::limits::lifted(running));
         }
-        self.restart_agent(fresh).await;
+        // The start that follows looks for a holder again.
+        self.drop_hold();
+        self.restart_agent(mode).await;
     }
 
     /// The old process is stopped, then [`Lifecycle::restart`] says whether and how the agent
-    /// starts again (`fresh`: on a new conversation). A hold stays as it is.
-    pub(super) async fn restart_agent(&mut self, fresh: bool) {
+    /// starts again (on its conversation, a new one or a copy). A hold stays as it is.
+    pub(super) async fn restart_agent(&mut self, mode: RestartMode) {
         self.core.restart_at = None;
         let released = self
             .stop_process(StopReason::Restart)
             .await
             .is_none_or(|v| v.released());
         let recorded = self.record().session_id;
-        let Some(effects) = self.core.life.restart(released, fresh, recorded.as_deref()) else {
+        let Some(effects) = self.core.life.restart(released, mode, recorded.as_deref()) else {
             return;
         };
         let committed = self.apply(effects).committed;
         if !committed {
-            tracing::error!(bot_id = %self.id, "the fresh restart could not be recorded; not started");
-        } else if fresh {
+            tracing::error!(bot_id = %self.id, "the restart could not be recorded; not started");
+        } else if mode == RestartMode::Fresh {
             self.forget_kept();
         }
         let effects = self.core.life.restart_recorded(committed);

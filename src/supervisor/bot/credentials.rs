@@ -175,7 +175,8 @@ impl Actor {
         self.credentials = None;
         self.hold_over();
         if self.proc.is_some() {
-            self.restart_agent(false).await;
+            self.restart_agent(crate::supervisor::core::lifecycle::RestartMode::Resume)
+                .await;
         }
     }
 }

@@ -42,6 +42,7 @@ impl Actor {
                     }
                 }
                 Effect::State(state) => self.set_state(state),
+                Effect::HeldBy(by) => self.update(vec![Property::HeldBy], |v| v.held_by = by),
                 Effect::TurnEnded(turn) => self.core.watch.turn_ended(&turn),
                 Effect::Pending(list) => {
                     self.update(vec![Property::PendingPermissions], |v| v.pending = list)

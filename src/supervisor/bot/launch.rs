@@ -34,6 +34,7 @@ impl Actor {
             backoff_running: self.core.restart_at.is_some(),
             in_flight: self.core.turns.inflight.is_some(),
             limited: self.core.limit_until.is_some() || self.limit_holds(),
+            held: self.core.held.is_some(),
         });
         if plan.start {
             self.start();
@@ -86,6 +87,15 @@ impl Actor {
             let committed = self.apply(vec![effect]).committed;
             self.core.life.start_forgot(committed);
         }
+        // One writer per conversation on the whole machine (rule 7): a conversation another
+        // process holds is waited for; a fork leaves it alone.
+        if let SessionStart::Resume(id) = &decision.start
+            && !decision.fork
+            && let Some(holder) = runtime.holder(&env, cwd, id)
+        {
+            self.hold_elsewhere(holder, id);
+            return;
+        }
         if let SessionStart::Resume(id) = &decision.start {
             match runtime.before_resume(&env, cwd, id) {
                 Ok(true) => tracing::info!(
@@ -107,6 +117,7 @@ impl Actor {
             env: &env,
             start: &decision.start,
             cut: decision.cut.as_ref(),
+            fork: decision.fork,
         };
         let cmd = self.shared.runtime.command(program, &spec);
         let mut protocol = self.shared.runtime.open(&spec);

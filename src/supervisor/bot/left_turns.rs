@@ -35,6 +35,7 @@ impl Actor {
                     turn: r.turn,
                     sent_at: r.sent_at,
                     in_chat: r.answer_items,
+                    worked: r.worked,
                 })
                 .collect(),
             queued: queued

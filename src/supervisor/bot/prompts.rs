@@ -32,6 +32,7 @@ impl Actor {
     /// ([`prompts::opened`]).
     pub(super) fn on_permission_request(&mut self, asked: prompts::Asked) {
         let turn = self.current_turn_id();
+        self.core.turns.asked_for_a_tool();
         let effects = self.with_prompts(|book| prompts::opened(book, asked, turn.as_deref()));
         self.apply(effects);
     }

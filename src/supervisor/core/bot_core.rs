@@ -36,6 +36,9 @@ pub enum Due {
     Idle,
     /// The usage limit the bot waited for is over: the waiting messages may go (issue 24).
     LimitLifted,
+    /// A moment to look whether the process that holds the conversation is still there
+    /// ([`super::held`]).
+    LookAtHolder,
 }
 
 impl Due {
@@ -74,6 +77,9 @@ pub struct BotCore {
     pub limit_seen: Option<(String, LimitReport)>,
     /// Limits hit since a turn was last answered (the backoff of a limit without a reset).
     pub limit_strikes: u32,
+    /// The process outside botvisor that holds the conversation, while the bot waits for it
+    /// ([`super::held`]), with when to look at it next.
+    pub held: Option<super::held::Held>,
 }
 
 impl BotCore {
@@ -92,6 +98,7 @@ impl BotCore {
             limit_until: None,
             limit_seen: None,
             limit_strikes: 0,
+            held: None,
         }
     }
 
@@ -104,6 +111,7 @@ impl BotCore {
             self.restart_at,
             self.idle_at,
             self.limit_until,
+            self.held.as_ref().map(|h| h.look_at),
         ]
         .into_iter()
         .flatten()
@@ -132,6 +140,10 @@ impl BotCore {
         if self.limit_until.is_some_and(|t| t <= now) {
             self.limit_until = None;
             due.push(Due::LimitLifted);
+        }
+        if let Some(h) = self.held.as_mut().filter(|h| h.look_at <= now) {
+            h.look_at = now + super::held::LOOK_EVERY;
+            due.push(Due::LookAtHolder);
         }
         if self.idle_at.is_some_and(|t| t <= now) {
             self.idle_at = None;

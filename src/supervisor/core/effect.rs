@@ -165,6 +165,9 @@ pub enum Effect {
     },
     /// The `QueuedMessages` property: messages sent and not yet taken by the CLI.
     Queued(u32),
+    /// The `HeldBy` property: the process outside botvisor that holds the conversation (empty:
+    /// none; `core::held`).
+    HeldBy(String),
     /// The bot's `State`.
     State(State),
     /// The turn's watchdogs stop (it ended or went back to the queue).

@@ -34,6 +34,8 @@ pub struct LeftRunning {
     pub sent_at: SystemTime,
     /// How many chat items of its answer the chat holds already.
     pub in_chat: usize,
+    /// Its agent began work: a tool was called or its permission asked.
+    pub worked: bool,
 }
 
 /// Settles what the previous run left: its open requests are denied (nobody can answer them
@@ -70,7 +72,7 @@ pub fn recover(
         let taken = recorded.and_then(|s| look(&run.turn, s, run.sent_at));
         let resolved = match taken {
             Some(t) => Some(taken::resolve(&run.turn, &t, run.in_chat, redo_limit, None)),
-            None => taken::lost_before_written(&run.turn, run.in_chat, redo_limit),
+            None => taken::lost_before_written(&run.turn, run.in_chat, run.worked, redo_limit),
         };
         match resolved {
             Some(Resolved::Answered(done)) => effects.extend(done),
@@ -151,6 +153,7 @@ mod tests {
             turn: turn(id),
             sent_at: SystemTime::UNIX_EPOCH,
             in_chat,
+            worked: false,
         }
     }
 
@@ -260,8 +263,15 @@ mod tests {
         let mut turns = Turns::default();
         let left = Left {
             open_prompts: vec![("r1".into(), "Bash".into())],
-            // Part of its answer is in the chat: not asked again.
-            running: vec![running("run", 1), running("unkept", 0)],
+            // Part of its answer is in the chat, or it asked for a tool: not asked again.
+            running: vec![
+                running("run", 1),
+                running("unkept", 0),
+                LeftRunning {
+                    worked: true,
+                    ..running("asked", 0)
+                },
+            ],
             queued: vec![
                 (turn("taken"), sent("s")),
                 (turn("lost"), sent("s")),
@@ -275,6 +285,7 @@ mod tests {
             finished(&effects),
             [
                 ("run".into(), TurnOutcome::Interrupted),
+                ("asked".into(), TurnOutcome::Interrupted),
                 ("taken".into(), TurnOutcome::TakenNotAnswered)
             ]
         );

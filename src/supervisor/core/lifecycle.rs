@@ -136,6 +136,18 @@ pub struct CrashLimits {
     pub limit: u32,
 }
 
+/// What a client's Restart continues on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartMode {
+    /// The recorded conversation, when it exists (design rule 2).
+    Resume,
+    /// A new conversation: the recorded one is forgotten for good first (design rule 5).
+    Fresh,
+    /// A copy of the recorded conversation, which is left as it is (Claude Code's
+    /// `--fork-session`): what continues a conversation another process holds (issue 25).
+    Fork,
+}
+
 /// What the bot keeps from one process to the next.
 #[derive(Debug, Clone, Default)]
 pub struct Lifecycle {
@@ -151,6 +163,8 @@ pub struct Lifecycle {
     /// A fresh Restart's conversation to leave, while its forget is not on record (design rule
     /// 5): no start resumes it ([`Lifecycle::start_decision`]).
     pub forget_pending: Option<String>,
+    /// A Restart with `fork`: the next resume continues in a copy of the conversation.
+    pub fork_next: bool,
 }
 
 impl Lifecycle {
@@ -204,6 +218,7 @@ impl Lifecycle {
                 start: fresh(),
                 forget: Some((old, crate::runtime::ForgetReason::FreshRestart)),
                 cut: None,
+                fork: false,
             };
         }
         let decision = match self.force_resume.take() {
@@ -211,10 +226,15 @@ impl Lifecycle {
                 start: SessionStart::Resume(id),
                 forget: None,
                 cut: None,
+                fork: false,
             },
             None => decide_start(recorded, can_resume, transcript_exists, &fresh),
         };
-        with_cut(decision, cut, fresh)
+        let mut decision = with_cut(decision, cut, fresh);
+        if std::mem::take(&mut self.fork_next) {
+            decision.fork = matches!(decision.start, SessionStart::Resume(_));
+        }
+        decision
     }
 
     /// The forget a start asked for ([`Lifecycle::start_decision`]) was committed, or not: once
@@ -232,22 +252,41 @@ impl Lifecycle {
 
     /// A client's Restart, once its old process, if any, was stopped: `released` says its root
     /// is proven gone. A root that survived SIGKILL keeps the bot as it is: never a second process
-    /// beside it (design rule 7), and `None` is returned. Otherwise, with `fresh`, the recorded
-    /// conversation is forgotten first (reason `fresh_restart`, design rule 5): the effects
-    /// returned are that commit, and [`Lifecycle::restart_recorded`] says what follows it.
+    /// beside it (design rule 7), and `None` is returned. Otherwise, with [`RestartMode::Fresh`],
+    /// the recorded conversation is forgotten first (reason `fresh_restart`, design rule 5): the
+    /// effects returned are that commit, and [`Lifecycle::restart_recorded`] says what follows
+    /// it; with [`RestartMode::Fork`] the next resume continues in a copy (a `system` item,
+    /// reason `fork`; the copy is recorded once a turn begins in it, rule 3).
     pub fn restart(
         &mut self,
         released: bool,
-        fresh: bool,
+        mode: RestartMode,
         recorded: Option<&str>,
     ) -> Option<Vec<Effect>> {
         if !released {
             return None;
         }
         let mut effects = Vec::new();
-        if fresh && let Some(old) = recorded {
-            effects.push(forget(old, "fresh_restart", fresh_restart_text(old)));
-            self.forget_pending = Some(old.to_owned());
+        match (mode, recorded) {
+            (RestartMode::Fresh, Some(old)) => {
+                effects.push(forget(old, "fresh_restart", fresh_restart_text(old)));
+                self.forget_pending = Some(old.to_owned());
+            }
+            (RestartMode::Fork, Some(old)) => {
+                self.fork_next = true;
+                effects.push(item(
+                    "system",
+                    json!({
+                        "text": format!(
+                            "Restarted on a copy of the conversation {old}: the agent continues \
+                             in a new conversation forked from it; {old} is left as it is."
+                        ),
+                        "reason": "fork",
+                        "session_id": old,
+                    }),
+                ));
+            }
+            _ => {}
         }
         Some(effects)
     }

@@ -35,6 +35,8 @@
 //!   read back, the message asked again without the unanswered attempt, or ended unanswered
 //!   (issue 25, design rule 8).
 //! - [`timeouts`]: what a watchdog's end or a refused handshake means (design rule 15).
+//! - [`held`]: a conversation another process holds: named, waited for, never a crash
+//!   (design rule 7, issue 25).
 //! - [`idle`]: when a bot is idle and whether its idle deadline stops it (design rules 12, 13).
 //! - [`prompts`]: a permission request recorded before it is signalled, and closed as denied
 //!   when nobody can answer it any more.
@@ -63,6 +65,7 @@ pub mod crash;
 pub mod decide;
 pub mod effect;
 pub mod exit;
+pub mod held;
 pub mod idle;
 pub mod interrupt;
 pub mod left_turns;

@@ -35,6 +35,8 @@ pub struct PumpFacts {
     pub in_flight: bool,
     /// A usage limit holds: nothing starts and nothing is written until it is lifted.
     pub limited: bool,
+    /// Another process holds the conversation: nothing starts until it exits (`core::held`).
+    pub held: bool,
 }
 
 /// What the shell does, in this order.
@@ -51,7 +53,7 @@ pub struct PumpPlan {
 /// lost its conversation (rule 4); no start during a crash backoff (rule 11), while parked or
 /// while a usage limit holds (issue 24).
 pub fn pump(f: &PumpFacts) -> PumpPlan {
-    if f.parked || f.failed_or_stopping || f.limited {
+    if f.parked || f.failed_or_stopping || f.limited || f.held {
         return PumpPlan::default();
     }
     let write = !f.in_flight;
@@ -82,6 +84,7 @@ mod tests {
             backoff_running: false,
             in_flight: false,
             limited: false,
+            held: false,
         }
     }
 
@@ -175,5 +178,14 @@ mod tests {
             };
             assert_eq!(pump(&f), PumpPlan::default(), "{f:?}");
         }
+    }
+
+    #[test]
+    fn rule_7_a_bot_whose_conversation_another_process_holds_starts_nothing() {
+        let f = PumpFacts {
+            held: true,
+            ..facts()
+        };
+        assert_eq!(pump(&f), PumpPlan::default());
     }
 }

@@ -13,6 +13,9 @@ pub struct StartDecision {
     /// With a resume: the unanswered attempt it drops, so that the message asked again is in
     /// the conversation once (issue 25, [`with_cut`]).
     pub cut: Option<Cut>,
+    /// With a resume: continue in a copy of the conversation, which is left as it is (a Restart
+    /// with `fork`, `core::lifecycle::RestartMode::Fork`).
+    pub fork: bool,
 }
 
 /// The start `decision` for a first waiting message that is asked again with `cut` (issue 25):
@@ -33,6 +36,7 @@ pub fn with_cut(
             forget: Some((id.clone(), ForgetReason::OnlyUnanswered)),
             start: fresh(),
             cut: None,
+            fork: false,
         },
         _ => decision,
     }
@@ -54,21 +58,25 @@ pub fn decide_start(
             start: fresh(),
             forget: None,
             cut: None,
+            fork: false,
         },
         Some(id) if !can_resume => StartDecision {
             start: fresh(),
             forget: Some((id.to_owned(), ForgetReason::RuntimeCannotResume)),
             cut: None,
+            fork: false,
         },
         Some(id) if transcript_exists(id) => StartDecision {
             start: SessionStart::Resume(id.to_owned()),
             forget: None,
             cut: None,
+            fork: false,
         },
         Some(id) => StartDecision {
             start: fresh(),
             forget: Some((id.to_owned(), ForgetReason::TranscriptMissing)),
             cut: None,
+            fork: false,
         },
     }
 }

@@ -19,11 +19,14 @@ pub enum State {
     /// The CLI's login expired or was refused: messages wait until its credentials change or a
     /// client changes the bot's environment (issue 24; `core::limits`).
     LoginRequired,
+    /// Another process (the user's terminal, another program, the vendor's background agent)
+    /// holds the conversation: messages wait until it exits (issue 25; `core::held`).
+    HeldElsewhere,
 }
 
 impl State {
     /// The property value: `stopped`, `idle`, `busy`, `stopping`, `failed`, `limited`,
-    /// `login_required`.
+    /// `login_required`, `held_elsewhere`.
     pub fn as_str(self) -> &'static str {
         match self {
             State::Stopped => "stopped",
@@ -33,6 +36,7 @@ impl State {
             State::Failed => "failed",
             State::Limited => "limited",
             State::LoginRequired => "login_required",
+            State::HeldElsewhere => "held_elsewhere",
         }
     }
 

@@ -80,11 +80,17 @@ pub fn resolve(
 }
 
 /// Issue 25 for `turn`, whose turn began (the CLI replayed it) but whose conversation's file does
-/// not hold it (the CLI died before it wrote it down) and whose chat holds nothing of an answer:
-/// the conversation never took it, so it is asked again, uncut, while `redo_limit` allows
-/// (`None` otherwise: the turn ends as its case says).
-pub fn lost_before_written(turn: &QueuedTurn, in_chat: usize, redo_limit: u32) -> Option<Resolved> {
-    if in_chat > 0 || turn.redos >= redo_limit {
+/// not hold it (the CLI died before it wrote it down), whose chat holds nothing of an answer
+/// (`in_chat` items) and whose agent began no work (`worked`: a tool called or its permission
+/// asked): the conversation never took it, so it is asked again, uncut, while `redo_limit`
+/// allows (`None` otherwise: the turn ends as its case says).
+pub fn lost_before_written(
+    turn: &QueuedTurn,
+    in_chat: usize,
+    worked: bool,
+    redo_limit: u32,
+) -> Option<Resolved> {
+    if in_chat > 0 || worked || turn.redos >= redo_limit {
         return None;
     }
     let redone = QueuedTurn {

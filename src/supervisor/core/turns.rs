@@ -185,6 +185,14 @@ impl Turns {
         c.build().into_iter().collect()
     }
 
+    /// The CLI asked for a tool's permission in the turn it answers now: its work began (issue
+    /// 25: such a turn is not asked again).
+    pub fn asked_for_a_tool(&mut self) {
+        if let Some(i) = self.inflight.as_mut().filter(|i| i.answered_here()) {
+            i.worked = true;
+        }
+    }
+
     /// Whether the turn `turn_id` is queued or in flight.
     pub fn knows(&self, turn_id: &str) -> bool {
         self.queue.iter().any(|t| t.id == turn_id)
@@ -522,8 +530,11 @@ impl Turns {
         };
         let Some(taken) = look(inf) else {
             // Begun, never written down, nothing of an answer shown: asked again, uncut.
-            let lost = (inf.replayed && !inf.worked)
-                .then(|| taken::lost_before_written(&inf.turn, inf.answer_items, redo_limit))
+            let lost = inf
+                .replayed
+                .then(|| {
+                    taken::lost_before_written(&inf.turn, inf.answer_items, inf.worked, redo_limit)
+                })
                 .flatten();
             if let Some(Resolved::Redo { turn, effects }) = lost {
                 self.inflight = None;

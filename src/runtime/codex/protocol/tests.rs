@@ -14,6 +14,7 @@ fn open(start: SessionStart, mode: &str) -> (CodexProtocol, Vec<String>) {
         env: &env,
         start: &start,
         cut: None,
+        fork: false,
     };
     let mut p = CodexProtocol::new(&spec);
     let mut lines = p.opening();
@@ -332,6 +333,7 @@ fn an_empty_model_means_config_tomls_at_the_resume_and_live() {
         env: &env,
         start: &start,
         cut: None,
+        fork: false,
     };
     // A resumed thread keeps the model it last ran with: config.toml's is named.
     let mut p = CodexProtocol::new(&spec).with_default_model(Some("cfg".into()));

@@ -467,4 +467,15 @@ fn issue_25_a_begun_turn_the_conversation_never_kept_and_nothing_shown_is_asked_
         |_| None,
     );
     assert_eq!(finished(&steps.now), [("a".into(), TurnOutcome::Crashed)]);
+    // A tool's permission asked: the same.
+    let mut turns = in_flight(true);
+    turns.asked_for_a_tool();
+    let steps = Lifecycle::default().exited(
+        &mut resumed(true),
+        &mut turns,
+        &exit(killed(), Some("s"), true),
+        |_| false,
+        |_| None,
+    );
+    assert_eq!(finished(&steps.now), [("a".into(), TurnOutcome::Crashed)]);
 }

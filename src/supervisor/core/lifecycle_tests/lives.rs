@@ -119,7 +119,7 @@ fn a_fatal_result_of_one_process_does_not_fail_the_crash_of_the_next() {
         |_| false,
         |_| false,
     );
-    life.restart(true, false, Some("s"));
+    life.restart(true, RestartMode::Resume, Some("s"));
     let steps = life.exited(
         &mut resumed(true),
         &mut Turns::default(),
@@ -289,7 +289,7 @@ fn a_restart_clears_the_crash_count_and_a_fresh_one_forgets_the_conversation_fir
         ..Lifecycle::default()
     };
     life.crashed(Instant::now(), LIMITS, &Turns::default(), 1, "boom");
-    let forget = life.restart(true, true, Some("s")).unwrap();
+    let forget = life.restart(true, RestartMode::Fresh, Some("s")).unwrap();
     assert!(has_item(&forget, "system", "fresh_restart"));
     assert!(forgets(&forget));
     let then = life.restart_recorded(true);
@@ -310,10 +310,12 @@ fn a_restart_clears_the_crash_count_and_a_fresh_one_forgets_the_conversation_fir
         ]
     );
     let kept = Lifecycle::default()
-        .restart(true, false, Some("s"))
+        .restart(true, RestartMode::Resume, Some("s"))
         .unwrap();
     assert!(kept.is_empty(), "nothing to forget");
-    let nothing = Lifecycle::default().restart(true, true, None).unwrap();
+    let nothing = Lifecycle::default()
+        .restart(true, RestartMode::Fresh, None)
+        .unwrap();
     assert!(nothing.is_empty(), "nothing recorded, nothing to forget");
 }
 
@@ -406,7 +408,7 @@ fn rule_7_a_restart_beside_a_root_that_survived_sigkill_changes_nothing() {
         force_resume: Some("x".into()),
         ..Lifecycle::default()
     };
-    assert_eq!(life.restart(false, true, Some("s")), None);
+    assert_eq!(life.restart(false, RestartMode::Fresh, Some("s")), None);
     assert_eq!(life.force_resume.as_deref(), Some("x"));
 }
 
@@ -422,7 +424,7 @@ fn a_stop_leaves_a_failed_bot_failed() {
 #[test]
 fn rule_5_a_fresh_restart_whose_forget_failed_never_resumes_the_old_conversation() {
     let mut life = Lifecycle::default();
-    life.restart(true, true, Some("s")).unwrap();
+    life.restart(true, RestartMode::Fresh, Some("s")).unwrap();
     life.restart_recorded(false);
     // A later Send starts the agent: a new conversation, and the old one forgotten then.
     let start = life.start_decision(
@@ -448,4 +450,23 @@ fn rule_5_a_fresh_restart_whose_forget_failed_never_resumes_the_old_conversation
         None,
     );
     assert_eq!(next.start, SessionStart::Resume("n".into()));
+}
+
+#[test]
+fn issue_25_a_fork_restart_continues_one_start_in_a_copy_and_leaves_the_conversation() {
+    let mut life = Lifecycle::default();
+    let effects = life
+        .restart(true, RestartMode::Fork, Some("s"))
+        .expect("released");
+    assert!(has_item(&effects, "system", "fork"));
+    assert!(!forgets(&effects), "the conversation is left as it is");
+    let new = || SessionStart::New("n".into());
+    let d = life.start_decision(Some("s"), true, |_| true, new, None);
+    assert_eq!((d.start, d.fork), (SessionStart::Resume("s".into()), true));
+    let d = life.start_decision(Some("s"), true, |_| true, new, None);
+    assert!(!d.fork, "one start only");
+    // Nothing recorded: nothing to fork.
+    let mut life = Lifecycle::default();
+    assert_eq!(life.restart(true, RestartMode::Fork, None), Some(vec![]));
+    assert!(!life.start_decision(None, true, |_| true, new, None).fork);
 }

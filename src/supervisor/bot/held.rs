@@ -1,0 +1,56 @@
+//! A conversation another process holds (design rule 7, issue 25): the shell finds the holder
+//! before a resume ([`crate::runtime::Runtime::holder`]), watches it by identity, and carries out
+//! what [`held`] says.
+
+use std::time::Instant;
+
+use super::Actor;
+use crate::process::identity::{Liveness, liveness};
+use crate::runtime::Holder;
+use crate::supervisor::core::held::{self, Held};
+
+impl Actor {
+    /// A start found `session_id` held by `holder`: no process starts; the bot waits for it.
+    pub(super) fn hold_elsewhere(&mut self, holder: Holder, session_id: &str) {
+        tracing::info!(
+            bot_id = %self.id, session_id, pid = holder.identity.pid, what = %holder.what,
+            "the conversation is open in another process; waiting for it to exit"
+        );
+        let h = Held {
+            session_id: session_id.to_owned(),
+            identity: holder.identity,
+            what: holder.what,
+            command: holder.command,
+            look_at: Instant::now() + held::LOOK_EVERY,
+        };
+        let effects = held::held(&h);
+        self.core.held = Some(h);
+        self.apply(effects);
+    }
+
+    /// A look at the holder ([`crate::supervisor::core::Due::LookAtHolder`]): once it is gone,
+    /// the bot goes on.
+    pub(super) fn look_at_holder(&mut self) {
+        let Some(h) = self.core.held.as_ref() else {
+            return;
+        };
+        match liveness(&h.identity) {
+            Liveness::Alive => {}
+            Liveness::Unknown(e) => {
+                tracing::debug!(bot_id = %self.id, error = %e, "cannot look at the holder; later");
+            }
+            Liveness::Gone => {
+                let h = self.core.held.take().expect("held");
+                tracing::info!(bot_id = %self.id, pid = h.identity.pid, "the other process exited");
+                self.apply(held::released(&h));
+            }
+        }
+    }
+
+    /// The bot stops waiting for a holder without its exit (a client's Stop, Restart, Delete).
+    pub(super) fn drop_hold(&mut self) {
+        if self.core.held.take().is_some() {
+            self.apply(held::dropped());
+        }
+    }
+}

@@ -34,8 +34,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 pub use super::core::State;
-use super::core::control::Controls;
-use super::core::lifecycle::{self, Run};
+use super::core::lifecycle;
 use super::core::stop::StopReason;
 use super::core::{BotCore, Due};
 pub use super::view::{BotView, update_view};
@@ -68,11 +67,6 @@ struct Proc {
     stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
     /// Its protocol: lines in and out, request ids, the conversation it holds.
     protocol: Box<dyn crate::runtime::Protocol>,
-    /// What it showed so far: how it was launched, a turn begun, a lost conversation, a stop
-    /// (the lifecycle core's [`Run`]).
-    run: Run,
-    /// Control requests sent and not yet answered ([`Controls`]).
-    controls: Controls,
     /// Its descendants when the turn in flight began (its replay): what an interrupted turn
     /// started is what is new since ([`crate::supervisor::core::interrupt`]). `None` before
     /// the replay: what the agent starts at launch (MCP servers) is not the turn's.

@@ -169,6 +169,12 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
+        // Between fork and exec the child is still this test: wait for `sleep` itself.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !command_line(pid).starts_with("sleep") {
+            assert!(std::time::Instant::now() < deadline, "sleep never ran");
+            std::thread::yield_now();
+        }
         let started = crate::process::identity::stat(pid).unwrap().start_time;
         let write = |start: u64| {
             std::fs::write(

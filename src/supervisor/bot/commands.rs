@@ -108,8 +108,8 @@ impl Actor {
                 // Shown once in force (design rule 6): taken by the running agent, or, with no
                 // agent to take it, recorded for the next start now.
                 if !self.send_control(request.clone()) {
-                    if let Some(proc) = self.proc.as_mut() {
-                        proc.controls.superseded_by(&request);
+                    if let Some(p) = self.core.process.as_mut() {
+                        p.controls.superseded_by(&request);
                     }
                     let running = self.proc.is_some();
                     if let Some(effect) =

@@ -11,11 +11,10 @@ use std::time::Instant;
 impl Actor {
     /// Sends a control request to the running process, if there is one that can take it.
     pub(super) fn send_control(&mut self, request: ControlRequest) -> bool {
-        let Some(proc) = self
-            .proc
-            .as_mut()
-            .filter(|p| !p.run.stopping && p.stdin.is_some())
-        else {
+        if self.core.process.as_ref().is_none_or(|p| p.run.stopping) {
+            return false;
+        }
+        let Some(proc) = self.proc.as_mut().filter(|p| p.stdin.is_some()) else {
             return false;
         };
         let Some(sent) = proc.protocol.control(&request) else {
@@ -30,8 +29,8 @@ impl Actor {
                 Config::watchdog(self.shared.config.control_timeout_s).map(|d| Instant::now() + d);
             self.core.watch.control_sent(&request_id, deadline);
         }
-        if let Some(proc) = self.proc.as_mut() {
-            proc.controls.sent(request_id, request);
+        if let Some(p) = self.core.process.as_mut() {
+            p.controls.sent(request_id, request);
         }
         true
     }
@@ -61,10 +60,10 @@ impl Actor {
         result: Result<Value, String>,
     ) {
         self.core.watch.control_answered(&request_id);
-        let Some(proc) = self.proc.as_mut() else {
+        let Some(p) = self.core.process.as_mut() else {
             return;
         };
-        match proc.controls.answered(&request_id, result.map(|_| ())) {
+        match p.controls.answered(&request_id, result.map(|_| ())) {
             Ok(effects) => {
                 self.apply(effects);
             }

@@ -179,11 +179,11 @@ impl Actor {
                 Next::Nothing
             }
             RuntimeEvent::ConversationNotFound { session_id } => {
-                let Some(proc) = self.proc.as_mut() else {
+                let Some(p) = self.core.process.as_mut() else {
                     return Next::Nothing;
                 };
                 let Some((effects, stop)) =
-                    Lifecycle::conversation_lost(&mut proc.run, &mut self.core.turns, &session_id)
+                    Lifecycle::conversation_lost(&mut p.run, &mut self.core.turns, &session_id)
                 else {
                     return Next::Nothing;
                 };
@@ -207,9 +207,9 @@ impl Actor {
                 Next::StopProcess(StopReason::OpenFailed)
             }
             RuntimeEvent::SessionInUse { session_id } => {
-                if let Some(proc) = self.proc.as_mut() {
+                if let Some(p) = self.core.process.as_mut() {
                     tracing::info!(bot_id = %self.id, %session_id, "session id already in use");
-                    proc.run.session_in_use(session_id);
+                    p.run.session_in_use(session_id);
                 }
                 Next::Nothing
             }

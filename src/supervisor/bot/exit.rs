@@ -15,9 +15,11 @@ impl Actor {
         let Some(proc) = self.proc.take() else {
             return;
         };
-        let mut proc = proc;
+        let Some(mut core_proc) = self.core.process.take() else {
+            return;
+        };
         self.process_gone();
-        self.apply(std::mem::take(&mut proc.controls).at_exit());
+        self.apply(std::mem::take(&mut core_proc.controls).at_exit());
         let root_pid = proc.handle.pid;
         tracing::info!(bot_id = %self.id, pid = root_pid, status = %info, "agent exited");
         let stderr = proc.handle.stderr_text();
@@ -35,10 +37,13 @@ impl Actor {
         };
         let exists = self.transcript_check();
         let look = self.conversation_look();
-        let steps = self
-            .core
-            .life
-            .exited(&mut proc.run, &mut self.core.turns, &exit, exists, look);
+        let steps = self.core.life.exited(
+            &mut core_proc.run,
+            &mut self.core.turns,
+            &exit,
+            exists,
+            look,
+        );
         self.apply(steps.now);
         self.clean_up_after_exit(root_pid, steps.clean_up).await;
         self.apply(steps.then);

@@ -20,7 +20,7 @@ impl Actor {
     /// What the actor knows of the bot's activity without reading `/proc`.
     pub(super) fn activity(&self) -> Activity {
         Activity {
-            running: self.proc.as_ref().is_some_and(|p| !p.run.stopping),
+            running: self.core.process.as_ref().is_some_and(|p| !p.run.stopping),
             in_flight: self.core.turns.inflight.is_some(),
             queued: !self.core.turns.queue.is_empty(),
             background_tasks: self.background_tasks,

@@ -8,11 +8,11 @@ use crate::runtime::LaunchSpec;
 use crate::runtime::SessionStart;
 use crate::store::BotRecord;
 use crate::supervisor::Property;
-use crate::supervisor::core::State;
 use crate::supervisor::core::control::Controls;
 use crate::supervisor::core::lifecycle;
 use crate::supervisor::core::lifecycle::Run;
 use crate::supervisor::core::pump::{self, ProcessNow, PumpFacts};
+use crate::supervisor::core::{Process, State};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -25,7 +25,9 @@ impl Actor {
             failed_or_stopping: matches!(self.state(), State::Failed | State::Stopping),
             process: match &self.proc {
                 None => ProcessNow::None,
-                Some(p) if !p.run.usable() => ProcessNow::Unusable,
+                Some(_) if !self.core.process.as_ref().is_some_and(|p| p.run.usable()) => {
+                    ProcessNow::Unusable
+                }
                 Some(p) if !p.protocol.ready() => ProcessNow::Opening,
                 Some(_) => ProcessNow::Usable,
             },
@@ -154,12 +156,14 @@ impl Actor {
                 {
                     tracing::error!(bot_id = %self.id, error = %e, "cannot record the process");
                 }
+                self.core.process = Some(Process {
+                    run: Run::with_cut(decision.start, decision.cut),
+                    controls: Controls::default(),
+                });
                 self.proc = Some(Proc {
                     handle,
                     stdin,
                     protocol,
-                    run: Run::with_cut(decision.start, decision.cut),
-                    controls: Controls::default(),
                     before_turn: None,
                     usage: self.watch_usage(pid, cgroup),
                     env: env.clone(),
@@ -198,7 +202,7 @@ impl Actor {
         let Some(session) = proc.protocol.conversation().map(str::to_owned) else {
             return;
         };
-        let launched_cut = proc.run.cut.clone();
+        let launched_cut = self.core.process.as_ref().and_then(|p| p.run.cut.clone());
         let Some((turn, effects)) = self.core.turns.deliver_cut(
             &session,
             std::time::SystemTime::now(),

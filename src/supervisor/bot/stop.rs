@@ -184,8 +184,10 @@ impl Actor {
     pub(super) async fn stop_process(&mut self, why: StopReason) -> Option<StopVerdict> {
         self.snapshot_descendants();
         let proc = self.proc.as_mut()?;
-        proc.run.stopping = true;
         proc.stdin = None;
+        if let Some(p) = self.core.process.as_mut() {
+            p.run.stopping = true;
+        }
         let pid = proc.handle.pid;
         let generation = proc.handle.generation;
         let exited = proc.handle.exited().is_some();
@@ -238,13 +240,14 @@ impl Actor {
             return Some(v);
         };
         tracing::info!(bot_id = %self.id, pid, status = %info, "agent stopped");
-        let mut proc = self.proc.take()?;
+        self.proc.take()?;
+        let mut core_proc = self.core.process.take()?;
         self.process_gone();
-        self.apply(std::mem::take(&mut proc.controls).at_exit());
+        self.apply(std::mem::take(&mut core_proc.controls).at_exit());
         let recorded = self.record().session_id;
         let (exists, holds) = (self.transcript_check(), self.conversation_holds());
         let effects = Lifecycle::stopped(
-            &proc.run,
+            &core_proc.run,
             &mut self.core.turns,
             why,
             recorded.as_deref(),

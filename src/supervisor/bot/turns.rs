@@ -41,22 +41,31 @@ impl Actor {
         if let Some(r) = &replayed.reported_later {
             tracing::info!(bot_id = %self.id, reported = %r, %launched, "the CLI reports another session id; kept until its transcript exists");
         }
-        proc.run.began(replayed.reported_later.clone());
+        if let Some(p) = self.core.process.as_mut() {
+            p.run.began(replayed.reported_later.clone());
+        }
         self.apply(replayed.effects);
     }
 
     /// A session id the CLI reported at a turn's end ([`Run::reported`]) is recorded once its
     /// transcript exists, at once or at the process's end ([`Run::adopt_reported`]).
     pub(super) fn note_reported_session(&mut self, reported: Option<String>) {
-        let Some(proc) = self.proc.as_mut() else {
+        let Some(conversation) = self
+            .proc
+            .as_ref()
+            .map(|p| p.protocol.conversation().map(str::to_owned))
+        else {
             return;
         };
-        proc.run.reported(reported, proc.protocol.conversation());
+        let Some(p) = self.core.process.as_mut() else {
+            return;
+        };
+        p.run.reported(reported, conversation.as_deref());
         let recorded = self.record().session_id;
-        let Some(proc) = self.proc.as_ref() else {
+        let Some(p) = self.core.process.as_ref() else {
             return;
         };
-        if let Some((_, effect)) = proc
+        if let Some((_, effect)) = p
             .run
             .adopt_reported(recorded.as_deref(), self.transcript_check())
         {
@@ -165,13 +174,12 @@ impl Actor {
                 .map(|kind| format!("{kind} error: {e}"))
         });
         let mut effects = std::mem::take(&mut ended.effects);
-        if let Some(proc) = self.proc.as_mut() {
-            effects.extend(self.core.life.turn_result(
-                &mut proc.run,
-                &self.core.turns,
-                &ended,
-                fatal,
-            ));
+        if let Some(p) = self.core.process.as_mut() {
+            effects.extend(
+                self.core
+                    .life
+                    .turn_result(&mut p.run, &self.core.turns, &ended, fatal),
+            );
         }
         effects.extend(self.budget_after(&ended.spend));
         self.apply(effects);

@@ -69,8 +69,8 @@ impl Actor {
     /// background tasks. Never sampled otherwise.
     pub(super) fn usage_activity(&self) {
         if let Some(p) = &self.proc {
-            let active =
-                !p.run.stopping && (self.state() == State::Busy || self.background_tasks > 0);
+            let active = self.core.process.as_ref().is_some_and(|c| !c.run.stopping)
+                && (self.state() == State::Busy || self.background_tasks > 0);
             p.usage.set_active(active);
         }
     }

@@ -39,10 +39,10 @@ impl Actor {
                 self.stop_process(StopReason::InterruptTimeout).await;
             }
             Expired::Control(request_id) => {
-                let Some(proc) = self.proc.as_mut() else {
+                let Some(p) = self.core.process.as_mut() else {
                     return;
                 };
-                let effects = proc
+                let effects = p
                     .controls
                     .timed_out(&request_id, self.shared.config.control_timeout_s);
                 if !effects.is_empty() {

@@ -13,7 +13,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::lifecycle::Lifecycle;
+use super::control::Controls;
+use super::lifecycle::{Lifecycle, Run};
 use super::retry::RetryNotes;
 use super::snapshots::Snapshots;
 use super::stream::DeltaPacer;
@@ -49,9 +50,21 @@ impl Due {
     }
 }
 
+/// The running process, as the core knows it: what it showed ([`Run`]) and the control
+/// requests it was sent and has not answered ([`Controls`]). It ends with the process.
+#[derive(Debug)]
+pub struct Process {
+    /// What it showed so far: how it was launched, a turn begun, a lost conversation, a stop.
+    pub run: Run,
+    /// Control requests sent and not yet answered.
+    pub controls: Controls,
+}
+
 /// One bot's core state and timers.
 #[derive(Debug)]
 pub struct BotCore {
+    /// The running process, if one runs (the shell holds its handle, pipes and protocol).
+    pub process: Option<Process>,
     /// The queue and the message in flight.
     pub turns: Turns,
     /// What the bot keeps from one process to the next: crashes, a forced resume, a pending
@@ -87,6 +100,7 @@ impl BotCore {
     /// per `text_interval`.
     pub fn new(text_interval: Duration) -> BotCore {
         BotCore {
+            process: None,
             turns: Turns::default(),
             life: Lifecycle::default(),
             restart_at: None,

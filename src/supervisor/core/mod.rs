@@ -88,7 +88,7 @@ pub mod timeouts;
 pub mod turns;
 pub mod watchdogs;
 
-pub use bot_core::{BotCore, Due};
+pub use bot_core::{BotCore, Due, Process};
 pub use effect::{CommitBuilder, Effect, Publish, Setting, Write};
 pub use state::State;
 pub use turns::{Ended, Inflight, QueuedTurn, Replayed, Settled, Turns};

@@ -19,7 +19,6 @@ mod prompts;
 #[cfg(test)]
 mod shell_tests;
 mod stop;
-mod streaming;
 mod turns;
 mod usage;
 mod views;
@@ -102,8 +101,6 @@ struct Actor {
     parked: bool,
     /// Known descendants of the current (or last) process, by identity.
     known: Vec<ProcessIdentity>,
-    /// Background tasks the CLI reports as running.
-    background_tasks: usize,
     /// What an interrupted turn left running, to stop once the event is handled: the turn and
     /// the processes.
     left_by_interrupt: Option<(String, Vec<ProcessIdentity>)>,
@@ -115,6 +112,9 @@ struct Actor {
     /// botvisor's copy of the conversation could not be updated at the last turn's end (said
     /// once in the chat until it can again).
     copy_failing: bool,
+    /// The core asked to stop the process ([`crate::supervisor::core::Effect::Stop`]): done once
+    /// the input's other effects are.
+    stop_asked: Option<StopReason>,
 }
 
 /// Publishes a committed chat item.
@@ -221,11 +221,11 @@ pub fn spawn_actor(
         core: BotCore::new(TEXT_DELTA_INTERVAL),
         parked,
         known: Vec::new(),
-        background_tasks: 0,
         left_by_interrupt: None,
         credentials: None,
         commands: tx.clone(),
         copy_failing: false,
+        stop_asked: None,
     };
     let span = tracing::info_span!("bot", bot_id = %id);
     let guarded = {
@@ -287,7 +287,7 @@ impl Actor {
     /// A timer of the bot's core came ([`BotCore::handle_timeout`]).
     async fn on_due(&mut self, due: Due) {
         match due {
-            Due::FlushText => self.flush_delta(),
+            Due::FlushText => self.flush_text(),
             Due::LookForDescendants => self.snapshot_descendants(),
             Due::Watchdog(expired) => self.on_watchdog(expired).await,
             // Nothing to do but what follows every input: the pump may start the agent now.

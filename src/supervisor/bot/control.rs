@@ -5,7 +5,6 @@ use super::Actor;
 use crate::config::Config;
 use crate::runtime::ControlRequest;
 use crate::supervisor::core::control::Controls;
-use serde_json::Value;
 use std::time::Instant;
 
 impl Actor {
@@ -51,25 +50,5 @@ impl Actor {
     /// Now plus a watchdog's bound in seconds (`None` for 0: never).
     pub(super) fn deadline(&self, seconds: f64) -> Option<Instant> {
         Config::watchdog(seconds).map(|d| Instant::now() + d)
-    }
-
-    /// The CLI answered a control request ([`Controls::answered`]).
-    pub(super) fn on_control_response(
-        &mut self,
-        request_id: String,
-        result: Result<Value, String>,
-    ) {
-        self.core.watch.control_answered(&request_id);
-        let Some(p) = self.core.process.as_mut() else {
-            return;
-        };
-        match p.controls.answered(&request_id, result.map(|_| ())) {
-            Ok(effects) => {
-                self.apply(effects);
-            }
-            Err((request, e)) => {
-                tracing::warn!(bot_id = %self.id, ?request, error = %e, "control request refused");
-            }
-        }
     }
 }

@@ -7,6 +7,7 @@ use super::Actor;
 use crate::store;
 use crate::supervisor::Property;
 use crate::supervisor::Publication;
+use crate::supervisor::core::effect::{Request, Streamed};
 use crate::supervisor::core::{Effect, Publish, Setting, Write};
 use std::time::Instant;
 
@@ -53,6 +54,58 @@ impl Actor {
                 Effect::Park(parked) => self.park(parked),
                 Effect::Pause => self.parked = true,
                 Effect::Start => self.start(),
+                Effect::Send(Request::Refuse {
+                    request_id,
+                    message,
+                }) => {
+                    if let Some(proc) = self.proc.as_mut() {
+                        let lines = proc.protocol.refuse(&request_id, &message);
+                        self.write_lines(lines);
+                    }
+                }
+                Effect::Stop(why) => self.stop_asked = Some(why),
+                Effect::Stream(Streamed::Append(text)) => {
+                    let mut v = self.view.write().unwrap_or_else(|p| p.into_inner());
+                    v.partial_text.push_str(&text);
+                }
+                Effect::Stream(Streamed::Signal { turn_id, text }) => {
+                    let _ = self.shared.publisher.send(Publication::TextDelta {
+                        bot_id: self.id.clone(),
+                        turn_id,
+                        text,
+                    });
+                }
+                Effect::Stream(Streamed::Clear) => {
+                    let mut v = self.view.write().unwrap_or_else(|p| p.into_inner());
+                    v.partial_text.clear();
+                }
+                Effect::LookForDescendants => self.snapshot_descendants(),
+                Effect::TurnBegan => {
+                    let before = self.agent_descendants();
+                    if let Some(proc) = self.proc.as_mut() {
+                        proc.before_turn = Some(before);
+                    }
+                }
+                Effect::InterruptEnded(turn) => {
+                    if let Some(before) = self.proc.as_mut().and_then(|p| p.before_turn.take()) {
+                        let now = self.agent_descendants();
+                        let left = crate::supervisor::core::interrupt::left_by_turn(&before, now);
+                        if !left.is_empty() {
+                            self.left_by_interrupt = Some((turn, left));
+                        }
+                    }
+                }
+                Effect::OpenPrompt { asked, turn_id } => {
+                    let effects = self.with_prompts(|book| {
+                        crate::supervisor::core::prompts::opened(book, asked, turn_id.as_deref())
+                    });
+                    let more = self.apply(effects);
+                    applied.committed &= more.committed;
+                }
+                Effect::ClosePrompts(message) => self.close_open_prompts(&message),
+                Effect::PlanLimit(report) => self.show_plan_limit(report),
+                Effect::FollowCredentials => self.follow_credentials(),
+                Effect::KeepConversation => self.keep_conversation(),
             }
         }
         applied

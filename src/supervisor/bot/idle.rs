@@ -23,7 +23,7 @@ impl Actor {
             running: self.core.process.as_ref().is_some_and(|p| !p.run.stopping),
             in_flight: self.core.turns.inflight.is_some(),
             queued: !self.core.turns.queue.is_empty(),
-            background_tasks: self.background_tasks,
+            background_tasks: self.core.background_tasks,
             holders: self.holders(),
             open_prompts: self.pending_prompts(),
         }

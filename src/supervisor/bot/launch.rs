@@ -144,7 +144,7 @@ impl Actor {
                 let pid = handle.pid;
                 self.core.life.started();
                 self.known.clear();
-                self.background_tasks = 0;
+                self.core.background_tasks = 0;
                 if let Ok(identity) = identify(pid)
                     && let Err(e) = self.commit(
                         &[crate::supervisor::core::Write::Process {

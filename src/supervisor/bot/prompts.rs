@@ -19,22 +19,16 @@ impl Actor {
     }
 
     /// `f` on the prompt book, under the lock clients answer through.
-    fn with_prompts<R>(&self, f: impl FnOnce(&mut crate::supervisor::PromptBook) -> R) -> R {
+    pub(super) fn with_prompts<R>(
+        &self,
+        f: impl FnOnce(&mut crate::supervisor::PromptBook) -> R,
+    ) -> R {
         let mut book = self
             .shared
             .prompts
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         f(&mut book)
-    }
-
-    /// A permission request of the CLI: recorded, signalled, and open until a client answers
-    /// ([`prompts::opened`]).
-    pub(super) fn on_permission_request(&mut self, asked: prompts::Asked) {
-        let turn = self.current_turn_id();
-        self.core.turns.asked_for_a_tool();
-        let effects = self.with_prompts(|book| prompts::opened(book, asked, turn.as_deref()));
-        self.apply(effects);
     }
 
     /// The process is gone: every open request is denied, and the chat says so.

@@ -70,7 +70,7 @@ impl Actor {
     pub(super) fn usage_activity(&self) {
         if let Some(p) = &self.proc {
             let active = self.core.process.as_ref().is_some_and(|c| !c.run.stopping)
-                && (self.state() == State::Busy || self.background_tasks > 0);
+                && (self.state() == State::Busy || self.core.background_tasks > 0);
             p.usage.set_active(active);
         }
     }

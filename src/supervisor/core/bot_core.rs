@@ -93,6 +93,12 @@ pub struct BotCore {
     /// The process outside botvisor that holds the conversation, while the bot waits for it
     /// ([`super::held`]), with when to look at it next.
     pub held: Option<super::held::Held>,
+    /// Where the plan's usage limit stands, as the CLI last told it in this daemon run.
+    pub plan_limit: Option<LimitReport>,
+    /// Background tasks the CLI reports as running (design rule 12).
+    pub background_tasks: usize,
+    /// Effects of the inputs handled, not yet given to the shell ([`BotCore::poll_effect`]).
+    pub(super) effects: std::collections::VecDeque<super::effect::Effect>,
 }
 
 impl BotCore {
@@ -113,6 +119,9 @@ impl BotCore {
             limit_seen: None,
             limit_strikes: 0,
             held: None,
+            plan_limit: None,
+            background_tasks: 0,
+            effects: std::collections::VecDeque::new(),
         }
     }
 

@@ -152,8 +152,36 @@ pub enum Publish {
     },
 }
 
-/// One thing the core asks for.
+/// What the core asks to be written to the running CLI, through its protocol.
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// Refuse a request of the CLI's own (`request_id`) with `message`.
+    Refuse {
+        /// The CLI's request id.
+        request_id: String,
+        /// Why, in words.
+        message: String,
+    },
+}
+
+/// Streamed assistant text, as the core paces it ([`super::stream::DeltaPacer`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Streamed {
+    /// Text came: `PartialText` (what a late client reads) grows by it.
+    Append(String),
+    /// Signal `TextDelta` with `text` for `turn_id` (empty: no turn).
+    Signal {
+        /// The turn the text belongs to.
+        turn_id: String,
+        /// The text let out.
+        text: String,
+    },
+    /// The message is complete or a new one begins: `PartialText` starts over.
+    Clear,
+}
+
+/// One thing the core asks for.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     /// Commit `writes` in one transaction; when it succeeded, publish `publish` in order. When it
     /// failed, nothing is published (the journal says why).
@@ -184,6 +212,38 @@ pub enum Effect {
     Pause,
     /// Start the agent now (a client's Restart).
     Start,
+    /// Write this to the running CLI.
+    Send(Request),
+    /// Stop the running process (design rule 9), once the input's other effects are carried out.
+    Stop(super::stop::StopReason),
+    /// Streamed text.
+    Stream(Streamed),
+    /// Look for the agent's descendants now (a tool started or ended, a background task moved;
+    /// design rule 9).
+    LookForDescendants,
+    /// A turn began: what the agent runs from now on is the turn's (an interrupt stops what it
+    /// left: [`Effect::InterruptEnded`]).
+    TurnBegan,
+    /// The turn an interrupt was sent for ended: what it started and left running is stopped
+    /// (`core::interrupt::left_by_turn`).
+    InterruptEnded(String),
+    /// The CLI asks whether a tool may run: open the request for clients to answer
+    /// (`core::prompts::opened`), as a request of `turn_id`.
+    OpenPrompt {
+        /// The request.
+        asked: super::prompts::Asked,
+        /// The turn it belongs to.
+        turn_id: Option<String>,
+    },
+    /// Close every open permission request as denied by botvisord, with this message in the
+    /// chat (`core::prompts::close_all`).
+    ClosePrompts(String),
+    /// The `PlanLimit` property: where the plan's usage limit stands, as the CLI told it.
+    PlanLimit(crate::runtime::LimitReport),
+    /// Watch the CLI's credentials file: the bot waits for its login (`core::limits`).
+    FollowCredentials,
+    /// Bring botvisor's copy of the conversation up to date (a turn ended; `supervisor::keep`).
+    KeepConversation,
 }
 
 /// Builds the effects of one commit: collects writes and publications in order.

@@ -8,6 +8,10 @@
 //! driven, never drives) and Horust's `handle_event`, which returns events instead of acting.
 //!
 //! - [`bot_core`]: one bot's core state and timers, with the one next deadline of them all.
+//! - [`machine`]: the driven machine: [`Input`] in through `BotCore::handle`, effects out through
+//!   `BotCore::poll_effect`, what only the shell can read asked through [`Facts`] (issue 27).
+//! - [`events`]: what the running CLI says, read by the core: a chat line, a replay, a result
+//!   (a usage limit, an expired login, a turn's end), a control answer, streamed text.
 //! - [`turns`]: the queue, the message in flight, and what a replay, a result, a crash or a lost
 //!   conversation means for them (design rules 3, 4, 7, 8).
 //! - [`control`]: live settings sent to the CLI and what their answer, refusal or silence means
@@ -64,6 +68,7 @@ pub mod control;
 pub mod crash;
 pub mod decide;
 pub mod effect;
+pub mod events;
 pub mod exit;
 pub mod held;
 pub mod idle;
@@ -72,6 +77,7 @@ pub mod left_turns;
 pub mod lifecycle;
 pub mod limit_warning;
 pub mod limits;
+pub mod machine;
 pub mod prompts;
 pub mod pump;
 pub mod records;
@@ -90,6 +96,7 @@ pub mod watchdogs;
 
 pub use bot_core::{BotCore, Due, Process};
 pub use effect::{CommitBuilder, Effect, Publish, Setting, Write};
+pub use machine::{Facts, Input};
 pub use state::State;
 pub use turns::{Ended, Inflight, QueuedTurn, Replayed, Settled, Turns};
 

@@ -1,0 +1,435 @@
+//! What the running CLI says, as the core reads it (issue 27): each [`RuntimeEvent`] changes the
+//! bot's state and queues the effects that say and do it. A turn's result is routed here: a
+//! plan's usage limit (the message waits), an expired login (it waits for new credentials), or
+//! the turn's end with its cost and budget.
+
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use super::bot_core::BotCore;
+use super::budget;
+use super::effect::{CommitBuilder, Effect, Publish, Request, Streamed, Write};
+use super::lifecycle::Lifecycle;
+use super::limit_warning;
+use super::limits;
+use super::machine::{Facts, reached_unknown};
+use super::prompts::Asked;
+use super::retry::Retry;
+use super::spend::{self, Spend};
+use super::stop::StopReason;
+use super::timeouts;
+use crate::runtime::{LimitReport, LimitState, ResultOutcome, RuntimeEvent};
+
+/// What the chat says of a permission request its turn's end left unanswered.
+const TURN_ENDED: &str = "The turn ended before this request was answered.";
+
+impl BotCore {
+    /// One event of the running CLI.
+    pub(super) fn runtime_event(&mut self, now: Instant, event: RuntimeEvent, facts: &dyn Facts) {
+        if event.is_sign_of_life() {
+            self.watch.sign_of_life();
+        }
+        match event {
+            RuntimeEvent::Init { .. } | RuntimeEvent::Opened { .. } | RuntimeEvent::Ignored => {}
+            RuntimeEvent::Tokens { input, output } => self.turns.meter.tokens(input, output),
+            RuntimeEvent::Limit(report) => self.limit_told(report),
+            RuntimeEvent::TextDelta(text) => self.text_delta(now, text),
+            RuntimeEvent::MessageStart => self.end_streamed_message(now),
+            RuntimeEvent::PermissionRequest {
+                request_id,
+                tool,
+                input,
+                request,
+            } => {
+                self.turns.asked_for_a_tool();
+                let turn_id = self.turns.answering().map(str::to_owned);
+                self.emit([Effect::OpenPrompt {
+                    asked: Asked {
+                        request_id,
+                        tool,
+                        input,
+                        request,
+                    },
+                    turn_id,
+                }]);
+            }
+            RuntimeEvent::ControlResponse { request_id, result } => {
+                self.watch.control_answered(&request_id);
+                let Some(p) = self.process.as_mut() else {
+                    return;
+                };
+                match p.controls.answered(&request_id, result.map(|_| ())) {
+                    Ok(effects) => self.emit(effects),
+                    Err((request, e)) => {
+                        tracing::warn!(?request, error = %e, "control request refused");
+                    }
+                }
+            }
+            RuntimeEvent::ControlRequest {
+                request_id,
+                subtype,
+                ..
+            } => {
+                tracing::debug!(%subtype, "control request of the CLI refused");
+                let message = format!("botvisor does not serve `{subtype}` requests");
+                self.emit([Effect::Send(Request::Refuse {
+                    request_id,
+                    message,
+                })]);
+            }
+            RuntimeEvent::UserReplay { session_id, .. } => self.replayed(session_id, facts),
+            RuntimeEvent::Chat(chat) => {
+                if chat.kind == "assistant" {
+                    self.flush_text(now);
+                }
+                let tool = matches!(chat.kind, "tool_use" | "tool_result");
+                let effects = self.turns.said_by_cli(chat.kind, chat.payload.to_string());
+                self.emit(effects);
+                if chat.kind == "assistant" {
+                    self.end_streamed_message(now);
+                }
+                if tool {
+                    self.emit([Effect::LookForDescendants]);
+                    self.snapshots.tool(now);
+                }
+            }
+            RuntimeEvent::Tasks { running } => {
+                if let Some(n) = running {
+                    self.background_tasks = n;
+                }
+                self.emit([Effect::LookForDescendants]);
+            }
+            RuntimeEvent::ApiRetry {
+                error,
+                status,
+                attempt,
+                max_retries,
+                delay_ms,
+            } => {
+                let retry = Retry {
+                    error: &error,
+                    status,
+                    attempt,
+                    max_retries,
+                    delay_ms,
+                };
+                self.api_retry(now, &retry, facts);
+            }
+            RuntimeEvent::TurnResult {
+                outcome,
+                payload,
+                error,
+                session_id,
+            } => {
+                // Before the turn's end is published: a client that reads SessionId after
+                // TurnFinished sees the conversation the turn went to.
+                self.reported_session(session_id, facts);
+                self.result(now, outcome, payload, error, facts);
+                self.emit([Effect::KeepConversation]);
+            }
+            RuntimeEvent::ConversationNotFound { session_id } => {
+                let Some(p) = self.process.as_mut() else {
+                    return;
+                };
+                let Some((effects, stop)) =
+                    Lifecycle::conversation_lost(&mut p.run, &mut self.turns, &session_id)
+                else {
+                    return;
+                };
+                tracing::info!(%session_id, "conversation not found; starting a new one");
+                self.emit(effects);
+                if stop {
+                    self.emit([Effect::Stop(StopReason::Replaced)]);
+                }
+            }
+            RuntimeEvent::OpenFailed { error } => {
+                // No turn can run in this process: said, the waiting turn fails, the process is
+                // stopped, and nothing starts again until a client sends or restarts.
+                tracing::warn!(%error, "the agent could not open its conversation");
+                let recorded = facts.recorded();
+                let effects =
+                    timeouts::open_failed(&mut self.turns, &error, recorded.as_deref(), |i| {
+                        facts.taken_turn(i).is_some()
+                    });
+                self.emit(effects);
+                self.emit([Effect::Stop(StopReason::OpenFailed)]);
+            }
+            RuntimeEvent::SessionInUse { session_id } => {
+                if let Some(p) = self.process.as_mut() {
+                    tracing::info!(%session_id, "session id already in use");
+                    p.run.session_in_use(session_id);
+                }
+            }
+            RuntimeEvent::Unparsed { line, reason } => {
+                let turn = self.turns.answering().map(str::to_owned);
+                let mut c = CommitBuilder::default();
+                c.item(
+                    "error",
+                    turn.as_deref(),
+                    json!({
+                        "text": format!("The agent printed a line botvisor could not read ({reason})."),
+                        "line": line,
+                    })
+                    .to_string(),
+                );
+                self.emit(c.build());
+            }
+        }
+    }
+
+    /// Where the plan's usage limit stands, as the CLI told it: a warning once per window, the
+    /// `PlanLimit` property, and a reached limit noted for the turn in flight (its error result
+    /// is then the limit's refusal, [`limits::refused`]).
+    fn limit_told(&mut self, report: LimitReport) {
+        tracing::info!(
+            state = ?report.state,
+            kind = %report.kind,
+            resets_at = report.resets_at,
+            utilization = ?report.utilization,
+            "usage limit"
+        );
+        if let Some(effect) = limit_warning::warned(self.plan_limit.as_ref(), &report) {
+            self.emit([effect]);
+        }
+        self.plan_limit = Some(report.clone());
+        self.emit([Effect::PlanLimit(report.clone())]);
+        if report.state == LimitState::Reached
+            && let Some(inflight) = &self.turns.inflight
+        {
+            self.limit_seen = Some((inflight.turn.id.clone(), report));
+        }
+    }
+
+    /// Streamed text: `PartialText` grows; `TextDelta` at most once per interval
+    /// ([`super::stream::DeltaPacer`]).
+    fn text_delta(&mut self, now: Instant, text: String) {
+        self.emit([Effect::Stream(Streamed::Append(text.clone()))]);
+        if let Some(out) = self.deltas.push(&text, now) {
+            self.signal_text(out);
+        }
+    }
+
+    /// Lets out the streamed text that waits, if any.
+    pub fn flush_text(&mut self, now: Instant) {
+        if let Some(out) = self.deltas.flush(now) {
+            self.signal_text(out);
+        }
+    }
+
+    fn signal_text(&mut self, text: String) {
+        let turn_id = self.turns.answering().unwrap_or_default().to_owned();
+        self.emit([Effect::Stream(Streamed::Signal { turn_id, text })]);
+    }
+
+    /// A message is complete (or a new one starts): what is left is let out, and
+    /// `PartialText` starts over.
+    pub fn end_streamed_message(&mut self, now: Instant) {
+        self.flush_text(now);
+        self.emit([Effect::Stream(Streamed::Clear)]);
+    }
+
+    /// The CLI replayed the message in flight: its turn began (design rule 3,
+    /// [`super::turns::Turns::replayed`]).
+    fn replayed(&mut self, session_id: Option<String>, facts: &dyn Facts) {
+        if self.process.is_none() {
+            return;
+        }
+        let launched = facts.conversation().unwrap_or_default();
+        let recorded = facts.recorded();
+        // The transcript is looked at only when the CLI reports another id than the launched.
+        let Some(replayed) = self.turns.replayed(
+            &launched,
+            session_id.as_deref(),
+            recorded.as_deref(),
+            |id| facts.transcript_exists(id),
+        ) else {
+            return;
+        };
+        // What the turn starts is what appears from now on.
+        self.emit([Effect::TurnBegan]);
+        if let Some(r) = &replayed.reported_later {
+            tracing::info!(reported = %r, %launched, "the CLI reports another session id; kept until its transcript exists");
+        }
+        if let Some(p) = self.process.as_mut() {
+            p.run.began(replayed.reported_later.clone());
+        }
+        self.emit(replayed.effects);
+    }
+
+    /// A session id the CLI reported at a turn's end ([`super::run::Run::reported`]) is recorded
+    /// once its transcript exists, at once or at the process's end.
+    fn reported_session(&mut self, reported: Option<String>, facts: &dyn Facts) {
+        let conversation = facts.conversation();
+        let Some(p) = self.process.as_mut() else {
+            return;
+        };
+        p.run.reported(reported, conversation.as_deref());
+        let recorded = facts.recorded();
+        if let Some((_, effect)) = p
+            .run
+            .adopt_reported(recorded.as_deref(), |id| facts.transcript_exists(id))
+        {
+            self.emit([effect]);
+        }
+    }
+
+    /// The CLI reported a turn's result: a plan's usage limit that refused the message, an
+    /// expired login, or the turn's end ([`super::turns::Turns::result`]).
+    fn result(
+        &mut self,
+        now: Instant,
+        outcome: ResultOutcome,
+        payload: Value,
+        error: Option<String>,
+        facts: &dyn Facts,
+    ) {
+        self.end_streamed_message(now);
+        let seen = self.limit_seen.take();
+        let answering = self.turns.answering().map(str::to_owned);
+        if outcome == ResultOutcome::Error
+            && let Some((turn, report)) = seen
+            && answering.as_deref() == Some(turn.as_str())
+        {
+            self.limit_refused(now, &report, facts);
+            return;
+        }
+        let fatal = error.as_deref().and_then(|w| facts.fatal_reason(w));
+        // The same limit hit again in the same process: Claude Code 2.1.328 prints no new
+        // `rate_limit_event` when nothing changed, only its error result's words ("You've hit
+        // your 5-hour limit · resets …"). The last report tells the window; its reset, if past,
+        // is waited out with the backoff.
+        if outcome == ResultOutcome::Error && fatal == Some("usage limit") && answering.is_some() {
+            let report = match &self.plan_limit {
+                Some(r) if r.state == LimitState::Reached => r.clone(),
+                _ => reached_unknown(),
+            };
+            self.limit_refused(now, &report, facts);
+            return;
+        }
+        // An expired or refused login is a hold, not a failure: the message waits for new
+        // credentials (Claude Code 2.1.328: an error result with api_error_status 401 whose text
+        // says so; Codex 0.171.0: a failed turn "unexpected status 401 Unauthorized").
+        if outcome == ResultOutcome::Error
+            && fatal == Some("authentication")
+            && answering.is_some()
+            && let Some(words) = error.as_deref()
+        {
+            self.emit([Effect::ClosePrompts(TURN_ENDED.into())]);
+            if let Some(effects) = limits::login_refused(&mut self.turns, words) {
+                tracing::warn!(error = %words, "login expired or refused; the message waits");
+                self.emit(effects);
+                self.emit([Effect::FollowCredentials]);
+            }
+            return;
+        }
+        // A turn that ended (interrupted, failed) while the agent was asking leaves nobody
+        // waiting for the answer.
+        self.emit([Effect::ClosePrompts(TURN_ENDED.into())]);
+        let interrupting = self.turns.interrupting.clone();
+        let mut ended = self.turns.result(outcome, &payload, error);
+        if ended.succeeded {
+            self.limit_strikes = 0;
+        }
+        if let Some(turn) = ended
+            .turn_id
+            .clone()
+            .filter(|t| interrupting.as_ref() == Some(t))
+        {
+            // Codex ends the command's shell and leaves the command: an orphan the daemon
+            // adopted, found with the descendants.
+            self.emit([Effect::InterruptEnded(turn)]);
+        }
+        let fatal = ended.error.as_deref().and_then(|e| {
+            facts
+                .fatal_reason(e)
+                .map(|kind| format!("{kind} error: {e}"))
+        });
+        let mut effects = std::mem::take(&mut ended.effects);
+        if let Some(p) = self.process.as_mut() {
+            effects.extend(
+                self.life
+                    .turn_result(&mut p.run, &self.turns, &ended, fatal),
+            );
+        }
+        effects.extend(budget_after(&ended.spend, facts));
+        self.emit(effects);
+    }
+
+    /// The usage limit refused the message in flight ([`limits::refused`]): it waits at the head
+    /// of the queue and the bot holds until the reset ([`limits::wait`]).
+    fn limit_refused(&mut self, now: Instant, report: &LimitReport, facts: &dyn Facts) {
+        self.emit([Effect::ClosePrompts(TURN_ENDED.into())]);
+        let (continue_cut, times) = facts.limit_settings();
+        let now_unix = facts.unix_now();
+        let strikes = self.limit_strikes;
+        let Some((hold, effects)) = limits::refused(
+            &mut self.turns,
+            report,
+            continue_cut,
+            now_unix,
+            strikes,
+            times,
+        ) else {
+            return;
+        };
+        let wait = limits::wait(&hold, now_unix, strikes, times);
+        self.limit_strikes += 1;
+        self.limit_until = Some(now + wait);
+        tracing::warn!(kind = %hold.kind, resets_at = hold.resets_at, wait_s = wait.as_secs(), "usage limit reached; the message waits");
+        self.emit(effects);
+    }
+
+    /// The CLI retries a model request: `LastError` says so each time, and a rate-limited
+    /// `system` item (`reason` `api_retry`) of the turn waiting for it ([`super::retry`]).
+    fn api_retry(&mut self, now: Instant, retry: &Retry<'_>, facts: &dyn Facts) {
+        let text = match facts.fatal_reason(retry.error) {
+            Some(kind) => format!(
+                "The model API refused the request ({kind} error: {}, HTTP {}); the agent \
+                 retries ({} of {}). Check the credentials or the plan.",
+                retry.error,
+                retry.status.map_or("?".to_owned(), |s| s.to_string()),
+                retry.attempt,
+                retry.max_retries
+            ),
+            None => retry.text(),
+        };
+        tracing::warn!(
+            attempt = retry.attempt,
+            error = retry.error,
+            "model request retried"
+        );
+        let mut c = CommitBuilder::default();
+        c.write(Write::LastError(text.clone()))
+            .then(Publish::LastError(text.clone()));
+        self.emit(c.build());
+        if self.retry_notes.should_note(retry, now) {
+            // The CLI retries before it replays the message: the turn is the one written to it.
+            let turn = self.turns.inflight.as_ref().map(|i| i.turn.id.clone());
+            let mut c = CommitBuilder::default();
+            c.item(
+                "system",
+                turn.as_deref(),
+                json!({
+                    "text": text, "reason": "api_retry", "attempt": retry.attempt,
+                    "max_retries": retry.max_retries, "error": retry.error,
+                    "error_status": retry.status,
+                })
+                .to_string(),
+            );
+            self.emit(c.build());
+        }
+    }
+}
+
+/// What a turn's `spend` did to the budget ([`spend::budget_step`]): a warning item at 80 %, the
+/// budget hold at 100 %.
+fn budget_after(turn: &Spend, facts: &dyn Facts) -> Vec<Effect> {
+    let (before, budget, held) = facts.spend();
+    let after = before.saturating_add(turn.cost_nanos);
+    match (spend::budget_step(before, after, budget), budget) {
+        (spend::BudgetStep::Warning, Some(b)) => vec![budget::warning(after, b)],
+        (spend::BudgetStep::Reached, Some(b)) if !held => budget::reached(after, b),
+        _ => Vec::new(),
+    }
+}

@@ -1,0 +1,77 @@
+//! The bot's driven machine (issue 27, after quinn-proto's `Connection`): the shell hands the
+//! core each [`Input`] with [`BotCore::handle`], then carries out what [`BotCore::poll_effect`]
+//! gives, in order, and sleeps until [`BotCore::poll_timeout`]. The core does no I/O; what only
+//! the shell can read (files, the runtime's reading of words, the bot's record, the wall clock)
+//! it asks through [`Facts`].
+
+use std::time::Instant;
+
+use super::bot_core::BotCore;
+use super::effect::Effect;
+use super::limits::LimitTimes;
+use super::turns::Inflight;
+use crate::runtime::{LimitReport, LimitState, RuntimeEvent, TakenTurn};
+
+/// Something that happened to the bot.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// The running CLI said something (its protocol's reading of a stdout line).
+    Runtime(RuntimeEvent),
+}
+
+/// What the core may ask the world while it handles an input; nothing asked changes anything.
+pub trait Facts {
+    /// The bot's recorded conversation.
+    fn recorded(&self) -> Option<String>;
+    /// The conversation the running process holds (its protocol's), `None` when it has none
+    /// yet.
+    fn conversation(&self) -> Option<String>;
+    /// Whether the runtime's file of the conversation `session_id` exists now (design rule 2).
+    fn transcript_exists(&self, session_id: &str) -> bool;
+    /// What the conversation the message in flight went to holds of it (issue 25).
+    fn taken_turn(&self, inflight: &Inflight) -> Option<TakenTurn>;
+    /// The runtime's reading of an error's words: a failure restarting cannot fix, by kind
+    /// (`authentication`, `usage limit`, …).
+    fn fatal_reason(&self, text: &str) -> Option<&'static str>;
+    /// The wall clock, in Unix seconds (a plan's reset is told so).
+    fn unix_now(&self) -> u64;
+    /// `continue_after_limit` in force for the bot, and the limit's margin and retry.
+    fn limit_settings(&self) -> (bool, LimitTimes);
+    /// What the bot cost so far (nano-dollars), its budget in force, and whether a hold (a
+    /// limit, a login, the budget) is on record.
+    fn spend(&self) -> (u64, Option<u64>, bool);
+}
+
+impl BotCore {
+    /// Handles `input` at `now`: the state changes, and the effects wait for
+    /// [`BotCore::poll_effect`].
+    pub fn handle(&mut self, now: Instant, input: Input, facts: &dyn Facts) {
+        match input {
+            Input::Runtime(event) => self.runtime_event(now, event, facts),
+        }
+    }
+
+    /// The next effect to carry out, in order; `None` when all were given.
+    pub fn poll_effect(&mut self) -> Option<Effect> {
+        self.effects.pop_front()
+    }
+
+    /// Queues effects for [`BotCore::poll_effect`].
+    pub(super) fn emit(&mut self, effects: impl IntoIterator<Item = Effect>) {
+        self.effects.extend(effects);
+    }
+}
+
+/// A plan's report that the limit is reached, with nothing more known.
+pub(super) fn reached_unknown() -> LimitReport {
+    LimitReport {
+        state: LimitState::Reached,
+        kind: String::new(),
+        resets_at: 0,
+        utilization: None,
+    }
+}
+
+#[cfg(test)]
+#[path = "machine_tests.rs"]
+mod tests;

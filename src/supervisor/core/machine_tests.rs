@@ -1,0 +1,319 @@
+//! The driven machine, input by input, with facts a test gives: what a CLI's events become.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::*;
+use crate::runtime::SessionStart;
+use crate::runtime::{ChatPayload, ControlRequest, LimitReport, LimitState, ResultOutcome};
+use crate::supervisor::core::control::Controls;
+use crate::supervisor::core::effect::{Request, Streamed, Write};
+use crate::supervisor::core::lifecycle::Run;
+use crate::supervisor::core::stop::StopReason;
+use crate::supervisor::core::turns::QueuedTurn;
+use crate::supervisor::core::{Process, State};
+
+/// Facts as a test sets them.
+#[derive(Default)]
+struct Told {
+    recorded: Option<String>,
+    fatal: Option<&'static str>,
+    spend: (u64, Option<u64>, bool),
+}
+
+impl Facts for Told {
+    fn recorded(&self) -> Option<String> {
+        self.recorded.clone()
+    }
+    fn conversation(&self) -> Option<String> {
+        Some("s".into())
+    }
+    fn transcript_exists(&self, _: &str) -> bool {
+        true
+    }
+    fn taken_turn(&self, _: &Inflight) -> Option<TakenTurn> {
+        None
+    }
+    fn fatal_reason(&self, _: &str) -> Option<&'static str> {
+        self.fatal
+    }
+    fn unix_now(&self) -> u64 {
+        1_000_000
+    }
+    fn limit_settings(&self) -> (bool, LimitTimes) {
+        (
+            false,
+            LimitTimes {
+                margin: Duration::from_secs(5),
+                retry: Duration::from_secs(300),
+            },
+        )
+    }
+    fn spend(&self) -> (u64, Option<u64>, bool) {
+        self.spend
+    }
+}
+
+/// A core with a running process that took `hello` (turn `t`) in the conversation `s`.
+fn running() -> BotCore {
+    let mut core = BotCore::new(Duration::from_millis(50));
+    core.process = Some(Process {
+        run: Run::new(SessionStart::Resume("s".into())),
+        controls: Controls::default(),
+    });
+    core.turns.queue(QueuedTurn::new("t", "hello"));
+    core.turns.deliver("s", std::time::SystemTime::UNIX_EPOCH);
+    core
+}
+
+fn drain(core: &mut BotCore) -> Vec<Effect> {
+    std::iter::from_fn(|| core.poll_effect()).collect()
+}
+
+fn event(core: &mut BotCore, now: Instant, facts: &Told, e: RuntimeEvent) -> Vec<Effect> {
+    core.handle(now, Input::Runtime(e), facts);
+    drain(core)
+}
+
+fn result(outcome: ResultOutcome, error: Option<&str>) -> RuntimeEvent {
+    RuntimeEvent::TurnResult {
+        outcome,
+        session_id: Some("s".into()),
+        payload: json!({"subtype": "success", "total_cost_usd": 0.0}),
+        error: error.map(str::to_owned),
+    }
+}
+
+fn replay() -> RuntimeEvent {
+    RuntimeEvent::UserReplay {
+        session_id: Some("s".into()),
+        text: "hello".into(),
+    }
+}
+
+fn finished(effects: &[Effect]) -> Vec<(String, super::super::decide::TurnOutcome)> {
+    super::super::effect::finished_turns(effects)
+}
+
+#[test]
+fn a_turn_begins_at_its_replay_and_ends_at_its_result_with_prompts_closed_first() {
+    let t0 = Instant::now();
+    let facts = Told {
+        recorded: Some("s".into()),
+        ..Told::default()
+    };
+    let mut core = running();
+    let began = event(&mut core, t0, &facts, replay());
+    assert_eq!(
+        began.first(),
+        Some(&Effect::TurnBegan),
+        "descendants noted first"
+    );
+    assert!(super::super::effect::writes(&began).any(|w| *w == Write::TurnRunning("t".into())));
+    let ended = event(&mut core, t0, &facts, result(ResultOutcome::Success, None));
+    let close = ended
+        .iter()
+        .position(|e| matches!(e, Effect::ClosePrompts(_)))
+        .expect("open prompts closed");
+    let end = ended
+        .iter()
+        .position(|e| {
+            matches!(e, Effect::Commit { writes, .. }
+                if writes.iter().any(|w| matches!(w, Write::TurnFinished { .. })))
+        })
+        .expect("the turn's end");
+    assert!(
+        close < end,
+        "a question open at its turn's end is closed before the end is said"
+    );
+    assert_eq!(
+        finished(&ended),
+        [("t".into(), super::super::decide::TurnOutcome::Success)]
+    );
+    assert_eq!(ended.last(), Some(&Effect::KeepConversation));
+}
+
+#[test]
+fn issue_24_a_reached_limit_makes_the_error_result_a_refusal_and_the_message_waits() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    event(&mut core, t0, &facts, replay());
+    let report = LimitReport {
+        state: LimitState::Reached,
+        kind: "five_hour".into(),
+        resets_at: 1_003_600,
+        utilization: Some(1.0),
+    };
+    let told = event(&mut core, t0, &facts, RuntimeEvent::Limit(report.clone()));
+    assert!(told.contains(&Effect::PlanLimit(report)));
+    let ended = event(
+        &mut core,
+        t0,
+        &facts,
+        result(ResultOutcome::Error, Some("You've hit your limit")),
+    );
+    assert_eq!(finished(&ended), [], "no turn ends: it waits");
+    assert_eq!(core.turns.queue.front().map(|t| t.id.as_str()), Some("t"));
+    assert!(
+        core.limit_until
+            .is_some_and(|t| t > t0 + Duration::from_secs(3600))
+    );
+}
+
+#[test]
+fn issue_24_an_expired_login_holds_the_message_and_watches_the_credentials() {
+    let t0 = Instant::now();
+    let facts = Told {
+        fatal: Some("authentication"),
+        ..Told::default()
+    };
+    let mut core = running();
+    event(&mut core, t0, &facts, replay());
+    let ended = event(
+        &mut core,
+        t0,
+        &facts,
+        result(ResultOutcome::Error, Some("401 OAuth token has expired")),
+    );
+    assert_eq!(finished(&ended), []);
+    assert!(ended.contains(&Effect::FollowCredentials));
+    assert!(
+        ended.contains(&Effect::State(State::LoginRequired)),
+        "{ended:?}"
+    );
+    assert_eq!(
+        core.turns.queue.front().map(|t| t.id.as_str()),
+        Some("t"),
+        "it waits"
+    );
+}
+
+#[test]
+fn streamed_text_is_paced_and_a_whole_message_ends_it() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    event(&mut core, t0, &facts, replay());
+    let first = event(&mut core, t0, &facts, RuntimeEvent::TextDelta("a".into()));
+    assert!(first.contains(&Effect::Stream(Streamed::Append("a".into()))));
+    assert!(
+        first.iter().any(
+            |e| matches!(e, Effect::Stream(Streamed::Signal { turn_id, text })
+            if turn_id == "t" && text == "a")
+        ),
+        "{first:?}"
+    );
+    let second = event(&mut core, t0, &facts, RuntimeEvent::TextDelta("b".into()));
+    assert!(
+        !second
+            .iter()
+            .any(|e| matches!(e, Effect::Stream(Streamed::Signal { .. }))),
+        "not twice within the interval"
+    );
+    let whole = event(
+        &mut core,
+        t0,
+        &facts,
+        RuntimeEvent::Chat(ChatPayload {
+            kind: "assistant",
+            payload: json!({"text": "ab"}),
+        }),
+    );
+    let signal = whole
+        .iter()
+        .position(|e| matches!(e, Effect::Stream(Streamed::Signal { text, .. }) if text == "b"))
+        .expect("what waited is let out");
+    let item = whole
+        .iter()
+        .position(|e| matches!(e, Effect::Commit { .. }))
+        .expect("the item");
+    assert!(signal < item, "the text before the item");
+    assert_eq!(whole.last(), Some(&Effect::Stream(Streamed::Clear)));
+}
+
+#[test]
+fn a_request_of_the_cli_is_refused_and_a_tool_is_looked_after() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    let refused = event(
+        &mut core,
+        t0,
+        &facts,
+        RuntimeEvent::ControlRequest {
+            request_id: "r".into(),
+            subtype: "mcp_message".into(),
+            request: json!({}),
+        },
+    );
+    assert_eq!(
+        refused,
+        [Effect::Send(Request::Refuse {
+            request_id: "r".into(),
+            message: "botvisor does not serve `mcp_message` requests".into()
+        })]
+    );
+    event(&mut core, t0, &facts, replay());
+    let tool = event(
+        &mut core,
+        t0,
+        &facts,
+        RuntimeEvent::Chat(ChatPayload {
+            kind: "tool_use",
+            payload: json!({"id": "u", "name": "Bash"}),
+        }),
+    );
+    assert_eq!(tool.last(), Some(&Effect::LookForDescendants));
+    assert!(core.poll_timeout().is_some(), "a later look is due");
+}
+
+#[test]
+fn rule_4_a_lost_conversation_asks_for_the_stop_after_its_effects() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    let lost = event(
+        &mut core,
+        t0,
+        &facts,
+        RuntimeEvent::ConversationNotFound {
+            session_id: "s".into(),
+        },
+    );
+    assert_eq!(lost.last(), Some(&Effect::Stop(StopReason::Replaced)));
+    assert_eq!(core.turns.queue.front().map(|t| t.id.as_str()), Some("t"));
+}
+
+#[test]
+fn a_control_answer_is_taken_once() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    core.process
+        .as_mut()
+        .unwrap()
+        .controls
+        .sent("c1".into(), ControlRequest::SetModel("opus".into()));
+    let answered = event(
+        &mut core,
+        t0,
+        &facts,
+        RuntimeEvent::ControlResponse {
+            request_id: "c1".into(),
+            result: Ok(json!({})),
+        },
+    );
+    assert!(!answered.is_empty(), "the model now in force is recorded");
+    let again = event(
+        &mut core,
+        t0,
+        &facts,
+        RuntimeEvent::ControlResponse {
+            request_id: "c1".into(),
+            result: Ok(json!({})),
+        },
+    );
+    assert_eq!(again, []);
+}

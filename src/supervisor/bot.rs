@@ -22,7 +22,6 @@ mod stop;
 mod turns;
 mod usage;
 mod views;
-mod watchdogs;
 
 use crate::supervisor::Property;
 use std::collections::BTreeMap;
@@ -32,10 +31,10 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
+use super::core::BotCore;
 pub use super::core::State;
 use super::core::lifecycle;
 use super::core::stop::StopReason;
-use super::core::{BotCore, Due};
 pub use super::view::{BotView, update_view};
 use super::{BotError, BotHandle, Command, Publication, Publisher, Shared};
 use crate::config::Config;
@@ -284,23 +283,6 @@ impl Actor {
         self.apply(super::core::budget::hold_over(running, cost, budget));
     }
 
-    /// A timer of the bot's core came ([`BotCore::handle_timeout`]).
-    async fn on_due(&mut self, due: Due) {
-        match due {
-            Due::FlushText => self.flush_text(),
-            Due::LookForDescendants => self.snapshot_descendants(),
-            Due::Watchdog(expired) => self.on_watchdog(expired).await,
-            // Nothing to do but what follows every input: the pump may start the agent now.
-            Due::RestartBackoffOver => {}
-            Due::Idle => self.on_idle_deadline().await,
-            Due::LookAtHolder => self.look_at_holder(),
-            Due::LimitLifted => {
-                tracing::info!(bot_id = %self.id, "usage limit over; the waiting messages go");
-                self.hold_over();
-            }
-        }
-    }
-
     async fn run(
         mut self,
         mut rx: mpsc::UnboundedReceiver<Command>,
@@ -339,13 +321,9 @@ impl Actor {
                     }
                 }
                 _ = sleep_until_opt(self.core.poll_timeout()) => {
-                    let due = self.core.handle_timeout(Instant::now());
-                    let settles = due.iter().any(Due::settles);
-                    for d in due {
-                        self.on_due(d).await;
-                    }
-                    if !settles {
-                        continue;
+                    self.handle(super::core::Input::Timeout);
+                    if let Some(why) = self.stop_asked.take() {
+                        self.stop_process(why).await;
                     }
                 }
             }

@@ -5,18 +5,23 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
+use super::stop::agent_descendants;
 use super::{Actor, BotView, Next, Proc, Shared, bot_env};
 use crate::process::ProcEvent;
+use crate::process::identity::{Liveness, ProcessIdentity, liveness};
 use crate::runtime::{LimitReport, TakenTurn};
 use crate::supervisor::core::limits::LimitTimes;
-use crate::supervisor::core::{Facts, Inflight, Input};
+use crate::supervisor::core::{Bounds, Facts, Inflight, Input};
 
 /// What the core asks while it handles an input, answered from the bot's view, its shared
 /// handles and its process: each answer read only when asked.
 pub(super) struct ActorFacts<'a> {
+    pub(super) id: &'a str,
     pub(super) view: &'a Arc<RwLock<BotView>>,
     pub(super) shared: &'a Shared,
     pub(super) proc: Option<&'a Proc>,
+    /// The agent's descendants known by identity.
+    pub(super) known: &'a [ProcessIdentity],
 }
 
 impl ActorFacts<'_> {
@@ -71,6 +76,43 @@ impl Facts for ActorFacts<'_> {
         )
     }
 
+    fn bounds(&self) -> Bounds {
+        let c = &self.shared.config;
+        Bounds {
+            start_s: c.start_timeout_s,
+            interrupt_grace_s: c.interrupt_grace_s,
+            control_s: c.control_timeout_s,
+        }
+    }
+
+    fn watchers(&self) -> (usize, usize) {
+        let holders = self
+            .shared
+            .holders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len();
+        let open = self
+            .shared
+            .prompts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .open
+            .len();
+        (holders, open)
+    }
+
+    fn descendant_lives(&self) -> bool {
+        self.known.iter().any(|id| liveness(id) == Liveness::Alive)
+            || self
+                .proc
+                .is_some_and(|p| !agent_descendants(self.id, p.handle.pid).is_empty())
+    }
+
+    fn alive(&self, id: &ProcessIdentity) -> bool {
+        !matches!(liveness(id), Liveness::Gone)
+    }
+
     fn spend(&self) -> (u64, Option<u64>, bool) {
         let v = self.view();
         (
@@ -106,12 +148,26 @@ impl Actor {
         }
     }
 
-    /// Hands `input` to the core and carries out every effect it gives, in order.
-    pub(super) fn handle(&mut self, input: Input) {
-        let facts = ActorFacts {
+    /// What the core may ask, answered from this actor.
+    pub(super) fn facts(&self) -> ActorFacts<'_> {
+        ActorFacts {
+            id: &self.id,
             view: &self.view,
             shared: &self.shared,
             proc: self.proc.as_ref(),
+            known: &self.known,
+        }
+    }
+
+    /// Hands `input` to the core and carries out every effect it gives, in order.
+    pub(super) fn handle(&mut self, input: Input) {
+        // The fields one by one: the core changes while the facts are read.
+        let facts = ActorFacts {
+            id: &self.id,
+            view: &self.view,
+            shared: &self.shared,
+            proc: self.proc.as_ref(),
+            known: &self.known,
         };
         self.core.handle(Instant::now(), input, &facts);
         self.run_effects();
@@ -122,12 +178,6 @@ impl Actor {
         while let Some(effect) = self.core.poll_effect() {
             self.apply(vec![effect]);
         }
-    }
-
-    /// The streamed text that waits is let out now ([`crate::supervisor::core::BotCore::flush_text`]).
-    pub(super) fn flush_text(&mut self) {
-        self.core.flush_text(Instant::now());
-        self.run_effects();
     }
 
     /// A message is complete or its process is gone: what streamed is let out and `PartialText`

@@ -5,7 +5,6 @@
 use std::time::Instant;
 
 use super::Actor;
-use crate::process::identity::{Liveness, liveness};
 use crate::runtime::Holder;
 use crate::supervisor::core::held::{self, Held};
 
@@ -26,25 +25,6 @@ impl Actor {
         let effects = held::held(&h);
         self.core.held = Some(h);
         self.apply(effects);
-    }
-
-    /// A look at the holder ([`crate::supervisor::core::Due::LookAtHolder`]): once it is gone,
-    /// the bot goes on.
-    pub(super) fn look_at_holder(&mut self) {
-        let Some(h) = self.core.held.as_ref() else {
-            return;
-        };
-        match liveness(&h.identity) {
-            Liveness::Alive => {}
-            Liveness::Unknown(e) => {
-                tracing::debug!(bot_id = %self.id, error = %e, "cannot look at the holder; later");
-            }
-            Liveness::Gone => {
-                let h = self.core.held.take().expect("held");
-                tracing::info!(bot_id = %self.id, pid = h.identity.pid, "the other process exited");
-                self.apply(held::released(&h));
-            }
-        }
     }
 
     /// The bot stops waiting for a holder without its exit (a client's Stop, Restart, Delete).

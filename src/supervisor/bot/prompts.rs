@@ -14,10 +14,6 @@ impl Actor {
         }
     }
 
-    pub(super) fn pending_prompts(&self) -> usize {
-        self.with_prompts(|book| book.open.len())
-    }
-
     /// `f` on the prompt book, under the lock clients answer through.
     pub(super) fn with_prompts<R>(
         &self,

@@ -32,14 +32,10 @@ impl Actor {
     /// The agent's processes besides its root: its descendants, and those that escaped and lost
     /// their parent, which the daemon adopted (subreaper), with theirs. Empty with no agent.
     pub(super) fn agent_descendants(&self) -> Vec<ProcessIdentity> {
-        let Some(proc) = &self.proc else {
-            return Vec::new();
-        };
-        let mut found = tree::descendants(proc.handle.pid);
-        for pid in subreaper::adopted_orphans(&self.id) {
-            found.extend(identify(pid).into_iter().chain(tree::descendants(pid)));
+        match &self.proc {
+            Some(proc) => agent_descendants(&self.id, proc.handle.pid),
+            None => Vec::new(),
         }
-        found
     }
 
     pub(super) fn snapshot_descendants(&mut self) {
@@ -259,4 +255,14 @@ impl Actor {
         self.set_state(State::Stopped);
         Some(v)
     }
+}
+
+/// The processes of bot `bot_id`'s agent whose root is `root` besides it: its descendants, and
+/// those that escaped and lost their parent, which the daemon adopted (subreaper), with theirs.
+pub(super) fn agent_descendants(bot_id: &str, root: u32) -> Vec<ProcessIdentity> {
+    let mut found = tree::descendants(root);
+    for pid in subreaper::adopted_orphans(bot_id) {
+        found.extend(identify(pid).into_iter().chain(tree::descendants(pid)));
+    }
+    found
 }

@@ -42,14 +42,6 @@ pub enum Due {
     LookAtHolder,
 }
 
-impl Due {
-    /// Whether what came can change what the bot does next (start the agent, write the next
-    /// message, rearm its idle deadline); streamed text and a look for descendants cannot.
-    pub fn settles(&self) -> bool {
-        !matches!(self, Due::FlushText | Due::LookForDescendants)
-    }
-}
-
 /// The running process, as the core knows it: what it showed ([`Run`]) and the control
 /// requests it was sent and has not answered ([`Controls`]). It ends with the process.
 #[derive(Debug)]
@@ -220,14 +212,5 @@ mod tests {
             "each came once"
         );
         assert_eq!(core.poll_timeout(), None);
-    }
-
-    #[test]
-    fn streamed_text_and_looks_do_not_settle_the_bot() {
-        assert!(!Due::FlushText.settles());
-        assert!(!Due::LookForDescendants.settles());
-        assert!(Due::Idle.settles());
-        assert!(Due::RestartBackoffOver.settles());
-        assert!(Due::Watchdog(Expired::Start).settles());
     }
 }

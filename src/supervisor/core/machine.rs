@@ -17,6 +17,20 @@ use crate::runtime::{LimitReport, LimitState, RuntimeEvent, TakenTurn};
 pub enum Input {
     /// The running CLI said something (its protocol's reading of a stdout line).
     Runtime(RuntimeEvent),
+    /// It is `now`: the deadlines of [`BotCore::poll_timeout`] that came are handled, in a fixed
+    /// order ([`super::bot_core::Due`]).
+    Timeout,
+}
+
+/// The watchdogs' bounds in force, in seconds (0: never; design rule 15).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    /// `start_timeout_s`.
+    pub start_s: f64,
+    /// `interrupt_grace_s`.
+    pub interrupt_grace_s: f64,
+    /// `control_timeout_s`.
+    pub control_s: f64,
 }
 
 /// What the core may ask the world while it handles an input; nothing asked changes anything.
@@ -40,6 +54,15 @@ pub trait Facts {
     /// What the bot cost so far (nano-dollars), its budget in force, and whether a hold (a
     /// limit, a login, the budget) is on record.
     fn spend(&self) -> (u64, Option<u64>, bool);
+    /// The watchdogs' bounds.
+    fn bounds(&self) -> Bounds;
+    /// Clients holding the bot (leases), and permission requests open.
+    fn watchers(&self) -> (usize, usize);
+    /// Whether a descendant of the agent lives now (reads `/proc`; asked only when every other
+    /// sign says idle).
+    fn descendant_lives(&self) -> bool;
+    /// Whether the process `id` names still lives (one that cannot be checked counts as alive).
+    fn alive(&self, id: &crate::process::identity::ProcessIdentity) -> bool;
 }
 
 impl BotCore {
@@ -48,6 +71,11 @@ impl BotCore {
     pub fn handle(&mut self, now: Instant, input: Input, facts: &dyn Facts) {
         match input {
             Input::Runtime(event) => self.runtime_event(now, event, facts),
+            Input::Timeout => {
+                for due in self.handle_timeout(now) {
+                    self.due(now, due, facts);
+                }
+            }
         }
     }
 

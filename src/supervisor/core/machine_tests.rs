@@ -20,6 +20,12 @@ struct Told {
     recorded: Option<String>,
     fatal: Option<&'static str>,
     spend: (u64, Option<u64>, bool),
+    /// Clients holding the bot.
+    holders: usize,
+    /// A descendant of the agent lives.
+    descendant: bool,
+    /// The process that holds the conversation exited.
+    holder_gone: bool,
 }
 
 impl Facts for Told {
@@ -52,6 +58,22 @@ impl Facts for Told {
     }
     fn spend(&self) -> (u64, Option<u64>, bool) {
         self.spend
+    }
+    fn bounds(&self) -> Bounds {
+        Bounds {
+            start_s: 60.0,
+            interrupt_grace_s: 10.0,
+            control_s: 10.0,
+        }
+    }
+    fn watchers(&self) -> (usize, usize) {
+        (self.holders, 0)
+    }
+    fn descendant_lives(&self) -> bool {
+        self.descendant
+    }
+    fn alive(&self, _: &crate::process::identity::ProcessIdentity) -> bool {
+        !self.holder_gone
     }
 }
 
@@ -316,4 +338,82 @@ fn a_control_answer_is_taken_once() {
         },
     );
     assert_eq!(again, []);
+}
+
+fn timeout(core: &mut BotCore, now: Instant, facts: &Told) -> Vec<Effect> {
+    core.handle(now, Input::Timeout, facts);
+    drain(core)
+}
+
+#[test]
+fn rule_12_the_idle_deadline_stops_an_idle_agent_unless_a_client_or_a_descendant_is_there() {
+    let t0 = Instant::now();
+    let mut core = BotCore::new(Duration::from_millis(50));
+    core.process = Some(Process {
+        run: Run::new(SessionStart::Resume("s".into())),
+        controls: Controls::default(),
+    });
+    core.idle_at = Some(t0);
+    let held = Told {
+        holders: 1,
+        ..Told::default()
+    };
+    assert_eq!(timeout(&mut core, t0, &held), [], "a client holds it");
+    core.idle_at = Some(t0);
+    let working = Told {
+        descendant: true,
+        ..Told::default()
+    };
+    assert_eq!(timeout(&mut core, t0, &working), [], "a descendant works");
+    core.idle_at = Some(t0);
+    assert_eq!(
+        timeout(&mut core, t0, &Told::default()),
+        [Effect::Stop(StopReason::Idle)]
+    );
+    assert_eq!(core.poll_timeout(), None, "the deadline is gone");
+}
+
+#[test]
+fn rule_15_a_start_that_prints_nothing_fails_its_turn_and_stops_the_agent() {
+    let t0 = Instant::now();
+    let mut core = running();
+    core.watch.launched(Some(t0 + Duration::from_secs(60)));
+    assert_eq!(timeout(&mut core, t0, &Told::default()), []);
+    let late = timeout(&mut core, t0 + Duration::from_secs(61), &Told::default());
+    assert!(
+        matches!(late.first(), Some(Effect::ClosePrompts(_))),
+        "{late:?}"
+    );
+    assert_eq!(late.last(), Some(&Effect::Stop(StopReason::StartTimeout)));
+    assert_eq!(
+        finished(&late),
+        [("t".into(), super::super::decide::TurnOutcome::Error)]
+    );
+}
+
+#[test]
+fn rule_7_the_holders_exit_is_seen_at_a_look_and_lets_the_messages_go() {
+    let t0 = Instant::now();
+    let mut core = BotCore::new(Duration::from_millis(50));
+    core.held = Some(super::super::held::Held {
+        session_id: "s".into(),
+        identity: crate::process::identity::ProcessIdentity {
+            pid: 7,
+            start_time: 1,
+            boot_id: "b".into(),
+        },
+        what: "Claude Code in a terminal".into(),
+        command: "claude".into(),
+        look_at: t0,
+    });
+    assert_eq!(timeout(&mut core, t0, &Told::default()), [], "still there");
+    assert!(core.held.is_some());
+    let gone = Told {
+        holder_gone: true,
+        ..Told::default()
+    };
+    let later = core.poll_timeout().expect("the next look");
+    let effects = timeout(&mut core, later, &gone);
+    assert_eq!(effects.last(), Some(&Effect::State(State::Stopped)));
+    assert!(core.held.is_none());
 }

@@ -10,6 +10,8 @@
 //! - [`bot_core`]: one bot's core state and timers, with the one next deadline of them all.
 //! - [`machine`]: the driven machine: [`Input`] in through `BotCore::handle`, effects out through
 //!   `BotCore::poll_effect`, what only the shell can read asked through [`Facts`] (issue 27).
+//! - [`due`]: a deadline that came: streamed text, a look after a tool, a watchdog, the
+//!   backoff, the idle deadline, a limit's end, a look at a holder.
 //! - [`events`]: what the running CLI says, read by the core: a chat line, a replay, a result
 //!   (a usage limit, an expired login, a turn's end), a control answer, streamed text.
 //! - [`turns`]: the queue, the message in flight, and what a replay, a result, a crash or a lost
@@ -67,6 +69,7 @@ pub mod budget;
 pub mod control;
 pub mod crash;
 pub mod decide;
+pub mod due;
 pub mod effect;
 pub mod events;
 pub mod exit;
@@ -96,7 +99,7 @@ pub mod watchdogs;
 
 pub use bot_core::{BotCore, Due, Process};
 pub use effect::{CommitBuilder, Effect, Publish, Setting, Write};
-pub use machine::{Facts, Input};
+pub use machine::{Bounds, Facts, Input};
 pub use state::State;
 pub use turns::{Ended, Inflight, QueuedTurn, Replayed, Settled, Turns};
 

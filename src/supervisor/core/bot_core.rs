@@ -1,15 +1,13 @@
 //! One bot's core state in one place, with the one next deadline of every timer it has.
 //!
-//! `BotCore` holds what the bot keeps between inputs: the queue and the message in flight
-//! ([`Turns`]), what it keeps from one process to the next ([`Lifecycle`]), and its timers: a
-//! crash's backoff, the idle deadline, the looks for descendants after a tool, the pace of
-//! streamed text, the watchdogs and the rate of retry notes. The shell sleeps until
-//! [`BotCore::poll_timeout`] and then asks [`BotCore::handle_timeout`] what came, in a fixed
-//! order, so a bot has one timer instead of one per concern. Time is always an argument.
-//!
-//! This is the first step towards a machine driven by `handle(now, input)` and
-//! `poll_effect()` after quinn-proto's `Connection` (issue 27): the timers and the state live
-//! here; the order of most calls is still the shell's.
+//! `BotCore` holds what the bot keeps between inputs: the running process as the core knows it
+//! ([`Process`]), the queue and the message in flight ([`Turns`]), what it keeps from one
+//! process to the next ([`Lifecycle`]), and its timers: a crash's backoff, the idle deadline,
+//! the looks for descendants after a tool, the pace of streamed text, the watchdogs, the rate of
+//! retry notes, a usage limit's end and the looks at a conversation's holder. The shell sleeps
+//! until [`BotCore::poll_timeout`], so a bot has one timer instead of one per concern; what came
+//! is handled as [`super::Input::Timeout`] ([`super::machine`]), in the fixed order of
+//! [`BotCore::handle_timeout`]. Time is always an argument.
 
 use std::time::{Duration, Instant};
 

@@ -2,10 +2,11 @@
 //! delete, shutdown, live settings, restart, leases, answers, interrupts.
 
 use super::Actor;
-use crate::runtime::ControlRequest;
 use crate::supervisor::Command;
 use crate::supervisor::core::Effect;
+use crate::supervisor::core::Input;
 use crate::supervisor::core::State;
+use crate::supervisor::core::commands::Cmd;
 use crate::supervisor::core::lifecycle::{Lifecycle, RestartMode};
 use crate::supervisor::core::stop::StopReason;
 use crate::supervisor::core::{Publish, Write};
@@ -35,39 +36,11 @@ impl Actor {
                 true
             }
             Command::SetBudget(own) => {
-                use crate::supervisor::core::budget::{self, Held};
-                let v = self.view.read().unwrap_or_else(|p| p.into_inner()).clone();
-                let in_force = crate::supervisor::core::spend::in_force(own, v.budget_default);
-                let held = match v.record.limit.as_ref() {
-                    None => Held::Nothing,
-                    Some((k, _)) if k == budget::BUDGET => Held::ByBudget,
-                    Some(_) => Held::ByOther,
-                };
-                let effects = budget::set(
-                    own,
-                    in_force,
-                    v.record.spend.cost_nanos,
-                    held,
-                    self.core.turns.inflight.is_some(),
-                    self.proc.is_some(),
-                );
-                self.apply(effects);
+                self.handle(Input::Command(Cmd::SetBudget(own)));
                 true
             }
             Command::Queued(turn) => {
-                // A message sent before the actor ran `recover()` was loaded from the store
-                // already: never queue it twice (rule 8).
-                let known = self.core.turns.knows(&turn.id);
-                let id = turn.id.clone();
-                let mut effects = self.core.turns.queue(turn);
-                // Sent while a usage limit holds: it says when it will go.
-                if let Some((kind, resets_at)) = self.record().limit
-                    && !known
-                {
-                    let hold = crate::supervisor::core::limits::LimitHold { kind, resets_at };
-                    effects.push(crate::supervisor::core::limits::waiting(&hold, &id));
-                }
-                self.apply(effects);
+                self.handle(Input::Command(Cmd::Queued(turn)));
                 true
             }
             Command::Stop => {
@@ -105,19 +78,7 @@ impl Actor {
                 false
             }
             Command::ApplyLive(request) => {
-                // Shown once in force (design rule 6): taken by the running agent, or, with no
-                // agent to take it, recorded for the next start now.
-                if !self.send_control(request.clone()) {
-                    if let Some(p) = self.core.process.as_mut() {
-                        p.controls.superseded_by(&request);
-                    }
-                    let running = self.proc.is_some();
-                    if let Some(effect) =
-                        crate::supervisor::core::control::for_next_start(&request, running)
-                    {
-                        self.apply(vec![effect]);
-                    }
-                }
+                self.handle(Input::Command(Cmd::ApplyLive(request)));
                 true
             }
             Command::Restart(mode) => {
@@ -130,15 +91,7 @@ impl Actor {
                 true
             }
             Command::Interrupt => {
-                if let Some(turn) = self.core.turns.to_interrupt()
-                    && self.send_control(ControlRequest::Interrupt)
-                {
-                    tracing::info!(bot_id = %self.id, turn_id = %turn, "interrupting");
-                    self.core
-                        .watch
-                        .interrupt_sent(&turn, self.deadline(self.shared.config.interrupt_grace_s));
-                    self.core.turns.interrupt_sent(turn);
-                }
+                self.handle(Input::Command(Cmd::Interrupt));
                 true
             }
         }

@@ -54,6 +54,19 @@ impl Actor {
                 Effect::Park(parked) => self.park(parked),
                 Effect::Pause => self.parked = true,
                 Effect::Start => self.start(),
+                Effect::Send(Request::Control(request)) => {
+                    let sent = self
+                        .proc
+                        .as_mut()
+                        .filter(|p| p.stdin.is_some())
+                        .and_then(|p| p.protocol.control(&request));
+                    let request_id =
+                        sent.and_then(|s| self.write_lines(s.lines).then_some(s.request_id));
+                    self.handle(crate::supervisor::core::Input::ControlWritten {
+                        request,
+                        request_id,
+                    });
+                }
                 Effect::Send(Request::Refuse {
                     request_id,
                     message,

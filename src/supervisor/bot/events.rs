@@ -113,6 +113,14 @@ impl Facts for ActorFacts<'_> {
         !matches!(liveness(id), Liveness::Gone)
     }
 
+    fn hold(&self) -> Option<(String, u64)> {
+        self.view().record.limit.clone()
+    }
+
+    fn budget_default(&self) -> Option<u64> {
+        self.view().budget_default
+    }
+
     fn spend(&self) -> (u64, Option<u64>, bool) {
         let v = self.view();
         (

@@ -87,6 +87,8 @@ pub struct BotCore {
     pub plan_limit: Option<LimitReport>,
     /// Background tasks the CLI reports as running (design rule 12).
     pub background_tasks: usize,
+    /// The turn an interrupt is being sent for (until the request is written).
+    pub(super) interrupting: Option<String>,
     /// Effects of the inputs handled, not yet given to the shell ([`BotCore::poll_effect`]).
     pub(super) effects: std::collections::VecDeque<super::effect::Effect>,
 }
@@ -111,6 +113,7 @@ impl BotCore {
             held: None,
             plan_limit: None,
             background_tasks: 0,
+            interrupting: None,
             effects: std::collections::VecDeque::new(),
         }
     }

@@ -155,6 +155,9 @@ pub enum Publish {
 /// What the core asks to be written to the running CLI, through its protocol.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
+    /// A control request (a live setting, an interrupt); the shell reports how it went with
+    /// `Input::ControlWritten`.
+    Control(crate::runtime::ControlRequest),
     /// Refuse a request of the CLI's own (`request_id`) with `message`.
     Refuse {
         /// The CLI's request id.

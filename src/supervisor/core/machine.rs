@@ -20,6 +20,16 @@ pub enum Input {
     /// It is `now`: the deadlines of [`BotCore::poll_timeout`] that came are handled, in a fixed
     /// order ([`super::bot_core::Due`]).
     Timeout,
+    /// A client's command ([`super::commands`]).
+    Command(super::commands::Cmd),
+    /// A control request the core asked for ([`super::effect::Request::Control`]) was written
+    /// to the agent as `request_id`, or not (`None`).
+    ControlWritten {
+        /// The request.
+        request: crate::runtime::ControlRequest,
+        /// The id the protocol gave it.
+        request_id: Option<String>,
+    },
 }
 
 /// The watchdogs' bounds in force, in seconds (0: never; design rule 15).
@@ -63,6 +73,10 @@ pub trait Facts {
     fn descendant_lives(&self) -> bool;
     /// Whether the process `id` names still lives (one that cannot be checked counts as alive).
     fn alive(&self, id: &crate::process::identity::ProcessIdentity) -> bool;
+    /// The hold on record (a limit's kind or `login` or `budget`, and its reset in Unix seconds).
+    fn hold(&self) -> Option<(String, u64)>;
+    /// The daemon's budget (config `budget_usd`), nano-dollars, in force for a bot without one.
+    fn budget_default(&self) -> Option<u64>;
 }
 
 impl BotCore {
@@ -76,6 +90,11 @@ impl BotCore {
                     self.due(now, due, facts);
                 }
             }
+            Input::Command(cmd) => self.command(now, cmd, facts),
+            Input::ControlWritten {
+                request,
+                request_id,
+            } => self.control_written(now, request, request_id, facts),
         }
     }
 

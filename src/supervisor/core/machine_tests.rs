@@ -7,6 +7,7 @@ use serde_json::json;
 use super::*;
 use crate::runtime::SessionStart;
 use crate::runtime::{ChatPayload, ControlRequest, LimitReport, LimitState, ResultOutcome};
+use crate::supervisor::core::commands::Cmd;
 use crate::supervisor::core::control::Controls;
 use crate::supervisor::core::effect::{Request, Streamed, Write};
 use crate::supervisor::core::lifecycle::Run;
@@ -74,6 +75,12 @@ impl Facts for Told {
     }
     fn alive(&self, _: &crate::process::identity::ProcessIdentity) -> bool {
         !self.holder_gone
+    }
+    fn hold(&self) -> Option<(String, u64)> {
+        None
+    }
+    fn budget_default(&self) -> Option<u64> {
+        None
     }
 }
 
@@ -416,4 +423,83 @@ fn rule_7_the_holders_exit_is_seen_at_a_look_and_lets_the_messages_go() {
     let effects = timeout(&mut core, later, &gone);
     assert_eq!(effects.last(), Some(&Effect::State(State::Stopped)));
     assert!(core.held.is_none());
+}
+
+#[test]
+fn rule_6_a_live_setting_goes_to_the_agent_or_is_recorded_for_the_next_start() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    let ask = |core: &mut BotCore, cmd| {
+        core.handle(t0, Input::Command(cmd), &facts);
+        drain(core)
+    };
+    let sent = ask(
+        &mut core,
+        Cmd::ApplyLive(ControlRequest::SetModel("opus".into())),
+    );
+    assert_eq!(
+        sent,
+        [Effect::Send(Request::Control(ControlRequest::SetModel(
+            "opus".into()
+        )))]
+    );
+    // Written: its answer is awaited within control_timeout_s.
+    core.handle(
+        t0,
+        Input::ControlWritten {
+            request: ControlRequest::SetModel("opus".into()),
+            request_id: Some("c1".into()),
+        },
+        &facts,
+    );
+    assert!(
+        core.poll_timeout()
+            .is_some_and(|t| t <= t0 + Duration::from_secs(10))
+    );
+    // No agent to take it: recorded for the next start.
+    let mut stopped = BotCore::new(Duration::from_millis(50));
+    let recorded = ask(
+        &mut stopped,
+        Cmd::ApplyLive(ControlRequest::SetModel("opus".into())),
+    );
+    assert!(
+        super::super::effect::writes(&recorded).any(|w| matches!(w, Write::Setting(_))),
+        "{recorded:?}"
+    );
+}
+
+#[test]
+fn an_interrupt_is_awaited_only_once_written() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    core.handle(t0, Input::Runtime(replay()), &facts);
+    drain(&mut core);
+    core.handle(t0, Input::Command(Cmd::Interrupt), &facts);
+    assert_eq!(
+        drain(&mut core),
+        [Effect::Send(Request::Control(ControlRequest::Interrupt))]
+    );
+    assert_eq!(core.turns.interrupting, None, "not before it is written");
+    core.handle(
+        t0,
+        Input::ControlWritten {
+            request: ControlRequest::Interrupt,
+            request_id: Some("i1".into()),
+        },
+        &facts,
+    );
+    assert_eq!(core.turns.interrupting.as_deref(), Some("t"));
+    // Its result ends the turn interrupted.
+    let ended = event(
+        &mut core,
+        t0,
+        &facts,
+        result(ResultOutcome::Error, Some("aborted")),
+    );
+    assert_eq!(
+        finished(&ended),
+        [("t".into(), super::super::decide::TurnOutcome::Interrupted)]
+    );
 }

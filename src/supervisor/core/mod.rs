@@ -16,6 +16,8 @@
 //!   (a usage limit, an expired login, a turn's end), a control answer, streamed text.
 //! - [`turns`]: the queue, the message in flight, and what a replay, a result, a crash or a lost
 //!   conversation means for them (design rules 3, 4, 7, 8).
+//! - [`commands`]: a client's commands that change no process's life: a message queued, a
+//!   budget, a live setting, an interrupt (issue 27).
 //! - [`control`]: live settings sent to the CLI and what their answer, refusal or silence means
 //!   (design rules 6 and 15).
 //! - [`crash`]: after a crash, a restart with a growing backoff or, in a crash loop, none
@@ -66,6 +68,7 @@
 
 pub mod bot_core;
 pub mod budget;
+pub mod commands;
 pub mod control;
 pub mod crash;
 pub mod decide;

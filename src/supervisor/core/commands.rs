@@ -1,0 +1,132 @@
+//! A client's commands that change no process's life, as the core reads them (issue 27): a
+//! message queued, a budget set, a live setting, an interrupt. (A Stop, a Restart, a Delete and
+//! the shutdown stop the process first and are still sequenced by the shell.)
+
+use std::time::{Duration, Instant};
+
+use super::bot_core::BotCore;
+use super::budget::{self, Held};
+use super::control::{Controls, for_next_start};
+use super::effect::{Effect, Request};
+use super::limits::{self, LimitHold};
+use super::machine::Facts;
+use super::spend;
+use super::turns::QueuedTurn;
+use crate::runtime::ControlRequest;
+
+/// A client's command, already validated and recorded where it must be (`BotHandle`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cmd {
+    /// A message sent (its turn and item committed by `Send`).
+    Queued(QueuedTurn),
+    /// The bot's own budget, nano-dollars (`Some(0)`: none); recorded by the core's effects.
+    SetBudget(Option<u64>),
+    /// A setting already recorded, for the running agent.
+    ApplyLive(ControlRequest),
+    /// End the turn in flight.
+    Interrupt,
+}
+
+impl BotCore {
+    /// A client's command.
+    pub(super) fn command(&mut self, now: Instant, cmd: Cmd, facts: &dyn Facts) {
+        match cmd {
+            Cmd::Queued(turn) => {
+                // A message sent before the actor recovered was loaded from the store already:
+                // never queued twice (rule 8).
+                let known = self.turns.knows(&turn.id);
+                let id = turn.id.clone();
+                let effects = self.turns.queue(turn);
+                self.emit(effects);
+                // Sent while a usage limit holds: it says when it will go.
+                if let Some((kind, resets_at)) = facts.hold()
+                    && !known
+                {
+                    self.emit([limits::waiting(&LimitHold { kind, resets_at }, &id)]);
+                }
+            }
+            Cmd::SetBudget(own) => {
+                let (cost, _, _) = facts.spend();
+                let in_force = spend::in_force(own, facts.budget_default());
+                let held = match facts.hold() {
+                    None => Held::Nothing,
+                    Some((k, _)) if k == budget::BUDGET => Held::ByBudget,
+                    Some(_) => Held::ByOther,
+                };
+                let effects = budget::set(
+                    own,
+                    in_force,
+                    cost,
+                    held,
+                    self.turns.inflight.is_some(),
+                    self.process.is_some(),
+                );
+                self.emit(effects);
+            }
+            // Shown once in force (design rule 6): taken by the running agent, or, with no agent
+            // to take it, recorded for the next start now.
+            Cmd::ApplyLive(request) => self.send_control(now, request, facts),
+            Cmd::Interrupt => {
+                if let Some(turn) = self.turns.to_interrupt() {
+                    self.interrupting = Some(turn);
+                    self.send_control(now, ControlRequest::Interrupt, facts);
+                }
+            }
+        }
+    }
+
+    /// Sends `request` to the running agent, unless none can take it (none runs, or it is being
+    /// stopped): then it is what [`BotCore::control_written`] does with a request not written.
+    fn send_control(&mut self, now: Instant, request: ControlRequest, facts: &dyn Facts) {
+        if self.process.as_ref().is_some_and(|p| !p.run.stopping) {
+            self.emit([Effect::Send(Request::Control(request))]);
+        } else {
+            self.control_written(now, request, None, facts);
+        }
+    }
+
+    /// A control request was written to the agent as `request_id`, or not (`None`: no agent,
+    /// or its stdin closed). Written: its answer is awaited (a setting within
+    /// `control_timeout_s`, an interrupt's turn within `interrupt_grace_s`). Not written: an
+    /// interrupt is dropped; a setting is recorded for the next start (design rule 6).
+    pub(super) fn control_written(
+        &mut self,
+        now: Instant,
+        request: ControlRequest,
+        request_id: Option<String>,
+        facts: &dyn Facts,
+    ) {
+        let bounds = facts.bounds();
+        let after = |s: f64| (s > 0.0).then(|| now + Duration::from_secs_f64(s));
+        match request_id {
+            Some(id) => {
+                if request == ControlRequest::Interrupt
+                    && let Some(turn) = self.interrupting.take()
+                {
+                    tracing::info!(turn_id = %turn, "interrupting");
+                    self.watch
+                        .interrupt_sent(&turn, after(bounds.interrupt_grace_s));
+                    self.turns.interrupt_sent(turn);
+                }
+                if Controls::watched(&request) {
+                    self.watch.control_sent(&id, after(bounds.control_s));
+                }
+                if let Some(p) = self.process.as_mut() {
+                    p.controls.sent(id, request);
+                }
+            }
+            None => {
+                if request == ControlRequest::Interrupt {
+                    self.interrupting = None;
+                    return;
+                }
+                if let Some(p) = self.process.as_mut() {
+                    p.controls.superseded_by(&request);
+                }
+                if let Some(effect) = for_next_start(&request, self.process.is_some()) {
+                    self.emit([effect]);
+                }
+            }
+        }
+    }
+}

@@ -114,6 +114,9 @@ struct Actor {
     /// The core asked to stop the process ([`crate::supervisor::core::Effect::Stop`]): done once
     /// the input's other effects are.
     stop_asked: Option<StopReason>,
+    /// The core asked to clean up what an exited process left
+    /// ([`crate::supervisor::core::Effect::CleanUp`]): done once the input's other effects are.
+    clean_up_asked: Option<StopReason>,
 }
 
 /// Publishes a committed chat item.
@@ -225,6 +228,7 @@ pub fn spawn_actor(
         commands: tx.clone(),
         copy_failing: false,
         stop_asked: None,
+        clean_up_asked: None,
     };
     let span = tracing::info_span!("bot", bot_id = %id);
     let guarded = {

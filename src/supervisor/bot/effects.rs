@@ -119,6 +119,8 @@ impl Actor {
                 Effect::PlanLimit(report) => self.show_plan_limit(report),
                 Effect::FollowCredentials => self.follow_credentials(),
                 Effect::KeepConversation => self.keep_conversation(),
+                Effect::ProcessGone => self.update(vec![Property::ProcessId], |v| v.process_id = 0),
+                Effect::CleanUp(why) => self.clean_up_asked = Some(why),
             }
         }
         applied

@@ -10,6 +10,8 @@ use super::{Actor, BotView, Next, Proc, Shared, bot_env};
 use crate::process::ProcEvent;
 use crate::process::identity::{Liveness, ProcessIdentity, liveness};
 use crate::runtime::{LimitReport, TakenTurn};
+use crate::supervisor::core::exited::ExitSettings;
+use crate::supervisor::core::lifecycle::CrashLimits;
 use crate::supervisor::core::limits::LimitTimes;
 use crate::supervisor::core::{Bounds, Facts, Inflight, Input};
 
@@ -113,6 +115,22 @@ impl Facts for ActorFacts<'_> {
         !matches!(liveness(id), Liveness::Gone)
     }
 
+    fn session_in_use(&self, stderr: &str) -> Option<String> {
+        self.shared.runtime.session_in_use(stderr)
+    }
+
+    fn exit_settings(&self) -> ExitSettings {
+        let c = &self.shared.config;
+        ExitSettings {
+            fresh_window: std::time::Duration::from_secs_f64(c.fresh_start_if_dies_within_s),
+            redo_limit: c.redo_limit,
+            crash_limits: CrashLimits {
+                window: std::time::Duration::from_secs(c.crash_loop_window_s),
+                limit: c.crash_loop_limit,
+            },
+        }
+    }
+
     fn hold(&self) -> Option<(String, u64)> {
         self.view().record.limit.clone()
     }
@@ -186,13 +204,6 @@ impl Actor {
         while let Some(effect) = self.core.poll_effect() {
             self.apply(vec![effect]);
         }
-    }
-
-    /// A message is complete or its process is gone: what streamed is let out and `PartialText`
-    /// starts over ([`crate::supervisor::core::BotCore::end_streamed_message`]).
-    pub(super) fn end_streamed_message(&mut self) {
-        self.core.end_streamed_message(Instant::now());
-        self.run_effects();
     }
 
     /// The `PlanLimit` the CLI told, shown to clients.

@@ -27,11 +27,6 @@ impl Actor {
         f(&mut book)
     }
 
-    /// The process is gone: every open request is denied, and the chat says so.
-    pub(super) fn deny_open_prompts(&mut self) {
-        self.close_open_prompts("The agent stopped before this request was answered.");
-    }
-
     /// Every open request is closed as denied by botvisord, with `message` in the chat: when the
     /// agent stops, or when its turn ends (an interrupt) while it was asking
     /// ([`prompts::close_all`]).

@@ -4,7 +4,6 @@
 use super::{Actor, bot_env};
 use crate::process;
 use crate::process::identity::ProcessIdentity;
-use crate::runtime::TakenTurn;
 use crate::supervisor::core::Inflight;
 use crate::supervisor::core::interrupt;
 use crate::supervisor::core::limits;
@@ -57,25 +56,6 @@ impl Actor {
         move |inf: &Inflight| {
             let env = bot_env(&config, &record);
             runtime.conversation_has_message(
-                &env,
-                Path::new(&record.cwd),
-                &inf.session,
-                &inf.turn.text,
-                inf.written,
-            )
-        }
-    }
-
-    /// A closure that reads what the conversation a message in flight went to holds of it (the
-    /// runtime's transcript since the message was written: the message, its answer, where a
-    /// resume cuts it out), for the core's decisions on a process that ended unasked (issue 25).
-    pub(super) fn conversation_look(&self) -> impl FnOnce(&Inflight) -> Option<TakenTurn> + use<> {
-        let record = self.record();
-        let config = self.shared.config.clone();
-        let runtime = self.shared.runtime.clone();
-        move |inf: &Inflight| {
-            let env = bot_env(&config, &record);
-            runtime.taken_turn(
                 &env,
                 Path::new(&record.cwd),
                 &inf.session,

@@ -87,6 +87,8 @@ pub struct BotCore {
     pub plan_limit: Option<LimitReport>,
     /// Background tasks the CLI reports as running (design rule 12).
     pub background_tasks: usize,
+    /// What follows an exit's clean-up: its effects, and a crash's text ([`super::exited`]).
+    pub(super) after_clean_up: Option<(Vec<super::effect::Effect>, Option<String>)>,
     /// The turn an interrupt is being sent for (until the request is written).
     pub(super) interrupting: Option<String>,
     /// Effects of the inputs handled, not yet given to the shell ([`BotCore::poll_effect`]).
@@ -114,6 +116,7 @@ impl BotCore {
             plan_limit: None,
             background_tasks: 0,
             interrupting: None,
+            after_clean_up: None,
             effects: std::collections::VecDeque::new(),
         }
     }

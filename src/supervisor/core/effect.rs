@@ -247,6 +247,11 @@ pub enum Effect {
     FollowCredentials,
     /// Bring botvisor's copy of the conversation up to date (a turn ended; `supervisor::keep`).
     KeepConversation,
+    /// The process is gone: `ProcessId` is 0.
+    ProcessGone,
+    /// Clean up what is left of the exited process's tree (design rule 9), for this reason; the
+    /// shell says when it is done (`Input::CleanedUp`).
+    CleanUp(super::stop::StopReason),
 }
 
 /// Builds the effects of one commit: collects writes and publications in order.

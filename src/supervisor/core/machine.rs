@@ -22,6 +22,17 @@ pub enum Input {
     Timeout,
     /// A client's command ([`super::commands`]).
     Command(super::commands::Cmd),
+    /// The running process exited unasked.
+    Exited {
+        /// How.
+        status: crate::process::ExitInfo,
+        /// The tail of its stderr.
+        stderr: String,
+        /// How long it lived.
+        lived: std::time::Duration,
+    },
+    /// The clean-up the core asked for ([`super::effect::Effect::CleanUp`]) is done.
+    CleanedUp,
     /// A control request the core asked for ([`super::effect::Request::Control`]) was written
     /// to the agent as `request_id`, or not (`None`).
     ControlWritten {
@@ -77,6 +88,11 @@ pub trait Facts {
     fn hold(&self) -> Option<(String, u64)>;
     /// The daemon's budget (config `budget_usd`), nano-dollars, in force for a bot without one.
     fn budget_default(&self) -> Option<u64>;
+    /// The runtime's reading of a process's stderr: a new conversation refused because this id
+    /// is in use.
+    fn session_in_use(&self, stderr: &str) -> Option<String>;
+    /// What an exit asks of the configuration.
+    fn exit_settings(&self) -> super::exited::ExitSettings;
 }
 
 impl BotCore {
@@ -91,6 +107,12 @@ impl BotCore {
                 }
             }
             Input::Command(cmd) => self.command(now, cmd, facts),
+            Input::Exited {
+                status,
+                stderr,
+                lived,
+            } => self.exited(now, status, &stderr, lived, facts),
+            Input::CleanedUp => self.cleaned_up(now, facts),
             Input::ControlWritten {
                 request,
                 request_id,

@@ -82,6 +82,19 @@ impl Facts for Told {
     fn budget_default(&self) -> Option<u64> {
         None
     }
+    fn session_in_use(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn exit_settings(&self) -> super::super::exited::ExitSettings {
+        super::super::exited::ExitSettings {
+            fresh_window: Duration::from_secs(15),
+            redo_limit: 3,
+            crash_limits: super::super::lifecycle::CrashLimits {
+                window: Duration::from_secs(120),
+                limit: 5,
+            },
+        }
+    }
 }
 
 /// A core with a running process that took `hello` (turn `t`) in the conversation `s`.
@@ -502,4 +515,49 @@ fn an_interrupt_is_awaited_only_once_written() {
         finished(&ended),
         [("t".into(), super::super::decide::TurnOutcome::Interrupted)]
     );
+}
+
+#[test]
+fn rule_11_a_crash_is_said_cleaned_up_then_backed_off_in_that_order() {
+    let t0 = Instant::now();
+    let facts = Told {
+        recorded: Some("s".into()),
+        holders: 1,
+        ..Told::default()
+    };
+    let mut core = running();
+    core.handle(t0, Input::Runtime(replay()), &facts);
+    drain(&mut core);
+    core.handle(
+        t0,
+        Input::Exited {
+            status: crate::process::ExitInfo {
+                code: None,
+                signal: Some(9),
+            },
+            stderr: String::new(),
+            lived: Duration::from_secs(30),
+        },
+        &facts,
+    );
+    let now = drain(&mut core);
+    assert!(core.process.is_none());
+    assert_eq!(now.first(), Some(&Effect::ProcessGone));
+    assert_eq!(
+        now.last(),
+        Some(&Effect::CleanUp(StopReason::Crashed)),
+        "the clean-up comes last: {now:?}"
+    );
+    assert!(
+        !now.iter().any(|e| matches!(e, Effect::RestartTimer(_))),
+        "no backoff before the clean-up"
+    );
+    core.handle(t0, Input::CleanedUp, &facts);
+    let then = drain(&mut core);
+    assert!(
+        then.iter().any(|e| matches!(e, Effect::RestartTimer(Some(_)))),
+        "held: restarted after a backoff: {then:?}"
+    );
+    core.handle(t0, Input::CleanedUp, &facts);
+    assert_eq!(drain(&mut core), [], "once");
 }

@@ -17,7 +17,7 @@ use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
 use support::responses_api::{
-    Reply, ResponsesApi, Script, codex_home, codex_limit_headers, echo_script,
+    Reply, ResponsesApi, ResponsesRequest, Script, codex_home, codex_limit_headers, echo_script,
 };
 use support::*;
 
@@ -201,6 +201,40 @@ impl AppServer {
 
     async fn turn_completed(&mut self) -> Value {
         self.notification("turn/completed").await
+    }
+
+    /// Its pid.
+    fn pid(&self) -> u32 {
+        self.group.expect("spawned")
+    }
+
+    /// SIGKILLs its process group, as a crash, and waits for the app-server to be gone.
+    async fn kill(mut self) {
+        // SAFETY: killpg takes plain integers; the group is the one `spawn` made.
+        unsafe { libc::killpg(self.pid() as libc::pid_t, libc::SIGKILL) };
+        let _ = tokio::time::timeout(WAIT, self.child.wait()).await;
+    }
+
+    /// `thread/resume` of `thread` in `cwd` (its whole answer: result or error).
+    async fn resume(&mut self, thread: &str, cwd: &Path) -> Value {
+        let id = self
+            .request(
+                "thread/resume",
+                json!({"threadId": thread, "cwd": cwd.to_str().unwrap()}),
+            )
+            .await;
+        self.answer(id).await
+    }
+
+    /// `thread/revert` of `thread` before `turn` (its whole answer).
+    async fn revert(&mut self, thread: &str, turn: &str) -> Value {
+        let id = self
+            .request(
+                "thread/revert",
+                json!({"threadId": thread, "beforeTurnId": turn}),
+            )
+            .await;
+        self.answer(id).await
     }
 
     /// Closes stdin and waits for the exit; what is left in its process group ends at drop.
@@ -879,6 +913,326 @@ async fn a_login_made_elsewhere_is_not_told_to_the_running_app_server() {
         after.get("result"),
         "{}",
         changed(&s.bin, "a running app-server rereads auth.json")
+    );
+    codex.close().await;
+}
+
+/// A script that never answers the first request about a message starting with `hang` (a model
+/// stopped mid-answer: the turn is killed there) and echoes everything else.
+fn hang_once_script() -> Script {
+    let hung = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    std::sync::Arc::new(move |req: &ResponsesRequest| {
+        let first = req.last_user_text.starts_with("hang")
+            && req.function_output.is_none()
+            && hung.lock().unwrap().insert(req.last_user_text.clone());
+        if first {
+            Reply::Never
+        } else {
+            Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+        }
+    })
+}
+
+/// The rollout's records, one JSON object per line.
+fn records(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// One line per record: its kind, the payload's kind and the turn it names.
+fn summary(records: &[Value]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| {
+            let p = &r["payload"];
+            let turn = p["turn_id"]
+                .as_str()
+                .or(p["internal_chat_message_metadata_passthrough"]["turn_id"].as_str())
+                .unwrap_or("");
+            let text = p["content"][0]["text"]
+                .as_str()
+                .or(p["item"]["type"].as_str())
+                .unwrap_or("");
+            format!(
+                "{} {} {} {} {}",
+                r["type"].as_str().unwrap_or("?"),
+                p["type"].as_str().unwrap_or(""),
+                p["role"].as_str().unwrap_or(""),
+                turn,
+                text.lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(40)
+                    .collect::<String>()
+            )
+        })
+        .collect()
+}
+
+/// The user and assistant texts of a request's `input`, as Codex sent them (not its own
+/// context blocks): the conversation the model is given.
+fn conversation(req: &ResponsesRequest) -> Vec<String> {
+    req.body["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["type"] == "message" && (i["role"] == "user" || i["role"] == "assistant"))
+        .flat_map(|i| i["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|b| b["text"].as_str().map(str::to_owned))
+        .filter(|t| !t.trim_start().starts_with('<'))
+        .collect()
+}
+
+/// Issue 25, "every message answered once": what a turn killed while the model answers leaves
+/// in the rollout, and how `thread/revert` drops it so that the message sent again reaches the
+/// model once. botvisor's reader (`runtime::codex::taken`) and locator (`rollout::find`,
+/// `rollout::history`) are checked against what Codex does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_message_is_asked_again_once_after_thread_revert() {
+    use botvisor::runtime::Cut;
+    use botvisor::runtime::codex::{rollout, taken};
+    let Some(s) = Setup::start(hang_once_script()).await else {
+        return;
+    };
+    let cwd = s.env.work.clone();
+    let mut codex = s.opened().await;
+    let thread = codex
+        .start_thread(json!({"cwd": cwd.to_str().unwrap()}))
+        .await;
+    let first = codex.start_turn(&thread, "hello").await;
+    codex.turn_completed().await;
+    let doomed = codex.start_turn(&thread, "hang here").await;
+    s.api
+        .wait_for(|r| r.last_user_text == "hang here", WAIT)
+        .await;
+    codex.kill().await;
+
+    let files = rollouts(&s.codex_home, &thread);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let left = records(&files[0]);
+    println!("the rollout of a turn killed while the model answers:");
+    for line in summary(&left) {
+        println!("  {line}");
+    }
+    let of_turn = |t: &str| -> Vec<&Value> {
+        left.iter()
+            .filter(|r| {
+                r["payload"]["turn_id"] == t
+                    || r["payload"]["internal_chat_message_metadata_passthrough"]["turn_id"] == t
+            })
+            .collect()
+    };
+    let message = of_turn(&doomed)
+        .into_iter()
+        .find(|r| r["type"] == "response_item" && r["payload"]["role"] == "user")
+        .unwrap_or_else(|| {
+            panic!(
+                "{}",
+                changed(
+                    &s.bin,
+                    "the message of a killed turn is in the rollout, naming its turn"
+                )
+            )
+        });
+    assert_eq!(message["payload"]["content"][0]["text"], "hang here");
+    let ends = |t: &str| -> Vec<String> {
+        of_turn(t)
+            .iter()
+            .filter_map(|r| r["payload"]["type"].as_str())
+            .filter(|k| matches!(*k, "task_complete" | "turn_aborted"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        (ends(&first), ends(&doomed)),
+        (vec!["task_complete".to_owned()], Vec::new()),
+        "{}",
+        changed(
+            &s.bin,
+            "an answered turn ends with task_complete; a killed one with nothing"
+        )
+    );
+    assert!(
+        !of_turn(&doomed)
+            .iter()
+            .any(|r| r["payload"]["role"] == "assistant"
+                || r["payload"]["item"]["type"] == "AgentMessage"),
+        "no answer of the killed turn"
+    );
+    // botvisor reads it so.
+    let history = rollout::history(&s.codex_home, &thread).expect("a history");
+    let read = taken::read_lines(history.lines(), "hang here", std::time::UNIX_EPOCH).unwrap();
+    assert_eq!(
+        read.cut,
+        Some(Cut::BeforeTurn {
+            turn_id: doomed.clone()
+        })
+    );
+    assert!(
+        !read.answered && !read.tool_called && read.answer.is_empty(),
+        "{read:?}"
+    );
+    let hello = taken::read_lines(history.lines(), "hello", std::time::UNIX_EPOCH).unwrap();
+    assert!(hello.answered, "{hello:?}");
+    assert_eq!(hello.answer[0].payload["text"], "Hello! You said: hello");
+
+    // Resumed, the thread names the killed turn last; `thread/revert` drops it.
+    let mut codex = s.opened().await;
+    let resumed = codex.resume(&thread, &cwd).await;
+    let turns: Vec<(String, String)> = resumed["result"]["thread"]["turns"]
+        .as_array()
+        .unwrap_or_else(|| panic!("thread/resume answers the thread's turns: {resumed}"))
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_str().unwrap().to_owned(),
+                t["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    println!(
+        "thread/resume: historyMode {}, turns {turns:?}",
+        resumed["result"]["thread"]["historyMode"]
+    );
+    assert_eq!(resumed["result"]["thread"]["historyMode"], "paginated");
+    assert_eq!(
+        turns,
+        vec![
+            (first.clone(), "completed".to_owned()),
+            (doomed.clone(), "interrupted".to_owned())
+        ],
+        "{}",
+        changed(&s.bin, "a killed turn is the thread's last, interrupted")
+    );
+    let reverted = codex.revert(&thread, &doomed).await;
+    let path = reverted["result"]["thread"]["path"]
+        .as_str()
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: {reverted}",
+                changed(&s.bin, "thread/revert answers the thread with its path")
+            )
+        })
+        .to_owned();
+    println!("thread/revert: the thread's file is now {path}");
+    let name = Path::new(&path)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        name.contains(&format!("-{thread}_")) && name.ends_with(".jsonl"),
+        "{}: {name}",
+        changed(
+            &s.bin,
+            "a revert starts a segment rollout-…-<thread>_<segment>.jsonl"
+        )
+    );
+    let meta = &records(Path::new(&path))[0];
+    println!(
+        "its first line's history_base: {}",
+        meta["payload"]["history_base"]
+    );
+    assert_eq!(meta["payload"]["history_base"]["thread_id"], json!(thread));
+    assert_eq!(
+        rollout::find(&s.codex_home, &thread),
+        Some(PathBuf::from(&path)),
+        "botvisor finds the file Codex continues"
+    );
+    let again = codex.revert(&thread, &doomed).await;
+    println!("thread/revert of a turn dropped already: {again}");
+    assert_eq!(
+        again["error"]["message"],
+        json!(format!("turn not found: {doomed}")),
+        "{}",
+        changed(
+            &s.bin,
+            "thread/revert of an unknown turn: `turn not found: <id>`"
+        )
+    );
+    let before = s.api.requests().len();
+    let redo = codex.start_turn(&thread, "hang here").await;
+    codex.turn_completed().await;
+    let sent = &s.api.requests()[before..];
+    assert_eq!(sent.len(), 1);
+    let seen = conversation(&sent[0]);
+    println!("the message sent again after the revert, as the model got it: {seen:?}");
+    assert_eq!(
+        seen,
+        ["hello", "Hello! You said: hello", "hang here"],
+        "{}",
+        changed(
+            &s.bin,
+            "after thread/revert the model gets the message once"
+        )
+    );
+    codex.close().await;
+
+    // A later plain resume continues the segment: the dropped attempt stays out. Before it,
+    // this process has not loaded the thread: refused.
+    let mut codex = s.opened().await;
+    let unloaded = codex.revert(&thread, &redo).await;
+    println!("thread/revert of a thread not loaded: {unloaded}");
+    assert_eq!(
+        unloaded["error"]["message"],
+        json!(format!("thread not found: {thread}"))
+    );
+    let resumed = codex.resume(&thread, &cwd).await;
+    assert_eq!(resumed["result"]["thread"]["path"], json!(path));
+    let ids: Vec<&str> = resumed["result"]["thread"]["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    assert_eq!(ids, [first.as_str(), redo.as_str()]);
+    codex.start_turn(&thread, "after").await;
+    codex.turn_completed().await;
+    let seen = conversation(s.api.requests().last().unwrap());
+    println!("a plain resume after it, as the model got it: {seen:?}");
+    assert_eq!(
+        seen,
+        [
+            "hello",
+            "Hello! You said: hello",
+            "hang here",
+            "Hello! You said: hang here",
+            "after"
+        ]
+    );
+    let history = rollout::history(&s.codex_home, &thread).unwrap();
+    let read = taken::read_lines(history.lines(), "hang here", std::time::UNIX_EPOCH).unwrap();
+    assert!(
+        read.answered,
+        "the message's newest turn, through the segment: {read:?}"
+    );
+    assert_eq!(read.cut, Some(Cut::BeforeTurn { turn_id: redo }));
+
+    // Refused: a thread of the legacy history.
+    let legacy = codex
+        .start_thread(json!({"cwd": cwd.to_str().unwrap(), "historyMode": "legacy"}))
+        .await;
+    codex.start_turn(&legacy, "old one").await;
+    codex.turn_completed().await;
+    let old = codex.start_turn(&legacy, "old two").await;
+    codex.turn_completed().await;
+    let refused = codex.revert(&legacy, &old).await;
+    println!("thread/revert of a legacy thread: {refused}");
+    assert_eq!(
+        (
+            refused["error"]["code"].clone(),
+            refused["error"]["message"].clone()
+        ),
+        (
+            json!(-32600),
+            json!("thread/revert only supports paginated threads")
+        ),
+        "{}",
+        changed(&s.bin, "thread/revert refuses a legacy thread")
     );
     codex.close().await;
 }

@@ -11,8 +11,11 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use zbus::Variant;
 
+use serde_json::Value;
 use support::codex::{CodexSetup, wait_no_leftovers, wait_session};
-use support::responses_api::{Reply, Script, codex_home, echo_script, shell_script};
+use support::responses_api::{
+    Reply, ResponsesRequest, Script, codex_home, echo_script, shell_script,
+};
 use support::*;
 
 use botvisor::dbus::client::BotProxy;
@@ -419,9 +422,12 @@ async fn permission_modes_are_listed_per_runtime_checked_and_applied_live() {
 
 /// `first` is never answered (the model API accepts it and stays silent); everything else is
 /// echoed.
+/// The model never answers the first request about `first` (the turn is killed while it
+/// answers) and answers everything else, `first` asked again included.
 fn first_hangs_script() -> Script {
-    std::sync::Arc::new(|req| {
-        if req.last_user_text == "first" {
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    std::sync::Arc::new(move |req| {
+        if req.last_user_text == "first" && !asked.swap(true, std::sync::atomic::Ordering::SeqCst) {
             Reply::Never
         } else {
             Reply::Text(format!("Hello! You said: {}", req.last_user_text))
@@ -429,8 +435,25 @@ fn first_hangs_script() -> Script {
     })
 }
 
+/// The user texts of a request's `input`, as Codex sent them (its own context blocks left out).
+fn user_texts(req: &ResponsesRequest) -> Vec<String> {
+    req.body["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["role"] == "user")
+        .filter_map(|i| i["content"].as_array())
+        .flatten()
+        .filter_map(|b| b["text"].as_str())
+        .filter(|t| !t.trim_start().starts_with('<'))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// What a user sees after a crash at the first turn of `thread`: `first` once in the chat, its
-/// turn ended once, `second` answered in the same thread with the history, no replacement.
+/// turn ended once, answered (issue 25: the message the thread took and did not answer is asked
+/// again without the attempt), every request to the model holding it at most once, `second`
+/// answered in the same thread with the history, no replacement.
 async fn check_first_turn_survived(
     s: &CodexSetup,
     bot: &BotProxy<'_>,
@@ -446,11 +469,30 @@ async fn check_first_turn_survived(
         1,
         "{items:?}"
     );
-    let ends = of_kind(&items, "turn_finished")
+    let ends: Vec<&Value> = of_kind(&items, "turn_finished")
         .into_iter()
         .filter(|p| p["turn_id"] == first)
-        .count();
-    assert_eq!(ends, 1, "the first turn ended {ends} times: {items:?}");
+        .collect();
+    assert_eq!(
+        ends.len(),
+        1,
+        "the first turn ended {} times: {items:?}",
+        ends.len()
+    );
+    assert_eq!(
+        ends[0]["outcome"], "success",
+        "asked again and answered: {items:?}"
+    );
+    assert!(
+        of_kind(&items, "system")
+            .iter()
+            .any(|p| p["reason"] == "redo"),
+        "the chat says it was asked again: {items:?}"
+    );
+    assert!(
+        texts(&items, "assistant").contains(&"Hello! You said: first"),
+        "{items:?}"
+    );
     assert_eq!(bot.session_id().await.unwrap(), thread, "the same thread");
     assert!(
         s.rollout(thread).is_some(),
@@ -463,16 +505,18 @@ async fn check_first_turn_survived(
         )),
         "the conversation was replaced: {items:?}"
     );
+    for req in s.api.requests() {
+        let held = user_texts(&req);
+        assert!(
+            held.iter().filter(|t| *t == "first").count() <= 1,
+            "a request holds `first` twice: {held:?}"
+        );
+    }
+    let last = user_texts(&s.api.requests().pop().unwrap());
     assert_eq!(
-        s.api.asked().iter().filter(|a| *a == "first").count(),
-        1,
-        "the model was asked about `first` again: {:?}",
-        s.api.asked()
-    );
-    let last = s.api.requests().last().unwrap().body.to_string();
-    assert!(
-        last.contains("first"),
-        "`second` was answered without the history"
+        last,
+        ["first", "second"],
+        "`second` with the history, `first` once"
     );
 }
 

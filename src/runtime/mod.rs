@@ -112,12 +112,20 @@ pub enum Cut {
     /// The message is the conversation's first: nothing before it is kept, so it goes to a new
     /// conversation.
     Whole,
+    /// Resume, then drop the turn `turn_id` (the message's) and every later one (Codex 0.171.0:
+    /// `thread/revert` with `beforeTurnId` after `thread/resume`; tests/codex_facts.rs
+    /// `a_taken_message_is_asked_again_once_after_thread_revert`). Stored as
+    /// `{"before_turn":{"turn_id":"…"}}` in `turns.redo_cut`.
+    BeforeTurn {
+        /// The id of the turn that took the message.
+        turn_id: String,
+    },
 }
 
 /// What a conversation's file holds of a message written to it: the message was taken (issue 25).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TakenTurn {
-    /// How to resume without it; `None` when the runtime cannot say (Codex, for now).
+    /// How to resume without it; `None` when the runtime cannot say.
     pub cut: Option<Cut>,
     /// The chat items of its answer the file holds, in order (`assistant`, `tool_use`,
     /// `tool_result`).
@@ -172,6 +180,14 @@ pub enum RuntimeEvent {
     /// an error that is not a lost conversation): no turn can run in this process.
     OpenFailed {
         /// The CLI's words.
+        error: String,
+    },
+    /// The CLI refused to resume without the unanswered attempt the launch's [`Cut`] names (Codex:
+    /// `thread/revert` answered with an error; Claude Code refuses by exiting instead): the
+    /// conversation is open whole, holding the message that was to be asked again once,
+    /// unanswered, and the process goes on (issue 25).
+    CutRefused {
+        /// The CLI's words, or botvisor's when it did not ask the CLI.
         error: String,
     },
     /// The CLI echoed a user message: a turn began in `session_id` (design rule 3).

@@ -1,8 +1,9 @@
 //! OpenAI Codex (`@openai/codex`), driven through `codex app-server` (JSON-RPC over stdio).
 //!
 //! Every fact about Codex's files and messages lives in this folder: [`launch`] (argv),
-//! [`protocol`] (the JSON-RPC lines), [`rollout`] (where threads are kept), [`sandbox`] (bubblewrap), [`settings`] (the
-//! permission setting: approval policy and sandbox). The facts come from `shared/codex-facts.md`
+//! [`protocol`] (the JSON-RPC lines), [`rollout`] (where threads are kept), [`taken`] (what a
+//! thread holds of a message), [`sandbox`] (bubblewrap),
+//! [`settings`] (the permission setting: approval policy and sandbox). The facts come from `shared/codex-facts.md`
 //! and are re-checked on the real CLI 0.171.0 by tests/codex_facts.rs.
 
 pub mod config;
@@ -12,11 +13,12 @@ pub mod protocol;
 pub mod rollout;
 pub mod sandbox;
 pub mod settings;
+pub mod taken;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{LaunchCommand, LaunchSpec, Protocol, Runtime, RuntimeError, SessionStart};
+use super::{LaunchCommand, LaunchSpec, Protocol, Runtime, RuntimeError, SessionStart, TakenTurn};
 
 /// The environment variable that names the binary when the config has no `codex_bin`.
 pub const BIN_ENV: &str = "BOTVISOR_CODEX_BIN";
@@ -116,14 +118,26 @@ impl Runtime for Codex {
     fn conversation_has_message(
         &self,
         env: &BTreeMap<String, String>,
-        _cwd: &Path,
+        cwd: &Path,
         session_id: &str,
         text: &str,
         since: std::time::SystemTime,
     ) -> bool {
-        rollout::codex_home(env)
-            .and_then(|home| rollout::find(&home, session_id))
-            .is_some_and(|path| rollout::has_user_message_since(&path, text, since))
+        self.taken_turn(env, cwd, session_id, text, since).is_some()
+    }
+
+    /// Read from the thread's history as Codex resumes it ([`rollout::history`], [`taken`]): the
+    /// cut is [`crate::runtime::Cut::BeforeTurn`] the turn that took the message.
+    fn taken_turn(
+        &self,
+        env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        session_id: &str,
+        text: &str,
+        since: std::time::SystemTime,
+    ) -> Option<TakenTurn> {
+        let history = rollout::history(&rollout::codex_home(env)?, session_id)?;
+        taken::read_lines(history.lines(), text, since)
     }
 
     fn fresh_start(&self) -> SessionStart {

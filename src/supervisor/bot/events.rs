@@ -195,6 +195,15 @@ impl Actor {
                     Next::Nothing
                 }
             }
+            RuntimeEvent::CutRefused { error } => {
+                tracing::warn!(bot_id = %self.id, %error, "the agent refused to resume without the unanswered attempt");
+                let Some(proc) = self.proc.as_mut() else {
+                    return Next::Nothing;
+                };
+                let effects = Lifecycle::cut_refused(&mut proc.run, &mut self.core.turns, &error);
+                self.apply(effects);
+                Next::Nothing
+            }
             RuntimeEvent::OpenFailed { error } => {
                 // No turn can run in this process: said, the waiting turn fails, the process is
                 // stopped, and nothing starts again until a client sends or restarts.

@@ -312,6 +312,15 @@ impl Lifecycle {
         }
     }
 
+    /// The running process refused the cut it was launched with and holds the whole conversation
+    /// (Codex: `thread/revert` refused, `error` its words): the message that was to be asked
+    /// again ends `taken_not_answered` (reason `cut_refused`), as a refusal by exit does
+    /// (`ExitPlan::CutRefused`), no crash is counted, and the process takes the next messages.
+    pub fn cut_refused(run: &mut Run, turns: &mut Turns, error: &str) -> Vec<Effect> {
+        run.cut = None;
+        cut_refused(turns, error)
+    }
+
     /// The CLI could not find the conversation `session_id` it was resumed on (design rule 4): the
     /// process takes no message any more, a message not yet replayed waits again first, the
     /// record is forgotten (reason `conversation_not_found`) so the next start begins a new

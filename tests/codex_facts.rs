@@ -987,6 +987,31 @@ fn conversation(req: &ResponsesRequest) -> Vec<String> {
         .collect()
 }
 
+/// Runs `codex ARGS` in `s`'s scratch home and work folder, stdin empty: its exit code and what
+/// it printed (stdout then stderr).
+fn codex_cli(s: &Setup, args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(&s.bin)
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", s.codex_home.parent().unwrap())
+        .env("CODEX_HOME", &s.codex_home)
+        .env("FAKE_API_KEY", "sk-test")
+        .env("BOTVISOR_TEST_RUN", &s.env.marker)
+        .current_dir(&s.env.work)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run codex");
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
 /// Issue 25, "every message answered once": what a turn killed while the model answers leaves
 /// in the rollout, and how `thread/revert` drops it so that the message sent again reaches the
 /// model once. botvisor's reader (`runtime::codex::taken`) and locator (`rollout::find`,
@@ -1233,6 +1258,200 @@ async fn a_taken_message_is_asked_again_once_after_thread_revert() {
         ),
         "{}",
         changed(&s.bin, "thread/revert refuses a legacy thread")
+    );
+    codex.close().await;
+}
+
+/// Sets the modification time of `path` to `days` days ago: a rollout not written since.
+fn age(path: &Path, days: u64) {
+    let then = std::time::SystemTime::now() - Duration::from_secs(days * 86_400);
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(then)
+        .unwrap();
+}
+
+/// Waits (up to [`WAIT`]) until `path` exists.
+async fn exists_soon(path: &Path) -> bool {
+    tokio::time::timeout(WAIT, async {
+        while !path.exists() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// Whether Codex's index (`state_5.sqlite`, read only) has a row for `thread`.
+fn indexed(codex_home: &Path, thread: &str) -> bool {
+    let db = rusqlite::Connection::open_with_flags(
+        codex_home.join("state_5.sqlite"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("Codex's state_5.sqlite");
+    db.query_row(
+        "SELECT COUNT(*) FROM threads WHERE id = ?1",
+        [thread],
+        |r| r.get::<_, i64>(0),
+    )
+    .unwrap()
+        > 0
+}
+
+/// Issue 25, "the CLI deletes old conversations by itself": what Codex 0.171.0 does to old
+/// rollouts and what a resume then needs. It deletes none by itself: `rollout/compress` (a
+/// client's request; its background pass is the under-development feature
+/// `local_thread_store_compression`, off by default) compresses a rollout not written for about a
+/// week to `<name>.zst`, and a resume writes the `.jsonl` back byte for byte; `codex delete`
+/// removes the rollout and its index row, and the rollout put back alone resumes (the row is
+/// rebuilt), as it does with the whole index gone; `codex archive` moves it to
+/// `archived_sessions/`, and a resume is refused until it is unarchived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_clean_up_compresses_cold_rollouts_and_deletes_only_when_asked() {
+    use botvisor::runtime::codex::rollout;
+    let Some(s) = Setup::start(echo_script()).await else {
+        return;
+    };
+    let cwd = s.env.work.clone();
+    let mut codex = s.opened().await;
+    let mut threads = Vec::new();
+    for name in ["cold", "warm", "deleted", "archived"] {
+        let thread = codex
+            .start_thread(json!({"cwd": cwd.to_str().unwrap()}))
+            .await;
+        codex.start_turn(&thread, &format!("{name} one")).await;
+        codex.turn_completed().await;
+        threads.push(thread);
+    }
+    codex.close().await;
+    let [cold, warm, deleted, archived] = threads.as_slice() else {
+        unreachable!()
+    };
+    let file = |t: &str| rollouts(&s.codex_home, t).pop().expect("a rollout");
+    let (cold_file, warm_file) = (file(cold), file(warm));
+    let cold_bytes = std::fs::read(&cold_file).unwrap();
+    age(&cold_file, 8);
+    age(&warm_file, 3);
+
+    // `rollout/compress` compresses the cold one only.
+    let mut codex = s.opened().await;
+    let id = codex.request("rollout/compress", Value::Null).await;
+    let answer = codex.answer(id).await;
+    assert_eq!(answer["result"], json!({}), "{answer}");
+    let mut zst = cold_file.clone().into_os_string();
+    zst.push(".zst");
+    let zst = PathBuf::from(zst);
+    assert!(
+        exists_soon(&zst).await,
+        "{}",
+        changed(
+            &s.bin,
+            "rollout/compress writes <rollout>.zst for a rollout 8 days old"
+        )
+    );
+    codex.close().await;
+    println!(
+        "after rollout/compress: {:?}",
+        std::fs::read_dir(cold_file.parent().unwrap())
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect::<Vec<_>>()
+    );
+    assert!(!cold_file.exists(), "the .jsonl is replaced");
+    assert!(warm_file.exists(), "a rollout 3 days old is left as it is");
+    assert_eq!(
+        rollout::find(&s.codex_home, cold),
+        Some(zst.clone()),
+        "botvisor finds a compressed rollout"
+    );
+
+    // A resume writes the .jsonl back, byte for byte.
+    let mut codex = s.opened().await;
+    let resumed = codex.resume(cold, &cwd).await;
+    assert_eq!(
+        resumed["result"]["thread"]["path"],
+        json!(cold_file.to_str().unwrap()),
+        "{}: {resumed}",
+        changed(
+            &s.bin,
+            "thread/resume of a compressed rollout writes the .jsonl back"
+        )
+    );
+    assert_eq!(std::fs::read(&cold_file).unwrap(), cold_bytes);
+    assert!(!zst.exists());
+    codex.close().await;
+
+    // `codex delete`: the rollout and its row gone; the rollout put back alone resumes.
+    let deleted_file = file(deleted);
+    let deleted_bytes = std::fs::read(&deleted_file).unwrap();
+    assert!(indexed(&s.codex_home, deleted));
+    let (code, said) = codex_cli(&s, &["delete", "--force", deleted]);
+    println!("codex delete --force: {code:?} {}", said.trim());
+    assert_eq!(code, Some(0), "{said}");
+    assert!(!deleted_file.exists() && !indexed(&s.codex_home, deleted));
+    let mut codex = s.opened().await;
+    let gone = codex.resume(deleted, &cwd).await;
+    assert_eq!(
+        gone["error"]["message"],
+        json!(format!("no rollout found for thread id {deleted}"))
+    );
+    std::fs::write(&deleted_file, &deleted_bytes).unwrap();
+    let back = codex.resume(deleted, &cwd).await;
+    println!(
+        "its rollout put back, without its row: {}",
+        back["result"]["thread"]["path"]
+    );
+    assert_eq!(
+        back["result"]["thread"]["path"],
+        json!(deleted_file.to_str().unwrap()),
+        "{}: {back}",
+        changed(&s.bin, "a rollout put back resumes without its index row")
+    );
+    assert!(indexed(&s.codex_home, deleted), "the row is rebuilt");
+    codex.start_turn(deleted, "deleted two").await;
+    codex.turn_completed().await;
+    assert_eq!(
+        conversation(s.api.requests().last().unwrap()),
+        ["deleted one", "Hello! You said: deleted one", "deleted two"]
+    );
+    codex.close().await;
+
+    // The whole index gone: rebuilt from the rollouts.
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(s.codex_home.join(format!("state_5.sqlite{suffix}")));
+    }
+    let mut codex = s.opened().await;
+    let rebuilt = codex.resume(warm, &cwd).await;
+    assert_eq!(
+        rebuilt["result"]["thread"]["path"],
+        json!(warm_file.to_str().unwrap()),
+        "{}: {rebuilt}",
+        changed(&s.bin, "a rollout resumes with state_5.sqlite gone")
+    );
+    codex.close().await;
+
+    // `codex archive`: moved, and refused until unarchived, even with a copy put back.
+    let archived_file = file(archived);
+    let (code, said) = codex_cli(&s, &["archive", archived]);
+    assert_eq!(code, Some(0), "{said}");
+    let moved = rollout::archived(&s.codex_home, archived).expect("in archived_sessions/");
+    assert_eq!(rollout::find(&s.codex_home, archived), Some(moved.clone()));
+    let mut codex = s.opened().await;
+    let refused = codex.resume(archived, &cwd).await;
+    println!("thread/resume of an archived thread: {refused}");
+    let words = format!(
+        "session {archived} is archived. Run `codex unarchive {archived}` to unarchive it first."
+    );
+    assert_eq!(refused["error"]["message"], json!(words));
+    std::fs::copy(&moved, &archived_file).unwrap();
+    let still = codex.resume(archived, &cwd).await;
+    assert_eq!(
+        still["error"]["message"],
+        json!(words),
+        "a copy put back is refused too"
     );
     codex.close().await;
 }

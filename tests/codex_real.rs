@@ -115,7 +115,15 @@ async fn a_conversation_is_resumed_across_a_daemon_restart() {
 async fn a_rollout_removed_while_the_daemon_was_down_starts_a_new_thread_and_says_why() {
     let Some(codex) = codex_bin() else { return };
     let env = TestEnv::new().await;
-    let mut s = CodexSetup::start(&env, codex, echo_script()).await;
+    // Without botvisor's copy (`keep_conversations = false`), rule 2 alone.
+    let mut s = CodexSetup::start_configured(
+        &env,
+        codex,
+        echo_script(),
+        "",
+        "keep_conversations = false\n",
+    )
+    .await;
     let bot = s.bot(&env, "").await;
     assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
     let thread = bot.session_id().await.unwrap();
@@ -571,7 +579,15 @@ async fn the_daemon_killed_at_the_first_turn_delivers_the_message_once_and_goes_
 async fn a_rollout_codex_cannot_read_starts_a_new_thread_and_says_why() {
     let Some(codex) = codex_bin() else { return };
     let env = TestEnv::new().await;
-    let mut s = CodexSetup::start(&env, codex, echo_script()).await;
+    // Without botvisor's copy (`keep_conversations = false`), rule 2 alone.
+    let mut s = CodexSetup::start_configured(
+        &env,
+        codex,
+        echo_script(),
+        "",
+        "keep_conversations = false\n",
+    )
+    .await;
     let bot = s.bot(&env, "").await;
     assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
     let thread = bot.session_id().await.unwrap();

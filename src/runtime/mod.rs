@@ -462,9 +462,7 @@ pub trait Runtime: Send + Sync + 'static {
         Ok(false)
     }
     /// The files that hold the conversation `session_id` now, for a CLI started with `env` in
-    /// `cwd`, which botvisor keeps a copy of (`supervisor::keep`); empty when none exists or the
-    /// runtime's files cannot be put back alone (Codex: its rollout also needs its row in
-    /// `state_5.sqlite`).
+    /// `cwd`, which botvisor keeps a copy of (`supervisor::keep`); empty when none exists.
     fn conversation_files(
         &self,
         _env: &BTreeMap<String, String>,
@@ -481,6 +479,29 @@ pub trait Runtime: Send + Sync + 'static {
         _env: &BTreeMap<String, String>,
         _cwd: &Path,
         _session_id: &str,
+    ) -> Option<PathBuf> {
+        None
+    }
+    /// Where a CLI started with `env` in `cwd` looks for the file named `name` (a name
+    /// [`Runtime::conversation_files`] gave) of `session` now, for a runtime that keeps a
+    /// conversation in several files (Codex: a rollout and its segments); by default
+    /// [`Runtime::conversation_target`].
+    fn conversation_file_target(
+        &self,
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+        session_id: &str,
+        _name: &str,
+    ) -> Option<PathBuf> {
+        self.conversation_target(env, cwd, session_id)
+    }
+    /// Where the CLI started with `env` keeps the file botvisor would put back at `target` in
+    /// another form now (Codex: compressed as `<target>.zst`, or moved to `archived_sessions/`):
+    /// the conversation is not gone, and botvisor's copy is not put back. `None` by default.
+    fn conversation_held_otherwise(
+        &self,
+        _env: &BTreeMap<String, String>,
+        _target: &Path,
     ) -> Option<PathBuf> {
         None
     }

@@ -1455,3 +1455,134 @@ async fn codex_clean_up_compresses_cold_rollouts_and_deletes_only_when_asked() {
     );
     codex.close().await;
 }
+
+/// Issue 25, "another process on the same conversation": a thread loaded by one process
+/// (an app-server, `codex exec resume`) is refused to every other, and the kernel's lock table
+/// names the holder (`runtime::codex::writer::holder`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_writer_is_refused_and_the_lock_names_its_holder() {
+    use botvisor::runtime::codex::writer;
+    let Some(s) = Setup::start(hang_once_script()).await else {
+        return;
+    };
+    let cwd = s.env.work.clone();
+    let mut first = s.opened().await;
+    let thread = first
+        .start_thread(json!({"cwd": cwd.to_str().unwrap()}))
+        .await;
+    let lock = writer::lock_file(&s.codex_home, &thread);
+    assert!(
+        lock.is_file() && std::fs::metadata(&lock).unwrap().len() == 0,
+        "{}",
+        changed(
+            &s.bin,
+            "thread/start makes an empty thread-writer-locks/<thread>.lock"
+        )
+    );
+    first.start_turn(&thread, "hello").await;
+    first.turn_completed().await;
+    let held = writer::holder(&s.codex_home, &thread);
+    println!("the holder of a thread an app-server runs: {held:?}");
+    let held = held.unwrap_or_else(|| {
+        panic!(
+            "{}",
+            changed(&s.bin, "the lock is a flock of the app-server")
+        )
+    });
+    assert_eq!((held.pid, held.what), (first.pid(), "a Codex app-server"));
+
+    // While it runs a turn: another app-server, and `codex exec resume`, are refused.
+    first.start_turn(&thread, "hang first").await;
+    s.api
+        .wait_for(|r| r.last_user_text == "hang first", WAIT)
+        .await;
+    let mut second = s.opened().await;
+    let refused = second.resume(&thread, &cwd).await;
+    println!("a second app-server's thread/resume: {refused}");
+    assert_eq!(
+        (
+            refused["error"]["code"].clone(),
+            refused["error"]["message"].clone()
+        ),
+        (
+            json!(-32600),
+            json!(format!("thread {thread} already has an active writer"))
+        ),
+        "{}",
+        changed(
+            &s.bin,
+            "a second writer is refused: `thread <id> already has an active writer`"
+        )
+    );
+    assert!(writer::held_elsewhere(
+        refused["error"]["message"].as_str().unwrap()
+    ));
+    let (code, said) = codex_cli(
+        &s,
+        &[
+            "exec",
+            "--skip-git-repo-check",
+            "resume",
+            &thread,
+            "from exec",
+        ],
+    );
+    println!(
+        "codex exec resume meanwhile: {code:?} {}",
+        said.lines().last().unwrap_or("")
+    );
+    assert!(
+        code == Some(1) && said.contains("already has an active writer"),
+        "{said}"
+    );
+
+    // Killed, the holder leaves the file and no lock: the thread is free.
+    first.kill().await;
+    assert!(lock.exists(), "a killed holder leaves the file");
+    assert_eq!(writer::holder(&s.codex_home, &thread), None);
+    let resumed = second.resume(&thread, &cwd).await;
+    assert!(resumed.get("result").is_some(), "{resumed}");
+    assert_eq!(
+        writer::holder(&s.codex_home, &thread).map(|h| h.pid),
+        Some(second.pid())
+    );
+    second.close().await;
+    assert!(!lock.exists(), "a gentle exit removes the file");
+
+    // `codex exec resume` holds it too, and is named.
+    let mut exec = tokio::process::Command::new(&s.bin)
+        .args([
+            "exec",
+            "--skip-git-repo-check",
+            "resume",
+            &thread,
+            "hang exec",
+        ])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", s.codex_home.parent().unwrap())
+        .env("CODEX_HOME", &s.codex_home)
+        .env("FAKE_API_KEY", "sk-test")
+        .env("BOTVISOR_TEST_RUN", &s.env.marker)
+        .current_dir(&cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn codex exec");
+    s.api
+        .wait_for(|r| r.last_user_text == "hang exec", WAIT)
+        .await;
+    let held = writer::holder(&s.codex_home, &thread).expect("codex exec holds it");
+    println!("the holder while codex exec resume runs: {held:?}");
+    assert_eq!((Some(held.pid), held.what), (exec.id(), "codex exec"));
+    let mut third = s.opened().await;
+    let refused = third.resume(&thread, &cwd).await;
+    assert!(
+        writer::held_elsewhere(refused["error"]["message"].as_str().unwrap_or("")),
+        "{refused}"
+    );
+    exec.kill().await.unwrap();
+    third.close().await;
+}

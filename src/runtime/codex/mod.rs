@@ -2,7 +2,7 @@
 //!
 //! Every fact about Codex's files and messages lives in this folder: [`launch`] (argv),
 //! [`protocol`] (the JSON-RPC lines), [`rollout`] (where threads are kept), [`taken`] (what a
-//! thread holds of a message), [`sandbox`] (bubblewrap),
+//! thread holds of a message), [`writer`] (who holds a thread), [`sandbox`] (bubblewrap),
 //! [`settings`] (the permission setting: approval policy and sandbox). The facts come from `shared/codex-facts.md`
 //! and are re-checked on the real CLI 0.171.0 by tests/codex_facts.rs.
 
@@ -14,6 +14,7 @@ pub mod rollout;
 pub mod sandbox;
 pub mod settings;
 pub mod taken;
+pub mod writer;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

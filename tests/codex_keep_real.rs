@@ -255,3 +255,44 @@ async fn a_thread_codex_compressed_is_resumed_as_it_is() {
     stop_and_wait(&bot).await;
     wait_no_leftovers(&env).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_the_user_archived_is_neither_replaced_nor_put_back() {
+    let Some(codex) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    let s = CodexSetup::start(&env, codex, echo_script()).await;
+    let bot = s.bot(&env, "").await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let thread = bot.session_id().await.unwrap();
+    stop_and_wait(&bot).await;
+    let (code, said) = codex_cli(&s, &env, &["archive", &thread]);
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(thread_files(&s.codex_home, &thread), Vec::<String>::new());
+
+    let two = send_and_wait(&bot, "two").await;
+    assert_eq!(two.outcome, "error", "{two:?}");
+    let error = bot.last_error().await.unwrap();
+    assert!(
+        error.contains(&format!("session {thread} is archived"))
+            && error.contains("codex unarchive"),
+        "Codex's words: {error}"
+    );
+    assert_eq!(bot.session_id().await.unwrap(), thread, "not replaced");
+    assert_eq!(
+        thread_files(&s.codex_home, &thread),
+        Vec::<String>::new(),
+        "no copy put back beside the archived one"
+    );
+    let items = chat(&bot).await;
+    for p in of_kind(&items, "system") {
+        assert!(
+            !matches!(
+                p["reason"].as_str(),
+                Some("transcript_missing" | "conversation_restored")
+            ),
+            "{p}"
+        );
+    }
+    assert!(!s.api.asked().contains(&"two".to_owned()), "nothing sent");
+    wait_no_leftovers(&env).await;
+}

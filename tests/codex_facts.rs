@@ -1259,6 +1259,33 @@ async fn a_taken_message_is_asked_again_once_after_thread_revert() {
         "{}",
         changed(&s.bin, "thread/revert refuses a legacy thread")
     );
+
+    // Without a revert, a resume gives the model the unanswered attempt again.
+    let plain = codex
+        .start_thread(json!({"cwd": cwd.to_str().unwrap()}))
+        .await;
+    codex.start_turn(&plain, "p1").await;
+    codex.turn_completed().await;
+    codex.start_turn(&plain, "hang plain").await;
+    s.api
+        .wait_for(|r| r.last_user_text == "hang plain", WAIT)
+        .await;
+    codex.kill().await;
+    let mut codex = s.opened().await;
+    assert!(codex.resume(&plain, &cwd).await.get("result").is_some());
+    codex.start_turn(&plain, "p2").await;
+    codex.turn_completed().await;
+    let seen = conversation(s.api.requests().last().unwrap());
+    println!("a plain resume after a killed turn, as the model got it: {seen:?}");
+    assert_eq!(
+        seen,
+        ["p1", "Hello! You said: p1", "hang plain", "p2"],
+        "{}",
+        changed(
+            &s.bin,
+            "a plain resume sends the killed turn's message, unanswered"
+        )
+    );
     codex.close().await;
 }
 

@@ -697,10 +697,17 @@ async fn a_model_api_that_accepts_and_never_answers_shows_and_the_turn_ends() {
     let env = TestEnv::new().await;
     // Codex's own watchdog: the provider's stream idle timeout (default 300 s), retried
     // stream_max_retries times (default 5); shortened here.
+    let never_first: Script = std::sync::Arc::new(|req| {
+        if req.last_user_text == "first" {
+            Reply::Never
+        } else {
+            Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+        }
+    });
     let s = CodexSetup::start_with(
         &env,
         codex,
-        first_hangs_script(),
+        never_first,
         "stream_idle_timeout_ms = 1500\nstream_max_retries = 1\nrequest_max_retries = 0",
     )
     .await;

@@ -187,7 +187,8 @@ pub enum RuntimeEvent {
     /// conversation is open whole, holding the message that was to be asked again once,
     /// unanswered, and the process goes on (issue 25).
     CutRefused {
-        /// The CLI's words, or botvisor's when it did not ask the CLI.
+        /// A sentence saying who refused, in which words (`Codex said: …`, or botvisor's own
+        /// reason when it did not ask the CLI).
         error: String,
     },
     /// The CLI echoed a user message: a turn began in `session_id` (design rule 3).

@@ -226,7 +226,7 @@ impl CodexProtocol {
                     read.events.insert(
                         0,
                         RuntimeEvent::CutRefused {
-                            error: format!("thread/revert: {e}"),
+                            error: format!("Codex said: thread/revert: {e}"),
                         },
                     );
                 }
@@ -326,8 +326,9 @@ impl CodexProtocol {
                     0,
                     RuntimeEvent::CutRefused {
                         error: format!(
-                            "the conversation went on after the unanswered attempt (turn {turn} \
-                             is not its last): another process continued it"
+                            "botvisor did not ask Codex to drop it: the conversation went on \
+                             after the unanswered attempt (turn {turn} is not its last; another \
+                             process continued it), and a revert would drop those turns too."
                         ),
                     },
                 );

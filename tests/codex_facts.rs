@@ -17,7 +17,7 @@ use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
 use support::responses_api::{
-    Reply, ResponsesApi, Script, codex_home, codex_limit_headers, echo_script,
+    Reply, ResponsesApi, ResponsesRequest, Script, codex_home, codex_limit_headers, echo_script,
 };
 use support::*;
 
@@ -201,6 +201,40 @@ impl AppServer {
 
     async fn turn_completed(&mut self) -> Value {
         self.notification("turn/completed").await
+    }
+
+    /// Its pid.
+    fn pid(&self) -> u32 {
+        self.group.expect("spawned")
+    }
+
+    /// SIGKILLs its process group, as a crash, and waits for the app-server to be gone.
+    async fn kill(mut self) {
+        // SAFETY: killpg takes plain integers; the group is the one `spawn` made.
+        unsafe { libc::killpg(self.pid() as libc::pid_t, libc::SIGKILL) };
+        let _ = tokio::time::timeout(WAIT, self.child.wait()).await;
+    }
+
+    /// `thread/resume` of `thread` in `cwd` (its whole answer: result or error).
+    async fn resume(&mut self, thread: &str, cwd: &Path) -> Value {
+        let id = self
+            .request(
+                "thread/resume",
+                json!({"threadId": thread, "cwd": cwd.to_str().unwrap()}),
+            )
+            .await;
+        self.answer(id).await
+    }
+
+    /// `thread/revert` of `thread` before `turn` (its whole answer).
+    async fn revert(&mut self, thread: &str, turn: &str) -> Value {
+        let id = self
+            .request(
+                "thread/revert",
+                json!({"threadId": thread, "beforeTurnId": turn}),
+            )
+            .await;
+        self.answer(id).await
     }
 
     /// Closes stdin and waits for the exit; what is left in its process group ends at drop.
@@ -881,4 +915,701 @@ async fn a_login_made_elsewhere_is_not_told_to_the_running_app_server() {
         changed(&s.bin, "a running app-server rereads auth.json")
     );
     codex.close().await;
+}
+
+/// A script that never answers the first request about a message starting with `hang` (a model
+/// stopped mid-answer: the turn is killed there) and echoes everything else.
+fn hang_once_script() -> Script {
+    let hung = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    std::sync::Arc::new(move |req: &ResponsesRequest| {
+        let first = req.last_user_text.starts_with("hang")
+            && req.function_output.is_none()
+            && hung.lock().unwrap().insert(req.last_user_text.clone());
+        if first {
+            Reply::Never
+        } else {
+            Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+        }
+    })
+}
+
+/// The rollout's records, one JSON object per line.
+fn records(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// One line per record: its kind, the payload's kind and the turn it names.
+fn summary(records: &[Value]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| {
+            let p = &r["payload"];
+            let turn = p["turn_id"]
+                .as_str()
+                .or(p["internal_chat_message_metadata_passthrough"]["turn_id"].as_str())
+                .unwrap_or("");
+            let text = p["content"][0]["text"]
+                .as_str()
+                .or(p["item"]["type"].as_str())
+                .unwrap_or("");
+            format!(
+                "{} {} {} {} {}",
+                r["type"].as_str().unwrap_or("?"),
+                p["type"].as_str().unwrap_or(""),
+                p["role"].as_str().unwrap_or(""),
+                turn,
+                text.lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(40)
+                    .collect::<String>()
+            )
+        })
+        .collect()
+}
+
+/// The user and assistant texts of a request's `input`, as Codex sent them (not its own
+/// context blocks): the conversation the model is given.
+fn conversation(req: &ResponsesRequest) -> Vec<String> {
+    req.body["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["type"] == "message" && (i["role"] == "user" || i["role"] == "assistant"))
+        .flat_map(|i| i["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|b| b["text"].as_str().map(str::to_owned))
+        .filter(|t| !t.trim_start().starts_with('<'))
+        .collect()
+}
+
+/// Runs `codex ARGS` in `s`'s scratch home and work folder, stdin empty: its exit code and what
+/// it printed (stdout then stderr).
+fn codex_cli(s: &Setup, args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(&s.bin)
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", s.codex_home.parent().unwrap())
+        .env("CODEX_HOME", &s.codex_home)
+        .env("FAKE_API_KEY", "sk-test")
+        .env("BOTVISOR_TEST_RUN", &s.env.marker)
+        .current_dir(&s.env.work)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run codex");
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Issue 25, "every message answered once": what a turn killed while the model answers leaves
+/// in the rollout, and how `thread/revert` drops it so that the message sent again reaches the
+/// model once. botvisor's reader (`runtime::codex::taken`) and locator (`rollout::find`,
+/// `rollout::history`) are checked against what Codex does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_message_is_asked_again_once_after_thread_revert() {
+    use botvisor::runtime::Cut;
+    use botvisor::runtime::codex::{rollout, taken};
+    let Some(s) = Setup::start(hang_once_script()).await else {
+        return;
+    };
+    let cwd = s.env.work.clone();
+    let mut codex = s.opened().await;
+    let thread = codex
+        .start_thread(json!({"cwd": cwd.to_str().unwrap()}))
+        .await;
+    let first = codex.start_turn(&thread, "hello").await;
+    codex.turn_completed().await;
+    let doomed = codex.start_turn(&thread, "hang here").await;
+    s.api
+        .wait_for(|r| r.last_user_text == "hang here", WAIT)
+        .await;
+    codex.kill().await;
+
+    let files = rollouts(&s.codex_home, &thread);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let left = records(&files[0]);
+    println!("the rollout of a turn killed while the model answers:");
+    for line in summary(&left) {
+        println!("  {line}");
+    }
+    let of_turn = |t: &str| -> Vec<&Value> {
+        left.iter()
+            .filter(|r| {
+                r["payload"]["turn_id"] == t
+                    || r["payload"]["internal_chat_message_metadata_passthrough"]["turn_id"] == t
+            })
+            .collect()
+    };
+    let message = of_turn(&doomed)
+        .into_iter()
+        .find(|r| r["type"] == "response_item" && r["payload"]["role"] == "user")
+        .unwrap_or_else(|| {
+            panic!(
+                "{}",
+                changed(
+                    &s.bin,
+                    "the message of a killed turn is in the rollout, naming its turn"
+                )
+            )
+        });
+    assert_eq!(message["payload"]["content"][0]["text"], "hang here");
+    let ends = |t: &str| -> Vec<String> {
+        of_turn(t)
+            .iter()
+            .filter_map(|r| r["payload"]["type"].as_str())
+            .filter(|k| matches!(*k, "task_complete" | "turn_aborted"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        (ends(&first), ends(&doomed)),
+        (vec!["task_complete".to_owned()], Vec::new()),
+        "{}",
+        changed(
+            &s.bin,
+            "an answered turn ends with task_complete; a killed one with nothing"
+        )
+    );
+    assert!(
+        !of_turn(&doomed)
+            .iter()
+            .any(|r| r["payload"]["role"] == "assistant"
+                || r["payload"]["item"]["type"] == "AgentMessage"),
+        "no answer of the killed turn"
+    );
+    // botvisor reads it so.
+    let history = rollout::history(&s.codex_home, &thread).expect("a history");
+    let read = taken::read_lines(history.lines(), "hang here", std::time::UNIX_EPOCH).unwrap();
+    assert_eq!(
+        read.cut,
+        Some(Cut::BeforeTurn {
+            turn_id: doomed.clone()
+        })
+    );
+    assert!(
+        !read.answered && !read.tool_called && read.answer.is_empty(),
+        "{read:?}"
+    );
+    let hello = taken::read_lines(history.lines(), "hello", std::time::UNIX_EPOCH).unwrap();
+    assert!(hello.answered, "{hello:?}");
+    assert_eq!(hello.answer[0].payload["text"], "Hello! You said: hello");
+
+    // Resumed, the thread names the killed turn last; `thread/revert` drops it.
+    let mut codex = s.opened().await;
+    let resumed = codex.resume(&thread, &cwd).await;
+    let turns: Vec<(String, String)> = resumed["result"]["thread"]["turns"]
+        .as_array()
+        .unwrap_or_else(|| panic!("thread/resume answers the thread's turns: {resumed}"))
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_str().unwrap().to_owned(),
+                t["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    println!(
+        "thread/resume: historyMode {}, turns {turns:?}",
+        resumed["result"]["thread"]["historyMode"]
+    );
+    assert_eq!(resumed["result"]["thread"]["historyMode"], "paginated");
+    assert_eq!(
+        turns,
+        vec![
+            (first.clone(), "completed".to_owned()),
+            (doomed.clone(), "interrupted".to_owned())
+        ],
+        "{}",
+        changed(&s.bin, "a killed turn is the thread's last, interrupted")
+    );
+    let reverted = codex.revert(&thread, &doomed).await;
+    let path = reverted["result"]["thread"]["path"]
+        .as_str()
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: {reverted}",
+                changed(&s.bin, "thread/revert answers the thread with its path")
+            )
+        })
+        .to_owned();
+    println!("thread/revert: the thread's file is now {path}");
+    let name = Path::new(&path)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        name.contains(&format!("-{thread}_")) && name.ends_with(".jsonl"),
+        "{}: {name}",
+        changed(
+            &s.bin,
+            "a revert starts a segment rollout-…-<thread>_<segment>.jsonl"
+        )
+    );
+    let meta = &records(Path::new(&path))[0];
+    println!(
+        "its first line's history_base: {}",
+        meta["payload"]["history_base"]
+    );
+    assert_eq!(meta["payload"]["history_base"]["thread_id"], json!(thread));
+    assert_eq!(
+        rollout::find(&s.codex_home, &thread),
+        Some(PathBuf::from(&path)),
+        "botvisor finds the file Codex continues"
+    );
+    let again = codex.revert(&thread, &doomed).await;
+    println!("thread/revert of a turn dropped already: {again}");
+    assert_eq!(
+        again["error"]["message"],
+        json!(format!("turn not found: {doomed}")),
+        "{}",
+        changed(
+            &s.bin,
+            "thread/revert of an unknown turn: `turn not found: <id>`"
+        )
+    );
+    let before = s.api.requests().len();
+    let redo = codex.start_turn(&thread, "hang here").await;
+    codex.turn_completed().await;
+    let sent = &s.api.requests()[before..];
+    assert_eq!(sent.len(), 1);
+    let seen = conversation(&sent[0]);
+    println!("the message sent again after the revert, as the model got it: {seen:?}");
+    assert_eq!(
+        seen,
+        ["hello", "Hello! You said: hello", "hang here"],
+        "{}",
+        changed(
+            &s.bin,
+            "after thread/revert the model gets the message once"
+        )
+    );
+    codex.close().await;
+
+    // A later plain resume continues the segment: the dropped attempt stays out. Before it,
+    // this process has not loaded the thread: refused.
+    let mut codex = s.opened().await;
+    let unloaded = codex.revert(&thread, &redo).await;
+    println!("thread/revert of a thread not loaded: {unloaded}");
+    assert_eq!(
+        unloaded["error"]["message"],
+        json!(format!("thread not found: {thread}"))
+    );
+    let resumed = codex.resume(&thread, &cwd).await;
+    assert_eq!(resumed["result"]["thread"]["path"], json!(path));
+    let ids: Vec<&str> = resumed["result"]["thread"]["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    assert_eq!(ids, [first.as_str(), redo.as_str()]);
+    codex.start_turn(&thread, "after").await;
+    codex.turn_completed().await;
+    let seen = conversation(s.api.requests().last().unwrap());
+    println!("a plain resume after it, as the model got it: {seen:?}");
+    assert_eq!(
+        seen,
+        [
+            "hello",
+            "Hello! You said: hello",
+            "hang here",
+            "Hello! You said: hang here",
+            "after"
+        ]
+    );
+    let history = rollout::history(&s.codex_home, &thread).unwrap();
+    let read = taken::read_lines(history.lines(), "hang here", std::time::UNIX_EPOCH).unwrap();
+    assert!(
+        read.answered,
+        "the message's newest turn, through the segment: {read:?}"
+    );
+    assert_eq!(read.cut, Some(Cut::BeforeTurn { turn_id: redo }));
+
+    // Refused: a thread of the legacy history.
+    let legacy = codex
+        .start_thread(json!({"cwd": cwd.to_str().unwrap(), "historyMode": "legacy"}))
+        .await;
+    codex.start_turn(&legacy, "old one").await;
+    codex.turn_completed().await;
+    let old = codex.start_turn(&legacy, "old two").await;
+    codex.turn_completed().await;
+    let refused = codex.revert(&legacy, &old).await;
+    println!("thread/revert of a legacy thread: {refused}");
+    assert_eq!(
+        (
+            refused["error"]["code"].clone(),
+            refused["error"]["message"].clone()
+        ),
+        (
+            json!(-32600),
+            json!("thread/revert only supports paginated threads")
+        ),
+        "{}",
+        changed(&s.bin, "thread/revert refuses a legacy thread")
+    );
+
+    // Without a revert, a resume gives the model the unanswered attempt again.
+    let plain = codex
+        .start_thread(json!({"cwd": cwd.to_str().unwrap()}))
+        .await;
+    codex.start_turn(&plain, "p1").await;
+    codex.turn_completed().await;
+    codex.start_turn(&plain, "hang plain").await;
+    s.api
+        .wait_for(|r| r.last_user_text == "hang plain", WAIT)
+        .await;
+    codex.kill().await;
+    let mut codex = s.opened().await;
+    assert!(codex.resume(&plain, &cwd).await.get("result").is_some());
+    codex.start_turn(&plain, "p2").await;
+    codex.turn_completed().await;
+    let seen = conversation(s.api.requests().last().unwrap());
+    println!("a plain resume after a killed turn, as the model got it: {seen:?}");
+    assert_eq!(
+        seen,
+        ["p1", "Hello! You said: p1", "hang plain", "p2"],
+        "{}",
+        changed(
+            &s.bin,
+            "a plain resume sends the killed turn's message, unanswered"
+        )
+    );
+    codex.close().await;
+}
+
+/// Sets the modification time of `path` to `days` days ago: a rollout not written since.
+fn age(path: &Path, days: u64) {
+    let then = std::time::SystemTime::now() - Duration::from_secs(days * 86_400);
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(then)
+        .unwrap();
+}
+
+/// Waits (up to [`WAIT`]) until `path` exists.
+async fn exists_soon(path: &Path) -> bool {
+    tokio::time::timeout(WAIT, async {
+        while !path.exists() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// Whether Codex's index (`state_5.sqlite`, read only) has a row for `thread`.
+fn indexed(codex_home: &Path, thread: &str) -> bool {
+    let db = rusqlite::Connection::open_with_flags(
+        codex_home.join("state_5.sqlite"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("Codex's state_5.sqlite");
+    db.query_row(
+        "SELECT COUNT(*) FROM threads WHERE id = ?1",
+        [thread],
+        |r| r.get::<_, i64>(0),
+    )
+    .unwrap()
+        > 0
+}
+
+/// Issue 25, "the CLI deletes old conversations by itself": what Codex 0.171.0 does to old
+/// rollouts and what a resume then needs. It deletes none by itself: `rollout/compress` (a
+/// client's request; its background pass is the under-development feature
+/// `local_thread_store_compression`, off by default) compresses a rollout not written for about a
+/// week to `<name>.zst`, and a resume writes the `.jsonl` back byte for byte; `codex delete`
+/// removes the rollout and its index row, and the rollout put back alone resumes (the row is
+/// rebuilt), as it does with the whole index gone; `codex archive` moves it to
+/// `archived_sessions/`, and a resume is refused until it is unarchived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_clean_up_compresses_cold_rollouts_and_deletes_only_when_asked() {
+    use botvisor::runtime::codex::rollout;
+    let Some(s) = Setup::start(echo_script()).await else {
+        return;
+    };
+    let cwd = s.env.work.clone();
+    let mut codex = s.opened().await;
+    let mut threads = Vec::new();
+    for name in ["cold", "warm", "deleted", "archived"] {
+        let thread = codex
+            .start_thread(json!({"cwd": cwd.to_str().unwrap()}))
+            .await;
+        codex.start_turn(&thread, &format!("{name} one")).await;
+        codex.turn_completed().await;
+        threads.push(thread);
+    }
+    codex.close().await;
+    let [cold, warm, deleted, archived] = threads.as_slice() else {
+        unreachable!()
+    };
+    let file = |t: &str| rollouts(&s.codex_home, t).pop().expect("a rollout");
+    let (cold_file, warm_file) = (file(cold), file(warm));
+    let cold_bytes = std::fs::read(&cold_file).unwrap();
+    age(&cold_file, 8);
+    age(&warm_file, 3);
+
+    // `rollout/compress` compresses the cold one only.
+    let mut codex = s.opened().await;
+    let id = codex.request("rollout/compress", Value::Null).await;
+    let answer = codex.answer(id).await;
+    assert_eq!(answer["result"], json!({}), "{answer}");
+    let mut zst = cold_file.clone().into_os_string();
+    zst.push(".zst");
+    let zst = PathBuf::from(zst);
+    assert!(
+        exists_soon(&zst).await,
+        "{}",
+        changed(
+            &s.bin,
+            "rollout/compress writes <rollout>.zst for a rollout 8 days old"
+        )
+    );
+    codex.close().await;
+    println!(
+        "after rollout/compress: {:?}",
+        std::fs::read_dir(cold_file.parent().unwrap())
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect::<Vec<_>>()
+    );
+    assert!(!cold_file.exists(), "the .jsonl is replaced");
+    assert!(warm_file.exists(), "a rollout 3 days old is left as it is");
+    assert_eq!(
+        rollout::find(&s.codex_home, cold),
+        Some(zst.clone()),
+        "botvisor finds a compressed rollout"
+    );
+
+    // A resume writes the .jsonl back, byte for byte.
+    let mut codex = s.opened().await;
+    let resumed = codex.resume(cold, &cwd).await;
+    assert_eq!(
+        resumed["result"]["thread"]["path"],
+        json!(cold_file.to_str().unwrap()),
+        "{}: {resumed}",
+        changed(
+            &s.bin,
+            "thread/resume of a compressed rollout writes the .jsonl back"
+        )
+    );
+    assert_eq!(std::fs::read(&cold_file).unwrap(), cold_bytes);
+    assert!(!zst.exists());
+    codex.close().await;
+
+    // `codex delete`: the rollout and its row gone; the rollout put back alone resumes.
+    let deleted_file = file(deleted);
+    let deleted_bytes = std::fs::read(&deleted_file).unwrap();
+    assert!(indexed(&s.codex_home, deleted));
+    let (code, said) = codex_cli(&s, &["delete", "--force", deleted]);
+    println!("codex delete --force: {code:?} {}", said.trim());
+    assert_eq!(code, Some(0), "{said}");
+    assert!(!deleted_file.exists() && !indexed(&s.codex_home, deleted));
+    let mut codex = s.opened().await;
+    let gone = codex.resume(deleted, &cwd).await;
+    assert_eq!(
+        gone["error"]["message"],
+        json!(format!("no rollout found for thread id {deleted}"))
+    );
+    std::fs::write(&deleted_file, &deleted_bytes).unwrap();
+    let back = codex.resume(deleted, &cwd).await;
+    println!(
+        "its rollout put back, without its row: {}",
+        back["result"]["thread"]["path"]
+    );
+    assert_eq!(
+        back["result"]["thread"]["path"],
+        json!(deleted_file.to_str().unwrap()),
+        "{}: {back}",
+        changed(&s.bin, "a rollout put back resumes without its index row")
+    );
+    assert!(indexed(&s.codex_home, deleted), "the row is rebuilt");
+    codex.start_turn(deleted, "deleted two").await;
+    codex.turn_completed().await;
+    assert_eq!(
+        conversation(s.api.requests().last().unwrap()),
+        ["deleted one", "Hello! You said: deleted one", "deleted two"]
+    );
+    codex.close().await;
+
+    // The whole index gone: rebuilt from the rollouts.
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(s.codex_home.join(format!("state_5.sqlite{suffix}")));
+    }
+    let mut codex = s.opened().await;
+    let rebuilt = codex.resume(warm, &cwd).await;
+    assert_eq!(
+        rebuilt["result"]["thread"]["path"],
+        json!(warm_file.to_str().unwrap()),
+        "{}: {rebuilt}",
+        changed(&s.bin, "a rollout resumes with state_5.sqlite gone")
+    );
+    codex.close().await;
+
+    // `codex archive`: moved, and refused until unarchived, even with a copy put back.
+    let archived_file = file(archived);
+    let (code, said) = codex_cli(&s, &["archive", archived]);
+    assert_eq!(code, Some(0), "{said}");
+    let moved = rollout::archived(&s.codex_home, archived).expect("in archived_sessions/");
+    assert_eq!(rollout::find(&s.codex_home, archived), Some(moved.clone()));
+    let mut codex = s.opened().await;
+    let refused = codex.resume(archived, &cwd).await;
+    println!("thread/resume of an archived thread: {refused}");
+    let words = format!(
+        "session {archived} is archived. Run `codex unarchive {archived}` to unarchive it first."
+    );
+    assert_eq!(refused["error"]["message"], json!(words));
+    std::fs::copy(&moved, &archived_file).unwrap();
+    let still = codex.resume(archived, &cwd).await;
+    assert_eq!(
+        still["error"]["message"],
+        json!(words),
+        "a copy put back is refused too"
+    );
+    codex.close().await;
+}
+
+/// Issue 25, "another process on the same conversation": a thread loaded by one process
+/// (an app-server, `codex exec resume`) is refused to every other, and the kernel's lock table
+/// names the holder (`runtime::codex::writer::holder`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_writer_is_refused_and_the_lock_names_its_holder() {
+    use botvisor::runtime::codex::writer;
+    let Some(s) = Setup::start(hang_once_script()).await else {
+        return;
+    };
+    let cwd = s.env.work.clone();
+    let mut first = s.opened().await;
+    let thread = first
+        .start_thread(json!({"cwd": cwd.to_str().unwrap()}))
+        .await;
+    let lock = writer::lock_file(&s.codex_home, &thread);
+    assert!(
+        lock.is_file() && std::fs::metadata(&lock).unwrap().len() == 0,
+        "{}",
+        changed(
+            &s.bin,
+            "thread/start makes an empty thread-writer-locks/<thread>.lock"
+        )
+    );
+    first.start_turn(&thread, "hello").await;
+    first.turn_completed().await;
+    let held = writer::holder(&s.codex_home, &thread);
+    println!("the holder of a thread an app-server runs: {held:?}");
+    let held = held.unwrap_or_else(|| {
+        panic!(
+            "{}",
+            changed(&s.bin, "the lock is a flock of the app-server")
+        )
+    });
+    assert_eq!((held.pid, held.what), (first.pid(), "a Codex app-server"));
+
+    // While it runs a turn: another app-server, and `codex exec resume`, are refused.
+    first.start_turn(&thread, "hang first").await;
+    s.api
+        .wait_for(|r| r.last_user_text == "hang first", WAIT)
+        .await;
+    let mut second = s.opened().await;
+    let refused = second.resume(&thread, &cwd).await;
+    println!("a second app-server's thread/resume: {refused}");
+    assert_eq!(
+        (
+            refused["error"]["code"].clone(),
+            refused["error"]["message"].clone()
+        ),
+        (
+            json!(-32600),
+            json!(format!("thread {thread} already has an active writer"))
+        ),
+        "{}",
+        changed(
+            &s.bin,
+            "a second writer is refused: `thread <id> already has an active writer`"
+        )
+    );
+    assert!(writer::held_elsewhere(
+        refused["error"]["message"].as_str().unwrap()
+    ));
+    let (code, said) = codex_cli(
+        &s,
+        &[
+            "exec",
+            "--skip-git-repo-check",
+            "resume",
+            &thread,
+            "from exec",
+        ],
+    );
+    println!(
+        "codex exec resume meanwhile: {code:?} {}",
+        said.lines().last().unwrap_or("")
+    );
+    assert!(
+        code == Some(1) && said.contains("already has an active writer"),
+        "{said}"
+    );
+
+    // Killed, the holder leaves the file and no lock: the thread is free.
+    first.kill().await;
+    assert!(lock.exists(), "a killed holder leaves the file");
+    assert_eq!(writer::holder(&s.codex_home, &thread), None);
+    let resumed = second.resume(&thread, &cwd).await;
+    assert!(resumed.get("result").is_some(), "{resumed}");
+    assert_eq!(
+        writer::holder(&s.codex_home, &thread).map(|h| h.pid),
+        Some(second.pid())
+    );
+    second.close().await;
+    assert!(!lock.exists(), "a gentle exit removes the file");
+
+    // `codex exec resume` holds it too, and is named.
+    let mut exec = tokio::process::Command::new(&s.bin)
+        .args([
+            "exec",
+            "--skip-git-repo-check",
+            "resume",
+            &thread,
+            "hang exec",
+        ])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", s.codex_home.parent().unwrap())
+        .env("CODEX_HOME", &s.codex_home)
+        .env("FAKE_API_KEY", "sk-test")
+        .env("BOTVISOR_TEST_RUN", &s.env.marker)
+        .current_dir(&cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn codex exec");
+    s.api
+        .wait_for(|r| r.last_user_text == "hang exec", WAIT)
+        .await;
+    let held = writer::holder(&s.codex_home, &thread).expect("codex exec holds it");
+    println!("the holder while codex exec resume runs: {held:?}");
+    assert_eq!((Some(held.pid), held.what), (exec.id(), "codex exec"));
+    let mut third = s.opened().await;
+    let refused = third.resume(&thread, &cwd).await;
+    assert!(
+        writer::held_elsewhere(refused["error"]["message"].as_str().unwrap_or("")),
+        "{refused}"
+    );
+    exec.kill().await.unwrap();
+    third.close().await;
 }

@@ -6,13 +6,17 @@
 mod support;
 
 use std::collections::HashMap;
+use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use zbus::Variant;
 
+use serde_json::Value;
 use support::codex::{CodexSetup, wait_no_leftovers, wait_session};
-use support::responses_api::{Reply, Script, codex_home, echo_script, shell_script};
+use support::responses_api::{
+    Reply, ResponsesRequest, Script, codex_home, echo_script, shell_script,
+};
 use support::*;
 
 use botvisor::dbus::client::BotProxy;
@@ -112,7 +116,15 @@ async fn a_conversation_is_resumed_across_a_daemon_restart() {
 async fn a_rollout_removed_while_the_daemon_was_down_starts_a_new_thread_and_says_why() {
     let Some(codex) = codex_bin() else { return };
     let env = TestEnv::new().await;
-    let mut s = CodexSetup::start(&env, codex, echo_script()).await;
+    // Without botvisor's copy (`keep_conversations = false`), rule 2 alone.
+    let mut s = CodexSetup::start_configured(
+        &env,
+        codex,
+        echo_script(),
+        "",
+        "keep_conversations = false\n",
+    )
+    .await;
     let bot = s.bot(&env, "").await;
     assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
     let thread = bot.session_id().await.unwrap();
@@ -419,9 +431,12 @@ async fn permission_modes_are_listed_per_runtime_checked_and_applied_live() {
 
 /// `first` is never answered (the model API accepts it and stays silent); everything else is
 /// echoed.
+/// The model never answers the first request about `first` (the turn is killed while it
+/// answers) and answers everything else, `first` asked again included.
 fn first_hangs_script() -> Script {
-    std::sync::Arc::new(|req| {
-        if req.last_user_text == "first" {
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    std::sync::Arc::new(move |req| {
+        if req.last_user_text == "first" && !asked.swap(true, std::sync::atomic::Ordering::SeqCst) {
             Reply::Never
         } else {
             Reply::Text(format!("Hello! You said: {}", req.last_user_text))
@@ -429,8 +444,25 @@ fn first_hangs_script() -> Script {
     })
 }
 
+/// The user texts of a request's `input`, as Codex sent them (its own context blocks left out).
+fn user_texts(req: &ResponsesRequest) -> Vec<String> {
+    req.body["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["role"] == "user")
+        .filter_map(|i| i["content"].as_array())
+        .flatten()
+        .filter_map(|b| b["text"].as_str())
+        .filter(|t| !t.trim_start().starts_with('<'))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// What a user sees after a crash at the first turn of `thread`: `first` once in the chat, its
-/// turn ended once, `second` answered in the same thread with the history, no replacement.
+/// turn ended once, answered (issue 25: the message the thread took and did not answer is asked
+/// again without the attempt), every request to the model holding it at most once, `second`
+/// answered in the same thread with the history, no replacement.
 async fn check_first_turn_survived(
     s: &CodexSetup,
     bot: &BotProxy<'_>,
@@ -446,11 +478,30 @@ async fn check_first_turn_survived(
         1,
         "{items:?}"
     );
-    let ends = of_kind(&items, "turn_finished")
+    let ends: Vec<&Value> = of_kind(&items, "turn_finished")
         .into_iter()
         .filter(|p| p["turn_id"] == first)
-        .count();
-    assert_eq!(ends, 1, "the first turn ended {ends} times: {items:?}");
+        .collect();
+    assert_eq!(
+        ends.len(),
+        1,
+        "the first turn ended {} times: {items:?}",
+        ends.len()
+    );
+    assert_eq!(
+        ends[0]["outcome"], "success",
+        "asked again and answered: {items:?}"
+    );
+    assert!(
+        of_kind(&items, "system")
+            .iter()
+            .any(|p| p["reason"] == "redo"),
+        "the chat says it was asked again: {items:?}"
+    );
+    assert!(
+        texts(&items, "assistant").contains(&"Hello! You said: first"),
+        "{items:?}"
+    );
     assert_eq!(bot.session_id().await.unwrap(), thread, "the same thread");
     assert!(
         s.rollout(thread).is_some(),
@@ -463,16 +514,18 @@ async fn check_first_turn_survived(
         )),
         "the conversation was replaced: {items:?}"
     );
+    for req in s.api.requests() {
+        let held = user_texts(&req);
+        assert!(
+            held.iter().filter(|t| *t == "first").count() <= 1,
+            "a request holds `first` twice: {held:?}"
+        );
+    }
+    let last = user_texts(&s.api.requests().pop().unwrap());
     assert_eq!(
-        s.api.asked().iter().filter(|a| *a == "first").count(),
-        1,
-        "the model was asked about `first` again: {:?}",
-        s.api.asked()
-    );
-    let last = s.api.requests().last().unwrap().body.to_string();
-    assert!(
-        last.contains("first"),
-        "`second` was answered without the history"
+        last,
+        ["first", "second"],
+        "`second` with the history, `first` once"
     );
 }
 
@@ -527,7 +580,15 @@ async fn the_daemon_killed_at_the_first_turn_delivers_the_message_once_and_goes_
 async fn a_rollout_codex_cannot_read_starts_a_new_thread_and_says_why() {
     let Some(codex) = codex_bin() else { return };
     let env = TestEnv::new().await;
-    let mut s = CodexSetup::start(&env, codex, echo_script()).await;
+    // Without botvisor's copy (`keep_conversations = false`), rule 2 alone.
+    let mut s = CodexSetup::start_configured(
+        &env,
+        codex,
+        echo_script(),
+        "",
+        "keep_conversations = false\n",
+    )
+    .await;
     let bot = s.bot(&env, "").await;
     assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
     let thread = bot.session_id().await.unwrap();
@@ -637,10 +698,17 @@ async fn a_model_api_that_accepts_and_never_answers_shows_and_the_turn_ends() {
     let env = TestEnv::new().await;
     // Codex's own watchdog: the provider's stream idle timeout (default 300 s), retried
     // stream_max_retries times (default 5); shortened here.
+    let never_first: Script = std::sync::Arc::new(|req| {
+        if req.last_user_text == "first" {
+            Reply::Never
+        } else {
+            Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+        }
+    });
     let s = CodexSetup::start_with(
         &env,
         codex,
-        first_hangs_script(),
+        never_first,
         "stream_idle_timeout_ms = 1500\nstream_max_retries = 1\nrequest_max_retries = 0",
     )
     .await;
@@ -903,4 +971,69 @@ async fn a_refused_key_holds_until_set_environment_gives_a_new_one() {
     let outcomes = wait_turns(&mut finished, std::slice::from_ref(&turn)).await;
     assert_eq!(outcomes[0].1, "success", "{:?}", chat(&bot).await);
     wait_state(&bot, "idle").await;
+}
+
+/// Issue 25, design rule 7 on Codex: a thread another process holds (here `codex exec resume`,
+/// whose model never answers: it keeps the thread's writer lock) gets no second writer; the bot
+/// waits in `held_elsewhere` naming it, no crash and no failed message, and answers in the same
+/// thread once that process is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_another_process_holds_is_waited_for() {
+    let Some(codex) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    let script: support::responses_api::Script = std::sync::Arc::new(|req| {
+        if req.last_user_text == "hold it" {
+            Reply::Never
+        } else {
+            Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+        }
+    });
+    let setup = CodexSetup::start(&env, codex.clone(), script).await;
+    let bot = setup.bot(&env, "").await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let thread = bot.session_id().await.unwrap();
+    stop_and_wait(&bot).await;
+    let mut other = std::process::Command::new(&codex)
+        .args([
+            "exec",
+            "--skip-git-repo-check",
+            "resume",
+            &thread,
+            "hold it",
+        ])
+        .env_clear()
+        .envs(&setup.bot_env)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(&env.work)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    // It holds the thread once the model is asked.
+    setup
+        .api
+        .wait_for(|r| r.last_user_text == "hold it", EVENT_TIMEOUT)
+        .await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let two = bot.send("two", HashMap::new()).await.unwrap();
+    wait_state(&bot, "held_elsewhere").await;
+    let held_by = bot.held_by().await.unwrap();
+    assert!(
+        held_by.starts_with(&format!("pid {}:", other.id())),
+        "{held_by}"
+    );
+    assert_eq!(bot.process_id().await.unwrap(), 0);
+    let items = chat(&bot).await;
+    assert!(of_kind(&items, "error").is_empty(), "{items:?}");
+    // Its whole process group, as a terminal's Ctrl-C would.
+    // SAFETY: kill(2) on the group of a child this test made.
+    unsafe { libc::kill(-(other.id() as i32), libc::SIGKILL) };
+    other.wait().unwrap();
+    let done = wait_turns(&mut finished, std::slice::from_ref(&two)).await;
+    assert_eq!(done[0].1, "success", "{done:?}");
+    assert_eq!(bot.session_id().await.unwrap(), thread, "the same thread");
+    stop_and_wait(&bot).await;
+    wait_no_leftovers(&env).await;
 }

@@ -115,12 +115,20 @@ pub enum Cut {
     /// The message is the conversation's first: nothing before it is kept, so it goes to a new
     /// conversation.
     Whole,
+    /// Resume, then drop the turn `turn_id` (the message's) and every later one (Codex 0.171.0:
+    /// `thread/revert` with `beforeTurnId` after `thread/resume`; tests/codex_facts.rs
+    /// `a_taken_message_is_asked_again_once_after_thread_revert`). Stored as
+    /// `{"before_turn":{"turn_id":"…"}}` in `turns.redo_cut`.
+    BeforeTurn {
+        /// The id of the turn that took the message.
+        turn_id: String,
+    },
 }
 
 /// What a conversation's file holds of a message written to it: the message was taken (issue 25).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TakenTurn {
-    /// How to resume without it; `None` when the runtime cannot say (Codex, for now).
+    /// How to resume without it; `None` when the runtime cannot say.
     pub cut: Option<Cut>,
     /// The chat items of its answer the file holds, in order (`assistant`, `tool_use`,
     /// `tool_result`).
@@ -187,6 +195,15 @@ pub enum RuntimeEvent {
     /// an error that is not a lost conversation): no turn can run in this process.
     OpenFailed {
         /// The CLI's words.
+        error: String,
+    },
+    /// The CLI refused to resume without the unanswered attempt the launch's [`Cut`] names (Codex:
+    /// `thread/revert` answered with an error; Claude Code refuses by exiting instead): the
+    /// conversation is open whole, holding the message that was to be asked again once,
+    /// unanswered, and the process goes on (issue 25).
+    CutRefused {
+        /// A sentence saying who refused, in which words (`Codex said: …`, or botvisor's own
+        /// reason when it did not ask the CLI).
         error: String,
     },
     /// The CLI echoed a user message: a turn began in `session_id` (design rule 3).
@@ -464,6 +481,12 @@ pub trait Runtime: Send + Sync + 'static {
     ) -> Option<Holder> {
         None
     }
+    /// Whether the CLI's refusal to open a conversation (`RuntimeEvent::OpenFailed`'s words)
+    /// says another process holds it (Codex 0.171.0: `thread … already has an active writer`);
+    /// the bot then waits for that process instead of failing the message.
+    fn held_elsewhere(&self, _error: &str) -> bool {
+        false
+    }
     /// Readies the conversation `session_id`'s files for a process that resumes it, so that it
     /// continues the conversation's newest branch (Claude Code: a `last-prompt` record naming
     /// the newest entry, when a truncating resume left the last record naming a dropped attempt;
@@ -478,9 +501,7 @@ pub trait Runtime: Send + Sync + 'static {
         Ok(false)
     }
     /// The files that hold the conversation `session_id` now, for a CLI started with `env` in
-    /// `cwd`, which botvisor keeps a copy of (`supervisor::keep`); empty when none exists or the
-    /// runtime's files cannot be put back alone (Codex: its rollout also needs its row in
-    /// `state_5.sqlite`).
+    /// `cwd`, which botvisor keeps a copy of (`supervisor::keep`); empty when none exists.
     fn conversation_files(
         &self,
         _env: &BTreeMap<String, String>,
@@ -497,6 +518,29 @@ pub trait Runtime: Send + Sync + 'static {
         _env: &BTreeMap<String, String>,
         _cwd: &Path,
         _session_id: &str,
+    ) -> Option<PathBuf> {
+        None
+    }
+    /// Where a CLI started with `env` in `cwd` looks for the file named `name` (a name
+    /// [`Runtime::conversation_files`] gave) of `session` now, for a runtime that keeps a
+    /// conversation in several files (Codex: a rollout and its segments); by default
+    /// [`Runtime::conversation_target`].
+    fn conversation_file_target(
+        &self,
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+        session_id: &str,
+        _name: &str,
+    ) -> Option<PathBuf> {
+        self.conversation_target(env, cwd, session_id)
+    }
+    /// Where the CLI started with `env` keeps the file botvisor would put back at `target` in
+    /// another form now (Codex: compressed as `<target>.zst`, or moved to `archived_sessions/`):
+    /// the conversation is not gone, and botvisor's copy is not put back. `None` by default.
+    fn conversation_held_otherwise(
+        &self,
+        _env: &BTreeMap<String, String>,
+        _target: &Path,
     ) -> Option<PathBuf> {
         None
     }

@@ -228,6 +228,25 @@ pub fn holds(folder: &Path, session: &str) -> bool {
     safe(session) && folder.join(session).is_dir()
 }
 
+/// The names of the files the copy of `session` holds, sorted (not the `.json` records beside
+/// them); empty when there is no copy.
+pub fn names(folder: &Path, session: &str) -> Vec<String> {
+    if !holds(folder, session) {
+        return Vec::new();
+    }
+    let Ok(entries) = fs::read_dir(folder.join(session)) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".json") && !n.ends_with(".json.tmp"))
+        .collect();
+    out.sort();
+    out
+}
+
 /// Where the CLI kept the copied file `name` of `session` when it was last copied.
 pub fn origin(folder: &Path, session: &str, name: &str) -> Option<PathBuf> {
     if !holds(folder, session) {
@@ -408,6 +427,35 @@ mod tests {
         c.append(&line(3));
         assert_eq!(c.update(), [Updated::Appended(line(3).len() as u64)]);
         assert_eq!(c.copy(), c.cli());
+    }
+
+    #[test]
+    fn a_conversation_of_several_files_is_copied_and_named_file_by_file() {
+        let c = case();
+        assert!(names(&c.kept, S).is_empty(), "no copy yet");
+        let dir = c.transcript.parent().unwrap();
+        let (root, segment) = (
+            dir.join("rollout-t-s1.jsonl"),
+            dir.join("rollout-t-s1_g.jsonl"),
+        );
+        fs::write(&root, line(1)).unwrap();
+        fs::write(&segment, line(2)).unwrap();
+        let done = update(&c.kept, S, &[root.clone(), segment.clone()]).unwrap();
+        assert_eq!(done.len(), 2);
+        assert_eq!(
+            names(&c.kept, S),
+            ["rollout-t-s1.jsonl", "rollout-t-s1_g.jsonl"]
+        );
+        fs::remove_file(&segment).unwrap();
+        assert_eq!(
+            restore(&c.kept, S, "rollout-t-s1.jsonl", &root).unwrap(),
+            Restored::Whole
+        );
+        assert_eq!(
+            restore(&c.kept, S, "rollout-t-s1_g.jsonl", &segment).unwrap(),
+            Restored::WasGone
+        );
+        assert_eq!(fs::read_to_string(&segment).unwrap(), line(2));
     }
 
     #[test]

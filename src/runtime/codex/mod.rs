@@ -1,8 +1,9 @@
 //! OpenAI Codex (`@openai/codex`), driven through `codex app-server` (JSON-RPC over stdio).
 //!
 //! Every fact about Codex's files and messages lives in this folder: [`launch`] (argv),
-//! [`protocol`] (the JSON-RPC lines), [`rollout`] (where threads are kept), [`sandbox`] (bubblewrap), [`settings`] (the
-//! permission setting: approval policy and sandbox). The facts come from `shared/codex-facts.md`
+//! [`protocol`] (the JSON-RPC lines), [`rollout`] (where threads are kept), [`taken`] (what a
+//! thread holds of a message), [`writer`] (who holds a thread), [`sandbox`] (bubblewrap),
+//! [`settings`] (the permission setting: approval policy and sandbox). The facts come from `shared/codex-facts.md`
 //! and are re-checked on the real CLI 0.171.0 by tests/codex_facts.rs.
 
 pub mod config;
@@ -12,11 +13,13 @@ pub mod protocol;
 pub mod rollout;
 pub mod sandbox;
 pub mod settings;
+pub mod taken;
+pub mod writer;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{LaunchCommand, LaunchSpec, Protocol, Runtime, RuntimeError, SessionStart};
+use super::{LaunchCommand, LaunchSpec, Protocol, Runtime, RuntimeError, SessionStart, TakenTurn};
 
 /// The environment variable that names the binary when the config has no `codex_bin`.
 pub const BIN_ENV: &str = "BOTVISOR_CODEX_BIN";
@@ -104,6 +107,30 @@ impl Runtime for Codex {
         sandbox::check(program, permission_mode, env).map_err(|e| (sandbox::SANDBOX_UNAVAILABLE, e))
     }
 
+    fn held_elsewhere(&self, error: &str) -> bool {
+        writer::held_elsewhere(error)
+    }
+
+    fn holder(
+        &self,
+        env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        session_id: &str,
+    ) -> Option<super::Holder> {
+        let home = rollout::codex_home(env)?;
+        let held = writer::holder(&home, session_id)?;
+        // A process of this bot's (a stop's leftover) is not another holder.
+        let marker = env.get(crate::process::tree::BOT_MARKER);
+        if marker.is_some_and(|m| crate::process::tree::has_marker(held.pid, m)) {
+            return None;
+        }
+        Some(super::Holder {
+            identity: crate::process::identity::identify(held.pid).ok()?,
+            what: held.what.to_owned(),
+            command: held.command.chars().take(300).collect(),
+        })
+    }
+
     fn transcript_exists(
         &self,
         env: &BTreeMap<String, String>,
@@ -116,14 +143,95 @@ impl Runtime for Codex {
     fn conversation_has_message(
         &self,
         env: &BTreeMap<String, String>,
-        _cwd: &Path,
+        cwd: &Path,
         session_id: &str,
         text: &str,
         since: std::time::SystemTime,
     ) -> bool {
-        rollout::codex_home(env)
-            .and_then(|home| rollout::find(&home, session_id))
-            .is_some_and(|path| rollout::has_user_message_since(&path, text, since))
+        self.taken_turn(env, cwd, session_id, text, since).is_some()
+    }
+
+    /// Read from the thread's history as Codex resumes it ([`rollout::history`], [`taken`]): the
+    /// cut is [`crate::runtime::Cut::BeforeTurn`] the turn that took the message.
+    fn taken_turn(
+        &self,
+        env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        session_id: &str,
+        text: &str,
+        since: std::time::SystemTime,
+    ) -> Option<TakenTurn> {
+        let history = rollout::history(&rollout::codex_home(env)?, session_id)?;
+        taken::read_lines(history.lines(), text, since)
+    }
+
+    /// Every rollout file of the thread under `sessions/` that is not compressed: its root and
+    /// its segments (a resume needs the newest segment and the files it continues; Codex keeps
+    /// the others, and so does the copy). Codex needs nothing else to resume them: its index
+    /// row is rebuilt (tests/codex_facts.rs
+    /// `codex_clean_up_compresses_cold_rollouts_and_deletes_only_when_asked`).
+    fn conversation_files(
+        &self,
+        env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        session_id: &str,
+    ) -> Vec<PathBuf> {
+        let Some(home) = rollout::codex_home(env) else {
+            return Vec::new();
+        };
+        let mut files: Vec<PathBuf> = rollout::thread_files(&home, session_id)
+            .into_iter()
+            .filter(|f| !f.compressed)
+            .map(|f| f.path)
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// `$CODEX_HOME/sessions/YYYY/MM/DD/<name>`, the date of the file's own name (local time, as
+    /// Codex named it); `None` for a name that is not one of the thread's rollout files.
+    fn conversation_file_target(
+        &self,
+        env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        session_id: &str,
+        name: &str,
+    ) -> Option<PathBuf> {
+        rollout::name_of(name, session_id).filter(|(_, compressed)| !compressed)?;
+        let date = name.strip_prefix("rollout-")?.get(..10)?;
+        let (y, rest) = date.split_once('-')?;
+        let (m, d) = rest.split_once('-')?;
+        let digits = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_digit());
+        if !(digits(y, 4) && digits(m, 2) && digits(d, 2)) {
+            return None;
+        }
+        Some(
+            rollout::codex_home(env)?
+                .join("sessions")
+                .join(y)
+                .join(m)
+                .join(d)
+                .join(name),
+        )
+    }
+
+    /// `<target>.zst` (compressed by `rollout/compress`) or
+    /// `$CODEX_HOME/archived_sessions/<name>` (archived), when it exists.
+    fn conversation_held_otherwise(
+        &self,
+        env: &BTreeMap<String, String>,
+        target: &Path,
+    ) -> Option<PathBuf> {
+        let mut compressed = target.as_os_str().to_owned();
+        compressed.push(rollout::COMPRESSED);
+        let compressed = PathBuf::from(compressed);
+        if compressed.is_file() {
+            return Some(compressed);
+        }
+        let archived = rollout::codex_home(env)?
+            .join("archived_sessions")
+            .join(target.file_name()?);
+        archived.is_file().then_some(archived)
     }
 
     fn fresh_start(&self) -> SessionStart {
@@ -196,6 +304,58 @@ mod tests {
         assert_eq!(codex.check_environment(&env), Ok(()));
         env.insert("CODEX_HOME".to_owned(), "/nonexistent/home".to_owned());
         assert!(codex.check_environment(&env).is_err());
+    }
+
+    #[test]
+    fn a_kept_rollout_goes_back_in_its_dates_folder_unless_codex_holds_it_otherwise() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = BTreeMap::from([(
+            "CODEX_HOME".to_owned(),
+            dir.path().to_string_lossy().into_owned(),
+        )]);
+        let codex = Codex::new(None);
+        let id = "01a24232-32c9-7083-9e2b-f1d31f7ad15e";
+        let name =
+            format!("rollout-2026-12-04T17-55-16-{id}_01a24232-35b6-72b1-9e0a-1e4fb7ef0f7a.jsonl");
+        let target = codex
+            .conversation_file_target(&env, Path::new("/w"), id, &name)
+            .unwrap();
+        assert_eq!(target, dir.path().join("sessions/2026/12/04").join(&name));
+        for other in [
+            format!("rollout-2026-12-04T17-55-16-{id}.jsonl.zst"),
+            "rollout-2026-12-04T17-55-16-other.jsonl".to_owned(),
+            format!("rollout-20x6-12-04T17-55-16-{id}.jsonl"),
+            format!("{id}.jsonl"),
+        ] {
+            assert_eq!(
+                codex.conversation_file_target(&env, Path::new("/w"), id, &other),
+                None,
+                "{other}"
+            );
+        }
+        assert_eq!(codex.conversation_held_otherwise(&env, &target), None);
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        let zst = target.with_extension("jsonl.zst");
+        std::fs::write(&zst, "z").unwrap();
+        assert_eq!(
+            codex.conversation_held_otherwise(&env, &target),
+            Some(zst.clone())
+        );
+        std::fs::remove_file(&zst).unwrap();
+        let archived = dir.path().join("archived_sessions").join(&name);
+        std::fs::create_dir_all(archived.parent().unwrap()).unwrap();
+        std::fs::write(&archived, "{}").unwrap();
+        assert_eq!(
+            codex.conversation_held_otherwise(&env, &target),
+            Some(archived)
+        );
+        // What a copy is made of: the plain files, root and segments.
+        std::fs::write(&target, "{}").unwrap();
+        std::fs::write(&zst, "z").unwrap();
+        assert_eq!(
+            codex.conversation_files(&env, Path::new("/w"), id),
+            vec![target]
+        );
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //!
 //! The handshake: `initialize` (with `experimentalApi`, which `thread/settings/update` needs),
 //! then `initialized` and `thread/start` (a new thread, whose id Codex names in the answer) or
-//! `thread/resume`; the process is [`Protocol::ready`] once that is answered. A user message is a
+//! `thread/resume`; the process is [`Protocol::ready`] once that is answered. A resume that is to
+//! drop an unanswered attempt ([`Cut::BeforeTurn`], issue 25) sends `thread/revert` first and is
+//! ready once that is answered; a refusal is told ([`RuntimeEvent::CutRefused`]) and the thread
+//! stays open whole. A user message is a
 //! `turn/start`; `turn/started` is the sign that a turn began (design rule 3); `turn/completed`
 //! ends it. Codex's own requests (approvals) carry Codex's ids, counted from 0 per process; ours
 //! are counted here. An interrupt or a setting sent before Codex named the turn or the thread is
@@ -16,7 +19,7 @@ use serde_json::{Value, json};
 use super::settings::Permissions;
 use crate::runtime::protocol::{Protocol, Read, Sent};
 use crate::runtime::{
-    ChatPayload, ControlRequest, LaunchSpec, LimitReport, LimitState, PermissionAnswer,
+    ChatPayload, ControlRequest, Cut, LaunchSpec, LimitReport, LimitState, PermissionAnswer,
     ResultOutcome, RuntimeEvent, SessionStart,
 };
 
@@ -36,6 +39,8 @@ enum Phase {
     Initializing(u64),
     /// `thread/start` or `thread/resume` (this id) sent.
     Opening(u64),
+    /// `thread/revert` (this id) sent, to drop the unanswered attempt.
+    Reverting(u64),
     /// The thread is open.
     Open,
     /// The thread could not be opened; nothing more is written.
@@ -46,6 +51,8 @@ enum Phase {
 #[derive(Debug, Clone)]
 pub struct CodexProtocol {
     start: SessionStart,
+    /// With a resume: the turn whose unanswered attempt is dropped before the thread is ready.
+    drop_turn: Option<String>,
     cwd: String,
     model: String,
     /// `config.toml`'s model, what an empty model means.
@@ -78,6 +85,12 @@ impl CodexProtocol {
     pub fn new(spec: &LaunchSpec<'_>) -> CodexProtocol {
         CodexProtocol {
             start: spec.start.clone(),
+            drop_turn: match (spec.start, spec.cut) {
+                (SessionStart::Resume(_), Some(Cut::BeforeTurn { turn_id })) => {
+                    Some(turn_id.clone())
+                }
+                _ => None,
+            },
             cwd: spec.cwd.to_string_lossy().into_owned(),
             model: spec.model.to_owned(),
             default_model: None,
@@ -207,6 +220,18 @@ impl CodexProtocol {
                 };
             }
             Phase::Opening(open) if open == id => return self.on_opened(result, error),
+            Phase::Reverting(revert) if revert == id => {
+                let mut read = self.open_done();
+                if let Some(e) = error {
+                    read.events.insert(
+                        0,
+                        RuntimeEvent::CutRefused {
+                            error: format!("Codex said: thread/revert: {e}"),
+                        },
+                    );
+                }
+                return read;
+            }
             _ => {}
         }
         if self.turn_starts.remove(&id) {
@@ -278,15 +303,65 @@ impl CodexProtocol {
                 "Codex opened a conversation without naming it: {result}"
             ))]);
         };
+        self.thread = Some(thread);
+        let Some(turn) = self.drop_turn.take() else {
+            return self.open_done();
+        };
+        // The thread's turns, oldest first (0.171.0 answers them unless `excludeTurns`): the
+        // attempt is dropped only while it is the last turn. Gone already (a revert whose
+        // process died before the message was sent again), nothing is dropped.
+        let turns: Option<Vec<&str>> = result
+            .pointer("/thread/turns")
+            .and_then(Value::as_array)
+            .map(|t| {
+                t.iter()
+                    .filter_map(|t| t.get("id").and_then(Value::as_str))
+                    .collect()
+            });
+        match turns {
+            Some(ids) if !ids.contains(&turn.as_str()) => self.open_done(),
+            Some(ids) if ids.last() != Some(&turn.as_str()) => {
+                let mut read = self.open_done();
+                read.events.insert(
+                    0,
+                    RuntimeEvent::CutRefused {
+                        error: format!(
+                            "botvisor did not ask Codex to drop it: the conversation went on \
+                             after the unanswered attempt (turn {turn} is not its last; another \
+                             process continued it), and a revert would drop those turns too."
+                        ),
+                    },
+                );
+                read
+            }
+            _ => {
+                let id = self.id();
+                self.phase = Phase::Reverting(id);
+                let thread = self.thread.clone();
+                Read {
+                    events: vec![RuntimeEvent::Ignored],
+                    replies: vec![CodexProtocol::request(
+                        id,
+                        "thread/revert",
+                        json!({"threadId": thread, "beforeTurnId": turn}),
+                    )],
+                }
+            }
+        }
+    }
+
+    /// The thread is open: held settings are sent and the conversation is named.
+    fn open_done(&mut self) -> Read {
         self.phase = Phase::Open;
-        self.thread = Some(thread.clone());
         let held = std::mem::take(&mut self.held_settings);
         let replies = held
             .into_iter()
             .map(|(id, params)| self.settings_line(id, params))
             .collect();
         Read {
-            events: vec![RuntimeEvent::Opened { session_id: thread }],
+            events: vec![RuntimeEvent::Opened {
+                session_id: self.thread.clone().unwrap_or_default(),
+            }],
             replies,
         }
     }

@@ -115,6 +115,10 @@ impl Facts for ActorFacts<'_> {
         !matches!(liveness(id), Liveness::Gone)
     }
 
+    fn held_elsewhere(&self, error: &str) -> bool {
+        self.shared.runtime.held_elsewhere(error)
+    }
+
     fn session_in_use(&self, stderr: &str) -> Option<String> {
         self.shared.runtime.session_in_use(stderr)
     }

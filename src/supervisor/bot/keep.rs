@@ -69,11 +69,13 @@ impl Actor {
         }
     }
 
-    /// Before the start decision: when the CLI's file of the recorded conversation does not
-    /// hold it whole (gone, emptied, cut, replaced, made anew), botvisor's copy is put where the
-    /// CLI looks now ([`keep::restore`]) and a `system` item says so (reason
-    /// `conversation_restored`, or `conversation_not_restored` with the reason when it cannot
-    /// be); the decision then resumes it (design rule 2).
+    /// Before the start decision: for each file of the recorded conversation botvisor keeps a
+    /// copy of (one for Claude Code; Codex's rollout and its segments), when the CLI's file
+    /// does not hold it whole (gone, emptied, cut, replaced, made anew) and the CLI does not keep
+    /// it in another form ([`crate::runtime::Runtime::conversation_held_otherwise`]), botvisor's
+    /// copy is put where the CLI looks now ([`keep::restore`]); one `system` item says so
+    /// (reason `conversation_restored`, or `conversation_not_restored` with the reason when a
+    /// file cannot be); the decision then resumes it (design rule 2).
     pub(super) fn restore_conversation(&self, env: &BTreeMap<String, String>, cwd: &Path) {
         let Some(folder) = self.kept_folder() else {
             return;
@@ -81,29 +83,38 @@ impl Actor {
         let Some(session) = self.record().session_id else {
             return;
         };
-        if !keep::holds(&folder, &session) {
-            return;
-        }
         let runtime = &self.shared.runtime;
-        let name = format!("{session}.jsonl");
-        let Some(target) = runtime
-            .conversation_target(env, cwd, &session)
-            .or_else(|| keep::origin(&folder, &session, &name))
-        else {
-            return;
-        };
+        let mut put: Vec<(PathBuf, keep::Restored)> = Vec::new();
+        let mut failed: Option<(PathBuf, std::io::Error)> = None;
+        for name in keep::names(&folder, &session) {
+            let Some(target) = runtime
+                .conversation_file_target(env, cwd, &session, &name)
+                .or_else(|| keep::origin(&folder, &session, &name))
+            else {
+                continue;
+            };
+            if let Some(other) = runtime.conversation_held_otherwise(env, &target) {
+                tracing::debug!(bot_id = %self.id, session_id = %session, file = %other.display(), "the CLI keeps the file in another form; the copy stays");
+                continue;
+            }
+            match keep::restore(&folder, &session, &name, &target) {
+                Ok(keep::Restored::Whole) => {}
+                Ok(done) => put.push((target, done)),
+                Err(e) => failed = failed.or(Some((target, e))),
+            }
+        }
         let cli = runtime.name();
-        let (text, reason) = match keep::restore(&folder, &session, &name, &target) {
-            Ok(keep::Restored::Whole) => return,
-            Ok(keep::Restored::WasGone) => (
+        let (text, reason, file) = match (put.first(), failed) {
+            (_, Some((target, e))) => (
                 format!(
-                    "The conversation {session} was gone from {cli}'s store (its own clean-up \
-                     of old conversations, or a folder removed); botvisor put back its copy and \
-                     resumes it."
+                    "{cli}'s file of the conversation {session} is gone or incomplete, and \
+                     botvisor could not put back its copy: {e}."
                 ),
-                "conversation_restored",
+                "conversation_not_restored",
+                target,
             ),
-            Ok(keep::Restored::SetAside(aside)) => (
+            (None, None) => return,
+            (Some((target, keep::Restored::SetAside(aside))), None) => (
                 format!(
                     "{cli}'s file of the conversation {session} did not hold all of it (emptied, \
                      cut, replaced, or made anew without its earlier turns); botvisor put back \
@@ -111,22 +122,29 @@ impl Actor {
                     aside.display()
                 ),
                 "conversation_restored",
+                target.clone(),
             ),
-            Err(e) => (
+            (Some((target, _)), None) => (
                 format!(
-                    "{cli}'s file of the conversation {session} is gone or incomplete, and \
-                     botvisor could not put back its copy: {e}."
+                    "The conversation {session} was gone from {cli}'s store (its own clean-up \
+                     of old conversations, or a folder removed); botvisor put back its copy and \
+                     resumes it."
                 ),
-                "conversation_not_restored",
+                "conversation_restored",
+                target.clone(),
             ),
         };
         tracing::warn!(bot_id = %self.id, session_id = %session, reason, "{text}");
-        self.add_item(
-            "system",
-            None,
-            json!({"text": text, "reason": reason, "session_id": session,
-                   "file": target.display().to_string()}),
-        );
+        let mut payload = json!({"text": text, "reason": reason, "session_id": session,
+                                 "file": file.display().to_string()});
+        if put.len() > 1 {
+            payload["files"] = json!(
+                put.iter()
+                    .map(|(t, _)| t.display().to_string())
+                    .collect::<Vec<_>>()
+            );
+        }
+        self.add_item("system", None, payload);
     }
 
     /// A fresh restart or `Delete`: the copies go with the conversation.

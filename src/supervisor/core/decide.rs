@@ -108,7 +108,7 @@ pub enum NoRedo {
     /// The agent called a tool in the turn: its work began, and doing it again could repeat what
     /// the tool did (a file appended to twice, a command run twice).
     ToolCalled,
-    /// The runtime cannot drop an attempt from its conversation (Codex, for now).
+    /// The runtime could not say where to cut the conversation to drop the attempt.
     CannotCut,
     /// The message was asked again `redo_limit` times already.
     Limit,

@@ -143,6 +143,27 @@ impl BotCore {
                     self.emit([Effect::Stop(StopReason::Replaced)]);
                 }
             }
+            RuntimeEvent::CutRefused { error } => {
+                tracing::warn!(%error, "the agent refused to resume without the unanswered attempt");
+                if let Some(p) = self.process.as_mut() {
+                    let effects = Lifecycle::cut_refused(&mut p.run, &mut self.turns, &error);
+                    self.emit(effects);
+                }
+            }
+            RuntimeEvent::OpenFailed { error } if facts.held_elsewhere(&error) => {
+                // Another process took the conversation between the look for a holder and this
+                // open (design rule 7): the message waits, and the next start finds the holder
+                // and waits for it (`core::held`). Not before a moment: a holder the look
+                // cannot name is not looped on.
+                tracing::info!(%error, "the conversation is open in another process");
+                self.turns.unwritten();
+                let waiting = self.turns.waiting();
+                self.emit([
+                    Effect::Queued(waiting),
+                    Effect::RestartTimer(Some(super::held::LOOK_EVERY * 2)),
+                    Effect::Stop(StopReason::OpenFailed),
+                ]);
+            }
             RuntimeEvent::OpenFailed { error } => {
                 // No turn can run in this process: said, the waiting turn fails, the process is
                 // stopped, and nothing starts again until a client sends or restarts.

@@ -47,10 +47,10 @@ fn settle_stopped(
         .1
 }
 
-/// A resume without an unanswered attempt was refused (the CLI's words on `stderr`): the
-/// message it was to ask again ends `taken_not_answered`, saying so (reason `cut_refused`); it is
-/// in the conversation once already (issue 25).
-fn cut_refused(turns: &mut Turns, stderr: &str) -> Vec<Effect> {
+/// A resume without an unanswered attempt was refused (`why`: a sentence saying who refused and
+/// in which words, or empty): the message it was to ask again ends `taken_not_answered`, saying
+/// so (reason `cut_refused`); it is in the conversation once already (issue 25).
+fn cut_refused(turns: &mut Turns, why: &str) -> Vec<Effect> {
     let turn = match turns
         .inflight
         .take_if(|i| !i.replayed && i.turn.cut.is_some())
@@ -66,12 +66,12 @@ fn cut_refused(turns: &mut Turns, stderr: &str) -> Vec<Effect> {
     let mut effects = Vec::new();
     if let Some(turn) = turn {
         let mut text = "The agent stopped after this message reached the conversation and before \
-                        it was answered, and the CLI refused to resume without the unanswered \
-                        attempt; it is not asked again."
+                        it was answered, and resuming without the unanswered attempt was refused; \
+                        it is not asked again."
             .to_owned();
-        if !stderr.is_empty() {
-            text.push_str(" The CLI said: ");
-            text.push_str(stderr);
+        if !why.is_empty() {
+            text.push(' ');
+            text.push_str(why);
         }
         effects.push(Turns::finish(
             &turn.id,
@@ -351,6 +351,16 @@ impl Lifecycle {
         }
     }
 
+    /// The running process refused the cut it was launched with and holds the whole conversation
+    /// (Codex: `thread/revert` refused; `why` says who refused, in which words): the message that
+    /// was to be asked again ends `taken_not_answered` (reason `cut_refused`), as a refusal by
+    /// exit does (`ExitPlan::CutRefused`), no crash is counted, and the process takes the next
+    /// messages.
+    pub fn cut_refused(run: &mut Run, turns: &mut Turns, why: &str) -> Vec<Effect> {
+        run.cut = None;
+        cut_refused(turns, why)
+    }
+
     /// The CLI could not find the conversation `session_id` it was resumed on (design rule 4): the
     /// process takes no message any more, a message not yet replayed waits again first, the
     /// record is forgotten (reason `conversation_not_found`) so the next start begins a new
@@ -460,7 +470,12 @@ impl Lifecycle {
                 };
             }
             ExitPlan::CutRefused => {
-                now.extend(cut_refused(turns, exit.stderr));
+                let why = if exit.stderr.is_empty() {
+                    String::new()
+                } else {
+                    format!("The CLI said: {}", exit.stderr)
+                };
+                now.extend(cut_refused(turns, &why));
                 now.push(Effect::State(State::Stopped));
                 return ExitSteps {
                     now,

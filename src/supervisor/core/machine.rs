@@ -91,6 +91,8 @@ pub trait Facts {
     /// The runtime's reading of a process's stderr: a new conversation refused because this id
     /// is in use.
     fn session_in_use(&self, stderr: &str) -> Option<String>;
+    /// Whether the CLI's refusal to open a conversation says another process holds it.
+    fn held_elsewhere(&self, error: &str) -> bool;
     /// What an exit asks of the configuration.
     fn exit_settings(&self) -> super::exited::ExitSettings;
 }

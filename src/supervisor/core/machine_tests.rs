@@ -85,6 +85,9 @@ impl Facts for Told {
     fn session_in_use(&self, _: &str) -> Option<String> {
         None
     }
+    fn held_elsewhere(&self, error: &str) -> bool {
+        error.contains("active writer")
+    }
     fn exit_settings(&self) -> super::super::exited::ExitSettings {
         super::super::exited::ExitSettings {
             fresh_window: Duration::from_secs(15),
@@ -555,9 +558,32 @@ fn rule_11_a_crash_is_said_cleaned_up_then_backed_off_in_that_order() {
     core.handle(t0, Input::CleanedUp, &facts);
     let then = drain(&mut core);
     assert!(
-        then.iter().any(|e| matches!(e, Effect::RestartTimer(Some(_)))),
+        then.iter()
+            .any(|e| matches!(e, Effect::RestartTimer(Some(_)))),
         "held: restarted after a backoff: {then:?}"
     );
     core.handle(t0, Input::CleanedUp, &facts);
     assert_eq!(drain(&mut core), [], "once");
+}
+
+#[test]
+fn rule_7_an_open_refused_because_another_process_holds_the_conversation_keeps_the_message() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    let effects = event(
+        &mut core,
+        t0,
+        &facts,
+        RuntimeEvent::OpenFailed {
+            error: "thread s already has an active writer".into(),
+        },
+    );
+    assert_eq!(finished(&effects), [], "the message does not fail");
+    assert_eq!(core.turns.queue.front().map(|t| t.id.as_str()), Some("t"));
+    assert_eq!(effects.last(), Some(&Effect::Stop(StopReason::OpenFailed)));
+    assert!(
+        !effects.contains(&Effect::Park(true)),
+        "not parked: the next start waits for it"
+    );
 }

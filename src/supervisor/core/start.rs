@@ -19,7 +19,7 @@ pub struct StartDecision {
 }
 
 /// The start `decision` for a first waiting message that is asked again with `cut` (issue 25):
-/// a resume drops the unanswered attempt ([`Cut::At`]); a conversation that held nothing but
+/// a resume drops the unanswered attempt ([`Cut::At`], [`Cut::BeforeTurn`]); a conversation that held nothing but
 /// that message ([`Cut::Whole`]) is left for a new one, `fresh()`, its record forgotten. A new
 /// conversation needs no cut: the message goes to it as a first ask.
 pub fn with_cut(
@@ -28,7 +28,7 @@ pub fn with_cut(
     fresh: impl FnOnce() -> SessionStart,
 ) -> StartDecision {
     match (cut, &decision.start) {
-        (Some(Cut::At { .. }), SessionStart::Resume(_)) => StartDecision {
+        (Some(Cut::At { .. } | Cut::BeforeTurn { .. }), SessionStart::Resume(_)) => StartDecision {
             cut: cut.cloned(),
             ..decision
         },
@@ -134,6 +134,14 @@ mod tests {
         assert_eq!(
             (d.start, d.cut, d.forget),
             (SessionStart::Resume("old".into()), Some(at.clone()), None)
+        );
+        let before = Cut::BeforeTurn {
+            turn_id: "t".into(),
+        };
+        let d = with_cut(resume(), Some(&before), new_id);
+        assert_eq!(
+            (d.start, d.cut, d.forget),
+            (SessionStart::Resume("old".into()), Some(before), None)
         );
         let d = with_cut(resume(), Some(&Cut::Whole), new_id);
         assert_eq!(

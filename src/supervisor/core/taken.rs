@@ -119,7 +119,9 @@ fn redo(turn: &QueuedTurn, adopt: Option<&str>) -> Effect {
             .then(Publish::SessionId(Some(s.to_owned())));
     }
     let how = match &turn.cut {
-        Some(Cut::At { .. }) => "in the same conversation, without the unanswered attempt",
+        Some(Cut::At { .. } | Cut::BeforeTurn { .. }) => {
+            "in the same conversation, without the unanswered attempt"
+        }
         Some(Cut::Whole) => "in a new conversation (it was the only message of its conversation)",
         None => "once more (the conversation did not keep it)",
     };

@@ -6,6 +6,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 fn open(start: SessionStart, mode: &str) -> (CodexProtocol, Vec<String>) {
+    open_cut(start, mode, None)
+}
+
+fn open_cut(start: SessionStart, mode: &str, cut: Option<&Cut>) -> (CodexProtocol, Vec<String>) {
     let env = BTreeMap::new();
     let spec = LaunchSpec {
         cwd: Path::new("/w"),
@@ -13,7 +17,7 @@ fn open(start: SessionStart, mode: &str) -> (CodexProtocol, Vec<String>) {
         permission_mode: mode,
         env: &env,
         start: &start,
-        cut: None,
+        cut,
         fork: false,
     };
     let mut p = CodexProtocol::new(&spec);
@@ -78,6 +82,93 @@ fn resume_names_the_thread_and_a_missing_rollout_is_a_lost_conversation() {
         }]
     );
     assert!(!p.ready());
+}
+
+/// A resume of `T` that is to drop the attempt `X`, answered with these turns.
+fn resumed_with_cut(turns: &str) -> (CodexProtocol, Read) {
+    let cut = Cut::BeforeTurn {
+        turn_id: "X".into(),
+    };
+    let (mut p, _) = open_cut(SessionStart::Resume("T".into()), "", Some(&cut));
+    let line = format!(r#"{{"id":1,"result":{{"thread":{{"id":"T","turns":{turns}}}}}}}"#);
+    let read = p.read_line(line.as_bytes());
+    (p, read)
+}
+
+#[test]
+fn issue_25_a_resume_drops_the_unanswered_attempt_before_it_is_ready() {
+    let (mut p, read) = resumed_with_cut(r#"[{"id":"A"},{"id":"X"}]"#);
+    assert_eq!(read.events, vec![RuntimeEvent::Ignored]);
+    assert!(!p.ready(), "no message before the attempt is dropped");
+    let revert = parse(&read.replies[0]);
+    assert_eq!(revert["method"], "thread/revert");
+    assert_eq!(
+        revert["params"],
+        json!({"threadId": "T", "beforeTurnId": "X"})
+    );
+    // A setting asked for meanwhile waits for the thread to be ready.
+    let sent = p.control(&ControlRequest::SetModel("m2".into())).unwrap();
+    assert!(sent.lines.is_empty());
+    let id = revert["id"].as_u64().unwrap();
+    let read =
+        p.read_line(format!(r#"{{"id":{id},"result":{{"thread":{{"id":"T"}}}}}}"#).as_bytes());
+    assert_eq!(
+        read.events,
+        vec![RuntimeEvent::Opened {
+            session_id: "T".into()
+        }]
+    );
+    assert_eq!(parse(&read.replies[0])["method"], "thread/settings/update");
+    assert!(p.ready());
+}
+
+#[test]
+fn issue_25_a_refused_revert_is_told_and_the_thread_stays_open_whole() {
+    let (mut p, read) = resumed_with_cut(r#"[{"id":"X"}]"#);
+    let id = parse(&read.replies[0])["id"].as_u64().unwrap();
+    let refusal = format!(
+        r#"{{"error":{{"code":-32600,"message":"thread/revert only supports paginated threads"}},"id":{id}}}"#
+    );
+    let read = p.read_line(refusal.as_bytes());
+    assert!(
+        matches!(&read.events[..],
+            [RuntimeEvent::CutRefused { error }, RuntimeEvent::Opened { session_id }]
+                if error.contains("only supports paginated threads") && session_id == "T"),
+        "{:?}",
+        read.events
+    );
+    assert!(p.ready());
+}
+
+#[test]
+fn issue_25_an_attempt_already_dropped_or_followed_by_another_turn_is_not_reverted() {
+    let (p, read) = resumed_with_cut(r#"[{"id":"A"}]"#);
+    assert!(read.replies.is_empty(), "gone already: nothing to drop");
+    assert_eq!(
+        read.events,
+        vec![RuntimeEvent::Opened {
+            session_id: "T".into()
+        }]
+    );
+    assert!(p.ready());
+    let (p, read) = resumed_with_cut(r#"[{"id":"X"},{"id":"B"}]"#);
+    assert!(read.replies.is_empty(), "turn B would be dropped too");
+    assert!(
+        matches!(&read.events[..],
+            [RuntimeEvent::CutRefused { error }, RuntimeEvent::Opened { .. }]
+                if error.contains("went on after")),
+        "{:?}",
+        read.events
+    );
+    assert!(p.ready());
+    // Another runtime's cut, or a new thread, sends nothing more.
+    let at = Cut::At {
+        at: "a".into(),
+        drops: "d".into(),
+    };
+    let (mut p, _) = open_cut(SessionStart::Resume("T".into()), "", Some(&at));
+    let read = p.read_line(br#"{"id":1,"result":{"thread":{"id":"T","turns":[{"id":"X"}]}}}"#);
+    assert!(read.replies.is_empty() && p.ready());
 }
 
 #[test]

@@ -422,6 +422,36 @@ fn issue_25_a_cut_the_cli_refuses_ends_the_turn_unanswered_and_is_no_crash() {
 }
 
 #[test]
+fn issue_25_a_cut_a_running_cli_refuses_ends_the_turn_unanswered_and_the_process_goes_on() {
+    let before = Cut::BeforeTurn {
+        turn_id: "x".into(),
+    };
+    let mut turns = Turns::default();
+    turns.queue(QueuedTurn {
+        redos: 1,
+        cut: Some(before.clone()),
+        ..turn("a")
+    });
+    turns.queue(turn("b"));
+    let mut run = Run::with_cut(SessionStart::Resume("s".into()), Some(before));
+    let effects = Lifecycle::cut_refused(
+        &mut run,
+        &mut turns,
+        "thread/revert: thread/revert only supports paginated threads",
+    );
+    assert_eq!(
+        finished(&effects),
+        [("a".into(), TurnOutcome::TakenNotAnswered)]
+    );
+    assert!(has_item(&effects, "system", "cut_refused"));
+    assert!(states(&effects).is_empty(), "the process goes on");
+    assert!(!forgets(&effects), "the conversation is kept");
+    assert_eq!(run.cut, None);
+    assert!(run.usable());
+    assert_eq!(turns.queue.front().unwrap().id, "b");
+}
+
+#[test]
 fn issue_25_a_message_whose_cut_another_process_delivers_goes_uncut() {
     let mut turns = Turns::default();
     turns.queue(QueuedTurn {

@@ -976,9 +976,10 @@ async fn a_refused_key_holds_until_set_environment_gives_a_new_one() {
 /// Issue 25, design rule 7 on Codex: a thread another process holds (here `codex exec resume`,
 /// whose model never answers: it keeps the thread's writer lock) gets no second writer; the bot
 /// waits in `held_elsewhere` naming it, no crash and no failed message, and answers in the same
-/// thread once that process is gone.
+/// thread once that process is gone; held again, a Restart with fork answers in a copy
+/// (`thread/fork`) and leaves the held thread's rollout as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thread_another_process_holds_is_waited_for() {
+async fn a_thread_another_process_holds_is_waited_for_or_forked() {
     let Some(codex) = codex_bin() else { return };
     let env = TestEnv::new().await;
     let script: support::responses_api::Script = std::sync::Arc::new(|req| {
@@ -1034,6 +1035,58 @@ async fn a_thread_another_process_holds_is_waited_for() {
     let done = wait_turns(&mut finished, std::slice::from_ref(&two)).await;
     assert_eq!(done[0].1, "success", "{done:?}");
     assert_eq!(bot.session_id().await.unwrap(), thread, "the same thread");
+
+    // Held again: a Restart with fork continues in a copy of the thread (thread/fork).
+    stop_and_wait(&bot).await;
+    let mut other = std::process::Command::new(&codex)
+        .args([
+            "exec",
+            "--skip-git-repo-check",
+            "resume",
+            &thread,
+            "hold it",
+        ])
+        .env_clear()
+        .envs(&setup.bot_env)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(&env.work)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    setup
+        .api
+        .wait_for(
+            |r| r.last_user_text == "hold it" && r.body.to_string().contains("You said: two"),
+            EVENT_TIMEOUT,
+        )
+        .await;
+    let three = bot.send("three", HashMap::new()).await.unwrap();
+    wait_state(&bot, "held_elsewhere").await;
+    let rollout = setup.rollout(&thread).expect("the held thread's rollout");
+    let before = std::fs::read(&rollout).unwrap();
+    bot.restart(HashMap::from([("fork", Variant::from(true))]))
+        .await
+        .unwrap();
+    let done = wait_turns(&mut finished, std::slice::from_ref(&three)).await;
+    assert_eq!(done[0].1, "success", "{done:?}");
+    let forked = bot.session_id().await.unwrap();
+    assert_ne!(forked, thread, "a new thread");
+    let asked = setup.api.requests().last().unwrap().body.to_string();
+    assert!(
+        asked.contains("You said: two"),
+        "the copy carries the turns"
+    );
+    assert_eq!(
+        std::fs::read(&rollout).unwrap(),
+        before,
+        "the held thread is left as it is"
+    );
+    // SAFETY: kill(2) on the group of a child this test made.
+    unsafe { libc::kill(-(other.id() as i32), libc::SIGKILL) };
+    other.wait().unwrap();
     stop_and_wait(&bot).await;
     wait_no_leftovers(&env).await;
 }

@@ -107,6 +107,10 @@ impl Runtime for Codex {
         sandbox::check(program, permission_mode, env).map_err(|e| (sandbox::SANDBOX_UNAVAILABLE, e))
     }
 
+    fn can_fork(&self) -> bool {
+        true
+    }
+
     fn held_elsewhere(&self, error: &str) -> bool {
         writer::held_elsewhere(error)
     }

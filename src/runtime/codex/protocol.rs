@@ -78,6 +78,8 @@ pub struct CodexProtocol {
     retries: u64,
     /// The plan's primary window as `account/rateLimits/updated` last told it.
     limit: Option<LimitReport>,
+    /// A resume continues in a copy of the thread (`thread/fork`; a Restart with `fork`).
+    fork: bool,
 }
 
 impl CodexProtocol {
@@ -85,12 +87,13 @@ impl CodexProtocol {
     pub fn new(spec: &LaunchSpec<'_>) -> CodexProtocol {
         CodexProtocol {
             start: spec.start.clone(),
-            drop_turn: match (spec.start, spec.cut) {
-                (SessionStart::Resume(_), Some(Cut::BeforeTurn { turn_id })) => {
+            drop_turn: match (spec.start, spec.cut, spec.fork) {
+                (SessionStart::Resume(_), Some(Cut::BeforeTurn { turn_id }), false) => {
                     Some(turn_id.clone())
                 }
                 _ => None,
             },
+            fork: spec.fork && matches!(spec.start, SessionStart::Resume(_)),
             cwd: spec.cwd.to_string_lossy().into_owned(),
             model: spec.model.to_owned(),
             default_model: None,
@@ -150,6 +153,12 @@ impl CodexProtocol {
             }
         }
         match &self.start {
+            SessionStart::Resume(thread) if self.fork => {
+                // A new thread with the old one's turns; the old one is left as it is and may be
+                // held by another process (issue 25).
+                params["threadId"] = json!(thread);
+                CodexProtocol::request(id, "thread/fork", params)
+            }
             SessionStart::Resume(thread) => {
                 params["threadId"] = json!(thread);
                 CodexProtocol::request(id, "thread/resume", params)

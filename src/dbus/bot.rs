@@ -163,8 +163,8 @@ impl BotObject {
     /// conversation durably first, so that neither this start nor any later one resumes it;
     /// `fork` (b, default false): continue in a new conversation copied from it, leaving it as
     /// it is (what goes on while another process holds it, `State` `held_elsewhere`; Claude
-    /// Code's `--fork-session`, Codex's `thread/fork`); otherwise the conversation is resumed when its transcript exists. Clears state
-    /// `failed` and `LastError`. Returns at once; `State` and `ProcessId` show the progress.
+    /// Code's fork-session option, Codex's `thread/fork`); otherwise the conversation is resumed
+    /// when its transcript exists. Clears state `failed` and `LastError`. Returns at once; `State` and `ProcessId` show the progress.
     /// Errors: Busy (the working directory is gone), RuntimeUnavailable, InvalidArgument (`fresh`
     /// and `fork` together), NotSupported (`fork` on a runtime that cannot fork).
     async fn restart(&self, options: Options) -> Result<()> {

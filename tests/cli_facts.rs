@@ -797,6 +797,7 @@ async fn a_conversation_as_botvisor_runs_it() {
             &request_id,
             &PermissionAnswer::Allow {
                 updated_input: input,
+                grant: None,
             },
         );
         cli.write(answer).await;
@@ -1707,6 +1708,7 @@ async fn what_a_turn_leaves_in_the_transcript() {
     let (request_id, input) = permission_request(&cli.seen[i].events);
     let allow = PermissionAnswer::Allow {
         updated_input: input,
+        grant: None,
     };
     cli.write(stdin::encode_permission_answer(&request_id, &allow))
         .await;

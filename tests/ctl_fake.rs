@@ -1002,3 +1002,96 @@ async fn stop_ends_with_words_when_botvisord_goes_away() {
     .await
     .unwrap_or_else(|_| panic!("left running: {:?}", s.env.leftovers()));
 }
+
+/// Issue 30: `answer` takes the only open prompt without an id, a unique start of an id, and
+/// `--always`; it says which prompts are open when it cannot tell which one is meant.
+/// `rename` renames.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answer_finds_the_prompt_by_a_prefix_or_alone_and_rename_renames() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let suggestion = json!([{"type": "addRules", "rules": [{"toolName": "Bash"}],
+                             "behavior": "allow", "destination": "localSettings"}]);
+    create(
+        &s,
+        "asker",
+        &s.env.work,
+        json!([{"mode": "normal", "ask": {"tool": "Bash", "count": 2, "input": {"command": "x"},
+                                          "suggestions": suggestion}}]),
+    )
+    .await;
+    let (code, _, err) = run(&bus, &["answer", "asker", "allow"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("asker has no open permission prompt"), "{err}");
+    let send = tokio::spawn({
+        let bus = bus.clone();
+        async move { run(&bus, &["send", "asker", "go"]).await }
+    });
+    // Both requests open.
+    let path = s.env.manager().await.get_bot("asker").await.unwrap();
+    let bot = s.env.bot(&path).await;
+    let changes = bot.receive_pending_permissions_changed().await;
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut changes = changes;
+        while bot.pending_permissions().await.unwrap().len() < 2 {
+            futures_util::StreamExt::next(&mut changes).await;
+        }
+    })
+    .await
+    .expect("two prompts open");
+    let (code, _, err) = run(&bus, &["answer", "asker", "allow"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("asker has 2 open permission prompts: ask-0-0 (Bash), ask-0-1 (Bash)")
+            && err.contains("botvisorctl answer asker REQUEST allow|deny"),
+        "{err}"
+    );
+    let (code, _, err) = run(&bus, &["answer", "asker", "ask-0", "allow"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("`ask-0` starts 2 open requests"), "{err}");
+    let (code, _, err) = run(&bus, &["answer", "asker", "zzz", "allow"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no open permission prompt of asker starts with `zzz`"),
+        "{err}"
+    );
+    let (code, out, err) = run(&bus, &["answer", "asker", "ask-0-1", "allow", "--always"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim(),
+        "allowed request ask-0-1, and the same from now on (always)"
+    );
+    let (code, _, err) = run(&bus, &["answer", "asker", "deny", "--always"]).await;
+    assert_eq!(code, 2, "{err}");
+    let (code, out, err) = run(&bus, &["--json", "answer", "asker", "deny"]).await;
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        v,
+        json!({"request_id": "ask-0-0", "behavior": "deny", "scope": "once"})
+    );
+    let (code, out, err) = tokio::time::timeout(EVENT_TIMEOUT, send)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(code, 0, "{out} {err}");
+    let grants = json_lines(&s.state.join("grants.jsonl"));
+    assert_eq!(grants.len(), 2, "{grants:?}");
+    assert!(
+        grants
+            .iter()
+            .any(|g| g["updatedPermissions"][0]["destination"] == "localSettings"),
+        "{grants:?}"
+    );
+    let (code, _, err) = run(&bus, &["answer", "asker", "allow", "maybe"]).await;
+    assert_eq!(code, 2, "{err}");
+
+    let (code, out, err) = run(&bus, &["rename", "asker", "helper"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "renamed asker to helper");
+    let (_, out, _) = run(&bus, &["list"]).await;
+    assert!(out.contains("helper") && !out.contains("asker"), "{out}");
+    let (code, _, err) = run(&bus, &["rename", "helper", "deadbeef"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("could be a bot id"), "{err}");
+}

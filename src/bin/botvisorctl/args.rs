@@ -119,22 +119,41 @@ pub enum Cmd {
         /// Bot id, id prefix, name or object path; all bots when left out.
         bot: Option<String>,
     },
-    /// Answer a permission prompt (the request id is shown by `send`, `watch`, `list`, `status`
-    /// and `chat`).
+    /// Answer a permission prompt: `answer BOT allow` answers the bot's only open prompt;
+    /// `answer BOT REQUEST allow` names it by its id or a unique start of it (shown by `send`,
+    /// `watch`, `list`, `status` and `chat`).
+    #[command(override_usage = "botvisorctl answer [OPTIONS] <BOT> [REQUEST] <allow|deny>")]
     Answer {
         /// Bot id, id prefix, name or object path.
         bot: String,
-        /// The request id.
-        request: String,
-        /// `allow` or `deny`.
-        #[arg(value_parser = ["allow", "deny"])]
-        behavior: String,
+        /// `[REQUEST] allow|deny`: the request id (or a unique start of it; left out: the only
+        /// open prompt), then `allow` or `deny`.
+        #[arg(num_args = 1..=2, value_name = "[REQUEST] allow|deny", required = true)]
+        words: Vec<String>,
         /// What the model is told (with deny).
         #[arg(long)]
         message: Option<String>,
         /// The input the tool runs with instead, as a JSON object (with allow).
         #[arg(long, value_name = "JSON")]
         updated_input: Option<String>,
+        /// Allow this and what the CLI takes as the same from now on, as the CLI offers to keep
+        /// it (Claude Code: its suggested rules, a file edit makes the bot's permission mode
+        /// acceptEdits; Codex: the rule it proposed for a command).
+        #[arg(long, conflicts_with_all = ["session", "scope"])]
+        always: bool,
+        /// Allow this and what the CLI takes as the same while the agent's process runs.
+        #[arg(long, conflicts_with = "scope")]
+        session: bool,
+        /// How far an allow reaches: once (the default), session or always.
+        #[arg(long, value_parser = ["once", "session", "always"])]
+        scope: Option<String>,
+    },
+    /// Rename a bot (names are checked as `create` checks them).
+    Rename {
+        /// Bot id, id prefix, name or object path.
+        bot: String,
+        /// The new name.
+        name: String,
     },
     /// End the running turn; queued messages stay queued.
     Interrupt {

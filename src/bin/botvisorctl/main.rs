@@ -177,22 +177,40 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
         Cmd::Watch { bot } => watch::run(conn, bot, json).await,
         Cmd::Answer {
             bot,
-            request,
-            behavior,
+            words,
             message,
             updated_input,
+            always,
+            session,
+            scope,
         } => {
-            commands::answer(
-                conn,
-                &bot,
-                &request,
-                &behavior,
+            let (request, behavior) = match words.as_slice() {
+                [behavior] => (None, behavior.clone()),
+                [request, behavior] => (Some(request.clone()), behavior.clone()),
+                _ => return Err(Failure::usage("answer takes [REQUEST] allow|deny")),
+            };
+            if !matches!(behavior.as_str(), "allow" | "deny") {
+                return Err(Failure::usage(format!(
+                    "answer: the last word must be `allow` or `deny`, not `{}` (botvisorctl \
+                     answer BOT [REQUEST] allow|deny)",
+                    show::safe(&behavior)
+                )));
+            }
+            let scope = match (always, session, scope) {
+                (true, _, _) => Some("always".to_owned()),
+                (_, true, _) => Some("session".to_owned()),
+                (_, _, s) => s,
+            };
+            let a = commands::AnswerArgs {
+                request,
+                behavior,
                 message,
                 updated_input,
-                json,
-            )
-            .await
+                scope,
+            };
+            commands::answer(conn, &bot, a, json).await
         }
+        Cmd::Rename { bot, name } => commands::rename(conn, &bot, &name, json).await,
         Cmd::Interrupt { bot } => commands::interrupt(conn, &bot, json).await,
         Cmd::Set {
             bot,

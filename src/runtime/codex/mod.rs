@@ -11,6 +11,7 @@ pub mod native;
 pub mod protocol;
 pub mod rollout;
 pub mod sandbox;
+pub mod scopes;
 pub mod settings;
 
 use std::collections::BTreeMap;
@@ -144,6 +145,18 @@ impl Runtime for Codex {
     fn can_change_tool_input(&self) -> bool {
         // An approval's answer is a decision alone (codex-facts.md, "app-server messages").
         false
+    }
+
+    fn scopes(&self, request: &serde_json::Value) -> Vec<crate::runtime::Scope> {
+        scopes::scopes(request)
+    }
+
+    fn grant(
+        &self,
+        request: &serde_json::Value,
+        scope: crate::runtime::Scope,
+    ) -> crate::runtime::Grant {
+        scopes::grant(request, scope)
     }
 
     fn session_in_use(&self, _stderr: &str) -> Option<String> {

@@ -93,11 +93,13 @@ impl Actor {
                 input,
                 request,
             } => {
+                let scopes = self.shared.runtime.scopes(&request);
                 self.on_permission_request(crate::supervisor::core::prompts::Asked {
                     request_id,
                     tool,
                     input,
                     request,
+                    scopes: scopes.iter().map(|s| s.as_str().to_owned()).collect(),
                 });
                 Next::Nothing
             }

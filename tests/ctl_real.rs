@@ -144,8 +144,9 @@ async fn the_readme_botvisorctl_examples_run_as_written() {
                 continue;
             }
             let args: Vec<&str> = words[1..].iter().map(String::as_str).collect();
-            // Interactive ones are exercised by tests/ctl.rs and tests/ctl_fake.rs.
-            if matches!(args.first(), Some(&"watch") | Some(&"answer")) {
+            // Interactive ones are exercised by tests/ctl.rs, tests/ctl_fake.rs and (ui)
+            // tests/ui_real.rs.
+            if matches!(args.first(), Some(&"watch") | Some(&"answer") | Some(&"ui")) {
                 continue;
             }
             if args.first() == Some(&"send") && args.get(2).is_some_and(|t| t.starts_with("write "))

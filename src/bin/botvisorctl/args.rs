@@ -199,6 +199,11 @@ pub enum Cmd {
         #[arg(long)]
         fork: bool,
     },
+    /// A dashboard in the terminal: every bot (state, runtime, cost, open prompts, last
+    /// activity), the chosen bot's chat as it happens, its prompt answered with a key (y allow,
+    /// a always, n deny), a message written with Enter; x interrupts, S stops, R restarts, q
+    /// quits, ? lists the keys.
+    Ui,
     /// Every bot's memory, CPU and tasks, refreshed in place until q or Ctrl-C; with --json or
     /// without a terminal, one JSON line per refresh.
     Top {

@@ -3,8 +3,8 @@
 //!
 //! One concern per module: the command line (`args`), failures and exit codes (`fail`), finding
 //! bots (`bots`), the bus and the connection to it (`connect`), how items look (`show`), the
-//! terminal of `send` (`term`), `send`, `watch`, `list`/`status`, `top`, and the other commands
-//! (`commands`).
+//! terminal of `send` (`term`), `send`, `watch`, `list`/`status`, `top`, the dashboard (`ui`),
+//! and the other commands (`commands`).
 //!
 //! Nothing botvisorctl prints steers the terminal (`botvisor::text`): JSON lines go through
 //! `json_line!`, and what the daemon, an agent or another program said through `show::safe`
@@ -53,6 +53,7 @@ mod send;
 mod show;
 mod term;
 mod top;
+mod ui;
 mod watch;
 
 use std::io::Read;
@@ -234,6 +235,7 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             commands::set(conn, &bot, settings, json).await
         }
         Cmd::Restart { bot, fresh, fork } => commands::restart(conn, &bot, fresh, fork, json).await,
+        Cmd::Ui => ui::run(conn).await,
         Cmd::Top {
             interval,
             iterations,

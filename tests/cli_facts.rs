@@ -476,6 +476,10 @@ fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn version_and_lost_conversation() {
     let Some(claude) = claude_bin() else { return };
@@ -647,6 +651,10 @@ async fn first_turn(
     }
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_turn_with_a_model_slow_to_answer() {
     let Some(_) = claude_bin() else { return };
@@ -663,6 +671,10 @@ async fn a_first_turn_with_a_model_slow_to_answer() {
     r.finish();
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_as_botvisor_runs_it() {
     let Some(_) = claude_bin() else { return };
@@ -938,6 +950,10 @@ async fn a_conversation_as_botvisor_runs_it() {
     r.finish();
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hard_and_gentle_stops_at_the_start_of_a_turn() {
     let Some(_) = claude_bin() else { return };
@@ -1017,6 +1033,10 @@ fn base36(mut n: u64) -> String {
     String::from_utf8(out).unwrap()
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_working_directory_with_a_long_slug() {
     let Some(_) = claude_bin() else { return };
@@ -1143,6 +1163,10 @@ async fn stop_with_job(env: &TestEnv, mut cli: Cli, stop: &str, grace: Duration)
     )
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_background_task_and_the_end_of_stdin() {
     let Some(_) = claude_bin() else { return };
@@ -1230,6 +1254,10 @@ fn limited_once(reset: u64) -> Script {
     })
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_limit_is_a_rate_limit_event_and_an_error_result() {
     let Some(_) = claude_bin() else { return };
@@ -1307,6 +1335,10 @@ async fn a_plan_limit_is_a_rate_limit_event_and_an_error_result() {
 /// The cost and token counts of each `result` across two turns of one process and a third after
 /// a resume: `total_cost_usd` is the conversation's so far (the bot's cost is the sum of the
 /// differences), `usage` the turn's.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_results_cost_counts_the_conversation_and_its_usage_the_turn() {
     let Some(_) = claude_bin() else { return };
@@ -1370,6 +1402,10 @@ async fn a_results_cost_counts_the_conversation_and_its_usage_the_turn() {
     resumed.wait("exit after stdin closed").await;
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_near_its_limit_is_an_allowed_warning_with_its_utilization() {
     let Some(_) = claude_bin() else { return };
@@ -1415,6 +1451,10 @@ async fn a_plan_near_its_limit_is_an_allowed_warning_with_its_utilization() {
 /// `authentication_failed`, 401), then a synthetic assistant message and an error `result`
 /// (`api_error_status` 401; from 2.1.328 also `api_error_type` `authentication_error`) whose
 /// text says the token expired; it does not exit.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_login_is_two_retries_and_an_error_result() {
     let Some(_) = claude_bin() else { return };
@@ -1475,6 +1515,10 @@ async fn an_expired_login_is_two_retries_and_an_error_result() {
 /// the earlier turns and the message once; the transcript keeps the dropped line, and the new
 /// message branches from `P` beside it. A `--resume-drops-turn` that names no message of that
 /// range is refused: "Resume rejected by --resume-drops-turn: …", and the CLI exits.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_taken_message_is_redone_once_by_a_truncating_resume() {
     let env = TestEnv::new().await;
@@ -1636,6 +1680,10 @@ fn line_shape(l: &Value) -> String {
 
 /// Issue 25: what a turn leaves in the transcript, for botvisor to read an answer it did not
 /// see (a daemon killed during the turn) and to redo a message taken but not answered.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_turn_leaves_in_the_transcript() {
     let Some(_) = claude_bin() else { return };
@@ -1769,6 +1817,10 @@ fn last_prompt_leaf(path: &Path) -> Option<String> {
 /// resume then leaves the newest turns out and a truncating one is refused. With the record
 /// botvisor appends (`Runtime::before_resume`, `runtime::claude::leaf`), both resume the newest
 /// branch.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn where_a_resume_continues_after_a_truncating_resume() {
     let Some(_) = claude_bin() else { return };
@@ -1967,6 +2019,10 @@ fn registry_entries(place: &Place, session: &str) -> Vec<registry::Entry> {
 /// resuming a conversation one holds is not refused: both write it. botvisor's holder check
 /// (`Runtime::holder`) finds the first. `--fork-session` continues in a new conversation and
 /// leaves the old transcript as it was.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_session_is_in_the_registry_and_a_second_resume_is_not_refused() {
     let Some(_) = claude_bin() else { return };

@@ -290,6 +290,10 @@ impl Setup {
     }
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handshake_thread_id_and_the_rollout_written_at_the_first_turn() {
     let Some(s) = Setup::start(echo_script()).await else {
@@ -404,6 +408,10 @@ async fn handshake_thread_id_and_the_rollout_written_at_the_first_turn() {
     codex.close().await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resuming_a_missing_or_malformed_thread_is_refused_by_name() {
     let Some(s) = Setup::start(echo_script()).await else {
@@ -445,6 +453,10 @@ async fn resuming_a_missing_or_malformed_thread_is_refused_by_name() {
     codex.close().await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupt_ends_the_turn_as_interrupted() {
     let script: Script = std::sync::Arc::new(|_| Reply::SlowText {
@@ -482,6 +494,10 @@ async fn an_interrupt_ends_the_turn_as_interrupted() {
     codex.close().await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_escalated_command_asks_for_approval_and_a_decline_is_told_to_the_model() {
     let Some(s) = Setup::start(support::responses_api::shell_script()).await else {
@@ -555,6 +571,10 @@ async fn an_escalated_command_asks_for_approval_and_a_decline_is_told_to_the_mod
     codex.close().await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_change_between_turns_only_with_the_experimental_api() {
     let Some(s) = Setup::start(echo_script()).await else {
@@ -610,6 +630,10 @@ async fn settings_change_between_turns_only_with_the_experimental_api() {
     codex.close().await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_error_is_an_error_notification_and_a_failed_turn() {
     let script: Script = std::sync::Arc::new(|_| Reply::Status {
@@ -645,6 +669,10 @@ async fn an_http_error_is_an_error_notification_and_a_failed_turn() {
     codex.close().await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_codex_home_is_refused_at_start() {
     let Some(bin) = codex_bin() else { return };
@@ -669,6 +697,10 @@ async fn a_missing_codex_home_is_refused_at_start() {
     );
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_usage_limit_is_an_error_that_names_its_reset() {
     // What the Responses API answers a plan whose usage limit is reached (openai/codex's
@@ -736,6 +768,10 @@ async fn a_usage_limit_is_an_error_that_names_its_reset() {
     codex.close().await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 /// Codex tells tokens, never a cost.
 async fn a_turns_token_usage_is_told_last_and_in_total() {
@@ -774,6 +810,10 @@ async fn a_turns_token_usage_is_told_last_and_in_total() {
 /// A key the Responses API refuses: Codex 0.171.0 sends an `error` whose `codexErrorInfo` is
 /// `{"httpConnectionFailed": {"httpStatusCode": 401}}` and whose message says "401
 /// Unauthorized", not retried, and the turn fails with it (botvisor holds: `login_required`).
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_key_is_an_error_naming_the_401() {
     let script: Script = std::sync::Arc::new(|_| Reply::Status {
@@ -823,6 +863,10 @@ async fn a_refused_key_is_an_error_naming_the_401() {
 /// app-server's own `account/login/start` and `account/logout`, which botvisor never sends), and
 /// its `account/read` still answers what it read at its start. So botvisor watches the file and
 /// starts the agent again when it changes (`bot/credentials.rs`), rather than wait for a notice.
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_login_made_elsewhere_is_not_told_to_the_running_app_server() {
     let Some(s) = Setup::start(echo_script()).await else {

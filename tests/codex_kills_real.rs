@@ -226,6 +226,10 @@ async fn stop_and_check_gone(seed: u64, env: &TestEnv, bot: &BotProxy<'_>) {
     wait_no_leftovers(env).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_killed_at_random_moments_of_codex_turns_sends_each_message_once() {
     let Some(codex) = codex_bin() else { return };
@@ -272,6 +276,10 @@ async fn the_daemon_killed_at_random_moments_of_codex_turns_sends_each_message_o
     stop_and_check_gone(seed, &env, &bot).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_killed_at_random_moments_restarts_and_keeps_its_conversation() {
     let Some(codex) = codex_bin() else { return };

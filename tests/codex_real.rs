@@ -61,6 +61,10 @@ async fn wait_last_error(bot: &BotProxy<'_>, pred: impl Fn(&str) -> bool) -> Str
     .expect("LastError shows it")
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_is_resumed_across_a_daemon_restart() {
     let Some(codex) = codex_bin() else { return };
@@ -108,6 +112,10 @@ async fn a_conversation_is_resumed_across_a_daemon_restart() {
     env.assert_no_leftovers();
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_removed_while_the_daemon_was_down_starts_a_new_thread_and_says_why() {
     let Some(codex) = codex_bin() else { return };
@@ -144,6 +152,10 @@ async fn a_rollout_removed_while_the_daemon_was_down_starts_a_new_thread_and_say
     stop_and_wait(&bot).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_approval_allowed_runs_it_and_one_declined_does_not() {
     let Some(codex) = codex_bin() else { return };
@@ -203,6 +215,10 @@ async fn a_command_approval_allowed_runs_it_and_one_declined_does_not() {
     stop_and_wait(&bot).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupt_ends_the_turn_interrupted_and_the_next_message_goes_on() {
     let Some(codex) = codex_bin() else { return };
@@ -233,6 +249,10 @@ async fn an_interrupt_ends_the_turn_interrupted_and_the_next_message_goes_on() {
     stop_and_wait(&bot).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_change_applies_live_to_the_next_request() {
     let Some(codex) = codex_bin() else { return };
@@ -267,6 +287,10 @@ async fn a_model_change_applies_live_to_the_next_request() {
     stop_and_wait(&bot).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_proves_a_setsid_command_gone() {
     let Some(codex) = codex_bin() else { return };
@@ -307,6 +331,10 @@ async fn stop_proves_a_setsid_command_gone() {
     env.assert_no_leftovers();
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_codex_home_is_a_named_error_not_a_crash_loop() {
     let Some(codex) = codex_bin() else { return };
@@ -347,6 +375,10 @@ async fn a_missing_codex_home_is_a_named_error_not_a_crash_loop() {
     assert!(s.api.requests().is_empty());
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_api_that_is_not_there_shows_in_last_error() {
     let Some(codex) = codex_bin() else { return };
@@ -380,6 +412,10 @@ async fn a_model_api_that_is_not_there_shows_in_last_error() {
     stop_and_wait(&bot).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permission_modes_are_listed_per_runtime_checked_and_applied_live() {
     let Some(codex) = codex_bin() else { return };
@@ -476,6 +512,10 @@ async fn check_first_turn_survived(
     );
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_killed_at_the_first_turn_delivers_the_message_once_and_goes_on() {
     let Some(codex) = codex_bin() else { return };
@@ -501,6 +541,10 @@ async fn codex_killed_at_the_first_turn_delivers_the_message_once_and_goes_on() 
     wait_no_leftovers(&env).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_killed_at_the_first_turn_delivers_the_message_once_and_goes_on() {
     let Some(codex) = codex_bin() else { return };
@@ -523,6 +567,10 @@ async fn the_daemon_killed_at_the_first_turn_delivers_the_message_once_and_goes_
     wait_no_leftovers(&env).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_codex_cannot_read_starts_a_new_thread_and_says_why() {
     let Some(codex) = codex_bin() else { return };
@@ -577,6 +625,10 @@ async fn a_rollout_codex_cannot_read_starts_a_new_thread_and_says_why() {
     wait_no_leftovers(&env).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_without_bubblewrap_is_a_named_error_and_full_access_goes_on() {
     let Some(codex) = codex_bin() else { return };
@@ -631,6 +683,10 @@ async fn a_sandbox_without_bubblewrap_is_a_named_error_and_full_access_goes_on()
     wait_no_leftovers(&env).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_api_that_accepts_and_never_answers_shows_and_the_turn_ends() {
     let Some(codex) = codex_bin() else { return };
@@ -684,6 +740,10 @@ async fn wait_setting_applied(
 /// Issue 23, point 6: the `codex` npm puts on `PATH` (`node_modules/.bin/codex`, the Node
 /// wrapper `bin/codex.js`) is taken for the native binary it runs, so that the sandbox helper
 /// beside that binary is found; on the real npm install of the pinned Codex.
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[test]
 fn the_codex_npm_puts_on_path_is_taken_for_its_native_binary() {
     use botvisor::runtime::Runtime;
@@ -709,6 +769,10 @@ fn the_codex_npm_puts_on_path_is_taken_for_its_native_binary() {
 /// ends the turn `interrupted`, and `sleep 300` is gone: Codex 0.171.0 ended it itself here
 /// (a run reported it left running; botvisord then stops it, tests/supervision_fake.rs
 /// `an_interrupt_stops_what_the_interrupted_turn_left_running`). The agent runs on.
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_the_interrupted_turn_started_runs_on() {
     let Some(codex) = codex_bin() else { return };
@@ -797,6 +861,10 @@ fn usage_limited_until(
     })
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_usage_limit_holds_the_queue_until_its_reset() {
     let Some(codex) = codex_bin() else { return };
@@ -869,6 +937,10 @@ async fn a_usage_limit_holds_the_queue_until_its_reset() {
     );
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_key_holds_until_set_environment_gives_a_new_one() {
     let Some(codex) = codex_bin() else { return };

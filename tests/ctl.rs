@@ -30,6 +30,10 @@ async fn run(env: &TestEnv, args: &[&str]) -> (bool, String, String) {
     )
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     let Some(claude) = claude_bin() else { return };

@@ -563,6 +563,9 @@ async fn a_program_that_ends_at_once_is_described_as_it_ended() {
 /// over the link, in a terminal (tmux).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_works_over_host() {
+    if !support::terminal::have_tmux() {
+        return;
+    }
     let s = FakeSetup::start("").await;
     let local = s.env.bus.address.clone();
     let Some(sshd) = Sshd::start(

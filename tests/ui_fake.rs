@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use serde_json::json;
 use zbus::Variant;
 
-use support::terminal::Tmux;
+use support::terminal::{Tmux, have_tmux};
 use support::*;
 
 const CTL: &str = env!("CARGO_BIN_EXE_botvisorctl");
@@ -53,6 +53,9 @@ fn ui(s: &FakeSetup, width: u16, height: u16) -> Tmux {
 /// screen), exiting 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_sends_answers_and_quits_cleanly() {
+    if !have_tmux() {
+        return;
+    }
     let s = FakeSetup::start("").await;
     bot(&s, "alpha", json!([{"mode": "normal"}])).await;
     let beta = bot(
@@ -95,6 +98,9 @@ async fn the_dashboard_sends_answers_and_quits_cleanly() {
 /// the window's title is printed as text, and the title stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_an_agent_says_steers_the_terminal() {
+    if !have_tmux() {
+        return;
+    }
     let s = FakeSetup::start("").await;
     let hostile = "evil\u{1b}]2;pwned\u{7}\u{1b}[2J\u{202e}drow";
     let b = bot(&s, "host", json!([{"mode": "normal", "reply": hostile}])).await;
@@ -116,6 +122,9 @@ async fn nothing_an_agent_says_steers_the_terminal() {
 /// 300 columns wide the bots and the chat stand side by side, with the folder column.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_bots_fit_a_narrow_and_a_wide_terminal() {
+    if !have_tmux() {
+        return;
+    }
     let s = FakeSetup::start("").await;
     for i in 0..50 {
         bot(&s, &format!("bot-{i:02}"), json!([{"mode": "normal"}])).await;
@@ -150,6 +159,9 @@ async fn fifty_bots_fit_a_narrow_and_a_wide_terminal() {
 /// again. SIGTERM ends the dashboard with the terminal put back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_waits_for_botvisord_to_come_back() {
+    if !have_tmux() {
+        return;
+    }
     let mut s = FakeSetup::start("").await;
     bot(&s, "keeper", json!([{"mode": "normal"}])).await;
     let t = ui(&s, 100, 20);
@@ -159,7 +171,10 @@ async fn the_dashboard_waits_for_botvisord_to_come_back() {
     s.daemon = Daemon::start(&s.cfg, &s.env.conn).await;
     let screen = t
         .wait("the bots again", |s| {
-            s.contains("1 bot(s)") && !s.contains("is not running")
+            s.lines()
+                .next()
+                .is_some_and(|title| title.contains("1 bot(s)"))
+                && !s.contains("is not running")
         })
         .await;
     assert!(screen.contains("keeper"), "{screen}");

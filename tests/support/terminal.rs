@@ -34,6 +34,18 @@ pub struct Tmux {
     socket: std::path::PathBuf,
 }
 
+/// Whether tmux is installed; prints the skip line when it is not (`.ci/run` installs it).
+pub fn have_tmux() -> bool {
+    let found = std::process::Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("skipped: tmux is not installed (Debian: apt-get install tmux)");
+    }
+    found
+}
+
 /// How long a screen may take to show what a test waits for.
 pub const SCREEN_TIMEOUT: std::time::Duration = super::EVENT_TIMEOUT;
 

@@ -362,6 +362,10 @@ impl Model {
                 Vec::new()
             }
             Outcome::ChatFailed(path, why) => {
+                // While botvisord is away its chats are read again when it is back.
+                if self.daemon == Daemon::Away {
+                    return Vec::new();
+                }
                 if let Some(b) = self.bot_mut(&path) {
                     b.loaded = true;
                 }
@@ -449,6 +453,7 @@ impl Model {
             Signal::DaemonLeft => self.daemon = Daemon::Away,
             Signal::DaemonBack => {
                 self.daemon = Daemon::Loading;
+                self.notice = None;
                 for b in &mut self.bots {
                     b.loaded = false;
                     b.partial.clear();

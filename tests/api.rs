@@ -556,7 +556,11 @@ async fn a_second_daemon_on_the_same_bus_exits_non_zero() {
     let cfg = env.daemon_config(Some(cli));
     let _first = Daemon::start(&cfg, &env.conn).await;
     let mut second_cfg = cfg.clone();
-    second_cfg.database = env.dir.path().join("other.db");
+    // Issue 30: a database in a folder that does not exist yet; what the refused start created
+    // (the folder, the database and its files, its locks) is gone after it.
+    let run = env.home.join("run/botvisor");
+    let locks_before = std::fs::read_dir(&run).unwrap().count();
+    second_cfg.database = env.dir.path().join("other/sub/other.db");
     let mut second = Daemon::spawn(&second_cfg, "second.log");
     let status = tokio::time::timeout(EVENT_TIMEOUT, second.wait())
         .await
@@ -566,6 +570,17 @@ async fn a_second_daemon_on_the_same_bus_exits_non_zero() {
         second.log_text().contains("already owns"),
         "{}",
         second.log_text()
+    );
+    assert!(
+        !env.dir.path().join("other").exists(),
+        "left behind: {:?}\n{}",
+        std::fs::read_dir(env.dir.path().join("other/sub")).map(|d| d.count()),
+        second.log_text()
+    );
+    assert_eq!(
+        std::fs::read_dir(&run).unwrap().count(),
+        locks_before,
+        "no lock left"
     );
     // The first one still answers.
     assert_eq!(env.manager().await.version().await.unwrap(), "1");

@@ -6,7 +6,7 @@
 //! channel, from which the D-Bus layer emits signals (rule 1).
 
 pub mod bot;
-mod checks;
+pub(crate) mod checks;
 pub mod core;
 mod handle;
 pub mod keep;

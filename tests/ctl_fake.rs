@@ -96,7 +96,7 @@ async fn concurrent_senders_each_see_exactly_their_own_turn() {
                 if !as_json {
                     let want = [
                         format!("fake: {text}"),
-                        "[done: success, $0.0000 so far, 1 ms]".into(),
+                        "[done: success, $0.0000 this turn, 1 ms]".into(),
                     ];
                     if lines != want {
                         wrong.push(format!("{text}: printed {lines:?}"));
@@ -259,7 +259,7 @@ async fn a_prompt_is_found_everywhere_and_answered_elsewhere() {
             "[permission allow] request ask-0-0 by botvisorctl (".to_owned()
                 + rest[0].split(" by botvisorctl (").nth(1).unwrap_or("?"),
             "fake: first".to_owned(),
-            "[done: success, $0.0000 so far, 1 ms]".to_owned(),
+            "[done: success, $0.0000 this turn, 1 ms]".to_owned(),
         ],
         "send printed other turns or missed its own"
     );
@@ -297,7 +297,7 @@ async fn a_prompt_is_found_everywhere_and_answered_elsewhere() {
     );
     assert_eq!(
         lines[2..],
-        ["fake: second", "[done: success, $0.0000 so far, 1 ms]"]
+        ["fake: second", "[done: success, $0.0000 this turn, 1 ms]"]
     );
     // Who answered is named in the chat for every client.
     let (_, out, _) = run(&bus, &["--json", "chat", "asker"]).await;
@@ -563,6 +563,10 @@ async fn list_aligns_wide_names_and_fits_the_terminal() {
         }
         // Each row's state starts at the header's STATE column, whatever the name's width.
         let header = text.lines().next().unwrap();
+        assert!(header.contains("RUNTIME"), "{text}");
+        // Issue 30: every bot on one line, even at 50 columns.
+        assert_eq!(text.lines().count(), 5, "{text}");
+        assert_eq!(text.matches(" claude ").count(), 4, "{text}");
         let at = header[..header.find("STATE").unwrap()].width();
         for line in text.lines().skip(1).filter(|l| l.contains("stopped")) {
             assert_eq!(line[..line.find("stopped").unwrap()].width(), at, "{text}");
@@ -851,7 +855,7 @@ async fn an_oversized_message_is_refused_before_it_is_sent() {
         assert_eq!(out.status.code(), Some(2), "{size}: {err}");
         assert!(
             err.contains(&format!(
-                "botvisorctl: InvalidArgument: the message is {size} bytes; Send takes at most \
+                "botvisorctl: the message is {size} bytes; Send takes at most \
                  1048576 bytes (1 MiB)."
             )),
             "{size}: {err}"
@@ -882,7 +886,7 @@ async fn create_takes_a_memory_limit_with_a_suffix() {
         assert_eq!(v["memory_max"], 2u64 << 30, "{v}");
     } else {
         assert_eq!(code, 1, "{err}");
-        assert!(err.contains("NotSupported: "), "{err}");
+        assert!(err.contains("cannot be applied"), "{err}");
     }
     let (code, _, err) = run(&bus, &["create", "--cwd", cwd, "--memory-max", "2X"]).await;
     assert_eq!(code, 2, "{err}");
@@ -1094,4 +1098,77 @@ async fn answer_finds_the_prompt_by_a_prefix_or_alone_and_rename_renames() {
     let (code, _, err) = run(&bus, &["rename", "helper", "deadbeef"]).await;
     assert_eq!(code, 1);
     assert!(err.contains("could be a bot id"), "{err}");
+}
+
+/// Issue 30, in the way 8: a message that may begin with `-` is sent without `--`; a runtime
+/// botvisord does not know is a usage error (exit 2); a 3-character id prefix says that 4 are
+/// needed; botvisord's refusals are said in words, without their D-Bus names; `watch` cuts a
+/// long streamed answer as it cuts items, saying how to read it whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_frictions_of_the_first_hour() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let id = create(
+        &s,
+        "demo",
+        &s.env.work,
+        json!([{"mode": "normal", "stream_reply": true, "reply_size": 300000}]),
+    )
+    .await;
+    let mut watch = ctl(&bus)
+        .args(["watch", "demo"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut watched = BufReader::new(watch.stdout.take().unwrap()).lines();
+    // Subscribed once it said so on stderr.
+    let mut said = BufReader::new(watch.stderr.take().unwrap()).lines();
+    tokio::time::timeout(EVENT_TIMEOUT, said.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    let (code, out, err) = run(&bus, &["send", "demo", "-x"]).await;
+    assert_eq!(code, 0, "{out} {err}");
+    let lines = tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut lines = Vec::new();
+        while let Some(l) = watched.next_line().await.unwrap() {
+            let end = l.contains("turn ") && l.contains("ended: success");
+            lines.push(l);
+            if end {
+                return lines;
+            }
+        }
+        panic!("watch ended: {lines:?}");
+    })
+    .await
+    .expect("watch shows the turn");
+    assert!(lines.iter().any(|l| l.contains("> -x")), "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l.chars().count() < 2200),
+        "a line is longer than the cut: {:?}",
+        lines.iter().map(|l| l.len()).collect::<Vec<_>>()
+    );
+    let short = &id[..6];
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("293.0 KiB in all; botvisorctl chat ") && l.contains(short)),
+        "{lines:?}"
+    );
+    let (code, _, err) = run(&bus, &["create", "--runtime", "gemini"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unknown runtime `gemini`"), "{err}");
+    let (code, _, err) = run(&bus, &["status", &id[..3]]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("an id prefix takes 4 characters or more"),
+        "{err}"
+    );
+    let (code, _, err) = run(&bus, &["set", "demo", "--model=-bad"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("botvisorctl: invalid model name `-bad`"),
+        "{err}"
+    );
 }

@@ -206,3 +206,32 @@ async fn the_dashboard_needs_a_terminal() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("needs a terminal"), "{err}");
 }
+
+/// Issue 30, in the way 8: `top -n 2` in a terminal leaves its last refresh on the screen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_with_a_count_leaves_its_last_refresh() {
+    if !have_tmux() {
+        return;
+    }
+    let s = FakeSetup::start("").await;
+    bot(&s, "counted", json!([{"mode": "normal"}])).await;
+    let bus = s.env.bus.address.clone();
+    let t = Tmux::start(
+        s.env.dir.path(),
+        100,
+        20,
+        &s.env.work,
+        &[("DBUS_SESSION_BUS_ADDRESS", &bus)],
+        &format!("{CTL} top -n 2 --interval 0.1; echo \"top ended: $?\"; exec sleep 3600"),
+    );
+    let screen = t.wait_for("top ended: 0").await;
+    assert!(
+        screen.contains("counted") && screen.contains("CPU%"),
+        "{screen}"
+    );
+    assert_eq!(
+        screen.matches("counted").count(),
+        1,
+        "drawn in place: {screen}"
+    );
+}

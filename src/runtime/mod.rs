@@ -447,6 +447,15 @@ pub trait Runtime: Send + Sync + 'static {
     fn can_change_tool_input(&self) -> bool {
         true
     }
+    /// What a person checks when the model API cannot be reached or refuses the credentials,
+    /// in this runtime's terms (where its address and credentials are set), one sentence.
+    fn api_hint(&self) -> &'static str {
+        "Check the model API's address, the network and the credentials."
+    }
+    /// How a person logs this runtime's CLI in again, one sentence.
+    fn login_hint(&self) -> &'static str {
+        "Log the CLI in again as the user botvisord runs as."
+    }
     /// The scopes an allow of `request` (the request as the CLI sent it,
     /// [`RuntimeEvent::PermissionRequest`]'s `request`) may have, narrowest first: at least
     /// [`Scope::Once`].

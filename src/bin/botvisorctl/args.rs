@@ -90,7 +90,8 @@ pub enum Cmd {
     Send {
         /// Bot id, id prefix, name or object path.
         bot: String,
-        /// The message; `-` reads it from stdin.
+        /// The message; `-` reads it from stdin. It may begin with `-` (`send demo -x`).
+        #[arg(allow_hyphen_values = true)]
         text: String,
     },
     /// Print a bot's chat history (big items whole).

@@ -69,7 +69,17 @@ pub async fn create(conn: &Connection, a: CreateArgs, json: bool) -> Result<u8, 
     if let Some(m) = a.memory_max {
         options.insert("memory_max", Variant::from(m));
     }
-    let path = ManagerProxy::new(conn).await?.create_bot(options).await?;
+    let path = match ManagerProxy::new(conn).await?.create_bot(options).await {
+        Ok(p) => p,
+        // A runtime botvisord does not know is a wrong argument: a usage error, as clap's.
+        Err(e)
+            if super::fail::error_name(&e) == Some("InvalidArgument")
+                && super::fail::describe(&e).starts_with("unknown runtime") =>
+        {
+            return Err(Failure::usage(super::fail::describe(&e)));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let info = bots::info(conn, path.as_str()).await?;
     // The name asked for (or the folder's, the default, as botvisord makes it of the folder's
     // name) and the one given differ when it was taken.

@@ -161,10 +161,7 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             let text = if text == "-" { read_stdin()? } else { text };
             // Checked here: a message over the bus's own limits would cost the connection.
             if text.len() > botvisor::limits::MAX_SEND_BYTES {
-                return Err(Failure::usage(format!(
-                    "InvalidArgument: {}",
-                    botvisor::limits::send_too_long(text.len())
-                )));
+                return Err(Failure::usage(botvisor::limits::send_too_long(text.len())));
             }
             send::run(conn, &bot, text, json).await
         }
@@ -259,10 +256,7 @@ fn read_stdin() -> Result<String, Failure> {
         }
     }
     if s.len() > botvisor::limits::MAX_SEND_BYTES {
-        return Err(Failure::usage(format!(
-            "InvalidArgument: {}",
-            botvisor::limits::send_too_long(s.len())
-        )));
+        return Err(Failure::usage(botvisor::limits::send_too_long(s.len())));
     }
     String::from_utf8(s).map_err(|_| Failure::usage("the message on stdin is not UTF-8 text"))
 }

@@ -74,6 +74,17 @@ impl Runtime for Claude {
         "claude"
     }
 
+    fn api_hint(&self) -> &'static str {
+        "Check ANTHROPIC_BASE_URL (if the bot sets one), the network or proxy, and the \
+         credentials (ANTHROPIC_API_KEY, or `claude /login`)."
+    }
+
+    fn login_hint(&self) -> &'static str {
+        "Log in with `claude /login` in a terminal, as the user botvisord runs as (with the \
+         bot's CLAUDE_CONFIG_DIR, if it sets one), or give the bot a key: `botvisorctl set BOT \
+         --env ANTHROPIC_API_KEY=…`."
+    }
+
     fn scopes(&self, request: &serde_json::Value) -> Vec<Scope> {
         scopes::scopes(request)
     }

@@ -147,6 +147,16 @@ impl Runtime for Codex {
         false
     }
 
+    fn api_hint(&self) -> &'static str {
+        "Check the model provider in $CODEX_HOME/config.toml (its base_url), the network or \
+         proxy, and the credentials (`codex login`, or the provider's key variable)."
+    }
+
+    fn login_hint(&self) -> &'static str {
+        "Log in with `codex login` in a terminal, with the bot's CODEX_HOME, or give the bot a \
+         key: `botvisorctl set BOT --env OPENAI_API_KEY=…`."
+    }
+
     fn scopes(&self, request: &serde_json::Value) -> Vec<crate::runtime::Scope> {
         scopes::scopes(request)
     }

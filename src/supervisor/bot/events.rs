@@ -163,6 +163,7 @@ impl Actor {
                     attempt,
                     max_retries,
                     delay_ms,
+                    hint: self.shared.runtime.api_hint(),
                 };
                 self.on_api_retry(&retry);
                 Next::Nothing

@@ -129,7 +129,8 @@ impl Actor {
             && self.current_turn_id().is_some()
         {
             self.close_open_prompts("The turn ended before this request was answered.");
-            if let Some(effects) = limits::login_refused(&mut self.core.turns, words) {
+            let words = format!("{words}. {}", self.shared.runtime.login_hint());
+            if let Some(effects) = limits::login_refused(&mut self.core.turns, &words) {
                 tracing::warn!(bot_id = %self.id, error = %words, "login expired or refused; the message waits");
                 self.apply(effects);
                 self.follow_credentials();

@@ -1172,3 +1172,67 @@ async fn the_frictions_of_the_first_hour() {
         "{err}"
     );
 }
+
+/// Issue 30: `doctor` says what it found and how to fix it, and exits 0 only when every check
+/// passes: a Claude Code without a login fails (with `claude /login`), a state folder open to
+/// others fails (with `chmod 700`), a Codex not installed only warns; logged in and private, it
+/// passes. Without botvisord on the bus and no activation file, it fails saying how to start it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_names_what_fails_and_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = FakeSetup::start("").await;
+    let home = s.env.dir.path().join("doctor-home");
+    let state = home.join(".local/state/botvisor");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let doctor = |bus: String| {
+        let mut c = ctl(&bus);
+        c.env("HOME", &home)
+            .env("BOTVISOR_CLAUDE_BIN", fake_cli())
+            .arg("doctor");
+        c
+    };
+    let out = doctor(s.env.bus.address.clone()).output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("ok   botvisord: running on the bus (pid "),
+        "{text}"
+    );
+    assert!(text.contains("FAIL claude login: not logged in"), "{text}");
+    assert!(text.contains("fix: claude /login"), "{text}");
+    assert!(
+        text.contains("FAIL state folder: ") && text.contains("open to other users (755)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("fix: chmod 700 {}", state.display())),
+        "{text}"
+    );
+    assert!(text.contains("warn codex: "), "{text}");
+    assert!(text.contains("2 check(s) failed"), "{text}");
+
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::create_dir_all(home.join(".claude")).unwrap();
+    std::fs::write(home.join(".claude/.credentials.json"), "{}").unwrap();
+    let out = doctor(s.env.bus.address.clone()).output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("all checks passed"), "{text}");
+
+    // A bus without botvisord, which cannot start it.
+    let bare = PrivateBus::start(&s.env.dir.path().join("bare-bus"));
+    let mut c = doctor(bare.address.clone());
+    let out = c.arg("--json").output().await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let checks: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let daemon = checks.iter().find(|c| c["check"] == "botvisord").unwrap();
+    assert_eq!(daemon["status"], "fail", "{checks:?}");
+    assert!(
+        daemon["fix"].as_str().unwrap().contains("run `botvisord`"),
+        "{daemon}"
+    );
+}

@@ -224,6 +224,10 @@ pub enum Cmd {
         #[arg(short, long)]
         yes: bool,
     },
+    /// Check what botvisor needs, each with what was found and the command that fixes it: the
+    /// bus, botvisord on it or its activation, the configuration, the state folder, each CLI and
+    /// its login. Exit 0 only when every check passes.
+    Doctor,
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.

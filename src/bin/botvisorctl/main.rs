@@ -45,6 +45,7 @@ mod args;
 mod bots;
 mod commands;
 mod connect;
+mod doctor;
 mod drain;
 mod fail;
 mod hint;
@@ -110,6 +111,11 @@ fn main() {
             std::env::var_os(k)
         })?;
         hint::set(args.host.as_deref(), args.address.as_deref(), &bus);
+        if matches!(args.command, Cmd::Doctor) {
+            // A bus that cannot be reached is one of the doctor's findings.
+            let remote = matches!(bus, Bus::Host(..));
+            return doctor::run(bus.connect().await, remote, args.json).await;
+        }
         let conn = bus.connect().await?;
         run(&conn, args).await
     });
@@ -238,7 +244,7 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             iterations,
         } => top::run(conn, interval, iterations, json).await,
         Cmd::Delete { bot, yes } => commands::delete(conn, &bot, yes, json).await,
-        Cmd::Completions { .. } | Cmd::Man => Ok(fail::OK),
+        Cmd::Completions { .. } | Cmd::Man | Cmd::Doctor => Ok(fail::OK),
     }
 }
 

@@ -1236,3 +1236,39 @@ async fn doctor_names_what_fails_and_the_fix() {
         "{daemon}"
     );
 }
+
+/// Issue 30: shell completion names the running botvisord's bots for a BOT argument (the
+/// dynamic completion `completions SHELL` registers: `COMPLETE=<shell> botvisorctl -- …`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_names_the_bots_of_the_running_daemon() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    for name in ["alpha", "alpine", "beta"] {
+        create(&s, name, &s.env.work, json!([{"mode": "normal"}])).await;
+    }
+    let complete = |words: &[&str]| {
+        let mut c = ctl(&bus);
+        c.env("COMPLETE", "fish")
+            .arg("--")
+            .arg("botvisorctl")
+            .args(words);
+        c
+    };
+    let out = complete(&["send", "al"]).output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let names: Vec<&str> = text
+        .lines()
+        .map(|l| l.split('\t').next().unwrap())
+        .collect();
+    assert_eq!(names, ["alpha", "alpine"], "{text}");
+    assert!(text.contains("alpha\tstopped in "), "{text}");
+    let out = complete(&["--json", "watch", "b"]).output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.starts_with("beta\t"), "{text}");
+    let (code, script, _) = run(&bus, &["completions", "bash"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        script.contains("COMPLETE=\"bash\"") || script.contains("COMPLETE=bash"),
+        "{script}"
+    );
+}

@@ -83,12 +83,14 @@ pub enum Cmd {
     /// Show one bot: its settings, state, last error and open permission prompts.
     Status {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
     },
     /// Send a message and print this turn's reply as it arrives; returns at the turn's end with
     /// an exit code that says how it ended (0 success, 3 error, 4 interrupted).
     Send {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
         /// The message; `-` reads it from stdin. It may begin with `-` (`send demo -x`).
         #[arg(allow_hyphen_values = true)]
@@ -97,6 +99,7 @@ pub enum Cmd {
     /// Print a bot's chat history (big items whole).
     Chat {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
         /// Only items after this sequence number.
         #[arg(long, default_value_t = 0)]
@@ -111,6 +114,7 @@ pub enum Cmd {
     /// Stop a bot's agent gently; returns once it is stopped, with the stop's verdict.
     Stop {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
     },
     /// Follow one bot (or all) live: state changes, chat items, text as it streams, permission
@@ -118,6 +122,7 @@ pub enum Cmd {
     /// itself when its bot is deleted.
     Watch {
         /// Bot id, id prefix, name or object path; all bots when left out.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: Option<String>,
     },
     /// Answer a permission prompt: `answer BOT allow` answers the bot's only open prompt;
@@ -126,6 +131,7 @@ pub enum Cmd {
     #[command(override_usage = "botvisorctl answer [OPTIONS] <BOT> [REQUEST] <allow|deny>")]
     Answer {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
         /// `[REQUEST] allow|deny`: the request id (or a unique start of it; left out: the only
         /// open prompt), then `allow` or `deny`.
@@ -152,6 +158,7 @@ pub enum Cmd {
     /// Rename a bot (names are checked as `create` checks them).
     Rename {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
         /// The new name.
         name: String,
@@ -159,6 +166,7 @@ pub enum Cmd {
     /// End the running turn; queued messages stay queued.
     Interrupt {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
     },
     /// Change the permission mode, the model, the budget and/or the agent's extra environment,
@@ -166,6 +174,7 @@ pub enum Cmd {
     /// nothing).
     Set {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
         /// Permission mode, of the bot's runtime. Claude Code: default, acceptEdits, auto,
         /// bypassPermissions, dontAsk or plan. Codex: untrusted, on-request or never, alone or as
@@ -191,6 +200,7 @@ pub enum Cmd {
     /// Restart a bot's agent (also after state `failed`).
     Restart {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
         /// Forget the conversation: the next one is new.
         #[arg(long, conflicts_with = "fork")]
@@ -219,6 +229,7 @@ pub enum Cmd {
     /// Delete a bot and its history (asks first unless --yes).
     Delete {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
         /// Do not ask.
         #[arg(short, long)]

@@ -44,6 +44,7 @@ macro_rules! json_line {
 mod args;
 mod bots;
 mod commands;
+mod complete;
 mod connect;
 mod doctor;
 mod drain;
@@ -69,6 +70,8 @@ use connect::Bus;
 use fail::{Failure, describe};
 
 fn main() {
+    // A shell asking for completions (`COMPLETE=bash botvisorctl -- …`): answered, then exit.
+    clap_complete::CompleteEnv::with_factory(Args::command).complete();
     let args = Args::parse();
     match args.color {
         Color::Auto => {}
@@ -78,12 +81,26 @@ fn main() {
     // Commands that need no bus.
     match &args.command {
         Cmd::Completions { shell } => {
-            clap_complete::generate(
-                *shell,
-                &mut Args::command(),
+            // The dynamic registration: each Tab asks botvisorctl, which names the bots too.
+            use clap_complete::env::EnvCompleter;
+            let registration: &dyn EnvCompleter = match shell {
+                clap_complete::Shell::Bash => &clap_complete::env::Bash,
+                clap_complete::Shell::Zsh => &clap_complete::env::Zsh,
+                clap_complete::Shell::Fish => &clap_complete::env::Fish,
+                clap_complete::Shell::Elvish => &clap_complete::env::Elvish,
+                _ => &clap_complete::env::Powershell,
+            };
+            let mut out = std::io::stdout();
+            if let Err(e) = registration.write_registration(
+                "COMPLETE",
                 "botvisorctl",
-                &mut std::io::stdout(),
-            );
+                "botvisorctl",
+                "botvisorctl",
+                &mut out,
+            ) {
+                eprintln!("botvisorctl: {e}");
+                std::process::exit(fail::FAILED.into());
+            }
             return;
         }
         Cmd::Man => {

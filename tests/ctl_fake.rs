@@ -1059,11 +1059,18 @@ async fn answer_finds_the_prompt_by_a_prefix_or_alone_and_rename_renames() {
         err.contains("no open permission prompt of asker starts with `zzz`"),
         "{err}"
     );
-    let (code, out, err) = run(&bus, &["answer", "asker", "ask-0-1", "allow", "--always"]).await;
+    // A rule alone holds for the CLI's session only (cli_facts): no `always` for it.
+    let (code, _, err) = run(&bus, &["answer", "asker", "ask-0-1", "allow", "--always"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("offers the scope once, session; not `always`"),
+        "{err}"
+    );
+    let (code, out, err) = run(&bus, &["answer", "asker", "ask-0-1", "allow", "--session"]).await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         out.trim(),
-        "allowed request ask-0-1, and the same from now on (always)"
+        "allowed request ask-0-1, and the same while the agent runs (session)"
     );
     let (code, _, err) = run(&bus, &["answer", "asker", "deny", "--always"]).await;
     assert_eq!(code, 2, "{err}");
@@ -1084,7 +1091,7 @@ async fn answer_finds_the_prompt_by_a_prefix_or_alone_and_rename_renames() {
     assert!(
         grants
             .iter()
-            .any(|g| g["updatedPermissions"][0]["destination"] == "localSettings"),
+            .any(|g| g["updatedPermissions"][0]["destination"] == "session"),
         "{grants:?}"
     );
     let (code, _, err) = run(&bus, &["answer", "asker", "allow", "maybe"]).await;

@@ -97,12 +97,10 @@ async fn an_allow_reaches_as_far_as_its_scope_and_the_chat_says_so() {
     let items = chat(&plain).await;
     assert_eq!(of_kind(&items, "permission_answer")[0]["scope"], "once");
 
-    // With Bash's suggestions: session and always.
+    // With Bash's suggestions (rules only, which Claude Code keeps for its process alone):
+    // the session.
     let s2 = FakeSetup::start_in(TestEnv::new().await, "").await;
-    for (scope, want) in [
-        ("session", json!(["session", "session"])),
-        ("always", json!(["localSettings", "session"])),
-    ] {
+    for (scope, want) in [("session", json!(["session", "session"]))] {
         let bot = s2
             .bot(
                 json!([{"mode": "normal", "ask": {"tool": "Bash", "input": {"command": "ls /tmp"},
@@ -115,8 +113,17 @@ async fn an_allow_reaches_as_far_as_its_scope_and_the_chat_says_so() {
         let items = chat(&bot).await;
         assert_eq!(
             of_kind(&items, "permission_request")[0]["scopes"],
-            json!(["once", "session", "always"])
+            json!(["once", "session"])
         );
+        let e = bot
+            .respond_permission(
+                &id,
+                "allow",
+                HashMap::from([("scope", Variant::from("always"))]),
+            )
+            .await
+            .unwrap_err();
+        assert!(error_text(&e).contains("not `always`"), "{e}");
         bot.respond_permission(
             &id,
             "allow",

@@ -368,9 +368,9 @@ pub enum Scope {
     /// (Claude Code: the request's suggestions, each for the session; Codex:
     /// `acceptForSession`).
     Session,
-    /// This request, and those the CLI would take as the same, kept beyond the process as the
-    /// CLI offers to keep it (Claude Code: its suggestions as offered, a `localSettings` rule in
-    /// the project's `.claude/settings.local.json`; Codex: the execpolicy rule it proposed).
+    /// This request, and those the CLI would take as the same, kept beyond the process (Claude
+    /// Code: a suggested permission mode, which botvisor keeps as the bot's; Codex: the
+    /// execpolicy rule it proposed).
     Always,
 }
 

@@ -143,9 +143,9 @@ pub enum Cmd {
         /// The input the tool runs with instead, as a JSON object (with allow).
         #[arg(long, value_name = "JSON")]
         updated_input: Option<String>,
-        /// Allow this and what the CLI takes as the same from now on, as the CLI offers to keep
-        /// it (Claude Code: its suggested rules, a file edit makes the bot's permission mode
-        /// acceptEdits; Codex: the rule it proposed for a command).
+        /// Allow this and what the CLI takes as the same from now on (Claude Code: a file edit
+        /// makes the bot's permission mode acceptEdits; Codex: the rule it proposed for a
+        /// command).
         #[arg(long, conflicts_with_all = ["session", "scope"])]
         always: bool,
         /// Allow this and what the CLI takes as the same while the agent's process runs.

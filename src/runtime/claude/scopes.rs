@@ -2,8 +2,9 @@
 //! request, sent back as the answer's `updatedPermissions` (2.1.328:
 //! `cli_facts::an_allow_with_the_suggestions_is_not_asked_again`). A Write suggests
 //! `{"type": "setMode", "mode": "acceptEdits", "destination": "session"}`; a Bash command outside
-//! the working directory suggests `addRules` for the command (`localSettings`: the project's
-//! `.claude/settings.local.json`) and for reading its folder (`session`).
+//! the working directory suggests `addRules` for the command (`localSettings`) and for reading
+//! its folder (`session`). Sent back, a rule holds while the process runs, whatever its
+//! destination: in print mode the CLI writes no settings file, and the next process asks again.
 
 use serde_json::{Value, json};
 
@@ -18,13 +19,27 @@ fn suggestions(request: &Value) -> &[Value] {
         .map_or(&[], Vec::as_slice)
 }
 
-/// The scopes an allow of `request` may have: `once`, and `session` and `always` when the CLI
-/// made suggestions.
+/// The mode a `setMode` suggestion names, when botvisor knows it (it becomes the bot's).
+fn suggested_mode(s: &Value) -> Option<&str> {
+    (s.get("type").and_then(Value::as_str) == Some("setMode"))
+        .then(|| s.get("mode").and_then(Value::as_str))
+        .flatten()
+        .filter(|m| PERMISSION_MODES.contains(m))
+}
+
+/// The scopes an allow of `request` may have: `once`; `session` when the CLI made suggestions;
+/// `always` when one of them is a permission mode, which botvisor keeps as the bot's. A rule
+/// the CLI suggests holds only while its process runs, whatever its `destination` (2.1.328 in
+/// print mode writes no settings file: `cli_facts::an_allow_with_the_suggestions_is_not_asked_again`),
+/// so a rule alone is no `always`.
 pub fn scopes(request: &Value) -> Vec<Scope> {
-    if suggestions(request).is_empty() {
+    let offered = suggestions(request);
+    if offered.is_empty() {
         vec![Scope::Once]
-    } else {
+    } else if offered.iter().any(|s| suggested_mode(s).is_some()) {
         Scope::ALL.to_vec()
+    } else {
+        vec![Scope::Once, Scope::Session]
     }
 }
 
@@ -39,13 +54,9 @@ pub fn grant(request: &Value, scope: Scope) -> Grant {
     let mut mode = None;
     let mut rules = Vec::new();
     for s in suggestions(request) {
-        let set_mode = s.get("type").and_then(Value::as_str) == Some("setMode");
-        match s.get("mode").and_then(Value::as_str) {
-            Some(m) if set_mode && mode.is_none() && PERMISSION_MODES.contains(&m) => {
-                mode = Some(m.to_owned());
-                continue;
-            }
-            _ => {}
+        if let Some(m) = suggested_mode(s).filter(|_| mode.is_none()) {
+            mode = Some(m.to_owned());
+            continue;
         }
         let mut s = s.clone();
         if scope == Scope::Session
@@ -74,13 +85,16 @@ mod tests {
     }
 
     #[test]
-    fn suggestions_offer_session_and_always() {
+    fn suggestions_offer_the_session_and_a_mode_always() {
         assert_eq!(scopes(&json!({"tool_name": "Write"})), vec![Scope::Once]);
         assert_eq!(
             scopes(&json!({"permission_suggestions": []})),
             vec![Scope::Once]
         );
-        assert_eq!(scopes(&bash_outside()), Scope::ALL.to_vec());
+        assert_eq!(scopes(&bash_outside()), vec![Scope::Once, Scope::Session]);
+        let write = json!({"permission_suggestions": [
+            {"type": "setMode", "mode": "acceptEdits", "destination": "session"}]});
+        assert_eq!(scopes(&write), Scope::ALL.to_vec());
     }
 
     #[test]

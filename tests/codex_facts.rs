@@ -926,3 +926,129 @@ async fn a_login_made_elsewhere_is_not_told_to_the_running_app_server() {
     );
     codex.close().await;
 }
+
+/// Issue 30, "allow for the session" and "always": what an approval request offers (0.171.0: its
+/// `availableDecisions` list `accept`, the execpolicy amendment and `cancel`, and
+/// `proposedExecpolicyAmendment` the rule), and what botvisor's scopes send
+/// (runtime::codex::scopes): `acceptForSession` (`session`, taken though not listed) lets the same
+/// command run unasked in that process; the next process asks again; the proposed execpolicy rule
+/// (`always`) lets it run unasked in the processes after.
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accept_for_session_is_not_asked_again() {
+    use botvisor::runtime::Scope;
+    let Some(s) = Setup::start(support::responses_api::shell_script()).await else {
+        return;
+    };
+    let marker_file = s.env.work.join("ran");
+    let mut codex = s.opened().await;
+    let thread = codex
+        .start_thread(json!({"cwd": s.env.work.to_str().unwrap(),
+                             "approvalPolicy": "on-request", "sandbox": "workspace-write"}))
+        .await;
+    let message = format!("run escalated: touch {}", marker_file.display());
+    codex.start_turn(&thread, &message).await;
+    let ask = codex
+        .until("item/commandExecution/requestApproval", |v| {
+            v["method"] == "item/commandExecution/requestApproval"
+        })
+        .await;
+    let params = &ask["params"];
+    println!(
+        "the request offers: availableDecisions {}, proposedExecpolicyAmendment {}",
+        params["availableDecisions"], params["proposedExecpolicyAmendment"]
+    );
+    let request = json!({"codex": params});
+    let scopes = botvisor::runtime::codex::scopes::scopes(&request);
+    println!("botvisor offers: {scopes:?}");
+    let decision = botvisor::runtime::codex::scopes::grant(&request, Scope::Session)
+        .permissions
+        .expect("a decision");
+    assert_eq!(decision, json!("acceptForSession"));
+    codex
+        .write(json!({"id": ask["id"], "result": {"decision": decision}}))
+        .await;
+    let done = codex.turn_completed().await;
+    assert_eq!(
+        done.pointer("/params/turn/status"),
+        Some(&json!("completed"))
+    );
+    assert!(
+        marker_file.exists(),
+        "{}",
+        changed(&s.bin, "acceptForSession runs the command")
+    );
+    std::fs::remove_file(&marker_file).unwrap();
+
+    // The same command again, in the same thread.
+    codex.start_turn(&thread, &message).await;
+    let next = codex
+        .until("a request or the turn's end", |v| {
+            v["method"] == "item/commandExecution/requestApproval"
+                || v["method"] == "turn/completed"
+        })
+        .await;
+    let asked_again = next["method"] == "item/commandExecution/requestApproval";
+    println!("the same command again after acceptForSession: asked {asked_again}");
+    if asked_again {
+        codex
+            .write(json!({"id": next["id"], "result": {"decision": "accept"}}))
+            .await;
+        codex.turn_completed().await;
+    }
+    assert!(
+        !asked_again && marker_file.exists(),
+        "{}",
+        changed(
+            &s.bin,
+            "the same command, accepted for the session, runs again without asking"
+        )
+    );
+    codex.close().await;
+
+    // The next app-server process asks again; answered with the proposed execpolicy rule
+    // (`always`), the one after it does not.
+    let mut asked_in = Vec::new();
+    for scope in [Scope::Always, Scope::Once] {
+        std::fs::remove_file(&marker_file).ok();
+        let mut codex = s.opened().await;
+        let thread = codex
+            .start_thread(json!({"cwd": s.env.work.to_str().unwrap(),
+                                 "approvalPolicy": "on-request", "sandbox": "workspace-write"}))
+            .await;
+        codex.start_turn(&thread, &message).await;
+        let next = codex
+            .until("a request or the turn's end", |v| {
+                v["method"] == "item/commandExecution/requestApproval"
+                    || v["method"] == "turn/completed"
+            })
+            .await;
+        let asked = next["method"] == "item/commandExecution/requestApproval";
+        asked_in.push(asked);
+        if asked {
+            let request = json!({"codex": next["params"]});
+            let decision = botvisor::runtime::codex::scopes::grant(&request, scope)
+                .permissions
+                .unwrap_or(json!("accept"));
+            println!("answered {decision}");
+            codex
+                .write(json!({"id": next["id"], "result": {"decision": decision}}))
+                .await;
+            codex.turn_completed().await;
+        }
+        codex.close().await;
+    }
+    println!("asked in the next process, then after the execpolicy rule: {asked_in:?}");
+    assert_eq!(
+        asked_in,
+        [true, false],
+        "{}",
+        changed(
+            &s.bin,
+            "acceptForSession ends with its process; an accepted execpolicy rule outlives it"
+        )
+    );
+}

@@ -47,6 +47,8 @@ async fn a_claude_bot_is_answered_always_and_denied_from_the_dashboard() {
     let setup = RealSetup::start(&env, claude, demo_script()).await;
     let bot = setup.create_bot(&env, &env.work, &[]).await;
     let name = bot.name().await.unwrap();
+    // Every turn's end, from the first: the dashboard sends, so the turn ids are not known here.
+    let mut finished = bot.receive_turn_finished().await.unwrap();
     let t = ui(&env, 140, 40);
     t.wait_for(&name).await;
     let first = env.work.join("first.txt");
@@ -56,11 +58,15 @@ async fn a_claude_bot_is_answered_always_and_denied_from_the_dashboard() {
     let screen = t.wait_for("asks: Write").await;
     assert!(screen.contains("a always allow"), "{screen}");
     t.keys(&["a"]);
-    t.wait_for("Done.").await;
-    assert_eq!(std::fs::read_to_string(&first).unwrap(), "one");
+    assert_eq!(wait_any_turn(&mut finished).await, "success");
+    assert_eq!(
+        std::fs::read_to_string(&first).ok().as_deref(),
+        Some("one"),
+        "{:?}",
+        chat(&bot).await
+    );
     wait_permission_mode(&bot, "acceptEdits").await;
     let second = env.work.join("second.txt");
-    let mut finished = bot.receive_turn_finished().await.unwrap();
     t.keys(&["Enter"]);
     t.text(&format!("write {}: two", second.display()));
     t.keys(&["Enter"]);

@@ -6,6 +6,7 @@
 //! configuration, the state folder, the activation file) look at this machine, and are left out
 //! over `--host`, whose machine is another.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
@@ -87,9 +88,10 @@ fn activation_file(dirs: &[PathBuf]) -> Option<(PathBuf, String)> {
     })
 }
 
-/// The checks of the bus and botvisord on it.
-async fn bus_checks(conn: &Connection, remote: bool) -> Vec<Check> {
+/// The checks of the bus and botvisord on it, and the running botvisord's process id.
+async fn bus_checks(conn: &Connection, remote: bool) -> (Vec<Check>, Option<u32>) {
     let mut out = Vec::new();
+    let mut daemon_pid = None;
     let dbus = match zbus::fdo::DBusProxy::new(conn).await {
         Ok(d) => d,
         Err(e) => {
@@ -99,7 +101,7 @@ async fn bus_checks(conn: &Connection, remote: bool) -> Vec<Check> {
                 format!("the bus does not answer ({})", show::safe(&e.to_string())),
                 "check DBUS_SESSION_BUS_ADDRESS (or --address, --host)",
             ));
-            return out;
+            return (out, None);
         }
     };
     out.push(check(
@@ -117,6 +119,7 @@ async fn bus_checks(conn: &Connection, remote: bool) -> Vec<Check> {
         .unwrap_or(false);
     if running {
         let pid = dbus.get_connection_unix_process_id(name).await.ok();
+        daemon_pid = pid.filter(|_| !remote);
         let exe = pid
             .filter(|_| !remote)
             .and_then(|p| std::fs::read_link(format!("/proc/{p}/exe")).ok())
@@ -197,14 +200,126 @@ async fn bus_checks(conn: &Connection, remote: bool) -> Vec<Check> {
             )),
         }
     }
-    out
+    (out, daemon_pid)
 }
 
-/// The checks of this machine's files: the configuration, the state folder, the CLIs and
-/// their logins.
-fn file_checks() -> Vec<Check> {
+/// The botvisord whose view the CLI checks take: the one running on the bus (its binary, its
+/// environment and its `--config`, read from `/proc`), else this shell's (the environment a
+/// botvisord started here would have).
+pub struct DaemonView {
+    /// Its binary (`botvisord` on `PATH` when none runs).
+    pub exe: PathBuf,
+    /// Its environment.
+    pub env: BTreeMap<String, String>,
+    /// Its configuration file.
+    pub config: PathBuf,
+    /// Whether it is the running daemon's.
+    pub running: bool,
+}
+
+impl DaemonView {
+    /// The view of the botvisord with process id `pid` (this machine, this user), if `/proc`
+    /// tells it.
+    fn of_process(pid: u32) -> Option<DaemonView> {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        let env = environ
+            .split(|b| *b == 0)
+            .filter_map(|kv| std::str::from_utf8(kv).ok()?.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect::<BTreeMap<_, _>>();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let config = args
+            .iter()
+            .position(|a| a == "--config")
+            .and_then(|i| args.get(i + 1).map(PathBuf::from))
+            .or_else(|| {
+                args.iter()
+                    .find_map(|a| a.strip_prefix("--config=").map(PathBuf::from))
+            })
+            .unwrap_or_else(|| config_for(&env));
+        Some(DaemonView {
+            exe,
+            env,
+            config,
+            running: true,
+        })
+    }
+
+    /// The view of a botvisord started from this shell.
+    fn here() -> DaemonView {
+        let env: BTreeMap<String, String> = std::env::vars().collect();
+        let exe = std::env::current_exe()
+            .ok()
+            .and_then(|me| me.parent().map(|d| d.join("botvisord")))
+            .filter(|p| p.is_file())
+            .or_else(|| botvisor::runtime::find_on_path("botvisord", std::env::var_os("PATH").as_deref()))
+            .unwrap_or_else(|| PathBuf::from("botvisord"));
+        DaemonView {
+            exe,
+            config: paths::default_config(),
+            env,
+            running: false,
+        }
+    }
+}
+
+/// The default configuration file of a botvisord with environment `env`.
+fn config_for(env: &BTreeMap<String, String>) -> PathBuf {
+    match env.get("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        Some(d) => Path::new(d).join("botvisor/config.toml"),
+        None => Path::new(env.get("HOME").map_or("", String::as_str)).join(".config/botvisor/config.toml"),
+    }
+}
+
+/// What `botvisord --check-config` says of each runtime, run as `view`'s botvisord (its
+/// binary, environment and configuration): `(runtime, Ok(binary) | Err((is_error, words)))`.
+fn runtimes_seen(view: &DaemonView) -> Vec<(String, Result<String, (bool, String)>)> {
+    let mut cmd = std::process::Command::new(&view.exe);
+    cmd.arg("--check-config");
+    // A file named with --config must exist; the default one may be missing.
+    if view.config.exists() {
+        cmd.arg("--config").arg(&view.config);
+    }
+    let out = cmd
+        .env_clear()
+        .envs(&view.env)
+        .stdin(std::process::Stdio::null())
+        .output();
+    let text = match out {
+        Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Err(_) => String::new(),
+    };
+    text.lines()
+        .filter_map(|l| l.strip_prefix("runtime "))
+        .filter_map(|l| l.split_once(": "))
+        .map(|(name, said)| {
+            let seen = if let Some(w) = said.strip_prefix("error: ") {
+                Err((true, w.to_owned()))
+            } else if let Some(w) = said.strip_prefix("warning: ") {
+                Err((false, w.to_owned()))
+            } else {
+                Ok(said.to_owned())
+            };
+            (name.to_owned(), seen)
+        })
+        .collect()
+}
+
+/// The checks of this machine's files, as `view`'s botvisord sees them: its configuration, the
+/// state folder, each CLI and its login.
+fn file_checks(view: &DaemonView) -> Vec<Check> {
     let mut out = Vec::new();
-    let config_path = paths::default_config();
+    let whose = if view.running {
+        "the running botvisord"
+    } else {
+        "a botvisord started here"
+    };
+    let config_path = view.config.clone();
     let config = match Config::load(&config_path, false) {
         Ok(c) => {
             let found = if config_path.exists() {
@@ -237,10 +352,7 @@ fn file_checks() -> Vec<Check> {
                 out.push(check(
                     "state folder",
                     Status::Ok,
-                    format!(
-                        "{} is private ({mode:o})",
-                        show::safe(&state.display().to_string())
-                    ),
+                    format!("{} is private ({mode:o})", show::safe(&state.display().to_string())),
                     "",
                 ));
             } else {
@@ -251,10 +363,7 @@ fn file_checks() -> Vec<Check> {
                         "{} is open to other users ({mode:o}): it holds every conversation",
                         show::safe(&state.display().to_string())
                     ),
-                    format!(
-                        "chmod 700 {}",
-                        crate::shell_word(&state.display().to_string())
-                    ),
+                    format!("chmod 700 {}", crate::shell_word(&state.display().to_string())),
                 ));
             }
         }
@@ -268,21 +377,23 @@ fn file_checks() -> Vec<Check> {
             "",
         )),
     }
-    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let env = &view.env;
     let key = |name: &str| env.get(name).is_some_and(|v| !v.is_empty());
-    // Claude Code: found, and logged in or given a key.
-    let claude = botvisor::runtime::claude::Claude::new(config.claude_bin.clone());
+    let seen = runtimes_seen(view);
+    let binary = |name: &str| seen.iter().find(|(n, _)| n == name).map(|(_, s)| s.clone());
     let mut usable = 0;
-    match claude.binary() {
-        Ok(bin) => {
+    // Claude Code: found, and logged in or given a key.
+    match binary("claude") {
+        Some(Ok(bin)) => {
             usable += 1;
             out.push(check(
                 "claude",
                 Status::Ok,
-                format!("botvisord runs {}", show::safe(&bin.display().to_string())),
+                format!("{whose} runs {}", show::safe(&bin)),
                 "",
             ));
-            let creds = claude.credentials_file(&env);
+            let claude = botvisor::runtime::claude::Claude::new(None);
+            let creds = claude.credentials_file(env);
             let logged_in = creds.as_ref().is_some_and(|c| c.is_file());
             if logged_in || key("ANTHROPIC_API_KEY") || key("CLAUDE_CODE_OAUTH_TOKEN") {
                 let how = if logged_in {
@@ -291,9 +402,7 @@ fn file_checks() -> Vec<Check> {
                         show::safe(&creds.unwrap_or_default().display().to_string())
                     )
                 } else {
-                    "a key in this environment (ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN); a \
-                     service sees it only if its environment has it too"
-                        .to_owned()
+                    format!("{whose} has a key (ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN)")
                 };
                 out.push(check("claude login", Status::Ok, how, ""));
             } else {
@@ -301,7 +410,8 @@ fn file_checks() -> Vec<Check> {
                     "claude login",
                     Status::Fail,
                     format!(
-                        "not logged in (no {}) and no ANTHROPIC_API_KEY",
+                        "not logged in (no {}) and no ANTHROPIC_API_KEY; a bot without a key in \
+                         its own environment waits in login_required",
                         creds.map_or("credentials file".into(), |c| show::safe(
                             &c.display().to_string()
                         ))
@@ -311,52 +421,64 @@ fn file_checks() -> Vec<Check> {
                 ));
             }
         }
-        Err(e) => out.push(check(
+        Some(Err((error, words))) => out.push(check(
             "claude",
-            Status::Warn,
-            show::safe(&e.to_string()),
-            "npm install -g @anthropic-ai/claude-code (then claude_bin in config.toml for a \
-             service)",
+            if error { Status::Fail } else { Status::Warn },
+            show::safe(&words),
+            "npm install -g @anthropic-ai/claude-code, then claude_bin in config.toml (a \
+             service does not see your shell's PATH)",
+        )),
+        None => out.push(check(
+            "claude",
+            Status::Fail,
+            format!(
+                "cannot ask {} --check-config which binary it runs",
+                show::safe(&view.exe.display().to_string())
+            ),
+            "reinstall botvisor (scripts/install.sh)",
         )),
     }
-    // Codex: found, the native binary (not npm's Node wrapper), and logged in or given a key.
-    let codex = botvisor::runtime::codex::Codex::new(config.codex_bin.clone());
-    match codex.binary() {
-        Ok(native) => {
+    // Codex: found (the native binary, not npm's Node wrapper), and logged in or given a key.
+    match binary("codex") {
+        Some(Ok(native)) => {
             usable += 1;
-            let on_path =
-                botvisor::runtime::find_on_path("codex", std::env::var_os("PATH").as_deref());
+            let on_path = botvisor::runtime::find_on_path(
+                "codex",
+                env.get("PATH").map(std::ffi::OsStr::new),
+            );
             let wrapper = config.codex_bin.is_none()
-                && std::env::var_os(botvisor::runtime::codex::BIN_ENV).is_none()
-                && on_path.is_some_and(|p| {
-                    std::fs::canonicalize(&p).ok() != std::fs::canonicalize(&native).ok()
+                && !key(botvisor::runtime::codex::BIN_ENV)
+                && on_path.as_ref().is_some_and(|p| {
+                    std::fs::canonicalize(p).ok() != std::fs::canonicalize(&native).ok()
                 });
-            if wrapper {
-                out.push(check(
+            match (wrapper, view.running) {
+                (true, false) => out.push(check(
                     "codex",
                     Status::Warn,
                     format!(
                         "`codex` on PATH is npm's Node wrapper; botvisord runs the native binary \
                          it runs, {}, but a service started by the bus or systemd does not see \
                          this PATH",
-                        show::safe(&native.display().to_string())
+                        show::safe(&native)
                     ),
-                    format!(
-                        "add to {}: codex_bin = \"{}\"",
-                        config_path.display(),
-                        native.display()
-                    ),
-                ));
-            } else {
-                out.push(check(
+                    format!("add to {}: codex_bin = \"{native}\"", config_path.display()),
+                )),
+                (true, true) => out.push(check(
                     "codex",
                     Status::Ok,
                     format!(
-                        "botvisord runs {}",
-                        show::safe(&native.display().to_string())
+                        "`codex` on its PATH is npm's Node wrapper; {whose} runs the native binary \
+                         it runs, {}",
+                        show::safe(&native)
                     ),
                     "",
-                ));
+                )),
+                _ => out.push(check(
+                    "codex",
+                    Status::Ok,
+                    format!("{whose} runs {}", show::safe(&native)),
+                    "",
+                )),
             }
             let home = env
                 .get("CODEX_HOME")
@@ -364,12 +486,7 @@ fn file_checks() -> Vec<Check> {
                 .or_else(|| env.get("HOME").map(|h| Path::new(h).join(".codex")));
             let auth = home.as_ref().map(|h| h.join("auth.json"));
             if auth.as_ref().is_some_and(|a| a.is_file()) || key("OPENAI_API_KEY") {
-                out.push(check(
-                    "codex login",
-                    Status::Ok,
-                    "logged in or given a key".into(),
-                    "",
-                ));
+                out.push(check("codex login", Status::Ok, "logged in or given a key".into(), ""));
             } else {
                 out.push(check(
                     "codex login",
@@ -382,18 +499,19 @@ fn file_checks() -> Vec<Check> {
                 ));
             }
         }
-        Err(e) => out.push(check(
+        Some(Err((error, words))) => out.push(check(
             "codex",
-            Status::Warn,
-            show::safe(&e.to_string()),
+            if error { Status::Fail } else { Status::Warn },
+            show::safe(&words),
             "npm install -g @openai/codex, then codex_bin in config.toml (docs/install.md#codex)",
         )),
+        None => {}
     }
     if usable == 0 {
         out.push(check(
             "runtimes",
             Status::Fail,
-            "neither Claude Code nor Codex can be run: no bot can start".into(),
+            format!("{whose} can run neither Claude Code nor Codex: no bot can start"),
             "install one (see the claude and codex lines above)",
         ));
     }
@@ -406,18 +524,24 @@ pub async fn run(
     remote: bool,
     json: bool,
 ) -> Result<u8, Failure> {
-    let mut checks = match &conn {
+    let (mut checks, pid) = match &conn {
         Ok(conn) => bus_checks(conn, remote).await,
-        Err(f) => vec![check(
-            "bus",
-            Status::Fail,
-            f.text.clone(),
-            "start a session bus (a desktop login has one; `dbus-run-session -- $SHELL` in a \
-             terminal), or name one with --address",
-        )],
+        Err(f) => (
+            vec![check(
+                "bus",
+                Status::Fail,
+                f.text.clone(),
+                "start a session bus (a desktop login has one; `dbus-run-session -- $SHELL` in \
+                 a terminal), or name one with --address",
+            )],
+            None,
+        ),
     };
     if !remote {
-        checks.extend(file_checks());
+        let view = pid
+            .and_then(DaemonView::of_process)
+            .unwrap_or_else(DaemonView::here);
+        checks.extend(file_checks(&view));
     }
     for c in &checks {
         if json {

@@ -144,7 +144,8 @@ stop_running() {
   done
   for pid in $stopped; do
     for _ in $(seq 300); do
-      kill -0 "$pid" 2>/dev/null || break
+      # Gone, or a zombie its parent has not reaped yet.
+      case "$(ps -o stat= -p "$pid" 2>/dev/null)" in "" | Z*) break ;; esac
       sleep 0.1
     done
     echo "stopped the botvisord that ran (pid $pid)"

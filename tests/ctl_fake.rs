@@ -1181,9 +1181,10 @@ async fn the_frictions_of_the_first_hour() {
 }
 
 /// Issue 30: `doctor` says what it found and how to fix it, and exits 0 only when every check
-/// passes: a Claude Code without a login fails (with `claude /login`), a state folder open to
-/// others fails (with `chmod 700`), a Codex not installed only warns; logged in and private, it
-/// passes. Without botvisord on the bus and no activation file, it fails saying how to start it.
+/// passes. With botvisord running, the CLIs as it sees them (its environment): a Claude Code
+/// without a login fails (with `claude /login`), a Codex not installed only warns; logged in, it
+/// passes. Without botvisord on the bus and no activation file, it fails saying how to start it,
+/// and a state folder open to others fails (with `chmod 700`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_names_what_fails_and_the_fix() {
     use std::os::unix::fs::PermissionsExt;
@@ -1206,8 +1207,30 @@ async fn doctor_names_what_fails_and_the_fix() {
         text.contains("ok   botvisord: running on the bus (pid "),
         "{text}"
     );
+    assert!(
+        text.contains(&format!(
+            "ok   claude: the running botvisord runs {}",
+            fake_cli().display()
+        )),
+        "{text}"
+    );
     assert!(text.contains("FAIL claude login: not logged in"), "{text}");
     assert!(text.contains("fix: claude /login"), "{text}");
+    assert!(text.contains("warn codex: "), "{text}");
+    assert!(text.contains("1 check(s) failed"), "{text}");
+    // Logged in as the running botvisord's user (its HOME).
+    std::fs::create_dir_all(s.env.home.join(".claude")).unwrap();
+    std::fs::write(s.env.home.join(".claude/.credentials.json"), "{}").unwrap();
+    let out = doctor(s.env.bus.address.clone()).output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("all checks passed"), "{text}");
+
+    // A bus without botvisord, which cannot start it: this shell's view.
+    let bare = PrivateBus::start(&s.env.dir.path().join("bare-bus"));
+    let out = doctor(bare.address.clone()).output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
         text.contains("FAIL state folder: ") && text.contains("open to other users (755)"),
         "{text}"
@@ -1216,19 +1239,6 @@ async fn doctor_names_what_fails_and_the_fix() {
         text.contains(&format!("fix: chmod 700 {}", state.display())),
         "{text}"
     );
-    assert!(text.contains("warn codex: "), "{text}");
-    assert!(text.contains("2 check(s) failed"), "{text}");
-
-    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
-    std::fs::create_dir_all(home.join(".claude")).unwrap();
-    std::fs::write(home.join(".claude/.credentials.json"), "{}").unwrap();
-    let out = doctor(s.env.bus.address.clone()).output().await.unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(out.status.code(), Some(0), "{text}");
-    assert!(text.contains("all checks passed"), "{text}");
-
-    // A bus without botvisord, which cannot start it.
-    let bare = PrivateBus::start(&s.env.dir.path().join("bare-bus"));
     let mut c = doctor(bare.address.clone());
     let out = c.arg("--json").output().await.unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -1278,4 +1288,28 @@ async fn completion_names_the_bots_of_the_running_daemon() {
         script.contains("COMPLETE=\"bash\"") || script.contains("COMPLETE=bash"),
         "{script}"
     );
+}
+
+/// Issue 30, in the way 7: a Claude bot whose login is refused: `send` ends (exit 1) saying so
+/// and how to log in, instead of waiting for a turn that waits for the login.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_says_how_to_log_in_when_the_login_is_refused() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(&s, "nologin", &s.env.work, json!([{"mode": "auth_error"}])).await;
+    let (code, out, err) =
+        tokio::time::timeout(EVENT_TIMEOUT, run(&bus, &["send", "nologin", "hi"]))
+            .await
+            .expect("send ends");
+    assert_eq!(code, 1, "{out} {err}");
+    assert!(
+        err.contains("the agent's login expired or was refused"),
+        "{err}"
+    );
+    assert!(err.contains("claude /login"), "{err}");
+    assert!(
+        err.contains("botvisorctl set nologin --env ANTHROPIC_API_KEY="),
+        "{err}"
+    );
+    assert!(err.contains("The message waits"), "{err}");
 }

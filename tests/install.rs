@@ -326,3 +326,53 @@ async fn the_session_bus_is_asked_to_read_the_activation_file() {
         "{names:?}"
     );
 }
+
+/// Issue 30, in the way 8: `--uninstall` stops a botvisord that runs the installed binary outside
+/// systemd (it stops its bots first), and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uninstall_stops_the_botvisord_it_installed() {
+    let h = Home::new(1, 0);
+    let (code, out, err) = h.run(&["--bin-dir", &bin_dir()], &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let bus = support::PrivateBus::start(&h.home.join("bus"));
+    let mut daemon = Command::new(h.path(".local/bin/botvisord"))
+        .arg("--database")
+        .arg(h.home.join("db.sqlite"))
+        .env_clear()
+        .env("HOME", &h.home)
+        .env("XDG_RUNTIME_DIR", h.home.join("run"))
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Serving: the name is owned.
+    let conn = bus.connect().await;
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
+    let mut owners = dbus
+        .receive_name_owner_changed_with_args(&[(0, "org.botvisor.Botvisor1")])
+        .await
+        .unwrap();
+    if !dbus
+        .name_has_owner("org.botvisor.Botvisor1".try_into().unwrap())
+        .await
+        .unwrap()
+    {
+        tokio::time::timeout(
+            support::EVENT_TIMEOUT,
+            futures_util::StreamExt::next(&mut owners),
+        )
+        .await
+        .expect("botvisord takes its name");
+    }
+    let (code, out, err) = h.run(&["--uninstall"], &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(&format!(
+            "stopped the botvisord that ran (pid {})",
+            daemon.id()
+        )),
+        "{out}"
+    );
+    let status = daemon.wait().unwrap();
+    assert!(status.success(), "it stopped gently: {status:?}");
+}

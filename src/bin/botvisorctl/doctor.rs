@@ -215,6 +215,10 @@ pub struct DaemonView {
     pub config: PathBuf,
     /// Whether it is the running daemon's.
     pub running: bool,
+    /// Its state folder: its database's (`--database`), else `$XDG_STATE_HOME/botvisor`.
+    pub state: PathBuf,
+    /// Whether the state folder was given (`--database`): used as it is, so only a warning.
+    pub state_given: bool,
 }
 
 impl DaemonView {
@@ -242,11 +246,27 @@ impl DaemonView {
                     .find_map(|a| a.strip_prefix("--config=").map(PathBuf::from))
             })
             .unwrap_or_else(|| config_for(&env));
+        let given = args
+            .iter()
+            .position(|a| a == "--database")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|db| Path::new(db).parent().map(Path::to_path_buf));
+        let state_given = given.is_some();
+        let state =
+            given.unwrap_or_else(
+                || match env.get("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+                    Some(d) => Path::new(d).join("botvisor"),
+                    None => Path::new(env.get("HOME").map_or("", String::as_str))
+                        .join(".local/state/botvisor"),
+                },
+            );
         Some(DaemonView {
             exe,
             env,
             config,
             running: true,
+            state,
+            state_given,
         })
     }
 
@@ -257,13 +277,17 @@ impl DaemonView {
             .ok()
             .and_then(|me| me.parent().map(|d| d.join("botvisord")))
             .filter(|p| p.is_file())
-            .or_else(|| botvisor::runtime::find_on_path("botvisord", std::env::var_os("PATH").as_deref()))
+            .or_else(|| {
+                botvisor::runtime::find_on_path("botvisord", std::env::var_os("PATH").as_deref())
+            })
             .unwrap_or_else(|| PathBuf::from("botvisord"));
         DaemonView {
             exe,
             config: paths::default_config(),
             env,
             running: false,
+            state: paths::state_dir(),
+            state_given: false,
         }
     }
 }
@@ -272,13 +296,17 @@ impl DaemonView {
 fn config_for(env: &BTreeMap<String, String>) -> PathBuf {
     match env.get("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
         Some(d) => Path::new(d).join("botvisor/config.toml"),
-        None => Path::new(env.get("HOME").map_or("", String::as_str)).join(".config/botvisor/config.toml"),
+        None => Path::new(env.get("HOME").map_or("", String::as_str))
+            .join(".config/botvisor/config.toml"),
     }
 }
 
+/// What `--check-config` says of one runtime: its binary, or `(is_error, words)`.
+type Seen = Result<String, (bool, String)>;
+
 /// What `botvisord --check-config` says of each runtime, run as `view`'s botvisord (its
 /// binary, environment and configuration): `(runtime, Ok(binary) | Err((is_error, words)))`.
-fn runtimes_seen(view: &DaemonView) -> Vec<(String, Result<String, (bool, String)>)> {
+fn runtimes_seen(view: &DaemonView) -> Vec<(String, Seen)> {
     let mut cmd = std::process::Command::new(&view.exe);
     cmd.arg("--check-config");
     // A file named with --config must exist; the default one may be missing.
@@ -343,7 +371,7 @@ fn file_checks(view: &DaemonView) -> Vec<Check> {
             Config::default()
         }
     };
-    let state = paths::state_dir();
+    let state = view.state.clone();
     match std::fs::metadata(&state) {
         Ok(m) => {
             use std::os::unix::fs::PermissionsExt;
@@ -352,18 +380,30 @@ fn file_checks(view: &DaemonView) -> Vec<Check> {
                 out.push(check(
                     "state folder",
                     Status::Ok,
-                    format!("{} is private ({mode:o})", show::safe(&state.display().to_string())),
+                    format!(
+                        "{} is private ({mode:o})",
+                        show::safe(&state.display().to_string())
+                    ),
                     "",
                 ));
             } else {
                 out.push(check(
                     "state folder",
-                    Status::Fail,
+                    // The default folder is botvisord's to keep private; one given with
+                    // --database is used as it is.
+                    if view.state_given {
+                        Status::Warn
+                    } else {
+                        Status::Fail
+                    },
                     format!(
                         "{} is open to other users ({mode:o}): it holds every conversation",
                         show::safe(&state.display().to_string())
                     ),
-                    format!("chmod 700 {}", crate::shell_word(&state.display().to_string())),
+                    format!(
+                        "chmod 700 {}",
+                        crate::shell_word(&state.display().to_string())
+                    ),
                 ));
             }
         }
@@ -442,10 +482,8 @@ fn file_checks(view: &DaemonView) -> Vec<Check> {
     match binary("codex") {
         Some(Ok(native)) => {
             usable += 1;
-            let on_path = botvisor::runtime::find_on_path(
-                "codex",
-                env.get("PATH").map(std::ffi::OsStr::new),
-            );
+            let on_path =
+                botvisor::runtime::find_on_path("codex", env.get("PATH").map(std::ffi::OsStr::new));
             let wrapper = config.codex_bin.is_none()
                 && !key(botvisor::runtime::codex::BIN_ENV)
                 && on_path.as_ref().is_some_and(|p| {
@@ -486,7 +524,12 @@ fn file_checks(view: &DaemonView) -> Vec<Check> {
                 .or_else(|| env.get("HOME").map(|h| Path::new(h).join(".codex")));
             let auth = home.as_ref().map(|h| h.join("auth.json"));
             if auth.as_ref().is_some_and(|a| a.is_file()) || key("OPENAI_API_KEY") {
-                out.push(check("codex login", Status::Ok, "logged in or given a key".into(), ""));
+                out.push(check(
+                    "codex login",
+                    Status::Ok,
+                    "logged in or given a key".into(),
+                    "",
+                ));
             } else {
                 out.push(check(
                     "codex login",

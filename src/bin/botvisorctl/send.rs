@@ -84,6 +84,7 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
             .unique_name()
             .map(|n| n.to_string())
             .unwrap_or_default(),
+        login_words: None,
     };
     if json {
         json_line!(
@@ -168,6 +169,8 @@ struct Follow<'a> {
     held: bool,
     /// This connection's unique name (an answer given from here).
     me: String,
+    /// What this turn's `login_required` note said (the login expired or was refused).
+    login_words: Option<String>,
 }
 
 impl Follow<'_> {
@@ -216,7 +219,11 @@ impl Follow<'_> {
                     .and_then(|v| v.try_clone().ok())
                     .and_then(|v| String::try_from(v).ok());
                 if state.as_deref() == Some("login_required") {
-                    let last = self.bot.last_error().await.unwrap_or_default();
+                    // The turn's own note says it (LastError may already say the exit after it).
+                    let last = match self.login_words.take() {
+                        Some(words) => words,
+                        None => self.bot.last_error().await.unwrap_or_default(),
+                    };
                     return Err(Failure::failed(format!(
                         "the agent's login expired or was refused: {}\nThe message waits and \
                          goes by itself once the login is back (`{} status {}` shows it).",
@@ -242,6 +249,9 @@ impl Follow<'_> {
     }
 
     fn on_item(&mut self, seq: u64, kind: &str, v: Value) {
+        if kind == "system" && v["reason"] == "login_required" {
+            self.login_words = v["text"].as_str().map(str::to_owned);
+        }
         if self.json {
             json_line!(json!({"event": "chat", "seq": seq, "kind": kind, "payload": v}));
         }

@@ -277,7 +277,7 @@ pub fn draw(frame: &mut Frame<'_>, m: &Model, ctl: &str, now: SystemTime) {
         .split(area);
     draw_title(frame, rows[0], m);
     let (list_area, chat_area) = if area.width >= SIDE_BY_SIDE {
-        let left = (area.width * 2 / 5).clamp(40, 72);
+        let left = (area.width * 2 / 5).clamp(40, 100);
         let cols = Layout::default()
             .direction(Direction::Horizontal)
             .constraints([Constraint::Length(left), Constraint::Min(10)])

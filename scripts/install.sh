@@ -104,6 +104,54 @@ fill() {
   sed -e "s|@BINDIR@|$bindir|g" -e "s|@DOCDIR@|$docdir|g" -e "s|@LOGDIR@|$logdir|g" "$1" > "$2"
 }
 
+# The session bus's address, as dbus-send would find it without starting a bus of its own
+# (empty: none is running here).
+session_bus() {
+  if [ -n "${DBUS_SESSION_BUS_ADDRESS:-}" ]; then
+    echo "$DBUS_SESSION_BUS_ADDRESS"
+  elif [ -n "${XDG_RUNTIME_DIR:-}" ] && [ -S "$XDG_RUNTIME_DIR/bus" ]; then
+    echo "unix:path=$XDG_RUNTIME_DIR/bus"
+  fi
+}
+
+# A session bus started before the activation folder existed does not see the file until it
+# reloads its configuration: asked to, then asked whether it lists the name now.
+reload_bus() {
+  local bus
+  bus="$(session_bus)"
+  if [ -z "$bus" ] || ! command -v dbus-send >/dev/null 2>&1; then
+    echo "no session bus here (or no dbus-send): the session bus of your next login reads $dbus_dir"
+    return
+  fi
+  dbus-send --bus="$bus" --type=method_call --print-reply --dest=org.freedesktop.DBus \
+    /org/freedesktop/DBus org.freedesktop.DBus.ReloadConfig >/dev/null 2>&1 || true
+  if dbus-send --bus="$bus" --print-reply --dest=org.freedesktop.DBus /org/freedesktop/DBus \
+    org.freedesktop.DBus.ListActivatableNames 2>/dev/null | grep -q '"org.botvisor.Botvisor1"'; then
+    echo "the session bus lists org.botvisor.Botvisor1 now: the first call starts $bindir/botvisord"
+  else
+    echo "install.sh: the session bus does not list org.botvisor.Botvisor1 after ReloadConfig; it may not" >&2
+    echo "read $dbus_dir (botvisorctl doctor says more); start botvisord yourself meanwhile" >&2
+  fi
+}
+
+# A botvisord this installation runs (its binary is $bindir/botvisord): stopped gently, as
+# systemctl stop would, waiting up to 30 s for each to stop its bots.
+stop_running() {
+  local pid stopped=""
+  for pid in $(pgrep -x botvisord 2>/dev/null || true); do
+    [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$bindir/botvisord" ] || continue
+    kill -TERM "$pid" 2>/dev/null && stopped="$stopped $pid"
+  done
+  for pid in $stopped; do
+    for _ in $(seq 300); do
+      # Gone, or a zombie its parent has not reaped yet.
+      case "$(ps -o stat= -p "$pid" 2>/dev/null)" in "" | Z*) break ;; esac
+      sleep 0.1
+    done
+    echo "stopped the botvisord that ran (pid $pid)"
+  done
+}
+
 if [ "$mode" = uninstall ]; then
   case "$manager" in
     launchd)
@@ -113,6 +161,7 @@ if [ "$mode" = uninstall ]; then
       systemctl --user disable --now botvisor-notify.service 2>/dev/null || true
       systemctl --user disable --now botvisord.service 2>/dev/null || true ;;
   esac
+  stop_running
   rm -f "$unit_dir/botvisord.service" "$unit_dir/botvisor-notify.service" \
     "$dbus_dir/org.botvisor.Botvisor1.service" "$autostart_file" "$notify_autostart" \
     "$apps_dir/botvisor-notify.desktop"
@@ -120,6 +169,10 @@ if [ "$mode" = uninstall ]; then
   rm -f "$bindir/botvisord" "$bindir/botvisorctl" "$bindir/botvisor-notify" "$mandir/botvisorctl.1" \
     "$bash_dir/botvisorctl" "$zsh_dir/_botvisorctl" "$fish_dir/botvisorctl.fish"
   rm -rf "$docdir"
+  # The copies `cargo install --path .` made (README) go too.
+  if command -v cargo >/dev/null 2>&1 && cargo install --list 2>/dev/null | grep -q '^botvisor v'; then
+    cargo uninstall botvisor && echo "removed the cargo install copies (cargo uninstall botvisor)"
+  fi
   echo "uninstalled; kept the database ($state_home/botvisor) and the configuration ($config)"
   exit 0
 fi
@@ -166,6 +219,12 @@ if [ "$scope" = user ]; then
     echo "no claude on PATH: install Claude Code (npm install -g @anthropic-ai/claude-code), then set"
     echo "  claude_bin = \"/path/to/claude\"   in $config"
   fi
+  if [ -f "$config" ] && grep -Eq '^[[:space:]]*codex_bin[[:space:]]*=' "$config"; then
+    :
+  elif command -v codex >/dev/null 2>&1; then
+    echo "for Codex bots: the service does not see this shell's PATH either; set codex_bin to the"
+    echo "  native binary in $config (docs/install.md#codex; botvisorctl doctor names it)"
+  fi
   if ! "$bindir/botvisord" --check-config >/dev/null; then
     echo "install.sh: $config has a problem; botvisord --check-config says:" >&2
     "$bindir/botvisord" --check-config >&2 || true
@@ -175,7 +234,8 @@ fi
 
 case "$manager" in
   launchd)
-    install -d "$agents" "$logdir"
+    install -d "$agents"
+    install -d -m 0700 "$logdir"
     fill packaging/launchd/org.botvisor.botvisord.plist "$agents/org.botvisor.botvisord.plist"
     echo "installed the launchd agent $agents/org.botvisor.botvisord.plist"
     echo "start it now and at every login with:"
@@ -195,6 +255,7 @@ case "$manager" in
       echo "start it now and at every login with:"
       echo "  systemctl --user enable --now botvisord"
       echo "(or do nothing: the first D-Bus call, such as botvisorctl list, starts it)"
+      reload_bus
       echo "its log: journalctl --user -u botvisord"
       echo "desktop notifications when a bot needs you (docs/notifications.md), with every graphical session:"
       echo "  systemctl --user enable --now botvisor-notify"
@@ -203,11 +264,14 @@ case "$manager" in
       echo "  systemctl --global enable botvisord botvisor-notify"
     fi ;;
   none)
-    install -d "$dbus_dir" "$logdir"
+    install -d "$dbus_dir"
+    # The state folder (the log, the database) is the user's alone, as botvisord makes it.
+    install -d -m 0700 "$logdir"
     fill packaging/dbus/org.botvisor.Botvisor1.service "$dbus_dir/org.botvisor.Botvisor1.service"
     echo "no systemd user manager here (and not macOS): nothing to enable."
     echo "botvisord starts by D-Bus activation on the first call (botvisorctl list, a panel), when"
     echo "your session bus reads $dbus_dir; it logs to $logdir/botvisord.log"
+    reload_bus
     echo "or run it yourself in a terminal: $bindir/botvisord"
     install -d "$(dirname "$notify_autostart")"
     fill packaging/xdg/botvisor-notify.desktop "$notify_autostart"

@@ -305,6 +305,26 @@ impl Config {
                 crate::runtime::codex::settings::PERMISSION_MODES.join(", ")
             ));
         }
+        if let Some(model) = &self.default_model
+            && !crate::supervisor::checks::is_model_name(model)
+        {
+            return Err(format!(
+                "key `default_model`: `{}` is not a model name (at most 200 characters, no blank \
+                 or control character, not beginning with `-`, which the CLI would read as a \
+                 flag); for example \"sonnet\", or leave it out for the CLI's default",
+                crate::text::escape(model, false)
+            ));
+        }
+        if let Some(db) = &self.database
+            && let Some(fs) = kernel_file_system(db)
+        {
+            return Err(format!(
+                "key `database`: {} is under {fs}, a file system of the kernel that can hold no \
+                 database; name a file in a folder of your own (default \
+                 ~/.local/state/botvisor/botvisor.db)",
+                db.display()
+            ));
+        }
         if let Some(bytes) = self.memory_max {
             crate::supervisor::memory_max::check_range("key `memory_max`", bytes)?;
         }
@@ -341,12 +361,67 @@ impl Config {
     }
 }
 
+/// The kernel's file system `path` is under (`/proc`, `/sys`), if it is: no database can live
+/// there. A relative path is taken from the current folder.
+pub fn kernel_file_system(path: &Path) -> Option<&'static str> {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    // `..` is resolved by the words, not the file system: `/tmp/../proc/x` is under /proc.
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for c in absolute.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                parts.pop();
+            }
+            std::path::Component::Normal(n) => parts.push(n),
+            _ => {}
+        }
+    }
+    let first = parts.first()?.to_str()?;
+    match first {
+        "proc" => Some("/proc"),
+        "sys" => Some("/sys"),
+        _ => None,
+    }
+}
+
+/// `message`'s unknown key (serde's "unknown field `x`, expected one of `a`, `b`") in words: the
+/// key, and the known key it is most likely a typo of ("did you mean `claude_bin`?").
+fn unknown_key(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (key, rest) = rest.split_once('`')?;
+    let known: Vec<&str> = rest
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|k| !k.is_empty())
+        .collect();
+    let guess = known
+        .iter()
+        .map(|k| (strsim::jaro_winkler(key, k), *k))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| format!("; did you mean `{k}`?"))
+        .unwrap_or_else(|| format!("; the keys here: {}", known.join(", ")));
+    Some(format!(
+        "unknown key `{key}`{guess} (docs/configuration.md lists every key)"
+    ))
+}
+
 /// A TOML error in words a person reads: a wrong type or value names the key, its line, what
 /// the key takes and what was found ("line 3: key `idle_timeout_s` takes a whole number of
 /// seconds (0 or more, no quotes); found the text \"soon\""); any other error is the parser's
 /// own message with its line and column.
 fn explain(e: &toml::de::Error, text: &str) -> String {
     let message = e.message();
+    if let Some(words) = unknown_key(message) {
+        return match e.span() {
+            Some(span) => {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                format!("line {line}: {words}")
+            }
+            None => words,
+        };
+    }
     let wrong = message
         .strip_prefix("invalid type: ")
         .or_else(|| message.strip_prefix("invalid value: "));
@@ -486,6 +561,58 @@ mod tests {
         .to_string();
         assert!(err.contains("claude_binn"), "{err}");
         assert!(err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_key_says_what_it_may_be_a_typo_of() {
+        let err = Config::from_toml(
+            "stop_grace_s = 2\nclaude_binn = \"x\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("line 2: unknown key `claude_binn`; did you mean `claude_bin`?"),
+            "{err}"
+        );
+        let err = Config::from_toml("[notify]\nstaets = []\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean `states`?"), "{err}");
+        let err = Config::from_toml("zzzzzz = 1\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the keys here: claude_bin, "), "{err}");
+    }
+
+    #[test]
+    fn a_default_model_that_is_no_model_name_and_a_database_in_the_kernels_files_are_refused() {
+        for bad in [
+            r#""--dangerously-skip-permissions""#,
+            r#""two words""#,
+            r#""x\u001b""#,
+        ] {
+            let text = format!("default_model = {bad}");
+            let err = Config::from_toml(&text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("key `default_model`") && err.contains("not a model name"),
+                "{err}"
+            );
+        }
+        assert!(Config::from_toml("default_model = \"sonnet\"", Path::new("c.toml")).is_ok());
+        for bad in ["/proc/botvisor.db", "/sys/x.db", "/tmp/../proc/self/x.db"] {
+            let text = format!("database = {bad:?}");
+            let err = Config::from_toml(&text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("key `database`") && err.contains("file system of the kernel"),
+                "{err}"
+            );
+        }
+        assert!(Config::from_toml("database = \"/tmp/procx/x.db\"", Path::new("c.toml")).is_ok());
     }
 
     #[test]

@@ -543,6 +543,10 @@ fn script(target: std::path::PathBuf) -> Script {
     })
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_user_hears_no_streamed_text_and_no_permission_request() {
     let Some(claude) = claude_bin() else { return };

@@ -556,7 +556,11 @@ async fn a_second_daemon_on_the_same_bus_exits_non_zero() {
     let cfg = env.daemon_config(Some(cli));
     let _first = Daemon::start(&cfg, &env.conn).await;
     let mut second_cfg = cfg.clone();
-    second_cfg.database = env.dir.path().join("other.db");
+    // Issue 30: a database in a folder that does not exist yet; what the refused start created
+    // (the folder, the database and its files, its locks) is gone after it.
+    let run = env.home.join("run/botvisor");
+    let locks_before = std::fs::read_dir(&run).unwrap().count();
+    second_cfg.database = env.dir.path().join("other/sub/other.db");
     let mut second = Daemon::spawn(&second_cfg, "second.log");
     let status = tokio::time::timeout(EVENT_TIMEOUT, second.wait())
         .await
@@ -566,6 +570,17 @@ async fn a_second_daemon_on_the_same_bus_exits_non_zero() {
         second.log_text().contains("already owns"),
         "{}",
         second.log_text()
+    );
+    assert!(
+        !env.dir.path().join("other").exists(),
+        "left behind: {:?}\n{}",
+        std::fs::read_dir(env.dir.path().join("other/sub")).map(|d| d.count()),
+        second.log_text()
+    );
+    assert_eq!(
+        std::fs::read_dir(&run).unwrap().count(),
+        locks_before,
+        "no lock left"
     );
     // The first one still answers.
     assert_eq!(env.manager().await.version().await.unwrap(), "1");
@@ -692,4 +707,68 @@ async fn delete_is_answered_before_the_object_goes() {
         .await
         .expect("InterfacesRemoved after the answer");
     }
+}
+
+/// Issue 30: `SetName` renames a bot, checked as `CreateBot` checks a name (its own code), says
+/// it with `PropertiesChanged`, and keeps it across a daemon restart; a refused name changes
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_name_renames_with_the_checks_of_create_bot() {
+    let env = TestEnv::new().await;
+    let cli = placeholder_cli(env.dir.path());
+    let cfg = env.daemon_config(Some(cli));
+    let mut daemon = Daemon::start(&cfg, &env.conn).await;
+    let manager = env.manager().await;
+    let work = env.work.to_str().unwrap();
+    let mut paths = Vec::new();
+    for name in ["first", "second"] {
+        let mut options = HashMap::new();
+        options.insert("cwd", Variant::from(work));
+        options.insert("name", Variant::from(name));
+        paths.push(manager.create_bot(options).await.unwrap());
+    }
+    let bot = env.bot(&paths[0]).await;
+    let mut names = bot.receive_name_changed().await;
+    bot.set_name("renamed", HashMap::new()).await.unwrap();
+    let seen = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let c = names.next().await.expect("Name changes");
+            let n = c.get().await.unwrap();
+            if n == "renamed" {
+                return n;
+            }
+        }
+    })
+    .await
+    .expect("PropertiesChanged says the new name");
+    assert_eq!(seen, "renamed");
+    assert_eq!(manager.get_bot("renamed").await.unwrap(), paths[0]);
+    for (bad, why) in [
+        ("second", "exists already"),
+        ("", "empty"),
+        (" padded", "begins or ends"),
+        ("abc123", "could be a bot id"),
+        ("evil\u{202e}", "U+202E"),
+        (&"x".repeat(201), "longer than 200"),
+    ] {
+        let e = bot.set_name(bad, HashMap::new()).await.unwrap_err();
+        assert_eq!(
+            error_name(&e),
+            "org.botvisor.Botvisor1.Error.InvalidArgument"
+        );
+        assert!(error_text(&e).contains(why), "{bad:?}: {}", error_text(&e));
+    }
+    let mut options = HashMap::new();
+    options.insert("x", Variant::from(1u32));
+    let e = bot.set_name("other", options).await.unwrap_err();
+    assert!(error_text(&e).contains("x"), "{}", error_text(&e));
+    assert_eq!(bot.name().await.unwrap(), "renamed");
+    // Its own name again is no change.
+    bot.set_name("renamed", HashMap::new()).await.unwrap();
+    daemon.terminate().await;
+    let _daemon = Daemon::start(&cfg, &env.conn).await;
+    assert_eq!(
+        env.manager().await.get_bot("renamed").await.unwrap(),
+        paths[0]
+    );
 }

@@ -230,6 +230,10 @@ async fn cpu_usage_rises_while_a_tool_burns_cpu_and_is_unknown_once_stopped() {
     fake.env.assert_no_leftovers();
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_cli_and_its_background_job_run_in_the_bots_cgroup_and_stop_proves_it_empty() {
     let Some(claude) = claude_bin() else { return };

@@ -476,6 +476,10 @@ fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn version_and_lost_conversation() {
     let Some(claude) = claude_bin() else { return };
@@ -647,6 +651,10 @@ async fn first_turn(
     }
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_turn_with_a_model_slow_to_answer() {
     let Some(_) = claude_bin() else { return };
@@ -663,6 +671,10 @@ async fn a_first_turn_with_a_model_slow_to_answer() {
     r.finish();
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_as_botvisor_runs_it() {
     let Some(_) = claude_bin() else { return };
@@ -797,6 +809,7 @@ async fn a_conversation_as_botvisor_runs_it() {
             &request_id,
             &PermissionAnswer::Allow {
                 updated_input: input,
+                grant: None,
             },
         );
         cli.write(answer).await;
@@ -937,6 +950,10 @@ async fn a_conversation_as_botvisor_runs_it() {
     r.finish();
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hard_and_gentle_stops_at_the_start_of_a_turn() {
     let Some(_) = claude_bin() else { return };
@@ -1016,6 +1033,10 @@ fn base36(mut n: u64) -> String {
     String::from_utf8(out).unwrap()
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_working_directory_with_a_long_slug() {
     let Some(_) = claude_bin() else { return };
@@ -1142,6 +1163,10 @@ async fn stop_with_job(env: &TestEnv, mut cli: Cli, stop: &str, grace: Duration)
     )
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_background_task_and_the_end_of_stdin() {
     let Some(_) = claude_bin() else { return };
@@ -1229,6 +1254,10 @@ fn limited_once(reset: u64) -> Script {
     })
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_limit_is_a_rate_limit_event_and_an_error_result() {
     let Some(_) = claude_bin() else { return };
@@ -1306,6 +1335,10 @@ async fn a_plan_limit_is_a_rate_limit_event_and_an_error_result() {
 /// The cost and token counts of each `result` across two turns of one process and a third after
 /// a resume: `total_cost_usd` is the conversation's so far (the bot's cost is the sum of the
 /// differences), `usage` the turn's.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_results_cost_counts_the_conversation_and_its_usage_the_turn() {
     let Some(_) = claude_bin() else { return };
@@ -1369,6 +1402,10 @@ async fn a_results_cost_counts_the_conversation_and_its_usage_the_turn() {
     resumed.wait("exit after stdin closed").await;
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_near_its_limit_is_an_allowed_warning_with_its_utilization() {
     let Some(_) = claude_bin() else { return };
@@ -1414,6 +1451,10 @@ async fn a_plan_near_its_limit_is_an_allowed_warning_with_its_utilization() {
 /// `authentication_failed`, 401), then a synthetic assistant message and an error `result`
 /// (`api_error_status` 401; from 2.1.328 also `api_error_type` `authentication_error`) whose
 /// text says the token expired; it does not exit.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_login_is_two_retries_and_an_error_result() {
     let Some(_) = claude_bin() else { return };
@@ -1474,6 +1515,10 @@ async fn an_expired_login_is_two_retries_and_an_error_result() {
 /// the earlier turns and the message once; the transcript keeps the dropped line, and the new
 /// message branches from `P` beside it. A `--resume-drops-turn` that names no message of that
 /// range is refused: "Resume rejected by --resume-drops-turn: …", and the CLI exits.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_taken_message_is_redone_once_by_a_truncating_resume() {
     let env = TestEnv::new().await;
@@ -1635,6 +1680,10 @@ fn line_shape(l: &Value) -> String {
 
 /// Issue 25: what a turn leaves in the transcript, for botvisor to read an answer it did not
 /// see (a daemon killed during the turn) and to redo a message taken but not answered.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_turn_leaves_in_the_transcript() {
     let Some(_) = claude_bin() else { return };
@@ -1707,6 +1756,7 @@ async fn what_a_turn_leaves_in_the_transcript() {
     let (request_id, input) = permission_request(&cli.seen[i].events);
     let allow = PermissionAnswer::Allow {
         updated_input: input,
+        grant: None,
     };
     cli.write(stdin::encode_permission_answer(&request_id, &allow))
         .await;
@@ -1767,6 +1817,10 @@ fn last_prompt_leaf(path: &Path) -> Option<String> {
 /// resume then leaves the newest turns out and a truncating one is refused. With the record
 /// botvisor appends (`Runtime::before_resume`, `runtime::claude::leaf`), both resume the newest
 /// branch.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn where_a_resume_continues_after_a_truncating_resume() {
     let Some(_) = claude_bin() else { return };
@@ -1965,6 +2019,10 @@ fn registry_entries(place: &Place, session: &str) -> Vec<registry::Entry> {
 /// resuming a conversation one holds is not refused: both write it. botvisor's holder check
 /// (`Runtime::holder`) finds the first. `--fork-session` continues in a new conversation and
 /// leaves the old transcript as it was.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_session_is_in_the_registry_and_a_second_resume_is_not_refused() {
     let Some(_) = claude_bin() else { return };
@@ -2060,4 +2118,220 @@ async fn a_live_session_is_in_the_registry_and_a_second_resume_is_not_refused() 
         "{}",
         fact("a fork carries the conversation's turns")
     );
+}
+
+/// Every `settings*.json` under `dir`, with what it holds.
+fn settings_files(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("settings") && n.ends_with(".json"))
+            {
+                out.push((p.clone(), std::fs::read_to_string(&p).unwrap_or_default()));
+            }
+        }
+    }
+    out
+}
+
+/// The request a line of the CLI asked: `(request_id, input, the whole request)`.
+fn asked_request(events: &[RuntimeEvent]) -> Option<(String, Value, Value)> {
+    events.iter().find_map(|e| match e {
+        RuntimeEvent::PermissionRequest {
+            request_id,
+            input,
+            request,
+            ..
+        } => Some((request_id.clone(), input.clone(), request.clone())),
+        _ => None,
+    })
+}
+
+/// Sends `text` and reads on until the CLI asks (`Some` request) or the turn ends (`None`).
+async fn asks(cli: &mut Cli, text: &str) -> Option<(String, Value, Value)> {
+    cli.mark();
+    cli.send(text).await;
+    let i = cli
+        .until(&format!("a request or the result of {text:?}"), |e| {
+            matches!(
+                e,
+                RuntimeEvent::PermissionRequest { .. } | RuntimeEvent::TurnResult { .. }
+            )
+        })
+        .await
+        .expect("the CLI runs");
+    asked_request(&cli.seen[i].events)
+}
+
+/// Answers `asked` with botvisor's allow of `scope` (runtime::claude::scopes), then reads on to
+/// the turn's result. A permission mode in the grant goes as botvisord sends it: the control
+/// request `set_permission_mode`.
+async fn allow_with(cli: &mut Cli, asked: (String, Value, Value), scope: botvisor::runtime::Scope) {
+    let (id, input, request) = asked;
+    let grant = botvisor::runtime::claude::scopes::grant(&request, scope);
+    let answer = PermissionAnswer::Allow {
+        updated_input: input,
+        grant: grant.permissions,
+    };
+    cli.write(stdin::encode_permission_answer(&id, &answer))
+        .await;
+    if let Some(mode) = grant.mode {
+        cli.control(&ControlRequest::SetPermissionMode(mode)).await;
+    }
+    cli.until("the result of the allowed turn", is_result).await;
+}
+
+/// Issue 30, "always allow": what Claude Code suggests with a request, and what an allow that
+/// sends the suggestions back (`updatedPermissions`) does. A Write suggests `setMode`
+/// `acceptEdits` for the session (botvisor takes it as the bot's mode); once in it, the next
+/// Write is not asked at all. A Bash command outside the working directory suggests a rule for
+/// the command in `localSettings` and one for reading its folder in the session: sent back, as
+/// offered or for the session, the same command is not asked again in that process, but the
+/// next process asks again: in print mode (2.1.328) no settings file is written, whatever the
+/// destination.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allow_with_the_suggestions_is_not_asked_again() {
+    use botvisor::runtime::Scope;
+    let Some(_) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let outside = env.dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let script: Script = Arc::new(|req: &ApiRequest| {
+        let text = req.last_user_text.trim().to_owned();
+        let tool = if let Some(cmd) = text.strip_prefix("run ") {
+            Some(("Bash", json!({"command": cmd, "description": "list"})))
+        } else {
+            text.strip_prefix("write ")
+                .and_then(|r| r.split_once(": "))
+                .map(|(path, content)| ("Write", json!({"file_path": path, "content": content})))
+        };
+        // A tool already called for this message (its result came back merged with the
+        // message's text, as the demo script knows): the turn's answer.
+        let called = |input: &Value| {
+            req.body["messages"].as_array().is_some_and(|m| {
+                m.iter()
+                    .filter_map(|m| m["content"].as_array())
+                    .flatten()
+                    .filter(|b| b["type"] == "tool_use" && b["input"] == *input)
+                    .count()
+                    >= req.user_texts().iter().filter(|t| t.trim() == text).count()
+            })
+        };
+        match tool {
+            _ if req.has_tool_result => Reply::Text("Tool finished.".into()),
+            Some((_, input)) if called(&input) => Reply::Text("Tool finished.".into()),
+            Some((name, input)) => Reply::ToolUse {
+                name: name.into(),
+                input,
+            },
+            None => Reply::Text(format!("Hello! You said: {text}")),
+        }
+    });
+    let api = StandInApi::start(script).await;
+    let mut r = Report::new("an allow with the suggestions (\"always allow\")");
+
+    // A Write: setMode acceptEdits, taken as the bot's mode; the next Write goes unasked.
+    let place = Place::new(&env, &api, "home-write", &env.work);
+    let id = new_id();
+    let mut cli = Cli::spawn(&place, SessionStart::New(id.clone())).await;
+    let first = env.work.join("first.txt");
+    let asked = asks(&mut cli, &format!("write {}: one", first.display())).await;
+    let suggested = asked
+        .as_ref()
+        .map(|a| a.2["permission_suggestions"].clone());
+    r.saw("a Write's suggestions", format!("{suggested:?}"));
+    r.check(
+        suggested
+            .as_ref()
+            .and_then(|s| s.as_array())
+            .is_some_and(|s| {
+                s.iter()
+                    .any(|x| x["type"] == "setMode" && x["mode"] == "acceptEdits")
+            }),
+        || "a Write no longer suggests setMode acceptEdits".into(),
+    );
+    if let Some(asked) = asked {
+        allow_with(&mut cli, asked, Scope::Always).await;
+    }
+    let second = env.work.join("second.txt");
+    let again = asks(&mut cli, &format!("write {}: two", second.display())).await;
+    r.saw("the next Write asked", again.is_some());
+    r.check(again.is_none() && second.is_file(), || {
+        "the next Write is asked again after allowing with its suggestions".into()
+    });
+    cli.close_stdin();
+    cli.wait("the end of stdin").await;
+
+    // A Bash command outside the working directory: as offered (`always`), then for the
+    // session only (`session`), each in its own working directory.
+    let command = format!("run ls {}", outside.display());
+    for (scope, name) in [(Scope::Always, "always"), (Scope::Session, "session")] {
+        let cwd = env.dir.path().join(format!("work-{name}"));
+        let place = Place::new(&env, &api, &format!("home-{name}"), &cwd);
+        let id = new_id();
+        let mut cli = Cli::spawn(&place, SessionStart::New(id.clone())).await;
+        let asked = asks(&mut cli, &command).await;
+        let suggested = asked
+            .as_ref()
+            .map(|a| a.2["permission_suggestions"].clone());
+        r.saw(
+            &format!("{name}: the Bash command's suggestions"),
+            format!("{suggested:?}"),
+        );
+        let Some(asked) = asked else {
+            r.check(false, || {
+                "a Bash command outside the folder is no longer asked".into()
+            });
+            break;
+        };
+        allow_with(&mut cli, asked, scope).await;
+        let local = place.cwd.join(".claude/settings.local.json");
+        let rules = std::fs::read_to_string(&local).unwrap_or_default();
+        r.saw(&format!("{name}: .claude/settings.local.json"), &rules);
+        r.saw(
+            &format!("{name}: settings files written"),
+            format!("{:?}", settings_files(env.dir.path())),
+        );
+        let same_process = asks(&mut cli, &command).await;
+        r.saw(
+            &format!("{name}: asked again in the same process"),
+            same_process.is_some(),
+        );
+        cli.close_stdin();
+        cli.wait("the end of stdin").await;
+        let mut next = Cli::spawn(&place, SessionStart::Resume(id.clone())).await;
+        let next_process = asks(&mut next, &command).await;
+        r.saw(
+            &format!("{name}: asked again in the next process"),
+            next_process.is_some(),
+        );
+        if let Some(a) = next_process.clone() {
+            allow_with(&mut next, a, Scope::Once).await;
+        }
+        next.close_stdin();
+        next.wait("the end of stdin").await;
+        // 2.1.328 in print mode keeps a rule only in the process, whatever its destination: no
+        // settings file is written (botvisor offers `always` only for a mode it keeps itself).
+        r.check(same_process.is_none(), || {
+            format!("the same command is asked again in the process that allowed it ({name})")
+        });
+        r.check(next_process.is_some() && !rules.contains("Bash("), || {
+            format!(
+                "a rule sent with an allow ({name}) now outlives the process (settings.local.json: \
+                 {rules:?}): botvisor could offer `always` for it (runtime::claude::scopes)"
+            )
+        });
+    }
+    r.finish();
 }

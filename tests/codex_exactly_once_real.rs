@@ -47,6 +47,10 @@ fn completed_with(path: &std::path::Path, text: &str) -> bool {
         })
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_codex_recorded_while_botvisord_was_frozen_is_read_back_into_the_chat() {
     let Some(codex) = codex_bin() else { return };
@@ -180,6 +184,10 @@ async fn turn_elsewhere(s: &CodexSetup, env: &TestEnv, thread: &str, text: &str)
     let _ = tokio::time::timeout(EVENT_TIMEOUT, child.wait()).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attempt_the_thread_went_on_after_is_not_dropped_and_the_turn_ends_cut_refused() {
     let Some(codex) = codex_bin() else { return };

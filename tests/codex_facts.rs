@@ -324,6 +324,10 @@ impl Setup {
     }
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handshake_thread_id_and_the_rollout_written_at_the_first_turn() {
     let Some(s) = Setup::start(echo_script()).await else {
@@ -438,6 +442,10 @@ async fn handshake_thread_id_and_the_rollout_written_at_the_first_turn() {
     codex.close().await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resuming_a_missing_or_malformed_thread_is_refused_by_name() {
     let Some(s) = Setup::start(echo_script()).await else {
@@ -479,6 +487,10 @@ async fn resuming_a_missing_or_malformed_thread_is_refused_by_name() {
     codex.close().await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupt_ends_the_turn_as_interrupted() {
     let script: Script = std::sync::Arc::new(|_| Reply::SlowText {
@@ -516,6 +528,10 @@ async fn an_interrupt_ends_the_turn_as_interrupted() {
     codex.close().await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_escalated_command_asks_for_approval_and_a_decline_is_told_to_the_model() {
     let Some(s) = Setup::start(support::responses_api::shell_script()).await else {
@@ -589,6 +605,10 @@ async fn an_escalated_command_asks_for_approval_and_a_decline_is_told_to_the_mod
     codex.close().await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_change_between_turns_only_with_the_experimental_api() {
     let Some(s) = Setup::start(echo_script()).await else {
@@ -644,6 +664,10 @@ async fn settings_change_between_turns_only_with_the_experimental_api() {
     codex.close().await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_error_is_an_error_notification_and_a_failed_turn() {
     let script: Script = std::sync::Arc::new(|_| Reply::Status {
@@ -679,6 +703,10 @@ async fn an_http_error_is_an_error_notification_and_a_failed_turn() {
     codex.close().await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_codex_home_is_refused_at_start() {
     let Some(bin) = codex_bin() else { return };
@@ -703,6 +731,10 @@ async fn a_missing_codex_home_is_refused_at_start() {
     );
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_usage_limit_is_an_error_that_names_its_reset() {
     // What the Responses API answers a plan whose usage limit is reached (openai/codex's
@@ -770,6 +802,10 @@ async fn a_usage_limit_is_an_error_that_names_its_reset() {
     codex.close().await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 /// Codex tells tokens, never a cost.
 async fn a_turns_token_usage_is_told_last_and_in_total() {
@@ -808,6 +844,10 @@ async fn a_turns_token_usage_is_told_last_and_in_total() {
 /// A key the Responses API refuses: Codex 0.171.0 sends an `error` whose `codexErrorInfo` is
 /// `{"httpConnectionFailed": {"httpStatusCode": 401}}` and whose message says "401
 /// Unauthorized", not retried, and the turn fails with it (botvisor holds: `login_required`).
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_key_is_an_error_naming_the_401() {
     let script: Script = std::sync::Arc::new(|_| Reply::Status {
@@ -857,6 +897,10 @@ async fn a_refused_key_is_an_error_naming_the_401() {
 /// app-server's own `account/login/start` and `account/logout`, which botvisor never sends), and
 /// its `account/read` still answers what it read at its start. So botvisor watches the file and
 /// starts the agent again when it changes (`bot/credentials.rs`), rather than wait for a notice.
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_login_made_elsewhere_is_not_told_to_the_running_app_server() {
     let Some(s) = Setup::start(echo_script()).await else {
@@ -1016,6 +1060,10 @@ fn codex_cli(s: &Setup, args: &[&str]) -> (Option<i32>, String) {
 /// in the rollout, and how `thread/revert` drops it so that the message sent again reaches the
 /// model once. botvisor's reader (`runtime::codex::taken`) and locator (`rollout::find`,
 /// `rollout::history`) are checked against what Codex does.
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_taken_message_is_asked_again_once_after_thread_revert() {
     use botvisor::runtime::Cut;
@@ -1335,6 +1383,10 @@ fn indexed(codex_home: &Path, thread: &str) -> bool {
 /// removes the rollout and its index row, and the rollout put back alone resumes (the row is
 /// rebuilt), as it does with the whole index gone; `codex archive` moves it to
 /// `archived_sessions/`, and a resume is refused until it is unarchived.
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_clean_up_compresses_cold_rollouts_and_deletes_only_when_asked() {
     use botvisor::runtime::codex::rollout;
@@ -1486,6 +1538,10 @@ async fn codex_clean_up_compresses_cold_rollouts_and_deletes_only_when_asked() {
 /// Issue 25, "another process on the same conversation": a thread loaded by one process
 /// (an app-server, `codex exec resume`) is refused to every other, and the kernel's lock table
 /// names the holder (`runtime::codex::writer::holder`).
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_writer_is_refused_and_the_lock_names_its_holder() {
     use botvisor::runtime::codex::writer;
@@ -1612,4 +1668,130 @@ async fn a_second_writer_is_refused_and_the_lock_names_its_holder() {
     );
     exec.kill().await.unwrap();
     third.close().await;
+}
+
+/// Issue 30, "allow for the session" and "always": what an approval request offers (0.171.0: its
+/// `availableDecisions` list `accept`, the execpolicy amendment and `cancel`, and
+/// `proposedExecpolicyAmendment` the rule), and what botvisor's scopes send
+/// (runtime::codex::scopes): `acceptForSession` (`session`, taken though not listed) lets the same
+/// command run unasked in that process; the next process asks again; the proposed execpolicy rule
+/// (`always`) lets it run unasked in the processes after.
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accept_for_session_is_not_asked_again() {
+    use botvisor::runtime::Scope;
+    let Some(s) = Setup::start(support::responses_api::shell_script()).await else {
+        return;
+    };
+    let marker_file = s.env.work.join("ran");
+    let mut codex = s.opened().await;
+    let thread = codex
+        .start_thread(json!({"cwd": s.env.work.to_str().unwrap(),
+                             "approvalPolicy": "on-request", "sandbox": "workspace-write"}))
+        .await;
+    let message = format!("run escalated: touch {}", marker_file.display());
+    codex.start_turn(&thread, &message).await;
+    let ask = codex
+        .until("item/commandExecution/requestApproval", |v| {
+            v["method"] == "item/commandExecution/requestApproval"
+        })
+        .await;
+    let params = &ask["params"];
+    println!(
+        "the request offers: availableDecisions {}, proposedExecpolicyAmendment {}",
+        params["availableDecisions"], params["proposedExecpolicyAmendment"]
+    );
+    let request = json!({"codex": params});
+    let scopes = botvisor::runtime::codex::scopes::scopes(&request);
+    println!("botvisor offers: {scopes:?}");
+    let decision = botvisor::runtime::codex::scopes::grant(&request, Scope::Session)
+        .permissions
+        .expect("a decision");
+    assert_eq!(decision, json!("acceptForSession"));
+    codex
+        .write(json!({"id": ask["id"], "result": {"decision": decision}}))
+        .await;
+    let done = codex.turn_completed().await;
+    assert_eq!(
+        done.pointer("/params/turn/status"),
+        Some(&json!("completed"))
+    );
+    assert!(
+        marker_file.exists(),
+        "{}",
+        changed(&s.bin, "acceptForSession runs the command")
+    );
+    std::fs::remove_file(&marker_file).unwrap();
+
+    // The same command again, in the same thread.
+    codex.start_turn(&thread, &message).await;
+    let next = codex
+        .until("a request or the turn's end", |v| {
+            v["method"] == "item/commandExecution/requestApproval"
+                || v["method"] == "turn/completed"
+        })
+        .await;
+    let asked_again = next["method"] == "item/commandExecution/requestApproval";
+    println!("the same command again after acceptForSession: asked {asked_again}");
+    if asked_again {
+        codex
+            .write(json!({"id": next["id"], "result": {"decision": "accept"}}))
+            .await;
+        codex.turn_completed().await;
+    }
+    assert!(
+        !asked_again && marker_file.exists(),
+        "{}",
+        changed(
+            &s.bin,
+            "the same command, accepted for the session, runs again without asking"
+        )
+    );
+    codex.close().await;
+
+    // The next app-server process asks again; answered with the proposed execpolicy rule
+    // (`always`), the one after it does not.
+    let mut asked_in = Vec::new();
+    for scope in [Scope::Always, Scope::Once] {
+        std::fs::remove_file(&marker_file).ok();
+        let mut codex = s.opened().await;
+        let thread = codex
+            .start_thread(json!({"cwd": s.env.work.to_str().unwrap(),
+                                 "approvalPolicy": "on-request", "sandbox": "workspace-write"}))
+            .await;
+        codex.start_turn(&thread, &message).await;
+        let next = codex
+            .until("a request or the turn's end", |v| {
+                v["method"] == "item/commandExecution/requestApproval"
+                    || v["method"] == "turn/completed"
+            })
+            .await;
+        let asked = next["method"] == "item/commandExecution/requestApproval";
+        asked_in.push(asked);
+        if asked {
+            let request = json!({"codex": next["params"]});
+            let decision = botvisor::runtime::codex::scopes::grant(&request, scope)
+                .permissions
+                .unwrap_or(json!("accept"));
+            println!("answered {decision}");
+            codex
+                .write(json!({"id": next["id"], "result": {"decision": decision}}))
+                .await;
+            codex.turn_completed().await;
+        }
+        codex.close().await;
+    }
+    println!("asked in the next process, then after the execpolicy rule: {asked_in:?}");
+    assert_eq!(
+        asked_in,
+        [true, false],
+        "{}",
+        changed(
+            &s.bin,
+            "acceptForSession ends with its process; an accepted execpolicy rule outlives it"
+        )
+    );
 }

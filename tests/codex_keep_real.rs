@@ -78,6 +78,10 @@ fn thread_files(codex_home: &Path, thread: &str) -> Vec<String> {
     names
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thread_codex_deleted_is_put_back_from_botvisors_copy_and_resumed() {
     let Some(codex) = codex_bin() else { return };
@@ -194,6 +198,10 @@ async fn compress(s: &CodexSetup, env: &TestEnv, compressed: &Path) {
     let _ = tokio::time::timeout(EVENT_TIMEOUT, child.wait()).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thread_codex_compressed_is_resumed_as_it_is() {
     let Some(codex) = codex_bin() else { return };
@@ -256,6 +264,10 @@ async fn a_thread_codex_compressed_is_resumed_as_it_is() {
     wait_no_leftovers(&env).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thread_the_user_archived_is_neither_replaced_nor_put_back() {
     let Some(codex) = codex_bin() else { return };

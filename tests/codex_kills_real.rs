@@ -309,6 +309,10 @@ async fn stop_and_check_gone(seed: u64, env: &TestEnv, bot: &BotProxy<'_>) {
     wait_no_leftovers(env).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_killed_at_random_moments_of_codex_turns_sends_each_message_once() {
     let Some(codex) = codex_bin() else { return };
@@ -361,6 +365,10 @@ const ONCE_KILLS: u32 = 20;
 /// Issue 25: each Codex turn killed once (botvisord and Codex in turn, at a random moment of
 /// it) is answered: a message the thread took and did not answer is asked again without its
 /// attempt (`thread/revert`). Every other rule of the sweeps holds too.
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_codex_turn_killed_once_is_answered_once() {
     let Some(codex) = codex_bin() else { return };
@@ -425,6 +433,10 @@ async fn a_codex_turn_killed_once_is_answered_once() {
     stop_and_check_gone(seed, &env, &bot).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_killed_at_random_moments_restarts_and_keeps_its_conversation() {
     let Some(codex) = codex_bin() else { return };

@@ -65,6 +65,10 @@ async fn wait_last_error(bot: &BotProxy<'_>, pred: impl Fn(&str) -> bool) -> Str
     .expect("LastError shows it")
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_is_resumed_across_a_daemon_restart() {
     let Some(codex) = codex_bin() else { return };
@@ -112,6 +116,10 @@ async fn a_conversation_is_resumed_across_a_daemon_restart() {
     env.assert_no_leftovers();
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_removed_while_the_daemon_was_down_starts_a_new_thread_and_says_why() {
     let Some(codex) = codex_bin() else { return };
@@ -156,6 +164,10 @@ async fn a_rollout_removed_while_the_daemon_was_down_starts_a_new_thread_and_say
     stop_and_wait(&bot).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_approval_allowed_runs_it_and_one_declined_does_not() {
     let Some(codex) = codex_bin() else { return };
@@ -215,6 +227,10 @@ async fn a_command_approval_allowed_runs_it_and_one_declined_does_not() {
     stop_and_wait(&bot).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupt_ends_the_turn_interrupted_and_the_next_message_goes_on() {
     let Some(codex) = codex_bin() else { return };
@@ -245,6 +261,10 @@ async fn an_interrupt_ends_the_turn_interrupted_and_the_next_message_goes_on() {
     stop_and_wait(&bot).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_change_applies_live_to_the_next_request() {
     let Some(codex) = codex_bin() else { return };
@@ -279,6 +299,10 @@ async fn a_model_change_applies_live_to_the_next_request() {
     stop_and_wait(&bot).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_proves_a_setsid_command_gone() {
     let Some(codex) = codex_bin() else { return };
@@ -319,6 +343,10 @@ async fn stop_proves_a_setsid_command_gone() {
     env.assert_no_leftovers();
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_codex_home_is_a_named_error_not_a_crash_loop() {
     let Some(codex) = codex_bin() else { return };
@@ -359,6 +387,10 @@ async fn a_missing_codex_home_is_a_named_error_not_a_crash_loop() {
     assert!(s.api.requests().is_empty());
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_api_that_is_not_there_shows_in_last_error() {
     let Some(codex) = codex_bin() else { return };
@@ -392,6 +424,10 @@ async fn a_model_api_that_is_not_there_shows_in_last_error() {
     stop_and_wait(&bot).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permission_modes_are_listed_per_runtime_checked_and_applied_live() {
     let Some(codex) = codex_bin() else { return };
@@ -529,6 +565,10 @@ async fn check_first_turn_survived(
     );
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_killed_at_the_first_turn_delivers_the_message_once_and_goes_on() {
     let Some(codex) = codex_bin() else { return };
@@ -554,6 +594,10 @@ async fn codex_killed_at_the_first_turn_delivers_the_message_once_and_goes_on() 
     wait_no_leftovers(&env).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_killed_at_the_first_turn_delivers_the_message_once_and_goes_on() {
     let Some(codex) = codex_bin() else { return };
@@ -576,6 +620,10 @@ async fn the_daemon_killed_at_the_first_turn_delivers_the_message_once_and_goes_
     wait_no_leftovers(&env).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_codex_cannot_read_starts_a_new_thread_and_says_why() {
     let Some(codex) = codex_bin() else { return };
@@ -638,6 +686,10 @@ async fn a_rollout_codex_cannot_read_starts_a_new_thread_and_says_why() {
     wait_no_leftovers(&env).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_without_bubblewrap_is_a_named_error_and_full_access_goes_on() {
     let Some(codex) = codex_bin() else { return };
@@ -692,6 +744,10 @@ async fn a_sandbox_without_bubblewrap_is_a_named_error_and_full_access_goes_on()
     wait_no_leftovers(&env).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_api_that_accepts_and_never_answers_shows_and_the_turn_ends() {
     let Some(codex) = codex_bin() else { return };
@@ -752,6 +808,10 @@ async fn wait_setting_applied(
 /// Issue 23, point 6: the `codex` npm puts on `PATH` (`node_modules/.bin/codex`, the Node
 /// wrapper `bin/codex.js`) is taken for the native binary it runs, so that the sandbox helper
 /// beside that binary is found; on the real npm install of the pinned Codex.
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[test]
 fn the_codex_npm_puts_on_path_is_taken_for_its_native_binary() {
     use botvisor::runtime::Runtime;
@@ -777,6 +837,10 @@ fn the_codex_npm_puts_on_path_is_taken_for_its_native_binary() {
 /// ends the turn `interrupted`, and `sleep 300` is gone: Codex 0.171.0 ended it itself here
 /// (a run reported it left running; botvisord then stops it, tests/supervision_fake.rs
 /// `an_interrupt_stops_what_the_interrupted_turn_left_running`). The agent runs on.
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_the_interrupted_turn_started_runs_on() {
     let Some(codex) = codex_bin() else { return };
@@ -865,6 +929,10 @@ fn usage_limited_until(
     })
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_usage_limit_holds_the_queue_until_its_reset() {
     let Some(codex) = codex_bin() else { return };
@@ -937,6 +1005,10 @@ async fn a_usage_limit_holds_the_queue_until_its_reset() {
     );
 }
 
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_key_holds_until_set_environment_gives_a_new_one() {
     let Some(codex) = codex_bin() else { return };
@@ -978,6 +1050,10 @@ async fn a_refused_key_holds_until_set_environment_gives_a_new_one() {
 /// waits in `held_elsewhere` naming it, no crash and no failed message, and answers in the same
 /// thread once that process is gone; held again, a Restart with fork answers in a copy
 /// (`thread/fork`) and leaves the held thread's rollout as it was.
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thread_another_process_holds_is_waited_for_or_forked() {
     let Some(codex) = codex_bin() else { return };

@@ -96,7 +96,7 @@ async fn concurrent_senders_each_see_exactly_their_own_turn() {
                 if !as_json {
                     let want = [
                         format!("fake: {text}"),
-                        "[done: success, $0.0000 so far, 1 ms]".into(),
+                        "[done: success, $0.0000 this turn, 1 ms]".into(),
                     ];
                     if lines != want {
                         wrong.push(format!("{text}: printed {lines:?}"));
@@ -259,7 +259,7 @@ async fn a_prompt_is_found_everywhere_and_answered_elsewhere() {
             "[permission allow] request ask-0-0 by botvisorctl (".to_owned()
                 + rest[0].split(" by botvisorctl (").nth(1).unwrap_or("?"),
             "fake: first".to_owned(),
-            "[done: success, $0.0000 so far, 1 ms]".to_owned(),
+            "[done: success, $0.0000 this turn, 1 ms]".to_owned(),
         ],
         "send printed other turns or missed its own"
     );
@@ -297,7 +297,7 @@ async fn a_prompt_is_found_everywhere_and_answered_elsewhere() {
     );
     assert_eq!(
         lines[2..],
-        ["fake: second", "[done: success, $0.0000 so far, 1 ms]"]
+        ["fake: second", "[done: success, $0.0000 this turn, 1 ms]"]
     );
     // Who answered is named in the chat for every client.
     let (_, out, _) = run(&bus, &["--json", "chat", "asker"]).await;
@@ -563,6 +563,10 @@ async fn list_aligns_wide_names_and_fits_the_terminal() {
         }
         // Each row's state starts at the header's STATE column, whatever the name's width.
         let header = text.lines().next().unwrap();
+        assert!(header.contains("RUNTIME"), "{text}");
+        // Issue 30: every bot on one line, even at 50 columns.
+        assert_eq!(text.lines().count(), 5, "{text}");
+        assert_eq!(text.matches(" claude ").count(), 4, "{text}");
         let at = header[..header.find("STATE").unwrap()].width();
         for line in text.lines().skip(1).filter(|l| l.contains("stopped")) {
             assert_eq!(line[..line.find("stopped").unwrap()].width(), at, "{text}");
@@ -851,7 +855,7 @@ async fn an_oversized_message_is_refused_before_it_is_sent() {
         assert_eq!(out.status.code(), Some(2), "{size}: {err}");
         assert!(
             err.contains(&format!(
-                "botvisorctl: InvalidArgument: the message is {size} bytes; Send takes at most \
+                "botvisorctl: the message is {size} bytes; Send takes at most \
                  1048576 bytes (1 MiB)."
             )),
             "{size}: {err}"
@@ -882,7 +886,7 @@ async fn create_takes_a_memory_limit_with_a_suffix() {
         assert_eq!(v["memory_max"], 2u64 << 30, "{v}");
     } else {
         assert_eq!(code, 1, "{err}");
-        assert!(err.contains("NotSupported: "), "{err}");
+        assert!(err.contains("cannot be applied"), "{err}");
     }
     let (code, _, err) = run(&bus, &["create", "--cwd", cwd, "--memory-max", "2X"]).await;
     assert_eq!(code, 2, "{err}");
@@ -1001,4 +1005,311 @@ async fn stop_ends_with_words_when_botvisord_goes_away() {
     })
     .await
     .unwrap_or_else(|_| panic!("left running: {:?}", s.env.leftovers()));
+}
+
+/// Issue 30: `answer` takes the only open prompt without an id, a unique start of an id, and
+/// `--always`; it says which prompts are open when it cannot tell which one is meant.
+/// `rename` renames.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answer_finds_the_prompt_by_a_prefix_or_alone_and_rename_renames() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let suggestion = json!([{"type": "addRules", "rules": [{"toolName": "Bash"}],
+                             "behavior": "allow", "destination": "localSettings"}]);
+    create(
+        &s,
+        "asker",
+        &s.env.work,
+        json!([{"mode": "normal", "ask": {"tool": "Bash", "count": 2, "input": {"command": "x"},
+                                          "suggestions": suggestion}}]),
+    )
+    .await;
+    let (code, _, err) = run(&bus, &["answer", "asker", "allow"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("asker has no open permission prompt"), "{err}");
+    let send = tokio::spawn({
+        let bus = bus.clone();
+        async move { run(&bus, &["send", "asker", "go"]).await }
+    });
+    // Both requests open.
+    let path = s.env.manager().await.get_bot("asker").await.unwrap();
+    let bot = s.env.bot(&path).await;
+    let changes = bot.receive_pending_permissions_changed().await;
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut changes = changes;
+        while bot.pending_permissions().await.unwrap().len() < 2 {
+            futures_util::StreamExt::next(&mut changes).await;
+        }
+    })
+    .await
+    .expect("two prompts open");
+    let (code, _, err) = run(&bus, &["answer", "asker", "allow"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("asker has 2 open permission prompts: ask-0-0 (Bash), ask-0-1 (Bash)")
+            && err.contains("botvisorctl answer asker REQUEST allow|deny"),
+        "{err}"
+    );
+    let (code, _, err) = run(&bus, &["answer", "asker", "ask-0", "allow"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("`ask-0` starts 2 open requests"), "{err}");
+    let (code, _, err) = run(&bus, &["answer", "asker", "zzz", "allow"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no open permission prompt of asker starts with `zzz`"),
+        "{err}"
+    );
+    // A rule alone holds for the CLI's session only (cli_facts): no `always` for it.
+    let (code, _, err) = run(&bus, &["answer", "asker", "ask-0-1", "allow", "--always"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("offers the scope once, session; not `always`"),
+        "{err}"
+    );
+    let (code, out, err) = run(&bus, &["answer", "asker", "ask-0-1", "allow", "--session"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim(),
+        "allowed request ask-0-1, and the same while the agent runs (session)"
+    );
+    let (code, _, err) = run(&bus, &["answer", "asker", "deny", "--always"]).await;
+    assert_eq!(code, 2, "{err}");
+    let (code, out, err) = run(&bus, &["--json", "answer", "asker", "deny"]).await;
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        v,
+        json!({"request_id": "ask-0-0", "behavior": "deny", "scope": "once"})
+    );
+    let (code, out, err) = tokio::time::timeout(EVENT_TIMEOUT, send)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(code, 0, "{out} {err}");
+    let grants = json_lines(&s.state.join("grants.jsonl"));
+    assert_eq!(grants.len(), 2, "{grants:?}");
+    assert!(
+        grants
+            .iter()
+            .any(|g| g["updatedPermissions"][0]["destination"] == "session"),
+        "{grants:?}"
+    );
+    let (code, _, err) = run(&bus, &["answer", "asker", "allow", "maybe"]).await;
+    assert_eq!(code, 2, "{err}");
+
+    let (code, out, err) = run(&bus, &["rename", "asker", "helper"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "renamed asker to helper");
+    let (_, out, _) = run(&bus, &["list"]).await;
+    assert!(out.contains("helper") && !out.contains("asker"), "{out}");
+    let (code, _, err) = run(&bus, &["rename", "helper", "deadbeef"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("could be a bot id"), "{err}");
+}
+
+/// Issue 30, in the way 8: a message that may begin with `-` is sent without `--`; a runtime
+/// botvisord does not know is a usage error (exit 2); a 3-character id prefix says that 4 are
+/// needed; botvisord's refusals are said in words, without their D-Bus names; `watch` cuts a
+/// long streamed answer as it cuts items, saying how to read it whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_frictions_of_the_first_hour() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let id = create(
+        &s,
+        "demo",
+        &s.env.work,
+        json!([{"mode": "normal", "stream_reply": true, "reply_size": 300000}]),
+    )
+    .await;
+    let mut watch = ctl(&bus)
+        .args(["watch", "demo"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut watched = BufReader::new(watch.stdout.take().unwrap()).lines();
+    // Subscribed once it said so on stderr.
+    let mut said = BufReader::new(watch.stderr.take().unwrap()).lines();
+    tokio::time::timeout(EVENT_TIMEOUT, said.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    let (code, out, err) = run(&bus, &["send", "demo", "-x"]).await;
+    assert_eq!(code, 0, "{out} {err}");
+    let lines = tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut lines = Vec::new();
+        while let Some(l) = watched.next_line().await.unwrap() {
+            let end = l.contains("turn ") && l.contains("ended: success");
+            lines.push(l);
+            if end {
+                return lines;
+            }
+        }
+        panic!("watch ended: {lines:?}");
+    })
+    .await
+    .expect("watch shows the turn");
+    assert!(lines.iter().any(|l| l.contains("> -x")), "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l.chars().count() < 2200),
+        "a line is longer than the cut: {:?}",
+        lines.iter().map(|l| l.len()).collect::<Vec<_>>()
+    );
+    let short = &id[..6];
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("293.0 KiB in all; botvisorctl chat ") && l.contains(short)),
+        "{lines:?}"
+    );
+    let (code, _, err) = run(&bus, &["create", "--runtime", "gemini"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unknown runtime `gemini`"), "{err}");
+    let (code, _, err) = run(&bus, &["status", &id[..3]]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("an id prefix takes 4 characters or more"),
+        "{err}"
+    );
+    let (code, _, err) = run(&bus, &["set", "demo", "--model=-bad"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("botvisorctl: invalid model name `-bad`"),
+        "{err}"
+    );
+}
+
+/// Issue 30: `doctor` says what it found and how to fix it, and exits 0 only when every check
+/// passes. With botvisord running, the CLIs as it sees them (its environment): a Claude Code
+/// without a login fails (with `claude /login`), a Codex not installed only warns; logged in, it
+/// passes. Without botvisord on the bus and no activation file, it fails saying how to start it,
+/// and a state folder open to others fails (with `chmod 700`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_names_what_fails_and_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = FakeSetup::start("").await;
+    let home = s.env.dir.path().join("doctor-home");
+    let state = home.join(".local/state/botvisor");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let doctor = |bus: String| {
+        let mut c = ctl(&bus);
+        c.env("HOME", &home)
+            .env("BOTVISOR_CLAUDE_BIN", fake_cli())
+            .arg("doctor");
+        c
+    };
+    let out = doctor(s.env.bus.address.clone()).output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("ok   botvisord: running on the bus (pid "),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "ok   claude: the running botvisord runs {}",
+            fake_cli().display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("FAIL claude login: not logged in"), "{text}");
+    assert!(text.contains("fix: claude /login"), "{text}");
+    assert!(text.contains("warn codex: "), "{text}");
+    assert!(text.contains("1 check(s) failed"), "{text}");
+    // Logged in as the running botvisord's user (its HOME).
+    std::fs::create_dir_all(s.env.home.join(".claude")).unwrap();
+    std::fs::write(s.env.home.join(".claude/.credentials.json"), "{}").unwrap();
+    let out = doctor(s.env.bus.address.clone()).output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("all checks passed"), "{text}");
+
+    // A bus without botvisord, which cannot start it: this shell's view.
+    let bare = PrivateBus::start(&s.env.dir.path().join("bare-bus"));
+    let out = doctor(bare.address.clone()).output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("FAIL state folder: ") && text.contains("open to other users (755)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("fix: chmod 700 {}", state.display())),
+        "{text}"
+    );
+    let mut c = doctor(bare.address.clone());
+    let out = c.arg("--json").output().await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let checks: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let daemon = checks.iter().find(|c| c["check"] == "botvisord").unwrap();
+    assert_eq!(daemon["status"], "fail", "{checks:?}");
+    assert!(
+        daemon["fix"].as_str().unwrap().contains("run `botvisord`"),
+        "{daemon}"
+    );
+}
+
+/// Issue 30: shell completion names the running botvisord's bots for a BOT argument (the
+/// dynamic completion `completions SHELL` registers: `COMPLETE=<shell> botvisorctl -- …`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_names_the_bots_of_the_running_daemon() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    for name in ["alpha", "alpine", "beta"] {
+        create(&s, name, &s.env.work, json!([{"mode": "normal"}])).await;
+    }
+    let complete = |words: &[&str]| {
+        let mut c = ctl(&bus);
+        c.env("COMPLETE", "fish")
+            .arg("--")
+            .arg("botvisorctl")
+            .args(words);
+        c
+    };
+    let out = complete(&["send", "al"]).output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let names: Vec<&str> = text
+        .lines()
+        .map(|l| l.split('\t').next().unwrap())
+        .collect();
+    assert_eq!(names, ["alpha", "alpine"], "{text}");
+    assert!(text.contains("alpha\tstopped in "), "{text}");
+    let out = complete(&["--json", "watch", "b"]).output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.starts_with("beta\t"), "{text}");
+    let (code, script, _) = run(&bus, &["completions", "bash"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        script.contains("COMPLETE=\"bash\"") || script.contains("COMPLETE=bash"),
+        "{script}"
+    );
+}
+
+/// Issue 30, in the way 7: a Claude bot whose login is refused: `send` ends (exit 1) saying so
+/// and how to log in, instead of waiting for a turn that waits for the login.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_says_how_to_log_in_when_the_login_is_refused() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(&s, "nologin", &s.env.work, json!([{"mode": "auth_error"}])).await;
+    let (code, out, err) =
+        tokio::time::timeout(EVENT_TIMEOUT, run(&bus, &["send", "nologin", "hi"]))
+            .await
+            .expect("send ends");
+    assert_eq!(code, 1, "{out} {err}");
+    assert!(
+        err.contains("the agent's login expired or was refused"),
+        "{err}"
+    );
+    assert!(err.contains("claude /login"), "{err}");
+    assert!(
+        err.contains("botvisorctl set nologin --env ANTHROPIC_API_KEY="),
+        "{err}"
+    );
+    assert!(err.contains("The message waits"), "{err}");
 }

@@ -41,6 +41,10 @@ fn closed_port() -> u16 {
 /// events reach `LastError` and the chat (the first and the last retry at least, at most one
 /// per 10 s between), `send` shows them while it waits, and the turn's end says error, with
 /// exit code 3, never success.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_model_api_is_visible_while_the_cli_retries() {
     let Some(claude) = claude_bin() else { return };
@@ -116,6 +120,10 @@ async fn an_unreachable_model_api_is_visible_while_the_cli_retries() {
 
 /// The README's botvisorctl examples run as written (against the stand-in it tells how to
 /// start, on the test's port), each exiting 0 with what the README says it prints.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_botvisorctl_examples_run_as_written() {
     let Some(claude) = claude_bin() else { return };
@@ -144,8 +152,9 @@ async fn the_readme_botvisorctl_examples_run_as_written() {
                 continue;
             }
             let args: Vec<&str> = words[1..].iter().map(String::as_str).collect();
-            // Interactive ones are exercised by tests/ctl.rs and tests/ctl_fake.rs.
-            if matches!(args.first(), Some(&"watch") | Some(&"answer")) {
+            // Interactive ones are exercised by tests/ctl.rs, tests/ctl_fake.rs and (ui)
+            // tests/ui_real.rs.
+            if matches!(args.first(), Some(&"watch") | Some(&"answer") | Some(&"ui")) {
                 continue;
             }
             if args.first() == Some(&"send") && args.get(2).is_some_and(|t| t.starts_with("write "))
@@ -244,6 +253,10 @@ fn shell_words(line: &str) -> Vec<String> {
 /// The README's busctl and gdbus examples run as written, on the test's private bus (`--user`
 /// and `--session` become its address) and stand-in port; `$BOT` is the path `CreateBot`
 /// printed, as the README says. The monitors (which run until stopped) are left out.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_busctl_and_gdbus_examples_run_as_written() {
     let Some(claude) = claude_bin() else { return };

@@ -114,6 +114,10 @@ async fn chat_signals_until(log: &mut zbus::MessageStream, turn: &str) -> Vec<(u
     out
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_clients_share_one_bot_and_a_second_client_answers_the_prompt() {
     let Some(claude) = claude_bin() else { return };
@@ -194,6 +198,10 @@ fn path_str(p: &zbus::OwnedObjectPath) -> &str {
     p.as_str()
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deny_keeps_the_file_unwritten_and_the_model_sees_the_message() {
     let Some(claude) = claude_bin() else { return };
@@ -230,6 +238,10 @@ async fn deny_keeps_the_file_unwritten_and_the_model_sees_the_message() {
     assert_eq!(of_kind(&items, "tool_result")[0]["is_error"], true);
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prompt_open_when_the_bot_stops_is_denied_and_recorded() {
     let Some(claude) = claude_bin() else { return };
@@ -255,6 +267,10 @@ async fn a_prompt_open_when_the_bot_stops_is_denied_and_recorded() {
     assert!(err.to_string().contains("NotFound"), "{err}");
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupting_a_turn_that_asks_closes_its_prompt() {
     let Some(claude) = claude_bin() else { return };
@@ -284,6 +300,10 @@ async fn interrupting_a_turn_that_asks_closes_its_prompt() {
     assert!(!target.exists());
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_text_arrives_before_the_final_message() {
     let Some(claude) = claude_bin() else { return };
@@ -336,6 +356,10 @@ async fn streamed_text_arrives_before_the_final_message() {
     );
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interrupt_ends_a_long_turn_and_queued_messages_stay_queued() {
     let Some(claude) = claude_bin() else { return };

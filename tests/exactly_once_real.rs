@@ -201,6 +201,10 @@ async fn check_sweep(
 /// Issue 25: each turn killed once (the daemon and the CLI in turn, at a random moment of it) is
 /// answered: a message the conversation took and did not answer is asked again without its
 /// first attempt. Every other rule of the sweeps holds too.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_killed_once_is_answered_once() {
     let Some(claude) = claude_bin() else { return };
@@ -252,6 +256,10 @@ async fn a_turn_killed_once_is_answered_once() {
     );
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_killed_at_random_moments_of_turns_sends_each_message_once() {
     let Some(claude) = claude_bin() else { return };
@@ -284,6 +292,10 @@ async fn the_daemon_killed_at_random_moments_of_turns_sends_each_message_once() 
     check_sweep(seed, &env, &bot, &setup, &sent, &session).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_killed_at_random_moments_never_loses_its_conversation() {
     let Some(claude) = claude_bin() else { return };
@@ -331,6 +343,10 @@ async fn the_cli_killed_at_random_moments_never_loses_its_conversation() {
     check_sweep(seed, &env, &bot, &setup, &sent, &session).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_cli_killed_before_its_replay_keeps_its_conversation() {
     let Some(claude) = claude_bin() else { return };
@@ -373,6 +389,10 @@ async fn a_resumed_cli_killed_before_its_replay_keeps_its_conversation() {
     assert!(last.contains("\"x\""), "z was answered without the history");
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_turn_and_an_api_error_read_back_as_their_outcomes() {
     let Some(claude) = claude_bin() else { return };

@@ -4,6 +4,8 @@
 //! records where Claude Code is; with one it reloads systemd and says how to enable the unit.
 //! `systemctl` and `claude` are stand-ins on PATH; nothing outside the temporary folder changes.
 
+mod support;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -112,7 +114,15 @@ fn help_is_clean() {
 #[test]
 fn without_systemd_it_says_what_to_do_and_installs_everything() {
     let h = Home::new(1, 0);
+    // Issue 30, in the way 5: a state folder open to others is made the user's alone.
+    let state = h.path(".local/state/botvisor");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
     let (code, out, err) = h.run(&["--bin-dir", &bin_dir(), "--autostart"], &[]);
+    assert_eq!(
+        std::fs::metadata(&state).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("no systemd user manager here"), "{out}");
     assert!(out.contains("starts by D-Bus activation"), "{out}");
@@ -285,4 +295,84 @@ fn with_systemd_it_reloads_and_says_how_to_enable() {
     assert_eq!(code, 1, "{out}");
     assert!(err.contains("daemon-reload failed"), "{err}");
     assert!(!out.contains("enable --now"), "{out}");
+}
+
+/// Issue 30, in the way 1: a session bus that started before the activation folder existed
+/// lists the name once the script asked it to reload (`ListActivatableNames`), and the script
+/// says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_bus_is_asked_to_read_the_activation_file() {
+    let h = Home::new(1, 0);
+    let services = h.path(".local/share/dbus-1/services");
+    let bus = support::PrivateBus::start_with(&h.home.join("bus"), Some(&services), &[]);
+    let (code, out, err) = h.run(
+        &["--bin-dir", &bin_dir()],
+        &[("DBUS_SESSION_BUS_ADDRESS", &bus.address)],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("the session bus lists org.botvisor.Botvisor1 now"),
+        "{out}\n{err}"
+    );
+    let conn = bus.connect().await;
+    let names = zbus::fdo::DBusProxy::new(&conn)
+        .await
+        .unwrap()
+        .list_activatable_names()
+        .await
+        .unwrap();
+    assert!(
+        names.iter().any(|n| n.as_str() == "org.botvisor.Botvisor1"),
+        "{names:?}"
+    );
+}
+
+/// Issue 30, in the way 8: `--uninstall` stops a botvisord that runs the installed binary outside
+/// systemd (it stops its bots first), and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uninstall_stops_the_botvisord_it_installed() {
+    let h = Home::new(1, 0);
+    let (code, out, err) = h.run(&["--bin-dir", &bin_dir()], &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let bus = support::PrivateBus::start(&h.home.join("bus"));
+    let mut daemon = Command::new(h.path(".local/bin/botvisord"))
+        .arg("--database")
+        .arg(h.home.join("db.sqlite"))
+        .env_clear()
+        .env("HOME", &h.home)
+        .env("XDG_RUNTIME_DIR", h.home.join("run"))
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus.address)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Serving: the name is owned.
+    let conn = bus.connect().await;
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
+    let mut owners = dbus
+        .receive_name_owner_changed_with_args(&[(0, "org.botvisor.Botvisor1")])
+        .await
+        .unwrap();
+    if !dbus
+        .name_has_owner("org.botvisor.Botvisor1".try_into().unwrap())
+        .await
+        .unwrap()
+    {
+        tokio::time::timeout(
+            support::EVENT_TIMEOUT,
+            futures_util::StreamExt::next(&mut owners),
+        )
+        .await
+        .expect("botvisord takes its name");
+    }
+    let (code, out, err) = h.run(&["--uninstall"], &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(&format!(
+            "stopped the botvisord that ran (pid {})",
+            daemon.id()
+        )),
+        "{out}"
+    );
+    let status = daemon.wait().unwrap();
+    assert!(status.success(), "it stopped gently: {status:?}");
 }

@@ -39,6 +39,10 @@ async fn turn_end(finished: &mut botvisor::dbus::client::TurnFinishedStream, tur
     wait_turns(finished, &[turn.to_owned()]).await[0].1.clone()
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allow_and_deny_through_dunst_answer_the_real_cli() {
     let Some(claude) = claude_bin() else { return };

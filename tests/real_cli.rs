@@ -6,6 +6,10 @@ mod support;
 use support::stand_in_api::{StandInApi, echo_script};
 use support::*;
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hello_reply_arrives_and_survives_a_daemon_restart() {
     let Some(claude) = claude_bin() else { return };

@@ -410,9 +410,7 @@ async fn a_bridge_run_by_another_user_is_refused() {
         let (code, out, err) = run(None, home, &[], &all).await;
         assert_eq!(code, 1, "{args:?}: {out} {err}");
         assert!(
-            err.contains(
-                "AccessDenied: botvisord serves only user 0; the caller runs as user 65534"
-            ),
+            err.contains("botvisord serves only user 0; the caller runs as user 65534"),
             "{args:?}: {err}"
         );
         assert!(!out.contains("mine"), "{args:?}: {out}");
@@ -557,4 +555,54 @@ async fn a_program_that_ends_at_once_is_described_as_it_ended() {
         err.contains("the program ended (exit status: 3); what it printed is above"),
         "{err}"
     );
+}
+
+/// Issue 30: `botvisorctl --host HOST ui` shows the remote botvisord's bots and answers a prompt
+/// over the link, in a terminal (tmux).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_works_over_host() {
+    if !support::terminal::have_tmux() {
+        return;
+    }
+    let s = FakeSetup::start("").await;
+    let local = s.env.bus.address.clone();
+    let Some(sshd) = Sshd::start(
+        &s.env.dir.path().join("ssh"),
+        &[("DBUS_SESSION_BUS_ADDRESS", &local)],
+    ) else {
+        return;
+    };
+    let id = create(
+        &s,
+        &local,
+        "faraway",
+        json!([{"mode": "normal", "ask": {"tool": "Write", "input_bytes": 4}}]),
+    )
+    .await;
+    let host = format!("{}@{HOST}", sshd.user);
+    let home = s.env.home.to_str().unwrap().to_owned();
+    let ssh = sshd.ssh.to_str().unwrap().to_owned();
+    let t = support::terminal::Tmux::start(
+        s.env.dir.path(),
+        120,
+        30,
+        &s.env.work,
+        &[("HOME", &home), ("BOTVISOR_SSH", &ssh)],
+        &format!(
+            "{} --host {host} ui; echo \"ui ended: $?\"; exec sleep 3600",
+            env!("CARGO_BIN_EXE_botvisorctl")
+        ),
+    );
+    t.wait_for("faraway").await;
+    t.keys(&["Enter"]);
+    t.text("over the link");
+    t.keys(&["Enter"]);
+    t.wait_for("faraway asks: Write").await;
+    t.keys(&["y"]);
+    t.wait_for("fake: over the link").await;
+    t.keys(&["q"]);
+    t.wait_for("ui ended: 0").await;
+    let path = s.env.manager().await.get_bot(&id).await.unwrap();
+    let items = chat(&s.env.bot(&path).await).await;
+    assert_eq!(of_kind(&items, "permission_answer")[0]["behavior"], "allow");
 }

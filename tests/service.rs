@@ -211,6 +211,21 @@ async fn the_daemons_folders_and_locks_are_private_and_a_held_lock_names_its_hol
     drop(held);
 }
 
+/// Issue 30, in the way 2: `--database` in a folder that does not exist: the folder is created
+/// 0700 (docs/install.md), whatever the umask, and the daemon starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_in_a_missing_folder_gets_a_private_folder() {
+    let env = TestEnv::new().await;
+    let mut cfg = env.daemon_config(Some("/bin/true".into()));
+    let folder = env.dir.path().join("not/yet");
+    cfg.database = folder.join("db.sqlite");
+    cfg.umask = Some(0);
+    let mut daemon = Daemon::start(&cfg, &env.conn).await;
+    assert_eq!(mode(&folder), 0o700);
+    assert_eq!(mode(&cfg.database), 0o600);
+    assert!(daemon.terminate().await.success());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_every_bot_before_the_name_is_released() {
     let env = TestEnv::new().await;

@@ -25,6 +25,10 @@ fn transcript_exists(config_dir: &Path, session: &str) -> bool {
         .any(|d| d.path().join(format!("{session}.jsonl")).is_file())
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_setting_changed_20ms_after_create_starts_a_new_conversation_without_error() {
     let Some(claude) = claude_bin() else { return };
@@ -58,6 +62,10 @@ async fn a_setting_changed_20ms_after_create_starts_a_new_conversation_without_e
     );
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_change_live_on_a_running_agent_without_a_restart() {
     let Some(claude) = claude_bin() else { return };
@@ -111,6 +119,10 @@ async fn settings_change_live_on_a_running_agent_without_a_restart() {
     );
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_is_resumed_and_one_killed_at_its_first_replay_is_replaced() {
     let Some(claude) = claude_bin() else { return };
@@ -230,6 +242,10 @@ async fn kill_at_first_replay(bot: &botvisor::dbus::client::BotProxy<'static>) -
 /// Issue 25: a conversation's first message, killed before it was answered, is asked again; as
 /// the conversation held nothing else, in a new one (the old record forgotten, reason
 /// `only_unanswered`), and the model is sent it once.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_message_killed_unanswered_is_asked_again_in_a_new_conversation() {
     let Some(claude) = claude_bin() else { return };
@@ -278,6 +294,10 @@ fn remove_transcripts(config_dir: &Path, session: &str) {
 }
 
 /// Without botvisor's copy (`keep_conversations = false`), rule 2 alone.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transcript_removed_while_the_daemon_was_down_is_replaced_without_a_failed_turn() {
     let Some(claude) = claude_bin() else { return };
@@ -309,6 +329,10 @@ async fn a_transcript_removed_while_the_daemon_was_down_is_replaced_without_a_fa
 /// the file as the sweep does, by unlinking it, and its project folder too). botvisor's copy,
 /// kept at each turn's end, is put back: the same conversation resumes, the model is sent the
 /// earlier turns, and the chat says what happened. A fresh restart removes the copy.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_the_cli_removed_is_put_back_from_botvisors_copy_and_resumed() {
     let Some(claude) = claude_bin() else { return };
@@ -403,6 +427,10 @@ async fn a_conversation_the_cli_removed_is_put_back_from_botvisors_copy_and_resu
     assert!(kept.join(&fresh).is_dir(), "the new conversation is kept");
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conversations_in_unusual_working_directories_are_found_and_resumed() {
     let Some(claude) = claude_bin() else { return };
@@ -458,6 +486,10 @@ async fn conversations_in_unusual_working_directories_are_found_and_resumed() {
     }
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_transcript_is_looked_up_in_the_bots_claude_config_dir() {
     let Some(claude) = claude_bin() else { return };
@@ -485,6 +517,10 @@ async fn the_transcript_is_looked_up_in_the_bots_claude_config_dir() {
     assert!(of_kind(&chat(&bot).await, "system").is_empty());
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_sent_while_starting_and_busy_arrive_once_in_order() {
     let Some(claude) = claude_bin() else { return };
@@ -518,6 +554,10 @@ async fn messages_sent_while_starting_and_busy_arrive_once_in_order() {
     );
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_restart_leaves_the_old_conversation_for_good_across_a_daemon_restart() {
     let Some(claude) = claude_bin() else { return };
@@ -560,6 +600,10 @@ async fn a_fresh_restart_leaves_the_old_conversation_for_good_across_a_daemon_re
     );
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_stopped_before_any_turn_leaves_no_session_record() {
     let Some(claude) = claude_bin() else { return };
@@ -592,6 +636,10 @@ async fn a_process_stopped_before_any_turn_leaves_no_session_record() {
     );
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_to_a_bot_whose_folder_is_gone_is_refused_and_its_return_resumes_the_conversation() {
     let Some(claude) = claude_bin() else { return };
@@ -654,6 +702,10 @@ async fn send_to_a_bot_whose_folder_is_gone_is_refused_and_its_return_resumes_th
 /// `bypassPermissions` to a session not launched with it; `PermissionMode` keeps `plan`, an
 /// `error` item (reason `setting_refused`) and `LastError` say why, the agent goes on in `plan`,
 /// and a mode it takes is shown once it did.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mode_the_running_agent_refuses_is_not_shown_as_in_force() {
     let Some(claude) = claude_bin() else { return };
@@ -729,6 +781,10 @@ async fn a_mode_the_running_agent_refuses_is_not_shown_as_in_force() {
 /// Issue 23: a slash command that Claude Code runs itself (`/cost`) is never replayed; its
 /// output and its `result` end its turn, and the next message is taken. Before, the bot stayed
 /// `busy` for ever with the next messages queued (a failed `/compact` did the same).
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slash_command_the_cli_runs_itself_ends_its_turn() {
     let Some(claude) = claude_bin() else { return };
@@ -818,6 +874,10 @@ impl Drop for OtherCli {
 /// program) gets no second writer. The bot waits in `held_elsewhere` naming it (`HeldBy`), no
 /// crash counted, its message queued; it goes on by itself in the same conversation when that
 /// process exits; `Restart` with `fork` continues in a copy, leaving the held one as it is.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_another_process_holds_is_waited_for_or_forked() {
     let Some(claude) = claude_bin() else { return };

@@ -72,6 +72,10 @@ async fn wait_for_sleep(env: &TestEnv) -> u32 {
     wait_for(env, "sleep 300").await
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_proves_the_background_job_gone() {
     let Some(claude) = claude_bin() else { return };
@@ -88,6 +92,10 @@ async fn stop_proves_the_background_job_gone() {
     env.assert_no_leftovers();
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cli_killed_from_outside_is_published_and_its_orphaned_job_stopped() {
     let Some(claude) = claude_bin() else { return };
@@ -129,6 +137,10 @@ async fn a_cli_killed_from_outside_is_published_and_its_orphaned_job_stopped() {
     env.assert_no_leftovers();
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_stop_waits_for_the_background_task_then_the_next_message_resumes() {
     let Some(claude) = claude_bin() else { return };
@@ -173,6 +185,10 @@ async fn idle_stop_waits_for_the_background_task_then_the_next_message_resumes()
     stop_and_wait(&bot).await;
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_killed_mid_turn_is_cleaned_up_by_the_next_one() {
     let Some(claude) = claude_bin() else { return };

@@ -66,6 +66,10 @@ async fn subscription_bot(setup: &mut RealSetup, env: &TestEnv) -> BotProxy<'sta
         .await
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_queue_waits_out_a_usage_limit_and_is_answered_after_its_reset() {
     let Some(claude) = claude_bin() else { return };
@@ -216,6 +220,10 @@ fn limited_after_a_tool_call(asked: Asked) -> Script {
     })
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_the_limit_cuts_after_its_tool_calls_ends_limited_and_is_not_sent_again() {
     let Some(claude) = claude_bin() else { return };
@@ -267,6 +275,10 @@ async fn a_turn_the_limit_cuts_after_its_tool_calls_ends_limited_and_is_not_sent
     let _ = next;
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bot_counts_its_cost_once_and_its_budget_stops_new_turns() {
     let Some(claude) = claude_bin() else { return };
@@ -361,6 +373,10 @@ async fn a_bot_counts_its_cost_once_and_its_budget_stops_new_turns() {
     assert_eq!(setup.asked(), ["one", "two", "three", "four", "five"]);
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_near_its_limit_shows_it_and_warns_once() {
     let Some(claude) = claude_bin() else { return };
@@ -441,6 +457,10 @@ async fn expired_login_bot(
     (setup, bot, expired, turn, session)
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_login_holds_until_the_credentials_file_changes() {
     if claude_bin().is_none() {
@@ -478,6 +498,10 @@ async fn an_expired_login_holds_until_the_credentials_file_changes() {
     );
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_login_holds_until_set_environment_gives_a_new_token() {
     if claude_bin().is_none() {
@@ -510,6 +534,10 @@ async fn an_expired_login_holds_until_set_environment_gives_a_new_token() {
     assert!(err.to_string().contains("invalid variable name"), "{err}");
 }
 
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_continue_after_limit_a_cut_turn_continues_at_the_reset() {
     let Some(claude) = claude_bin() else { return };
@@ -571,6 +599,10 @@ async fn with_continue_after_limit_a_cut_turn_continues_at_the_reset() {
 /// The service still refuses after the reset it named (its clock behind ours): the CLI, in the
 /// same process, prints no new `rate_limit_event`, only its error result's words; the bot holds
 /// again and backs off instead of burning the queue as error turns (found by a helper's test).
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_hit_again_after_its_reset_holds_again() {
     let Some(claude) = claude_bin() else { return };

@@ -40,6 +40,7 @@ pub enum DaemonError {
 /// the service manager restarts it). Must run inside a tokio runtime with I/O and time.
 pub async fn run(config: Config, database: PathBuf) -> Result<(), DaemonError> {
     // 1. One daemon per database (design rule 5), in folders that are the user's alone.
+    let before = single_instance::Created::before(&database);
     let locks = single_instance::lock(&database)?;
     let store = Store::open(&database).map_err(|e| {
         DaemonError::Start(format!(
@@ -81,7 +82,11 @@ pub async fn run(config: Config, database: PathBuf) -> Result<(), DaemonError> {
         .collect();
     crate::supervisor::memory_max::report_at_start(supervisor.config(), &records, containment);
     // 6. The name, then what a crashed run left (design rules 9 and 10), then the bots run.
-    service.take_name().await?;
+    if let Err(e) = service.take_name().await {
+        // Refused the name (another botvisord serves this bus): what this start created goes.
+        before.remove_new(&database);
+        return Err(e.into());
+    }
     match left_processes::stop_all(&supervisor).await {
         Ok(0) => {}
         Ok(n) => tracing::warn!(count = n, "stopped processes left by the previous run"),

@@ -22,6 +22,12 @@ pub(super) fn lock(database: &Path) -> Result<Locks, DaemonError> {
     let mut private = vec![paths::runtime_dir()];
     if database.parent() == Some(paths::state_dir().as_path()) {
         private.push(paths::state_dir());
+    } else if let Some(folder) = database.parent().filter(|p| !p.as_os_str().is_empty())
+        && !folder.exists()
+    {
+        // A folder given with `--database` or `database` that is missing is created 0700
+        // (docs/install.md); one that exists is used as it is.
+        private.push(folder.to_owned());
     }
     for dir in private {
         match crate::files::private_dir(&dir) {
@@ -57,5 +63,82 @@ impl Locks {
                 .push(crate::files::take_lock(&by_inode).map_err(start)?);
         }
         Ok(self)
+    }
+}
+
+/// The files and folders a start creates for a database, and which of them were there before
+/// it: a start that does not become the bus name's owner removes what it created.
+pub(super) struct Created {
+    /// Each path and whether it existed before the start.
+    paths: Vec<(PathBuf, bool)>,
+    /// The lock by the database's inode: a database this start created gets one too.
+    database_existed: bool,
+}
+
+impl Created {
+    /// Notes what exists now of `database`'s files: the database with its `-wal`, `-shm` and
+    /// `-journal`, the lock beside it, the lock by its path, and its folders.
+    pub(super) fn before(database: &Path) -> Created {
+        let with = |suffix: &str| {
+            let mut p = database.to_owned().into_os_string();
+            p.push(suffix);
+            PathBuf::from(p)
+        };
+        let mut paths = vec![
+            database.to_owned(),
+            with("-wal"),
+            with("-shm"),
+            with("-journal"),
+            with(".lock"),
+            paths::lock_file(database),
+        ];
+        // Its folder and every folder above it that a start would create, deepest first.
+        let mut folder = database.parent();
+        while let Some(f) = folder.filter(|p| !p.as_os_str().is_empty()) {
+            paths.push(f.to_owned());
+            if f.exists() {
+                break;
+            }
+            folder = f.parent();
+        }
+        Created {
+            paths: paths
+                .into_iter()
+                .map(|p| {
+                    let there = p.symlink_metadata().is_ok();
+                    (p, there)
+                })
+                .collect(),
+            database_existed: database.exists(),
+        }
+    }
+
+    /// Removes what was not there before (the folder only when nothing else is in it); says
+    /// each in the journal.
+    pub(super) fn remove_new(&self, database: &Path) {
+        let mut new: Vec<&PathBuf> = self
+            .paths
+            .iter()
+            .filter(|(_, there)| !there)
+            .map(|(p, _)| p)
+            .collect();
+        let by_inode = (!self.database_existed).then(|| paths::lock_file(database));
+        if let Some(p) = &by_inode {
+            new.insert(0, p);
+        }
+        for path in new {
+            let removed = if path.is_dir() {
+                std::fs::remove_dir(path)
+            } else {
+                std::fs::remove_file(path)
+            };
+            match removed {
+                Ok(()) => tracing::info!(path = %path.display(), "removed what this start created"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "cannot remove what this start created: {e}")
+                }
+            }
+        }
     }
 }

@@ -142,6 +142,17 @@ impl BotObject {
         Ok(self.handle.set_environment(env)?)
     }
 
+    /// Renames the bot (`Name`), with a name checked as `CreateBot` checks one: at most 200
+    /// characters, unique among the bots as a terminal shows them, without control, invisible or
+    /// text-direction characters, blank ends, or 4 to 32 hexadecimal digits. Recorded before
+    /// `PropertiesChanged` says it; the same name again changes nothing. No options are defined
+    /// yet. Errors: InvalidArgument (why the name is refused; an unknown option), NotFound,
+    /// StorageUnavailable; each changes nothing.
+    async fn set_name(&self, name: String, options: Options) -> Result<()> {
+        OptionReader::new("SetName", &options).finish()?;
+        Ok(self.ctx.supervisor.rename(&self.handle.id, &name)?)
+    }
+
     /// Sets the bot's own budget in US dollars (`BudgetUSD`), 0 for no budget whatever config
     /// `budget_usd` says. A bot held by its budget (`LimitKind` `budget`) goes on at once when
     /// its cost (`CostUSD`) is under the new one; a bot whose cost is already at the new one holds
@@ -228,10 +239,14 @@ impl BotObject {
 
     /// Answers an open permission request. `behavior`: `allow` or `deny`. Options:
     /// `updated_input` (s, a JSON object: the input the tool runs with, for `allow`), `message`
-    /// (s, what the model is told, for `deny`), `client` (s, a name for people of the answering
-    /// program; default: its process name, where the bus can tell). The first answer wins; it is
-    /// recorded in the chat with the answering client's bus name and name. Errors: NotFound
-    /// (unknown or already answered request), InvalidArgument.
+    /// (s, what the model is told, for `deny`), `scope` (s, for `allow`: `once`, the default,
+    /// this request only; `session`, this and the requests the CLI takes as the same while its
+    /// process runs; `always`, the same kept beyond it as the CLI offers; the request's
+    /// `permission_request` chat item lists its `scopes`), `client` (s, a name for people of the
+    /// answering program; default: its process name, where the bus can tell). The first answer
+    /// wins; it is recorded in the chat with its scope and the answering client's bus name and
+    /// name. Errors: NotFound (unknown or already answered request), InvalidArgument (a scope
+    /// the request does not offer, a wrong option).
     async fn respond_permission(
         &self,
         request_id: String,
@@ -243,9 +258,10 @@ impl BotObject {
         let updated_input = r.string("updated_input")?;
         let message = r.string("message")?;
         let named = r.string("client")?;
+        let scope = r.string("scope")?;
         r.finish()?;
         // Wrong arguments are refused before anything is looked up.
-        let answer = permission_answer(&behavior, message, updated_input)?;
+        let answer = permission_answer(&behavior, message, updated_input, scope.as_deref())?;
         let client = client_of(&hdr);
         let name = match named {
             Some(n) => super::caller::client_label(&n),
@@ -603,14 +619,17 @@ impl BotObject {
     }
 }
 
-/// `RespondPermission`'s `behavior` with its options `message` and `updated_input`, read as an
-/// [`Answer`]. Errors: InvalidArgument naming what is wrong (`updated_input` not a JSON object,
-/// a behavior other than `allow` or `deny`, an option that goes with the other behavior).
+/// `RespondPermission`'s `behavior` with its options `message`, `updated_input` and `scope`,
+/// read as an [`Answer`]. Errors: InvalidArgument naming what is wrong (`updated_input` not a
+/// JSON object, a behavior other than `allow` or `deny`, an unknown scope, an option that goes
+/// with the other behavior).
 fn permission_answer(
     behavior: &str,
     message: Option<String>,
     updated_input: Option<String>,
+    scope: Option<&str>,
 ) -> std::result::Result<Answer, BotError> {
+    use crate::runtime::Scope;
     let updated = match &updated_input {
         None => None,
         Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
@@ -622,15 +641,27 @@ fn permission_answer(
             }
         },
     };
+    let scope = match scope {
+        None => Scope::Once,
+        Some(text) => Scope::parse(text).ok_or_else(|| {
+            BotError::InvalidArgument(format!(
+                "option `scope` must be `once`, `session` or `always`, got `{text}`"
+            ))
+        })?,
+    };
     match behavior {
         "allow" if message.is_some() => Err(BotError::InvalidArgument(
             "option `message` goes with `deny`".into(),
         )),
         "allow" => Ok(Answer::Allow {
             updated_input: updated,
+            scope,
         }),
         "deny" if updated.is_some() => Err(BotError::InvalidArgument(
             "option `updated_input` goes with `allow`".into(),
+        )),
+        "deny" if scope != Scope::Once => Err(BotError::InvalidArgument(
+            "option `scope` goes with `allow`: a deny answers this request only".into(),
         )),
         "deny" => Ok(Answer::Deny { message }),
         _ => Err(BotError::InvalidArgument(format!(
@@ -644,10 +675,20 @@ mod tests {
     use super::*;
 
     fn refused(behavior: &str, message: Option<&str>, updated: Option<&str>) -> String {
+        refused_with(behavior, message, updated, None)
+    }
+
+    fn refused_with(
+        behavior: &str,
+        message: Option<&str>,
+        updated: Option<&str>,
+        scope: Option<&str>,
+    ) -> String {
         match permission_answer(
             behavior,
             message.map(str::to_owned),
             updated.map(str::to_owned),
+            scope,
         ) {
             Err(BotError::InvalidArgument(why)) => why,
             other => panic!("not refused: {other:?}"),
@@ -656,14 +697,23 @@ mod tests {
 
     #[test]
     fn a_permission_answer_is_read_or_refused_by_name() {
+        use crate::runtime::Scope;
         assert_eq!(
-            permission_answer("allow", None, Some(r#"{"a":1}"#.into())).unwrap(),
+            permission_answer("allow", None, Some(r#"{"a":1}"#.into()), None).unwrap(),
             Answer::Allow {
-                updated_input: Some(serde_json::json!({"a": 1}))
+                updated_input: Some(serde_json::json!({"a": 1})),
+                scope: Scope::Once,
             }
         );
         assert_eq!(
-            permission_answer("deny", Some("no".into()), None).unwrap(),
+            permission_answer("allow", None, None, Some("always")).unwrap(),
+            Answer::Allow {
+                updated_input: None,
+                scope: Scope::Always,
+            }
+        );
+        assert_eq!(
+            permission_answer("deny", Some("no".into()), None, Some("once")).unwrap(),
             Answer::Deny {
                 message: Some("no".into())
             }
@@ -672,5 +722,12 @@ mod tests {
         assert!(refused("allow", None, Some("[1]")).contains("must be a JSON object"));
         assert!(refused("allow", Some("m"), None).contains("`message` goes with `deny`"));
         assert!(refused("deny", None, Some("{}")).contains("`updated_input` goes with `allow`"));
+        assert!(
+            refused_with("allow", None, None, Some("forever"))
+                .contains("`once`, `session` or `always`, got `forever`")
+        );
+        assert!(
+            refused_with("deny", None, None, Some("session")).contains("`scope` goes with `allow`")
+        );
     }
 }

@@ -66,6 +66,8 @@ pub trait Bot {
     fn set_permission_mode(&self, mode: &str) -> zbus::Result<()>;
     /// Set the model.
     fn set_model(&self, model: &str) -> zbus::Result<()>;
+    /// Rename the bot (options: none yet).
+    fn set_name(&self, name: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
     /// Set the bot's budget, US dollars (0: none).
     fn set_budget(&self, budget_usd: f64) -> zbus::Result<()>;
     /// Replace the bot's extra environment (options: none yet).

@@ -376,6 +376,52 @@ pub enum ControlRequest {
     Interrupt,
 }
 
+/// How far an "allow" reaches (`RespondPermission`'s option `scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// This request only (the default).
+    Once,
+    /// This request, and those the CLI would take as the same, while the agent's process runs
+    /// (Claude Code: the request's suggestions, each for the session; Codex:
+    /// `acceptForSession`).
+    Session,
+    /// This request, and those the CLI would take as the same, kept beyond the process (Claude
+    /// Code: a suggested permission mode, which botvisor keeps as the bot's; Codex: the
+    /// execpolicy rule it proposed).
+    Always,
+}
+
+impl Scope {
+    /// Every scope, narrowest first.
+    pub const ALL: [Scope; 3] = [Scope::Once, Scope::Session, Scope::Always];
+
+    /// `once`, `session` or `always`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Once => "once",
+            Scope::Session => "session",
+            Scope::Always => "always",
+        }
+    }
+
+    /// The scope named `text` (`once`, `session`, `always`), or `None`.
+    pub fn parse(text: &str) -> Option<Scope> {
+        Scope::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+/// What an allow with a wider [`Scope`] tells the CLI besides "allow", as a runtime words it
+/// ([`Runtime::grant`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Grant {
+    /// What the protocol sends with the allow (Claude Code: `updatedPermissions`; Codex: the
+    /// decision); `None`: a plain allow.
+    pub permissions: Option<serde_json::Value>,
+    /// A permission mode the bot takes from now on, as `SetPermissionMode` gives it (Claude
+    /// Code offers `acceptEdits` for file edits).
+    pub mode: Option<String>,
+}
+
 /// An answer to a permission request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PermissionAnswer {
@@ -383,6 +429,9 @@ pub enum PermissionAnswer {
     Allow {
         /// The input the tool runs with (the requested one unless a client changed it).
         updated_input: serde_json::Value,
+        /// What is sent with the allow for a wider scope ([`Grant::permissions`]); `None` for
+        /// this request only.
+        grant: Option<serde_json::Value>,
     },
     /// Do not run the tool; the model is told `message`.
     Deny {
@@ -414,6 +463,25 @@ pub trait Runtime: Send + Sync + 'static {
     /// `updatedInput`); Codex runs the command it asked for, as asked.
     fn can_change_tool_input(&self) -> bool {
         true
+    }
+    /// What a person checks when the model API cannot be reached or refuses the credentials,
+    /// in this runtime's terms (where its address and credentials are set), one sentence.
+    fn api_hint(&self) -> &'static str {
+        "Check the model API's address, the network and the credentials."
+    }
+    /// How a person logs this runtime's CLI in again, one sentence.
+    fn login_hint(&self) -> &'static str {
+        "Log the CLI in again as the user botvisord runs as."
+    }
+    /// The scopes an allow of `request` (the request as the CLI sent it,
+    /// [`RuntimeEvent::PermissionRequest`]'s `request`) may have, narrowest first: at least
+    /// [`Scope::Once`].
+    fn scopes(&self, _request: &serde_json::Value) -> Vec<Scope> {
+        vec![Scope::Once]
+    }
+    /// What an allow of `request` with `scope` (one of [`Runtime::scopes`]) tells the CLI.
+    fn grant(&self, _request: &serde_json::Value, _scope: Scope) -> Grant {
+        Grant::default()
     }
     /// The CLI binary, checked to exist and be executable now.
     fn binary(&self) -> Result<PathBuf, RuntimeError>;

@@ -294,6 +294,13 @@ pub fn set_env(
     Ok(())
 }
 
+/// Stores the bot's name.
+pub fn set_name(conn: &Connection, id: &str, name: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE bots SET name = ?2 WHERE id = ?1")?
+        .execute(params![id, name])?;
+    Ok(())
+}
+
 /// Stores the verdict of the last stop.
 pub fn set_stop_verdict(conn: &Connection, id: &str, verdict: &str) -> rusqlite::Result<()> {
     conn.prepare_cached("UPDATE bots SET stop_verdict = ?2 WHERE id = ?1")?

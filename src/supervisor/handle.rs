@@ -15,7 +15,7 @@ use super::{
     BotError, BotView, Command, PromptBook, Publisher, State, bot, check_model,
     check_permission_mode,
 };
-use crate::runtime::{ControlRequest, PermissionAnswer, Runtime};
+use crate::runtime::{ControlRequest, Grant, PermissionAnswer, Runtime, Scope};
 use crate::store::{self, Store};
 
 /// What a handle shares with its actor.
@@ -40,6 +40,9 @@ pub enum Answer {
     Allow {
         /// The input the tool runs with, when the client changed it.
         updated_input: Option<serde_json::Value>,
+        /// How far the allow reaches: this request, or those like it for the session or from
+        /// now on, as the runtime offers it for this request (`Runtime::scopes`).
+        scope: Scope,
     },
     /// Do not run it; `message` is what the model is told (default: "The user denied this
     /// tool use.").
@@ -212,6 +215,25 @@ impl BotHandle {
         self.command(Command::EnvironmentChanged)
     }
 
+    /// Records `name` (checked by `Supervisor::rename`) and publishes `Name`. Errors: NotFound
+    /// (deleted), StorageUnavailable; either changes nothing.
+    pub(super) fn set_name(&self, name: &str) -> Result<(), BotError> {
+        self.check_alive()?;
+        self.shared.store.tx_now_then(
+            |tx| store::bots::set_name(tx, &self.id, name),
+            |_| {
+                bot::update_view(
+                    &self.view,
+                    &self.shared.publisher,
+                    &self.id,
+                    vec![Property::Name],
+                    |v| v.record.name = name.to_owned(),
+                )
+            },
+        )?;
+        Ok(())
+    }
+
     /// Sets the bot's own budget in US dollars (0: no budget, whatever the daemon's). Errors:
     /// InvalidArgument (negative, not finite, over [`crate::config::MAX_BUDGET_USD`]),
     /// StorageUnavailable; either changes nothing.
@@ -317,11 +339,13 @@ impl BotHandle {
         }
     }
 
-    /// Answers an open permission request with `answer`. The answer and who gave it (`client`,
-    /// the unique bus name, and `client_name`, a name for people or empty) are recorded in the
-    /// chat. The first answer wins. Errors: InvalidArgument (a changed input the runtime cannot
-    /// take), NotFound (unknown or already answered id), StorageUnavailable; each changes
-    /// nothing.
+    /// Answers an open permission request with `answer`. The answer, its scope and who gave it
+    /// (`client`, the unique bus name, and `client_name`, a name for people or empty) are
+    /// recorded in the chat. The first answer wins. An allow with a wider scope tells the CLI
+    /// what the runtime makes of it (`Runtime::grant`); a permission mode in it becomes the bot's,
+    /// as [`BotHandle::set_permission_mode`] sets it. Errors: InvalidArgument (a changed input the
+    /// runtime cannot take, a scope this request does not offer), NotFound (unknown or already
+    /// answered id), StorageUnavailable; each changes nothing.
     pub fn respond_permission(
         &self,
         request_id: &str,
@@ -331,29 +355,45 @@ impl BotHandle {
     ) -> Result<(), BotError> {
         self.check_alive()?;
         let behavior = answer.behavior();
-        let (updated, message) = match answer {
-            Answer::Allow { updated_input } => (updated_input, None),
-            Answer::Deny { message } => (None, message),
+        let (updated, message, scope) = match answer {
+            Answer::Allow {
+                updated_input,
+                scope,
+            } => (updated_input, None, scope),
+            Answer::Deny { message } => (None, message, Scope::Once),
         };
         let mut book = self
             .shared
             .prompts
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        // A runtime that runs the tool as it asked must not be told "allow" with a changed
-        // input: the client would believe its change ran.
-        if let (Some(changed), Some(open)) = (&updated, book.open.get(request_id))
-            && !self.shared.runtime.can_change_tool_input()
-            && serde_json::from_str::<serde_json::Value>(&open.input)
-                .ok()
-                .as_ref()
-                != Some(changed)
-        {
-            return Err(BotError::InvalidArgument(format!(
-                "the {} runtime runs the tool as it asked for it and cannot take a changed \
-                 `updated_input`; allow it unchanged or deny it",
-                self.shared.runtime.name()
-            )));
+        if let Some(open) = book.open.get(request_id) {
+            // A runtime that runs the tool as it asked must not be told "allow" with a changed
+            // input: the client would believe its change ran.
+            if let Some(changed) = &updated
+                && !self.shared.runtime.can_change_tool_input()
+                && serde_json::from_str::<serde_json::Value>(&open.input)
+                    .ok()
+                    .as_ref()
+                    != Some(changed)
+            {
+                return Err(BotError::InvalidArgument(format!(
+                    "the {} runtime runs the tool as it asked for it and cannot take a changed \
+                     `updated_input`; allow it unchanged or deny it",
+                    self.shared.runtime.name()
+                )));
+            }
+            let offered = self.shared.runtime.scopes(&open.request);
+            if !offered.contains(&scope) {
+                let names: Vec<&str> = offered.iter().map(|s| s.as_str()).collect();
+                return Err(BotError::InvalidArgument(format!(
+                    "permission request {request_id} offers the scope {}; not `{}` ({} offers \
+                     nothing wider for this request)",
+                    names.join(", "),
+                    scope.as_str(),
+                    self.shared.runtime.name()
+                )));
+            }
         }
         let who = if client_name.is_empty() {
             client.to_owned()
@@ -369,11 +409,16 @@ impl BotHandle {
                 None => format!("no open permission request {request_id} on bot {}", self.id),
             }));
         };
+        let grant = match behavior {
+            "allow" => self.shared.runtime.grant(&prompt.request, scope),
+            _ => Grant::default(),
+        };
         let answer = if behavior == "allow" {
             PermissionAnswer::Allow {
                 updated_input: updated.clone().unwrap_or_else(|| {
                     serde_json::from_str(&prompt.input).unwrap_or(serde_json::json!({}))
                 }),
+                grant: grant.permissions.clone(),
             }
         } else {
             PermissionAnswer::Deny {
@@ -384,12 +429,16 @@ impl BotHandle {
         };
         let mut payload = serde_json::json!({
             "request_id": request_id, "tool": prompt.tool, "behavior": behavior, "by": client,
+            "scope": scope.as_str(),
         });
         if !client_name.is_empty() {
             payload["client"] = serde_json::json!(client_name);
         }
+        if let Some(mode) = &grant.mode {
+            payload["permission_mode"] = serde_json::json!(mode);
+        }
         match &answer {
-            PermissionAnswer::Allow { updated_input } if updated.is_some() => {
+            PermissionAnswer::Allow { updated_input, .. } if updated.is_some() => {
                 payload["updated_input"] = updated_input.clone();
             }
             PermissionAnswer::Deny { message } => payload["message"] = serde_json::json!(message),
@@ -414,7 +463,13 @@ impl BotHandle {
             |v| v.pending = pending,
         );
         drop(book);
-        self.command(Command::Respond(request_id.to_owned(), answer))
+        self.command(Command::Respond(request_id.to_owned(), answer))?;
+        if let Some(mode) = grant.mode {
+            // The mode the CLI suggested is the bot's from now on: live, recorded once the
+            // agent took it (`setting_applied`), and at every later start.
+            self.command(Command::ApplyLive(ControlRequest::SetPermissionMode(mode)))?;
+        }
+        Ok(())
     }
 
     /// Ends the running turn (outcome `interrupted`); queued messages stay queued. Returns

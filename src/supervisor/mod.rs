@@ -6,7 +6,7 @@
 //! channel, from which the D-Bus layer emits signals (rule 1).
 
 pub mod bot;
-mod checks;
+pub(crate) mod checks;
 pub mod core;
 mod handle;
 pub mod keep;
@@ -237,6 +237,59 @@ pub fn id_like(name: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// Whether `name` may be a bot's name beside the bots named `taken` (`what` names it in the
+/// error: "option `name`"): at most [`MAX_NAME_CHARS`] characters, none that could steer a
+/// terminal ([`crate::text::first_unsafe`]), no blank at either end, nothing that could be a
+/// bot id ([`id_like`]), and none that looks the same as one of `taken`. Errors:
+/// InvalidArgument saying which and why.
+pub fn check_name(what: &str, name: &str, taken: &[String]) -> Result<(), BotError> {
+    if name.is_empty() {
+        return Err(BotError::InvalidArgument(format!(
+            "{what} is empty; give a name"
+        )));
+    }
+    if name.chars().count() > MAX_NAME_CHARS {
+        return Err(BotError::InvalidArgument(format!(
+            "{what} is longer than {MAX_NAME_CHARS} characters"
+        )));
+    }
+    if let Some(c) = crate::text::first_unsafe(name) {
+        return Err(BotError::InvalidArgument(format!(
+            "{what} holds U+{:04X}, a control, invisible or text-direction character that could \
+             make a terminal show something else; use printable characters",
+            u32::from(c)
+        )));
+    }
+    let ends = [name.chars().next(), name.chars().last()];
+    if let Some(c) = ends
+        .into_iter()
+        .flatten()
+        .find(|c| crate::text::is_blank(*c))
+    {
+        return Err(BotError::InvalidArgument(format!(
+            "{what} begins or ends with U+{:04X}, white space or a character that shows blank: \
+             two names would look the same in a terminal; remove it",
+            u32::from(c)
+        )));
+    }
+    if id_like(name) {
+        return Err(BotError::InvalidArgument(format!(
+            "{what} `{name}` could be a bot id or the start of one (4 to 32 hexadecimal digits), \
+             which picks bots out; choose a name with another character in it"
+        )));
+    }
+    // Told apart as a terminal shows them: `x` and `x` with a variation selector are one name.
+    let shown = crate::text::visible(name);
+    if let Some(same) = taken.iter().find(|t| crate::text::visible(t) == shown) {
+        return Err(BotError::InvalidArgument(format!(
+            "a bot named `{}` exists already and looks the same; names pick bots out, so \
+             choose another",
+            crate::text::escape(same, false)
+        )));
+    }
+    Ok(())
+}
+
 /// All bots of the daemon.
 pub struct Supervisor {
     store: Arc<Store>,
@@ -366,48 +419,7 @@ impl Supervisor {
             .collect();
         let name = match new.name.filter(|n| !n.is_empty()) {
             Some(name) => {
-                if name.chars().count() > MAX_NAME_CHARS {
-                    return Err(BotError::InvalidArgument(format!(
-                        "option `name` is longer than {MAX_NAME_CHARS} characters"
-                    )));
-                }
-                if let Some(c) = crate::text::first_unsafe(&name) {
-                    return Err(BotError::InvalidArgument(format!(
-                        "option `name` holds U+{:04X}, a control, invisible or text-direction \
-                         character that could make a terminal show something else; use \
-                         printable characters",
-                        u32::from(c)
-                    )));
-                }
-                let ends = [name.chars().next(), name.chars().last()];
-                if let Some(c) = ends
-                    .into_iter()
-                    .flatten()
-                    .find(|c| crate::text::is_blank(*c))
-                {
-                    return Err(BotError::InvalidArgument(format!(
-                        "option `name` begins or ends with U+{:04X}, white space or a character \
-                         that shows blank: two names would look the same in a terminal; remove it",
-                        u32::from(c)
-                    )));
-                }
-                if id_like(&name) {
-                    return Err(BotError::InvalidArgument(format!(
-                        "option `name` `{name}` could be a bot id or the start of one (4 to 32 \
-                         hexadecimal digits), which picks bots out; choose a name with another \
-                         character in it"
-                    )));
-                }
-                // Told apart as a terminal shows them: `x` and `x` with a variation selector
-                // are one name.
-                let shown = crate::text::visible(&name);
-                if let Some(same) = taken.iter().find(|t| crate::text::visible(t) == shown) {
-                    return Err(BotError::InvalidArgument(format!(
-                        "a bot named `{}` exists already and looks the same; names pick bots out, \
-                         so choose another",
-                        crate::text::escape(same, false)
-                    )));
-                }
+                check_name("option `name`", &name, &taken)?;
                 name
             }
             None => {
@@ -438,6 +450,24 @@ impl Supervisor {
         self.store.tx_now(|tx| store::bots::insert(tx, &record))?;
         tracing::info!(bot_id = %record.id, cwd = %record.cwd, "bot created");
         Ok(self.start_actor(record, runtime, false))
+    }
+
+    /// Renames the bot `id` to `name`, checked as `CreateBot` checks a name ([`check_name`])
+    /// against the other bots' names; recorded, then `Name` changes. The same name again changes
+    /// nothing. Errors: InvalidArgument, NotFound, StorageUnavailable; each changes nothing.
+    pub fn rename(&self, id: &str, name: &str) -> Result<(), BotError> {
+        let handle = self.get(id)?;
+        if handle.snapshot().record.name == name {
+            return handle.check_alive();
+        }
+        let taken: Vec<String> = self
+            .list()
+            .iter()
+            .filter(|h| h.id != id)
+            .map(|h| h.snapshot().record.name)
+            .collect();
+        check_name("the name", name, &taken)?;
+        handle.set_name(name)
     }
 
     fn start_actor(&self, record: BotRecord, runtime: Arc<dyn Runtime>, loaded: bool) -> BotHandle {

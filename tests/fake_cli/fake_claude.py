@@ -49,7 +49,9 @@ Environment:
                        before replying, ask permission for tool T (a can_use_tool control
                        request `ask-L-N`: launch L, its Nth question) with input {"file_path": "/dev/null", "content": N "x"s}
                        (or "input" when given), K times at once (default 1), wait for every
-                       answer and append {"behavior", "input_equal"} to answers.jsonl for each
+                       answer and append {"behavior", "input_equal"} to answers.jsonl for each;
+                       with "suggestions": [...] they are the request's permission_suggestions,
+                       and each answer's updatedPermissions (or null) goes to grants.jsonl
     "stream_then_wait": true
                        stream the reply as one text delta (stream_event lines), then wait until
                        the file "release" appears in the state folder before the assistant message
@@ -257,9 +259,11 @@ for line in sys.stdin:
             question = globals().get("questions", 0)
             globals()["questions"] = question + 1
             asked.append("ask-%d-%d" % (launch, question))
-            out({"type": "control_request", "request_id": asked[-1],
-                 "request": {"subtype": "can_use_tool", "tool_name": ask["tool"],
-                             "input": tool_input, "tool_use_id": "toolu_ask"}})
+            request = {"subtype": "can_use_tool", "tool_name": ask["tool"],
+                       "input": tool_input, "tool_use_id": "toolu_ask"}
+            if "suggestions" in ask:
+                request["permission_suggestions"] = ask["suggestions"]
+            out({"type": "control_request", "request_id": asked[-1], "request": request})
         while asked:
             answer = json.loads(sys.stdin.readline())
             if answer.get("type") != "control_response":
@@ -270,6 +274,10 @@ for line in sys.stdin:
                 f.write(json.dumps({"behavior": decided.get("behavior"),
                                     "input_equal": decided.get("updatedInput") == tool_input})
                         + "\n")
+            if "suggestions" in ask:
+                with open(os.path.join(state, "grants.jsonl"), "a") as f:
+                    f.write(json.dumps({"updatedPermissions":
+                                        decided.get("updatedPermissions")}) + "\n")
     if step.get("stream_then_wait"):
         out({"type": "stream_event", "session_id": session, "event": {"type": "message_start"}})
         out({"type": "stream_event", "session_id": session, "event": {

@@ -31,10 +31,19 @@ use botvisor::dbus::client::{BotProxy, ManagerProxy};
 /// How long any single awaited event may take before the test fails.
 pub const EVENT_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// The real Claude Code binary, or `None` after printing the skip line.
+/// The real Claude Code binary, or `None` after printing the skip line. A test that needs it is
+/// marked `#[cfg_attr(botvisor_skip_claude, ignore = …)]` (build.rs sets the cfg when the variable
+/// was not set at build time), so that `cargo test` shows it ignored, not passed. With
+/// `BOTVISOR_TEST_REQUIRE_CLAUDE` set, a missing `BOTVISOR_TEST_CLAUDE_BIN` fails the test.
 pub fn claude_bin() -> Option<PathBuf> {
     match std::env::var_os("BOTVISOR_TEST_CLAUDE_BIN").filter(|v| !v.is_empty()) {
         Some(p) => Some(PathBuf::from(p)),
+        None if std::env::var_os("BOTVISOR_TEST_REQUIRE_CLAUDE").is_some_and(|v| !v.is_empty()) => {
+            panic!(
+                "BOTVISOR_TEST_CLAUDE_BIN is not set but BOTVISOR_TEST_REQUIRE_CLAUDE is: the \
+                 real-CLI tests must run here (scripts/install-test-claude.sh)"
+            )
+        }
         None => {
             eprintln!("skipped: BOTVISOR_TEST_CLAUDE_BIN not set");
             None

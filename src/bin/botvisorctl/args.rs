@@ -83,19 +83,23 @@ pub enum Cmd {
     /// Show one bot: its settings, state, last error and open permission prompts.
     Status {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
     },
     /// Send a message and print this turn's reply as it arrives; returns at the turn's end with
     /// an exit code that says how it ended (0 success, 3 error, 4 interrupted).
     Send {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
-        /// The message; `-` reads it from stdin.
+        /// The message; `-` reads it from stdin. It may begin with `-` (`send demo -x`).
+        #[arg(allow_hyphen_values = true)]
         text: String,
     },
     /// Print a bot's chat history (big items whole).
     Chat {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
         /// Only items after this sequence number.
         #[arg(long, default_value_t = 0)]
@@ -110,6 +114,7 @@ pub enum Cmd {
     /// Stop a bot's agent gently; returns once it is stopped, with the stop's verdict.
     Stop {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
     },
     /// Follow one bot (or all) live: state changes, chat items, text as it streams, permission
@@ -117,28 +122,51 @@ pub enum Cmd {
     /// itself when its bot is deleted.
     Watch {
         /// Bot id, id prefix, name or object path; all bots when left out.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: Option<String>,
     },
-    /// Answer a permission prompt (the request id is shown by `send`, `watch`, `list`, `status`
-    /// and `chat`).
+    /// Answer a permission prompt: `answer BOT allow` answers the bot's only open prompt;
+    /// `answer BOT REQUEST allow` names it by its id or a unique start of it (shown by `send`,
+    /// `watch`, `list`, `status` and `chat`).
+    #[command(override_usage = "botvisorctl answer [OPTIONS] <BOT> [REQUEST] <allow|deny>")]
     Answer {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
-        /// The request id.
-        request: String,
-        /// `allow` or `deny`.
-        #[arg(value_parser = ["allow", "deny"])]
-        behavior: String,
+        /// `[REQUEST] allow|deny`: the request id (or a unique start of it; left out: the only
+        /// open prompt), then `allow` or `deny`.
+        #[arg(num_args = 1..=2, value_name = "[REQUEST] allow|deny", required = true)]
+        words: Vec<String>,
         /// What the model is told (with deny).
         #[arg(long)]
         message: Option<String>,
         /// The input the tool runs with instead, as a JSON object (with allow).
         #[arg(long, value_name = "JSON")]
         updated_input: Option<String>,
+        /// Allow this and what the CLI takes as the same from now on (Claude Code: a file edit
+        /// makes the bot's permission mode acceptEdits; Codex: the rule it proposed for a
+        /// command).
+        #[arg(long, conflicts_with_all = ["session", "scope"])]
+        always: bool,
+        /// Allow this and what the CLI takes as the same while the agent's process runs.
+        #[arg(long, conflicts_with = "scope")]
+        session: bool,
+        /// How far an allow reaches: once (the default), session or always.
+        #[arg(long, value_parser = ["once", "session", "always"])]
+        scope: Option<String>,
+    },
+    /// Rename a bot (names are checked as `create` checks them).
+    Rename {
+        /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
+        bot: String,
+        /// The new name.
+        name: String,
     },
     /// End the running turn; queued messages stay queued.
     Interrupt {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
     },
     /// Change the permission mode, the model, the budget and/or the agent's extra environment,
@@ -146,6 +174,7 @@ pub enum Cmd {
     /// nothing).
     Set {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
         /// Permission mode, of the bot's runtime. Claude Code: default, acceptEdits, auto,
         /// bypassPermissions, dontAsk or plan. Codex: untrusted, on-request or never, alone or as
@@ -171,6 +200,7 @@ pub enum Cmd {
     /// Restart a bot's agent (also after state `failed`).
     Restart {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
         /// Forget the conversation: the next one is new.
         #[arg(long, conflicts_with = "fork")]
@@ -180,6 +210,11 @@ pub enum Cmd {
         #[arg(long)]
         fork: bool,
     },
+    /// A dashboard in the terminal: every bot (state, runtime, cost, open prompts, last
+    /// activity), the chosen bot's chat as it happens, its prompt answered with a key (y allow,
+    /// a always, n deny), a message written with Enter; x interrupts, S stops, R restarts, q
+    /// quits, ? lists the keys.
+    Ui,
     /// Every bot's memory, CPU and tasks, refreshed in place until q or Ctrl-C; with --json or
     /// without a terminal, one JSON line per refresh.
     Top {
@@ -194,11 +229,16 @@ pub enum Cmd {
     /// Delete a bot and its history (asks first unless --yes).
     Delete {
         /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
         bot: String,
         /// Do not ask.
         #[arg(short, long)]
         yes: bool,
     },
+    /// Check what botvisor needs, each with what was found and the command that fixes it: the
+    /// bus, botvisord on it or its activation, the configuration, the state folder, each CLI and
+    /// its login. Exit 0 only when every check passes.
+    Doctor,
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.

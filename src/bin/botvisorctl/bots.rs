@@ -317,11 +317,21 @@ pub async fn path_of(conn: &Connection, spec: &str) -> Result<OwnedObjectPath, F
     }
     match ManagerProxy::new(conn).await?.get_bot(spec).await {
         Ok(p) => Ok(p),
-        Err(e) if error_name(&e) == Some("NotFound") => Err(Failure::failed(format!(
-            "no bot has the id, id prefix or name `{}`; `{} list` shows them all",
-            show::safe(spec),
-            hint::ctl()
-        ))),
+        Err(e) if error_name(&e) == Some("NotFound") => {
+            // `abc` could be the start of an id, too short to pick one out.
+            let short_prefix =
+                (1..4).contains(&spec.len()) && spec.bytes().all(|b| b.is_ascii_hexdigit());
+            let why = if short_prefix {
+                " (an id prefix takes 4 characters or more)"
+            } else {
+                ""
+            };
+            Err(Failure::failed(format!(
+                "no bot has the id, id prefix or name `{}`{why}; `{} list` shows them all",
+                show::safe(spec),
+                hint::ctl()
+            )))
+        }
         Err(e) if error_name(&e) == Some("InvalidArgument") => Err(Failure::failed(format!(
             "`{}` fits several bots; give more of the id (`{} list` shows them)",
             show::safe(spec),

@@ -69,7 +69,17 @@ pub async fn create(conn: &Connection, a: CreateArgs, json: bool) -> Result<u8, 
     if let Some(m) = a.memory_max {
         options.insert("memory_max", Variant::from(m));
     }
-    let path = ManagerProxy::new(conn).await?.create_bot(options).await?;
+    let path = match ManagerProxy::new(conn).await?.create_bot(options).await {
+        Ok(p) => p,
+        // A runtime botvisord does not know is a wrong argument: a usage error, as clap's.
+        Err(e)
+            if super::fail::error_name(&e) == Some("InvalidArgument")
+                && super::fail::describe(&e).starts_with("unknown runtime") =>
+        {
+            return Err(Failure::usage(super::fail::describe(&e)));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let info = bots::info(conn, path.as_str()).await?;
     // The name asked for (or the folder's, the default, as botvisord makes it of the folder's
     // name) and the one given differ when it was taken.
@@ -236,40 +246,136 @@ fn verdict_words(v: &str) -> String {
     }
 }
 
+/// What `answer` is given.
+pub struct AnswerArgs {
+    /// The request id or a unique start of it; `None`: the only open prompt.
+    pub request: Option<String>,
+    /// `allow` or `deny`.
+    pub behavior: String,
+    /// What the model is told (deny).
+    pub message: Option<String>,
+    /// The input the tool runs with instead (allow), JSON text.
+    pub updated_input: Option<String>,
+    /// `once`, `session` or `always` (allow); `None`: once.
+    pub scope: Option<String>,
+}
+
+/// The open request `wanted` names among `pending` (`(request_id, tool, input)`): its id, or a
+/// start of one id only; with `wanted` left out, the only open request. Errors (exit 1) say
+/// what is open and how to name it.
+pub fn pick_request(
+    pending: &[bots::Pending],
+    wanted: Option<&str>,
+    spec: &str,
+) -> Result<String, Failure> {
+    let listed = |p: &[&bots::Pending]| {
+        p.iter()
+            .map(|(id, tool, _)| format!("{} ({})", show::safe(id), show::safe(tool)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let all: Vec<&bots::Pending> = pending.iter().collect();
+    let fits: Vec<&bots::Pending> = match wanted {
+        None => all.clone(),
+        Some(w) => match all.iter().find(|(id, _, _)| id == w) {
+            Some(exact) => vec![*exact],
+            None => all
+                .iter()
+                .filter(|(id, _, _)| id.starts_with(w))
+                .copied()
+                .collect(),
+        },
+    };
+    match (fits.as_slice(), wanted) {
+        ([one], _) => Ok(one.0.clone()),
+        ([], _) if all.is_empty() => Err(Failure::failed(format!(
+            "{} has no open permission prompt",
+            shell_word(spec)
+        ))),
+        ([], Some(w)) => Err(Failure::failed(format!(
+            "no open permission prompt of {} starts with `{}`; open: {}",
+            shell_word(spec),
+            show::safe(w),
+            listed(&all)
+        ))),
+        (_, None) => Err(Failure::failed(format!(
+            "{} has {} open permission prompts: {}; name one: `{} answer {} REQUEST allow|deny`",
+            shell_word(spec),
+            all.len(),
+            listed(&all),
+            super::hint::ctl(),
+            shell_word(spec)
+        ))),
+        (several, Some(w)) => Err(Failure::failed(format!(
+            "`{}` starts {} open requests: {}; give more of the id",
+            show::safe(w),
+            several.len(),
+            listed(several)
+        ))),
+    }
+}
+
 /// `answer`.
 pub async fn answer(
     conn: &Connection,
     spec: &str,
-    request: &str,
-    behavior: &str,
-    message: Option<String>,
-    updated_input: Option<String>,
+    a: AnswerArgs,
     json: bool,
 ) -> Result<u8, Failure> {
-    if let Some(u) = &updated_input
+    if let Some(u) = &a.updated_input
         && !serde_json::from_str::<serde_json::Value>(u).is_ok_and(|v| v.is_object())
     {
         return Err(Failure::usage("--updated-input must be a JSON object"));
     }
+    if a.behavior == "deny" && a.scope.as_deref().is_some_and(|s| s != "once") {
+        return Err(Failure::usage(
+            "--always, --session and --scope go with allow: a deny answers one request",
+        ));
+    }
     let bot = bots::resolve(conn, spec).await?;
+    let pending = bot.pending_permissions().await?;
+    let request = pick_request(&pending, a.request.as_deref(), spec)?;
     let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
-    if let Some(m) = &message {
+    if let Some(m) = &a.message {
         options.insert("message", Variant::from(m.as_str()));
     }
-    if let Some(u) = &updated_input {
+    if let Some(u) = &a.updated_input {
         options.insert("updated_input", Variant::from(u.as_str()));
     }
+    // Only when wider: a botvisord from before the option refuses what it does not know.
+    if let Some(s) = a.scope.as_deref().filter(|s| *s != "once") {
+        options.insert("scope", Variant::from(s));
+    }
     options.insert("client", Variant::from("botvisorctl"));
-    bot.respond_permission(request, behavior, options).await?;
+    bot.respond_permission(&request, &a.behavior, options)
+        .await?;
+    let scope = a.scope.as_deref().unwrap_or("once");
     if json {
-        json_line!(json!({"request_id": request, "behavior": behavior}));
+        json_line!(json!({"request_id": request, "behavior": a.behavior, "scope": scope}));
     } else {
-        let done = if behavior == "allow" {
+        let done = if a.behavior == "allow" {
             "allowed"
         } else {
             "denied"
         };
-        outln!("{done} request {}", show::safe(request));
+        let reach = match scope {
+            "session" => ", and the same while the agent runs (session)",
+            "always" => ", and the same from now on (always)",
+            _ => "",
+        };
+        outln!("{done} request {}{reach}", show::safe(&request));
+    }
+    Ok(OK)
+}
+
+/// `rename`.
+pub async fn rename(conn: &Connection, spec: &str, name: &str, json: bool) -> Result<u8, Failure> {
+    let bot = bots::resolve(conn, spec).await?;
+    bot.set_name(name, HashMap::new()).await?;
+    if json {
+        json_line!(json!({"id": bot.id().await.unwrap_or_default(), "name": name}));
+    } else {
+        outln!("renamed {} to {}", shell_word(spec), shell_word(name));
     }
     Ok(OK)
 }

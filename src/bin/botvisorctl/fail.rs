@@ -143,7 +143,12 @@ fn method_error(name: &str, text: Option<&str>) -> String {
     let short = name
         .strip_prefix("org.botvisor.Botvisor1.Error.")
         .unwrap_or(name);
+    // botvisord's own errors are sentences that say what is wrong; their D-Bus names are for
+    // programs (`--json` scripts read the exit code).
     match text {
+        Some(t) if name.starts_with("org.botvisor.Botvisor1.Error.") => {
+            in_ctl_words(&super::show::safe(t))
+        }
         Some(t) => format!("{short}: {}", in_ctl_words(&super::show::safe(t))),
         None => short.to_owned(),
     }
@@ -160,7 +165,12 @@ pub fn in_ctl_words(text: &str) -> String {
         ),
         ("until Restart", format!("until `{ctl} restart`")),
         ("Call Restart", format!("Run `{ctl} restart`")),
+        ("call Restart", format!("run `{ctl} restart`")),
         ("call `Restart`", format!("run `{ctl} restart`")),
+        (
+            "SetEnvironment with a new token",
+            format!("`{ctl} set BOT --env KEY=VALUE` with a new token"),
+        ),
         ("with RespondPermission", format!("with `{ctl} answer`")),
         (
             "until the next `Send` or `Restart`",
@@ -170,6 +180,18 @@ pub fn in_ctl_words(text: &str) -> String {
     let mut out = text.to_owned();
     for (from, to) in words {
         out = out.replace(from, &to);
+    }
+    // `(SetPermissionMode "on-request:danger-full-access")` is a command line here.
+    while let Some(at) = out.find("SetPermissionMode \"") {
+        let value_at = at + "SetPermissionMode \"".len();
+        let Some(len) = out[value_at..].find('"') else {
+            break;
+        };
+        let value = out[value_at..value_at + len].to_owned();
+        out.replace_range(
+            at..value_at + len + 1,
+            &format!("`{ctl} set BOT --permission-mode {value}`"),
+        );
     }
     out
 }
@@ -194,10 +216,7 @@ mod tests {
             "org.botvisor.Botvisor1.Error.InvalidArgument",
             Some("invalid model name `bad\nmodel\u{1b}[2J\u{202e}`"),
         );
-        assert_eq!(
-            t,
-            "InvalidArgument: invalid model name `bad\\nmodel\\u{1b}[2J\\u{202e}`"
-        );
+        assert_eq!(t, "invalid model name `bad\\nmodel\\u{1b}[2J\\u{202e}`");
     }
 
     #[test]
@@ -208,5 +227,10 @@ mod tests {
             "no bot has the id or name `we`; `botvisorctl list` shows them all"
         );
         assert!(in_ctl_words("takes no message until Restart: x").contains("botvisorctl restart"));
+        assert_eq!(
+            in_ctl_words("or choose danger-full-access (SetPermissionMode \"on-request:x\"), then"),
+            "or choose danger-full-access (`botvisorctl set BOT --permission-mode on-request:x`), then"
+        );
+        assert!(in_ctl_words("Fix it, then call Restart.").contains("run `botvisorctl restart`"));
     }
 }

@@ -24,25 +24,58 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
         );
         return Ok(OK);
     }
+    // Under 100 columns, what a person picks a bot by: its usage is `top`'s.
+    let narrow = show::terminal_width().is_some_and(|w| w < 100);
     let rows = all
         .iter()
         .map(|b| {
-            vec![
+            let mut row = vec![
                 show::safe(&b.short),
                 show::safe(&b.name),
                 show::safe(&b.shown_state()),
-                b.queued_messages.to_string(),
-                bytes(b.memory_current),
-                cpu_time(b.cpu_usage_nsec),
-                count(b.tasks_current),
-                show::safe(&home_relative(&b.cwd)),
-            ]
+                show::safe(&b.runtime),
+            ];
+            if !narrow {
+                row.extend([
+                    b.queued_messages.to_string(),
+                    bytes(b.memory_current),
+                    cpu_time(b.cpu_usage_nsec),
+                    count(b.tasks_current),
+                ]);
+            }
+            row.push(show::safe(&home_relative(&b.cwd)));
+            row
         })
         .collect();
-    let header = [
-        "ID", "NAME", "STATE", "QUEUED", "MEMORY", "CPU", "TASKS", "CWD",
-    ];
-    for line in table(&header, rows) {
+    // The folder fits what is left of the line, cut at its start (its end names it best).
+    let mut rows: Vec<Vec<String>> = rows;
+    if let Some(width) = show::terminal_width() {
+        let cells = rows.first().map_or(0, Vec::len);
+        let others: usize = (0..cells.saturating_sub(1))
+            .map(|i| {
+                rows.iter()
+                    .map(|r| unicode_width::UnicodeWidthStr::width(r[i].as_str()))
+                    .max()
+                    .unwrap_or(0)
+                    .max(if narrow { 7 } else { 6 })
+                    + 2
+            })
+            .sum();
+        let room = usize::from(width).saturating_sub(others + 2).max(4);
+        for r in &mut rows {
+            if let Some(cwd) = r.last_mut() {
+                *cwd = cut_start(cwd, room);
+            }
+        }
+    }
+    let header: &[&str] = if narrow {
+        &["ID", "NAME", "STATE", "RUNTIME", "CWD"]
+    } else {
+        &[
+            "ID", "NAME", "STATE", "RUNTIME", "QUEUED", "MEMORY", "CPU", "TASKS", "CWD",
+        ]
+    };
+    for line in table(header, rows) {
         outln!("{line}");
     }
     prompts(&all);
@@ -217,6 +250,22 @@ pub fn count(v: u64) -> String {
     }
 }
 
+/// The longest end of `s` that is at most `max` columns wide, with `…` before it when cut.
+fn cut_start(s: &str, max: usize) -> String {
+    use unicode_width::UnicodeWidthChar;
+    let mut width = 0;
+    let mut start = s.len();
+    for (i, c) in s.char_indices().rev() {
+        let w = c.width().unwrap_or(0);
+        if width + w + 1 > max {
+            return format!("…{}", &s[start..]);
+        }
+        width += w;
+        start = i;
+    }
+    s.to_owned()
+}
+
 /// `/home/me/x` as `~/x`.
 fn home_relative(path: &str) -> String {
     match std::env::var("HOME") {
@@ -244,5 +293,12 @@ mod tests {
         assert_eq!(cpu_time(7_620_000_000_000), "2h07m");
         assert_eq!(cpu_time(u64::MAX), "-");
         assert_eq!(count(3), "3");
+    }
+
+    #[test]
+    fn a_folder_is_cut_at_its_start() {
+        assert_eq!(cut_start("/a/b/c", 10), "/a/b/c");
+        assert_eq!(cut_start("/tmp/work/下の階層", 10), "…/下の階層");
+        assert_eq!(cut_start("/tmp/work/下の階層", 8), "…の階層");
     }
 }

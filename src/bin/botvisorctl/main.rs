@@ -3,8 +3,8 @@
 //!
 //! One concern per module: the command line (`args`), failures and exit codes (`fail`), finding
 //! bots (`bots`), the bus and the connection to it (`connect`), how items look (`show`), the
-//! terminal of `send` (`term`), `send`, `watch`, `list`/`status`, `top`, and the other commands
-//! (`commands`).
+//! terminal of `send` (`term`), `send`, `watch`, `list`/`status`, `top`, the dashboard (`ui`),
+//! and the other commands (`commands`).
 //!
 //! Nothing botvisorctl prints steers the terminal (`botvisor::text`): JSON lines go through
 //! `json_line!`, and what the daemon, an agent or another program said through `show::safe`
@@ -44,7 +44,9 @@ macro_rules! json_line {
 mod args;
 mod bots;
 mod commands;
+mod complete;
 mod connect;
+mod doctor;
 mod drain;
 mod fail;
 mod hint;
@@ -53,6 +55,7 @@ mod send;
 mod show;
 mod term;
 mod top;
+mod ui;
 mod watch;
 
 use std::io::Read;
@@ -67,6 +70,8 @@ use connect::Bus;
 use fail::{Failure, describe};
 
 fn main() {
+    // A shell asking for completions (`COMPLETE=bash botvisorctl -- …`): answered, then exit.
+    clap_complete::CompleteEnv::with_factory(Args::command).complete();
     let args = Args::parse();
     match args.color {
         Color::Auto => {}
@@ -76,12 +81,26 @@ fn main() {
     // Commands that need no bus.
     match &args.command {
         Cmd::Completions { shell } => {
-            clap_complete::generate(
-                *shell,
-                &mut Args::command(),
+            // The dynamic registration: each Tab asks botvisorctl, which names the bots too.
+            use clap_complete::env::EnvCompleter;
+            let registration: &dyn EnvCompleter = match shell {
+                clap_complete::Shell::Bash => &clap_complete::env::Bash,
+                clap_complete::Shell::Zsh => &clap_complete::env::Zsh,
+                clap_complete::Shell::Fish => &clap_complete::env::Fish,
+                clap_complete::Shell::Elvish => &clap_complete::env::Elvish,
+                _ => &clap_complete::env::Powershell,
+            };
+            let mut out = std::io::stdout();
+            if let Err(e) = registration.write_registration(
+                "COMPLETE",
                 "botvisorctl",
-                &mut std::io::stdout(),
-            );
+                "botvisorctl",
+                "botvisorctl",
+                &mut out,
+            ) {
+                eprintln!("botvisorctl: {e}");
+                std::process::exit(fail::FAILED.into());
+            }
             return;
         }
         Cmd::Man => {
@@ -109,6 +128,11 @@ fn main() {
             std::env::var_os(k)
         })?;
         hint::set(args.host.as_deref(), args.address.as_deref(), &bus);
+        if matches!(args.command, Cmd::Doctor) {
+            // A bus that cannot be reached is one of the doctor's findings.
+            let remote = matches!(bus, Bus::Host(..));
+            return doctor::run(bus.connect().await, remote, args.json).await;
+        }
         let conn = bus.connect().await?;
         run(&conn, args).await
     });
@@ -160,10 +184,7 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             let text = if text == "-" { read_stdin()? } else { text };
             // Checked here: a message over the bus's own limits would cost the connection.
             if text.len() > botvisor::limits::MAX_SEND_BYTES {
-                return Err(Failure::usage(format!(
-                    "InvalidArgument: {}",
-                    botvisor::limits::send_too_long(text.len())
-                )));
+                return Err(Failure::usage(botvisor::limits::send_too_long(text.len())));
             }
             send::run(conn, &bot, text, json).await
         }
@@ -177,22 +198,40 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
         Cmd::Watch { bot } => watch::run(conn, bot, json).await,
         Cmd::Answer {
             bot,
-            request,
-            behavior,
+            words,
             message,
             updated_input,
+            always,
+            session,
+            scope,
         } => {
-            commands::answer(
-                conn,
-                &bot,
-                &request,
-                &behavior,
+            let (request, behavior) = match words.as_slice() {
+                [behavior] => (None, behavior.clone()),
+                [request, behavior] => (Some(request.clone()), behavior.clone()),
+                _ => return Err(Failure::usage("answer takes [REQUEST] allow|deny")),
+            };
+            if !matches!(behavior.as_str(), "allow" | "deny") {
+                return Err(Failure::usage(format!(
+                    "answer: the last word must be `allow` or `deny`, not `{}` (botvisorctl \
+                     answer BOT [REQUEST] allow|deny)",
+                    show::safe(&behavior)
+                )));
+            }
+            let scope = match (always, session, scope) {
+                (true, _, _) => Some("always".to_owned()),
+                (_, true, _) => Some("session".to_owned()),
+                (_, _, s) => s,
+            };
+            let a = commands::AnswerArgs {
+                request,
+                behavior,
                 message,
                 updated_input,
-                json,
-            )
-            .await
+                scope,
+            };
+            commands::answer(conn, &bot, a, json).await
         }
+        Cmd::Rename { bot, name } => commands::rename(conn, &bot, &name, json).await,
         Cmd::Interrupt { bot } => commands::interrupt(conn, &bot, json).await,
         Cmd::Set {
             bot,
@@ -216,12 +255,13 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             commands::set(conn, &bot, settings, json).await
         }
         Cmd::Restart { bot, fresh, fork } => commands::restart(conn, &bot, fresh, fork, json).await,
+        Cmd::Ui => ui::run(conn).await,
         Cmd::Top {
             interval,
             iterations,
         } => top::run(conn, interval, iterations, json).await,
         Cmd::Delete { bot, yes } => commands::delete(conn, &bot, yes, json).await,
-        Cmd::Completions { .. } | Cmd::Man => Ok(fail::OK),
+        Cmd::Completions { .. } | Cmd::Man | Cmd::Doctor => Ok(fail::OK),
     }
 }
 
@@ -239,10 +279,7 @@ fn read_stdin() -> Result<String, Failure> {
         }
     }
     if s.len() > botvisor::limits::MAX_SEND_BYTES {
-        return Err(Failure::usage(format!(
-            "InvalidArgument: {}",
-            botvisor::limits::send_too_long(s.len())
-        )));
+        return Err(Failure::usage(botvisor::limits::send_too_long(s.len())));
     }
     String::from_utf8(s).map_err(|_| Failure::usage("the message on stdin is not UTF-8 text"))
 }

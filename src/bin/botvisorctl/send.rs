@@ -54,7 +54,8 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
 
     let turn_id = bot.send(&text, HashMap::new()).await.map_err(|e| {
         Failure::failed(match super::fail::error_name(&e) {
-            Some("Busy") => format!(
+            // A failed bot is cleared by a restart; a folder that is gone is not.
+            Some("Busy") if describe(&e).contains("state failed") => format!(
                 "{}; `{} restart {}` clears it",
                 describe(&e),
                 hint::ctl(),
@@ -83,6 +84,7 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
             .unique_name()
             .map(|n| n.to_string())
             .unwrap_or_default(),
+        login_words: None,
     };
     if json {
         json_line!(
@@ -167,6 +169,8 @@ struct Follow<'a> {
     held: bool,
     /// This connection's unique name (an answer given from here).
     me: String,
+    /// What this turn's `login_required` note said (the login expired or was refused).
+    login_words: Option<String>,
 }
 
 impl Follow<'_> {
@@ -214,6 +218,20 @@ impl Follow<'_> {
                     .get("State")
                     .and_then(|v| v.try_clone().ok())
                     .and_then(|v| String::try_from(v).ok());
+                if state.as_deref() == Some("login_required") {
+                    // The turn's own note says it (LastError may already say the exit after it).
+                    let last = match self.login_words.take() {
+                        Some(words) => words,
+                        None => self.bot.last_error().await.unwrap_or_default(),
+                    };
+                    return Err(Failure::failed(format!(
+                        "the agent's login expired or was refused: {}\nThe message waits and \
+                         goes by itself once the login is back (`{} status {}` shows it).",
+                        super::fail::in_ctl_words(&show::safe(&last)).replace("BOT", &self.spec),
+                        hint::ctl(),
+                        self.spec
+                    )));
+                }
                 if state.as_deref() == Some("failed") {
                     let last = self.bot.last_error().await.unwrap_or_default();
                     return Err(Failure::failed(format!(
@@ -231,6 +249,9 @@ impl Follow<'_> {
     }
 
     fn on_item(&mut self, seq: u64, kind: &str, v: Value) {
+        if kind == "system" && v["reason"] == "login_required" {
+            self.login_words = v["text"].as_str().map(str::to_owned);
+        }
         if self.json {
             json_line!(json!({"event": "chat", "seq": seq, "kind": kind, "payload": v}));
         }
@@ -360,7 +381,7 @@ impl Follow<'_> {
         if !reason.is_empty() && reason != outcome && reason != "success" {
             parts[0] = format!("{shown_outcome} ({reason})");
         }
-        parts.extend(show::cost(&result));
+        parts.extend(show::turn_cost(&result, &finished));
         let line = format!("[done: {}]", parts.join(", "));
         let style = if outcome == "success" { GOOD } else { ERROR };
         self.term.line(&paint(style, &line));

@@ -213,7 +213,7 @@ pub fn item_text(kind: &str, payload: &Value, detail: Detail, read_whole: &str) 
             if payload["is_error"] == true {
                 parts[0] = format!("error ({})", parts[0]);
             }
-            parts.extend(cost(&payload));
+            parts.extend(duration(&payload));
             let line = format!("[result: {}]", parts.join(", "));
             paint(
                 if payload["is_error"] == true {
@@ -230,6 +230,9 @@ pub fn item_text(kind: &str, payload: &Value, detail: Detail, read_whole: &str) 
             let mut line = format!("[turn ended: {outcome}");
             if !reason.is_empty() && reason != outcome && reason != "success" {
                 line.push_str(&format!(" ({reason})"));
+            }
+            if let Some(c) = payload["cost_usd"].as_f64().filter(|c| *c > 0.0) {
+                line.push_str(&format!(", ${c:.4}"));
             }
             line.push(']');
             if !text.is_empty() {
@@ -262,13 +265,24 @@ pub fn answered_by(payload: &Value) -> String {
     }
 }
 
-/// A result's cost and duration, as words.
-pub fn cost(payload: &Value) -> Vec<String> {
+/// A turn's cost and duration, as words: what the turn cost (its `turn_finished` item's
+/// `cost_usd`, as botvisord counts it across restarts and resumes), when the CLI tells a cost at
+/// all (its `result` has `total_cost_usd`: Claude Code, not Codex), and the result's duration.
+pub fn turn_cost(result: &Value, finished: &Value) -> Vec<String> {
     let mut parts = Vec::new();
-    if let Some(c) = payload["total_cost_usd"].as_f64() {
-        // Claude Code's `total_cost_usd` counts the whole conversation so far, not the turn.
-        parts.push(format!("${c:.4} so far"));
+    if result.get("total_cost_usd").is_some()
+        && let Some(c) = finished["cost_usd"].as_f64()
+    {
+        parts.push(format!("${c:.4} this turn"));
     }
+    parts.extend(duration(result));
+    parts
+}
+
+/// A result's duration, as words (its cost is the turn's: [`turn_cost`]; the `result`'s
+/// `total_cost_usd` is the CLI process's running total, which starts again after a restart).
+pub fn duration(payload: &Value) -> Vec<String> {
+    let mut parts = Vec::new();
     if let Some(ms) = payload["duration_ms"].as_u64() {
         parts.push(if ms >= 1000 {
             format!("{:.1} s", ms as f64 / 1000.0)

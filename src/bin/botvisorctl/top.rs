@@ -52,14 +52,20 @@ pub fn shown_percent(p: Option<f64>) -> String {
     p.map_or_else(|| "-".to_owned(), |p| format!("{p:.1}"))
 }
 
-/// The terminal while `top` draws in it: the alternate screen without its cursor, and stdin
-/// without line editing or echo (Ctrl-C still signals); put back as it was when dropped.
+/// The terminal while `top` draws in it: the alternate screen without its cursor (or, for a
+/// given number of refreshes, the screen itself, redrawn in place, so that the last refresh
+/// stays), and stdin without line editing or echo (Ctrl-C still signals); put back as it was
+/// when dropped.
 struct Screen {
     saved: Option<libc::termios>,
+    /// Whether it draws in the alternate screen.
+    alternate: bool,
+    /// How many lines the last refresh drew (in place: where the next one starts).
+    drawn: std::cell::Cell<usize>,
 }
 
 impl Screen {
-    fn enter(keys: bool) -> Screen {
+    fn enter(keys: bool, alternate: bool) -> Screen {
         let saved = keys.then(|| {
             // SAFETY: tcgetattr(3)/tcsetattr(3) on stdin with a termios it fills in.
             unsafe {
@@ -76,21 +82,37 @@ impl Screen {
         });
         // Terminal controls, not colours: written past anstream.
         let mut out = std::io::stdout().lock();
-        let _ = out.write_all(b"\x1b[?1049h\x1b[?25l");
+        let _ = out.write_all(if alternate {
+            b"\x1b[?1049h\x1b[?25l"
+        } else {
+            b"\x1b[?25l"
+        });
         let _ = out.flush();
         Screen {
             saved: saved.flatten(),
+            alternate,
+            drawn: std::cell::Cell::new(0),
         }
     }
 
-    /// Draws `lines` from the top left, each cut to the terminal's height.
+    /// Draws `lines` from the top left (in place: where the last refresh began), each cut to
+    /// the terminal's height.
     fn draw(&self, lines: &[String]) {
         let height = terminal_size::terminal_size().map_or(usize::MAX, |(_, h)| h.0 as usize);
-        let mut text = String::from("\x1b[H");
-        for line in lines.iter().take(height.saturating_sub(1).max(1)) {
+        let mut text = if self.alternate {
+            String::from("\x1b[H")
+        } else {
+            match self.drawn.get() {
+                0 => String::from("\r"),
+                n => format!("\x1b[{n}A\r"),
+            }
+        };
+        let shown: Vec<&String> = lines.iter().take(height.saturating_sub(1).max(1)).collect();
+        for line in &shown {
             text.push_str(line);
             text.push_str("\x1b[K\n");
         }
+        self.drawn.set(shown.len());
         text.push_str("\x1b[J");
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(text.as_bytes());
@@ -101,7 +123,11 @@ impl Screen {
 impl Drop for Screen {
     fn drop(&mut self) {
         let mut out = std::io::stdout().lock();
-        let _ = out.write_all(b"\x1b[?25h\x1b[?1049l");
+        let _ = out.write_all(if self.alternate {
+            b"\x1b[?25h\x1b[?1049l"
+        } else {
+            b"\x1b[?25h"
+        });
         let _ = out.flush();
         if let Some(t) = &self.saved {
             // SAFETY: puts back the termios read in `enter`.
@@ -213,7 +239,8 @@ pub async fn run(
     tokio::pin!(ctrl_c);
     let on_screen = !json && std::io::stdout().is_terminal();
     let typed = on_screen && std::io::stdin().is_terminal();
-    let screen = on_screen.then(|| Screen::enter(typed));
+    // `-n N`: the last refresh stays on the screen (drawn in place, not in the alternate one).
+    let screen = on_screen.then(|| Screen::enter(typed, iterations.is_none()));
     let mut keys = typed.then(keys);
     let mut seen: HashMap<String, Seen> = HashMap::new();
     let mut done = 0u64;

@@ -51,6 +51,7 @@ pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<
         only,
         labels: HashMap::new(),
         streaming: None,
+        streamed: 0,
     };
     let all = bots::all(conn).await?;
     for b in &all {
@@ -140,6 +141,8 @@ struct Watch {
     labels: HashMap<String, Label>,
     /// The bot whose text is streaming on the current line.
     streaming: Option<String>,
+    /// How many columns of it were printed; past [`WATCH_TEXT_COLUMNS`] the rest is not.
+    streamed: usize,
 }
 
 impl Watch {
@@ -224,8 +227,29 @@ impl Watch {
                     && self.streaming.as_deref() == Some(path.as_str())
                     && !self.json
                 {
-                    // The message streamed already; its end is the line's end.
+                    // The message streamed already; its end is the line's end, and a message cut
+                    // says how long it is and how to read it whole, as an item cut does.
+                    let cut = self.streamed > WATCH_TEXT_COLUMNS;
                     self.end_stream();
+                    if cut {
+                        let l = self.label(&path);
+                        let size = p["size"]
+                            .as_u64()
+                            .unwrap_or(p["text"].as_str().map_or(0, |t| t.len() as u64));
+                        outln!(
+                            "{} {}",
+                            self.prefix(&path),
+                            paint(
+                                DIM,
+                                &format!(
+                                    "#{seq} ({} in all; {} chat {} --seq {seq})",
+                                    show::size(size),
+                                    super::hint::ctl(),
+                                    l.id
+                                )
+                            )
+                        );
+                    }
                     return Ok(false);
                 }
                 let l = self.label(&path);
@@ -293,8 +317,19 @@ impl Watch {
                         self.end_stream();
                         out!("{} ", self.prefix(&path));
                         self.streaming = Some(path.clone());
+                        self.streamed = 0;
                     }
-                    out!("{}", show::safe_text(&text));
+                    // At most WATCH_TEXT_COLUMNS of a message, as items are cut.
+                    if self.streamed <= WATCH_TEXT_COLUMNS {
+                        let room = WATCH_TEXT_COLUMNS - self.streamed;
+                        let whole = show::safe_text(&text);
+                        let shown = show::cut(&whole, room);
+                        self.streamed += unicode_width::UnicodeWidthStr::width(shown.as_str());
+                        out!("{shown}");
+                        if shown != whole {
+                            self.streamed = WATCH_TEXT_COLUMNS + 1;
+                        }
+                    }
                     let _ = std::io::stdout().flush();
                 }
             }

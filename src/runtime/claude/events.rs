@@ -352,6 +352,29 @@ mod tests {
         let v: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["response"]["response"]["behavior"], "deny");
         assert_eq!(v["response"]["request_id"], "b8");
+        let rules = json!([{"type": "addRules", "destination": "session"}]);
+        let line = encode_permission_answer(
+            "b9",
+            &PermissionAnswer::Allow {
+                updated_input: json!({"a": 1}),
+                grant: Some(rules.clone()),
+            },
+        );
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["response"]["response"]["updatedPermissions"], rules);
+        let line = encode_permission_answer(
+            "b10",
+            &PermissionAnswer::Allow {
+                updated_input: json!({}),
+                grant: None,
+            },
+        );
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert!(
+            v["response"]["response"]
+                .get("updatedPermissions")
+                .is_none()
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod leaf;
 pub mod protocol;
 pub mod registry;
 pub mod results;
+pub mod scopes;
 pub mod stdin;
 pub mod taken;
 pub mod transcript;
@@ -19,7 +20,9 @@ pub mod transcript;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{LaunchCommand, LaunchSpec, Protocol, Runtime, RuntimeError, SessionStart};
+use super::{
+    Grant, LaunchCommand, LaunchSpec, Protocol, Runtime, RuntimeError, Scope, SessionStart,
+};
 
 /// The transcript of `session_id` for a CLI started with `env` in `cwd`, if it exists now.
 fn transcript_of(env: &BTreeMap<String, String>, cwd: &Path, session_id: &str) -> Option<PathBuf> {
@@ -69,6 +72,25 @@ impl Claude {
 impl Runtime for Claude {
     fn name(&self) -> &'static str {
         "claude"
+    }
+
+    fn api_hint(&self) -> &'static str {
+        "Check ANTHROPIC_BASE_URL (if the bot sets one), the network or proxy, and the \
+         credentials (ANTHROPIC_API_KEY, or `claude /login`)."
+    }
+
+    fn login_hint(&self) -> &'static str {
+        "Log in with `claude /login` in a terminal, as the user botvisord runs as (with the \
+         bot's CLAUDE_CONFIG_DIR, if it sets one), or give the bot a key: `botvisorctl set BOT \
+         --env ANTHROPIC_API_KEY=…`."
+    }
+
+    fn scopes(&self, request: &serde_json::Value) -> Vec<Scope> {
+        scopes::scopes(request)
+    }
+
+    fn grant(&self, request: &serde_json::Value, scope: Scope) -> Grant {
+        scopes::grant(request, scope)
     }
 
     fn can_resume(&self) -> bool {

@@ -23,12 +23,20 @@ pub fn encode_control(request_id: &str, request: &ControlRequest) -> String {
     json!({"type": "control_request", "request_id": request_id, "request": request}).to_string()
 }
 
-/// The answer to a `can_use_tool` request: `{"behavior":"allow","updatedInput":{…}}` or
+/// The answer to a `can_use_tool` request: `{"behavior":"allow","updatedInput":{…}}` (with
+/// `"updatedPermissions":[…]` for a wider scope, [`crate::runtime::Grant`]) or
 /// `{"behavior":"deny","message":"…"}` (claude-code-facts.md, "The control protocol").
 pub fn encode_permission_answer(request_id: &str, answer: &PermissionAnswer) -> String {
     let response = match answer {
-        PermissionAnswer::Allow { updated_input } => {
-            json!({"behavior": "allow", "updatedInput": updated_input})
+        PermissionAnswer::Allow {
+            updated_input,
+            grant,
+        } => {
+            let mut allow = json!({"behavior": "allow", "updatedInput": updated_input});
+            if let Some(permissions) = grant {
+                allow["updatedPermissions"] = permissions.clone();
+            }
+            allow
         }
         PermissionAnswer::Deny { message } => json!({"behavior": "deny", "message": message}),
     };

@@ -12,6 +12,7 @@ pub mod native;
 pub mod protocol;
 pub mod rollout;
 pub mod sandbox;
+pub mod scopes;
 pub mod settings;
 pub mod taken;
 pub mod writer;
@@ -256,6 +257,28 @@ impl Runtime for Codex {
     fn can_change_tool_input(&self) -> bool {
         // An approval's answer is a decision alone (codex-facts.md, "app-server messages").
         false
+    }
+
+    fn api_hint(&self) -> &'static str {
+        "Check the model provider in $CODEX_HOME/config.toml (its base_url), the network or \
+         proxy, and the credentials (`codex login`, or the provider's key variable)."
+    }
+
+    fn login_hint(&self) -> &'static str {
+        "Log in with `codex login` in a terminal, with the bot's CODEX_HOME, or give the bot a \
+         key: `botvisorctl set BOT --env OPENAI_API_KEY=…`."
+    }
+
+    fn scopes(&self, request: &serde_json::Value) -> Vec<crate::runtime::Scope> {
+        scopes::scopes(request)
+    }
+
+    fn grant(
+        &self,
+        request: &serde_json::Value,
+        scope: crate::runtime::Scope,
+    ) -> crate::runtime::Grant {
+        scopes::grant(request, scope)
     }
 
     fn session_in_use(&self, _stderr: &str) -> Option<String> {

@@ -506,8 +506,9 @@ impl Protocol for CodexProtocol {
             return Vec::new();
         };
         let decision = match answer {
-            PermissionAnswer::Allow { .. } => "accept",
-            PermissionAnswer::Deny { .. } => "decline",
+            PermissionAnswer::Allow { grant: Some(d), .. } => d.clone(),
+            PermissionAnswer::Allow { grant: None, .. } => json!("accept"),
+            PermissionAnswer::Deny { .. } => json!("decline"),
         };
         vec![json!({"id": id, "result": {"decision": decision}}).to_string()]
     }

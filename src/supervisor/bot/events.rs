@@ -119,6 +119,23 @@ impl Facts for ActorFacts<'_> {
         self.shared.runtime.held_elsewhere(error)
     }
 
+    fn scopes(&self, request: &serde_json::Value) -> Vec<String> {
+        self.shared
+            .runtime
+            .scopes(request)
+            .iter()
+            .map(|s| s.as_str().to_owned())
+            .collect()
+    }
+
+    fn api_hint(&self) -> &'static str {
+        self.shared.runtime.api_hint()
+    }
+
+    fn login_hint(&self) -> &'static str {
+        self.shared.runtime.login_hint()
+    }
+
     fn session_in_use(&self, stderr: &str) -> Option<String> {
         self.shared.runtime.session_in_use(stderr)
     }

@@ -44,12 +44,14 @@ impl BotCore {
             } => {
                 self.turns.asked_for_a_tool();
                 let turn_id = self.turns.answering().map(str::to_owned);
+                let scopes = facts.scopes(&request);
                 self.emit([Effect::OpenPrompt {
                     asked: Asked {
                         request_id,
                         tool,
                         input,
                         request,
+                        scopes,
                     },
                     turn_id,
                 }]);
@@ -113,6 +115,7 @@ impl BotCore {
                     attempt,
                     max_retries,
                     delay_ms,
+                    hint: facts.api_hint(),
                 };
                 self.api_retry(now, &retry, facts);
             }
@@ -337,7 +340,8 @@ impl BotCore {
             && let Some(words) = error.as_deref()
         {
             self.emit([Effect::ClosePrompts(TURN_ENDED.into())]);
-            if let Some(effects) = limits::login_refused(&mut self.turns, words) {
+            let words = format!("{words}. {}", facts.login_hint());
+            if let Some(effects) = limits::login_refused(&mut self.turns, &words) {
                 tracing::warn!(error = %words, "login expired or refused; the message waits");
                 self.emit(effects);
                 self.emit([Effect::FollowCredentials]);

@@ -93,6 +93,14 @@ pub trait Facts {
     fn session_in_use(&self, stderr: &str) -> Option<String>;
     /// Whether the CLI's refusal to open a conversation says another process holds it.
     fn held_elsewhere(&self, error: &str) -> bool;
+    /// The scopes an allow of a permission request may have, narrowest first, as words
+    /// (`Runtime::scopes`: `once`, `session`, `always`).
+    fn scopes(&self, request: &serde_json::Value) -> Vec<String>;
+    /// What a person checks when the model API cannot be reached, one sentence in the bot's
+    /// runtime's terms (`Runtime::api_hint`).
+    fn api_hint(&self) -> &'static str;
+    /// How a person logs the bot's CLI in again, one sentence (`Runtime::login_hint`).
+    fn login_hint(&self) -> &'static str;
     /// What an exit asks of the configuration.
     fn exit_settings(&self) -> super::exited::ExitSettings;
 }

@@ -88,6 +88,15 @@ impl Facts for Told {
     fn held_elsewhere(&self, error: &str) -> bool {
         error.contains("active writer")
     }
+    fn scopes(&self, _request: &serde_json::Value) -> Vec<String> {
+        vec!["once".into()]
+    }
+    fn api_hint(&self) -> &'static str {
+        "Check the stand-in."
+    }
+    fn login_hint(&self) -> &'static str {
+        "Log in again."
+    }
     fn exit_settings(&self) -> super::super::exited::ExitSettings {
         super::super::exited::ExitSettings {
             fresh_window: Duration::from_secs(15),

@@ -16,6 +16,9 @@ pub struct Prompt {
     pub tool: String,
     /// The tool's input, as JSON text.
     pub input: String,
+    /// The whole request as the CLI sent it (what a wider scope of an allow is made of:
+    /// `Runtime::grant`).
+    pub request: Value,
 }
 
 /// How many answered request ids are remembered to tell "already answered" from "unknown".
@@ -75,6 +78,8 @@ pub struct Asked {
     pub input: Value,
     /// The whole request (suggestions, tool use id, …).
     pub request: Value,
+    /// The scopes an allow may have (`once`, `session`, `always`: `Runtime::scopes`).
+    pub scopes: Vec<String>,
 }
 
 /// The CLI asks: the request is open in `book`, recorded as a `permission_request` item of
@@ -86,6 +91,7 @@ pub fn opened(book: &mut PromptBook, asked: Asked, turn_id: Option<&str>) -> Vec
         Prompt {
             tool: asked.tool.clone(),
             input: input_json.clone(),
+            request: asked.request.clone(),
         },
     );
     let payload = json!({
@@ -94,6 +100,7 @@ pub fn opened(book: &mut PromptBook, asked: Asked, turn_id: Option<&str>) -> Vec
         "input": asked.input,
         "suggestions": asked.request.get("permission_suggestions").cloned().unwrap_or(Value::Null),
         "tool_use_id": asked.request.get("tool_use_id").cloned().unwrap_or(Value::Null),
+        "scopes": asked.scopes,
     })
     .to_string();
     let mut c = CommitBuilder::default();
@@ -147,6 +154,7 @@ mod tests {
             tool: "Write".into(),
             input: json!({"file_path": "/x"}),
             request: json!({"tool_use_id": "t1"}),
+            scopes: vec!["once".into()],
         }
     }
 

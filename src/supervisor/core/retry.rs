@@ -24,13 +24,23 @@ pub struct Retry<'a> {
     pub max_retries: u64,
     /// How long the CLI waits before this attempt, in milliseconds.
     pub delay_ms: Option<u64>,
+    /// What to check, in the bot's runtime's terms (`Runtime::api_hint`).
+    pub hint: &'a str,
 }
 
 impl Retry<'_> {
     /// The sentence a person reads: what failed, which retry this is, and the CLI's error.
-    /// Example: "The model API is unreachable (no answer; unknown): retry 3 of 10 in 2.2 s."
+    /// Example: "The model API is unreachable (no HTTP answer: the connection was refused, timed
+    /// out or found no route): retry 3 of 10 in 2.2 s. Check ANTHROPIC_BASE_URL …"
     pub fn text(&self) -> String {
         let what = match self.status {
+            // Claude Code says `unknown` for every failure without an HTTP answer: the
+            // connection refused, no route, a timeout, DNS, a proxy.
+            None if self.error.is_empty() || self.error == "unknown" => {
+                "The model API is unreachable (no HTTP answer: the connection was refused, \
+                 timed out or found no route)"
+                    .to_owned()
+            }
             None => format!(
                 "The model API is unreachable (no HTTP answer; the CLI says `{}`)",
                 self.error
@@ -51,18 +61,15 @@ impl Retry<'_> {
         if self.max_retries == 0 {
             // Codex retries a model API it cannot reach without end.
             return format!(
-                "{what}: retry {}{delay}; the agent retries without limit. Check the model API's \
-                 address (ANTHROPIC_BASE_URL for Claude Code, the model provider in \
-                 $CODEX_HOME/config.toml for Codex), the network or the credentials; Interrupt \
-                 or Stop ends the turn.",
-                self.attempt
+                "{what}: retry {}{delay}; the agent retries without limit. {} Interrupt or Stop \
+                 ends the turn.",
+                self.attempt, self.hint
             );
         }
         format!(
-            "{what}: retry {} of {}{delay}. Check the model API's address (ANTHROPIC_BASE_URL \
-             for Claude Code, the model provider in $CODEX_HOME/config.toml for Codex), the \
-             network or the credentials; the turn ends with an error when the retries run out.",
-            self.attempt, self.max_retries
+            "{what}: retry {} of {}{delay}. {} The turn ends with an error when the retries run \
+             out.",
+            self.attempt, self.max_retries, self.hint
         )
     }
 
@@ -105,6 +112,7 @@ mod tests {
             attempt,
             max_retries: 10,
             delay_ms: Some(2200),
+            hint: "Check ANTHROPIC_BASE_URL.",
         }
     }
 
@@ -127,6 +135,16 @@ mod tests {
         let text = retry(3).text();
         assert!(text.contains("unreachable"), "{text}");
         assert!(text.contains("retry 3 of 10 in 2.2 s"), "{text}");
+        // Claude Code's `unknown` says nothing: the words say what it may be; the hint is the
+        // bot's runtime's only.
+        assert!(
+            !text.contains("`unknown`") && text.contains("connection was refused"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Check ANTHROPIC_BASE_URL.") && !text.contains("CODEX_HOME"),
+            "{text}"
+        );
         let http = Retry {
             error: "rate_limit",
             status: Some(429),

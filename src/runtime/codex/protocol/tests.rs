@@ -329,6 +329,7 @@ fn approvals_are_permission_requests_answered_accept_or_decline() {
         request_id,
         &PermissionAnswer::Allow {
             updated_input: json!({}),
+            grant: None,
         },
     );
     assert_eq!(
@@ -362,6 +363,24 @@ fn approvals_are_permission_requests_answered_accept_or_decline() {
     assert_eq!(
         parse(&lines[0]),
         json!({"id": 1, "result": {"decision": "decline"}})
+    );
+    // A wider scope is the decision its grant names (runtime::codex::scopes).
+    let read = p.read_line(
+        br#"{"method":"item/fileChange/requestApproval","id":2,"params":{"turnId":"U2","itemId":"f2"}}"#,
+    );
+    let [RuntimeEvent::PermissionRequest { request_id: r3, .. }] = &read.events[..] else {
+        panic!()
+    };
+    let lines = p.answer_permission(
+        r3,
+        &PermissionAnswer::Allow {
+            updated_input: json!({}),
+            grant: Some(json!("acceptForSession")),
+        },
+    );
+    assert_eq!(
+        parse(&lines[0]),
+        json!({"id": 2, "result": {"decision": "acceptForSession"}})
     );
 }
 

@@ -1279,7 +1279,11 @@ async fn completion_names_the_bots_of_the_running_daemon() {
         .collect();
     assert_eq!(names, ["alpha", "alpine"], "{text}");
     assert!(text.contains("alpha\tstopped in "), "{text}");
-    let out = complete(&["--json", "watch", "b"]).output().await.unwrap();
+    // "bet": a prefix no bot id (hex) can have.
+    let out = complete(&["--json", "watch", "bet"])
+        .output()
+        .await
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(text.starts_with("beta\t"), "{text}");
     let (code, script, _) = run(&bus, &["completions", "bash"]).await;

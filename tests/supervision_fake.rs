@@ -704,3 +704,19 @@ async fn an_interrupt_stops_what_the_interrupted_turn_left_running() {
     stop_and_wait(&bot).await;
     fake.env.assert_no_leftovers();
 }
+
+/// Design rule 9: botvisord shut down while a deleted bot's agent is still being stopped waits
+/// for that stop, so no agent is left running (a Delete used to take the bot off the list the
+/// shutdown stops before its agent was gone; found as a leftover fake CLI in a loaded run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_right_after_a_delete_still_ends_the_deleted_bots_agent() {
+    let mut fake = start_fake().await;
+    let bot = fake
+        .bot(json!([{"mode": "normal", "ignore_term": true}]))
+        .await;
+    assert_eq!(send_and_wait(&bot, "hi").await.outcome, "success");
+    assert_ne!(bot.process_id().await.unwrap(), 0, "its agent runs");
+    bot.delete().await.unwrap();
+    assert!(fake.daemon.terminate().await.success());
+    fake.env.assert_no_leftovers();
+}

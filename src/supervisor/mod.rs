@@ -296,6 +296,9 @@ pub struct Supervisor {
     config: Arc<Config>,
     runtimes: BTreeMap<&'static str, Arc<dyn Runtime>>,
     bots: Mutex<HashMap<String, BotHandle>>,
+    /// Deleted bots whose actors may still be stopping their agents: a shutdown waits for them
+    /// too (design rule 9). Pruned of ended actors at each Delete.
+    deleting: Mutex<Vec<BotHandle>>,
     publisher: Publisher,
     gate: tokio::sync::watch::Sender<bool>,
 }
@@ -313,6 +316,7 @@ impl Supervisor {
             config,
             runtimes: runtimes.into_iter().map(|r| (r.name(), r)).collect(),
             bots: Mutex::new(HashMap::new()),
+            deleting: Mutex::new(Vec::new()),
             publisher,
             gate: tokio::sync::watch::Sender::new(false),
         })
@@ -525,10 +529,14 @@ impl Supervisor {
             .shared
             .deleted
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        self.bots
+        let removed = self
+            .bots
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(id);
+        let mut deleting = self.deleting.lock().unwrap_or_else(|p| p.into_inner());
+        deleting.retain(|h| !h.tx.is_closed());
+        deleting.extend(removed);
         Ok(())
     }
 
@@ -541,9 +549,17 @@ impl Supervisor {
         }
     }
 
-    /// Stops every bot gently and in parallel, for daemon shutdown.
+    /// Stops every bot gently and in parallel, for daemon shutdown; waits too for the actors of
+    /// deleted bots still stopping their agents (each ends when its stop is done, which drops
+    /// the reply channel).
     pub async fn shutdown(&self) {
-        let handles = self.list();
+        let mut handles = self.list();
+        handles.extend(
+            self.deleting
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain(..),
+        );
         let waits = handles.into_iter().map(|h| async move {
             let (tx, rx) = oneshot::channel();
             if h.tx.send(Command::Shutdown(tx)).is_ok() {

@@ -93,3 +93,87 @@ async fn hello_reply_arrives_and_survives_a_daemon_restart() {
         fact("--resume ID sends the conversation's history to the model")
     );
 }
+
+/// A reply holding a UTF-16 surrogate without its pair (`\ud800`, valid JSON text a model's
+/// output cut inside a pair can carry): Claude Code passes the escape on in its stream-json, and
+/// botvisor reads it as U+FFFD (`runtime::json_line`), in an answer and in a tool's input that
+/// asks for permission. Before, serde_json refused the line: the answer was lost, the prompt
+/// never shown and the turn waited forever (issue 30's hostile run).
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_surrogate_in_a_reply_is_read_and_the_turn_ends() {
+    use std::collections::HashMap;
+    use support::stand_in_api::{LONE_SURROGATE, Reply};
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let api = StandInApi::start(std::sync::Arc::new(
+        |req: &support::stand_in_api::ApiRequest| {
+            if req.has_tool_result {
+                Reply::Text("Tool finished.".into())
+            } else if req.last_user_text == "run it" {
+                Reply::ToolUse {
+                    name: "Bash".into(),
+                    input: serde_json::json!({"command": format!("echo cut{LONE_SURROGATE}here")}),
+                }
+            } else {
+                Reply::Text(format!("cut {LONE_SURROGATE} here"))
+            }
+        },
+    ))
+    .await;
+    let cfg = env.daemon_config(Some(claude));
+    let daemon = Daemon::start(&cfg, &env.conn).await;
+    let bot = create_bot_in(&env, &claude_env(&env.home, &api.url, &env.marker)).await;
+
+    let seen = send_and_wait(&bot, "hello").await;
+    assert_eq!(seen.outcome, "success", "{seen:?}\n{}", daemon.log_text());
+    let answer = seen
+        .items
+        .iter()
+        .find(|(_, k, _)| k == "assistant")
+        .expect("the answer is in the chat");
+    assert_eq!(answer.2["text"], "cut \u{fffd} here");
+    assert!(
+        !seen.items.iter().any(|(_, k, _)| k == "error"),
+        "{:?}",
+        seen.items
+    );
+
+    let watched = watching(&bot).await;
+    let mut finished = watched.receive_turn_finished().await.unwrap();
+    let mut changes = watched.receive_pending_permissions_changed().await;
+    let turn = watched.send("run it", HashMap::new()).await.unwrap();
+    let asked = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            if let Some(first) = watched
+                .pending_permissions()
+                .await
+                .unwrap()
+                .into_iter()
+                .next()
+            {
+                return first;
+            }
+            futures_util::StreamExt::next(&mut changes).await;
+        }
+    })
+    .await
+    .expect("the permission request is shown");
+    assert!(asked.2.contains("cut\u{fffd}here"), "{asked:?}");
+    watched
+        .respond_permission(&asked.0, "deny", HashMap::new())
+        .await
+        .unwrap();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(s) = futures_util::StreamExt::next(&mut finished).await {
+            if s.args().unwrap().turn_id == turn {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the turn ends");
+}

@@ -18,7 +18,7 @@ pub fn holds_since(path: &Path, since: SystemTime, is_it: impl Fn(&Value) -> boo
         return false;
     };
     content.lines().rev().any(|line| {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
+        let Ok(v) = super::json_line::parse(line.as_bytes()) else {
             return false;
         };
         is_it(&v) && written_since(&v, since)

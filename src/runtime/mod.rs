@@ -10,6 +10,7 @@
 pub mod binary;
 pub mod claude;
 pub mod codex;
+pub mod json_line;
 pub mod jsonl;
 pub mod protocol;
 

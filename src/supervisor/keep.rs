@@ -115,7 +115,7 @@ fn made_anew(file: &Path, copy: &Path, session: &str) -> bool {
     }
     let mut named = false;
     for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+        let Ok(v) = crate::runtime::json_line::parse(line.as_bytes()) else {
             continue;
         };
         match v.get("sessionId").and_then(|s| s.as_str()) {

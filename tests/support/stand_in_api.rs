@@ -498,7 +498,13 @@ fn json_message(model: &str, reply: &Reply) -> Value {
     })
 }
 
+/// Written in a reply's text or tool input, this character goes on the wire as the escape
+/// `\ud800`, a UTF-16 surrogate without its pair: valid JSON text that a Rust string cannot
+/// hold, which the model API can send when a model's output is cut inside a pair.
+pub const LONE_SURROGATE: char = '\u{E000}';
+
 fn event(out: &mut String, name: &str, data: Value) {
+    let data = data.to_string().replace(LONE_SURROGATE, "\\ud800");
     out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
 }
 

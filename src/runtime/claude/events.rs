@@ -52,7 +52,7 @@ pub fn parse_line(line: &[u8]) -> Vec<RuntimeEvent> {
     if trimmed.is_empty() {
         return vec![RuntimeEvent::Ignored];
     }
-    let v: Value = match serde_json::from_slice(trimmed) {
+    let v: Value = match crate::runtime::json_line::parse(trimmed) {
         Ok(v) => v,
         Err(e) => {
             if let Some(id) = std::str::from_utf8(trimmed).ok().and_then(session_in_use) {

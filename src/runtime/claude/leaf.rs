@@ -27,7 +27,7 @@ pub fn record_to_append(content: &str, session_id: &str) -> Option<String> {
     let mut leaf_named: Option<String> = None;
     let mut entries: Vec<(String, Option<String>, Value)> = Vec::new();
     for line in content.lines() {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
+        let Ok(v) = crate::runtime::json_line::parse(line.as_bytes()) else {
             continue;
         };
         if v.get("type").and_then(Value::as_str) == Some("last-prompt") {

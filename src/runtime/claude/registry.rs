@@ -33,7 +33,7 @@ pub struct Entry {
 /// Files that are not such objects are stepped over.
 pub fn entries_for<'a>(files: impl Iterator<Item = &'a str>, session_id: &str) -> Vec<Entry> {
     files
-        .filter_map(|text| serde_json::from_str::<Value>(text).ok())
+        .filter_map(|text| crate::runtime::json_line::parse(text.as_bytes()).ok())
         .filter(|v| v.get("sessionId").and_then(Value::as_str) == Some(session_id))
         .filter_map(|v| {
             let pid = v.get("pid").and_then(Value::as_u64)?;

@@ -67,7 +67,11 @@ pub fn read_lines<'a>(
     since: SystemTime,
 ) -> Option<TakenTurn> {
     let parsed: Vec<(&str, Value)> = lines
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok().map(|v| (l, v)))
+        .filter_map(|l| {
+            crate::runtime::json_line::parse(l.as_bytes())
+                .ok()
+                .map(|v| (l, v))
+        })
         .filter(|(_, v)| v.is_object())
         .collect();
     let at = parsed

@@ -525,7 +525,7 @@ impl Protocol for CodexProtocol {
         if text.trim().is_empty() {
             return Read::events(vec![RuntimeEvent::Ignored]);
         }
-        let v: Value = match serde_json::from_str(&text) {
+        let v: Value = match crate::runtime::json_line::parse(line) {
             Ok(v @ Value::Object(_)) => v,
             Ok(_) => return unparsed(&text, "not a JSON object"),
             Err(e) => return unparsed(&text, &format!("not JSON: {e}")),

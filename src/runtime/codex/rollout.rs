@@ -152,7 +152,7 @@ pub fn archived(codex_home: &Path, thread_id: &str) -> Option<PathBuf> {
 /// The `history_base` of a segment's first line: the id of the file it continues and how many of
 /// that file's bytes come before the segment.
 fn history_base(first_line: &str) -> Option<(String, u64)> {
-    let v: Value = serde_json::from_str(first_line).ok()?;
+    let v: Value = crate::runtime::json_line::parse(first_line.as_bytes()).ok()?;
     let base = v.pointer("/payload/history_base")?;
     Some((
         base.get("thread_id")?.as_str()?.to_owned(),
@@ -292,7 +292,7 @@ mod tests {
         let h = history(dir.path(), ID).unwrap();
         let ns: Vec<i64> = h
             .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|l| crate::runtime::json_line::parse(l.as_bytes()).ok())
             .filter_map(|v| v.get("n").and_then(Value::as_i64))
             .collect();
         assert_eq!(ns, [1, 2, 4, 6]);

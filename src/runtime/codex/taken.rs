@@ -150,7 +150,7 @@ pub fn read_lines<'a>(
     since: SystemTime,
 ) -> Option<TakenTurn> {
     let parsed: Vec<Value> = lines
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|l| crate::runtime::json_line::parse(l.as_bytes()).ok())
         .filter(Value::is_object)
         .collect();
     let at = parsed

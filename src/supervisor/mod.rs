@@ -230,6 +230,12 @@ pub fn default_name(cwd: &Path) -> String {
 /// Whether `name` could be a bot's id or the id prefix that picks a bot out (`GetBot`,
 /// `botvisorctl`): 4 to 32 lowercase hexadecimal digits. Such a name would make that id
 /// ambiguous, now or for a bot created later, so no bot may have it.
+/// What `name` looks like: its visible characters ([`crate::text::visible`]) mapped to
+/// Unicode's confusable skeleton (UTS #39).
+fn looks(name: &str) -> String {
+    unicode_security::confusable_detection::skeleton(&crate::text::visible(name)).collect()
+}
+
 pub fn id_like(name: &str) -> bool {
     (4..=32).contains(&name.len())
         && name
@@ -278,9 +284,18 @@ pub fn check_name(what: &str, name: &str, taken: &[String]) -> Result<(), BotErr
              which picks bots out; choose a name with another character in it"
         )));
     }
-    // Told apart as a terminal shows them: `x` and `x` with a variation selector are one name.
-    let shown = crate::text::visible(name);
-    if let Some(same) = taken.iter().find(|t| crate::text::visible(t) == shown) {
+    if name.starts_with('/') {
+        return Err(BotError::InvalidArgument(format!(
+            "{what} `{}` begins with `/`, which is read as a bot's object path (and could name \
+             another bot's); choose a name that does not",
+            crate::text::escape(name, false)
+        )));
+    }
+    // Told apart as a terminal shows them: `x` and `x` with a variation selector are one name,
+    // and so are names whose characters are confusable (Unicode's skeleton, UTS #39: `é` and
+    // `e` with a combining accent, a Cyrillic `о` and a Latin `o`, fullwidth letters).
+    let shown = looks(name);
+    if let Some(same) = taken.iter().find(|t| looks(t) == shown) {
         return Err(BotError::InvalidArgument(format!(
             "a bot named `{}` exists already and looks the same; names pick bots out, so \
              choose another",
@@ -436,7 +451,10 @@ impl Supervisor {
                             format!("{base}-{i}")
                         }
                     })
-                    .find(|n| !taken.contains(n))
+                    .find(|n| {
+                        let shown = looks(n);
+                        !taken.iter().any(|t| looks(t) == shown)
+                    })
                     .expect("some suffix is free")
             }
         };
@@ -588,8 +606,25 @@ impl Supervisor {
 
 #[cfg(test)]
 mod tests {
-    use super::{default_name, id_like};
+    use super::{check_name, default_name, id_like};
     use std::path::Path;
+
+    #[test]
+    fn a_name_that_looks_like_another_or_like_a_path_is_refused() {
+        let taken = ["crème".to_owned(), "other".to_owned()];
+        for name in [
+            "cre\u{300}me",
+            "\u{43e}ther",
+            "\u{ff4f}\u{ff54}\u{ff48}\u{ff45}\u{ff52}",
+            "/org/botvisor/Botvisor1/0123456789abcdef0123456789abcdef",
+            "/mybot",
+        ] {
+            assert!(check_name("name", name, &taken).is_err(), "{name}");
+        }
+        for name in ["creme", "others", "a/b", "Other"] {
+            assert!(check_name("name", name, &taken).is_ok(), "{name}");
+        }
+    }
 
     #[test]
     fn a_name_that_could_pick_out_a_bot_by_id_is_id_like() {

@@ -1260,7 +1260,8 @@ async fn doctor_names_what_fails_and_the_fix() {
 async fn completion_names_the_bots_of_the_running_daemon() {
     let s = FakeSetup::start("").await;
     let bus = s.env.bus.address.clone();
-    for name in ["alpha", "alpine", "beta"] {
+    // `al;touch x` would run `touch` if the shell inserted it: offered by its id only.
+    for name in ["alpha", "alpine", "beta", "al;touch x", "al>x"] {
         create(&s, name, &s.env.work, json!([{"mode": "normal"}])).await;
     }
     let complete = |words: &[&str]| {

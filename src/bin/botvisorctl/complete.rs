@@ -58,11 +58,14 @@ pub fn bot_names(current: &OsStr) -> Vec<CompletionCandidate> {
     });
     let mut out = Vec::new();
     for b in bots.unwrap_or_default() {
-        // A name that would not survive the shell's word splitting is offered by its id.
-        let plain = !b
+        // The shell inserts a completion as it is, unquoted: a name is offered only when every
+        // character of it means nothing to a shell (letters and digits of any script and
+        // `-_.+,@%`); any other (`;`, `>`, `&`, `|`, `*`, `~`, `!`, quotes, blanks) would run or
+        // expand something, so that bot is offered by its id.
+        let plain = b
             .name
             .chars()
-            .any(|c| c.is_whitespace() || "'\"\\$`".contains(c))
+            .all(|c| c.is_alphanumeric() || "-_.+,@%".contains(c))
             && botvisor::text::first_unsafe(&b.name).is_none();
         if plain && b.name.starts_with(current) {
             let help = format!("{} in {}", b.state, b.cwd);

@@ -1053,6 +1053,11 @@ async fn answer_finds_the_prompt_by_a_prefix_or_alone_and_rename_renames() {
     let (code, _, err) = run(&bus, &["answer", "asker", "ask-0", "allow"]).await;
     assert_eq!(code, 1);
     assert!(err.contains("`ask-0` starts 2 open requests"), "{err}");
+    // An empty id (a script's unset variable) answers nothing.
+    let (code, _, err) = run(&bus, &["answer", "asker", "", "deny"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("the request id is empty"), "{err}");
+    assert_eq!(bot.pending_permissions().await.unwrap().len(), 2);
     let (code, _, err) = run(&bus, &["answer", "asker", "zzz", "allow"]).await;
     assert_eq!(code, 1);
     assert!(

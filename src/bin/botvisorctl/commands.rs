@@ -274,6 +274,13 @@ pub fn pick_request(
             .collect::<Vec<_>>()
             .join(", ")
     };
+    if wanted == Some("") {
+        // A script's empty variable must not answer whatever is open.
+        return Err(Failure::usage(
+            "the request id is empty; give its id or a start of it, or leave it out to answer \
+             the only open one",
+        ));
+    }
     let all: Vec<&bots::Pending> = pending.iter().collect();
     let fits: Vec<&bots::Pending> = match wanted {
         None => all.clone(),
@@ -307,7 +314,8 @@ pub fn pick_request(
             shell_word(spec)
         ))),
         (several, Some(w)) => Err(Failure::failed(format!(
-            "`{}` starts {} open requests: {}; give more of the id",
+            "no open request is `{0}` (answered already, or never asked), and `{0}` starts {1} \
+             open requests: {2}; give more of the id",
             show::safe(w),
             several.len(),
             listed(several)

@@ -100,8 +100,25 @@ elif [ "$scope" = system ] && command -v systemctl >/dev/null 2>&1; then
   manager=systemd
 fi
 
+# The activation file, the desktop entries and the systemd units name these folders in
+# double quotes (a space or a ' is fine); a character that each of those formats reads in its
+# own way inside quotes, or that the launchd plist's XML or this script's sed would, is refused
+# before anything is written.
+for folder in "$bindir" "$logdir" "$docdir"; do
+  case "$folder" in
+    *[\"\\\`\$%\&\<\>\|]* | *[[:cntrl:]]*)
+      echo "install.sh: cannot install with the folder $folder: the D-Bus activation file, the" \
+        "desktop entries and the systemd units cannot name a path holding \", \\, \`, \$, %, &, <, >," \
+        "| or a control character; choose another PREFIX (or XDG_STATE_HOME)" >&2
+      exit 2 ;;
+  esac
+done
+# A file:// URL's spaces, for systemd's Documentation=.
+docurl=$(printf '%s' "$docdir" | sed 's/ /%20/g')
+
 fill() {
-  sed -e "s|@BINDIR@|$bindir|g" -e "s|@DOCDIR@|$docdir|g" -e "s|@LOGDIR@|$logdir|g" "$1" > "$2"
+  sed -e "s|@BINDIR@|$bindir|g" -e "s|@DOCDIR@|$docdir|g" -e "s|@DOCURL@|$docurl|g" \
+    -e "s|@LOGDIR@|$logdir|g" "$1" > "$2"
 }
 
 # The session bus's address, as dbus-send would find it without starting a bus of its own

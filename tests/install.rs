@@ -144,7 +144,7 @@ fn without_systemd_it_says_what_to_do_and_installs_everything() {
     // botvisor-notify: its desktop entry (the notifications' desktop-entry hint) and, without
     // systemd, its autostart entry.
     let notify_exec = format!(
-        "Exec={} --log-file {}",
+        "Exec=\"{}\" --log-file \"{}\"",
         h.path(".local/bin/botvisor-notify").display(),
         h.path(".local/state/botvisor/botvisor-notify.log")
             .display()
@@ -174,7 +174,7 @@ fn without_systemd_it_says_what_to_do_and_installs_everything() {
     );
     let activation = h.read(".local/share/dbus-1/services/org.botvisor.Botvisor1.service");
     let exec = format!(
-        "Exec={} --log-file {}",
+        "Exec=\"{}\" --log-file \"{}\"",
         h.path(".local/bin/botvisord").display(),
         log.display()
     );
@@ -269,7 +269,7 @@ fn with_systemd_it_reloads_and_says_how_to_enable() {
     let unit = h.read(".config/systemd/user/botvisord.service");
     assert!(
         unit.contains(&format!(
-            "ExecStart={}",
+            "ExecStart=\"{}\"",
             h.path(".local/bin/botvisord").display()
         )),
         "{unit}"
@@ -282,7 +282,7 @@ fn with_systemd_it_reloads_and_says_how_to_enable() {
     let unit = h.read(".config/systemd/user/botvisor-notify.service");
     assert!(
         unit.contains(&format!(
-            "ExecStart={}",
+            "ExecStart=\"{}\"",
             h.path(".local/bin/botvisor-notify").display()
         )) && unit.contains("WantedBy=graphical-session.target"),
         "{unit}"
@@ -375,4 +375,74 @@ async fn uninstall_stops_the_botvisord_it_installed() {
     );
     let status = daemon.wait().unwrap();
     assert!(status.success(), "it stopped gently: {status:?}");
+}
+
+/// A PREFIX with a space and a `'` in it: every file that names the binaries quotes their path,
+/// so the bus really starts the installed botvisord by activation (before, `Exec=` was written
+/// unquoted and the bus failed, "Failed to execute program", while the script said it would
+/// start); `doctor` would say so. A PREFIX the formats cannot quote (`"`) is refused before
+/// anything is written (issue 30's hostile run, finding 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_with_a_space_is_quoted_and_activated_and_one_with_a_double_quote_is_refused() {
+    let h = Home::new(1, 0);
+    let refused = h.path("a\"b");
+    let (code, _, err) = h.run(
+        &["--bin-dir", &bin_dir()],
+        &[("PREFIX", refused.to_str().unwrap())],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot install with the folder"), "{err}");
+    assert!(!refused.exists(), "nothing written");
+
+    let prefix = h.path("my dir's");
+    let services = h.path(".local/share/dbus-1/services");
+    let path = format!("{}:/usr/bin:/bin", h.fakebin.display());
+    let home = h.home.to_str().unwrap().to_owned();
+    let bus = support::PrivateBus::start_with(
+        &h.home.join("bus"),
+        Some(&services),
+        &[("HOME", &home), ("PATH", &path)],
+    );
+    let (code, out, err) = h.run(
+        &["--bin-dir", &bin_dir()],
+        &[
+            ("PREFIX", prefix.to_str().unwrap()),
+            ("DBUS_SESSION_BUS_ADDRESS", &bus.address),
+        ],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    let activation =
+        std::fs::read_to_string(services.join("org.botvisor.Botvisor1.service")).unwrap();
+    assert!(
+        activation.contains(&format!("Exec=\"{}/bin/botvisord\"", prefix.display())),
+        "{activation}"
+    );
+    let conn = bus.connect().await;
+    let bots = tokio::time::timeout(
+        support::EVENT_TIMEOUT,
+        botvisor::dbus::client::ManagerProxy::new(&conn)
+            .await
+            .unwrap()
+            .list_bots(),
+    )
+    .await
+    .expect("activation answers in time");
+    assert_eq!(bots.expect("the bus started the installed botvisord"), []);
+    // The activated botvisord is stopped as a user would stop it.
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await.unwrap();
+    let pid = dbus
+        .get_connection_unix_process_id("org.botvisor.Botvisor1".try_into().unwrap())
+        .await
+        .unwrap();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    assert!(exe.starts_with(&prefix), "{}", exe.display());
+    // SAFETY: kill(2) on the botvisord the bus started for this test.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    tokio::time::timeout(support::EVENT_TIMEOUT, async {
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("botvisord exits at SIGTERM");
 }

@@ -88,6 +88,26 @@ fn activation_file(dirs: &[PathBuf]) -> Option<(PathBuf, String)> {
     })
 }
 
+/// What is wrong with the program of an activation file's `Exec=` line (split as the bus
+/// splits it, by the shell's quoting rules), or `None` when it is an executable file (or a
+/// systemd unit's `Exec` is not shown).
+fn program_missing(exec: &str) -> Option<&'static str> {
+    let line = exec.split(" (systemd unit ").next().unwrap_or_default();
+    if line.trim().is_empty() {
+        return None;
+    }
+    let Some(words) = shlex::split(line) else {
+        return Some("the bus cannot split (unclosed quotes)");
+    };
+    let program = PathBuf::from(words.first()?);
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(&program) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => None,
+        Ok(_) => Some("is not an executable file"),
+        Err(_) => Some("does not exist"),
+    }
+}
+
 /// The checks of the bus and botvisord on it, and the running botvisord's process id.
 async fn bus_checks(conn: &Connection, remote: bool) -> (Vec<Check>, Option<u32>) {
     let mut out = Vec::new();
@@ -162,6 +182,17 @@ async fn bus_checks(conn: &Connection, remote: bool) -> (Vec<Check>, Option<u32>
     if !remote {
         let env = |k: &str| std::env::var(k).ok();
         match activation_file(&activation_dirs(&env)) {
+            Some((file, exec)) if program_missing(&exec).is_some() => out.push(check(
+                "activation",
+                Status::Fail,
+                format!(
+                    "{} starts {}, which {}",
+                    show::safe(&file.display().to_string()),
+                    show::safe(&exec),
+                    program_missing(&exec).unwrap_or_default()
+                ),
+                "scripts/install.sh again (it writes the program's path in quotes)",
+            )),
             Some((file, exec)) if activatable => out.push(check(
                 "activation",
                 Status::Ok,
@@ -617,4 +648,32 @@ pub async fn run(
         }
     }
     Ok(if failed == 0 { OK } else { FAILED })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::program_missing;
+
+    #[test]
+    fn an_activation_files_program_is_split_as_the_bus_splits_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("my dir's");
+        std::fs::create_dir_all(&folder).unwrap();
+        let program = folder.join("botvisord");
+        std::fs::write(&program, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let p = program.display();
+        assert_eq!(
+            program_missing(&format!("\"{p}\" --log-file \"/x y\"")),
+            None
+        );
+        // What install.sh wrote before it quoted: the bus cannot split it.
+        assert!(program_missing(&format!("{p} --log-file /x")).is_some());
+        assert_eq!(
+            program_missing("/nonexistent/botvisord"),
+            Some("does not exist")
+        );
+        assert_eq!(program_missing(" (systemd unit botvisord.service)"), None);
+    }
 }

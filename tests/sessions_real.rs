@@ -962,3 +962,57 @@ async fn a_conversation_another_process_holds_is_waited_for_or_forked() {
     assert_ne!(forked, session);
     other.close();
 }
+
+/// Design rule 7 when the bot's agent is still running, idle: the user opens the conversation
+/// in a terminal meanwhile (here a second `claude --resume`). The next message does not go to
+/// the idle agent, which would make two writers of one transcript: the agent is stopped and the
+/// bot waits in `held_elsewhere`, then answers in the same conversation once the other process
+/// exits (issue 30's hostile run, finding 7: before, the idle agent answered at once).
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_opened_elsewhere_while_the_agent_idles_gets_no_second_writer() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude.clone(), echo_script()).await;
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let session = bot.session_id().await.unwrap();
+    let agent = bot.process_id().await.unwrap();
+    assert_ne!(agent, 0, "the agent idles");
+
+    let other = OtherCli::start(&env, &setup, &claude, &session).await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let two = bot.send("two", HashMap::new()).await.unwrap();
+    wait_state(&bot, "held_elsewhere").await;
+    assert!(
+        bot.held_by()
+            .await
+            .unwrap()
+            .starts_with(&format!("pid {}:", other.child.id()))
+    );
+    assert_eq!(
+        bot.process_id().await.unwrap(),
+        0,
+        "the idle agent made way"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/proc/{agent}")).exists(),
+        "the idle agent is gone"
+    );
+    assert_eq!(bot.queued_messages().await.unwrap(), 1, "the message waits");
+    assert!(
+        !setup
+            .api
+            .requests()
+            .iter()
+            .any(|r| r.last_user_text == "two"),
+        "nothing was sent on the held conversation"
+    );
+    other.close();
+    let done = wait_turns(&mut finished, std::slice::from_ref(&two)).await;
+    assert_eq!(done[0].1, "success", "{done:?}");
+    assert_eq!(bot.session_id().await.unwrap(), session);
+}

@@ -12,6 +12,7 @@ use crate::supervisor::core::control::Controls;
 use crate::supervisor::core::lifecycle;
 use crate::supervisor::core::lifecycle::Run;
 use crate::supervisor::core::pump::{self, ProcessNow, PumpFacts};
+use crate::supervisor::core::stop::StopReason;
 use crate::supervisor::core::{Process, State};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -41,9 +42,35 @@ impl Actor {
         if plan.start {
             self.start();
         }
-        if plan.write {
+        if plan.write && !self.yield_to_holder().await {
             self.write_next();
         }
+    }
+
+    /// Before a message goes to the running, idle agent: when a process outside botvisor opened
+    /// the conversation meanwhile (the user's `claude --resume` in a terminal; Claude Code's
+    /// registry, [`crate::runtime::Runtime::holder`]), the agent is stopped and the bot waits
+    /// for that process with its message queued (design rule 7: one writer per conversation on
+    /// the whole machine; the message then goes, resumed, on what the other process added).
+    /// True when it did.
+    async fn yield_to_holder(&mut self) -> bool {
+        let Some(proc) = self.proc.as_ref() else {
+            return false;
+        };
+        let Some(session) = proc.protocol.conversation().map(str::to_owned) else {
+            return false;
+        };
+        let cwd = std::path::PathBuf::from(self.record().cwd);
+        let Some(holder) = self.shared.runtime.holder(&proc.env, &cwd, &session) else {
+            return false;
+        };
+        tracing::info!(
+            bot_id = %self.id, session_id = %session, pid = holder.identity.pid,
+            "another process opened the conversation; the idle agent makes way"
+        );
+        self.stop_process(StopReason::HeldElsewhere).await;
+        self.hold_elsewhere(holder, &session);
+        true
     }
 
     pub(super) fn build_env(&self, record: &BotRecord) -> BTreeMap<String, String> {

@@ -20,6 +20,9 @@ pub enum StopReason {
     Replaced,
     /// The bot was idle past its idle deadline (design rule 12).
     Idle,
+    /// A process outside botvisor opened the conversation while the agent was idle (design
+    /// rule 7): the agent makes way before the next message.
+    HeldElsewhere,
     /// The launch showed no sign of life in time (design rule 15).
     StartTimeout,
     /// The turn did not end after an interrupt (design rule 15).
@@ -36,7 +39,7 @@ pub enum StopReason {
 }
 
 impl StopReason {
-    /// Its name in the journal: `stop`, `delete`, `shutdown`, `restart`, `replaced`, `idle`,
+    /// Its name in the journal: `stop`, `delete`, `shutdown`, `restart`, `replaced`, `idle`, `held elsewhere`,
     /// `start timeout`, `interrupt timeout`, `open failed`, `exit`, `late exit`, `crash`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -46,6 +49,7 @@ impl StopReason {
             StopReason::Restart => "restart",
             StopReason::Replaced => "replaced",
             StopReason::Idle => "idle",
+            StopReason::HeldElsewhere => "held elsewhere",
             StopReason::StartTimeout => "start timeout",
             StopReason::InterruptTimeout => "interrupt timeout",
             StopReason::OpenFailed => "open failed",

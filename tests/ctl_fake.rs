@@ -1323,3 +1323,77 @@ async fn send_says_how_to_log_in_when_the_login_is_refused() {
     );
     assert!(err.contains("The message waits"), "{err}");
 }
+
+/// `send` to a bot whose conversation another process holds says so at once and goes on
+/// waiting; the answer follows once that process exits (issue 30's hostile run, finding 6:
+/// `send` printed nothing for the whole wait). The holder is a `sleep` the test names in Claude
+/// Code's registry (`sessions/<pid>.json`, as `runtime::claude::registry` reads it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_says_that_the_conversation_is_open_elsewhere_and_waits() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(
+        &s,
+        "held",
+        &s.env.work,
+        json!([{"mode": "normal"}, {"mode": "normal"}]),
+    )
+    .await;
+    let (code, _, err) = run(&bus, &["send", "held", "one"]).await;
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&bus, &["stop", "held"]).await;
+    assert_eq!(code, 0, "{err}");
+    let path = s.env.manager().await.get_bot("held").await.unwrap();
+    let session = s.env.bot(&path).await.session_id().await.unwrap();
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("300")
+        .env("BOTVISOR_TEST_RUN", &s.env.marker)
+        .spawn()
+        .unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", sleeper.id())).unwrap();
+    let start: u64 = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let registry = s.env.home.join(".claude/sessions");
+    std::fs::create_dir_all(&registry).unwrap();
+    std::fs::write(
+        registry.join(format!("{}.json", sleeper.id())),
+        json!({"pid": sleeper.id(), "sessionId": session, "procStart": start.to_string(),
+               "entrypoint": "cli", "cwd": s.env.work})
+        .to_string(),
+    )
+    .unwrap();
+
+    let mut send = ctl(&bus)
+        .args(["send", "held", "two"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(send.stdout.take().unwrap()).lines();
+    let told = tokio::time::timeout(EVENT_TIMEOUT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("waiting: the conversation is open in another process") {
+                return line;
+            }
+        }
+        panic!("send ended without saying why it waits");
+    })
+    .await
+    .expect("send says why it waits");
+    assert!(told.contains(&format!("pid {}", sleeper.id())), "{told}");
+    assert!(told.contains("restart held --fork"), "{told}");
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    let status = tokio::time::timeout(EVENT_TIMEOUT, send.wait())
+        .await
+        .expect("the answer follows once the holder exits")
+        .unwrap();
+    assert!(status.success());
+}

@@ -85,6 +85,7 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
             .map(|n| n.to_string())
             .unwrap_or_default(),
         login_words: None,
+        told_held: false,
     };
     if json {
         json_line!(
@@ -94,6 +95,10 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
         follow
             .term
             .note(&paint(DIM, &format!("(turn {})", show::safe(&turn_id))));
+    }
+    // Sent to a bot that waits for another process already: said now (no change will say it).
+    if bot.state().await.is_ok_and(|s| s == "held_elsewhere") {
+        follow.tell_held().await;
     }
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
@@ -171,6 +176,8 @@ struct Follow<'a> {
     me: String,
     /// What this turn's `login_required` note said (the login expired or was refused).
     login_words: Option<String>,
+    /// The wait for another process on the conversation was said.
+    told_held: bool,
 }
 
 impl Follow<'_> {
@@ -232,6 +239,9 @@ impl Follow<'_> {
                         self.spec
                     )));
                 }
+                if state.as_deref() == Some("held_elsewhere") {
+                    self.tell_held().await;
+                }
                 if state.as_deref() == Some("failed") {
                     let last = self.bot.last_error().await.unwrap_or_default();
                     return Err(Failure::failed(format!(
@@ -246,6 +256,26 @@ impl Follow<'_> {
             _ => {}
         }
         Ok(None)
+    }
+
+    /// The message waits for another process on the conversation (`HeldBy`): said once, and
+    /// the wait goes on (the message goes by itself once that process exits).
+    async fn tell_held(&mut self) {
+        if std::mem::replace(&mut self.told_held, true) {
+            return;
+        }
+        let by = self.bot.held_by().await.unwrap_or_default();
+        if self.json {
+            json_line!(json!({"event": "held_elsewhere", "held_by": by}));
+            return;
+        }
+        self.term.line(&format!(
+            "waiting: the conversation is open in another process ({}); the message goes once \
+             it exits, or `{} restart {} --fork` continues in a copy",
+            show::safe(&by),
+            hint::ctl(),
+            self.spec
+        ));
     }
 
     fn on_item(&mut self, seq: u64, kind: &str, v: Value) {

@@ -187,6 +187,11 @@ name = "spam"
 command = ["sh", "-c", "yes spam >&2"]
 events = ["turn_finished"]
 timeout_s = 0.5
+
+[[hooks]]
+name = "leaver"
+command = ["sh", "-c", "env -u BOTVISOR_TEST_RUN sleep 3 & echo leaving-words >&2; exit 3"]
+events = ["turn_finished"]
 "#
     );
     let notify = Notifier::start(&fake.env, &config).await;
@@ -239,6 +244,8 @@ timeout_s = 0.5
         .find(|l| l.contains("killed after its timeout"))
         .unwrap();
     assert!(line.contains("spam") && line.len() < 4000, "{line}");
+    // A hook that left a process holding its stderr open: what it said is still told.
+    notify.wait_log("leaving-words").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

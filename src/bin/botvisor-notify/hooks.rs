@@ -140,18 +140,21 @@ pub async fn run(config: &HookConfig, ev: &Happening) {
             let _ = stdin.write_all(text.as_bytes()).await;
         });
     }
+    // What the hook said is kept as it comes: a process it left behind that holds the pipe open
+    // keeps the reader from its end, and what was read by then is still told.
+    let kept = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let stderr = child.stderr.take().map(|mut err| {
+        let kept = kept.clone();
         tokio::spawn(async move {
-            let mut kept = Vec::new();
             let mut buf = [0u8; 8192];
             while let Ok(n) = err.read(&mut buf).await {
                 if n == 0 {
                     break;
                 }
+                let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
                 let room = KEPT_STDERR.saturating_sub(kept.len());
                 kept.extend_from_slice(&buf[..n.min(room)]);
             }
-            kept
         })
     });
     let limit = Duration::from_secs_f64(config.timeout_s);
@@ -169,17 +172,12 @@ pub async fn run(config: &HookConfig, ev: &Happening) {
             ))
         }
     };
-    let said = match stderr {
-        Some(mut task) => {
-            let kept = tokio::time::timeout(STDERR_AFTER_EXIT, &mut task).await;
-            task.abort();
-            match kept {
-                Ok(Ok(kept)) => String::from_utf8_lossy(&kept).into_owned(),
-                _ => String::new(),
-            }
-        }
-        None => String::new(),
-    };
+    if let Some(mut task) = stderr {
+        let _ = tokio::time::timeout(STDERR_AFTER_EXIT, &mut task).await;
+        task.abort();
+    }
+    let said =
+        String::from_utf8_lossy(&kept.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
     let said = note::line(said.trim(), KEPT_STDERR);
     match status {
         Ok(s) if s.success() => tracing::debug!(hook = %label, event = %ev.event, "hook ran"),

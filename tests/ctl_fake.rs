@@ -1257,6 +1257,19 @@ async fn doctor_names_what_fails_and_the_fix() {
         daemon["fix"].as_str().unwrap().contains("run `botvisord`"),
         "{daemon}"
     );
+
+    // A bus address that cannot be read is a finding, and the other checks still run; a file
+    // where the state folder goes is named as such (issue 30's hostile run, finding 8).
+    std::fs::remove_dir(&state).unwrap();
+    std::fs::write(&state, "").unwrap();
+    let out = doctor("garbage;;".into()).output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("FAIL bus: "), "{text}");
+    assert!(
+        text.contains("is a file, not a folder") && text.contains("fix: move it away"),
+        "{text}"
+    );
 }
 
 /// Issue 30: shell completion names the running botvisord's bots for a BOT argument (the

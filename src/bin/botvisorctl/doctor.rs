@@ -404,6 +404,18 @@ fn file_checks(view: &DaemonView) -> Vec<Check> {
     };
     let state = view.state.clone();
     match std::fs::metadata(&state) {
+        Ok(m) if !m.is_dir() => out.push(check(
+            "state folder",
+            Status::Fail,
+            format!(
+                "{} is a file, not a folder: botvisord cannot keep its database there",
+                show::safe(&state.display().to_string())
+            ),
+            format!(
+                "move it away: mv {0} {0}.old",
+                crate::shell_word(&state.display().to_string())
+            ),
+        )),
         Ok(m) => {
             use std::os::unix::fs::PermissionsExt;
             let mode = m.permissions().mode() & 0o777;
@@ -506,7 +518,8 @@ fn file_checks(view: &DaemonView) -> Vec<Check> {
                 "cannot ask {} --check-config which binary it runs",
                 show::safe(&view.exe.display().to_string())
             ),
-            "reinstall botvisor (scripts/install.sh)",
+            "fix what `botvisord --check-config` names in the configuration (see the config \
+             line above); if it runs at all, reinstall botvisor (scripts/install.sh)",
         )),
     }
     // Codex: found (the native binary, not npm's Node wrapper), and logged in or given a key.
@@ -562,9 +575,11 @@ fn file_checks(view: &DaemonView) -> Vec<Check> {
                     "",
                 ));
             } else {
+                // Codex bots only: a user of Claude Code alone is not failed for it (the
+                // runtimes line fails when no runtime can run).
                 out.push(check(
                     "codex login",
-                    Status::Fail,
+                    Status::Warn,
                     format!(
                         "not logged in (no {}) and no OPENAI_API_KEY",
                         auth.map_or("auth.json".into(), |a| show::safe(&a.display().to_string()))

@@ -124,9 +124,16 @@ fn main() {
         }
     };
     let code = runtime.block_on(async {
-        let bus = Bus::choose(args.address.as_deref(), args.host.as_deref(), |k| {
+        let chosen = Bus::choose(args.address.as_deref(), args.host.as_deref(), |k| {
             std::env::var_os(k)
-        })?;
+        });
+        // A bus address that cannot be read is one of the doctor's findings too.
+        let bus = match chosen {
+            Err(f) if matches!(args.command, Cmd::Doctor) => {
+                return doctor::run(Err(f), args.host.is_some(), args.json).await;
+            }
+            chosen => chosen?,
+        };
         hint::set(args.host.as_deref(), args.address.as_deref(), &bus);
         if matches!(args.command, Cmd::Doctor) {
             // A bus that cannot be reached is one of the doctor's findings.

@@ -80,7 +80,8 @@ struct Proc {
 #[derive(Debug, PartialEq)]
 enum Next {
     Nothing,
-    StopProcess(StopReason),
+    /// The core asked for a stop ([`Actor::stop_if_asked`]).
+    StopProcess,
     Exited(ExitInfo),
 }
 
@@ -314,9 +315,7 @@ impl Actor {
                 }
                 Some(ev) = self.proc_rx.recv() => {
                     match self.on_proc_event(ev) {
-                        Next::StopProcess(why) => {
-                            self.stop_process(why).await;
-                        }
+                        Next::StopProcess => self.stop_if_asked().await,
                         Next::Exited(info) => self.on_exit(info).await,
                         Next::Nothing => {}
                     }
@@ -326,9 +325,7 @@ impl Actor {
                 }
                 _ = sleep_until_opt(self.core.poll_timeout()) => {
                     self.handle(super::core::Input::Timeout);
-                    if let Some(why) = self.stop_asked.take() {
-                        self.stop_process(why).await;
-                    }
+                    self.stop_if_asked().await;
                 }
             }
             self.pump().await;

@@ -3,11 +3,10 @@
 
 use super::Actor;
 use crate::supervisor::Command;
-use crate::supervisor::core::Effect;
 use crate::supervisor::core::Input;
 use crate::supervisor::core::State;
 use crate::supervisor::core::commands::Cmd;
-use crate::supervisor::core::lifecycle::{Lifecycle, RestartMode};
+use crate::supervisor::core::lifecycle::RestartMode;
 use crate::supervisor::core::stop::StopReason;
 use crate::supervisor::core::{Publish, Write};
 
@@ -44,17 +43,8 @@ impl Actor {
                 true
             }
             Command::Stop => {
-                // Said first, so a client that sees `stopped` finds it in the chat.
-                if !self.parked {
-                    let waiting = self.core.turns.waiting();
-                    self.apply(crate::supervisor::core::records::stopped_with_queue(
-                        waiting,
-                    ));
-                }
-                self.apply(vec![Effect::Park(true), Effect::RestartTimer(None)]);
-                self.drop_hold();
-                self.stop_process(StopReason::Stop).await;
-                self.apply(Lifecycle::stop_ended(self.state()));
+                self.handle(Input::Command(Cmd::Stop));
+                self.stop_if_asked().await;
                 true
             }
             Command::Delete => {
@@ -87,7 +77,7 @@ impl Actor {
             }
             Command::HoldersChanged => true,
             Command::Respond(request_id, answer) => {
-                self.answer_cli(&request_id, &answer);
+                self.handle(Input::Command(Cmd::Respond { request_id, answer }));
                 true
             }
             Command::Interrupt => {

@@ -67,6 +67,12 @@ impl Actor {
                         request_id,
                     });
                 }
+                Effect::Send(Request::Permission { request_id, answer }) => {
+                    if let Some(proc) = self.proc.as_mut() {
+                        let lines = proc.protocol.answer_permission(&request_id, &answer);
+                        self.write_lines(lines);
+                    }
+                }
                 Effect::Send(Request::Refuse {
                     request_id,
                     message,

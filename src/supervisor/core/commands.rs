@@ -1,6 +1,8 @@
-//! A client's commands that change no process's life, as the core reads them (issue 27): a
-//! message queued, a budget set, a live setting, an interrupt. (A Stop, a Restart, a Delete and
-//! the shutdown stop the process first and are still sequenced by the shell.)
+//! A client's commands as the core reads them (issue 27): a message queued, a budget set, a
+//! live setting, an interrupt, a permission answer, a Stop (and, with [`Input::Stopped`], what
+//! follows its end). (A Restart, a Delete and the shutdown are still sequenced by the shell.)
+//!
+//! [`Input::Stopped`]: super::machine::Input::Stopped
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +13,9 @@ use super::effect::{Effect, Request};
 use super::limits::{self, LimitHold};
 use super::machine::Facts;
 use super::spend;
+use super::stop::StopReason;
 use super::turns::QueuedTurn;
+use super::{held, records};
 use crate::runtime::ControlRequest;
 
 /// A client's command, already validated and recorded where it must be (`BotHandle`).
@@ -25,6 +29,17 @@ pub enum Cmd {
     ApplyLive(ControlRequest),
     /// End the turn in flight.
     Interrupt,
+    /// A client's answer to the CLI's permission request `request_id`, already taken from the
+    /// prompt book (the first answer wins there).
+    Respond {
+        /// The CLI's request id.
+        request_id: String,
+        /// What the client answered.
+        answer: crate::runtime::PermissionAnswer,
+    },
+    /// A client's Stop: the bot is parked (messages wait for its next Send or Restart), a wait
+    /// for another holder ends, and the process is stopped (design rule 9).
+    Stop,
 }
 
 impl BotCore {
@@ -72,6 +87,30 @@ impl BotCore {
                     self.send_control(now, ControlRequest::Interrupt, facts);
                 }
             }
+            Cmd::Respond { request_id, answer } => {
+                self.emit([Effect::Send(Request::Permission { request_id, answer })]);
+            }
+            Cmd::Stop => {
+                // Said first, so a client that sees `stopped` finds it in the chat.
+                if !facts.parked() {
+                    self.emit(records::stopped_with_queue(self.turns.waiting()));
+                }
+                self.restart_at = None;
+                self.emit([Effect::Park(true), Effect::RestartTimer(None)]);
+                if self.held.take().is_some() {
+                    self.emit(held::dropped());
+                }
+                self.emit([Effect::Stop(StopReason::Stop)]);
+            }
+        }
+    }
+
+    /// The stop the core asked for ([`Effect::Stop`]) ended; `released` says whether its
+    /// verdict let the conversation go (design rule 9). After a client's Stop the bot shows
+    /// `stopped`, unless it failed (a failure stays until a client restarts it).
+    pub(super) fn stopped(&mut self, why: StopReason, _released: bool, facts: &dyn Facts) {
+        if why == StopReason::Stop {
+            self.emit(super::lifecycle::Lifecycle::stop_ended(facts.state()));
         }
     }
 

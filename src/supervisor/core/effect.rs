@@ -153,11 +153,18 @@ pub enum Publish {
 }
 
 /// What the core asks to be written to the running CLI, through its protocol.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Request {
     /// A control request (a live setting, an interrupt); the shell reports how it went with
     /// `Input::ControlWritten`.
     Control(crate::runtime::ControlRequest),
+    /// A client's answer to the CLI's permission request `request_id`.
+    Permission {
+        /// The CLI's request id.
+        request_id: String,
+        /// The answer.
+        answer: crate::runtime::PermissionAnswer,
+    },
     /// Refuse a request of the CLI's own (`request_id`) with `message`.
     Refuse {
         /// The CLI's request id.

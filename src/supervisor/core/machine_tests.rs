@@ -27,6 +27,10 @@ struct Told {
     descendant: bool,
     /// The process that holds the conversation exited.
     holder_gone: bool,
+    /// A client's Stop parked the bot already.
+    parked: bool,
+    /// The state clients see (`Idle` when unset).
+    state: Option<State>,
 }
 
 impl Facts for Told {
@@ -87,6 +91,12 @@ impl Facts for Told {
     }
     fn held_elsewhere(&self, error: &str) -> bool {
         error.contains("active writer")
+    }
+    fn parked(&self) -> bool {
+        self.parked
+    }
+    fn state(&self) -> super::super::State {
+        self.state.unwrap_or(State::Idle)
     }
     fn scopes(&self, _request: &serde_json::Value) -> Vec<String> {
         vec!["once".into()]
@@ -594,5 +604,119 @@ fn rule_7_an_open_refused_because_another_process_holds_the_conversation_keeps_t
     assert!(
         !effects.contains(&Effect::Park(true)),
         "not parked: the next start waits for it"
+    );
+}
+
+/// Whether `effects` hold a `system` item with `reason`.
+fn says(effects: &[Effect], reason: &str) -> bool {
+    super::super::effect::writes(effects).any(
+        |w| matches!(w, Write::Chat { payload, .. } if payload.contains(&format!("\"{reason}\""))),
+    )
+}
+
+#[test]
+fn rule_9_a_stop_says_what_waits_parks_ends_a_wait_then_stops_and_shows_stopped_after() {
+    let t0 = Instant::now();
+    let mut core = running();
+    core.turns.queue(QueuedTurn::new("u", "next"));
+    core.held = Some(super::super::held::Held {
+        session_id: "s".into(),
+        identity: crate::process::identity::ProcessIdentity {
+            pid: 7,
+            start_time: 1,
+            boot_id: "b".into(),
+        },
+        what: "Claude Code in a terminal".into(),
+        command: "claude".into(),
+        look_at: t0,
+    });
+    core.restart_at = Some(t0);
+    core.handle(t0, Input::Command(Cmd::Stop), &Told::default());
+    let stop = drain(&mut core);
+    assert!(says(&stop, "stopped_with_queue"), "{stop:?}");
+    let park = stop
+        .iter()
+        .position(|e| *e == Effect::Park(true))
+        .expect("parked");
+    let told = stop
+        .iter()
+        .position(|e| matches!(e, Effect::Commit { .. }))
+        .expect("the waiting message told");
+    assert!(told < park, "said before the bot shows parked: {stop:?}");
+    assert!(
+        stop.contains(&Effect::HeldBy(String::new())),
+        "the wait ends"
+    );
+    assert!(core.held.is_none());
+    assert_eq!(core.restart_at, None, "no crash backoff starts it again");
+    assert_eq!(
+        stop.last(),
+        Some(&Effect::Stop(StopReason::Stop)),
+        "stopped last"
+    );
+
+    let stopped = |why, state| {
+        let mut core = running();
+        let facts = Told {
+            state: Some(state),
+            ..Told::default()
+        };
+        core.handle(
+            t0,
+            Input::Stopped {
+                why,
+                released: true,
+            },
+            &facts,
+        );
+        drain(&mut core)
+    };
+    assert_eq!(
+        stopped(StopReason::Stop, State::Stopping),
+        [Effect::State(State::Stopped)]
+    );
+    assert_eq!(
+        stopped(StopReason::Stop, State::Failed),
+        [],
+        "a failure stays until a restart"
+    );
+    assert_eq!(
+        stopped(StopReason::Idle, State::Stopping),
+        [],
+        "an idle stop's end is the exit's"
+    );
+
+    // Stopped again: the waiting messages were told already.
+    let mut again = running();
+    again.turns.queue(QueuedTurn::new("u", "next"));
+    let parked = Told {
+        parked: true,
+        ..Told::default()
+    };
+    again.handle(t0, Input::Command(Cmd::Stop), &parked);
+    let twice = drain(&mut again);
+    assert!(!says(&twice, "stopped_with_queue"), "{twice:?}");
+}
+
+#[test]
+fn a_permission_answer_is_written_to_the_agent() {
+    let mut core = running();
+    let answer = crate::runtime::PermissionAnswer::Deny {
+        message: "no".into(),
+    };
+    core.handle(
+        Instant::now(),
+        Input::Command(Cmd::Respond {
+            request_id: "r1".into(),
+            answer: answer.clone(),
+        }),
+        &Told::default(),
+    );
+    assert_eq!(
+        drain(&mut core),
+        [Effect::Send(Request::Permission {
+            request_id: "r1".into(),
+            answer
+        })]
     );
 }

@@ -115,6 +115,10 @@ struct Actor {
     /// The core asked to stop the process ([`crate::supervisor::core::Effect::Stop`]): done once
     /// the input's other effects are.
     stop_asked: Option<StopReason>,
+    /// Whether the last commit carried out was durable ([`Effect::ReportCommit`] reads it).
+    ///
+    /// [`Effect::ReportCommit`]: super::core::Effect::ReportCommit
+    last_commit_ok: bool,
     /// The core asked to clean up what an exited process left
     /// ([`crate::supervisor::core::Effect::CleanUp`]): done once the input's other effects are.
     clean_up_asked: Option<StopReason>,
@@ -229,6 +233,7 @@ pub fn spawn_actor(
         commands: tx.clone(),
         copy_failing: false,
         stop_asked: None,
+        last_commit_ok: true,
         clean_up_asked: None,
     };
     let span = tracing::info_span!("bot", bot_id = %id);

@@ -30,12 +30,21 @@ impl Actor {
         for effect in effects {
             match effect {
                 Effect::Commit { writes, publish } => match self.commit(&writes, &publish) {
-                    Ok(at) => applied.delivered_at = applied.delivered_at.or(at),
+                    Ok(at) => {
+                        applied.delivered_at = applied.delivered_at.or(at);
+                        self.last_commit_ok = true;
+                    }
                     Err(e) => {
                         tracing::error!(bot_id = %self.id, error = %e, ?writes, "cannot commit");
                         applied.committed = false;
+                        self.last_commit_ok = false;
                     }
                 },
+                Effect::ReportCommit(awaited) => {
+                    let ok = self.last_commit_ok;
+                    self.handle(crate::supervisor::core::Input::Committed { awaited, ok });
+                }
+                Effect::ForgetKept => self.forget_kept(),
                 Effect::Queued(n) => {
                     let changed = self.view.read().unwrap_or_else(|p| p.into_inner()).queued != n;
                     if changed {

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use super::bot_core::BotCore;
 use super::budget::{self, Held};
 use super::control::{Controls, for_next_start};
-use super::effect::{Effect, Request};
+use super::effect::{Awaited, Effect, Request};
+use super::lifecycle::{Lifecycle, RestartMode};
 use super::limits::{self, LimitHold};
 use super::machine::Facts;
 use super::spend;
@@ -36,6 +37,16 @@ pub enum Cmd {
         request_id: String,
         /// What the client answered.
         answer: crate::runtime::PermissionAnswer,
+    },
+    /// Start the agent again (design rule 5 for a fresh start): the running process, if any,
+    /// is stopped first. `by_client`: a client's Restart, which also tries again at once
+    /// whatever limit, login or budget the bot waited for and ends a wait for another holder;
+    /// otherwise botvisor's own (a changed environment), which leaves those as they are.
+    Restart {
+        /// On the conversation, a new one, or a copy.
+        mode: RestartMode,
+        /// A client asked.
+        by_client: bool,
     },
     /// A client's Stop: the bot is parked (messages wait for its next Send or Restart), a wait
     /// for another holder ends, and the process is stopped (design rule 9).
@@ -90,6 +101,20 @@ impl BotCore {
             Cmd::Respond { request_id, answer } => {
                 self.emit([Effect::Send(Request::Permission { request_id, answer })]);
             }
+            Cmd::Restart { mode, by_client } => {
+                if by_client {
+                    if self.limit_until.take().is_some() || facts.hold().is_some() {
+                        self.emit(limits::lifted(self.process.is_some()));
+                    }
+                    // The start that follows looks for a holder again.
+                    if self.held.take().is_some() {
+                        self.emit(held::dropped());
+                    }
+                }
+                self.restart_at = None;
+                self.restarting = Some(mode);
+                self.emit([Effect::Stop(StopReason::Restart)]);
+            }
             Cmd::Stop => {
                 // Said first, so a client that sees `stopped` finds it in the chat.
                 if !facts.parked() {
@@ -108,9 +133,46 @@ impl BotCore {
     /// The stop the core asked for ([`Effect::Stop`]) ended; `released` says whether its
     /// verdict let the conversation go (design rule 9). After a client's Stop the bot shows
     /// `stopped`, unless it failed (a failure stays until a client restarts it).
-    pub(super) fn stopped(&mut self, why: StopReason, _released: bool, facts: &dyn Facts) {
-        if why == StopReason::Stop {
-            self.emit(super::lifecycle::Lifecycle::stop_ended(facts.state()));
+    ///
+    /// After a Restart's stop, [`Lifecycle::restart`] says whether and how the agent starts
+    /// again: never beside a root that outlived SIGKILL (rule 7); a fresh restart's forget is
+    /// committed before anything starts (rule 5), so its outcome is awaited
+    /// ([`Effect::ReportCommit`], then [`BotCore::committed`]).
+    pub(super) fn stopped(&mut self, why: StopReason, released: bool, facts: &dyn Facts) {
+        match why {
+            StopReason::Stop => self.emit(Lifecycle::stop_ended(facts.state())),
+            StopReason::Restart => {
+                let mode = self.restarting.take().unwrap_or(RestartMode::Resume);
+                let recorded = facts.recorded();
+                let Some(effects) = self.life.restart(released, mode, recorded.as_deref()) else {
+                    return;
+                };
+                if effects.iter().any(|e| matches!(e, Effect::Commit { .. })) {
+                    self.emit(effects);
+                    self.emit([Effect::ReportCommit(Awaited::Restart(mode))]);
+                } else {
+                    self.emit(effects);
+                    self.committed(Awaited::Restart(mode), true);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The commit `awaited` waited for is durable (`ok`) or failed. A Restart's: the agent
+    /// starts (and a fresh one's copy of the old conversation is removed), or, not recorded,
+    /// the bot is parked and nothing starts ([`Lifecycle::restart_recorded`]).
+    pub(super) fn committed(&mut self, awaited: Awaited, ok: bool) {
+        match awaited {
+            Awaited::Restart(mode) => {
+                if !ok {
+                    tracing::error!("the restart could not be recorded; not started");
+                } else if mode == RestartMode::Fresh {
+                    self.emit([Effect::ForgetKept]);
+                }
+                let effects = self.life.restart_recorded(ok);
+                self.emit(effects);
+            }
         }
     }
 

@@ -40,6 +40,14 @@ pub enum Input {
         /// left); true when no process ran.
         released: bool,
     },
+    /// The commit before an [`super::effect::Effect::ReportCommit`] was made durable (`ok`), or
+    /// failed.
+    Committed {
+        /// What waited for it.
+        awaited: super::effect::Awaited,
+        /// Whether it is durable.
+        ok: bool,
+    },
     /// The clean-up the core asked for ([`super::effect::Effect::CleanUp`]) is done.
     CleanedUp,
     /// A control request the core asked for ([`super::effect::Request::Control`]) was written
@@ -136,6 +144,7 @@ impl BotCore {
                 lived,
             } => self.exited(now, status, &stderr, lived, facts),
             Input::Stopped { why, released } => self.stopped(why, released, facts),
+            Input::Committed { awaited, ok } => self.committed(awaited, ok),
             Input::CleanedUp => self.cleaned_up(now, facts),
             Input::ControlWritten {
                 request,

@@ -80,7 +80,8 @@ struct Proc {
 #[derive(Debug, PartialEq)]
 enum Next {
     Nothing,
-    StopProcess(StopReason),
+    /// The core asked for a stop ([`Actor::stop_if_asked`]).
+    StopProcess,
     Exited(ExitInfo),
 }
 
@@ -114,6 +115,10 @@ struct Actor {
     /// The core asked to stop the process ([`crate::supervisor::core::Effect::Stop`]): done once
     /// the input's other effects are.
     stop_asked: Option<StopReason>,
+    /// Whether the last commit carried out was durable ([`Effect::ReportCommit`] reads it).
+    ///
+    /// [`Effect::ReportCommit`]: super::core::Effect::ReportCommit
+    last_commit_ok: bool,
     /// The core asked to clean up what an exited process left
     /// ([`crate::supervisor::core::Effect::CleanUp`]): done once the input's other effects are.
     clean_up_asked: Option<StopReason>,
@@ -228,6 +233,7 @@ pub fn spawn_actor(
         commands: tx.clone(),
         copy_failing: false,
         stop_asked: None,
+        last_commit_ok: true,
         clean_up_asked: None,
     };
     let span = tracing::info_span!("bot", bot_id = %id);
@@ -314,9 +320,7 @@ impl Actor {
                 }
                 Some(ev) = self.proc_rx.recv() => {
                     match self.on_proc_event(ev) {
-                        Next::StopProcess(why) => {
-                            self.stop_process(why).await;
-                        }
+                        Next::StopProcess => self.stop_if_asked().await,
                         Next::Exited(info) => self.on_exit(info).await,
                         Next::Nothing => {}
                     }
@@ -326,9 +330,7 @@ impl Actor {
                 }
                 _ = sleep_until_opt(self.core.poll_timeout()) => {
                     self.handle(super::core::Input::Timeout);
-                    if let Some(why) = self.stop_asked.take() {
-                        self.stop_process(why).await;
-                    }
+                    self.stop_if_asked().await;
                 }
             }
             self.pump().await;

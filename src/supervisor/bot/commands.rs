@@ -3,11 +3,10 @@
 
 use super::Actor;
 use crate::supervisor::Command;
-use crate::supervisor::core::Effect;
 use crate::supervisor::core::Input;
 use crate::supervisor::core::State;
 use crate::supervisor::core::commands::Cmd;
-use crate::supervisor::core::lifecycle::{Lifecycle, RestartMode};
+use crate::supervisor::core::lifecycle::RestartMode;
 use crate::supervisor::core::stop::StopReason;
 use crate::supervisor::core::{Publish, Write};
 
@@ -30,7 +29,11 @@ impl Actor {
                         self.stop_process(StopReason::Idle).await;
                     } else {
                         // Taken at launch: the running agent starts again on its conversation.
-                        self.restart_agent(RestartMode::Resume).await;
+                        self.handle(Input::Command(Cmd::Restart {
+                            mode: RestartMode::Resume,
+                            by_client: false,
+                        }));
+                        self.stop_if_asked().await;
                     }
                 }
                 true
@@ -44,17 +47,8 @@ impl Actor {
                 true
             }
             Command::Stop => {
-                // Said first, so a client that sees `stopped` finds it in the chat.
-                if !self.parked {
-                    let waiting = self.core.turns.waiting();
-                    self.apply(crate::supervisor::core::records::stopped_with_queue(
-                        waiting,
-                    ));
-                }
-                self.apply(vec![Effect::Park(true), Effect::RestartTimer(None)]);
-                self.drop_hold();
-                self.stop_process(StopReason::Stop).await;
-                self.apply(Lifecycle::stop_ended(self.state()));
+                self.handle(Input::Command(Cmd::Stop));
+                self.stop_if_asked().await;
                 true
             }
             Command::Delete => {
@@ -82,12 +76,16 @@ impl Actor {
                 true
             }
             Command::Restart(mode) => {
-                self.on_restart(mode).await;
+                self.handle(Input::Command(Cmd::Restart {
+                    mode,
+                    by_client: true,
+                }));
+                self.stop_if_asked().await;
                 true
             }
             Command::HoldersChanged => true,
             Command::Respond(request_id, answer) => {
-                self.answer_cli(&request_id, &answer);
+                self.handle(Input::Command(Cmd::Respond { request_id, answer }));
                 true
             }
             Command::Interrupt => {
@@ -95,40 +93,6 @@ impl Actor {
                 true
             }
         }
-    }
-
-    /// A client's Restart: it tries again at once, whatever limit, login or budget the bot
-    /// waited for, then [`Actor::restart_agent`].
-    pub(super) async fn on_restart(&mut self, mode: RestartMode) {
-        if self.core.limit_until.take().is_some() || self.record().limit.is_some() {
-            let running = self.proc.is_some();
-            self.apply(crate::supervisor::core::limits::lifted(running));
-        }
-        // The start that follows looks for a holder again.
-        self.drop_hold();
-        self.restart_agent(mode).await;
-    }
-
-    /// The old process is stopped, then [`Lifecycle::restart`] says whether and how the agent
-    /// starts again (on its conversation, a new one or a copy). A hold stays as it is.
-    pub(super) async fn restart_agent(&mut self, mode: RestartMode) {
-        self.core.restart_at = None;
-        let released = self
-            .stop_process(StopReason::Restart)
-            .await
-            .is_none_or(|v| v.released());
-        let recorded = self.record().session_id;
-        let Some(effects) = self.core.life.restart(released, mode, recorded.as_deref()) else {
-            return;
-        };
-        let committed = self.apply(effects).committed;
-        if !committed {
-            tracing::error!(bot_id = %self.id, "the restart could not be recorded; not started");
-        } else if mode == RestartMode::Fresh {
-            self.forget_kept();
-        }
-        let effects = self.core.life.restart_recorded(committed);
-        self.apply(effects);
     }
 
     /// A client's Stop parks the bot (waiting messages wait for its next Send or Restart);

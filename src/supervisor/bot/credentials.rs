@@ -175,8 +175,12 @@ impl Actor {
         self.credentials = None;
         self.hold_over();
         if self.proc.is_some() {
-            self.restart_agent(crate::supervisor::core::lifecycle::RestartMode::Resume)
-                .await;
+            use crate::supervisor::core::{Input, commands::Cmd, lifecycle::RestartMode};
+            self.handle(Input::Command(Cmd::Restart {
+                mode: RestartMode::Resume,
+                by_client: false,
+            }));
+            self.stop_if_asked().await;
         }
     }
 }

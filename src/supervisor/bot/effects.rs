@@ -30,12 +30,21 @@ impl Actor {
         for effect in effects {
             match effect {
                 Effect::Commit { writes, publish } => match self.commit(&writes, &publish) {
-                    Ok(at) => applied.delivered_at = applied.delivered_at.or(at),
+                    Ok(at) => {
+                        applied.delivered_at = applied.delivered_at.or(at);
+                        self.last_commit_ok = true;
+                    }
                     Err(e) => {
                         tracing::error!(bot_id = %self.id, error = %e, ?writes, "cannot commit");
                         applied.committed = false;
+                        self.last_commit_ok = false;
                     }
                 },
+                Effect::ReportCommit(awaited) => {
+                    let ok = self.last_commit_ok;
+                    self.handle(crate::supervisor::core::Input::Committed { awaited, ok });
+                }
+                Effect::ForgetKept => self.forget_kept(),
                 Effect::Queued(n) => {
                     let changed = self.view.read().unwrap_or_else(|p| p.into_inner()).queued != n;
                     if changed {
@@ -66,6 +75,12 @@ impl Actor {
                         request,
                         request_id,
                     });
+                }
+                Effect::Send(Request::Permission { request_id, answer }) => {
+                    if let Some(proc) = self.proc.as_mut() {
+                        let lines = proc.protocol.answer_permission(&request_id, &answer);
+                        self.write_lines(lines);
+                    }
                 }
                 Effect::Send(Request::Refuse {
                     request_id,

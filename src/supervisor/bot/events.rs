@@ -24,6 +24,8 @@ pub(super) struct ActorFacts<'a> {
     pub(super) proc: Option<&'a Proc>,
     /// The agent's descendants known by identity.
     pub(super) known: &'a [ProcessIdentity],
+    /// Whether a client's Stop parked the bot.
+    pub(super) parked: bool,
 }
 
 impl ActorFacts<'_> {
@@ -119,6 +121,14 @@ impl Facts for ActorFacts<'_> {
         self.shared.runtime.held_elsewhere(error)
     }
 
+    fn parked(&self) -> bool {
+        self.parked
+    }
+
+    fn state(&self) -> crate::supervisor::core::State {
+        self.view().state
+    }
+
     fn scopes(&self, request: &serde_json::Value) -> Vec<String> {
         self.shared
             .runtime
@@ -183,9 +193,10 @@ impl Actor {
                 for event in read.events {
                     self.handle(Input::Runtime(event));
                 }
-                match self.stop_asked.take() {
-                    Some(why) => Next::StopProcess(why),
-                    None => Next::Nothing,
+                if self.stop_asked.is_some() {
+                    Next::StopProcess
+                } else {
+                    Next::Nothing
                 }
             }
             ProcEvent::Exited(generation, info) if Some(generation) == current => {
@@ -203,6 +214,7 @@ impl Actor {
             shared: &self.shared,
             proc: self.proc.as_ref(),
             known: &self.known,
+            parked: self.parked,
         }
     }
 
@@ -215,6 +227,7 @@ impl Actor {
             shared: &self.shared,
             proc: self.proc.as_ref(),
             known: &self.known,
+            parked: self.parked,
         };
         self.core.handle(Instant::now(), input, &facts);
         self.run_effects();

@@ -26,11 +26,4 @@ impl Actor {
         self.core.held = Some(h);
         self.apply(effects);
     }
-
-    /// The bot stops waiting for a holder without its exit (a client's Stop, Restart, Delete).
-    pub(super) fn drop_hold(&mut self) {
-        if self.core.held.take().is_some() {
-            self.apply(held::dropped());
-        }
-    }
 }

@@ -2,18 +2,9 @@
 //! nobody can answer any more are closed (decided in [`crate::supervisor::core::prompts`]).
 
 use super::Actor;
-use crate::runtime::PermissionAnswer;
 use crate::supervisor::core::prompts;
 
 impl Actor {
-    /// Writes a permission answer to the process that asked, if it still runs.
-    pub(super) fn answer_cli(&mut self, request_id: &str, answer: &PermissionAnswer) {
-        if let Some(proc) = self.proc.as_mut() {
-            let lines = proc.protocol.answer_permission(request_id, answer);
-            self.write_lines(lines);
-        }
-    }
-
     /// `f` on the prompt book, under the lock clients answer through.
     pub(super) fn with_prompts<R>(
         &self,

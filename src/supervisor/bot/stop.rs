@@ -174,6 +174,19 @@ impl Actor {
         }
     }
 
+    /// Carries out the stop the core asked for ([`Effect::Stop`]), if it asked for one, and
+    /// tells it how it ended ([`Input::Stopped`]).
+    ///
+    /// [`Effect::Stop`]: crate::supervisor::core::Effect::Stop
+    /// [`Input::Stopped`]: crate::supervisor::core::Input::Stopped
+    pub(super) async fn stop_if_asked(&mut self) {
+        let Some(why) = self.stop_asked.take() else {
+            return;
+        };
+        let released = self.stop_process(why).await.is_none_or(|v| v.released());
+        self.handle(crate::supervisor::core::Input::Stopped { why, released });
+    }
+
     /// Stops the process gently: close stdin, SIGTERM the group, grace, SIGKILL the group, then
     /// every known descendant by identity. Lines the process writes meanwhile are still recorded.
     /// Returns the verdict (`None` when no process ran).

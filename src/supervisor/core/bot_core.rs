@@ -91,6 +91,8 @@ pub struct BotCore {
     pub(super) after_clean_up: Option<(Vec<super::effect::Effect>, Option<String>)>,
     /// The turn an interrupt is being sent for (until the request is written).
     pub(super) interrupting: Option<String>,
+    /// A Restart waiting for its stop to end, and how it starts again.
+    pub(super) restarting: Option<super::lifecycle::RestartMode>,
     /// Effects of the inputs handled, not yet given to the shell ([`BotCore::poll_effect`]).
     pub(super) effects: std::collections::VecDeque<super::effect::Effect>,
 }
@@ -116,6 +118,7 @@ impl BotCore {
             plan_limit: None,
             background_tasks: 0,
             interrupting: None,
+            restarting: None,
             after_clean_up: None,
             effects: std::collections::VecDeque::new(),
         }

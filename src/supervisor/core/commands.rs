@@ -1,17 +1,22 @@
-//! A client's commands that change no process's life, as the core reads them (issue 27): a
-//! message queued, a budget set, a live setting, an interrupt. (A Stop, a Restart, a Delete and
-//! the shutdown stop the process first and are still sequenced by the shell.)
+//! A client's commands as the core reads them (issue 27): a message queued, a budget set, a
+//! live setting, an interrupt, a permission answer, a Stop (and, with [`Input::Stopped`], what
+//! follows its end). (A Restart, a Delete and the shutdown are still sequenced by the shell.)
+//!
+//! [`Input::Stopped`]: super::machine::Input::Stopped
 
 use std::time::{Duration, Instant};
 
 use super::bot_core::BotCore;
 use super::budget::{self, Held};
 use super::control::{Controls, for_next_start};
-use super::effect::{Effect, Request};
+use super::effect::{Awaited, Effect, Request};
+use super::lifecycle::{Lifecycle, RestartMode};
 use super::limits::{self, LimitHold};
 use super::machine::Facts;
 use super::spend;
+use super::stop::StopReason;
 use super::turns::QueuedTurn;
+use super::{held, records};
 use crate::runtime::ControlRequest;
 
 /// A client's command, already validated and recorded where it must be (`BotHandle`).
@@ -25,6 +30,27 @@ pub enum Cmd {
     ApplyLive(ControlRequest),
     /// End the turn in flight.
     Interrupt,
+    /// A client's answer to the CLI's permission request `request_id`, already taken from the
+    /// prompt book (the first answer wins there).
+    Respond {
+        /// The CLI's request id.
+        request_id: String,
+        /// What the client answered.
+        answer: crate::runtime::PermissionAnswer,
+    },
+    /// Start the agent again (design rule 5 for a fresh start): the running process, if any,
+    /// is stopped first. `by_client`: a client's Restart, which also tries again at once
+    /// whatever limit, login or budget the bot waited for and ends a wait for another holder;
+    /// otherwise botvisor's own (a changed environment), which leaves those as they are.
+    Restart {
+        /// On the conversation, a new one, or a copy.
+        mode: RestartMode,
+        /// A client asked.
+        by_client: bool,
+    },
+    /// A client's Stop: the bot is parked (messages wait for its next Send or Restart), a wait
+    /// for another holder ends, and the process is stopped (design rule 9).
+    Stop,
 }
 
 impl BotCore {
@@ -71,6 +97,81 @@ impl BotCore {
                     self.interrupting = Some(turn);
                     self.send_control(now, ControlRequest::Interrupt, facts);
                 }
+            }
+            Cmd::Respond { request_id, answer } => {
+                self.emit([Effect::Send(Request::Permission { request_id, answer })]);
+            }
+            Cmd::Restart { mode, by_client } => {
+                if by_client {
+                    if self.limit_until.take().is_some() || facts.hold().is_some() {
+                        self.emit(limits::lifted(self.process.is_some()));
+                    }
+                    // The start that follows looks for a holder again.
+                    if self.held.take().is_some() {
+                        self.emit(held::dropped());
+                    }
+                }
+                self.restart_at = None;
+                self.restarting = Some(mode);
+                self.emit([Effect::Stop(StopReason::Restart)]);
+            }
+            Cmd::Stop => {
+                // Said first, so a client that sees `stopped` finds it in the chat.
+                if !facts.parked() {
+                    self.emit(records::stopped_with_queue(self.turns.waiting()));
+                }
+                self.restart_at = None;
+                self.emit([Effect::Park(true), Effect::RestartTimer(None)]);
+                if self.held.take().is_some() {
+                    self.emit(held::dropped());
+                }
+                self.emit([Effect::Stop(StopReason::Stop)]);
+            }
+        }
+    }
+
+    /// The stop the core asked for ([`Effect::Stop`]) ended; `released` says whether its
+    /// verdict let the conversation go (design rule 9). After a client's Stop the bot shows
+    /// `stopped`, unless it failed (a failure stays until a client restarts it).
+    ///
+    /// After a Restart's stop, [`Lifecycle::restart`] says whether and how the agent starts
+    /// again: never beside a root that outlived SIGKILL (rule 7); a fresh restart's forget is
+    /// committed before anything starts (rule 5), so its outcome is awaited
+    /// ([`Effect::ReportCommit`], then [`BotCore::committed`]).
+    pub(super) fn stopped(&mut self, why: StopReason, released: bool, facts: &dyn Facts) {
+        match why {
+            StopReason::Stop => self.emit(Lifecycle::stop_ended(facts.state())),
+            StopReason::Restart => {
+                let mode = self.restarting.take().unwrap_or(RestartMode::Resume);
+                let recorded = facts.recorded();
+                let Some(effects) = self.life.restart(released, mode, recorded.as_deref()) else {
+                    return;
+                };
+                if effects.iter().any(|e| matches!(e, Effect::Commit { .. })) {
+                    self.emit(effects);
+                    self.emit([Effect::ReportCommit(Awaited::Restart(mode))]);
+                } else {
+                    self.emit(effects);
+                    self.committed(Awaited::Restart(mode), true);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The commit `awaited` waited for is durable (`ok`) or failed. A Restart's: the agent
+    /// starts (and a fresh one's copy of the old conversation is removed), or, not recorded,
+    /// the bot is parked and nothing starts ([`Lifecycle::restart_recorded`]).
+    pub(super) fn committed(&mut self, awaited: Awaited, ok: bool) {
+        match awaited {
+            Awaited::Restart(mode) => {
+                if !ok {
+                    tracing::error!("the restart could not be recorded; not started");
+                } else if mode == RestartMode::Fresh {
+                    self.emit([Effect::ForgetKept]);
+                }
+                let effects = self.life.restart_recorded(ok);
+                self.emit(effects);
             }
         }
     }

@@ -153,11 +153,18 @@ pub enum Publish {
 }
 
 /// What the core asks to be written to the running CLI, through its protocol.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Request {
     /// A control request (a live setting, an interrupt); the shell reports how it went with
     /// `Input::ControlWritten`.
     Control(crate::runtime::ControlRequest),
+    /// A client's answer to the CLI's permission request `request_id`.
+    Permission {
+        /// The CLI's request id.
+        request_id: String,
+        /// The answer.
+        answer: crate::runtime::PermissionAnswer,
+    },
     /// Refuse a request of the CLI's own (`request_id`) with `message`.
     Refuse {
         /// The CLI's request id.
@@ -252,6 +259,18 @@ pub enum Effect {
     /// Clean up what is left of the exited process's tree (design rule 9), for this reason; the
     /// shell says when it is done (`Input::CleanedUp`).
     CleanUp(super::stop::StopReason),
+    /// Say how the commit just before this effect went (`Input::Committed`): what follows it
+    /// depends on whether it is durable.
+    ReportCommit(Awaited),
+    /// Remove botvisor's copy of the conversation (a fresh restart: design rule 5).
+    ForgetKept,
+}
+
+/// A commit whose outcome the core waits for ([`Effect::ReportCommit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Awaited {
+    /// The record of a Restart ([`super::lifecycle::Lifecycle::restart`]), in this mode.
+    Restart(super::lifecycle::RestartMode),
 }
 
 /// Builds the effects of one commit: collects writes and publications in order.

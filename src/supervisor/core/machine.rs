@@ -31,6 +31,23 @@ pub enum Input {
         /// How long it lived.
         lived: std::time::Duration,
     },
+    /// The stop the core asked for ([`super::effect::Effect::Stop`]) ended, the process gone or
+    /// given up on.
+    Stopped {
+        /// Why it was asked.
+        why: super::stop::StopReason,
+        /// Whether the stop's verdict released the conversation (no process of the bot is
+        /// left); true when no process ran.
+        released: bool,
+    },
+    /// The commit before an [`super::effect::Effect::ReportCommit`] was made durable (`ok`), or
+    /// failed.
+    Committed {
+        /// What waited for it.
+        awaited: super::effect::Awaited,
+        /// Whether it is durable.
+        ok: bool,
+    },
     /// The clean-up the core asked for ([`super::effect::Effect::CleanUp`]) is done.
     CleanedUp,
     /// A control request the core asked for ([`super::effect::Request::Control`]) was written
@@ -101,6 +118,10 @@ pub trait Facts {
     fn api_hint(&self) -> &'static str;
     /// How a person logs the bot's CLI in again, one sentence (`Runtime::login_hint`).
     fn login_hint(&self) -> &'static str;
+    /// Whether a client's Stop parked the bot (its messages wait for a Send or Restart).
+    fn parked(&self) -> bool;
+    /// The bot's state as clients see it now.
+    fn state(&self) -> super::State;
     /// What an exit asks of the configuration.
     fn exit_settings(&self) -> super::exited::ExitSettings;
 }
@@ -122,6 +143,8 @@ impl BotCore {
                 stderr,
                 lived,
             } => self.exited(now, status, &stderr, lived, facts),
+            Input::Stopped { why, released } => self.stopped(why, released, facts),
+            Input::Committed { awaited, ok } => self.committed(awaited, ok),
             Input::CleanedUp => self.cleaned_up(now, facts),
             Input::ControlWritten {
                 request,

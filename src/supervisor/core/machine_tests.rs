@@ -9,7 +9,8 @@ use crate::runtime::SessionStart;
 use crate::runtime::{ChatPayload, ControlRequest, LimitReport, LimitState, ResultOutcome};
 use crate::supervisor::core::commands::Cmd;
 use crate::supervisor::core::control::Controls;
-use crate::supervisor::core::effect::{Request, Streamed, Write};
+use crate::supervisor::core::effect::{Awaited, Request, Streamed, Write};
+use crate::supervisor::core::lifecycle::RestartMode;
 use crate::supervisor::core::lifecycle::Run;
 use crate::supervisor::core::stop::StopReason;
 use crate::supervisor::core::turns::QueuedTurn;
@@ -27,6 +28,12 @@ struct Told {
     descendant: bool,
     /// The process that holds the conversation exited.
     holder_gone: bool,
+    /// A client's Stop parked the bot already.
+    parked: bool,
+    /// The state clients see (`Idle` when unset).
+    state: Option<State>,
+    /// The hold on record (a limit's kind and reset).
+    limit: Option<(String, u64)>,
 }
 
 impl Facts for Told {
@@ -77,7 +84,7 @@ impl Facts for Told {
         !self.holder_gone
     }
     fn hold(&self) -> Option<(String, u64)> {
-        None
+        self.limit.clone()
     }
     fn budget_default(&self) -> Option<u64> {
         None
@@ -87,6 +94,12 @@ impl Facts for Told {
     }
     fn held_elsewhere(&self, error: &str) -> bool {
         error.contains("active writer")
+    }
+    fn parked(&self) -> bool {
+        self.parked
+    }
+    fn state(&self) -> super::super::State {
+        self.state.unwrap_or(State::Idle)
     }
     fn scopes(&self, _request: &serde_json::Value) -> Vec<String> {
         vec!["once".into()]
@@ -595,4 +608,264 @@ fn rule_7_an_open_refused_because_another_process_holds_the_conversation_keeps_t
         !effects.contains(&Effect::Park(true)),
         "not parked: the next start waits for it"
     );
+}
+
+/// Whether `effects` hold a `system` item with `reason`.
+fn says(effects: &[Effect], reason: &str) -> bool {
+    super::super::effect::writes(effects).any(
+        |w| matches!(w, Write::Chat { payload, .. } if payload.contains(&format!("\"{reason}\""))),
+    )
+}
+
+#[test]
+fn rule_9_a_stop_says_what_waits_parks_ends_a_wait_then_stops_and_shows_stopped_after() {
+    let t0 = Instant::now();
+    let mut core = running();
+    core.turns.queue(QueuedTurn::new("u", "next"));
+    core.held = Some(super::super::held::Held {
+        session_id: "s".into(),
+        identity: crate::process::identity::ProcessIdentity {
+            pid: 7,
+            start_time: 1,
+            boot_id: "b".into(),
+        },
+        what: "Claude Code in a terminal".into(),
+        command: "claude".into(),
+        look_at: t0,
+    });
+    core.restart_at = Some(t0);
+    core.handle(t0, Input::Command(Cmd::Stop), &Told::default());
+    let stop = drain(&mut core);
+    assert!(says(&stop, "stopped_with_queue"), "{stop:?}");
+    let park = stop
+        .iter()
+        .position(|e| *e == Effect::Park(true))
+        .expect("parked");
+    let told = stop
+        .iter()
+        .position(|e| matches!(e, Effect::Commit { .. }))
+        .expect("the waiting message told");
+    assert!(told < park, "said before the bot shows parked: {stop:?}");
+    assert!(
+        stop.contains(&Effect::HeldBy(String::new())),
+        "the wait ends"
+    );
+    assert!(core.held.is_none());
+    assert_eq!(core.restart_at, None, "no crash backoff starts it again");
+    assert_eq!(
+        stop.last(),
+        Some(&Effect::Stop(StopReason::Stop)),
+        "stopped last"
+    );
+
+    let stopped = |why, state| {
+        let mut core = running();
+        let facts = Told {
+            state: Some(state),
+            ..Told::default()
+        };
+        core.handle(
+            t0,
+            Input::Stopped {
+                why,
+                released: true,
+            },
+            &facts,
+        );
+        drain(&mut core)
+    };
+    assert_eq!(
+        stopped(StopReason::Stop, State::Stopping),
+        [Effect::State(State::Stopped)]
+    );
+    assert_eq!(
+        stopped(StopReason::Stop, State::Failed),
+        [],
+        "a failure stays until a restart"
+    );
+    assert_eq!(
+        stopped(StopReason::Idle, State::Stopping),
+        [],
+        "an idle stop's end is the exit's"
+    );
+
+    // Stopped again: the waiting messages were told already.
+    let mut again = running();
+    again.turns.queue(QueuedTurn::new("u", "next"));
+    let parked = Told {
+        parked: true,
+        ..Told::default()
+    };
+    again.handle(t0, Input::Command(Cmd::Stop), &parked);
+    let twice = drain(&mut again);
+    assert!(!says(&twice, "stopped_with_queue"), "{twice:?}");
+}
+
+#[test]
+fn a_permission_answer_is_written_to_the_agent() {
+    let mut core = running();
+    let answer = crate::runtime::PermissionAnswer::Deny {
+        message: "no".into(),
+    };
+    core.handle(
+        Instant::now(),
+        Input::Command(Cmd::Respond {
+            request_id: "r1".into(),
+            answer: answer.clone(),
+        }),
+        &Told::default(),
+    );
+    assert_eq!(
+        drain(&mut core),
+        [Effect::Send(Request::Permission {
+            request_id: "r1".into(),
+            answer
+        })]
+    );
+}
+
+#[test]
+fn rule_5_a_fresh_restart_starts_only_once_its_forget_is_durable() {
+    let t0 = Instant::now();
+    let facts = Told {
+        recorded: Some("s".into()),
+        ..Told::default()
+    };
+    let restart = |mode| {
+        let mut core = running();
+        core.restart_at = Some(t0);
+        core.handle(
+            t0,
+            Input::Command(Cmd::Restart {
+                mode,
+                by_client: true,
+            }),
+            &facts,
+        );
+        let asked = drain(&mut core);
+        assert_eq!(asked.last(), Some(&Effect::Stop(StopReason::Restart)));
+        assert_eq!(core.restart_at, None, "no backoff starts it meanwhile");
+        assert!(
+            !asked.contains(&Effect::Start),
+            "nothing starts before the stop ended"
+        );
+        core
+    };
+
+    let mut fresh = restart(RestartMode::Fresh);
+    fresh.handle(
+        t0,
+        Input::Stopped {
+            why: StopReason::Restart,
+            released: true,
+        },
+        &facts,
+    );
+    let forget = drain(&mut fresh);
+    assert!(
+        super::super::effect::writes(&forget).any(|w| *w == Write::Session(None)),
+        "{forget:?}"
+    );
+    assert_eq!(
+        forget.last(),
+        Some(&Effect::ReportCommit(Awaited::Restart(RestartMode::Fresh)))
+    );
+    assert!(!forget.contains(&Effect::Start));
+    let mut failed = restart(RestartMode::Fresh);
+    failed.handle(
+        t0,
+        Input::Stopped {
+            why: StopReason::Restart,
+            released: true,
+        },
+        &facts,
+    );
+    drain(&mut failed);
+    fresh.handle(
+        t0,
+        Input::Committed {
+            awaited: Awaited::Restart(RestartMode::Fresh),
+            ok: true,
+        },
+        &facts,
+    );
+    let started = drain(&mut fresh);
+    assert_eq!(
+        started.first(),
+        Some(&Effect::ForgetKept),
+        "the copy goes too"
+    );
+    assert_eq!(started.last(), Some(&Effect::Start));
+    failed.handle(
+        t0,
+        Input::Committed {
+            awaited: Awaited::Restart(RestartMode::Fresh),
+            ok: false,
+        },
+        &facts,
+    );
+    let parked = drain(&mut failed);
+    assert!(parked.contains(&Effect::Park(true)), "{parked:?}");
+    assert!(!parked.contains(&Effect::Start) && !parked.contains(&Effect::ForgetKept));
+
+    let mut resume = restart(RestartMode::Resume);
+    resume.handle(
+        t0,
+        Input::Stopped {
+            why: StopReason::Restart,
+            released: true,
+        },
+        &facts,
+    );
+    let again = drain(&mut resume);
+    assert_eq!(again.last(), Some(&Effect::Start), "nothing to wait for");
+    assert!(!again.contains(&Effect::ForgetKept));
+
+    let mut stuck = restart(RestartMode::Resume);
+    stuck.handle(
+        t0,
+        Input::Stopped {
+            why: StopReason::Restart,
+            released: false,
+        },
+        &facts,
+    );
+    assert_eq!(
+        drain(&mut stuck),
+        [],
+        "never a second process beside a root that outlived SIGKILL"
+    );
+}
+
+#[test]
+fn a_clients_restart_lifts_a_hold_and_ends_a_wait_but_botvisors_own_does_not() {
+    let t0 = Instant::now();
+    let held = Told {
+        limit: Some(("five_hour".into(), 0)),
+        ..Told::default()
+    };
+    let asked = |by_client| {
+        let mut core = running();
+        core.limit_until = Some(t0);
+        core.handle(
+            t0,
+            Input::Command(Cmd::Restart {
+                mode: RestartMode::Resume,
+                by_client,
+            }),
+            &held,
+        );
+        (drain(&mut core), core.limit_until)
+    };
+    let (client, until) = asked(true);
+    assert!(
+        client.iter().any(
+            |e| matches!(e, Effect::Commit { writes, .. } if writes.contains(&Write::Limit(None)))
+        ),
+        "{client:?}"
+    );
+    assert_eq!(until, None);
+    let (own, until) = asked(false);
+    assert_eq!(own, [Effect::Stop(StopReason::Restart)]);
+    assert_eq!(until, Some(t0));
 }

@@ -205,12 +205,25 @@ pub enum ConfigError {
     },
 }
 
+/// The longest message about a configuration, in characters: the parser quotes the line it
+/// stopped at, and a line can be megabytes long.
+pub const MAX_CONFIG_MESSAGE_CHARS: usize = 2000;
+
+/// `message` cut to [`MAX_CONFIG_MESSAGE_CHARS`], saying so.
+fn bounded(message: String) -> String {
+    if message.chars().count() <= MAX_CONFIG_MESSAGE_CHARS {
+        return message;
+    }
+    let cut: String = message.chars().take(MAX_CONFIG_MESSAGE_CHARS).collect();
+    format!("{cut} … (cut at {MAX_CONFIG_MESSAGE_CHARS} characters)")
+}
+
 impl Config {
     /// Parses a configuration from TOML text. `path` is only used in error messages.
     pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Invalid {
             path: path.to_owned(),
-            message: explain(&e, text),
+            message: bounded(explain(&e, text)),
         })?;
         config.validate().map_err(|message| ConfigError::Invalid {
             path: path.to_owned(),
@@ -543,6 +556,14 @@ pub mod paths {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_message_about_a_huge_line_is_cut() {
+        let line = format!("x = \"{}", "a".repeat(5_000_000));
+        let e = super::Config::from_toml(&line, std::path::Path::new("c.toml")).unwrap_err();
+        let text = e.to_string();
+        assert!(text.chars().count() < 2200, "{}", text.len());
+        assert!(text.contains("(cut at 2000 characters)"), "{text}");
+    }
     use super::*;
 
     #[test]

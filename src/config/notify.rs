@@ -27,6 +27,9 @@ pub const STATE_EVENTS: &[&str] = &["failed", "limited", "login_required", "held
 /// The longest a hook may run, in seconds (one hour).
 pub const MAX_HOOK_TIMEOUT_S: f64 = 3600.0;
 
+/// The shortest `timeout_s` of a hook, seconds: a program is not started and ended in less.
+pub const MIN_HOOK_TIMEOUT_S: f64 = 0.01;
+
 /// The most events a hook's queue may hold.
 pub const MAX_HOOK_QUEUE: usize = 10_000;
 
@@ -173,11 +176,18 @@ pub fn validate(notify: &NotifyConfig, hooks: &[HookConfig]) -> Result<(), Strin
                 ));
             }
         }
-        if !(h.timeout_s.is_finite() && h.timeout_s > 0.0 && h.timeout_s <= MAX_HOOK_TIMEOUT_S) {
+        if !(h.timeout_s.is_finite()
+            && (MIN_HOOK_TIMEOUT_S..=MAX_HOOK_TIMEOUT_S).contains(&h.timeout_s))
+        {
             return Err(format!(
-                "{which}: key `timeout_s` must be more than 0 and at most {MAX_HOOK_TIMEOUT_S} \
-                 seconds, got {}",
-                h.timeout_s
+                "{which}: key `timeout_s` must be from {MIN_HOOK_TIMEOUT_S} to \
+                 {MAX_HOOK_TIMEOUT_S} seconds, got {}",
+                // A number far from a second in a few digits, not hundreds.
+                if (1e-3..1e6).contains(&h.timeout_s.abs()) {
+                    h.timeout_s.to_string()
+                } else {
+                    format!("{:e}", h.timeout_s)
+                }
             ));
         }
         if !(1..=MAX_HOOK_QUEUE).contains(&h.queue) {
@@ -292,6 +302,10 @@ mod tests {
             (
                 "[[hooks]]\ncommand = [\"x\"]\nevents = [\"*\"]\ntimeout_s = 0",
                 "key `timeout_s`",
+            ),
+            (
+                "[[hooks]]\ncommand = [\"x\"]\nevents = [\"*\"]\ntimeout_s = 1e-300",
+                "from 0.01 to 3600 seconds, got 1e-300",
             ),
             (
                 "[[hooks]]\ncommand = [\"x\"]\nevents = [\"*\"]\nqueue = 0",

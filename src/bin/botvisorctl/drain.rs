@@ -54,3 +54,29 @@ where
     });
     rx
 }
+
+/// What [`botvisor_signals`] gives: every signal botvisord sends, and the changes of the bus
+/// name's owner (botvisord leaving or coming back).
+pub type BotvisorSignals =
+    mpsc::UnboundedReceiver<Drained<zbus::Result<zbus::Message>, zbus::fdo::NameOwnerChanged>>;
+
+/// Subscribes to every signal botvisord sends and to its bus name's owner, both read by a task
+/// of their own ([`drained`]). Subscribed before anything is read, so nothing falls between a
+/// read and its changes. The signal stream's queue holds 65,536 messages (never filled: the
+/// task moves them on at once). Errors: the bus's, as a [`super::fail::Failure`].
+pub async fn botvisor_signals(
+    conn: &zbus::Connection,
+) -> Result<BotvisorSignals, super::fail::Failure> {
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .sender(botvisor::dbus::BUS_NAME)
+        .build()?;
+    let stream =
+        zbus::MessageStream::for_match_rule(rule, conn, std::num::NonZeroUsize::new(1 << 16))
+            .await?;
+    let owner = zbus::fdo::DBusProxy::new(conn)
+        .await?
+        .receive_name_owner_changed_with_args(&[(0, botvisor::dbus::BUS_NAME)])
+        .await?;
+    Ok(drained(stream, owner))
+}

@@ -13,17 +13,14 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use serde_json::{Value, json};
 use zbus::{Connection, Variant};
 
+use botvisor::dbus::ROOT_PATH;
 use botvisor::dbus::client::{BotProxy, ManagerProxy};
-use botvisor::dbus::{BUS_NAME, ROOT_PATH};
 
-use super::drain::{Drained, drained};
+use super::drain::{Drained, botvisor_signals};
 use super::fail::{CTRL_C, FAILED, Failure, describe, turn_exit_code};
 use super::show::{self, DIM, Detail, ERROR, GOOD, paint};
 use super::term::{Said, Term};
 use super::{bots, hint, shell_word, whole_payload};
-
-/// How many signals may wait unread (a burst of streamed text while a whole item is read).
-const QUEUE: usize = 1 << 16;
 
 /// What `send` says, exiting 1, when the bot is deleted while it waits.
 const DELETED: &str = "the bot was deleted before the turn ended";
@@ -40,17 +37,7 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
     // The bot's signals and the root's InterfacesRemoved (the bot deleted) in one stream, the
     // daemon leaving in another, read in the order they came by a task of their own
     // ([`drained`]): the loop below awaits calls, which never wait for room in a stream.
-    let rule = zbus::MatchRule::builder()
-        .msg_type(zbus::message::Type::Signal)
-        .sender(BUS_NAME)
-        .build()?;
-    let signals =
-        zbus::MessageStream::for_match_rule(rule, conn, std::num::NonZeroUsize::new(QUEUE)).await?;
-    let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-    let owner = dbus
-        .receive_name_owner_changed_with_args(&[(0, BUS_NAME)])
-        .await?;
-    let mut events = drained(signals, owner);
+    let mut events = botvisor_signals(conn).await?;
 
     let turn_id = bot.send(&text, HashMap::new()).await.map_err(|e| {
         Failure::failed(match super::fail::error_name(&e) {

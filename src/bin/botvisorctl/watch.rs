@@ -7,10 +7,10 @@ use serde_json::{Value, json};
 use zbus::Connection;
 use zbus::{OwnedObjectPath, OwnedVariant as OwnedValue};
 
-use botvisor::dbus::{BOT_INTERFACE, BUS_NAME, ROOT_PATH};
+use botvisor::dbus::{BOT_INTERFACE, ROOT_PATH};
 
 use super::bots::{self, BotInfo};
-use super::drain::{Drained, drained};
+use super::drain::{Drained, botvisor_signals};
 use super::fail::Failure;
 use super::show::{self, ASK, DIM, Detail, ERROR, NAME, paint};
 
@@ -31,21 +31,10 @@ pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<
         Some(b) => Some(bots::path_of(conn, b).await?.to_string()),
         None => None,
     };
-    // Subscribe first, then read what is open: nothing falls between.
-    let rule = zbus::MatchRule::builder()
-        .msg_type(zbus::message::Type::Signal)
-        .sender(BUS_NAME)
-        .build()?;
-    let stream =
-        zbus::MessageStream::for_match_rule(rule, conn, std::num::NonZeroUsize::new(1 << 16))
-            .await?;
-    let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-    let owner = dbus
-        .receive_name_owner_changed_with_args(&[(0, BUS_NAME)])
-        .await?;
-    // Read in order by a task of their own: the loop awaits calls (the bots, when botvisord is
-    // back), which never wait for room in a stream.
-    let mut events = drained(stream, owner);
+    // Subscribe first, then read what is open: nothing falls between. Read in order by a task
+    // of their own: the loop awaits calls (the bots, when botvisord is back), which never wait
+    // for room in a stream.
+    let mut events = botvisor_signals(conn).await?;
     let mut w = Watch {
         json,
         only,

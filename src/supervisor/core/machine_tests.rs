@@ -134,6 +134,21 @@ fn running() -> BotCore {
     core
 }
 
+/// The conversation `s` held by a terminal's Claude Code (pid 7), looked at next at `at`.
+fn held_by_a_terminal(at: Instant) -> super::super::held::Held {
+    super::super::held::Held {
+        session_id: "s".into(),
+        identity: crate::process::identity::ProcessIdentity {
+            pid: 7,
+            start_time: 1,
+            boot_id: "b".into(),
+        },
+        what: "Claude Code in a terminal".into(),
+        command: "claude".into(),
+        look_at: at,
+    }
+}
+
 fn drain(core: &mut BotCore) -> Vec<Effect> {
     std::iter::from_fn(|| core.poll_effect()).collect()
 }
@@ -440,17 +455,7 @@ fn rule_15_a_start_that_prints_nothing_fails_its_turn_and_stops_the_agent() {
 fn rule_7_the_holders_exit_is_seen_at_a_look_and_lets_the_messages_go() {
     let t0 = Instant::now();
     let mut core = BotCore::new(Duration::from_millis(50));
-    core.held = Some(super::super::held::Held {
-        session_id: "s".into(),
-        identity: crate::process::identity::ProcessIdentity {
-            pid: 7,
-            start_time: 1,
-            boot_id: "b".into(),
-        },
-        what: "Claude Code in a terminal".into(),
-        command: "claude".into(),
-        look_at: t0,
-    });
+    core.held = Some(held_by_a_terminal(t0));
     assert_eq!(timeout(&mut core, t0, &Told::default()), [], "still there");
     assert!(core.held.is_some());
     let gone = Told {
@@ -622,17 +627,7 @@ fn rule_9_a_stop_says_what_waits_parks_ends_a_wait_then_stops_and_shows_stopped_
     let t0 = Instant::now();
     let mut core = running();
     core.turns.queue(QueuedTurn::new("u", "next"));
-    core.held = Some(super::super::held::Held {
-        session_id: "s".into(),
-        identity: crate::process::identity::ProcessIdentity {
-            pid: 7,
-            start_time: 1,
-            boot_id: "b".into(),
-        },
-        what: "Claude Code in a terminal".into(),
-        command: "claude".into(),
-        look_at: t0,
-    });
+    core.held = Some(held_by_a_terminal(t0));
     core.restart_at = Some(t0);
     core.handle(t0, Input::Command(Cmd::Stop), &Told::default());
     let stop = drain(&mut core);

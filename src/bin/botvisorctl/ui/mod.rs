@@ -25,10 +25,10 @@ use tokio::sync::mpsc;
 use zbus::OwnedVariant as OwnedValue;
 use zbus::{Connection, OwnedObjectPath};
 
-use botvisor::dbus::{BOT_INTERFACE, BUS_NAME, ROOT_PATH};
+use botvisor::dbus::{BOT_INTERFACE, ROOT_PATH};
 
 use crate::bots::BotInfo;
-use crate::drain::{Drained, drained};
+use crate::drain::{Drained, botvisor_signals};
 use crate::fail::{Failure, OK};
 use model::{Action, Call, Item, Model, Outcome, Signal};
 
@@ -188,18 +188,7 @@ pub async fn run(conn: &Connection) -> Result<u8, Failure> {
         ));
     }
     // Subscribed before the bots are read: nothing falls between.
-    let rule = zbus::MatchRule::builder()
-        .msg_type(zbus::message::Type::Signal)
-        .sender(BUS_NAME)
-        .build()?;
-    let stream =
-        zbus::MessageStream::for_match_rule(rule, conn, std::num::NonZeroUsize::new(1 << 16))
-            .await?;
-    let dbus = zbus::fdo::DBusProxy::new(conn).await?;
-    let owner = dbus
-        .receive_name_owner_changed_with_args(&[(0, BUS_NAME)])
-        .await?;
-    let mut events = drained(stream, owner);
+    let mut events = botvisor_signals(conn).await?;
     let (tx, mut outcomes) = mpsc::unbounded_channel();
     let mut keys = terminal_events();
     let mut term_signals = (

@@ -119,6 +119,8 @@ struct Actor {
     ///
     /// [`Effect::ReportCommit`]: super::core::Effect::ReportCommit
     last_commit_ok: bool,
+    /// The core ended the bot's supervision ([`super::core::Effect::End`]): the actor stops.
+    ended: bool,
     /// The core asked to clean up what an exited process left
     /// ([`crate::supervisor::core::Effect::CleanUp`]): done once the input's other effects are.
     clean_up_asked: Option<StopReason>,
@@ -234,6 +236,7 @@ pub fn spawn_actor(
         copy_failing: false,
         stop_asked: None,
         last_commit_ok: true,
+        ended: false,
         clean_up_asked: None,
     };
     let span = tracing::info_span!("bot", bot_id = %id);

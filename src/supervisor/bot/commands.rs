@@ -52,24 +52,15 @@ impl Actor {
                 true
             }
             Command::Delete => {
-                self.parked = true;
-                self.stop_process(StopReason::Delete).await;
-                match self.commit(&[Write::BotDeleted], &[Publish::BotRemoved]) {
-                    Ok(_) => {
-                        tracing::info!(bot_id = %self.id, "bot deleted");
-                        self.forget_kept();
-                    }
-                    Err(e) => {
-                        tracing::error!(bot_id = %self.id, error = %e, "cannot delete the bot")
-                    }
-                }
-                false
+                self.handle(Input::Command(Cmd::Delete));
+                self.stop_if_asked().await;
+                !self.ended
             }
             Command::Shutdown(reply) => {
-                self.parked = true;
-                self.stop_process(StopReason::Shutdown).await;
+                self.handle(Input::Command(Cmd::Shutdown));
+                self.stop_if_asked().await;
                 let _ = reply.send(());
-                false
+                !self.ended
             }
             Command::ApplyLive(request) => {
                 self.handle(Input::Command(Cmd::ApplyLive(request)));

@@ -45,6 +45,7 @@ impl Actor {
                     self.handle(crate::supervisor::core::Input::Committed { awaited, ok });
                 }
                 Effect::ForgetKept => self.forget_kept(),
+                Effect::End => self.ended = true,
                 Effect::Queued(n) => {
                     let changed = self.view.read().unwrap_or_else(|p| p.into_inner()).queued != n;
                     if changed {

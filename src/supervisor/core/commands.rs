@@ -48,6 +48,12 @@ pub enum Cmd {
         /// A client asked.
         by_client: bool,
     },
+    /// A client's Delete: nothing starts again, the process is stopped, then the bot's rows are
+    /// marked deleted and botvisor's copy of its conversation removed, and its supervision ends.
+    Delete,
+    /// botvisord shuts down: nothing starts again, the process is stopped (the bot keeps its
+    /// record, parked or not), and its supervision ends.
+    Shutdown,
     /// A client's Stop: the bot is parked (messages wait for its next Send or Restart), a wait
     /// for another holder ends, and the process is stopped (design rule 9).
     Stop,
@@ -115,6 +121,8 @@ impl BotCore {
                 self.restarting = Some(mode);
                 self.emit([Effect::Stop(StopReason::Restart)]);
             }
+            Cmd::Delete => self.emit([Effect::Pause, Effect::Stop(StopReason::Delete)]),
+            Cmd::Shutdown => self.emit([Effect::Pause, Effect::Stop(StopReason::Shutdown)]),
             Cmd::Stop => {
                 // Said first, so a client that sees `stopped` finds it in the chat.
                 if !facts.parked() {
@@ -141,6 +149,16 @@ impl BotCore {
     pub(super) fn stopped(&mut self, why: StopReason, released: bool, facts: &dyn Facts) {
         match why {
             StopReason::Stop => self.emit(Lifecycle::stop_ended(facts.state())),
+            // Deleted whatever the stop's verdict: the client asked for the bot to be gone (a
+            // root that survived SIGKILL is named in the journal by the stop).
+            StopReason::Delete => {
+                let mut c = super::effect::CommitBuilder::default();
+                c.write(super::effect::Write::BotDeleted)
+                    .then(super::effect::Publish::BotRemoved);
+                self.emit(c.build());
+                self.emit([Effect::ReportCommit(Awaited::Delete)]);
+            }
+            StopReason::Shutdown => self.emit([Effect::End]),
             StopReason::Restart => {
                 let mode = self.restarting.take().unwrap_or(RestartMode::Resume);
                 let recorded = facts.recorded();
@@ -164,6 +182,15 @@ impl BotCore {
     /// the bot is parked and nothing starts ([`Lifecycle::restart_recorded`]).
     pub(super) fn committed(&mut self, awaited: Awaited, ok: bool) {
         match awaited {
+            Awaited::Delete => {
+                if ok {
+                    tracing::info!("bot deleted");
+                    self.emit([Effect::ForgetKept]);
+                } else {
+                    tracing::error!("cannot record the bot's deletion");
+                }
+                self.emit([Effect::End]);
+            }
             Awaited::Restart(mode) => {
                 if !ok {
                     tracing::error!("the restart could not be recorded; not started");

@@ -262,8 +262,11 @@ pub enum Effect {
     /// Say how the commit just before this effect went (`Input::Committed`): what follows it
     /// depends on whether it is durable.
     ReportCommit(Awaited),
-    /// Remove botvisor's copy of the conversation (a fresh restart: design rule 5).
+    /// Remove botvisor's copy of the conversation (a fresh restart, a Delete: design rule 5).
     ForgetKept,
+    /// The bot's supervision ends (it was deleted, or botvisord shuts down): its actor stops
+    /// once this input is handled.
+    End,
 }
 
 /// A commit whose outcome the core waits for ([`Effect::ReportCommit`]).
@@ -271,6 +274,8 @@ pub enum Effect {
 pub enum Awaited {
     /// The record of a Restart ([`super::lifecycle::Lifecycle::restart`]), in this mode.
     Restart(super::lifecycle::RestartMode),
+    /// The bot's deletion (`Write::BotDeleted`).
+    Delete,
 }
 
 /// Builds the effects of one commit: collects writes and publications in order.

@@ -864,3 +864,45 @@ fn a_clients_restart_lifts_a_hold_and_ends_a_wait_but_botvisors_own_does_not() {
     assert_eq!(own, [Effect::Stop(StopReason::Restart)]);
     assert_eq!(until, Some(t0));
 }
+
+#[test]
+fn a_delete_stops_first_then_marks_the_bot_deleted_and_ends_and_a_shutdown_just_ends() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    core.handle(t0, Input::Command(Cmd::Delete), &facts);
+    assert_eq!(
+        drain(&mut core),
+        [Effect::Pause, Effect::Stop(StopReason::Delete)],
+        "nothing starts again, and the agent is stopped before the rows change"
+    );
+    let stopped = |why, released| Input::Stopped { why, released };
+    core.handle(t0, stopped(StopReason::Delete, false), &facts);
+    let marked = drain(&mut core);
+    assert!(
+        super::super::effect::writes(&marked).any(|w| *w == Write::BotDeleted),
+        "deleted whatever the verdict: {marked:?}"
+    );
+    assert_eq!(marked.last(), Some(&Effect::ReportCommit(Awaited::Delete)));
+    let committed = |ok| Input::Committed {
+        awaited: Awaited::Delete,
+        ok,
+    };
+    core.handle(t0, committed(true), &facts);
+    assert_eq!(drain(&mut core), [Effect::ForgetKept, Effect::End]);
+    core.handle(t0, committed(false), &facts);
+    assert_eq!(
+        drain(&mut core),
+        [Effect::End],
+        "the copy kept when not deleted"
+    );
+
+    let mut down = running();
+    down.handle(t0, Input::Command(Cmd::Shutdown), &facts);
+    assert_eq!(
+        drain(&mut down),
+        [Effect::Pause, Effect::Stop(StopReason::Shutdown)]
+    );
+    down.handle(t0, stopped(StopReason::Shutdown, true), &facts);
+    assert_eq!(drain(&mut down), [Effect::End], "the record stays as it is");
+}

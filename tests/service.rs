@@ -20,6 +20,7 @@ fn filled(file: &str, bindir: &Path) -> String {
         .unwrap()
         .replace("@BINDIR@", bindir.to_str().unwrap())
         .replace("@DOCDIR@", "/usr/share/doc/botvisor")
+        .replace("@DOCURL@", "/usr/share/doc/botvisor")
         .replace("@LOGDIR@", "/tmp")
 }
 
@@ -38,9 +39,9 @@ async fn the_first_call_starts_the_daemon_through_dbus_activation() {
         Path::new("/unused"),
     )
     .replace(
-        "Exec=/unused/botvisord --log-file /tmp/botvisord.log",
+        "Exec=\"/unused/botvisord\" --log-file \"/tmp/botvisord.log\"",
         &format!(
-            "Exec={BOTVISORD} --database {} --log-file {}",
+            "Exec=\"{BOTVISORD}\" --database {} --log-file {}",
             db.display(),
             log.display()
         ),
@@ -353,7 +354,7 @@ fn the_dbus_service_file_names_the_bus_name_and_the_unit() {
     assert_eq!(keys["Name"], "org.botvisor.Botvisor1");
     assert_eq!(
         keys["Exec"],
-        "/usr/bin/botvisord --log-file /tmp/botvisord.log"
+        "\"/usr/bin/botvisord\" --log-file \"/tmp/botvisord.log\""
     );
     assert_eq!(keys["SystemdService"], "botvisord.service");
 }

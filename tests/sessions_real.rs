@@ -838,17 +838,22 @@ impl OtherCli {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        let rt = botvisor::runtime::claude::Claude::new(Some(claude.to_owned()));
-        let env_map: std::collections::BTreeMap<String, String> = setup
-            .bot_env
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        // Its own registry entry names the session (the bot's agent, when it runs, has one too:
+        // which of the two a look finds first is the directory's order).
+        let entry = env
+            .home
+            .join(format!(".claude/sessions/{}.json", child.id()));
         bounded("the other CLI in the registry", async {
             let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
-            while botvisor::runtime::Runtime::holder(&rt, &env_map, &env.work, session)
-                .is_none_or(|h| h.identity.pid != child.id())
-            {
+            loop {
+                let text = std::fs::read_to_string(&entry).unwrap_or_default();
+                let found = botvisor::runtime::claude::registry::entries_for(
+                    std::iter::once(text.as_str()),
+                    session,
+                );
+                if found.iter().any(|e| e.pid == child.id()) {
+                    return;
+                }
                 tick.tick().await;
             }
         })

@@ -74,6 +74,9 @@ struct Proc {
     /// The environment it was started with (where its files are, whatever the bot's record
     /// says since).
     env: BTreeMap<String, String>,
+    /// The conversation it was launched to fork (`--fork-session`): it continues in a copy, so
+    /// another process holding this one is no second writer of it.
+    forked_from: Option<String>,
 }
 
 /// What handling an event asks the actor to do next.

@@ -60,6 +60,10 @@ impl Actor {
         let Some(session) = proc.protocol.conversation().map(str::to_owned) else {
             return false;
         };
+        // A fork writes a copy: the held original is not its conversation.
+        if proc.forked_from.as_deref() == Some(session.as_str()) {
+            return false;
+        }
         let cwd = std::path::PathBuf::from(self.record().cwd);
         let Some(holder) = self.shared.runtime.holder(&proc.env, &cwd, &session) else {
             return false;
@@ -183,6 +187,10 @@ impl Actor {
                 {
                     tracing::error!(bot_id = %self.id, error = %e, "cannot record the process");
                 }
+                let forked_from = decision
+                    .fork
+                    .then(|| decision.start.session_id().map(str::to_owned))
+                    .flatten();
                 self.core.process = Some(Process {
                     run: Run::with_cut(decision.start, decision.cut),
                     controls: Controls::default(),
@@ -194,6 +202,7 @@ impl Actor {
                     before_turn: None,
                     usage: self.watch_usage(pid, cgroup),
                     env: env.clone(),
+                    forked_from,
                 });
                 self.update(vec![Property::ProcessId], |v| v.process_id = pid);
                 self.core

@@ -1410,3 +1410,51 @@ async fn send_says_that_the_conversation_is_open_elsewhere_and_waits() {
         .unwrap();
     assert!(status.success());
 }
+
+/// `send` of a message still waiting when a client stops the bot ends at once, exit 1, saying
+/// the message waits for the next message or a restart (it used to wait silently for ever: the
+/// `stopped_with_queue` note named no turn; a second hostile run, finding 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_of_a_message_a_stop_left_waiting_ends_saying_so() {
+    let s = FakeSetup::start("stop_grace_s = 0.5\n").await;
+    let bus = s.env.bus.address.clone();
+    create(
+        &s,
+        "slow",
+        &s.env.work,
+        json!([{"mode": "normal", "reply_after_s": 30}]),
+    )
+    .await;
+    let path = s.env.manager().await.get_bot("slow").await.unwrap();
+    let bot = s.env.bot(&path).await;
+    let mut first = ctl(&bus).args(["send", "slow", "one"]).spawn().unwrap();
+    wait_state(&bot, "busy").await;
+    let second = ctl(&bus)
+        .args(["send", "slow", "two"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let queued = bot.receive_queued_messages_changed().await;
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut queued = queued;
+        while bot.queued_messages().await.unwrap() < 1 {
+            futures_util::StreamExt::next(&mut queued).await;
+        }
+    })
+    .await
+    .expect("the second message waits");
+    let (code, _, err) = run(&bus, &["stop", "slow"]).await;
+    assert_eq!(code, 0, "{err}");
+    let out = tokio::time::timeout(EVENT_TIMEOUT, second.wait_with_output())
+        .await
+        .expect("send ends when its message is left waiting")
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the bot was stopped before the message went") && err.contains("restart slow"),
+        "{err}"
+    );
+    let _ = tokio::time::timeout(EVENT_TIMEOUT, first.wait()).await;
+}

@@ -176,6 +176,26 @@ impl Follow<'_> {
             Some("ChatItemAdded") => {
                 let (seq, kind, payload): (u64, String, String) = body.deserialize()?;
                 let v: Value = serde_json::from_str(&payload).unwrap_or(Value::Null);
+                // A Stop before the message went: it waits for the next Send or Restart, and
+                // this command has nothing more to follow.
+                if kind == "system"
+                    && v["reason"] == "stopped_with_queue"
+                    && v["turn_ids"]
+                        .as_array()
+                        .is_some_and(|ids| ids.iter().any(|t| *t == self.turn_id.as_str()))
+                {
+                    if self.json {
+                        json_line!(
+                            json!({"event": "chat", "seq": seq, "kind": kind, "payload": v})
+                        );
+                    }
+                    return Err(Failure::failed(format!(
+                        "the bot was stopped before the message went; it waits and goes at the \
+                         next message or `{} restart {}`",
+                        hint::ctl(),
+                        self.spec
+                    )));
+                }
                 let belongs = v["turn_id"] == self.turn_id.as_str()
                     || (kind == "permission_answer"
                         && v["request_id"]

@@ -126,7 +126,7 @@ impl BotCore {
             Cmd::Stop => {
                 // Said first, so a client that sees `stopped` finds it in the chat.
                 if !facts.parked() {
-                    self.emit(records::stopped_with_queue(self.turns.waiting()));
+                    self.emit(records::stopped_with_queue(&self.turns.waiting_ids()));
                 }
                 self.restart_at = None;
                 self.emit([Effect::Park(true), Effect::RestartTimer(None)]);

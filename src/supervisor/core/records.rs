@@ -114,13 +114,16 @@ pub fn failed(waiting: u32) -> Vec<Effect> {
     effects
 }
 
-/// A client's Stop with `waiting` messages: a `system` item (reason `stopped_with_queue`) says
-/// they no longer go by themselves, not even at a limit's reset, but at the next `Send` or
+/// A client's Stop with messages waiting (their turns' ids, `waiting`): a `system` item (reason
+/// `stopped_with_queue`, with `queued` and `turn_ids`, so a client following one of them knows)
+/// says they no longer go by themselves, not even at a limit's reset, but at the next `Send` or
 /// `Restart`. Nothing with none waiting.
-pub fn stopped_with_queue(waiting: u32) -> Vec<Effect> {
-    if waiting == 0 {
+pub fn stopped_with_queue(waiting: &[String]) -> Vec<Effect> {
+    if waiting.is_empty() {
         return Vec::new();
     }
+    let turn_ids = waiting;
+    let waiting = waiting.len();
     vec![item(
         "system",
         json!({
@@ -130,6 +133,7 @@ pub fn stopped_with_queue(waiting: u32) -> Vec<Effect> {
             ),
             "reason": "stopped_with_queue",
             "queued": waiting,
+            "turn_ids": turn_ids,
         }),
     )]
 }
@@ -215,11 +219,9 @@ mod tests {
 
     #[test]
     fn a_stop_with_waiting_messages_says_they_no_longer_go_by_themselves() {
-        assert!(stopped_with_queue(0).is_empty());
-        assert!(has_item(
-            &stopped_with_queue(2),
-            "system",
-            "stopped_with_queue"
-        ));
+        assert!(stopped_with_queue(&[]).is_empty());
+        let said = stopped_with_queue(&["t1".into(), "t2".into()]);
+        assert!(has_item(&said, "system", "stopped_with_queue"));
+        assert!(has_item(&said, "system", r#""turn_ids":["t1","t2"]"#));
     }
 }

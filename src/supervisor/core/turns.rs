@@ -154,6 +154,16 @@ pub fn turn_finished_payload(
 }
 
 impl Turns {
+    /// The turn ids of the messages [`Turns::waiting`] counts, the one in flight first.
+    pub fn waiting_ids(&self) -> Vec<String> {
+        self.inflight
+            .iter()
+            .filter(|i| !i.replayed)
+            .map(|i| i.turn.id.clone())
+            .chain(self.queue.iter().map(|t| t.id.clone()))
+            .collect()
+    }
+
     /// Messages sent and not yet taken by the CLI: the queue and an in-flight message not yet
     /// replayed (`QueuedMessages`).
     pub fn waiting(&self) -> u32 {

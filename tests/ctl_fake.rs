@@ -1458,3 +1458,18 @@ async fn send_of_a_message_a_stop_left_waiting_ends_saying_so() {
     );
     let _ = tokio::time::timeout(EVENT_TIMEOUT, first.wait()).await;
 }
+
+/// `restart --fork` of a bot with no conversation yet says there is nothing to copy, not that it
+/// restarts in a copy (second hostile run, finding 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_of_a_bot_without_a_conversation_says_so() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(&s, "new", &s.env.work, json!([{"mode": "normal"}])).await;
+    let (code, out, err) = run(&bus, &["restart", "new", "--fork"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim(),
+        "restarting new (it has no conversation yet to copy)"
+    );
+}

@@ -602,6 +602,12 @@ pub async fn restart(
         json_line!(json!({"id": bot.id().await.unwrap_or_default(), "fresh": fresh, "fork": fork}));
     } else if fresh {
         outln!("restarting {} in a new conversation", shell_word(spec));
+    } else if fork && bot.session_id().await.unwrap_or_default().is_empty() {
+        // Nothing to copy: the next message begins the bot's first conversation.
+        outln!(
+            "restarting {} (it has no conversation yet to copy)",
+            shell_word(spec)
+        );
     } else if fork {
         outln!(
             "restarting {} in a copy of its conversation",

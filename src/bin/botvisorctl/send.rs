@@ -217,7 +217,12 @@ impl Follow<'_> {
                 if turn == self.turn_id {
                     // A deleted bot's turn ends `interrupted`, before its object goes away: the
                     // bot has left the list by then (Delete takes it out before it answers).
-                    let deleted = outcome != "success" && self.deleted().await;
+                    let deleted = outcome != "success"
+                        && (self
+                            .finished
+                            .as_ref()
+                            .is_some_and(|f| f["reason"] == "deleted")
+                            || self.deleted().await);
                     let code = self.done(&outcome, deleted);
                     if deleted {
                         return Err(Failure::failed(DELETED));

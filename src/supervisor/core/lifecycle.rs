@@ -33,14 +33,22 @@ pub const STOP_GAVE_UP: &str = "botvisord stopped the agent, but its process sur
 
 fn settle_stopped(
     turns: &mut Turns,
+    why: StopReason,
     recorded: Option<&str>,
     holds: impl FnOnce(&Inflight) -> bool,
 ) -> Vec<Effect> {
+    // A client following the turn learns from the turn's own end that the bot is gone, even
+    // when botvisord leaves right after (reason `deleted`).
+    let (reason, text) = if why == StopReason::Delete {
+        ("deleted", "The bot was deleted before the turn finished.")
+    } else {
+        ("stopped", "The agent was stopped before the turn finished.")
+    };
     turns
         .settle(
             TurnOutcome::Interrupted,
-            "stopped",
-            "The agent was stopped before the turn finished.".into(),
+            reason,
+            text.into(),
             recorded,
             holds,
         )
@@ -405,7 +413,7 @@ impl Lifecycle {
             effects.push(effect);
             recorded = Some(id);
         }
-        effects.extend(settle_stopped(turns, recorded.as_deref(), holds));
+        effects.extend(settle_stopped(turns, why, recorded.as_deref(), holds));
         if why == StopReason::Replaced && run.lost {
             effects.push(Effect::Park(false));
         }
@@ -459,9 +467,12 @@ impl Lifecycle {
         });
         let (settle, clean) = match plan {
             ExitPlan::StoppedLate => {
-                now.extend(settle_stopped(turns, recorded.as_deref(), |i| {
-                    look(i).is_some()
-                }));
+                now.extend(settle_stopped(
+                    turns,
+                    StopReason::LateExit,
+                    recorded.as_deref(),
+                    |i| look(i).is_some(),
+                ));
                 return ExitSteps {
                     now,
                     clean_up: StopReason::LateExit,

@@ -249,6 +249,34 @@ fn rule_8_a_stop_ends_a_begun_turn_interrupted_and_requeues_one_not_taken() {
 }
 
 #[test]
+fn a_turn_a_delete_ended_says_the_bot_was_deleted() {
+    // Told in the turn's own end, for a client that can no longer ask botvisord (it may be
+    // shutting down right after the Delete).
+    for (why, reason) in [
+        (StopReason::Delete, "deleted"),
+        (StopReason::Stop, "stopped"),
+    ] {
+        let effects = Lifecycle::stopped(
+            &resumed(true),
+            &mut in_flight(true),
+            why,
+            Some("s"),
+            |_| false,
+            |_| false,
+        );
+        let ended = crate::supervisor::core::effect::writes(&effects)
+            .find_map(|w| match w {
+                Write::Chat { kind, payload, .. } if kind == "turn_finished" => {
+                    serde_json::from_str::<serde_json::Value>(payload).ok()
+                }
+                _ => None,
+            })
+            .expect("the turn ends");
+        assert_eq!(ended["reason"], reason, "{why:?}");
+    }
+}
+
+#[test]
 fn rule_3_a_stopped_process_records_the_session_it_reported_once_its_transcript_exists() {
     let mut run = resumed(true);
     run.reported(Some("t".into()), Some("s"));

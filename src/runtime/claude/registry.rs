@@ -88,7 +88,11 @@ pub fn holder(
     entries_for(texts.iter().map(String::as_str), session_id)
         .into_iter()
         .filter(|e| e.pid != own)
-        .filter(|e| stat(e.pid).is_ok_and(|s| s.start_time == e.start_time && !s.is_dead()))
+        // A child of botvisord is one of its bots' agents, whatever its environment reads as
+        // (the marker below is for a bot's processes that outlived botvisord's stop).
+        .filter(|e| {
+            stat(e.pid).is_ok_and(|s| s.start_time == e.start_time && !s.is_dead() && s.ppid != own)
+        })
         .filter(|e| bot_marker.is_none_or(|m| !crate::process::tree::has_marker(e.pid, m)))
         .map(|e| crate::runtime::Holder {
             identity: ProcessIdentity {

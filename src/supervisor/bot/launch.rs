@@ -42,7 +42,12 @@ impl Actor {
         if plan.start {
             self.start();
         }
-        if plan.write && !self.yield_to_holder().await {
+        // Looked for only when a message is to go: the registry is read then, not at every
+        // event of an idle agent.
+        if plan.write && !self.core.turns.queue.is_empty() && self.yield_to_holder().await {
+            return;
+        }
+        if plan.write {
             self.write_next();
         }
     }

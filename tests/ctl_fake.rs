@@ -1435,11 +1435,17 @@ async fn send_of_a_message_a_stop_left_waiting_ends_saying_so() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let queued = bot.receive_queued_messages_changed().await;
+    // The second message sent (its item is in the chat) and waiting behind the first.
+    let items = bot.receive_chat_item_added().await.unwrap();
     tokio::time::timeout(EVENT_TIMEOUT, async {
-        let mut queued = queued;
-        while bot.queued_messages().await.unwrap() < 1 {
-            futures_util::StreamExt::next(&mut queued).await;
+        let mut items = items;
+        let sent = |chat: &[(u64, String, String, String)]| {
+            chat.iter()
+                .any(|(_, k, _, p)| k == "user" && p.contains("\"two\""))
+        };
+        while !sent(&bot.get_chat(0, 0).await.unwrap()) || bot.queued_messages().await.unwrap() < 1
+        {
+            futures_util::StreamExt::next(&mut items).await;
         }
     })
     .await

@@ -550,6 +550,11 @@ pub trait Runtime: Send + Sync + 'static {
     ) -> Option<Holder> {
         None
     }
+    /// Every live process outside botvisor that holds the conversation now, first found first
+    /// (the candidates of [`Runtime::holder`]; by default that one alone).
+    fn holders(&self, env: &BTreeMap<String, String>, cwd: &Path, session_id: &str) -> Vec<Holder> {
+        self.holder(env, cwd, session_id).into_iter().collect()
+    }
     /// Whether the CLI's refusal to open a conversation (`RuntimeEvent::OpenFailed`'s words)
     /// says another process holds it (Codex 0.171.0: `thread … already has an active writer`);
     /// the bot then waits for that process instead of failing the message.

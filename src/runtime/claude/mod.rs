@@ -130,6 +130,20 @@ impl Runtime for Claude {
         registry::holder(&transcript::config_dir(env)?, session_id, marker)
     }
 
+    fn holders(
+        &self,
+        env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        session_id: &str,
+    ) -> Vec<super::Holder> {
+        let marker = env
+            .get(crate::process::tree::BOT_MARKER)
+            .map(String::as_str);
+        transcript::config_dir(env)
+            .map(|dir| registry::holders(&dir, session_id, marker))
+            .unwrap_or_default()
+    }
+
     fn before_resume(
         &self,
         env: &BTreeMap<String, String>,

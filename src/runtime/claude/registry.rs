@@ -69,16 +69,31 @@ fn what(v: &Value) -> String {
 }
 
 /// The live process, other than botvisor's own, that holds the conversation `session_id` in the
-/// registry of the configuration folder `config_dir`; `bot_marker` is the `BOTVISOR_BOT_ID`
-/// entry of this bot's processes, which are never another holder.
-#[cfg(target_os = "linux")]
+/// registry of the configuration folder `config_dir`: the first of [`holders`].
 pub fn holder(
     config_dir: &Path,
     session_id: &str,
     bot_marker: Option<&str>,
 ) -> Option<crate::runtime::Holder> {
+    holders(config_dir, session_id, bot_marker)
+        .into_iter()
+        .next()
+}
+
+/// Every live process, other than botvisor's own, that holds the conversation `session_id` in
+/// the registry of the configuration folder `config_dir`, in the directory's order;
+/// `bot_marker` is the `BOTVISOR_BOT_ID` entry of this bot's processes, which are never another
+/// holder.
+#[cfg(target_os = "linux")]
+pub fn holders(
+    config_dir: &Path,
+    session_id: &str,
+    bot_marker: Option<&str>,
+) -> Vec<crate::runtime::Holder> {
     use crate::process::identity::{ProcessIdentity, boot_id, stat};
-    let dir = std::fs::read_dir(config_dir.join("sessions")).ok()?;
+    let Ok(dir) = std::fs::read_dir(config_dir.join("sessions")) else {
+        return Vec::new();
+    };
     let texts: Vec<String> = dir
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
@@ -88,11 +103,7 @@ pub fn holder(
     entries_for(texts.iter().map(String::as_str), session_id)
         .into_iter()
         .filter(|e| e.pid != own)
-        // A child of botvisord is one of its bots' agents, whatever its environment reads as
-        // (the marker below is for a bot's processes that outlived botvisord's stop).
-        .filter(|e| {
-            stat(e.pid).is_ok_and(|s| s.start_time == e.start_time && !s.is_dead() && s.ppid != own)
-        })
+        .filter(|e| stat(e.pid).is_ok_and(|s| s.start_time == e.start_time && !s.is_dead()))
         .filter(|e| bot_marker.is_none_or(|m| !crate::process::tree::has_marker(e.pid, m)))
         .map(|e| crate::runtime::Holder {
             identity: ProcessIdentity {
@@ -103,17 +114,17 @@ pub fn holder(
             command: command_line(e.pid),
             what: e.what,
         })
-        .next()
+        .collect()
 }
 
-/// The live process that holds the conversation (not known here).
+/// The live processes that hold the conversation (not known here).
 #[cfg(not(target_os = "linux"))]
-pub fn holder(
+pub fn holders(
     _config_dir: &Path,
     _session_id: &str,
     _bot_marker: Option<&str>,
-) -> Option<crate::runtime::Holder> {
-    None
+) -> Vec<crate::runtime::Holder> {
+    Vec::new()
 }
 
 /// The command line of `pid`, its arguments joined by spaces, cut to [`COMMAND_CHARS`].

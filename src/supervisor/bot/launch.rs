@@ -70,7 +70,16 @@ impl Actor {
             return false;
         }
         let cwd = std::path::PathBuf::from(self.record().cwd);
-        let Some(holder) = self.shared.runtime.holder(&proc.env, &cwd, &session) else {
+        // The bot's own agent is never the other holder, whatever its environment reads as
+        // (seen once on a loaded run: its marker was not found, and it was taken for another).
+        let agent = proc.handle.pid;
+        let Some(holder) = self
+            .shared
+            .runtime
+            .holders(&proc.env, &cwd, &session)
+            .into_iter()
+            .find(|h| h.identity.pid != agent && !self.known.contains(&h.identity))
+        else {
             return false;
         };
         tracing::info!(

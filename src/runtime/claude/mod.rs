@@ -121,13 +121,10 @@ impl Runtime for Claude {
     fn holder(
         &self,
         env: &BTreeMap<String, String>,
-        _cwd: &Path,
+        cwd: &Path,
         session_id: &str,
     ) -> Option<super::Holder> {
-        let marker = env
-            .get(crate::process::tree::BOT_MARKER)
-            .map(String::as_str);
-        registry::holder(&transcript::config_dir(env)?, session_id, marker)
+        self.holders(env, cwd, session_id).into_iter().next()
     }
 
     fn holders(

@@ -68,18 +68,6 @@ fn what(v: &Value) -> String {
     what
 }
 
-/// The live process, other than botvisor's own, that holds the conversation `session_id` in the
-/// registry of the configuration folder `config_dir`: the first of [`holders`].
-pub fn holder(
-    config_dir: &Path,
-    session_id: &str,
-    bot_marker: Option<&str>,
-) -> Option<crate::runtime::Holder> {
-    holders(config_dir, session_id, bot_marker)
-        .into_iter()
-        .next()
-}
-
 /// Every live process, other than botvisor's own, that holds the conversation `session_id` in
 /// the registry of the configuration folder `config_dir`, in the directory's order;
 /// `bot_marker` is the `BOTVISOR_BOT_ID` entry of this bot's processes, which are never another
@@ -201,22 +189,22 @@ mod tests {
             .unwrap()
         };
         write(started);
-        let held = holder(dir.path(), "s", None).expect("held");
+        let held = holders(dir.path(), "s", None).pop().expect("held");
         assert_eq!(held.identity.pid, pid);
         assert!(held.command.starts_with("sleep 30"), "{}", held.command);
         assert!(
-            holder(dir.path(), "s", Some("mine")).is_none(),
+            holders(dir.path(), "s", Some("mine")).is_empty(),
             "the bot's own"
         );
-        assert!(holder(dir.path(), "other", None).is_none());
+        assert!(holders(dir.path(), "other", None).is_empty());
         write(started + 1);
         assert!(
-            holder(dir.path(), "s", None).is_none(),
+            holders(dir.path(), "s", None).is_empty(),
             "the pid names another process"
         );
         write(started);
         child.kill().unwrap();
         child.wait().unwrap();
-        assert!(holder(dir.path(), "s", None).is_none(), "gone");
+        assert!(holders(dir.path(), "s", None).is_empty(), "gone");
     }
 }

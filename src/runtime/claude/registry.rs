@@ -82,9 +82,18 @@ pub fn holders(
     let Ok(dir) = std::fs::read_dir(config_dir.join("sessions")) else {
         return Vec::new();
     };
+    // Asked before every message to a running agent: a file named for a pid that no longer
+    // runs (a process killed leaves its file) is not read.
     let texts: Vec<String> = dir
         .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.strip_suffix(".json").is_some_and(|pid| {
+                pid.parse::<u32>()
+                    .map_or(true, |pid| Path::new(&format!("/proc/{pid}")).exists())
+            })
+        })
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
         .collect();
     let own = std::process::id();

@@ -177,9 +177,22 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     let (ok, _, err) = run(&env, &["restart", "demo", "--fresh"]).await;
     assert!(ok, "{err}");
     // Restart returns at once; the stop below is of the restarted agent (a `stop` sent while
-    // botvisord still restarts could see the restart's own passing `stopped`).
+    // botvisord still restarts could see the restart's own passing `stopped`). The fresh
+    // restart's agent is the one idle with no conversation: the `set --env` above restarts the
+    // agent on its conversation too, and its `idle` may come first.
     let path = zbus::OwnedObjectPath::try_from(created["path"].as_str().unwrap()).unwrap();
-    wait_state(&env.bot(&path).await, "idle").await;
+    let restarted = env.bot(&path).await;
+    let changes = restarted.receive_state_changed().await;
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut changes = changes;
+        while restarted.state().await.unwrap() != "idle"
+            || !restarted.session_id().await.unwrap().is_empty()
+        {
+            futures_util::StreamExt::next(&mut changes).await;
+        }
+    })
+    .await
+    .expect("the fresh restart's agent idles");
     let (ok, out, err) = run(&env, &["stop", "demo"]).await;
     assert!(out.starts_with("stopped demo (verdict: "), "{out}");
     assert!(ok, "{err}");

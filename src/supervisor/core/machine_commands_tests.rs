@@ -1,0 +1,296 @@
+//! A client's commands that stop the process, and a permission answer, input by input: what
+//! each asks for, in which order, and what follows the stop's end.
+
+use super::*;
+
+/// Whether `effects` hold a `system` item with `reason`.
+fn says(effects: &[Effect], reason: &str) -> bool {
+    crate::supervisor::core::effect::writes(effects).any(
+        |w| matches!(w, Write::Chat { payload, .. } if payload.contains(&format!("\"{reason}\""))),
+    )
+}
+
+#[test]
+fn rule_9_a_stop_says_what_waits_parks_ends_a_wait_then_stops_and_shows_stopped_after() {
+    let t0 = Instant::now();
+    let mut core = running();
+    core.turns.queue(QueuedTurn::new("u", "next"));
+    core.held = Some(held_by_a_terminal(t0));
+    core.restart_at = Some(t0);
+    core.handle(t0, Input::Command(Cmd::Stop), &Told::default());
+    let stop = drain(&mut core);
+    assert!(says(&stop, "stopped_with_queue"), "{stop:?}");
+    let park = stop
+        .iter()
+        .position(|e| *e == Effect::Park(true))
+        .expect("parked");
+    let told = stop
+        .iter()
+        .position(|e| matches!(e, Effect::Commit { .. }))
+        .expect("the waiting message told");
+    assert!(told < park, "said before the bot shows parked: {stop:?}");
+    assert!(
+        stop.contains(&Effect::HeldBy(String::new())),
+        "the wait ends"
+    );
+    assert!(core.held.is_none());
+    assert_eq!(core.restart_at, None, "no crash backoff starts it again");
+    assert_eq!(
+        stop.last(),
+        Some(&Effect::Stop(StopReason::Stop)),
+        "stopped last"
+    );
+
+    let stopped = |why, state| {
+        let mut core = running();
+        let facts = Told {
+            state: Some(state),
+            ..Told::default()
+        };
+        core.handle(
+            t0,
+            Input::Stopped {
+                why,
+                released: true,
+            },
+            &facts,
+        );
+        drain(&mut core)
+    };
+    assert_eq!(
+        stopped(StopReason::Stop, State::Stopping),
+        [Effect::State(State::Stopped)]
+    );
+    assert_eq!(
+        stopped(StopReason::Stop, State::Failed),
+        [],
+        "a failure stays until a restart"
+    );
+    assert_eq!(
+        stopped(StopReason::Idle, State::Stopping),
+        [],
+        "an idle stop's end is the exit's"
+    );
+
+    // Stopped again: the waiting messages were told already.
+    let mut again = running();
+    again.turns.queue(QueuedTurn::new("u", "next"));
+    let parked = Told {
+        parked: true,
+        ..Told::default()
+    };
+    again.handle(t0, Input::Command(Cmd::Stop), &parked);
+    let twice = drain(&mut again);
+    assert!(!says(&twice, "stopped_with_queue"), "{twice:?}");
+}
+
+#[test]
+fn a_permission_answer_is_written_to_the_agent() {
+    let mut core = running();
+    let answer = crate::runtime::PermissionAnswer::Deny {
+        message: "no".into(),
+    };
+    core.handle(
+        Instant::now(),
+        Input::Command(Cmd::Respond {
+            request_id: "r1".into(),
+            answer: answer.clone(),
+        }),
+        &Told::default(),
+    );
+    assert_eq!(
+        drain(&mut core),
+        [Effect::Send(Request::Permission {
+            request_id: "r1".into(),
+            answer
+        })]
+    );
+}
+
+#[test]
+fn rule_5_a_fresh_restart_starts_only_once_its_forget_is_durable() {
+    let t0 = Instant::now();
+    let facts = Told {
+        recorded: Some("s".into()),
+        ..Told::default()
+    };
+    let restart = |mode| {
+        let mut core = running();
+        core.restart_at = Some(t0);
+        core.handle(
+            t0,
+            Input::Command(Cmd::Restart {
+                mode,
+                by_client: true,
+            }),
+            &facts,
+        );
+        let asked = drain(&mut core);
+        assert_eq!(asked.last(), Some(&Effect::Stop(StopReason::Restart)));
+        assert_eq!(core.restart_at, None, "no backoff starts it meanwhile");
+        assert!(
+            !asked.contains(&Effect::Start),
+            "nothing starts before the stop ended"
+        );
+        core
+    };
+
+    let mut fresh = restart(RestartMode::Fresh);
+    fresh.handle(
+        t0,
+        Input::Stopped {
+            why: StopReason::Restart,
+            released: true,
+        },
+        &facts,
+    );
+    let forget = drain(&mut fresh);
+    assert!(
+        crate::supervisor::core::effect::writes(&forget).any(|w| *w == Write::Session(None)),
+        "{forget:?}"
+    );
+    assert_eq!(
+        forget.last(),
+        Some(&Effect::ReportCommit(Awaited::Restart(RestartMode::Fresh)))
+    );
+    assert!(!forget.contains(&Effect::Start));
+    let mut failed = restart(RestartMode::Fresh);
+    failed.handle(
+        t0,
+        Input::Stopped {
+            why: StopReason::Restart,
+            released: true,
+        },
+        &facts,
+    );
+    drain(&mut failed);
+    fresh.handle(
+        t0,
+        Input::Committed {
+            awaited: Awaited::Restart(RestartMode::Fresh),
+            ok: true,
+        },
+        &facts,
+    );
+    let started = drain(&mut fresh);
+    assert_eq!(
+        started.first(),
+        Some(&Effect::ForgetKept),
+        "the copy goes too"
+    );
+    assert_eq!(started.last(), Some(&Effect::Start));
+    failed.handle(
+        t0,
+        Input::Committed {
+            awaited: Awaited::Restart(RestartMode::Fresh),
+            ok: false,
+        },
+        &facts,
+    );
+    let parked = drain(&mut failed);
+    assert!(parked.contains(&Effect::Park(true)), "{parked:?}");
+    assert!(!parked.contains(&Effect::Start) && !parked.contains(&Effect::ForgetKept));
+
+    let mut resume = restart(RestartMode::Resume);
+    resume.handle(
+        t0,
+        Input::Stopped {
+            why: StopReason::Restart,
+            released: true,
+        },
+        &facts,
+    );
+    let again = drain(&mut resume);
+    assert_eq!(again.last(), Some(&Effect::Start), "nothing to wait for");
+    assert!(!again.contains(&Effect::ForgetKept));
+
+    let mut stuck = restart(RestartMode::Resume);
+    stuck.handle(
+        t0,
+        Input::Stopped {
+            why: StopReason::Restart,
+            released: false,
+        },
+        &facts,
+    );
+    assert_eq!(
+        drain(&mut stuck),
+        [],
+        "never a second process beside a root that outlived SIGKILL"
+    );
+}
+
+#[test]
+fn a_clients_restart_lifts_a_hold_and_ends_a_wait_but_botvisors_own_does_not() {
+    let t0 = Instant::now();
+    let held = Told {
+        limit: Some(("five_hour".into(), 0)),
+        ..Told::default()
+    };
+    let asked = |by_client| {
+        let mut core = running();
+        core.limit_until = Some(t0);
+        core.handle(
+            t0,
+            Input::Command(Cmd::Restart {
+                mode: RestartMode::Resume,
+                by_client,
+            }),
+            &held,
+        );
+        (drain(&mut core), core.limit_until)
+    };
+    let (client, until) = asked(true);
+    assert!(
+        client.iter().any(
+            |e| matches!(e, Effect::Commit { writes, .. } if writes.contains(&Write::Limit(None)))
+        ),
+        "{client:?}"
+    );
+    assert_eq!(until, None);
+    let (own, until) = asked(false);
+    assert_eq!(own, [Effect::Stop(StopReason::Restart)]);
+    assert_eq!(until, Some(t0));
+}
+
+#[test]
+fn a_delete_stops_first_then_marks_the_bot_deleted_and_ends_and_a_shutdown_just_ends() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    core.handle(t0, Input::Command(Cmd::Delete), &facts);
+    assert_eq!(
+        drain(&mut core),
+        [Effect::Pause, Effect::Stop(StopReason::Delete)],
+        "nothing starts again, and the agent is stopped before the rows change"
+    );
+    let stopped = |why, released| Input::Stopped { why, released };
+    core.handle(t0, stopped(StopReason::Delete, false), &facts);
+    let marked = drain(&mut core);
+    assert!(
+        crate::supervisor::core::effect::writes(&marked).any(|w| *w == Write::BotDeleted),
+        "deleted whatever the verdict: {marked:?}"
+    );
+    assert_eq!(marked.last(), Some(&Effect::ReportCommit(Awaited::Delete)));
+    let committed = |ok| Input::Committed {
+        awaited: Awaited::Delete,
+        ok,
+    };
+    core.handle(t0, committed(true), &facts);
+    assert_eq!(drain(&mut core), [Effect::ForgetKept, Effect::End]);
+    core.handle(t0, committed(false), &facts);
+    assert_eq!(
+        drain(&mut core),
+        [Effect::End],
+        "the copy kept when not deleted"
+    );
+
+    let mut down = running();
+    down.handle(t0, Input::Command(Cmd::Shutdown), &facts);
+    assert_eq!(
+        drain(&mut down),
+        [Effect::Pause, Effect::Stop(StopReason::Shutdown)]
+    );
+    down.handle(t0, stopped(StopReason::Shutdown, true), &facts);
+    assert_eq!(drain(&mut down), [Effect::End], "the record stays as it is");
+}

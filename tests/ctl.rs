@@ -160,8 +160,26 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     for e in &envs {
         set_env.extend(["--env", e.as_str()]);
     }
+    let path = zbus::OwnedObjectPath::try_from(created["path"].as_str().unwrap()).unwrap();
+    let restarted = env.bot(&path).await;
+    let before = restarted.process_id().await.unwrap();
     let (ok, out, err) = run(&env, &set_env).await;
     assert!(ok, "{err}");
+    // The running agent restarts with the new environment: waited for, so that the fresh
+    // restart below is not followed by this one.
+    let changes = restarted.receive_process_id_changed().await;
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut changes = changes;
+        loop {
+            let now = restarted.process_id().await.unwrap();
+            if before == 0 || (now != 0 && now != before) {
+                break;
+            }
+            futures_util::StreamExt::next(&mut changes).await;
+        }
+    })
+    .await
+    .expect("the agent restarts with the new environment");
     let shown: Value = serde_json::from_str(out.trim()).unwrap();
     assert!(
         shown["env"].as_array().unwrap().contains(&"ROTATED".into()),
@@ -180,8 +198,6 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     // botvisord still restarts could see the restart's own passing `stopped`). The fresh
     // restart's agent is the one idle with no conversation: the `set --env` above restarts the
     // agent on its conversation too, and its `idle` may come first.
-    let path = zbus::OwnedObjectPath::try_from(created["path"].as_str().unwrap()).unwrap();
-    let restarted = env.bot(&path).await;
     let changes = restarted.receive_state_changed().await;
     tokio::time::timeout(EVENT_TIMEOUT, async {
         let mut changes = changes;

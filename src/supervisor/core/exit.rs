@@ -34,7 +34,7 @@ pub(super) enum ExitPlan {
     StoppedLate,
     /// It was to resume without an unanswered attempt, and exited by its own choice before any
     /// turn began: the CLI refused the cut (Claude Code 2.1.328: "Resume rejected by
-    /// --resume-drops-turn: …" on stderr, exit 1; cli_facts). The message asked again ends
+    /// --resume-drops-turn: …" on stderr, exit 1; facts::claude). The message asked again ends
     /// `taken_not_answered` saying so; the bot is `stopped`, no crash counted, and the next start
     /// resumes the whole conversation.
     CutRefused,

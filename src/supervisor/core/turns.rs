@@ -65,7 +65,7 @@ impl Inflight {
     /// Whether what the CLI says now is this turn's: it replayed the message (the turn began),
     /// or the message is a slash command (`/cost`, `/compact`), which Claude Code runs itself,
     /// without replaying it: its output and its `result` come with no replay before them
-    /// (2.1.328, tests/sessions_real.rs `a_slash_command_the_cli_runs_itself_ends_its_turn`;
+    /// (2.1.328, tests/real/claude/sessions.rs `a_slash_command_the_cli_runs_itself_ends_its_turn`;
     /// issue 23: a failed `/compact` left the bot `busy` for ever).
     pub fn answered_here(&self) -> bool {
         self.replayed || is_slash_command(&self.turn.text)

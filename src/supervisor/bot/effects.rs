@@ -156,169 +156,188 @@ impl Actor {
                 let mut items = Vec::new();
                 let mut delivered_at = None;
                 for write in writes {
-                    match write {
-                        Write::Chat {
-                            kind,
-                            turn_id,
-                            payload,
-                        } => items.push(store::chat::append(
-                            tx,
-                            &self.id,
-                            kind,
-                            turn_id.as_deref(),
-                            payload,
-                        )?),
-                        Write::TurnRunning(turn) => store::turns::set_running(tx, turn)?,
-                        Write::TurnFinished { turn_id, outcome } => {
-                            store::turns::finish(tx, turn_id, outcome.as_str())?
-                        }
-                        Write::Delivery {
-                            turn_id,
-                            session_id,
-                        } => {
-                            delivered_at = Some(store::deliveries::record(
-                                tx, &self.id, turn_id, session_id,
-                            )?)
-                        }
-                        Write::DeliveryDone(turn) => store::deliveries::forget(tx, &self.id, turn)?,
-                        Write::Session(s) => store::bots::set_session(tx, &self.id, s.as_deref())?,
-                        Write::LastError(e) => store::bots::set_last_error(tx, &self.id, e)?,
-                        Write::Failed(failed) => store::bots::set_failed(tx, &self.id, *failed)?,
-                        Write::Setting(Setting::PermissionMode(m)) => {
-                            store::bots::set_permission_mode(tx, &self.id, m)?
-                        }
-                        Write::Setting(Setting::Model(m)) => {
-                            store::bots::set_model(tx, &self.id, m)?
-                        }
-                        Write::Parked(parked) => store::bots::set_parked(tx, &self.id, *parked)?,
-                        Write::Process { identity, root } => store::processes::insert(
-                            tx,
-                            &self.id,
-                            identity,
-                            if *root { "root" } else { "descendant" },
-                        )?,
-                        Write::ProcessesReleased => store::processes::clear(tx, &self.id)?,
-                        Write::StopVerdict(v) => store::bots::set_stop_verdict(tx, &self.id, v)?,
-                        Write::BotDeleted => {
-                            store::bots::delete(tx, &self.id)?;
-                        }
-                        Write::TurnRequeued(turn) => store::turns::requeue(tx, turn)?,
-                        Write::TurnRedo { turn_id, cut } => {
-                            store::turns::redo(tx, turn_id, cut.as_ref())?
-                        }
-                        Write::TurnUncut(turn) => store::turns::uncut(tx, turn)?,
-                        Write::TurnContinued(turn, text) => {
-                            store::turns::requeue_to_continue(tx, turn, text)?
-                        }
-                        Write::Limit(limit) => store::bots::set_limit(
-                            tx,
-                            &self.id,
-                            limit.as_ref().map(|(k, at)| (k.as_str(), *at)),
-                        )?,
-                        Write::Spend {
-                            spend,
-                            conversation,
-                        } => store::bots::add_spend(
-                            tx,
-                            &self.id,
-                            spend,
-                            conversation.as_ref().map(|(s, t)| (s.as_str(), *t)),
-                        )?,
-                        Write::Budget(budget) => store::bots::set_budget(tx, &self.id, *budget)?,
+                    match self.write(tx, write)? {
+                        Written::Item(item) => items.push(item),
+                        Written::Delivery(at) => delivered_at = Some(at),
+                        Written::Done => {}
                     }
                 }
                 Ok((items, delivered_at))
             },
             |(items, _)| {
                 for p in publish {
-                    match p {
-                        Publish::Item(n) => {
-                            if let Some(item) = items.get(*n) {
-                                self.publish_item(item);
-                            }
-                        }
-                        Publish::SessionId(s) => {
-                            tracing::info!(bot_id = %self.id, session_id = ?s, "session recorded");
-                            let s = s.clone();
-                            self.update(vec![Property::SessionId], |v| v.record.session_id = s);
-                        }
-                        Publish::LastError(e) => {
-                            let e = e.clone();
-                            self.update(vec![Property::LastError], |v| v.record.last_error = e);
-                        }
-                        Publish::State(state) => {
-                            let state = *state;
-                            self.update(vec![Property::State], |v| v.state = state);
-                        }
-                        Publish::Setting(Setting::PermissionMode(m)) => {
-                            let m = m.clone();
-                            self.update(vec![Property::PermissionMode], |v| {
-                                v.record.permission_mode = m
-                            });
-                        }
-                        Publish::Setting(Setting::Model(m)) => {
-                            let m = m.clone();
-                            self.update(vec![Property::Model], |v| v.record.model = m);
-                        }
-                        Publish::PermissionRequested {
-                            request_id,
-                            tool,
-                            input,
-                        } => {
-                            let _ = self
-                                .shared
-                                .publisher
-                                .send(Publication::PermissionRequested {
-                                    bot_id: self.id.clone(),
-                                    request_id: request_id.clone(),
-                                    tool: tool.clone(),
-                                    input: input.clone(),
-                                });
-                        }
-                        Publish::Parked(parked) => {
-                            let parked = *parked;
-                            self.update(vec![], |v| v.record.parked = parked);
-                        }
-                        Publish::StopVerdict { verdict, proof } => {
-                            let (verdict, proof) = (verdict.clone(), proof.clone());
-                            self.update(vec![Property::StopVerdict, Property::StopProof], |v| {
-                                v.stop_verdict = verdict;
-                                v.stop_proof = proof;
-                            });
-                        }
-                        Publish::Spend(spend) => {
-                            let spend = *spend;
-                            self.update(
-                                vec![
-                                    Property::CostUsd,
-                                    Property::InputTokens,
-                                    Property::OutputTokens,
-                                ],
-                                |v| v.record.spend = v.record.spend.plus(spend),
-                            );
-                        }
-                        Publish::Budget(budget) => {
-                            let budget = *budget;
-                            self.update(vec![Property::BudgetUsd], |v| v.record.budget = budget);
-                        }
-                        Publish::Limit(limit) => {
-                            let limit = limit.clone();
-                            self.update(vec![Property::LimitKind, Property::LimitResetsAt], |v| {
-                                v.record.limit = limit
-                            });
-                        }
-                        Publish::BotRemoved => {
-                            let _ = self.shared.publisher.send(Publication::BotRemoved {
-                                bot_id: self.id.clone(),
-                            });
-                        }
-                        Publish::TurnFinished { turn_id, outcome } => {
-                            self.publish_turn(turn_id, outcome.as_str())
-                        }
-                    }
+                    self.publish(p, items);
                 }
             },
         )?;
         Ok(delivered_at)
     }
+
+    /// One durable write of a commit, inside its transaction.
+    fn write(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        write: &Write,
+    ) -> Result<Written, rusqlite::Error> {
+        match write {
+            Write::Chat {
+                kind,
+                turn_id,
+                payload,
+            } => {
+                let item = store::chat::append(tx, &self.id, kind, turn_id.as_deref(), payload)?;
+                return Ok(Written::Item(item));
+            }
+            Write::TurnRunning(turn) => store::turns::set_running(tx, turn)?,
+            Write::TurnFinished { turn_id, outcome } => {
+                store::turns::finish(tx, turn_id, outcome.as_str())?
+            }
+            Write::Delivery {
+                turn_id,
+                session_id,
+            } => {
+                let at = store::deliveries::record(tx, &self.id, turn_id, session_id)?;
+                return Ok(Written::Delivery(at));
+            }
+            Write::DeliveryDone(turn) => store::deliveries::forget(tx, &self.id, turn)?,
+            Write::Session(s) => store::bots::set_session(tx, &self.id, s.as_deref())?,
+            Write::LastError(e) => store::bots::set_last_error(tx, &self.id, e)?,
+            Write::Failed(failed) => store::bots::set_failed(tx, &self.id, *failed)?,
+            Write::Setting(Setting::PermissionMode(m)) => {
+                store::bots::set_permission_mode(tx, &self.id, m)?
+            }
+            Write::Setting(Setting::Model(m)) => store::bots::set_model(tx, &self.id, m)?,
+            Write::Parked(parked) => store::bots::set_parked(tx, &self.id, *parked)?,
+            Write::Process { identity, root } => store::processes::insert(
+                tx,
+                &self.id,
+                identity,
+                if *root { "root" } else { "descendant" },
+            )?,
+            Write::ProcessesReleased => store::processes::clear(tx, &self.id)?,
+            Write::StopVerdict(v) => store::bots::set_stop_verdict(tx, &self.id, v)?,
+            Write::BotDeleted => {
+                store::bots::delete(tx, &self.id)?;
+            }
+            Write::TurnRequeued(turn) => store::turns::requeue(tx, turn)?,
+            Write::TurnRedo { turn_id, cut } => store::turns::redo(tx, turn_id, cut.as_ref())?,
+            Write::TurnUncut(turn) => store::turns::uncut(tx, turn)?,
+            Write::TurnContinued(turn, text) => store::turns::requeue_to_continue(tx, turn, text)?,
+            Write::Limit(limit) => store::bots::set_limit(
+                tx,
+                &self.id,
+                limit.as_ref().map(|(k, at)| (k.as_str(), *at)),
+            )?,
+            Write::Spend {
+                spend,
+                conversation,
+            } => store::bots::add_spend(
+                tx,
+                &self.id,
+                spend,
+                conversation.as_ref().map(|(s, t)| (s.as_str(), *t)),
+            )?,
+            Write::Budget(budget) => store::bots::set_budget(tx, &self.id, *budget)?,
+        }
+        Ok(Written::Done)
+    }
+
+    /// One publication of a commit, once it is durable: `items` are the chat items it appended,
+    /// in order.
+    fn publish(&self, p: &Publish, items: &[store::ChatItem]) {
+        match p {
+            Publish::Item(n) => {
+                if let Some(item) = items.get(*n) {
+                    self.publish_item(item);
+                }
+            }
+            Publish::SessionId(s) => {
+                tracing::info!(bot_id = %self.id, session_id = ?s, "session recorded");
+                let s = s.clone();
+                self.update(vec![Property::SessionId], |v| v.record.session_id = s);
+            }
+            Publish::LastError(e) => {
+                let e = e.clone();
+                self.update(vec![Property::LastError], |v| v.record.last_error = e);
+            }
+            Publish::State(state) => {
+                let state = *state;
+                self.update(vec![Property::State], |v| v.state = state);
+            }
+            Publish::Setting(Setting::PermissionMode(m)) => {
+                let m = m.clone();
+                self.update(vec![Property::PermissionMode], |v| {
+                    v.record.permission_mode = m
+                });
+            }
+            Publish::Setting(Setting::Model(m)) => {
+                let m = m.clone();
+                self.update(vec![Property::Model], |v| v.record.model = m);
+            }
+            Publish::PermissionRequested {
+                request_id,
+                tool,
+                input,
+            } => {
+                let _ = self
+                    .shared
+                    .publisher
+                    .send(Publication::PermissionRequested {
+                        bot_id: self.id.clone(),
+                        request_id: request_id.clone(),
+                        tool: tool.clone(),
+                        input: input.clone(),
+                    });
+            }
+            Publish::Parked(parked) => {
+                let parked = *parked;
+                self.update(vec![], |v| v.record.parked = parked);
+            }
+            Publish::StopVerdict { verdict, proof } => {
+                let (verdict, proof) = (verdict.clone(), proof.clone());
+                self.update(vec![Property::StopVerdict, Property::StopProof], |v| {
+                    v.stop_verdict = verdict;
+                    v.stop_proof = proof;
+                });
+            }
+            Publish::Spend(spend) => {
+                let spend = *spend;
+                self.update(
+                    vec![
+                        Property::CostUsd,
+                        Property::InputTokens,
+                        Property::OutputTokens,
+                    ],
+                    |v| v.record.spend = v.record.spend.plus(spend),
+                );
+            }
+            Publish::Budget(budget) => {
+                let budget = *budget;
+                self.update(vec![Property::BudgetUsd], |v| v.record.budget = budget);
+            }
+            Publish::Limit(limit) => {
+                let limit = limit.clone();
+                self.update(vec![Property::LimitKind, Property::LimitResetsAt], |v| {
+                    v.record.limit = limit
+                });
+            }
+            Publish::BotRemoved => {
+                let _ = self.shared.publisher.send(Publication::BotRemoved {
+                    bot_id: self.id.clone(),
+                });
+            }
+            Publish::TurnFinished { turn_id, outcome } => {
+                self.publish_turn(turn_id, outcome.as_str())
+            }
+        }
+    }
+}
+
+/// What one write of a commit gives back for the publications and the caller.
+enum Written {
+    /// A chat item appended (published by its index among the commit's items).
+    Item(store::ChatItem),
+    /// When a delivery was recorded.
+    Delivery(std::time::SystemTime),
+    Done,
 }

@@ -663,5 +663,4 @@ impl Lifecycle {
 }
 
 #[cfg(test)]
-#[path = "lifecycle_tests/mod.rs"]
 mod tests;

@@ -175,5 +175,4 @@ pub(super) fn reached_unknown() -> LimitReport {
 }
 
 #[cfg(test)]
-#[path = "machine_tests.rs"]
 mod tests;

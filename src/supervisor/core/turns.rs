@@ -674,5 +674,4 @@ impl Turns {
 }
 
 #[cfg(test)]
-#[path = "turns_tests.rs"]
 mod tests;

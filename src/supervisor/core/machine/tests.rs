@@ -616,5 +616,4 @@ fn rule_7_an_open_refused_because_another_process_holds_the_conversation_keeps_t
 }
 
 /// A client's Stop, Restart, Delete, the shutdown and a permission answer.
-#[path = "machine_commands_tests.rs"]
 mod commands;

@@ -6,9 +6,11 @@ mod exits;
 mod lives;
 
 use super::*;
+use crate::process::ExitInfo;
 use crate::runtime::ResultOutcome;
 use crate::supervisor::core::QueuedTurn;
 use crate::supervisor::core::effect::Write;
+use crate::supervisor::core::exit::Exit;
 
 pub(super) fn turn(id: &str) -> QueuedTurn {
     QueuedTurn {

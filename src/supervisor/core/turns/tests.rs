@@ -1,6 +1,7 @@
 //! The rules of turns and delivery, case by case, with no bus, database or process.
 
 use super::*;
+use crate::runtime::ResultOutcome;
 
 fn turn(id: &str) -> QueuedTurn {
     QueuedTurn {

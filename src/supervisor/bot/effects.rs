@@ -54,12 +54,12 @@ impl Actor {
                 }
                 Effect::State(state) => self.set_state(state),
                 Effect::HeldBy(by) => self.update(vec![Property::HeldBy], |v| v.held_by = by),
-                Effect::TurnEnded(turn) => self.core.watch.turn_ended(&turn),
+                Effect::TurnEnded(turn) => self.core.turn_ended(&turn),
                 Effect::Pending(list) => {
                     self.update(vec![Property::PendingPermissions], |v| v.pending = list)
                 }
                 Effect::RestartTimer(after) => {
-                    self.core.restart_at = after.map(|d| Instant::now() + d);
+                    self.core.restart_after(after, Instant::now());
                 }
                 Effect::Park(parked) => self.park(parked),
                 Effect::Pause => self.parked = true,

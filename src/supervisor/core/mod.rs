@@ -96,6 +96,7 @@ pub mod snapshots;
 pub mod spend;
 pub mod start;
 pub mod state;
+pub mod steps;
 pub mod stop;
 pub mod stream;
 pub mod taken;

@@ -11,32 +11,18 @@ use crate::supervisor::core::effect::{Request, Streamed};
 use crate::supervisor::core::{Effect, Publish, Setting, Write};
 use std::time::Instant;
 
-/// What executing effects gave back to the core.
-#[derive(Debug, Default)]
-pub(super) struct Applied {
-    /// When a delivery was recorded (`Write::Delivery`).
-    pub(super) delivered_at: Option<std::time::SystemTime>,
-    /// Whether every commit succeeded.
-    pub(super) committed: bool,
-}
-
 impl Actor {
     /// Executes `effects` in order.
-    pub(super) fn apply(&mut self, effects: Vec<Effect>) -> Applied {
-        let mut applied = Applied {
-            delivered_at: None,
-            committed: true,
-        };
+    /// Returns whether every commit among them was durable.
+    pub(super) fn apply(&mut self, effects: Vec<Effect>) -> bool {
+        let mut committed = true;
         for effect in effects {
             match effect {
                 Effect::Commit { writes, publish } => match self.commit(&writes, &publish) {
-                    Ok(at) => {
-                        applied.delivered_at = applied.delivered_at.or(at);
-                        self.last_commit_ok = true;
-                    }
+                    Ok(()) => self.last_commit_ok = true,
                     Err(e) => {
                         tracing::error!(bot_id = %self.id, error = %e, ?writes, "cannot commit");
-                        applied.committed = false;
+                        committed = false;
                         self.last_commit_ok = false;
                     }
                 },
@@ -83,6 +69,17 @@ impl Actor {
                         self.write_lines(lines);
                     }
                 }
+                Effect::Send(Request::Message { text }) => {
+                    let ok = match self.proc.as_mut() {
+                        Some(proc) => {
+                            proc.before_turn = None;
+                            let lines = proc.protocol.user_message(&text);
+                            self.write_lines(lines)
+                        }
+                        None => false,
+                    };
+                    self.handle(crate::supervisor::core::Input::Written { ok });
+                }
                 Effect::Send(Request::Refuse {
                     request_id,
                     message,
@@ -128,8 +125,7 @@ impl Actor {
                     let effects = self.with_prompts(|book| {
                         crate::supervisor::core::prompts::opened(book, asked, turn_id.as_deref())
                     });
-                    let more = self.apply(effects);
-                    applied.committed &= more.committed;
+                    committed &= self.apply(effects);
                 }
                 Effect::ClosePrompts(message) => self.close_open_prompts(&message),
                 Effect::PlanLimit(report) => self.show_plan_limit(report),
@@ -139,46 +135,41 @@ impl Actor {
                 Effect::CleanUp(why) => self.clean_up_asked = Some(why),
             }
         }
-        applied
+        committed
     }
 
     /// Commits `writes` in one transaction, then publishes `publish` in order (design rule 1).
-    /// Returns when a delivery was recorded, if one was.
     pub(super) fn commit(
         &self,
         writes: &[Write],
         publish: &[Publish],
-    ) -> Result<Option<std::time::SystemTime>, store::StoreError> {
+    ) -> Result<(), store::StoreError> {
         // Published inside `tx_then`, still holding the connection: in commit order with every
         // other writer of this database (the handles' Send, answers, forget_session).
-        let (_, delivered_at) = self.shared.store.tx_then(
+        self.shared.store.tx_then(
             |tx| {
                 let mut items = Vec::new();
-                let mut delivered_at = None;
                 for write in writes {
-                    match self.write(tx, write)? {
-                        Written::Item(item) => items.push(item),
-                        Written::Delivery(at) => delivered_at = Some(at),
-                        Written::Done => {}
-                    }
+                    items.extend(self.write(tx, write)?);
                 }
-                Ok((items, delivered_at))
+                Ok(items)
             },
-            |(items, _)| {
+            |items| {
                 for p in publish {
                     self.publish(p, items);
                 }
             },
         )?;
-        Ok(delivered_at)
+        Ok(())
     }
 
-    /// One durable write of a commit, inside its transaction.
+    /// One durable write of a commit, inside its transaction; the chat item it appended, if it
+    /// is one (published by its index among the commit's items).
     fn write(
         &self,
         tx: &rusqlite::Transaction<'_>,
         write: &Write,
-    ) -> Result<Written, rusqlite::Error> {
+    ) -> Result<Option<store::ChatItem>, rusqlite::Error> {
         match write {
             Write::Chat {
                 kind,
@@ -186,7 +177,7 @@ impl Actor {
                 payload,
             } => {
                 let item = store::chat::append(tx, &self.id, kind, turn_id.as_deref(), payload)?;
-                return Ok(Written::Item(item));
+                return Ok(Some(item));
             }
             Write::TurnRunning(turn) => store::turns::set_running(tx, turn)?,
             Write::TurnFinished { turn_id, outcome } => {
@@ -195,10 +186,8 @@ impl Actor {
             Write::Delivery {
                 turn_id,
                 session_id,
-            } => {
-                let at = store::deliveries::record(tx, &self.id, turn_id, session_id)?;
-                return Ok(Written::Delivery(at));
-            }
+                at,
+            } => store::deliveries::record(tx, &self.id, turn_id, session_id, *at)?,
             Write::DeliveryDone(turn) => store::deliveries::forget(tx, &self.id, turn)?,
             Write::Session(s) => store::bots::set_session(tx, &self.id, s.as_deref())?,
             Write::LastError(e) => store::bots::set_last_error(tx, &self.id, e)?,
@@ -239,7 +228,7 @@ impl Actor {
             )?,
             Write::Budget(budget) => store::bots::set_budget(tx, &self.id, *budget)?,
         }
-        Ok(Written::Done)
+        Ok(None)
     }
 
     /// One publication of a commit, once it is durable: `items` are the chat items it appended,
@@ -331,13 +320,4 @@ impl Actor {
             }
         }
     }
-}
-
-/// What one write of a commit gives back for the publications and the caller.
-enum Written {
-    /// A chat item appended (published by its index among the commit's items).
-    Item(store::ChatItem),
-    /// When a delivery was recorded.
-    Delivery(std::time::SystemTime),
-    Done,
 }

@@ -8,10 +8,10 @@ use crate::runtime::LaunchSpec;
 use crate::runtime::SessionStart;
 use crate::store::BotRecord;
 use crate::supervisor::Property;
-use crate::supervisor::core::State;
 use crate::supervisor::core::lifecycle;
 use crate::supervisor::core::steps::PumpShell;
 use crate::supervisor::core::stop::StopReason;
+use crate::supervisor::core::{Input, State};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -114,7 +114,7 @@ impl Actor {
         );
         if let Some((old, reason)) = &decision.forget {
             let effect = lifecycle::forget_at_start(old, reason, self.shared.runtime.name());
-            let committed = self.apply(vec![effect]).committed;
+            let committed = self.apply(vec![effect]);
             self.core.start_forgot(committed);
         }
         // One writer per conversation on the whole machine (rule 7): a conversation another
@@ -215,42 +215,22 @@ impl Actor {
         self.apply(lifecycle::start_refused(text, reason));
     }
 
+    /// The next waiting message to the running process, when its stdin is open and it writes
+    /// to a conversation: the core puts where it goes on record, then asks for the write
+    /// (`Input::Deliver`).
     pub(super) fn write_next(&mut self) {
-        let Some(proc) = self.proc.as_mut() else {
+        let Some(proc) = self.proc.as_ref() else {
             return;
         };
-        let Some(stdin) = proc.stdin.as_ref() else {
-            return;
-        };
-        if stdin.is_closed() {
+        if proc.stdin.as_ref().is_none_or(|stdin| stdin.is_closed()) {
             return;
         }
         let Some(session) = proc.protocol.conversation().map(str::to_owned) else {
             return;
         };
-        let Some((turn, effects)) = self
-            .core
-            .deliver_next(&session, std::time::SystemTime::now())
-        else {
-            return;
-        };
-        // Persist, then act: which conversation the message goes to, before it goes (rule 8
-        // across a daemon crash).
-        let applied = self.apply(effects);
-        if !self
-            .core
-            .delivery_recorded(applied.committed, applied.delivered_at)
-        {
-            return;
-        }
-        let Some(proc) = self.proc.as_mut() else {
-            self.core.unwritten();
-            return;
-        };
-        proc.before_turn = None;
-        let lines = proc.protocol.user_message(&turn.text);
-        let ok = self.write_lines(lines);
-        let effects = self.core.wrote(ok);
-        self.apply(effects);
+        self.handle(Input::Deliver {
+            session,
+            now: std::time::SystemTime::now(),
+        });
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::bot_core::{BotCore, Process};
 use super::control::Controls;
-use super::effect::Effect;
+use super::effect::{Awaited, Effect, Request};
 use super::held::Held;
 use super::idle::{self, Activity};
 use super::left_turns::{self, Left};
@@ -98,32 +98,27 @@ impl BotCore {
         self.watch.launched(start_deadline);
     }
 
-    /// The next waiting message for the running process, which writes to conversation
-    /// `session`, with the effects that record where it goes (design rule 8) before it is
-    /// written; `None` when nothing is to go.
-    pub fn deliver_next(
-        &mut self,
-        session: &str,
-        now: SystemTime,
-    ) -> Option<(QueuedTurn, Vec<Effect>)> {
+    /// `Input::Deliver`: the next waiting message for the running process, which writes to
+    /// conversation `session`. Where it goes is committed first, and the core waits for that
+    /// commit ([`Awaited::Delivery`]) before it asks for the write (design rule 8).
+    pub(super) fn deliver(&mut self, session: &str, now: SystemTime) {
         let launched_cut = self.process.as_ref().and_then(|p| p.run.cut.clone());
-        self.turns.deliver_cut(session, now, launched_cut.as_ref())
+        if let Some((_, effects)) = self.turns.deliver_cut(session, now, launched_cut.as_ref()) {
+            self.emit(effects);
+            self.emit([Effect::ReportCommit(Awaited::Delivery)]);
+        }
     }
 
-    /// Whether the delivery's record was durable (`committed`, at `at`): when not, the message
-    /// waits again and nothing is written.
-    pub fn delivery_recorded(&mut self, committed: bool, at: Option<SystemTime>) -> bool {
-        self.turns.delivery_recorded(committed, at)
-    }
-
-    /// The message in flight was not written (the process went): it waits again, first.
-    pub fn unwritten(&mut self) {
-        self.turns.unwritten();
-    }
-
-    /// The message in flight was written to the CLI's stdin (`ok`) or not.
-    pub fn wrote(&mut self, ok: bool) -> Vec<Effect> {
-        self.turns.wrote(ok)
+    /// The delivery's record was durable (`ok`): the message goes. When not, it waits again,
+    /// first, and nothing is written (a daemon crash could deliver it twice).
+    pub(super) fn delivery_committed(&mut self, ok: bool) {
+        if !self.turns.delivery_recorded(ok) {
+            return;
+        }
+        if let Some(i) = &self.turns.inflight {
+            let text = i.turn.text.clone();
+            self.emit([Effect::Send(Request::Message { text })]);
+        }
     }
 
     /// Another process holds the conversation: the bot waits for it ([`super::held`]).

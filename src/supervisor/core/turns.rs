@@ -222,9 +222,10 @@ impl Turns {
 
     /// The next message goes to the conversation `session`: it is in flight from now, and where
     /// it went is committed before it is written (rule 8 across a daemon crash). `None` when
-    /// nothing waits or a message is in flight already. `now` stands for when it was written
-    /// until the commit says ([`Turns::delivery_recorded`]). The shell writes `turn.text` once
-    /// the commit is done. The process was launched without a cut: see [`Turns::deliver_cut`].
+    /// nothing waits or a message is in flight already. `now` is when it is written, kept to the
+    /// millisecond as the `deliveries` table keeps it. It is written once the commit is durable
+    /// ([`Turns::delivery_recorded`]). The process was launched without a cut: see
+    /// [`Turns::deliver_cut`].
     pub fn deliver(&mut self, session: &str, now: SystemTime) -> Option<(QueuedTurn, Vec<Effect>)> {
         self.deliver_cut(session, now, None)
     }
@@ -243,6 +244,7 @@ impl Turns {
             return None;
         }
         let mut turn = self.queue.pop_front()?;
+        let now = to_millis(now);
         let mut c = CommitBuilder::default();
         if turn.cut.is_some() && turn.cut.as_ref() != launched_cut {
             turn.cut = None;
@@ -259,22 +261,19 @@ impl Turns {
         c.write(Write::Delivery {
             turn_id: turn.id.clone(),
             session_id: session.to_owned(),
+            at: now,
         });
         Some((turn, c.build().into_iter().collect()))
     }
 
-    /// The commit of [`Turns::deliver`] ended: `committed` at `at`, the message is to be written
-    /// now (`true`). Not committed, where it would go is not on record: it is not written (a
-    /// daemon crash could deliver it twice, rule 8) and waits again, first.
-    pub fn delivery_recorded(&mut self, committed: bool, at: Option<SystemTime>) -> bool {
+    /// The commit of [`Turns::deliver`] ended: `committed`, the message is to be written now
+    /// (`true`). Not committed, where it would go is not on record: it is not written (a daemon
+    /// crash could deliver it twice, rule 8) and waits again, first.
+    pub fn delivery_recorded(&mut self, committed: bool) -> bool {
         if !committed {
             self.unwritten();
-            return false;
         }
-        if let (Some(i), Some(at)) = (self.inflight.as_mut(), at) {
-            i.written = at;
-        }
-        true
+        committed
     }
 
     /// The message in flight was written to the CLI (`ok`): the bot is `busy`. Not written (its
@@ -341,6 +340,13 @@ impl Turns {
             reported_later,
         })
     }
+}
+
+/// `t` to the whole millisecond below it: a delivery's time as the `deliveries` table keeps it,
+/// so that the time in memory and the one a later daemon reads are the same.
+fn to_millis(t: SystemTime) -> SystemTime {
+    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(since.as_millis() as u64)
 }
 
 #[cfg(test)]

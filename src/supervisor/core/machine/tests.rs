@@ -615,5 +615,74 @@ fn rule_7_an_open_refused_because_another_process_holds_the_conversation_keeps_t
     );
 }
 
+#[test]
+fn rule_8_a_message_is_written_only_once_where_it_goes_is_durable() {
+    let facts = Told::default();
+    let now = Instant::now();
+    let wall = std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(5);
+    let mut core = BotCore::new(Duration::from_millis(50));
+    core.process = Some(Process {
+        run: Run::new(SessionStart::Resume("s".into())),
+        controls: Controls::default(),
+    });
+    core.turns.queue(QueuedTurn::new("t", "hello"));
+    core.turns.queue(QueuedTurn::new("u", "again"));
+
+    // Where it goes is committed, and awaited, before anything is written.
+    let deliver = |core: &mut BotCore| {
+        core.handle(
+            now,
+            Input::Deliver {
+                session: "s".into(),
+                now: wall,
+            },
+            &facts,
+        );
+        drain(core)
+    };
+    let effects = deliver(&mut core);
+    assert!(matches!(
+        &effects[..],
+        [Effect::Commit { writes, .. }, Effect::ReportCommit(Awaited::Delivery)]
+            if writes == &[Write::Delivery { turn_id: "t".into(), session_id: "s".into(), at: wall }]
+    ));
+    // Not durable: nothing is written, and the message waits first again.
+    core.handle(
+        now,
+        Input::Committed {
+            awaited: Awaited::Delivery,
+            ok: false,
+        },
+        &facts,
+    );
+    assert!(drain(&mut core).is_empty());
+    assert!(!core.in_flight());
+
+    // Durable: the message is written, and once written the bot is busy.
+    deliver(&mut core);
+    core.handle(
+        now,
+        Input::Committed {
+            awaited: Awaited::Delivery,
+            ok: true,
+        },
+        &facts,
+    );
+    assert_eq!(
+        drain(&mut core),
+        [Effect::Send(Request::Message {
+            text: "hello".into()
+        })]
+    );
+    core.handle(now, Input::Written { ok: true }, &facts);
+    // Both still wait: a message counts as taken at its replay (rule 8).
+    assert_eq!(
+        drain(&mut core),
+        [Effect::State(State::Busy), Effect::Queued(2)]
+    );
+    // One message in flight at a time (rule 7).
+    assert!(deliver(&mut core).is_empty());
+}
+
 /// A client's Stop, Restart, Delete, the shutdown and a permission answer.
 mod commands;

@@ -358,11 +358,6 @@ impl Config {
         Duration::from_secs_f64(self.stop_grace_s)
     }
 
-    /// A watchdog's bound from its key's seconds: `None` (never) for 0.
-    pub fn watchdog(seconds: f64) -> Option<Duration> {
-        (seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
-    }
-
     /// Whether the daemon environment variable `name` may pass to a bot's CLI.
     pub fn env_allowed(&self, name: &str) -> bool {
         self.env_allowlist

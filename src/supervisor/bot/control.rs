@@ -1,9 +1,7 @@
-//! Control requests to the running CLI (design rule 6) and their answers, decided in
-//! [`crate::supervisor::core::control`].
+//! Lines to the running CLI's stdin: messages, control requests (design rule 6, decided in
+//! [`crate::supervisor::core::control`]) and answers.
 
 use super::Actor;
-use crate::config::Config;
-use std::time::Instant;
 
 impl Actor {
     /// Writes `lines` to the current process's stdin, each with its newline; whether all went
@@ -17,10 +15,5 @@ impl Actor {
             bytes.push(b'\n');
             stdin.send(bytes).is_ok()
         })
-    }
-
-    /// Now plus a watchdog's bound in seconds (`None` for 0: never).
-    pub(super) fn deadline(&self, seconds: f64) -> Option<Instant> {
-        Config::watchdog(seconds).map(|d| Instant::now() + d)
     }
 }

@@ -86,13 +86,13 @@ impl Actor {
         let program = match self.shared.runtime.binary() {
             Ok(p) => p,
             Err(e) => {
-                self.start_refused(&format!("cannot start the agent: {e}"), None);
+                self.start_refused(format!("cannot start the agent: {e}"), None);
                 return;
             }
         };
         let env = self.build_env(&record);
         if let Err(e) = self.shared.runtime.check_environment(&env) {
-            self.start_refused(&format!("cannot start the agent: {e}"), None);
+            self.start_refused(format!("cannot start the agent: {e}"), None);
             return;
         }
         if let Err((reason, e)) =
@@ -100,7 +100,7 @@ impl Actor {
                 .runtime
                 .check_launch(&program, &record.permission_mode, &env)
         {
-            self.start_refused(&format!("cannot start the agent: {e}"), Some(reason));
+            self.start_refused(format!("cannot start the agent: {e}"), Some(reason));
             return;
         }
         let cwd = Path::new(&record.cwd);
@@ -171,17 +171,6 @@ impl Actor {
                 let protocol_opening = protocol.opening();
                 let pid = handle.pid;
                 self.known.clear();
-                if let Ok(identity) = identify(pid)
-                    && let Err(e) = self.commit(
-                        &[crate::supervisor::core::Write::Process {
-                            identity,
-                            root: true,
-                        }],
-                        &[],
-                    )
-                {
-                    tracing::error!(bot_id = %self.id, error = %e, "cannot record the process");
-                }
                 let forked_from = decision
                     .fork
                     .then(|| decision.start.session_id().map(str::to_owned))
@@ -195,24 +184,22 @@ impl Actor {
                     env: env.clone(),
                     forked_from,
                 });
-                let start_deadline = self.deadline(self.shared.config.start_timeout_s);
-                self.core.launched(decision, start_deadline);
                 self.update(vec![Property::ProcessId], |v| v.process_id = pid);
-                self.set_state(State::Idle);
-                let opening = protocol_opening;
-                self.write_lines(opening);
+                let identity = identify(pid).ok();
+                self.handle(Input::Launched { decision, identity });
+                self.write_lines(protocol_opening);
             }
             Err(e) => {
                 let text = process::launch_error::explain(&cmd.program, &cmd.cwd, &e);
                 tracing::error!(bot_id = %self.id, error = %text, "spawn failed");
-                self.start_refused(&text, None);
+                self.start_refused(text, None);
             }
         }
     }
 
-    /// The agent cannot start ([`lifecycle::start_refused`]).
-    fn start_refused(&mut self, text: &str, reason: Option<&str>) {
-        self.apply(lifecycle::start_refused(text, reason));
+    /// The agent cannot start (`Input::LaunchFailed`).
+    fn start_refused(&mut self, text: String, reason: Option<&'static str>) {
+        self.handle(Input::LaunchFailed { text, reason });
     }
 
     /// The next waiting message to the running process, when its stdin is open and it writes

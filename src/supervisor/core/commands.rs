@@ -4,7 +4,7 @@
 //!
 //! [`Input::Stopped`]: super::machine::Input::Stopped
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::bot_core::BotCore;
 use super::budget::{self, Held};
@@ -12,7 +12,7 @@ use super::control::{Controls, for_next_start};
 use super::effect::{Awaited, Effect, Request};
 use super::lifecycle::{Lifecycle, RestartMode};
 use super::limits::{self, LimitHold};
-use super::machine::Facts;
+use super::machine::{Bounds, Facts};
 use super::spend;
 use super::stop::StopReason;
 use super::turns::QueuedTurn;
@@ -226,7 +226,7 @@ impl BotCore {
         facts: &dyn Facts,
     ) {
         let bounds = facts.bounds();
-        let after = |s: f64| (s > 0.0).then(|| now + Duration::from_secs_f64(s));
+        let after = |s: f64| Bounds::deadline(now, s);
         match request_id {
             Some(id) => {
                 if request == ControlRequest::Interrupt

@@ -60,6 +60,23 @@ pub enum Input {
         /// The wall clock now.
         now: std::time::SystemTime,
     },
+    /// The agent was launched as `decision` said (its root is `identity`, when it could be read):
+    /// the process as the core knows it begins, on record by identity (design rule 9), with its
+    /// start watchdog, and the bot is `idle`.
+    Launched {
+        /// Which conversation it starts or resumes, and how.
+        decision: super::start::StartDecision,
+        /// The root process, by identity.
+        identity: Option<crate::process::identity::ProcessIdentity>,
+    },
+    /// The agent could not be launched (`text` says why in words; `reason` names it, as
+    /// `bubblewrap_missing`): said, and the bot pauses until a client sends or restarts.
+    LaunchFailed {
+        /// Why, in words.
+        text: String,
+        /// Its name, when it has one.
+        reason: Option<&'static str>,
+    },
     /// The message the core asked to write ([`super::effect::Request::Message`]) was written to
     /// the agent's stdin (`ok`), or could not be (the process went, its stdin closed).
     Written {
@@ -85,6 +102,13 @@ pub struct Bounds {
     pub interrupt_grace_s: f64,
     /// `control_timeout_s`.
     pub control_s: f64,
+}
+
+impl Bounds {
+    /// A watchdog's deadline: `seconds` (one of the bounds) after `now`; `None` for 0, never.
+    pub fn deadline(now: Instant, seconds: f64) -> Option<Instant> {
+        (seconds > 0.0).then(|| now + std::time::Duration::from_secs_f64(seconds))
+    }
 }
 
 /// What the core may ask the world while it handles an input; nothing asked changes anything.
@@ -163,6 +187,10 @@ impl BotCore {
             Input::Committed { awaited, ok } => self.committed(awaited, ok),
             Input::CleanedUp => self.cleaned_up(now, facts),
             Input::Deliver { session, now } => self.deliver(&session, now),
+            Input::Launched { decision, identity } => self.launched(now, decision, identity, facts),
+            Input::LaunchFailed { text, reason } => {
+                self.emit(super::records::start_refused(&text, reason))
+            }
             Input::Written { ok } => {
                 let effects = self.turns.wrote(ok);
                 self.emit(effects);

@@ -8,15 +8,18 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::bot_core::{BotCore, Process};
 use super::control::Controls;
-use super::effect::{Awaited, Effect, Request};
+use super::effect::{Awaited, CommitBuilder, Effect, Request, Write};
 use super::held::Held;
 use super::idle::{self, Activity};
 use super::left_turns::{self, Left};
 use super::lifecycle::{Lifecycle, Run};
+use super::machine::{Bounds, Facts};
 use super::pump::{self, ProcessNow, PumpFacts, PumpPlan};
 use super::start::StartDecision;
+use super::state::State;
 use super::stop::StopReason;
 use super::turns::{Inflight, QueuedTurn};
+use crate::process::identity::ProcessIdentity;
 use crate::runtime::{SessionStart, TakenTurn};
 
 /// What only the shell knows when it asks for the pump's plan.
@@ -86,16 +89,32 @@ impl BotCore {
         self.life.start_forgot(committed);
     }
 
-    /// The agent was launched as `decision` said: a new process as the core knows it, with the
-    /// start watchdog's deadline `start_deadline`.
-    pub fn launched(&mut self, decision: StartDecision, start_deadline: Option<Instant>) {
+    /// `Input::Launched`: a new process as the core knows it, its root on record by identity,
+    /// the start watchdog from `now` (`Bounds::start_s`; 0: none), and the bot `idle`.
+    pub(super) fn launched(
+        &mut self,
+        now: Instant,
+        decision: StartDecision,
+        identity: Option<ProcessIdentity>,
+        facts: &dyn Facts,
+    ) {
         self.life.started();
         self.background_tasks = 0;
         self.process = Some(Process {
             run: Run::with_cut(decision.start, decision.cut),
             controls: Controls::default(),
         });
-        self.watch.launched(start_deadline);
+        self.watch
+            .launched(Bounds::deadline(now, facts.bounds().start_s));
+        if let Some(identity) = identity {
+            let mut c = CommitBuilder::default();
+            c.write(Write::Process {
+                identity,
+                root: true,
+            });
+            self.emit(c.build());
+        }
+        self.emit([Effect::State(State::Idle)]);
     }
 
     /// `Input::Deliver`: the next waiting message for the running process, which writes to

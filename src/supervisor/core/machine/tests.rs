@@ -684,5 +684,51 @@ fn rule_8_a_message_is_written_only_once_where_it_goes_is_durable() {
     assert!(deliver(&mut core).is_empty());
 }
 
+#[test]
+fn rule_9_a_launched_agent_is_on_record_by_identity_idle_and_watched_from_its_start() {
+    let facts = Told::default();
+    let now = Instant::now();
+    let mut core = BotCore::new(Duration::from_millis(50));
+    let root = crate::process::identity::ProcessIdentity {
+        pid: 42,
+        start_time: 9,
+        boot_id: "b".into(),
+    };
+    core.handle(
+        now,
+        Input::Launched {
+            decision: super::super::start::StartDecision {
+                start: SessionStart::Resume("s".into()),
+                forget: None,
+                cut: None,
+                fork: false,
+            },
+            identity: Some(root.clone()),
+        },
+        &facts,
+    );
+    assert!(matches!(
+        &drain(&mut core)[..],
+        [Effect::Commit { writes, .. }, Effect::State(State::Idle)]
+            if writes == &[Write::Process { identity: root.clone(), root: true }]
+    ));
+    // The start watchdog: `start_s` (60 s) from the launch.
+    assert_eq!(core.poll_timeout(), Some(now + Duration::from_secs(60)));
+
+    core.handle(
+        now,
+        Input::LaunchFailed {
+            text: "cannot start the agent: no such file".into(),
+            reason: None,
+        },
+        &facts,
+    );
+    let refused = drain(&mut core);
+    assert!(matches!(
+        &refused[..],
+        [Effect::Commit { .. }, Effect::Pause]
+    ));
+}
+
 /// A client's Stop, Restart, Delete, the shutdown and a permission answer.
 mod commands;

@@ -17,7 +17,9 @@ fn flag<'a>(argv: &'a [String], name: &str) -> Option<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_launch_that_prints_nothing_is_stopped_and_its_turn_fails_visibly() {
-    let fake = FakeSetup::start("stop_grace_s = 0.5\nstart_timeout_s = 1\n").await;
+    // 3 s, not less: the second launch, a normal one, must print within it on a loaded
+    // machine (a 1 s bound failed once while two builds ran beside the tests).
+    let fake = FakeSetup::start("stop_grace_s = 0.5\nstart_timeout_s = 3\n").await;
     let bot = fake
         .bot(json!([{"mode": "mute"}, {"mode": "normal"}]))
         .await;
@@ -110,7 +112,9 @@ async fn a_setting_the_running_cli_never_confirms_is_reported_as_failed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_launch_that_only_prints_a_hooks_progress_is_not_alive() {
-    let fake = FakeSetup::start("stop_grace_s = 0.5\nstart_timeout_s = 1\n").await;
+    // 3 s, not less: the second launch, a normal one, must print within it on a loaded
+    // machine (a 1 s bound failed once while two builds ran beside the tests).
+    let fake = FakeSetup::start("stop_grace_s = 0.5\nstart_timeout_s = 3\n").await;
     let bot = fake
         .bot(json!([{"mode": "hook_then_hang"}, {"mode": "normal"}]))
         .await;

@@ -126,6 +126,19 @@ impl Manager {
             .transpose()
             .map_err(|e| Error::InvalidArgument(format!("CreateBot: option {e}")))?;
         let continue_after_limit = r.boolean("continue_after_limit")?;
+        let worktree = match r.dict("worktree")? {
+            None => None,
+            Some(w) => {
+                let mut wr = OptionReader::new("CreateBot: option `worktree`", &w);
+                let ask = crate::worktree::Ask {
+                    branch: wr.string("branch")?,
+                    base: wr.string("base")?,
+                    path: wr.string("path")?,
+                };
+                wr.finish()?;
+                Some(ask)
+            }
+        };
         r.finish()?;
         let cwd = cwd.ok_or_else(|| {
             Error::InvalidArgument(
@@ -141,18 +154,23 @@ impl Manager {
                 crate::config::MAX_SECONDS
             )));
         }
-        let handle = self.ctx.supervisor.create(NewBot {
-            cwd,
-            name,
-            runtime,
-            model,
-            permission_mode,
-            env,
-            idle_timeout_s,
-            memory_max,
-            budget,
-            continue_after_limit,
-        })?;
+        let handle = self
+            .ctx
+            .supervisor
+            .create(NewBot {
+                cwd,
+                name,
+                runtime,
+                model,
+                permission_mode,
+                env,
+                idle_timeout_s,
+                memory_max,
+                budget,
+                continue_after_limit,
+                worktree,
+            })
+            .await?;
         let path = bot_path(&handle.id);
         server
             .at(&path, BotObject::guarded(handle, self.ctx.clone()))

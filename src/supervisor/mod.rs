@@ -151,8 +151,9 @@ pub enum Command {
     Queued(core::QueuedTurn),
     /// Stop the process gently.
     Stop,
-    /// Stop, then delete the bot with its history.
-    Delete,
+    /// Stop, then delete the bot with its history; with a removal, its git worktree goes once
+    /// the agent is stopped (as [`core::worktree::removal`] allowed at the call).
+    Delete(Option<core::worktree::Removal>),
     /// Stop the process for daemon shutdown and end the actor.
     Shutdown(oneshot::Sender<()>),
     /// Apply a setting (already persisted) to the running process, if any.
@@ -199,6 +200,9 @@ pub struct NewBot {
     pub budget: Option<u64>,
     /// Continue a turn a usage limit cut (`None`: config `continue_after_limit`).
     pub continue_after_limit: Option<bool>,
+    /// A git worktree to make for the bot from the repository that holds `cwd` (issue 28): the
+    /// bot's `cwd` is then the worktree.
+    pub worktree: Option<crate::worktree::Ask>,
 }
 
 /// The name a bot created without one gets, before a suffix (`-2`, `-3`, …) makes it unique: its
@@ -397,8 +401,11 @@ impl Supervisor {
         Ok(handles)
     }
 
-    /// Validates and creates a bot. Nothing is stored when an argument is wrong.
-    pub fn create(&self, new: NewBot) -> Result<BotHandle, BotError> {
+    /// Validates and creates a bot. Nothing is stored when an argument is wrong. With
+    /// `new.worktree`, git makes the worktree last, after every other check (its refusal is
+    /// InvalidArgument with git's words); a worktree made for a bot that then cannot be stored
+    /// is removed again.
+    pub async fn create(&self, new: NewBot) -> Result<BotHandle, BotError> {
         let runtime_name = new.runtime.clone().unwrap_or_else(|| "claude".to_owned());
         let runtime = self
             .runtimes
@@ -459,6 +466,20 @@ impl Supervisor {
             }
         };
         let id = uuid::Uuid::new_v4().simple().to_string();
+        let (cwd, made) = match &new.worktree {
+            None => (cwd, None),
+            Some(ask) => {
+                let made = crate::worktree::add(
+                    Path::new(&cwd),
+                    &name,
+                    ask,
+                    self.config.worktrees_dir.as_deref(),
+                )
+                .await
+                .map_err(|e| BotError::InvalidArgument(format!("option `worktree`: {e}")))?;
+                (made.path.clone(), Some(made))
+            }
+        };
         let record = BotRecord {
             model,
             permission_mode,
@@ -467,9 +488,32 @@ impl Supervisor {
             memory_max,
             budget: new.budget,
             continue_after_limit: new.continue_after_limit,
+            worktree: made.as_ref().map(|m| store::WorktreeRecord {
+                repo: m.repo.clone(),
+                branch: m.branch.clone(),
+                base_commit: m.base_commit.clone(),
+            }),
             ..BotRecord::new(&id, &name, &cwd, &runtime_name)
         };
-        self.store.tx_now(|tx| store::bots::insert(tx, &record))?;
+        if let Err(e) = self.store.tx_now(|tx| store::bots::insert(tx, &record)) {
+            if let Some(m) = &made {
+                let undo = crate::supervisor::core::worktree::Removal::Remove {
+                    force: true,
+                    delete_branch: true,
+                };
+                if let Err(g) = crate::worktree::remove(
+                    Path::new(&m.repo),
+                    Path::new(&m.path),
+                    &m.branch,
+                    &undo,
+                )
+                .await
+                {
+                    tracing::warn!(path = %m.path, error = %g, "a worktree made for a bot that was not stored is left");
+                }
+            }
+            return Err(e.into());
+        }
         tracing::info!(bot_id = %record.id, cwd = %record.cwd, "bot created");
         Ok(self.start_actor(record, runtime, false))
     }
@@ -540,9 +584,44 @@ impl Supervisor {
     /// it leaves the list at once; its actor stops the process, deletes it from the store, and
     /// then its object goes away. Errors: NotFound, StorageUnavailable (nothing changed).
     pub fn delete(&self, id: &str) -> Result<(), BotError> {
+        self.delete_with(id, None)
+    }
+
+    /// Whether the worktree of the bot `id` may be removed now, with `force` or not, from what
+    /// git shows of it ([`crate::worktree::decide`]). Errors: NotFound; InvalidArgument (the bot
+    /// has no worktree); Busy (something uncommitted or unmerged, named; nothing changes);
+    /// Failed (git failed: its words).
+    pub async fn worktree_removal(
+        &self,
+        id: &str,
+        force: bool,
+    ) -> Result<core::worktree::Removal, BotError> {
+        let record = self.get(id)?.snapshot().record;
+        let Some(w) = record.worktree else {
+            return Err(BotError::InvalidArgument(format!(
+                "option `remove_worktree`: the bot `{}` has no worktree botvisor made",
+                crate::text::escape(&record.name, false)
+            )));
+        };
+        match crate::worktree::decide(Path::new(&w.repo), Path::new(&record.cwd), &w.branch, force)
+            .await
+        {
+            Ok(core::worktree::Removal::Refuse(why)) => Err(BotError::Busy(why)),
+            Ok(removal) => Ok(removal),
+            Err(e) => Err(BotError::Failed(e)),
+        }
+    }
+
+    /// [`Supervisor::delete`], and with `removal` the bot's worktree removed once its agent is
+    /// stopped ([`Supervisor::worktree_removal`] decides it first).
+    pub fn delete_with(
+        &self,
+        id: &str,
+        removal: Option<core::worktree::Removal>,
+    ) -> Result<(), BotError> {
         let handle = self.get(id)?;
         self.store.tx_now(|tx| store::bots::mark_deleting(tx, id))?;
-        handle.command(Command::Delete)?;
+        handle.command(Command::Delete(removal))?;
         handle
             .shared
             .deleted

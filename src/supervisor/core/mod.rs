@@ -102,6 +102,7 @@ pub mod taken;
 pub mod timeouts;
 pub mod turns;
 pub mod watchdogs;
+pub mod worktree;
 
 pub use bot_core::{BotCore, Due, Process};
 pub use effect::{CommitBuilder, Effect, Publish, Setting, Write};

@@ -200,6 +200,9 @@ pub struct NewBot {
     pub budget: Option<u64>,
     /// Continue a turn a usage limit cut (`None`: config `continue_after_limit`).
     pub continue_after_limit: Option<bool>,
+    /// A conversation to adopt (issue 28): its session (Codex: thread) id, among the
+    /// conversations [`Supervisor::conversations`] lists for `cwd`.
+    pub session_id: Option<String>,
     /// A git worktree to make for the bot from the repository that holds `cwd` (issue 28): the
     /// bot's `cwd` is then the worktree.
     pub worktree: Option<crate::worktree::Ask>,
@@ -307,6 +310,37 @@ pub fn check_name(what: &str, name: &str, taken: &[String]) -> Result<(), BotErr
         )));
     }
     Ok(())
+}
+
+/// The most characters of a conversation's title (its first user message) that
+/// [`Supervisor::conversations`] gives.
+pub const MAX_TITLE_CHARS: usize = 200;
+
+/// A conversation a CLI keeps for a folder, as `ListConversations` gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The runtime's name.
+    pub runtime: String,
+    /// The session (Codex: thread) id.
+    pub session_id: String,
+    /// When its file was last written, Unix seconds.
+    pub modified_s: i64,
+    /// Its first user message, escaped ([`crate::text::escape`]) and cut to
+    /// [`MAX_TITLE_CHARS`] (then ending with `…`).
+    pub title: String,
+    /// The bot that owns it (its session is recorded), if any.
+    pub bot_id: Option<String>,
+    /// A live process outside botvisor that holds it, in words, if any.
+    pub held_by: Option<String>,
+}
+
+/// A title read from a transcript, made safe to show: escaped, one line, bounded.
+fn bounded_title(title: &str) -> String {
+    let escaped = crate::text::escape(title.trim(), false);
+    match escaped.char_indices().nth(MAX_TITLE_CHARS) {
+        Some((at, _)) => format!("{}…", &escaped[..at]),
+        None => escaped.into_owned(),
+    }
 }
 
 /// All bots of the daemon.
@@ -466,6 +500,47 @@ impl Supervisor {
             }
         };
         let id = uuid::Uuid::new_v4().simple().to_string();
+        let imported = match &new.session_id {
+            None => Vec::new(),
+            Some(session) => {
+                if new.worktree.is_some() {
+                    return Err(BotError::InvalidArgument(
+                        "options `session_id` and `worktree` together: a conversation is adopted \
+                         in the folder it was begun in, a worktree is a new folder"
+                            .into(),
+                    ));
+                }
+                let listed = self.conversations(&cwd, Some(&runtime_name), &new.env)?;
+                let Some(found) = listed.iter().find(|c| c.session_id == *session) else {
+                    return Err(BotError::InvalidArgument(format!(
+                        "option `session_id`: {} keeps no conversation `{}` for {cwd} \
+                         (ListConversations lists those it keeps)",
+                        runtime_name,
+                        crate::text::escape(session, false)
+                    )));
+                };
+                if let Some(bot) = &found.bot_id {
+                    return Err(BotError::Busy(format!(
+                        "option `session_id`: the conversation `{session}` is bot {bot}'s already"
+                    )));
+                }
+                if let Some(holder) = self.held_by(&runtime_name, &cwd, session, &new.env) {
+                    return Err(BotError::Busy(format!(
+                        "option `session_id`: the conversation `{session}` is open in another \
+                         process ({holder}); close it there first (design rule 7)"
+                    )));
+                }
+                let record = BotRecord {
+                    env: new.env.clone(),
+                    ..BotRecord::new(&id, &name, &cwd, &runtime_name)
+                };
+                runtime.history(
+                    &bot::bot_env(&self.config, &record),
+                    Path::new(&cwd),
+                    session,
+                )
+            }
+        };
         let (cwd, made) = match &new.worktree {
             None => (cwd, None),
             Some(ask) => {
@@ -493,9 +568,19 @@ impl Supervisor {
                 branch: m.branch.clone(),
                 base_commit: m.base_commit.clone(),
             }),
+            session_id: new.session_id.clone(),
             ..BotRecord::new(&id, &name, &cwd, &runtime_name)
         };
-        if let Err(e) = self.store.tx_now(|tx| store::bots::insert(tx, &record)) {
+        // The adopted conversation's earlier turns are committed with the bot, before anything
+        // new, in order (design rule 1: nothing is said of them before).
+        let stored = self.store.tx_now(|tx| {
+            store::bots::insert(tx, &record)?;
+            for item in &imported {
+                store::chat::append(tx, &id, item.kind, None, &item.payload.to_string())?;
+            }
+            Ok(())
+        });
+        if let Err(e) = stored {
             if let Some(m) = &made {
                 let undo = crate::supervisor::core::worktree::Removal::Remove {
                     force: true,
@@ -516,6 +601,87 @@ impl Supervisor {
         }
         tracing::info!(bot_id = %record.id, cwd = %record.cwd, "bot created");
         Ok(self.start_actor(record, runtime, false))
+    }
+
+    /// The conversations the CLIs keep for the folder `cwd` (canonicalised), read from their
+    /// files as a CLI started with the daemon's environment plus `env` finds them, of the runtime
+    /// `runtime` only when given; newest first, then by id. Errors: InvalidArgument (a `cwd`
+    /// `CreateBot` would refuse, an unknown runtime).
+    pub fn conversations(
+        &self,
+        cwd: &str,
+        runtime: Option<&str>,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Vec<Listed>, BotError> {
+        let cwd = canonical_cwd(cwd)?;
+        if let Some(r) = runtime
+            && !self.runtimes.contains_key(r)
+        {
+            return Err(BotError::InvalidArgument(format!(
+                "unknown runtime `{}`; known runtimes: {}",
+                crate::text::escape(r, false),
+                self.runtime_names().join(", ")
+            )));
+        }
+        let bots = self.list();
+        let mut out = Vec::new();
+        for (name, rt) in &self.runtimes {
+            if runtime.is_some_and(|r| r != *name) {
+                continue;
+            }
+            let record = BotRecord {
+                env: env.clone(),
+                ..BotRecord::new("", "", &cwd, name)
+            };
+            let full_env = bot::bot_env(&self.config, &record);
+            for c in rt.conversations(&full_env, Path::new(&cwd)) {
+                let bot_id = bots
+                    .iter()
+                    .find(|h| {
+                        let r = h.snapshot().record;
+                        r.runtime == *name && r.session_id.as_deref() == Some(&c.session_id)
+                    })
+                    .map(|h| h.id.clone());
+                out.push(Listed {
+                    runtime: name.to_string(),
+                    modified_s: c
+                        .modified
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_secs() as i64)
+                        .unwrap_or(0),
+                    title: bounded_title(&c.title),
+                    bot_id,
+                    held_by: None,
+                    session_id: c.session_id,
+                });
+            }
+        }
+        out.sort_by(|a, b| {
+            b.modified_s
+                .cmp(&a.modified_s)
+                .then_with(|| a.session_id.cmp(&b.session_id))
+        });
+        Ok(out)
+    }
+
+    /// Who outside botvisor holds the conversation `session_id` of `runtime` in `cwd` now, in
+    /// words (`pid N: what`); `None` when nobody does.
+    pub fn held_by(
+        &self,
+        runtime: &str,
+        cwd: &str,
+        session_id: &str,
+        env: &BTreeMap<String, String>,
+    ) -> Option<String> {
+        let rt = self.runtimes.get(runtime)?;
+        let record = BotRecord {
+            env: env.clone(),
+            ..BotRecord::new("", "", cwd, runtime)
+        };
+        let full_env = bot::bot_env(&self.config, &record);
+        rt.holders(&full_env, Path::new(cwd), session_id)
+            .first()
+            .map(|h| format!("pid {}: {}", h.identity.pid, h.what))
     }
 
     /// Renames the bot `id` to `name`, checked as `CreateBot` checks a name ([`check_name`])

@@ -194,8 +194,8 @@ impl Manager {
     }
 
     /// The conversations the CLIs keep for the folder `cwd`, read from the files that exist
-    /// (Claude Code's transcripts of that folder), newest first, as `(runtime, session id, last
-    /// written in Unix seconds, title, details)`: the title is the first user message, escaped
+    /// (Claude Code's transcripts of that folder, Codex's rollouts whose `cwd` it is), newest
+    /// first, as `(runtime, session id, last written in Unix seconds, title, details)`: the title is the first user message, escaped
     /// and at most 200 characters; details `bot` (o, the bot that owns it) and `held_by` (s, a
     /// live process outside botvisor that holds it), each only when so. Options: `runtime` (s,
     /// one runtime only), `env` (a{ss}, added to the daemon's environment to find the CLI's

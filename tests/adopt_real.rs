@@ -12,6 +12,55 @@ use zbus::Variant;
 use support::stand_in_api::echo_script;
 use support::*;
 
+/// The user's own Claude Code with the conversation `session` open (stdin kept open, so it
+/// waits for input), once its registry of live sessions names it.
+async fn hold_elsewhere(
+    env: &TestEnv,
+    setup: &RealSetup,
+    claude: &std::path::Path,
+    session: &str,
+) -> std::process::Child {
+    let child = std::process::Command::new(claude)
+        .args([
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--resume",
+            session,
+        ])
+        .current_dir(&env.work)
+        .env_clear()
+        .envs(&setup.bot_env)
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let entry = env
+        .home
+        .join(format!(".claude/sessions/{}.json", child.id()));
+    bounded("the other CLI in the registry", async {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
+        loop {
+            let text = std::fs::read_to_string(&entry).unwrap_or_default();
+            let found = botvisor::runtime::claude::registry::entries_for(
+                std::iter::once(text.as_str()),
+                session,
+            );
+            if found.iter().any(|e| e.pid == child.id()) {
+                return;
+            }
+            tick.tick().await;
+        }
+    })
+    .await;
+    child
+}
+
 fn error_name(e: &zbus::Error) -> String {
     match e {
         zbus::Error::MethodError(name, _, _) => name.to_string(),
@@ -69,6 +118,31 @@ async fn a_conversation_begun_in_a_terminal_is_listed_adopted_and_answered_in() 
         "org.botvisor.Botvisor1.Error.InvalidArgument"
     );
     assert!(manager.list_bots().await.unwrap().is_empty());
+
+    // Open in the user's own CLI: listed as held, Busy naming it, nothing created (rule 7).
+    let mut other = hold_elsewhere(&env, &setup, &claude, session).await;
+    let listed = manager
+        .list_conversations(work, HashMap::new())
+        .await
+        .unwrap();
+    let held: String = listed[0].4["held_by"].clone().try_into().unwrap();
+    assert!(held.contains(&format!("pid {}", other.id())), "{held}");
+    let mut o = create_options(work, &setup.bot_env);
+    o.insert("session_id", Variant::from(session.as_str()));
+    let err = manager.create_bot(o).await.unwrap_err();
+    assert_eq!(error_name(&err), "org.botvisor.Botvisor1.Error.Busy");
+    assert!(
+        err.to_string().contains(&format!("pid {}", other.id())),
+        "{err}"
+    );
+    assert!(manager.list_bots().await.unwrap().is_empty());
+    drop(other.stdin.take());
+    bounded("the other CLI's exit", async {
+        tokio::task::spawn_blocking(move || other.wait().unwrap())
+            .await
+            .unwrap()
+    })
+    .await;
 
     // Adopted: its turns are in the chat first, imported, then the next message goes on in it.
     let mut o = create_options(work, &setup.bot_env);

@@ -511,25 +511,23 @@ impl Supervisor {
                     ));
                 }
                 let listed = self.conversations(&cwd, Some(&runtime_name), &new.env)?;
-                let Some(found) = listed.iter().find(|c| c.session_id == *session) else {
-                    return Err(BotError::InvalidArgument(format!(
-                        "option `session_id`: {} keeps no conversation `{}` for {cwd} \
-                         (ListConversations lists those it keeps)",
-                        runtime_name,
-                        crate::text::escape(session, false)
-                    )));
+                let found = listed.iter().find(|c| c.session_id == *session);
+                let held_by = match found {
+                    Some(_) => self.held_by(&runtime_name, &cwd, session, &new.env),
+                    None => None,
                 };
-                if let Some(bot) = &found.bot_id {
-                    return Err(BotError::Busy(format!(
-                        "option `session_id`: the conversation `{session}` is bot {bot}'s already"
-                    )));
-                }
-                if let Some(holder) = self.held_by(&runtime_name, &cwd, session, &new.env) {
-                    return Err(BotError::Busy(format!(
-                        "option `session_id`: the conversation `{session}` is open in another \
-                         process ({holder}); close it there first (design rule 7)"
-                    )));
-                }
+                core::adopt::adopt(&core::adopt::Found {
+                    runtime: &runtime_name,
+                    cwd: &cwd,
+                    session_id: &crate::text::escape(session, false),
+                    exists: found.is_some(),
+                    owner: found.and_then(|c| c.bot_id.as_deref()),
+                    held_by: held_by.as_deref(),
+                })
+                .map_err(|r| match r {
+                    core::adopt::Refusal::Missing(why) => BotError::InvalidArgument(why),
+                    core::adopt::Refusal::Held(why) => BotError::Busy(why),
+                })?;
                 let record = BotRecord {
                     env: new.env.clone(),
                     ..BotRecord::new(&id, &name, &cwd, &runtime_name)

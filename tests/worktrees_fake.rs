@@ -136,10 +136,13 @@ async fn botvisorctl_lists_a_folders_conversations_and_adopts_one() {
     std::fs::create_dir_all(&folder).unwrap();
     let id = "3f0c1b9e-4a51-4c7d-9a0e-5b1c2d3e4f50";
     let long = "x".repeat(300);
+    // An answer over the 1 MiB an item may be: imported as a preview, like any item.
+    let big = "y".repeat(2 * 1024 * 1024);
     let lines = [
-        json!({"type": "user", "message": {"role": "user",
+        json!({"type": "user", "uuid": "u1", "parentUuid": null, "message": {"role": "user",
                "content": format!("\u{1b}[31mred\u{1b}[0m then {long}")}}),
-        json!({"type": "assistant", "message": {"content": [{"type": "text", "text": "ok"}]}}),
+        json!({"type": "assistant", "uuid": "a1", "parentUuid": "u1",
+               "message": {"content": [{"type": "text", "text": big}]}}),
     ];
     let text: Vec<String> = lines.iter().map(Value::to_string).collect();
     std::fs::write(folder.join(format!("{id}.jsonl")), text.join("\n") + "\n").unwrap();

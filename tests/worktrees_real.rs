@@ -271,6 +271,7 @@ async fn three_bots_edit_one_repository_in_worktrees_resume_after_a_restart_and_
         .unwrap_err();
     assert_eq!(error_name(&err), "org.botvisor.Botvisor1.Error.Busy");
     assert!(err.to_string().contains(&trees[2]), "{err}");
+    assert!(err.to_string().contains("worktree add"), "{err}");
     assert!(worktrees(&repo).contains(&trees[2]));
     bots[2].delete_with(remove(false)).await.unwrap();
     tokio::time::timeout(EVENT_TIMEOUT, removed.next())

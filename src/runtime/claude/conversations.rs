@@ -88,30 +88,51 @@ fn first_user_text(path: &Path) -> Option<String> {
     reader
         .lines()
         .map_while(Result::ok)
-        .filter_map(|l| serde_json::from_str::<Value>(&l).ok())
+        .filter_map(|l| crate::runtime::json_line::parse(l.as_bytes()).ok())
         .find_map(|v| user_text(&v))
 }
 
-/// The conversation's earlier turns as chat items, in the transcript's order: `user` items
-/// (what the user typed) and `assistant` items (the model's text), each marked
-/// `imported: true`. Tool calls, tool answers, the CLI's own lines and subagents' are left
-/// out.
+/// The conversation's earlier turns as chat items, in order along the branch a resume
+/// continues: the chain of `parentUuid`s from the newest entry (the last line with a `uuid` off
+/// any side chain, where `Runtime::before_resume` makes a resume continue,
+/// [`super::leaf`]) back to the first. A dropped attempt left as a branch of its own is not
+/// imported. `user` items (what the user typed) and `assistant` items (the model's text), each
+/// marked `imported: true`; tool calls, tool answers, the CLI's own lines and subagents' are
+/// left out.
 pub fn history(path: &Path) -> Vec<ChatPayload> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Vec::new();
     };
+    let entries: Vec<Value> = text
+        .lines()
+        .filter_map(|l| crate::runtime::json_line::parse(l.as_bytes()).ok())
+        .filter(|v| v["uuid"].is_string() && v["isSidechain"] != true)
+        .collect();
+    let by_id: std::collections::HashMap<&str, usize> = entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| Some((v["uuid"].as_str()?, i)))
+        .collect();
+    let mut chain = Vec::new();
+    let mut at = entries.len().checked_sub(1);
+    while let Some(i) = at {
+        if chain.len() > entries.len() {
+            break; // a loop of parents: never in a file the CLI wrote
+        }
+        chain.push(i);
+        at = entries[i]["parentUuid"]
+            .as_str()
+            .and_then(|p| by_id.get(p).copied());
+    }
+    chain.reverse();
     let mut items = Vec::new();
-    for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        if let Some(t) = user_text(&v) {
+    for v in chain.into_iter().map(|i| &entries[i]) {
+        if let Some(t) = user_text(v) {
             items.push(ChatPayload {
                 kind: "user",
                 payload: json!({"text": t, "imported": true}),
             });
         } else if v["type"] == "assistant"
-            && v["isSidechain"] != true
             && let Some(blocks) = v["message"]["content"].as_array()
         {
             for b in blocks.iter().filter(|b| b["type"] == "text") {
@@ -139,10 +160,14 @@ mod tests {
         std::fs::create_dir_all(&folder).unwrap();
         let lines = [
             json!({"type": "queue-operation"}),
-            json!({"type": "user", "isMeta": true, "message": {"role": "user", "content": "meta"}}),
-            json!({"type": "user", "message": {"role": "user", "content": "first words"}}),
-            json!({"type": "assistant", "message": {"content": [{"type": "text", "text": "hi"}, {"type": "tool_use"}]}}),
-            json!({"type": "user", "message": {"content": [{"type": "tool_result", "content": "x"}]}}),
+            json!({"type": "user", "uuid": "m", "isMeta": true, "message": {"role": "user", "content": "meta"}}),
+            json!({"type": "user", "uuid": "a", "parentUuid": "m", "message": {"role": "user", "content": "first words"}}),
+            json!({"type": "assistant", "uuid": "b", "parentUuid": "a", "message": {"content": [{"type": "text", "text": "hi"}, {"type": "tool_use"}]}}),
+            json!({"type": "user", "uuid": "c", "parentUuid": "b", "message": {"content": [{"type": "tool_result", "content": "x"}]}}),
+            // A dropped attempt, then the same message asked again from `c`.
+            json!({"type": "user", "uuid": "d", "parentUuid": "c", "message": {"content": "dropped"}}),
+            json!({"type": "user", "uuid": "e", "parentUuid": "c", "message": {"content": "again"}}),
+            json!({"type": "assistant", "uuid": "s", "parentUuid": "e", "isSidechain": true, "message": {"content": [{"type": "text", "text": "side"}]}}),
         ];
         let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
         std::fs::write(folder.join("s1.jsonl"), text.join("\n")).unwrap();
@@ -152,8 +177,18 @@ mod tests {
         assert_eq!(found[0].session_id, "s1");
         assert_eq!(found[0].title, "first words");
         let items = history(&folder.join("s1.jsonl"));
-        let kinds: Vec<_> = items.iter().map(|i| i.kind).collect();
-        assert_eq!(kinds, ["user", "assistant"]);
+        let shown: Vec<_> = items
+            .iter()
+            .map(|i| (i.kind, i.payload["text"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("user", "first words"),
+                ("assistant", "hi"),
+                ("user", "again")
+            ]
+        );
         assert_eq!(items[1].payload["imported"], true);
     }
 }

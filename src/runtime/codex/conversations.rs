@@ -65,7 +65,7 @@ fn first_user_text(path: &Path) -> Option<String> {
     std::io::BufReader::new(file.take(TITLE_READ_BYTES))
         .lines()
         .map_while(Result::ok)
-        .filter_map(|l| serde_json::from_str::<Value>(&l).ok())
+        .filter_map(|l| crate::runtime::json_line::parse(l.as_bytes()).ok())
         .find_map(|v| completed(&v, "UserMessage").map(text_of))
 }
 
@@ -75,7 +75,7 @@ fn meta(path: &Path) -> Option<(String, String)> {
     let file = std::fs::File::open(path).ok()?;
     let mut first = String::new();
     std::io::BufReader::new(file).read_line(&mut first).ok()?;
-    let v: Value = serde_json::from_str(&first).ok()?;
+    let v: Value = crate::runtime::json_line::parse(first.trim_end().as_bytes()).ok()?;
     if v["type"] != "session_meta" {
         return None;
     }
@@ -128,7 +128,7 @@ pub fn history(codex_home: &Path, thread_id: &str) -> Vec<ChatPayload> {
     };
     let mut items = Vec::new();
     for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
+        let Ok(v) = crate::runtime::json_line::parse(line.as_bytes()) else {
             continue;
         };
         if let Some(item) = completed(&v, "UserMessage") {

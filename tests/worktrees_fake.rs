@@ -126,6 +126,23 @@ async fn botvisorctl_creates_lists_and_deletes_a_bot_in_a_worktree() {
     assert_eq!(git(&repo, &["branch", "--list", "feat/x"]).trim(), "");
 }
 
+/// `ListConversations` of `work` from `offset`, at most `limit`: the session ids.
+async fn env_page(s: &FakeSetup, work: &Path, offset: u32, limit: u32) -> Vec<String> {
+    let options = std::collections::HashMap::from([
+        ("offset", zbus::Variant::from(offset)),
+        ("limit", zbus::Variant::from(limit)),
+    ]);
+    s.env
+        .manager()
+        .await
+        .list_conversations(work.to_str().unwrap(), options)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.1)
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn botvisorctl_lists_a_folders_conversations_and_adopts_one() {
     let s = FakeSetup::start("").await;
@@ -186,6 +203,39 @@ async fn botvisorctl_lists_a_folders_conversations_and_adopts_one() {
             .all(|i| i.to_string().contains("\"imported\":true")),
         "{items:?}"
     );
+
+    // Newest first, paged: two older conversations of the folder around the adopted one.
+    for (name, age) in [("old", 3600), ("older", 7200)] {
+        let file = folder.join(format!("{name}.jsonl"));
+        let line = json!({"type": "user", "uuid": "u", "message": {"content": name}});
+        std::fs::write(&file, format!("{line}\n")).unwrap();
+        let when = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(when)
+            .unwrap();
+    }
+    let (_, out, _) = run(
+        &bus,
+        &["--json", "conversations", "--cwd", work.to_str().unwrap()],
+    )
+    .await;
+    let ids: Vec<String> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["session_id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(ids, [id, "old", "older"]);
+    let page = env_page(&s, &work, 1, 1).await;
+    assert_eq!(page, ["old"]);
+    let owned: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(owned["bot"], created["id"], "the adopted one is the bot's");
 
     // An id that could name another file: InvalidArgument, nothing created.
     let mut bad: Vec<String> = ["create", "--cwd", work.to_str().unwrap()]

@@ -99,9 +99,11 @@ pub async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
 
 /// Makes a worktree for the bot named `bot_name` from the repository that holds `cwd`:
 /// `git worktree add -b <branch> <path> <base commit>`. `folder` is config `worktrees_dir`
-/// (`None`: `<the repository's common git dir>/botvisor-worktrees`). Errors (git's words
-/// included): `cwd` in no repository, a branch name git refuses or that exists, a base git
-/// cannot read, a path that exists or is not absolute.
+/// (`None`: `<the repository's common git dir>/botvisor-worktrees`). A branch or path
+/// botvisor names is the first free of `<name>`, `<name>-2`, … (at most
+/// `core::worktree::MAX_SUFFIX`). Errors (git's words included): `cwd` in no repository, a
+/// branch name git refuses or that exists, a base git cannot read, a path that exists or is not
+/// absolute.
 pub async fn add(
     cwd: &Path,
     bot_name: &str,
@@ -110,43 +112,66 @@ pub async fn add(
 ) -> Result<Made, String> {
     let top = git(cwd, &["rev-parse", "--show-toplevel"]).await?;
     let top = PathBuf::from(top.trim());
-    let branch = ask
-        .branch
-        .clone()
-        .unwrap_or_else(|| worktree::default_branch(bot_name));
-    git(&top, &["check-ref-format", "--branch", &branch]).await?;
     let base = ask.base.clone().unwrap_or_else(|| "HEAD".to_owned());
     let spec = format!("{base}^{{commit}}");
     let base_commit = git(&top, &["rev-parse", "--verify", "--end-of-options", &spec])
         .await?
         .trim()
         .to_owned();
-    let path = match &ask.path {
-        Some(p) => {
-            let p = PathBuf::from(p);
-            if !p.is_absolute() {
-                return Err(format!(
-                    "`path` must be absolute, got `{}`",
-                    crate::text::escape(&p.to_string_lossy(), false)
-                ));
-            }
-            p
-        }
-        None => {
-            let dir = match folder {
-                Some(f) => f.to_path_buf(),
-                None => {
-                    let common = git(
-                        &top,
-                        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
-                    )
-                    .await?;
-                    PathBuf::from(common.trim()).join(worktree::FOLDER)
-                }
-            };
-            dir.join(worktree::name_part(bot_name))
+    if let Some(p) = &ask.path
+        && !Path::new(p).is_absolute()
+    {
+        return Err(format!(
+            "`path` must be absolute, got `{}`",
+            crate::text::escape(p, false)
+        ));
+    }
+    let dir = match (&ask.path, folder) {
+        (Some(_), _) => PathBuf::new(),
+        (None, Some(f)) => f.to_path_buf(),
+        (None, None) => {
+            let common = git(
+                &top,
+                &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+            )
+            .await?;
+            PathBuf::from(common.trim()).join(worktree::FOLDER)
         }
     };
+    // A name botvisor chooses is the first free one: `-2`, `-3`, … after the bot's name while a
+    // branch or folder of that name is left (a deleted bot's, kept unmerged or still being
+    // removed). A name the client gave is git's to judge.
+    let part = worktree::name_part(bot_name);
+    let mut n = 1;
+    let (branch, path) = loop {
+        let part = worktree::suffixed(&part, n);
+        let branch = ask
+            .branch
+            .clone()
+            .unwrap_or_else(|| format!("{}{part}", worktree::BRANCH_PREFIX));
+        let path = match &ask.path {
+            Some(p) => PathBuf::from(p),
+            None => dir.join(&part),
+        };
+        let branch_taken = ask.branch.is_none()
+            && git(
+                &top,
+                &[
+                    "rev-parse",
+                    "--verify",
+                    "--quiet",
+                    &format!("refs/heads/{branch}"),
+                ],
+            )
+            .await
+            .is_ok();
+        let path_taken = ask.path.is_none() && path.exists();
+        if (!branch_taken && !path_taken) || n >= worktree::MAX_SUFFIX {
+            break (branch, path);
+        }
+        n += 1;
+    };
+    git(&top, &["check-ref-format", "--branch", &branch]).await?;
     let path_text = path.to_string_lossy().into_owned();
     git(
         &top,

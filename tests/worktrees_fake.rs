@@ -124,6 +124,57 @@ async fn botvisorctl_creates_lists_and_deletes_a_bot_in_a_worktree() {
     bounded("InterfacesRemoved", removed.next()).await.unwrap();
     assert!(!Path::new(&tree).exists());
     assert_eq!(git(&repo, &["branch", "--list", "feat/x"]).trim(), "");
+
+    // An unmerged branch outlives a forced removal; the next bot of the same name gets the
+    // next free name instead of git's refusal.
+    let create_default = || {
+        let mut a: Vec<String> = [
+            "--json",
+            "create",
+            "--cwd",
+            repo.to_str().unwrap(),
+            "--worktree",
+        ]
+        .map(String::from)
+        .to_vec();
+        a.extend(env_args(&s));
+        a
+    };
+    let a = create_default();
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let (code, out, err) = run(&bus, &a).await;
+    assert_eq!(code, 0, "{err}");
+    let first: Value = serde_json::from_str(out.trim()).unwrap();
+    let first_tree = first["cwd"].as_str().unwrap().to_owned();
+    std::fs::write(Path::new(&first_tree).join("kept.txt"), "x").unwrap();
+    git(Path::new(&first_tree), &["add", "kept.txt"]);
+    git(Path::new(&first_tree), &["commit", "-q", "-m", "kept"]);
+    let id = first["id"].as_str().unwrap();
+    let (code, _, err) = run(
+        &bus,
+        &["delete", id, "--yes", "--remove-worktree", "--force"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    bounded("InterfacesRemoved", removed.next()).await.unwrap();
+    assert!(!Path::new(&first_tree).exists());
+    assert_eq!(
+        git(&repo, &["branch", "--list", "botvisor/work"]).trim(),
+        "botvisor/work"
+    );
+    let (code, out, err) = run(&bus, &a).await;
+    assert_eq!(code, 0, "{err}");
+    let second: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(second["name"], "work");
+    assert!(
+        second["cwd"]
+            .as_str()
+            .unwrap()
+            .ends_with("botvisor-worktrees/work-2")
+    );
+    let (_, out, _) = run(&bus, &["--json", "status", "work"]).await;
+    let shown: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(shown["branch"], "botvisor/work-2");
 }
 
 /// `ListConversations` of `work` from `offset`, at most `limit`: the session ids.

@@ -44,6 +44,18 @@ pub fn name_part(bot_name: &str) -> String {
     }
 }
 
+/// The most names tried for a worktree botvisor names (`name`, `name-2`, … `name-100`).
+pub const MAX_SUFFIX: usize = 100;
+
+/// The `n`th name tried for `part`: `part` itself, then `part-2`, `part-3`, ….
+pub fn suffixed(part: &str, n: usize) -> String {
+    if n <= 1 {
+        part.to_owned()
+    } else {
+        format!("{part}-{n}")
+    }
+}
+
 /// The branch a bot named `bot_name` gets when `worktree` names none: `botvisor/<name>`
 /// ([`name_part`]).
 pub fn default_branch(bot_name: &str) -> String {
@@ -134,6 +146,8 @@ mod tests {
         assert_eq!(default_branch("é"), "botvisor/bot");
         assert_eq!(default_branch("a.lock"), "botvisor/a");
         assert_eq!(name_part("-.-"), "bot");
+        assert_eq!(suffixed("repo", 1), "repo");
+        assert_eq!(suffixed("repo", 3), "repo-3");
     }
 
     #[test]

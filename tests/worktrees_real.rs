@@ -375,3 +375,40 @@ async fn codex_bots_edit_one_repository_in_worktrees_and_resume_after_a_restart(
     drop(setup);
     support::codex::wait_no_leftovers(&env).await;
 }
+
+/// Config `worktrees_dir` puts the worktrees outside `.git`, where Claude Code 2.1.328 lets
+/// `acceptEdits` write without asking (under `.git/` it asks for every edit, whatever the mode:
+/// see `send_allowing`).
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_worktrees_folder_outside_git_lets_accept_edits_write() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let repo = env.work.clone();
+    repository(&repo);
+    let trees = env.dir.path().join("trees");
+    let config = format!("worktrees_dir = \"{}\"\n", trees.display());
+    let setup = RealSetup::start_with_config(&env, claude, demo_script(), &config).await;
+    let path = create_in_worktree(&env, &setup, &repo, HashMap::new())
+        .await
+        .unwrap();
+    let bot = env.bot(&path).await;
+    let tree = bot.worktree().await.unwrap();
+    assert_eq!(
+        Path::new(&tree),
+        trees.canonicalize().unwrap().join("work"),
+        "in the configured folder"
+    );
+    let file = format!("{tree}/mine.txt");
+    let seen = send_and_wait(&bot, &format!("write {file}: no question asked")).await;
+    assert_eq!(seen.outcome, "success", "{seen:?}");
+    assert!(
+        seen.items.iter().all(|(_, k, _)| k != "permission_request"),
+        "acceptEdits applies outside .git: {:?}",
+        seen.items
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "no question asked");
+}

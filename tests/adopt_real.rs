@@ -208,12 +208,21 @@ async fn a_conversation_begun_in_a_terminal_is_listed_adopted_and_answered_in() 
 async fn a_codex_thread_begun_in_a_terminal_is_listed_adopted_and_answered_in() {
     let Some(codex) = codex_bin() else { return };
     let env = TestEnv::new().await;
-    let setup = support::codex::CodexSetup::start(
-        &env,
-        codex.clone(),
-        support::responses_api::echo_script(),
-    )
-    .await;
+    // As the echo script, but a message `slow` is answered over 3 s: meanwhile its process
+    // holds the thread.
+    let script: support::responses_api::Script =
+        std::sync::Arc::new(|req: &support::responses_api::ResponsesRequest| {
+            use support::responses_api::Reply;
+            if req.last_user_text.trim() == "slow" {
+                Reply::SlowText {
+                    chunks: (0..30).map(|i| format!("{i} ")).collect(),
+                    every: std::time::Duration::from_millis(100),
+                }
+            } else {
+                Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+            }
+        });
+    let setup = support::codex::CodexSetup::start(&env, codex.clone(), script).await;
 
     // The user's own thread, with the bare CLI (`codex exec`), in the folder.
     let mut cli = tokio::process::Command::new(&codex);
@@ -260,6 +269,46 @@ async fn a_codex_thread_begun_in_a_terminal_is_listed_adopted_and_answered_in() 
         "org.botvisor.Botvisor1.Error.InvalidArgument"
     );
 
+    // Held by the user's own `codex exec resume` (its writer lock): listed as held, Busy.
+    let mut other = tokio::process::Command::new(&codex);
+    other
+        .args(["exec", "--skip-git-repo-check", "resume", thread, "slow"])
+        .current_dir(&env.work)
+        .env_clear()
+        .envs(&setup.bot_env)
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let mut other = other.spawn().unwrap();
+    let holder = bounded("the other Codex's writer lock", async {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
+        loop {
+            if let Some(h) = botvisor::runtime::codex::writer::holder(&setup.codex_home, thread) {
+                return h;
+            }
+            tick.tick().await;
+        }
+    })
+    .await;
+    let listed = manager
+        .list_conversations(work, find.clone())
+        .await
+        .unwrap();
+    let held: String = listed[0].4["held_by"].clone().try_into().unwrap();
+    assert!(held.contains(&format!("pid {}", holder.pid)), "{held}");
+    let mut o = create_options(work, &setup.bot_env);
+    o.insert("runtime", Variant::from("codex"));
+    o.insert("session_id", Variant::from(thread.as_str()));
+    let err = manager.create_bot(o).await.unwrap_err();
+    assert_eq!(error_name(&err), "org.botvisor.Botvisor1.Error.Busy");
+    assert!(manager.list_bots().await.unwrap().is_empty());
+    let status = bounded("the other Codex's end", other.wait())
+        .await
+        .unwrap();
+    assert!(status.success());
+
     let mut o = create_options(work, &setup.bot_env);
     o.insert("runtime", Variant::from("codex"));
     o.insert("session_id", Variant::from(thread.as_str()));
@@ -275,6 +324,14 @@ async fn a_codex_thread_begun_in_a_terminal_is_listed_adopted_and_answered_in() 
         [
             ("user", "hello from the terminal"),
             ("assistant", "Hello! You said: hello from the terminal"),
+            ("user", "slow"),
+            (
+                "assistant",
+                (0..30)
+                    .map(|i| format!("{i} "))
+                    .collect::<String>()
+                    .as_str()
+            ),
         ]
     );
     assert!(items.iter().all(|(_, _, p)| p["imported"] == true));

@@ -9,9 +9,6 @@
 //! holds the results. `BENCH_QUICK=1` runs fewer rounds; `BENCH_ONLY=8` (a comma list of row
 //! numbers) runs only those rows.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

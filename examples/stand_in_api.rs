@@ -4,8 +4,7 @@
 //!
 //! `cargo run --example stand_in_api [PORT]` (default: a free port).
 
-#[path = "../tests/support/stand_in_api.rs"]
-mod stand_in_api;
+use support::stand_in_api;
 
 #[tokio::main]
 async fn main() {

@@ -7,8 +7,7 @@
 //! `cargo run --example stand_in_responses [DIR]` (default `./stand-in-codex`): prints the
 //! `CODEX_HOME` to give a Codex bot (`DIR/codex-home`) with the API key variable it needs.
 
-#[path = "../tests/support/responses_api.rs"]
-mod responses_api;
+use support::responses_api;
 
 #[tokio::main]
 async fn main() {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates dbus/org.botvisor.Botvisor1.xml from what a freshly built botvisord serves, turning
 # the doc comments of its introspection into org.gtk.GDBus.DocString annotations. Review the diff:
-# the XML is the API contract (tests/contract.rs keeps the two equal).
+# the XML is the API contract (tests/fake/contract.rs keeps the two equal).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet --bin botvisord
@@ -45,8 +45,8 @@ def docify(block):
             out.append(l)
         i += 1
     return '\n'.join(out)
-# For the code generators only (botvisord does not serve them; tests/contract.rs leaves them
-# out of its comparison, and tests/codegen.rs builds and runs what the generators make):
+# For the code generators only (botvisord does not serve them; tests/fake/contract.rs leaves them
+# out of its comparison, and tests/fake/codegen.rs builds and runs what the generators make):
 # gdbus-codegen passes the descriptor's GUnixFDList, qdbusxml2cpp (Qt 5) is told the C++ type of
 # each signature it does not know (dbus/qt/botvisor-types.h defines the Botvisor ones).
 QT_TYPES = {
@@ -98,10 +98,10 @@ print('''<!DOCTYPE node PUBLIC "-//freedesktop//DTD D-BUS Object Introspection 1
   InvalidArgument, Busy, RuntimeUnavailable, AccessDenied, StorageUnavailable, NotSupported,
   Failed.
 
-  tests/contract.rs keeps this file equal (names, signatures, directions, annotations) to what
+  tests/fake/contract.rs keeps this file equal (names, signatures, directions, annotations) to what
   botvisord serves; scripts/update-dbus-xml.sh regenerates it. docs/dbus-api.md explains it.
   The org.gtk.GDBus.C.* and org.qtproject.QtDBus.* annotations are for gdbus-codegen and
-  qdbusxml2cpp (with dbus/qt/botvisor-types.h); tests/codegen.rs builds and runs their code.
+  qdbusxml2cpp (with dbus/qt/botvisor-types.h); tests/fake/codegen.rs builds and runs their code.
 -->
 <node>''')
 print(codegen(docify(iface(root, 'org.botvisor.Botvisor1.Manager'))))

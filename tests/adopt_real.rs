@@ -3,8 +3,6 @@
 //! `GetChat` (items marked `imported: true`), and the next message answered in it; on the real
 //! Claude Code and Codex CLIs.
 
-mod support;
-
 use std::collections::HashMap;
 
 use zbus::Variant;

@@ -2,8 +2,6 @@
 //! --worktree`, `list` showing the branch, `delete --remove-worktree` refused while dirty,
 //! `conversations` listing a folder's transcripts (titles escaped), and `create --adopt`.
 
-mod support;
-
 use std::path::Path;
 use std::process::Stdio;
 

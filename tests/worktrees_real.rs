@@ -1,8 +1,6 @@
 //! Issue 28: several bots on one repository, each in a git worktree botvisor makes, on the real
 //! Claude Code CLI and a real git.
 
-mod support;
-
 use std::collections::HashMap;
 use std::path::Path;
 

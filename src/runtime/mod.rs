@@ -128,7 +128,7 @@ pub enum Cut {
     /// conversation.
     Whole,
     /// Resume, then drop the turn `turn_id` (the message's) and every later one (Codex 0.171.0:
-    /// `thread/revert` with `beforeTurnId` after `thread/resume`; tests/codex_facts.rs
+    /// `thread/revert` with `beforeTurnId` after `thread/resume`; tests/facts/codex.rs
     /// `a_taken_message_is_asked_again_once_after_thread_revert`). Stored as
     /// `{"before_turn":{"turn_id":"…"}}` in `turns.redo_cut`.
     BeforeTurn {

@@ -20,21 +20,22 @@ pub struct Delivery {
     pub written_at: SystemTime,
 }
 
-/// Records that `turn_id`'s message is written to the process of `session_id` now. Returns the
-/// time recorded (milliseconds, as stored).
+/// Records that `turn_id`'s message is written to the process of `session_id` at `at` (kept to
+/// the millisecond, RFC 3339).
 pub fn record(
     conn: &Connection,
     bot_id: &str,
     turn_id: &str,
     session_id: &str,
-) -> rusqlite::Result<SystemTime> {
-    let now = crate::time::now_rfc3339();
+    at: SystemTime,
+) -> rusqlite::Result<()> {
+    let at = humantime::format_rfc3339_millis(at).to_string();
     conn.prepare_cached(
         "INSERT OR REPLACE INTO deliveries (bot_id, turn_id, session_id, written_at)
          VALUES (?1, ?2, ?3, ?4)",
     )?
-    .execute(params![bot_id, turn_id, session_id, now])?;
-    Ok(humantime::parse_rfc3339(&now).unwrap_or_else(|_| SystemTime::now()))
+    .execute(params![bot_id, turn_id, session_id, at])?;
+    Ok(())
 }
 
 /// Forgets the deliveries of turns that ended.
@@ -73,12 +74,14 @@ mod tests {
         store
             .tx(|tx| bots::insert(tx, &BotRecord::new("b", "b", "/", "claude")))
             .unwrap();
-        let at = store.tx(|tx| record(tx, "b", "t1", "s1")).unwrap();
-        store.tx(|tx| record(tx, "b", "t1", "s2")).unwrap();
+        let first = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_764_000_000_123);
+        let second = first + std::time::Duration::from_millis(5);
+        store.tx(|tx| record(tx, "b", "t1", "s1", first)).unwrap();
+        store.tx(|tx| record(tx, "b", "t1", "s2", second)).unwrap();
         let all = store.read(|c| of_bot(c, "b")).unwrap();
         assert_eq!(all.len(), 1);
         assert_eq!(all["t1"].session_id, "s2");
-        assert!(all["t1"].written_at >= at);
+        assert_eq!(all["t1"].written_at, second, "kept to the millisecond");
         store.tx(|tx| forget(tx, "b", "t1")).unwrap();
         assert!(store.read(|c| of_bot(c, "b")).unwrap().is_empty());
     }

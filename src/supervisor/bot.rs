@@ -314,7 +314,8 @@ impl Actor {
         self.resume_limit();
         self.follow_credentials();
         // What the conversation had cost when last told: not counted again (core::spend).
-        self.core.turns.meter.conversation = self.record().conversation_cost;
+        self.core
+            .conversation_cost_known(self.record().conversation_cost);
         self.pump().await;
         loop {
             tokio::select! {

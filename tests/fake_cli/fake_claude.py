@@ -159,7 +159,7 @@ if mode == "unrecognized_error":
     result("error_during_execution", ["The conversation %s went missing" % session])
     sys.exit(step.get("code", 1))
 if mode == "in_use":
-    # On stderr, as Claude Code 2.1.284 to 2.1.332 print it (tests/cli_facts.rs).
+    # On stderr, as Claude Code 2.1.284 to 2.1.332 print it (tests/facts/claude.rs).
     sys.stderr.write("Error: Session ID %s is already in use.\n" % session)
     sys.stderr.flush()
     sys.exit(1)

@@ -1,6 +1,6 @@
 //! A daemon whose bots may be Codex bots, and the Responses API stand-in they talk to
-//! ([`super::responses_api`]); waits shared by the Codex test binaries (tests/codex_real.rs,
-//! tests/codex_kills_real.rs).
+//! ([`super::responses_api`]); waits shared by the Codex test binaries (tests/real/codex/chat.rs,
+//! tests/real/codex/kills.rs).
 
 use std::collections::HashMap;
 use std::path::PathBuf;

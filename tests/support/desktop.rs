@@ -350,7 +350,7 @@ impl Notifier {
         let path = env.dir.path().join("notify.toml");
         std::fs::write(&path, config).unwrap();
         let log = env.dir.path().join("botvisor-notify.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_botvisor-notify"))
+        let child = Command::new(super::program("botvisor-notify"))
             .arg("--address")
             .arg(&env.bus.address)
             .arg("--config")

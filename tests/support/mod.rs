@@ -2,8 +2,6 @@
 //! Messages API, and the real Claude Code CLI found through `BOTVISOR_TEST_CLAUDE_BIN`.
 //! Nothing here touches the user's session bus or `~/.claude`.
 
-#![allow(dead_code)]
-
 pub mod cgroup;
 pub mod codex;
 pub mod desktop;
@@ -14,7 +12,6 @@ pub mod stand_in_api;
 pub mod terminal;
 pub mod version;
 
-#[allow(unused_imports)] // not every test binary names a fact
 pub use version::{claude_version, fact};
 
 use std::collections::HashMap;
@@ -27,6 +24,26 @@ use zbus::{Connection, Variant};
 
 use botvisor::dbus::BUS_NAME;
 use botvisor::dbus::client::{BotProxy, ManagerProxy};
+
+/// One of botvisor's programs (`botvisord`, `botvisorctl`, `botvisor-notify`) as Cargo built it for
+/// the running test or benchmark: beside the `deps/` folder that holds the running executable
+/// (`target/debug/deps/real-…` → `target/debug/botvisord`). Cargo builds a package's binaries
+/// before its integration tests and benchmarks; this library cannot name them with
+/// `CARGO_BIN_EXE_*`, which Cargo sets only for those targets.
+pub fn program(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the running test's executable");
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("a test executable inside target/<profile>/deps");
+    let path = profile.join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: run the tests with cargo test",
+        path.display()
+    );
+    path
+}
 
 /// How long any single awaited event may take before the test fails.
 pub const EVENT_TIMEOUT: Duration = Duration::from_secs(90);
@@ -312,7 +329,7 @@ impl Daemon {
     /// Spawns the daemon without waiting for it.
     pub fn spawn(cfg: &DaemonConfig, log_name: &str) -> Daemon {
         let log = cfg.home.join(log_name);
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_botvisord"));
+        let mut cmd = std::process::Command::new(program("botvisord"));
         cmd.env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", &cfg.home)
@@ -834,7 +851,7 @@ pub fn allow_bash(env: &TestEnv) {
 pub fn fake_cli() -> PathBuf {
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fake_cli/fake_claude.py"
+        "/../fake_cli/fake_claude.py"
     ))
 }
 

@@ -1,5 +1,5 @@
-//! Seeded random moments for the kill sweeps (tests/exactly_once_real.rs,
-//! tests/codex_kills_real.rs). A sweep prints its seed; `BOTVISOR_TEST_SEED=<seed>` replays the
+//! Seeded random moments for the kill sweeps (tests/real/claude/exactly_once.rs,
+//! tests/real/codex/kills.rs). A sweep prints its seed; `BOTVISOR_TEST_SEED=<seed>` replays the
 //! same moments.
 
 use std::time::Duration;

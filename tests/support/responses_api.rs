@@ -8,8 +8,6 @@
 //! (`exec_command`, optionally asking for escalation so that a policy `on-request` makes Codex ask
 //! for approval), an HTTP error, a delayed answer, or none at all.
 
-#![allow(dead_code)]
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

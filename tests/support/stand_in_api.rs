@@ -5,8 +5,6 @@
 //! `"stream": true`, and with one JSON message otherwise. What it answers is decided by a
 //! [`Script`] from the request: plain text, or a tool call that the real CLI then runs.
 
-#![allow(dead_code)]
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 

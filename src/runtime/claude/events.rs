@@ -39,7 +39,7 @@ fn unparsed(line: &[u8], reason: String) -> RuntimeEvent {
 }
 
 /// `Error: Session ID X is already in use.` (plain text, exit code 1). claude-code-facts.md says
-/// stdout; 2.1.284, 2.1.328 and 2.1.332 print it on stderr (tests/cli_facts.rs): both are read.
+/// stdout; 2.1.284, 2.1.328 and 2.1.332 print it on stderr (tests/facts/claude.rs): both are read.
 pub fn session_in_use(line: &str) -> Option<String> {
     let rest = line.trim().strip_prefix("Error: Session ID ")?;
     let id = rest.strip_suffix(" is already in use.")?;

@@ -34,7 +34,7 @@ pub fn command(program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand {
             args.extend(["--resume".to_owned(), id.clone()]);
             // A truncating resume: the conversation up to `at`, without the turn whose prompt
             // is `drops` (print-mode options hidden from `--help`; 2.1.284, 2.1.328 and 2.1.332:
-            // cli_facts::a_taken_message_is_redone_once_by_a_truncating_resume).
+            // facts::claude::a_taken_message_is_redone_once_by_a_truncating_resume).
             if spec.fork {
                 args.push("--fork-session".to_owned());
             }

@@ -10,7 +10,7 @@
 //! it again dies without a gentle exit, the last record still names the dropped attempt. A plain
 //! resume then continues the dropped branch (the turns since are gone from what the model is
 //! sent) and a truncating resume is refused ("range does not start with the declared turn
-//! prompt"): `cli_facts::where_a_resume_continues_after_a_truncating_resume`. With a record
+//! prompt"): `facts::claude::where_a_resume_continues_after_a_truncating_resume`. With a record
 //! naming the newest entry, both resume the newest branch whole.
 
 use serde_json::{Value, json};

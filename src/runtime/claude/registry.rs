@@ -6,7 +6,7 @@
 //! "procStart", "kind", "entrypoint", "tmux"?, "status", …}`, where `procStart` is the process's
 //! start time as field 22 of `/proc/<pid>/stat` (clock ticks since boot) and `entrypoint` is
 //! `cli` for the interactive terminal and `sdk-cli` for print mode (2.1.328;
-//! `cli_facts::a_live_session_is_in_the_registry_and_a_second_resume_is_not_refused`). A
+//! `facts::claude::a_live_session_is_in_the_registry_and_a_second_resume_is_not_refused`). A
 //! second process resuming a conversation one holds is not refused: both write its transcript.
 //! A process killed with SIGKILL leaves its file behind, so an entry counts only while its pid
 //! names the process that started then.

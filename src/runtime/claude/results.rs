@@ -45,7 +45,7 @@ pub const WARNING_UTILIZATION: f64 = 0.8;
 
 /// `{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":<s>,
 /// "rateLimitType":"five_hour","unifiedWindows":{"five_hour":{"utilization":1,…}}}}` (2.1.284 to
-/// 2.1.332 as a subscription user; `tests/cli_facts.rs`
+/// 2.1.332 as a subscription user; `tests/facts/claude.rs`
 /// `a_plan_limit_is_a_rate_limit_event_and_an_error_result`). An unknown status is ignored.
 pub(super) fn parse_rate_limit(v: &Value) -> RuntimeEvent {
     let info = v.get("rate_limit_info").unwrap_or(&Value::Null);
@@ -63,7 +63,7 @@ pub(super) fn parse_rate_limit(v: &Value) -> RuntimeEvent {
         .and_then(Value::as_f64);
     // 2.1.328 says `allowed` at the top and `allowed_warning` in the deciding window; 2.1.284
     // gives the window's utilization only, so a window that says nothing is a warning from
-    // WARNING_UTILIZATION on (cli_facts::a_plan_near_its_limit_is_an_allowed_warning_with_its_utilization).
+    // WARNING_UTILIZATION on (facts::claude::a_plan_near_its_limit_is_an_allowed_warning_with_its_utilization).
     let state = match window.and_then(|w| w.get("status")).and_then(Value::as_str) {
         Some("allowed_warning") if state == LimitState::Allowed => LimitState::Warning,
         None if state == LimitState::Allowed
@@ -183,7 +183,7 @@ mod tests {
 
     #[test]
     fn a_plan_limit_is_a_limit_report() {
-        // As 2.1.328 prints it (tests/cli_facts.rs a_plan_limit_is_a_rate_limit_event_and_an_error_result).
+        // As 2.1.328 prints it (tests/facts/claude.rs a_plan_limit_is_a_rate_limit_event_and_an_error_result).
         assert_eq!(
             one(
                 r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1796200214,"rateLimitType":"five_hour","isUsingOverage":false,"unifiedWindows":{"five_hour":{"utilization":1,"resetsAt":1796200214,"status":"rejected"}}},"uuid":"u","session_id":"s"}"#
@@ -207,7 +207,7 @@ mod tests {
             })
         ));
         // A warning, as 2.1.328 prints it: `allowed` at the top, `allowed_warning` in the window
-        // (tests/cli_facts.rs a_plan_near_its_limit_is_an_allowed_warning_with_its_utilization).
+        // (tests/facts/claude.rs a_plan_near_its_limit_is_an_allowed_warning_with_its_utilization).
         assert_eq!(
             one(
                 r#"{"type":"rate_limit_event","rate_limit_info":{"isUsingOverage":false,"rateLimitType":"five_hour","resetsAt":1796231999,"status":"allowed","unifiedWindows":{"five_hour":{"resetsAt":1796231999,"status":"allowed_warning","utilization":0.91}}},"session_id":"s","uuid":"u"}"#

@@ -1,6 +1,6 @@
 //! How far an "allow" reaches in Claude Code: the `permission_suggestions` of its `can_use_tool`
 //! request, sent back as the answer's `updatedPermissions` (2.1.328:
-//! `cli_facts::an_allow_with_the_suggestions_is_not_asked_again`). A Write suggests
+//! `facts::claude::an_allow_with_the_suggestions_is_not_asked_again`). A Write suggests
 //! `{"type": "setMode", "mode": "acceptEdits", "destination": "session"}`; a Bash command outside
 //! the working directory suggests `addRules` for the command (`localSettings`) and for reading
 //! its folder (`session`). Sent back, a rule holds while the process runs, whatever its
@@ -30,7 +30,7 @@ fn suggested_mode(s: &Value) -> Option<&str> {
 /// The scopes an allow of `request` may have: `once`; `session` when the CLI made suggestions;
 /// `always` when one of them is a permission mode, which botvisor keeps as the bot's. A rule
 /// the CLI suggests holds only while its process runs, whatever its `destination` (2.1.328 in
-/// print mode writes no settings file: `cli_facts::an_allow_with_the_suggestions_is_not_asked_again`),
+/// print mode writes no settings file: `facts::claude::an_allow_with_the_suggestions_is_not_asked_again`),
 /// so a rule alone is no `always`.
 pub fn scopes(request: &Value) -> Vec<Scope> {
     let offered = suggestions(request);

@@ -2,7 +2,7 @@
 //! the conversation can be cut to drop it, and the answer written after it (issue 25: an answer
 //! the CLI recorded and botvisor did not; a message taken and never answered).
 //!
-//! Seen on 2.1.328 (tests/cli_facts.rs `what_a_turn_leaves_in_the_transcript`): lines chain by
+//! Seen on 2.1.328 (tests/facts/claude.rs `what_a_turn_leaves_in_the_transcript`): lines chain by
 //! `uuid` and `parentUuid`; a conversation's first `user` line has `parentUuid: null`; a turn's
 //! answer is the chain of `assistant` lines (one per content block; a tool call's has
 //! `message.stop_reason` `"tool_use"`) and `user` lines of `tool_result` blocks after it, and a

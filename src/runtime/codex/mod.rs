@@ -4,7 +4,7 @@
 //! [`protocol`] (the JSON-RPC lines), [`rollout`] (where threads are kept), [`taken`] (what a
 //! thread holds of a message), [`writer`] (who holds a thread), [`sandbox`] (bubblewrap),
 //! [`settings`] (the permission setting: approval policy and sandbox). The facts come from `shared/codex-facts.md`
-//! and are re-checked on the real CLI 0.171.0 by tests/codex_facts.rs.
+//! and are re-checked on the real CLI 0.171.0 by tests/facts/codex.rs.
 
 pub mod config;
 pub mod conversations;
@@ -194,7 +194,7 @@ impl Runtime for Codex {
     /// Every rollout file of the thread under `sessions/` that is not compressed: its root and
     /// its segments (a resume needs the newest segment and the files it continues; Codex keeps
     /// the others, and so does the copy). Codex needs nothing else to resume them: its index
-    /// row is rebuilt (tests/codex_facts.rs
+    /// row is rebuilt (tests/facts/codex.rs
     /// `codex_clean_up_compresses_cold_rollouts_and_deletes_only_when_asked`).
     fn conversation_files(
         &self,

@@ -1,5 +1,5 @@
 //! `codex app-server`'s JSON-RPC for one process (codex-facts.md, "app-server messages"; checked
-//! on 0.171.0 by tests/codex_facts.rs): one JSON object per line, no `"jsonrpc"` field.
+//! on 0.171.0 by tests/facts/codex.rs): one JSON object per line, no `"jsonrpc"` field.
 //!
 //! The handshake: `initialize` (with `experimentalApi`, which `thread/settings/update` needs),
 //! then `initialized` and `thread/start` (a new thread, whose id Codex names in the answer) or

@@ -1,5 +1,5 @@
 //! Where Codex keeps a thread (codex-facts.md, "Where conversations live", re-measured on
-//! 0.171.0 by tests/codex_facts.rs): `$CODEX_HOME/sessions/YYYY/MM/DD/`, `CODEX_HOME` defaulting
+//! 0.171.0 by tests/facts/codex.rs): `$CODEX_HOME/sessions/YYYY/MM/DD/`, `CODEX_HOME` defaulting
 //! to `$HOME/.codex`. The date folders and the file names use local time, so a thread's files are
 //! found by its id at any depth under `sessions/`, never by computing the date.
 //!

@@ -1,5 +1,5 @@
 //! How far an "allow" reaches in Codex: an approval's decision (codex-facts.md, "app-server
-//! messages"; 0.171.0: `codex_facts::an_accept_for_session_is_not_asked_again`).
+//! messages"; 0.171.0: `facts::codex::an_accept_for_session_is_not_asked_again`).
 //! `acceptForSession` takes the command or the file change, and those Codex counts as the same,
 //! for the rest of the app-server's session; `acceptWithExecpolicyAmendment` adds the rule Codex
 //! proposed for a command (`proposedExecpolicyAmendment`) to its execpolicy, kept beyond it.

@@ -2,7 +2,7 @@
 //! recorded and botvisor did not; a message taken and never answered): the turn it began, that
 //! turn's answer, and where to cut the thread to drop it.
 //!
-//! Seen on 0.171.0 (tests/codex_facts.rs
+//! Seen on 0.171.0 (tests/facts/codex.rs
 //! `a_taken_message_is_asked_again_once_after_thread_revert`): a turn is written as an
 //! `event_msg` `task_started` (`turn_id`), a `turn_context`, the message as a `response_item`
 //! `message` of role `user` (its `internal_chat_message_metadata_passthrough.turn_id` names the

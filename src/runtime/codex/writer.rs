@@ -1,5 +1,5 @@
 //! Who holds a Codex thread (issue 25, "another process on the same conversation"; design rule
-//! 7). Seen on 0.171.0 (tests/codex_facts.rs
+//! 7). Seen on 0.171.0 (tests/facts/codex.rs
 //! `a_second_writer_is_refused_and_the_lock_names_its_holder`): a process that has a thread
 //! loaded (`thread/start` or `thread/resume` of an app-server, `codex exec resume`, the
 //! terminal's `codex resume`) holds an advisory `flock` write lock on the empty file

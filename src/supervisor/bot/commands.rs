@@ -21,7 +21,7 @@ impl Actor {
             Command::EnvironmentChanged => {
                 if self.limit_holds_login() {
                     self.login_back().await;
-                } else if self.proc.is_some() && self.core.turns.inflight.is_none() {
+                } else if self.proc.is_some() && !self.core.in_flight() {
                     if self.limit_holds() {
                         // A plan's limit or the budget holds on: no agent is started for it, so
                         // the one running, with the old environment, stops as an idle one does;

@@ -11,32 +11,18 @@ use crate::supervisor::core::effect::{Request, Streamed};
 use crate::supervisor::core::{Effect, Publish, Setting, Write};
 use std::time::Instant;
 
-/// What executing effects gave back to the core.
-#[derive(Debug, Default)]
-pub(super) struct Applied {
-    /// When a delivery was recorded (`Write::Delivery`).
-    pub(super) delivered_at: Option<std::time::SystemTime>,
-    /// Whether every commit succeeded.
-    pub(super) committed: bool,
-}
-
 impl Actor {
     /// Executes `effects` in order.
-    pub(super) fn apply(&mut self, effects: Vec<Effect>) -> Applied {
-        let mut applied = Applied {
-            delivered_at: None,
-            committed: true,
-        };
+    /// Returns whether every commit among them was durable.
+    pub(super) fn apply(&mut self, effects: Vec<Effect>) -> bool {
+        let mut committed = true;
         for effect in effects {
             match effect {
                 Effect::Commit { writes, publish } => match self.commit(&writes, &publish) {
-                    Ok(at) => {
-                        applied.delivered_at = applied.delivered_at.or(at);
-                        self.last_commit_ok = true;
-                    }
+                    Ok(()) => self.last_commit_ok = true,
                     Err(e) => {
                         tracing::error!(bot_id = %self.id, error = %e, ?writes, "cannot commit");
-                        applied.committed = false;
+                        committed = false;
                         self.last_commit_ok = false;
                     }
                 },
@@ -54,12 +40,12 @@ impl Actor {
                 }
                 Effect::State(state) => self.set_state(state),
                 Effect::HeldBy(by) => self.update(vec![Property::HeldBy], |v| v.held_by = by),
-                Effect::TurnEnded(turn) => self.core.watch.turn_ended(&turn),
+                Effect::TurnEnded(turn) => self.core.turn_ended(&turn),
                 Effect::Pending(list) => {
                     self.update(vec![Property::PendingPermissions], |v| v.pending = list)
                 }
                 Effect::RestartTimer(after) => {
-                    self.core.restart_at = after.map(|d| Instant::now() + d);
+                    self.core.restart_after(after, Instant::now());
                 }
                 Effect::Park(parked) => self.park(parked),
                 Effect::Pause => self.parked = true,
@@ -82,6 +68,17 @@ impl Actor {
                         let lines = proc.protocol.answer_permission(&request_id, &answer);
                         self.write_lines(lines);
                     }
+                }
+                Effect::Send(Request::Message { text }) => {
+                    let ok = match self.proc.as_mut() {
+                        Some(proc) => {
+                            proc.before_turn = None;
+                            let lines = proc.protocol.user_message(&text);
+                            self.write_lines(lines)
+                        }
+                        None => false,
+                    };
+                    self.handle(crate::supervisor::core::Input::Written { ok });
                 }
                 Effect::Send(Request::Refuse {
                     request_id,
@@ -128,8 +125,7 @@ impl Actor {
                     let effects = self.with_prompts(|book| {
                         crate::supervisor::core::prompts::opened(book, asked, turn_id.as_deref())
                     });
-                    let more = self.apply(effects);
-                    applied.committed &= more.committed;
+                    committed &= self.apply(effects);
                 }
                 Effect::ClosePrompts(message) => self.close_open_prompts(&message),
                 Effect::PlanLimit(report) => self.show_plan_limit(report),
@@ -139,186 +135,189 @@ impl Actor {
                 Effect::CleanUp(why) => self.clean_up_asked = Some(why),
             }
         }
-        applied
+        committed
     }
 
     /// Commits `writes` in one transaction, then publishes `publish` in order (design rule 1).
-    /// Returns when a delivery was recorded, if one was.
     pub(super) fn commit(
         &self,
         writes: &[Write],
         publish: &[Publish],
-    ) -> Result<Option<std::time::SystemTime>, store::StoreError> {
+    ) -> Result<(), store::StoreError> {
         // Published inside `tx_then`, still holding the connection: in commit order with every
         // other writer of this database (the handles' Send, answers, forget_session).
-        let (_, delivered_at) = self.shared.store.tx_then(
+        self.shared.store.tx_then(
             |tx| {
                 let mut items = Vec::new();
-                let mut delivered_at = None;
                 for write in writes {
-                    match write {
-                        Write::Chat {
-                            kind,
-                            turn_id,
-                            payload,
-                        } => items.push(store::chat::append(
-                            tx,
-                            &self.id,
-                            kind,
-                            turn_id.as_deref(),
-                            payload,
-                        )?),
-                        Write::TurnRunning(turn) => store::turns::set_running(tx, turn)?,
-                        Write::TurnFinished { turn_id, outcome } => {
-                            store::turns::finish(tx, turn_id, outcome.as_str())?
-                        }
-                        Write::Delivery {
-                            turn_id,
-                            session_id,
-                        } => {
-                            delivered_at = Some(store::deliveries::record(
-                                tx, &self.id, turn_id, session_id,
-                            )?)
-                        }
-                        Write::DeliveryDone(turn) => store::deliveries::forget(tx, &self.id, turn)?,
-                        Write::Session(s) => store::bots::set_session(tx, &self.id, s.as_deref())?,
-                        Write::LastError(e) => store::bots::set_last_error(tx, &self.id, e)?,
-                        Write::Failed(failed) => store::bots::set_failed(tx, &self.id, *failed)?,
-                        Write::Setting(Setting::PermissionMode(m)) => {
-                            store::bots::set_permission_mode(tx, &self.id, m)?
-                        }
-                        Write::Setting(Setting::Model(m)) => {
-                            store::bots::set_model(tx, &self.id, m)?
-                        }
-                        Write::Parked(parked) => store::bots::set_parked(tx, &self.id, *parked)?,
-                        Write::Process { identity, root } => store::processes::insert(
-                            tx,
-                            &self.id,
-                            identity,
-                            if *root { "root" } else { "descendant" },
-                        )?,
-                        Write::ProcessesReleased => store::processes::clear(tx, &self.id)?,
-                        Write::StopVerdict(v) => store::bots::set_stop_verdict(tx, &self.id, v)?,
-                        Write::BotDeleted => {
-                            store::bots::delete(tx, &self.id)?;
-                        }
-                        Write::TurnRequeued(turn) => store::turns::requeue(tx, turn)?,
-                        Write::TurnRedo { turn_id, cut } => {
-                            store::turns::redo(tx, turn_id, cut.as_ref())?
-                        }
-                        Write::TurnUncut(turn) => store::turns::uncut(tx, turn)?,
-                        Write::TurnContinued(turn, text) => {
-                            store::turns::requeue_to_continue(tx, turn, text)?
-                        }
-                        Write::Limit(limit) => store::bots::set_limit(
-                            tx,
-                            &self.id,
-                            limit.as_ref().map(|(k, at)| (k.as_str(), *at)),
-                        )?,
-                        Write::Spend {
-                            spend,
-                            conversation,
-                        } => store::bots::add_spend(
-                            tx,
-                            &self.id,
-                            spend,
-                            conversation.as_ref().map(|(s, t)| (s.as_str(), *t)),
-                        )?,
-                        Write::Budget(budget) => store::bots::set_budget(tx, &self.id, *budget)?,
-                    }
+                    items.extend(self.write(tx, write)?);
                 }
-                Ok((items, delivered_at))
+                Ok(items)
             },
-            |(items, _)| {
+            |items| {
                 for p in publish {
-                    match p {
-                        Publish::Item(n) => {
-                            if let Some(item) = items.get(*n) {
-                                self.publish_item(item);
-                            }
-                        }
-                        Publish::SessionId(s) => {
-                            tracing::info!(bot_id = %self.id, session_id = ?s, "session recorded");
-                            let s = s.clone();
-                            self.update(vec![Property::SessionId], |v| v.record.session_id = s);
-                        }
-                        Publish::LastError(e) => {
-                            let e = e.clone();
-                            self.update(vec![Property::LastError], |v| v.record.last_error = e);
-                        }
-                        Publish::State(state) => {
-                            let state = *state;
-                            self.update(vec![Property::State], |v| v.state = state);
-                        }
-                        Publish::Setting(Setting::PermissionMode(m)) => {
-                            let m = m.clone();
-                            self.update(vec![Property::PermissionMode], |v| {
-                                v.record.permission_mode = m
-                            });
-                        }
-                        Publish::Setting(Setting::Model(m)) => {
-                            let m = m.clone();
-                            self.update(vec![Property::Model], |v| v.record.model = m);
-                        }
-                        Publish::PermissionRequested {
-                            request_id,
-                            tool,
-                            input,
-                        } => {
-                            let _ = self
-                                .shared
-                                .publisher
-                                .send(Publication::PermissionRequested {
-                                    bot_id: self.id.clone(),
-                                    request_id: request_id.clone(),
-                                    tool: tool.clone(),
-                                    input: input.clone(),
-                                });
-                        }
-                        Publish::Parked(parked) => {
-                            let parked = *parked;
-                            self.update(vec![], |v| v.record.parked = parked);
-                        }
-                        Publish::StopVerdict { verdict, proof } => {
-                            let (verdict, proof) = (verdict.clone(), proof.clone());
-                            self.update(vec![Property::StopVerdict, Property::StopProof], |v| {
-                                v.stop_verdict = verdict;
-                                v.stop_proof = proof;
-                            });
-                        }
-                        Publish::Spend(spend) => {
-                            let spend = *spend;
-                            self.update(
-                                vec![
-                                    Property::CostUsd,
-                                    Property::InputTokens,
-                                    Property::OutputTokens,
-                                ],
-                                |v| v.record.spend = v.record.spend.plus(spend),
-                            );
-                        }
-                        Publish::Budget(budget) => {
-                            let budget = *budget;
-                            self.update(vec![Property::BudgetUsd], |v| v.record.budget = budget);
-                        }
-                        Publish::Limit(limit) => {
-                            let limit = limit.clone();
-                            self.update(vec![Property::LimitKind, Property::LimitResetsAt], |v| {
-                                v.record.limit = limit
-                            });
-                        }
-                        Publish::BotRemoved => {
-                            let _ = self.shared.publisher.send(Publication::BotRemoved {
-                                bot_id: self.id.clone(),
-                            });
-                        }
-                        Publish::TurnFinished { turn_id, outcome } => {
-                            self.publish_turn(turn_id, outcome.as_str())
-                        }
-                    }
+                    self.publish(p, items);
                 }
             },
         )?;
-        Ok(delivered_at)
+        Ok(())
+    }
+
+    /// One durable write of a commit, inside its transaction; the chat item it appended, if it
+    /// is one (published by its index among the commit's items).
+    fn write(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        write: &Write,
+    ) -> Result<Option<store::ChatItem>, rusqlite::Error> {
+        match write {
+            Write::Chat {
+                kind,
+                turn_id,
+                payload,
+            } => {
+                let item = store::chat::append(tx, &self.id, kind, turn_id.as_deref(), payload)?;
+                return Ok(Some(item));
+            }
+            Write::TurnRunning(turn) => store::turns::set_running(tx, turn)?,
+            Write::TurnFinished { turn_id, outcome } => {
+                store::turns::finish(tx, turn_id, outcome.as_str())?
+            }
+            Write::Delivery {
+                turn_id,
+                session_id,
+                at,
+            } => store::deliveries::record(tx, &self.id, turn_id, session_id, *at)?,
+            Write::DeliveryDone(turn) => store::deliveries::forget(tx, &self.id, turn)?,
+            Write::Session(s) => store::bots::set_session(tx, &self.id, s.as_deref())?,
+            Write::LastError(e) => store::bots::set_last_error(tx, &self.id, e)?,
+            Write::Failed(failed) => store::bots::set_failed(tx, &self.id, *failed)?,
+            Write::Setting(Setting::PermissionMode(m)) => {
+                store::bots::set_permission_mode(tx, &self.id, m)?
+            }
+            Write::Setting(Setting::Model(m)) => store::bots::set_model(tx, &self.id, m)?,
+            Write::Parked(parked) => store::bots::set_parked(tx, &self.id, *parked)?,
+            Write::Process { identity, root } => store::processes::insert(
+                tx,
+                &self.id,
+                identity,
+                if *root { "root" } else { "descendant" },
+            )?,
+            Write::ProcessesReleased => store::processes::clear(tx, &self.id)?,
+            Write::StopVerdict(v) => store::bots::set_stop_verdict(tx, &self.id, v)?,
+            Write::BotDeleted => {
+                store::bots::delete(tx, &self.id)?;
+            }
+            Write::TurnRequeued(turn) => store::turns::requeue(tx, turn)?,
+            Write::TurnRedo { turn_id, cut } => store::turns::redo(tx, turn_id, cut.as_ref())?,
+            Write::TurnUncut(turn) => store::turns::uncut(tx, turn)?,
+            Write::TurnContinued(turn, text) => store::turns::requeue_to_continue(tx, turn, text)?,
+            Write::Limit(limit) => store::bots::set_limit(
+                tx,
+                &self.id,
+                limit.as_ref().map(|(k, at)| (k.as_str(), *at)),
+            )?,
+            Write::Spend {
+                spend,
+                conversation,
+            } => store::bots::add_spend(
+                tx,
+                &self.id,
+                spend,
+                conversation.as_ref().map(|(s, t)| (s.as_str(), *t)),
+            )?,
+            Write::Budget(budget) => store::bots::set_budget(tx, &self.id, *budget)?,
+        }
+        Ok(None)
+    }
+
+    /// One publication of a commit, once it is durable: `items` are the chat items it appended,
+    /// in order.
+    fn publish(&self, p: &Publish, items: &[store::ChatItem]) {
+        match p {
+            Publish::Item(n) => {
+                if let Some(item) = items.get(*n) {
+                    self.publish_item(item);
+                }
+            }
+            Publish::SessionId(s) => {
+                tracing::info!(bot_id = %self.id, session_id = ?s, "session recorded");
+                let s = s.clone();
+                self.update(vec![Property::SessionId], |v| v.record.session_id = s);
+            }
+            Publish::LastError(e) => {
+                let e = e.clone();
+                self.update(vec![Property::LastError], |v| v.record.last_error = e);
+            }
+            Publish::State(state) => {
+                let state = *state;
+                self.update(vec![Property::State], |v| v.state = state);
+            }
+            Publish::Setting(Setting::PermissionMode(m)) => {
+                let m = m.clone();
+                self.update(vec![Property::PermissionMode], |v| {
+                    v.record.permission_mode = m
+                });
+            }
+            Publish::Setting(Setting::Model(m)) => {
+                let m = m.clone();
+                self.update(vec![Property::Model], |v| v.record.model = m);
+            }
+            Publish::PermissionRequested {
+                request_id,
+                tool,
+                input,
+            } => {
+                let _ = self
+                    .shared
+                    .publisher
+                    .send(Publication::PermissionRequested {
+                        bot_id: self.id.clone(),
+                        request_id: request_id.clone(),
+                        tool: tool.clone(),
+                        input: input.clone(),
+                    });
+            }
+            Publish::Parked(parked) => {
+                let parked = *parked;
+                self.update(vec![], |v| v.record.parked = parked);
+            }
+            Publish::StopVerdict { verdict, proof } => {
+                let (verdict, proof) = (verdict.clone(), proof.clone());
+                self.update(vec![Property::StopVerdict, Property::StopProof], |v| {
+                    v.stop_verdict = verdict;
+                    v.stop_proof = proof;
+                });
+            }
+            Publish::Spend(spend) => {
+                let spend = *spend;
+                self.update(
+                    vec![
+                        Property::CostUsd,
+                        Property::InputTokens,
+                        Property::OutputTokens,
+                    ],
+                    |v| v.record.spend = v.record.spend.plus(spend),
+                );
+            }
+            Publish::Budget(budget) => {
+                let budget = *budget;
+                self.update(vec![Property::BudgetUsd], |v| v.record.budget = budget);
+            }
+            Publish::Limit(limit) => {
+                let limit = limit.clone();
+                self.update(vec![Property::LimitKind, Property::LimitResetsAt], |v| {
+                    v.record.limit = limit
+                });
+            }
+            Publish::BotRemoved => {
+                let _ = self.shared.publisher.send(Publication::BotRemoved {
+                    bot_id: self.id.clone(),
+                });
+            }
+            Publish::TurnFinished { turn_id, outcome } => {
+                self.publish_turn(turn_id, outcome.as_str())
+            }
+        }
     }
 }

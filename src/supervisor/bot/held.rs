@@ -23,7 +23,7 @@ impl Actor {
             look_at: Instant::now() + held::LOOK_EVERY,
         };
         let effects = held::held(&h);
-        self.core.held = Some(h);
+        self.core.hold(h);
         self.apply(effects);
     }
 }

@@ -2,7 +2,6 @@
 //! handled by the core as a timeout).
 
 use super::Actor;
-use crate::supervisor::core::idle;
 use std::time::Duration;
 use std::time::Instant;
 
@@ -19,6 +18,7 @@ impl Actor {
     /// ([`idle::idle_deadline`]).
     pub(super) fn rearm_idle(&mut self) {
         let activity = self.core.activity(&self.facts());
-        self.core.idle_at = idle::idle_deadline(&activity, self.idle_timeout(), Instant::now());
+        self.core
+            .rearm_idle(&activity, self.idle_timeout(), Instant::now());
     }
 }

@@ -8,12 +8,10 @@ use crate::runtime::LaunchSpec;
 use crate::runtime::SessionStart;
 use crate::store::BotRecord;
 use crate::supervisor::Property;
-use crate::supervisor::core::control::Controls;
 use crate::supervisor::core::lifecycle;
-use crate::supervisor::core::lifecycle::Run;
-use crate::supervisor::core::pump::{self, ProcessNow, PumpFacts};
+use crate::supervisor::core::steps::PumpShell;
 use crate::supervisor::core::stop::StopReason;
-use crate::supervisor::core::{Process, State};
+use crate::supervisor::core::{Input, State};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -21,30 +19,18 @@ impl Actor {
     /// Starts a process when messages wait, and feeds it the next message when it is free
     /// ([`pump::pump`] decides).
     pub(super) async fn pump(&mut self) {
-        let plan = pump::pump(&PumpFacts {
+        let plan = self.core.pump_plan(PumpShell {
             parked: self.parked,
             failed_or_stopping: matches!(self.state(), State::Failed | State::Stopping),
-            process: match &self.proc {
-                None => ProcessNow::None,
-                Some(_) if !self.core.process.as_ref().is_some_and(|p| p.run.usable()) => {
-                    ProcessNow::Unusable
-                }
-                Some(p) if !p.protocol.ready() => ProcessNow::Opening,
-                Some(_) => ProcessNow::Usable,
-            },
-            waiting: !self.core.turns.queue.is_empty(),
-            restart_pending: self.core.life.restart_pending,
-            backoff_running: self.core.restart_at.is_some(),
-            in_flight: self.core.turns.inflight.is_some(),
-            limited: self.core.limit_until.is_some() || self.limit_holds(),
-            held: self.core.held.is_some(),
+            process_ready: self.proc.as_ref().map(|p| p.protocol.ready()),
+            limit_recorded: self.limit_holds(),
         });
         if plan.start {
             self.start();
         }
         // Looked for only when a message is to go: the registry is read then, not at every
         // event of an idle agent.
-        if plan.write && !self.core.turns.queue.is_empty() && self.yield_to_holder().await {
+        if plan.write && self.core.waiting() && self.yield_to_holder().await {
             return;
         }
         if plan.write {
@@ -120,19 +106,16 @@ impl Actor {
         let cwd = Path::new(&record.cwd);
         self.restore_conversation(&env, cwd);
         let runtime = self.shared.runtime.clone();
-        // The first waiting message, when it is asked again, cuts its unanswered attempt out.
-        let cut = self.core.turns.queue.front().and_then(|t| t.cut.clone());
-        let decision = self.core.life.start_decision(
+        let decision = self.core.start_decision(
             record.session_id.as_deref(),
             runtime.can_resume(),
             |id| runtime.transcript_exists(&env, cwd, id),
             || runtime.fresh_start(),
-            cut.as_ref(),
         );
         if let Some((old, reason)) = &decision.forget {
             let effect = lifecycle::forget_at_start(old, reason, self.shared.runtime.name());
-            let committed = self.apply(vec![effect]).committed;
-            self.core.life.start_forgot(committed);
+            let committed = self.apply(vec![effect]);
+            self.core.start_forgot(committed);
         }
         // One writer per conversation on the whole machine (rule 7): a conversation another
         // process holds is waited for; a fork leaves it alone.
@@ -187,9 +170,7 @@ impl Actor {
                 let stdin = handle.stdin.take().map(spawn_writer);
                 let protocol_opening = protocol.opening();
                 let pid = handle.pid;
-                self.core.life.started();
                 self.known.clear();
-                self.core.background_tasks = 0;
                 if let Ok(identity) = identify(pid)
                     && let Err(e) = self.commit(
                         &[crate::supervisor::core::Write::Process {
@@ -205,10 +186,6 @@ impl Actor {
                     .fork
                     .then(|| decision.start.session_id().map(str::to_owned))
                     .flatten();
-                self.core.process = Some(Process {
-                    run: Run::with_cut(decision.start, decision.cut),
-                    controls: Controls::default(),
-                });
                 self.proc = Some(Proc {
                     handle,
                     stdin,
@@ -218,10 +195,9 @@ impl Actor {
                     env: env.clone(),
                     forked_from,
                 });
+                let start_deadline = self.deadline(self.shared.config.start_timeout_s);
+                self.core.launched(decision, start_deadline);
                 self.update(vec![Property::ProcessId], |v| v.process_id = pid);
-                self.core
-                    .watch
-                    .launched(self.deadline(self.shared.config.start_timeout_s));
                 self.set_state(State::Idle);
                 let opening = protocol_opening;
                 self.write_lines(opening);
@@ -239,45 +215,22 @@ impl Actor {
         self.apply(lifecycle::start_refused(text, reason));
     }
 
+    /// The next waiting message to the running process, when its stdin is open and it writes
+    /// to a conversation: the core puts where it goes on record, then asks for the write
+    /// (`Input::Deliver`).
     pub(super) fn write_next(&mut self) {
-        let Some(proc) = self.proc.as_mut() else {
+        let Some(proc) = self.proc.as_ref() else {
             return;
         };
-        let Some(stdin) = proc.stdin.as_ref() else {
-            return;
-        };
-        if stdin.is_closed() {
+        if proc.stdin.as_ref().is_none_or(|stdin| stdin.is_closed()) {
             return;
         }
         let Some(session) = proc.protocol.conversation().map(str::to_owned) else {
             return;
         };
-        let launched_cut = self.core.process.as_ref().and_then(|p| p.run.cut.clone());
-        let Some((turn, effects)) = self.core.turns.deliver_cut(
-            &session,
-            std::time::SystemTime::now(),
-            launched_cut.as_ref(),
-        ) else {
-            return;
-        };
-        // Persist, then act: which conversation the message goes to, before it goes (rule 8
-        // across a daemon crash).
-        let applied = self.apply(effects);
-        if !self
-            .core
-            .turns
-            .delivery_recorded(applied.committed, applied.delivered_at)
-        {
-            return;
-        }
-        let Some(proc) = self.proc.as_mut() else {
-            self.core.turns.unwritten();
-            return;
-        };
-        proc.before_turn = None;
-        let lines = proc.protocol.user_message(&turn.text);
-        let ok = self.write_lines(lines);
-        let effects = self.core.turns.wrote(ok);
-        self.apply(effects);
+        self.handle(Input::Deliver {
+            session,
+            now: std::time::SystemTime::now(),
+        });
     }
 }

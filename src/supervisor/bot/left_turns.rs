@@ -4,7 +4,7 @@
 use super::Actor;
 use crate::store;
 use crate::supervisor::BotError;
-use crate::supervisor::core::left_turns::{self, Left, LeftRunning};
+use crate::supervisor::core::left_turns::{Left, LeftRunning};
 use std::path::Path;
 
 impl Actor {
@@ -51,8 +51,7 @@ impl Actor {
         let record = self.record();
         let env = self.build_env(&record);
         let runtime = self.shared.runtime.clone();
-        let effects = left_turns::recover(
-            &mut self.core.turns,
+        let effects = self.core.recover(
             left,
             record.session_id.as_deref(),
             self.shared.config.redo_limit,

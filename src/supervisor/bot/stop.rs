@@ -16,7 +16,6 @@ use crate::process::verdict::StopObservation;
 use crate::process::verdict::StopVerdict;
 use crate::process::verdict::verdict;
 use crate::supervisor::core::State;
-use crate::supervisor::core::lifecycle::Lifecycle;
 use crate::supervisor::core::stop::{StopPlan, StopReason, StopStep};
 use crate::supervisor::core::{Publish, Write};
 use serde_json::json;
@@ -194,9 +193,7 @@ impl Actor {
         self.snapshot_descendants();
         let proc = self.proc.as_mut()?;
         proc.stdin = None;
-        if let Some(p) = self.core.process.as_mut() {
-            p.run.stopping = true;
-        }
+        self.core.stopping();
         let pid = proc.handle.pid;
         let generation = proc.handle.generation;
         let exited = proc.handle.exited().is_some();
@@ -244,25 +241,20 @@ impl Actor {
             self.read_verdict(pid, why, &v);
             let recorded = self.record().session_id;
             let holds = self.conversation_holds();
-            let effects = Lifecycle::stop_gave_up(&mut self.core.turns, recorded.as_deref(), holds);
+            let effects = self.core.stop_gave_up(recorded.as_deref(), holds);
             self.apply(effects);
             return Some(v);
         };
         tracing::info!(bot_id = %self.id, pid, status = %info, "agent stopped");
         self.proc.take()?;
-        let mut core_proc = self.core.process.take()?;
+        let mut core_proc = self.core.take_process()?;
         self.process_gone();
         self.apply(std::mem::take(&mut core_proc.controls).at_exit());
         let recorded = self.record().session_id;
         let (exists, holds) = (self.transcript_check(), self.conversation_holds());
-        let effects = Lifecycle::stopped(
-            &core_proc.run,
-            &mut self.core.turns,
-            why,
-            recorded.as_deref(),
-            exists,
-            holds,
-        );
+        let effects =
+            self.core
+                .stopped_process(&core_proc.run, why, recorded.as_deref(), exists, holds);
         self.apply(effects);
         let v = self.clean_up_after_exit(pid, why).await;
         self.set_state(State::Stopped);

@@ -37,7 +37,7 @@ impl Actor {
         let times = self.shared.config.limit_times();
         match limits::resumed(&kind, resets_at, unix_now(), times, cost, budget) {
             limits::Resumed::Wait(wait) => {
-                self.core.limit_until = Some(std::time::Instant::now() + wait);
+                self.core.limit_for(wait, std::time::Instant::now());
             }
             limits::Resumed::Credentials | limits::Resumed::Budget => {}
             limits::Resumed::Lift => {

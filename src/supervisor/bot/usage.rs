@@ -69,8 +69,7 @@ impl Actor {
     /// background tasks. Never sampled otherwise.
     pub(super) fn usage_activity(&self) {
         if let Some(p) = &self.proc {
-            let active = self.core.process.as_ref().is_some_and(|c| !c.run.stopping)
-                && (self.state() == State::Busy || self.core.background_tasks > 0);
+            let active = self.core.working(self.state() == State::Busy);
             p.usage.set_active(active);
         }
     }

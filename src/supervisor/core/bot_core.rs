@@ -54,39 +54,39 @@ pub struct Process {
 #[derive(Debug)]
 pub struct BotCore {
     /// The running process, if one runs (the shell holds its handle, pipes and protocol).
-    pub process: Option<Process>,
+    pub(super) process: Option<Process>,
     /// The queue and the message in flight.
-    pub turns: Turns,
+    pub(super) turns: Turns,
     /// What the bot keeps from one process to the next: crashes, a forced resume, a pending
     /// restart.
-    pub life: Lifecycle,
+    pub(super) life: Lifecycle,
     /// When a crashed agent may start again (`Effect::RestartTimer`); `None`: no backoff.
-    pub restart_at: Option<Instant>,
+    pub(super) restart_at: Option<Instant>,
     /// When the bot stops for idleness, if it stays idle.
-    pub idle_at: Option<Instant>,
+    pub(super) idle_at: Option<Instant>,
     /// One-shot moments to look for descendants again after a tool started (a foreground tool
     /// prints nothing while it runs).
-    pub snapshots: Snapshots<Instant>,
+    pub(super) snapshots: Snapshots<Instant>,
     /// Streamed text not yet signalled, and when it may be.
-    pub deltas: DeltaPacer<Instant>,
+    pub(super) deltas: DeltaPacer<Instant>,
     /// What the current process must do by when (design rule 15).
-    pub watch: Watchdogs<Instant>,
+    pub(super) watch: Watchdogs<Instant>,
     /// When the CLI's model-request retries were last noted in the chat.
-    pub retry_notes: RetryNotes,
+    pub(super) retry_notes: RetryNotes,
     /// While a usage limit holds: when the waiting messages go ([`super::limits::wait`]).
-    pub limit_until: Option<Instant>,
+    pub(super) limit_until: Option<Instant>,
     /// The turn in flight when the CLI said the limit is reached, with what it said: its error
     /// result then means the limit refused it ([`super::limits::refused`]).
-    pub limit_seen: Option<(String, LimitReport)>,
+    pub(super) limit_seen: Option<(String, LimitReport)>,
     /// Limits hit since a turn was last answered (the backoff of a limit without a reset).
-    pub limit_strikes: u32,
+    pub(super) limit_strikes: u32,
     /// The process outside botvisor that holds the conversation, while the bot waits for it
     /// ([`super::held`]), with when to look at it next.
-    pub held: Option<super::held::Held>,
+    pub(super) held: Option<super::held::Held>,
     /// Where the plan's usage limit stands, as the CLI last told it in this daemon run.
-    pub plan_limit: Option<LimitReport>,
+    pub(super) plan_limit: Option<LimitReport>,
     /// Background tasks the CLI reports as running (design rule 12).
-    pub background_tasks: usize,
+    pub(super) background_tasks: usize,
     /// What follows an exit's clean-up: its effects, and a crash's text ([`super::exited`]).
     pub(super) after_clean_up: Option<(Vec<super::effect::Effect>, Option<String>)>,
     /// The turn an interrupt is being sent for (until the request is written).

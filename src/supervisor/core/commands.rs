@@ -182,6 +182,7 @@ impl BotCore {
     /// the bot is parked and nothing starts ([`Lifecycle::restart_recorded`]).
     pub(super) fn committed(&mut self, awaited: Awaited, ok: bool) {
         match awaited {
+            Awaited::Delivery => self.delivery_committed(ok),
             Awaited::Delete => {
                 if ok {
                     tracing::info!("bot deleted");

@@ -35,6 +35,8 @@ pub enum Write {
         turn_id: String,
         /// The conversation.
         session_id: String,
+        /// When it is written, to the millisecond (as the table keeps it).
+        at: std::time::SystemTime,
     },
     /// The delivery record of a turn is no longer needed (it began or was settled).
     DeliveryDone(String),
@@ -165,6 +167,12 @@ pub enum Request {
         /// The answer.
         answer: crate::runtime::PermissionAnswer,
     },
+    /// The message in flight, written to the agent's stdin as the runtime's user message; the
+    /// shell says how the write went with `Input::Written`.
+    Message {
+        /// The message as the user sent it.
+        text: String,
+    },
     /// Refuse a request of the CLI's own (`request_id`) with `message`.
     Refuse {
         /// The CLI's request id.
@@ -276,6 +284,9 @@ pub enum Awaited {
     Restart(super::lifecycle::RestartMode),
     /// The bot's deletion (`Write::BotDeleted`).
     Delete,
+    /// Where the message in flight goes (`Write::Delivery`): once durable it is written, never
+    /// before (design rule 8).
+    Delivery,
 }
 
 /// Builds the effects of one commit: collects writes and publications in order.

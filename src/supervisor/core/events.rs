@@ -25,7 +25,7 @@ use crate::runtime::{LimitReport, LimitState, ResultOutcome, RuntimeEvent};
 const TURN_ENDED: &str = "The turn ended before this request was answered.";
 
 impl BotCore {
-    /// One event of the running CLI.
+    /// One event of the running CLI: a sign of life for the watchdogs, then what the event says.
     pub(super) fn runtime_event(&mut self, now: Instant, event: RuntimeEvent, facts: &dyn Facts) {
         if event.is_sign_of_life() {
             self.watch.sign_of_life();
@@ -41,67 +41,18 @@ impl BotCore {
                 tool,
                 input,
                 request,
-            } => {
-                self.turns.asked_for_a_tool();
-                let turn_id = self.turns.answering().map(str::to_owned);
-                let scopes = facts.scopes(&request);
-                self.emit([Effect::OpenPrompt {
-                    asked: Asked {
-                        request_id,
-                        tool,
-                        input,
-                        request,
-                        scopes,
-                    },
-                    turn_id,
-                }]);
-            }
+            } => self.permission_asked(request_id, tool, input, request, facts),
             RuntimeEvent::ControlResponse { request_id, result } => {
-                self.watch.control_answered(&request_id);
-                let Some(p) = self.process.as_mut() else {
-                    return;
-                };
-                match p.controls.answered(&request_id, result.map(|_| ())) {
-                    Ok(effects) => self.emit(effects),
-                    Err((request, e)) => {
-                        tracing::warn!(?request, error = %e, "control request refused");
-                    }
-                }
+                self.control_answered(&request_id, result)
             }
             RuntimeEvent::ControlRequest {
                 request_id,
                 subtype,
                 ..
-            } => {
-                tracing::debug!(%subtype, "control request of the CLI refused");
-                let message = format!("botvisor does not serve `{subtype}` requests");
-                self.emit([Effect::Send(Request::Refuse {
-                    request_id,
-                    message,
-                })]);
-            }
+            } => self.refuse_control_request(request_id, &subtype),
             RuntimeEvent::UserReplay { session_id, .. } => self.replayed(session_id, facts),
-            RuntimeEvent::Chat(chat) => {
-                if chat.kind == "assistant" {
-                    self.flush_text(now);
-                }
-                let tool = matches!(chat.kind, "tool_use" | "tool_result");
-                let effects = self.turns.said_by_cli(chat.kind, chat.payload.to_string());
-                self.emit(effects);
-                if chat.kind == "assistant" {
-                    self.end_streamed_message(now);
-                }
-                if tool {
-                    self.emit([Effect::LookForDescendants]);
-                    self.snapshots.tool(now);
-                }
-            }
-            RuntimeEvent::Tasks { running } => {
-                if let Some(n) = running {
-                    self.background_tasks = n;
-                }
-                self.emit([Effect::LookForDescendants]);
-            }
+            RuntimeEvent::Chat(chat) => self.chat_line(now, chat.kind, chat.payload.to_string()),
+            RuntimeEvent::Tasks { running } => self.tasks_told(running),
             RuntimeEvent::ApiRetry {
                 error,
                 status,
@@ -132,74 +83,166 @@ impl BotCore {
                 self.emit([Effect::KeepConversation]);
             }
             RuntimeEvent::ConversationNotFound { session_id } => {
-                let Some(p) = self.process.as_mut() else {
-                    return;
-                };
-                let Some((effects, stop)) =
-                    Lifecycle::conversation_lost(&mut p.run, &mut self.turns, &session_id)
-                else {
-                    return;
-                };
-                tracing::info!(%session_id, "conversation not found; starting a new one");
-                self.emit(effects);
-                if stop {
-                    self.emit([Effect::Stop(StopReason::Replaced)]);
-                }
+                self.conversation_not_found(&session_id)
             }
-            RuntimeEvent::CutRefused { error } => {
-                tracing::warn!(%error, "the agent refused to resume without the unanswered attempt");
-                if let Some(p) = self.process.as_mut() {
-                    let effects = Lifecycle::cut_refused(&mut p.run, &mut self.turns, &error);
-                    self.emit(effects);
-                }
-            }
-            RuntimeEvent::OpenFailed { error } if facts.held_elsewhere(&error) => {
-                // Another process took the conversation between the look for a holder and this
-                // open (design rule 7): the message waits, and the next start finds the holder
-                // and waits for it (`core::held`). Not before a moment: a holder the look
-                // cannot name is not looped on.
-                tracing::info!(%error, "the conversation is open in another process");
-                self.turns.unwritten();
-                let waiting = self.turns.waiting();
-                self.emit([
-                    Effect::Queued(waiting),
-                    Effect::RestartTimer(Some(super::held::LOOK_EVERY * 2)),
-                    Effect::Stop(StopReason::OpenFailed),
-                ]);
-            }
-            RuntimeEvent::OpenFailed { error } => {
-                // No turn can run in this process: said, the waiting turn fails, the process is
-                // stopped, and nothing starts again until a client sends or restarts.
-                tracing::warn!(%error, "the agent could not open its conversation");
-                let recorded = facts.recorded();
-                let effects =
-                    timeouts::open_failed(&mut self.turns, &error, recorded.as_deref(), |i| {
-                        facts.taken_turn(i).is_some()
-                    });
-                self.emit(effects);
-                self.emit([Effect::Stop(StopReason::OpenFailed)]);
-            }
+            RuntimeEvent::CutRefused { error } => self.cut_refused(&error),
+            RuntimeEvent::OpenFailed { error } => self.open_failed(&error, facts),
             RuntimeEvent::SessionInUse { session_id } => {
                 if let Some(p) = self.process.as_mut() {
                     tracing::info!(%session_id, "session id already in use");
                     p.run.session_in_use(session_id);
                 }
             }
-            RuntimeEvent::Unparsed { line, reason } => {
-                let turn = self.turns.answering().map(str::to_owned);
-                let mut c = CommitBuilder::default();
-                c.item(
-                    "error",
-                    turn.as_deref(),
-                    json!({
-                        "text": format!("The agent printed a line botvisor could not read ({reason})."),
-                        "line": line,
-                    })
-                    .to_string(),
-                );
-                self.emit(c.build());
+            RuntimeEvent::Unparsed { line, reason } => self.unparsed(line, &reason),
+        }
+    }
+
+    /// The CLI asks before it uses a tool: the turn asked for one (a message taken but not
+    /// answered is then not asked again), and the prompt opens with the scopes an allow can have.
+    fn permission_asked(
+        &mut self,
+        request_id: String,
+        tool: String,
+        input: Value,
+        request: Value,
+        facts: &dyn Facts,
+    ) {
+        self.turns.asked_for_a_tool();
+        let turn_id = self.turns.answering().map(str::to_owned);
+        let scopes = facts.scopes(&request);
+        self.emit([Effect::OpenPrompt {
+            asked: Asked {
+                request_id,
+                tool,
+                input,
+                request,
+                scopes,
+            },
+            turn_id,
+        }]);
+    }
+
+    /// The CLI answered one of botvisor's control requests (an interrupt, a setting).
+    fn control_answered(&mut self, request_id: &str, result: Result<Value, String>) {
+        self.watch.control_answered(request_id);
+        let Some(p) = self.process.as_mut() else {
+            return;
+        };
+        match p.controls.answered(request_id, result.map(|_| ())) {
+            Ok(effects) => self.emit(effects),
+            Err((request, e)) => {
+                tracing::warn!(?request, error = %e, "control request refused");
             }
         }
+    }
+
+    /// A control request of the CLI botvisor does not serve is refused, so the CLI never waits.
+    fn refuse_control_request(&mut self, request_id: String, subtype: &str) {
+        tracing::debug!(%subtype, "control request of the CLI refused");
+        let message = format!("botvisor does not serve `{subtype}` requests");
+        self.emit([Effect::Send(Request::Refuse {
+            request_id,
+            message,
+        })]);
+    }
+
+    /// A chat line of the CLI (`assistant`, `tool_use`, `tool_result`, …): streamed text before an
+    /// assistant message is flushed first, the line becomes a chat item of the turn, and a tool's
+    /// line sends the shell looking for descendants.
+    fn chat_line(&mut self, now: Instant, kind: &'static str, payload: String) {
+        if kind == "assistant" {
+            self.flush_text(now);
+        }
+        let tool = matches!(kind, "tool_use" | "tool_result");
+        let effects = self.turns.said_by_cli(kind, payload);
+        self.emit(effects);
+        if kind == "assistant" {
+            self.end_streamed_message(now);
+        }
+        if tool {
+            self.emit([Effect::LookForDescendants]);
+            self.snapshots.tool(now);
+        }
+    }
+
+    /// How many background tasks the CLI says run (`None`: it did not say); either way the shell
+    /// looks for descendants.
+    fn tasks_told(&mut self, running: Option<usize>) {
+        if let Some(n) = running {
+            self.background_tasks = n;
+        }
+        self.emit([Effect::LookForDescendants]);
+    }
+
+    /// The CLI could not find the conversation it was asked to resume: a new one starts (design
+    /// rule 2), and the process is replaced when the turn cannot go on in it.
+    fn conversation_not_found(&mut self, session_id: &str) {
+        let Some(p) = self.process.as_mut() else {
+            return;
+        };
+        let Some((effects, stop)) =
+            Lifecycle::conversation_lost(&mut p.run, &mut self.turns, session_id)
+        else {
+            return;
+        };
+        tracing::info!(%session_id, "conversation not found; starting a new one");
+        self.emit(effects);
+        if stop {
+            self.emit([Effect::Stop(StopReason::Replaced)]);
+        }
+    }
+
+    /// The CLI refused to resume without the unanswered attempt.
+    fn cut_refused(&mut self, error: &str) {
+        tracing::warn!(%error, "the agent refused to resume without the unanswered attempt");
+        if let Some(p) = self.process.as_mut() {
+            let effects = Lifecycle::cut_refused(&mut p.run, &mut self.turns, error);
+            self.emit(effects);
+        }
+    }
+
+    /// The CLI could not open its conversation.
+    fn open_failed(&mut self, error: &str, facts: &dyn Facts) {
+        if facts.held_elsewhere(error) {
+            // Another process took the conversation between the look for a holder and this
+            // open (design rule 7): the message waits, and the next start finds the holder
+            // and waits for it (`core::held`). Not before a moment: a holder the look
+            // cannot name is not looped on.
+            tracing::info!(%error, "the conversation is open in another process");
+            self.turns.unwritten();
+            let waiting = self.turns.waiting();
+            self.emit([
+                Effect::Queued(waiting),
+                Effect::RestartTimer(Some(super::held::LOOK_EVERY * 2)),
+                Effect::Stop(StopReason::OpenFailed),
+            ]);
+            return;
+        }
+        // No turn can run in this process: said, the waiting turn fails, the process is
+        // stopped, and nothing starts again until a client sends or restarts.
+        tracing::warn!(%error, "the agent could not open its conversation");
+        let recorded = facts.recorded();
+        let effects = timeouts::open_failed(&mut self.turns, error, recorded.as_deref(), |i| {
+            facts.taken_turn(i).is_some()
+        });
+        self.emit(effects);
+        self.emit([Effect::Stop(StopReason::OpenFailed)]);
+    }
+
+    /// A line of the CLI botvisor could not read is an error item of the turn, with the line.
+    fn unparsed(&mut self, line: String, reason: &str) {
+        let turn = self.turns.answering().map(str::to_owned);
+        let mut c = CommitBuilder::default();
+        c.item(
+            "error",
+            turn.as_deref(),
+            json!({
+                "text": format!("The agent printed a line botvisor could not read ({reason})."),
+                "line": line,
+            })
+            .to_string(),
+        );
+        self.emit(c.build());
     }
 
     /// Where the plan's usage limit stands, as the CLI told it: a warning once per window, the

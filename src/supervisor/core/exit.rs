@@ -2,8 +2,17 @@
 //! facts (was it being stopped, did it lose its conversation or refuse an id in use, its exit
 //! status, whether a message was in flight) and carries out the [`ExitPlan`].
 
+use std::time::Duration;
+
+use super::effect::Effect;
+use super::lifecycle::{Lifecycle, Run, cut_refused, settle_stopped};
+use super::records::{failed, forget, said_error};
+use super::state::State;
+use super::stop::StopReason;
+use super::turns::{Inflight, Settled, Turns};
 use crate::process::ExitInfo;
-use crate::supervisor::core::decide::TurnOutcome;
+use crate::runtime::{SessionStart, TakenTurn};
+use crate::supervisor::core::decide::{self, TurnOutcome};
 
 /// What the shell knows when a process exited.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +43,7 @@ pub(super) enum ExitPlan {
     StoppedLate,
     /// It was to resume without an unanswered attempt, and exited by its own choice before any
     /// turn began: the CLI refused the cut (Claude Code 2.1.328: "Resume rejected by
-    /// --resume-drops-turn: …" on stderr, exit 1; cli_facts). The message asked again ends
+    /// --resume-drops-turn: …" on stderr, exit 1; facts::claude). The message asked again ends
     /// `taken_not_answered` saying so; the bot is `stopped`, no crash counted, and the next start
     /// resumes the whole conversation.
     CutRefused,
@@ -57,6 +66,268 @@ pub(super) enum ExitPlan {
         /// Exit code 0 with no message in flight.
         clean: bool,
     },
+}
+
+/// What a process's exit asks for, in three steps: effects now, the clean-up of what is left
+/// of its process tree (design rule 9), then effects after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExitSteps {
+    /// Before the clean-up, in order: the session adopted, the turn settled, the conversation
+    /// forgotten, the error said, the state.
+    pub now: Vec<Effect>,
+    /// Why the clean-up runs, for the journal and the stop verdict: [`StopReason::Exited`],
+    /// [`StopReason::LateExit`] or [`StopReason::Crashed`].
+    pub clean_up: StopReason,
+    /// After the clean-up, in order.
+    pub then: Vec<Effect>,
+    /// It was a crash with this text: the shell calls [`Lifecycle::crashed`] after the clean-up.
+    pub crashed: Option<String>,
+}
+
+/// What the shell knows of a process that exited unasked, beyond its [`Run`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exit<'a> {
+    /// Its exit status.
+    pub status: ExitInfo,
+    /// The tail of its stderr.
+    pub stderr: &'a str,
+    /// The runtime's reading of that stderr: a failure restarting cannot fix, by kind
+    /// (`authentication`, `billing`, …).
+    pub stderr_fatal: Option<&'a str>,
+    /// The runtime's reading of that stderr: a new conversation refused because this id is in
+    /// use.
+    pub stderr_in_use: Option<String>,
+    /// How long it lived.
+    pub lived: Duration,
+    /// `fresh_start_if_dies_within_s`: a resumed CLI that exits by its own choice sooner, with no
+    /// turn begun, could not resume (design rule 4's fallback).
+    pub fresh_window: Duration,
+    /// The conversation on record now.
+    pub recorded: Option<&'a str>,
+    /// A message was in flight.
+    pub in_flight: bool,
+    /// `redo_limit`: how many times a message taken and unanswered is asked again (issue 25).
+    pub redo_limit: u32,
+}
+
+impl Lifecycle {
+    /// A process exited unasked (or, being stopped, after its stop gave up on it): what it means
+    /// ([`exit_plan`]), as [`ExitSteps`].
+    ///
+    /// - Being stopped: the turn ends `interrupted` (reason `stopped`), the bot is `stopped` after
+    ///   the clean-up (`late exit`).
+    /// - A conversation that never started (lost, or an id in use the first time): the turn in
+    ///   flight is settled (`error`, reason `agent_exited`; a message not replayed waits again),
+    ///   the bot is `stopped`, and an id in use is resumed by the next start.
+    /// - A clean end: the turn is settled, the bot is `stopped`.
+    /// - A failure restarting cannot fix (a turn's result said so, or the stderr): an `error`
+    ///   item (reason `fatal`), `LastError`, and the bot `failed`.
+    /// - Any other: a crash. An `error` item (reason `crash`) with its stderr, `LastError`, the
+    ///   bot `stopped`, and [`Lifecycle::crashed`] after the clean-up.
+    ///
+    /// A resumed CLI that exited by its own choice soon after its launch, with no turn begun and
+    /// no message taken, could not resume: its conversation is forgotten (reason
+    /// `died_after_launch`, [`decide::forget_after_early_exit`]).
+    pub fn exited(
+        &mut self,
+        run: &mut Run,
+        turns: &mut Turns,
+        exit: &Exit<'_>,
+        transcript_exists: impl Fn(&str) -> bool,
+        look: impl FnOnce(&Inflight) -> Option<TakenTurn>,
+    ) -> ExitSteps {
+        let fatal = run.fatal.take();
+        let mut now = Vec::new();
+        let mut recorded = exit.recorded.map(str::to_owned);
+        if let Some((id, effect)) = run.adopt_reported(recorded.as_deref(), &transcript_exists) {
+            now.push(effect);
+            recorded = Some(id);
+        }
+        if !run.stopping && run.in_use.is_none() && !run.turn_began {
+            run.in_use = exit.stderr_in_use.clone();
+        }
+        let plan = exit_plan(&ExitFacts {
+            stopping: run.stopping,
+            lost: run.lost,
+            in_use: run.in_use.clone(),
+            in_use_retried: self.in_use_retried,
+            exit: exit.status,
+            in_flight: exit.in_flight,
+            cut: run.cut.is_some(),
+            turn_began: run.turn_began,
+        });
+        let recorded = recorded.as_deref();
+        match plan {
+            ExitPlan::StoppedLate => {
+                let holds = |i: &Inflight| look(i).is_some();
+                now.extend(settle_stopped(turns, StopReason::LateExit, recorded, holds));
+                ExitSteps {
+                    now,
+                    clean_up: StopReason::LateExit,
+                    then: vec![Effect::State(State::Stopped)],
+                    crashed: None,
+                }
+            }
+            ExitPlan::CutRefused => {
+                let why = if exit.stderr.is_empty() {
+                    String::new()
+                } else {
+                    format!("The CLI said: {}", exit.stderr)
+                };
+                now.extend(cut_refused(turns, &why));
+                now.push(Effect::State(State::Stopped));
+                ExitSteps::exited(now)
+            }
+            ExitPlan::NotStarted { resume } => {
+                let (_, settled) = turns.settle(
+                    TurnOutcome::Error,
+                    "agent_exited",
+                    String::new(),
+                    recorded,
+                    |i| look(i).is_some(),
+                );
+                now.extend(settled);
+                now.push(Effect::State(State::Stopped));
+                if let Some(id) = resume {
+                    self.in_use_retried = true;
+                    self.force_resume = Some(id);
+                }
+                ExitSteps::exited(now)
+            }
+            ExitPlan::Ended { settle, clean } => {
+                let settled = ended_turn(turns, exit, settle, recorded, look, &mut now);
+                now.extend(forget_after_early_exit(run, exit, recorded, settled));
+                if clean {
+                    now.push(Effect::State(State::Stopped));
+                    return ExitSteps::exited(now);
+                }
+                crash_or_failure(turns, exit, fatal, now)
+            }
+        }
+    }
+}
+
+impl ExitSteps {
+    /// An exit whose effects are all `now`: the clean-up follows for [`StopReason::Exited`].
+    fn exited(now: Vec<Effect>) -> ExitSteps {
+        ExitSteps {
+            now,
+            clean_up: StopReason::Exited,
+            then: Vec::new(),
+            crashed: None,
+        }
+    }
+}
+
+/// The turn in flight when a process ended by itself is settled as `settle` (reason
+/// `agent_exited`; its effects go to `now`). After a crash, what the conversation holds decides
+/// (issue 25: an answer read back, the message asked again, or ended unanswered); any other end
+/// (an id in use refused again) settles it as it is.
+fn ended_turn(
+    turns: &mut Turns,
+    exit: &Exit<'_>,
+    settle: TurnOutcome,
+    recorded: Option<&str>,
+    look: impl FnOnce(&Inflight) -> Option<TakenTurn>,
+    now: &mut Vec<Effect>,
+) -> Settled {
+    // The running turn ends at once, waiting messages stay queued (rule 11).
+    let (settled, effects) = if settle == TurnOutcome::Crashed {
+        let text = format!(
+            "The agent exited before the turn finished ({}).",
+            exit.status
+        );
+        turns.settle_unasked(
+            settle,
+            "agent_exited",
+            text,
+            recorded,
+            exit.redo_limit,
+            look,
+        )
+    } else {
+        turns.settle(settle, "agent_exited", String::new(), recorded, |i| {
+            look(i).is_some()
+        })
+    };
+    now.extend(effects);
+    settled
+}
+
+/// Design rule 4's fallback: a CLI resumed on the recorded conversation that exited by its own
+/// choice soon after its launch, without beginning a turn or taking a message, could not resume:
+/// the conversation is forgotten (reason `died_after_launch`).
+fn forget_after_early_exit(
+    run: &Run,
+    exit: &Exit<'_>,
+    recorded: Option<&str>,
+    settled: Settled,
+) -> Option<Effect> {
+    let SessionStart::Resume(id) = &run.start else {
+        return None;
+    };
+    let taken = matches!(
+        settled,
+        Settled::Taken | Settled::Redone | Settled::Recovered
+    );
+    (recorded == Some(id.as_str())
+        && decide::forget_after_early_exit(
+            true,
+            run.refused,
+            run.turn_began,
+            taken,
+            &exit.status,
+            exit.lived,
+            exit.fresh_window,
+        ))
+    .then(|| {
+        forget(
+            id,
+            "died_after_launch",
+            format!(
+                "The agent exited {:.1} s after it was started on conversation {id} without \
+                 beginning a turn; the next start begins a new conversation.",
+                exit.lived.as_secs_f64()
+            ),
+        )
+    })
+}
+
+/// A process that ended by itself, not cleanly: a failure restarting cannot fix (`fatal`, from
+/// its turn's result or its stderr) fails the bot; any other is a crash, said with the stderr's
+/// tail, and [`Lifecycle::crashed`] decides after the clean-up.
+fn crash_or_failure(
+    turns: &Turns,
+    exit: &Exit<'_>,
+    fatal: Option<String>,
+    mut now: Vec<Effect>,
+) -> ExitSteps {
+    let fatal = fatal.or_else(|| {
+        exit.stderr_fatal
+            .map(|kind| format!("{kind} error: {}", exit.stderr))
+    });
+    if let Some(reason) = fatal {
+        let text = format!(
+            "The agent stopped on an error that restarting cannot fix ({reason}). Fix it, then \
+             call Restart."
+        );
+        now.push(said_error(&text, Some("fatal")));
+        now.extend(failed(turns.waiting()));
+        return ExitSteps::exited(now);
+    }
+    let mut text = format!("The agent exited unexpectedly ({}).", exit.status);
+    if !exit.stderr.is_empty() {
+        text.push_str(" Its last output: ");
+        text.push_str(exit.stderr);
+    }
+    now.push(said_error(&text, Some("crash")));
+    now.push(Effect::State(State::Stopped));
+    ExitSteps {
+        now,
+        clean_up: StopReason::Crashed,
+        then: Vec::new(),
+        crashed: Some(text),
+    }
 }
 
 /// The plan for an exit (see [`ExitPlan`]).

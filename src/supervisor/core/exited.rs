@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use super::bot_core::BotCore;
 use super::effect::Effect;
-use super::lifecycle::{CrashLimits, Exit};
+use super::exit::Exit;
+use super::lifecycle::CrashLimits;
 use super::machine::Facts;
 use crate::process::ExitInfo;
 

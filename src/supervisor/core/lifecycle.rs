@@ -10,7 +10,6 @@ use serde_json::json;
 
 use super::crash::{AfterCrash, Crashes};
 use super::effect::{CommitBuilder, Effect, Publish, Write};
-use super::exit::{ExitFacts, ExitPlan, exit_plan};
 pub use super::records::{
     failed, forget, forget_at_start, forget_payload, fresh_restart_text, item, said_error,
     start_refused,
@@ -18,11 +17,10 @@ pub use super::records::{
 pub use super::run::Run;
 use super::start::{StartDecision, decide_start, with_cut};
 use super::stop::StopReason;
-use super::turns::{Ended, Inflight, Settled, Turns};
-use crate::process::ExitInfo;
-use crate::runtime::{Cut, SessionStart, TakenTurn};
+use super::turns::{Ended, Inflight, Turns};
+use crate::runtime::{Cut, SessionStart};
 use crate::supervisor::core::State;
-use crate::supervisor::core::decide::{self, TurnOutcome};
+use crate::supervisor::core::decide::TurnOutcome;
 
 /// The turn in flight of a process botvisor stopped: it ends `interrupted` (reason `stopped`) once
 /// it began, or its message waits again unless its conversation holds it (design rule 8).
@@ -31,7 +29,7 @@ pub const STOP_GAVE_UP: &str = "botvisord stopped the agent, but its process sur
      the turn is ended here. The bot waits in state failed until that process exits or a \
      Restart.";
 
-fn settle_stopped(
+pub(super) fn settle_stopped(
     turns: &mut Turns,
     why: StopReason,
     recorded: Option<&str>,
@@ -58,7 +56,7 @@ fn settle_stopped(
 /// A resume without an unanswered attempt was refused (`why`: a sentence saying who refused and
 /// in which words, or empty): the message it was to ask again ends `taken_not_answered`, saying
 /// so (reason `cut_refused`); it is in the conversation once already (issue 25).
-fn cut_refused(turns: &mut Turns, why: &str) -> Vec<Effect> {
+pub(super) fn cut_refused(turns: &mut Turns, why: &str) -> Vec<Effect> {
     let turn = match turns
         .inflight
         .take_if(|i| !i.replayed && i.turn.cut.is_some())
@@ -91,48 +89,6 @@ fn cut_refused(turns: &mut Turns, why: &str) -> Vec<Effect> {
     }
     effects.push(Effect::Queued(turns.waiting()));
     effects
-}
-
-/// What a process's exit asks for, in three steps: effects now, the clean-up of what is left
-/// of its process tree (design rule 9), then effects after it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExitSteps {
-    /// Before the clean-up, in order: the session adopted, the turn settled, the conversation
-    /// forgotten, the error said, the state.
-    pub now: Vec<Effect>,
-    /// Why the clean-up runs, for the journal and the stop verdict: [`StopReason::Exited`],
-    /// [`StopReason::LateExit`] or [`StopReason::Crashed`].
-    pub clean_up: StopReason,
-    /// After the clean-up, in order.
-    pub then: Vec<Effect>,
-    /// It was a crash with this text: the shell calls [`Lifecycle::crashed`] after the clean-up.
-    pub crashed: Option<String>,
-}
-
-/// What the shell knows of a process that exited unasked, beyond its [`Run`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Exit<'a> {
-    /// Its exit status.
-    pub status: ExitInfo,
-    /// The tail of its stderr.
-    pub stderr: &'a str,
-    /// The runtime's reading of that stderr: a failure restarting cannot fix, by kind
-    /// (`authentication`, `billing`, …).
-    pub stderr_fatal: Option<&'a str>,
-    /// The runtime's reading of that stderr: a new conversation refused because this id is in
-    /// use.
-    pub stderr_in_use: Option<String>,
-    /// How long it lived.
-    pub lived: Duration,
-    /// `fresh_start_if_dies_within_s`: a resumed CLI that exits by its own choice sooner, with no
-    /// turn begun, could not resume (design rule 4's fallback).
-    pub fresh_window: Duration,
-    /// The conversation on record now.
-    pub recorded: Option<&'a str>,
-    /// A message was in flight.
-    pub in_flight: bool,
-    /// `redo_limit`: how many times a message taken and unanswered is asked again (issue 25).
-    pub redo_limit: u32,
 }
 
 /// The crash-loop bounds of the configuration (design rule 11).
@@ -420,197 +376,6 @@ impl Lifecycle {
         effects
     }
 
-    /// A process exited unasked (or, being stopped, after its stop gave up on it): what it means
-    /// ([`exit_plan`]), as [`ExitSteps`].
-    ///
-    /// - Being stopped: the turn ends `interrupted` (reason `stopped`), the bot is `stopped` after
-    ///   the clean-up (`late exit`).
-    /// - A conversation that never started (lost, or an id in use the first time): the turn in
-    ///   flight is settled (`error`, reason `agent_exited`; a message not replayed waits again),
-    ///   the bot is `stopped`, and an id in use is resumed by the next start.
-    /// - A clean end: the turn is settled, the bot is `stopped`.
-    /// - A failure restarting cannot fix (a turn's result said so, or the stderr): an `error`
-    ///   item (reason `fatal`), `LastError`, and the bot `failed`.
-    /// - Any other: a crash. An `error` item (reason `crash`) with its stderr, `LastError`, the
-    ///   bot `stopped`, and [`Lifecycle::crashed`] after the clean-up.
-    ///
-    /// A resumed CLI that exited by its own choice soon after its launch, with no turn begun and
-    /// no message taken, could not resume: its conversation is forgotten (reason
-    /// `died_after_launch`, [`decide::forget_after_early_exit`]).
-    pub fn exited(
-        &mut self,
-        run: &mut Run,
-        turns: &mut Turns,
-        exit: &Exit<'_>,
-        transcript_exists: impl Fn(&str) -> bool,
-        look: impl FnOnce(&Inflight) -> Option<TakenTurn>,
-    ) -> ExitSteps {
-        let fatal = run.fatal.take();
-        let mut now = Vec::new();
-        let mut recorded = exit.recorded.map(str::to_owned);
-        if let Some((id, effect)) = run.adopt_reported(recorded.as_deref(), &transcript_exists) {
-            now.push(effect);
-            recorded = Some(id);
-        }
-        if !run.stopping && run.in_use.is_none() && !run.turn_began {
-            run.in_use = exit.stderr_in_use.clone();
-        }
-        let plan = exit_plan(&ExitFacts {
-            stopping: run.stopping,
-            lost: run.lost,
-            in_use: run.in_use.clone(),
-            in_use_retried: self.in_use_retried,
-            exit: exit.status,
-            in_flight: exit.in_flight,
-            cut: run.cut.is_some(),
-            turn_began: run.turn_began,
-        });
-        let (settle, clean) = match plan {
-            ExitPlan::StoppedLate => {
-                now.extend(settle_stopped(
-                    turns,
-                    StopReason::LateExit,
-                    recorded.as_deref(),
-                    |i| look(i).is_some(),
-                ));
-                return ExitSteps {
-                    now,
-                    clean_up: StopReason::LateExit,
-                    then: vec![Effect::State(State::Stopped)],
-                    crashed: None,
-                };
-            }
-            ExitPlan::CutRefused => {
-                let why = if exit.stderr.is_empty() {
-                    String::new()
-                } else {
-                    format!("The CLI said: {}", exit.stderr)
-                };
-                now.extend(cut_refused(turns, &why));
-                now.push(Effect::State(State::Stopped));
-                return ExitSteps {
-                    now,
-                    clean_up: StopReason::Exited,
-                    then: Vec::new(),
-                    crashed: None,
-                };
-            }
-            ExitPlan::NotStarted { resume } => {
-                let (_, settled) = turns.settle(
-                    TurnOutcome::Error,
-                    "agent_exited",
-                    String::new(),
-                    recorded.as_deref(),
-                    |i| look(i).is_some(),
-                );
-                now.extend(settled);
-                now.push(Effect::State(State::Stopped));
-                if let Some(id) = resume {
-                    self.in_use_retried = true;
-                    self.force_resume = Some(id);
-                }
-                return ExitSteps {
-                    now,
-                    clean_up: StopReason::Exited,
-                    then: Vec::new(),
-                    crashed: None,
-                };
-            }
-            ExitPlan::Ended { settle, clean } => (settle, clean),
-        };
-        // The running turn ends at once, waiting messages stay queued (rule 11).
-        let text = if settle == TurnOutcome::Crashed {
-            format!(
-                "The agent exited before the turn finished ({}).",
-                exit.status
-            )
-        } else {
-            String::new()
-        };
-        // A crash: what the conversation holds decides (issue 25); any other end (an id in use
-        // refused again) settles as it is.
-        let (settled, effects) = if settle == TurnOutcome::Crashed {
-            turns.settle_unasked(
-                settle,
-                "agent_exited",
-                text,
-                recorded.as_deref(),
-                exit.redo_limit,
-                look,
-            )
-        } else {
-            turns.settle(settle, "agent_exited", text, recorded.as_deref(), |i| {
-                look(i).is_some()
-            })
-        };
-        now.extend(effects);
-        if let SessionStart::Resume(id) = &run.start
-            && recorded.as_deref() == Some(id.as_str())
-            && decide::forget_after_early_exit(
-                true,
-                run.refused,
-                run.turn_began,
-                matches!(
-                    settled,
-                    Settled::Taken | Settled::Redone | Settled::Recovered
-                ),
-                &exit.status,
-                exit.lived,
-                exit.fresh_window,
-            )
-        {
-            now.push(forget(
-                id,
-                "died_after_launch",
-                format!(
-                    "The agent exited {:.1} s after it was started on conversation {id} without \
-                     beginning a turn; the next start begins a new conversation.",
-                    exit.lived.as_secs_f64()
-                ),
-            ));
-        }
-        if clean {
-            now.push(Effect::State(State::Stopped));
-            return ExitSteps {
-                now,
-                clean_up: StopReason::Exited,
-                then: Vec::new(),
-                crashed: None,
-            };
-        }
-        let fatal = fatal.or_else(|| {
-            exit.stderr_fatal
-                .map(|kind| format!("{kind} error: {}", exit.stderr))
-        });
-        if let Some(reason) = fatal {
-            let text = format!(
-                "The agent stopped on an error that restarting cannot fix ({reason}). Fix it, then \
-                 call Restart."
-            );
-            now.push(said_error(&text, Some("fatal")));
-            now.extend(failed(turns.waiting()));
-            return ExitSteps {
-                now,
-                clean_up: StopReason::Exited,
-                then: Vec::new(),
-                crashed: None,
-            };
-        }
-        let mut text = format!("The agent exited unexpectedly ({}).", exit.status);
-        if !exit.stderr.is_empty() {
-            text.push_str(" Its last output: ");
-            text.push_str(exit.stderr);
-        }
-        now.push(said_error(&text, Some("crash")));
-        now.push(Effect::State(State::Stopped));
-        ExitSteps {
-            now,
-            clean_up: StopReason::Crashed,
-            then: Vec::new(),
-            crashed: Some(text),
-        }
-    }
-
     /// After a crash's clean-up (design rule 11): within the crash-loop limit the agent is
     /// started again after a backoff when it is needed (messages wait, or `holders` clients hold
     /// the bot), with a `system` item (reason `restart_pending`, `in_s`); at the limit the bot is
@@ -663,5 +428,4 @@ impl Lifecycle {
 }
 
 #[cfg(test)]
-#[path = "lifecycle_tests/mod.rs"]
 mod tests;

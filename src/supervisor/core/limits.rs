@@ -364,5 +364,4 @@ pub fn lifted(running: bool) -> Vec<Effect> {
 }
 
 #[cfg(test)]
-#[path = "limits_tests.rs"]
 mod tests;

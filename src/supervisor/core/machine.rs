@@ -50,6 +50,22 @@ pub enum Input {
     },
     /// The clean-up the core asked for ([`super::effect::Effect::CleanUp`]) is done.
     CleanedUp,
+    /// The running process is ready for the next message and writes to conversation `session`
+    /// (the pump said to write, [`super::steps::PumpShell`]); `now` is the wall clock. The next
+    /// waiting message is put on record with where it goes, then written
+    /// ([`super::effect::Request::Message`]).
+    Deliver {
+        /// The conversation the process writes to.
+        session: String,
+        /// The wall clock now.
+        now: std::time::SystemTime,
+    },
+    /// The message the core asked to write ([`super::effect::Request::Message`]) was written to
+    /// the agent's stdin (`ok`), or could not be (the process went, its stdin closed).
+    Written {
+        /// Whether it was written.
+        ok: bool,
+    },
     /// A control request the core asked for ([`super::effect::Request::Control`]) was written
     /// to the agent as `request_id`, or not (`None`).
     ControlWritten {
@@ -146,6 +162,11 @@ impl BotCore {
             Input::Stopped { why, released } => self.stopped(why, released, facts),
             Input::Committed { awaited, ok } => self.committed(awaited, ok),
             Input::CleanedUp => self.cleaned_up(now, facts),
+            Input::Deliver { session, now } => self.deliver(&session, now),
+            Input::Written { ok } => {
+                let effects = self.turns.wrote(ok);
+                self.emit(effects);
+            }
             Input::ControlWritten {
                 request,
                 request_id,
@@ -175,5 +196,4 @@ pub(super) fn reached_unknown() -> LimitReport {
 }
 
 #[cfg(test)]
-#[path = "machine_tests.rs"]
 mod tests;

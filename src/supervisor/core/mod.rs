@@ -101,6 +101,7 @@ pub mod snapshots;
 pub mod spend;
 pub mod start;
 pub mod state;
+pub mod steps;
 pub mod stop;
 pub mod stream;
 pub mod taken;
@@ -173,7 +174,8 @@ mod tests {
         let mut found = Vec::new();
         for file in &files {
             let name = file.strip_prefix(&dir).unwrap().display().to_string();
-            if name.ends_with("_tests.rs") || name.contains("_tests/") {
+            // A file's tests in a file of their own: `<file>/tests.rs` or `<file>/tests/`.
+            if name.ends_with("/tests.rs") || name.contains("/tests/") {
                 continue;
             }
             let text = std::fs::read_to_string(file).unwrap();

@@ -1,7 +1,7 @@
 //! What a bot costs, turn by turn, and its budget (issue 24), with no I/O.
 //!
-//! What the CLIs tell (tests `cli_facts::a_results_cost_counts_the_conversation_and_its_usage_the_turn`
-//! and `codex_facts::a_turns_token_usage_is_told_last_and_in_total`):
+//! What the CLIs tell (tests `facts::claude::a_results_cost_counts_the_conversation_and_its_usage_the_turn`
+//! and `facts::codex::a_turns_token_usage_is_told_last_and_in_total`):
 //! - Claude Code 2.1.328: a `result`'s `total_cost_usd` is the conversation's cost so far (in
 //!   US dollars), in one process and after a resume alike; its `usage` is the turn's tokens. A
 //!   turn's cost is therefore its total less the last total told for the same conversation.

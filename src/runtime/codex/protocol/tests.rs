@@ -564,7 +564,7 @@ fn lines_that_are_not_the_protocol_are_unparsed() {
 #[test]
 fn a_model_requests_tokens_are_told_as_its_last_usage() {
     let mut p = opened();
-    // As Codex 0.171.0 printed it (codex_facts::a_turns_token_usage_is_told_last_and_in_total).
+    // As Codex 0.171.0 printed it (facts::codex::a_turns_token_usage_is_told_last_and_in_total).
     assert_eq!(
         p.read_line(br#"{"method":"thread/tokenUsage/updated","params":{"threadId":"t","turnId":"u","tokenUsage":{"last":{"cacheWriteInputTokens":0,"cachedInputTokens":0,"inputTokens":12,"outputTokens":7,"reasoningOutputTokens":0,"totalTokens":19},"modelContextWindow":258400,"total":{"inputTokens":24,"outputTokens":14}}}}"#)
             .events,
@@ -577,7 +577,7 @@ fn a_model_requests_tokens_are_told_as_its_last_usage() {
 
 #[test]
 fn a_usage_limit_is_reached_with_the_reset_the_window_told() {
-    // The lines of Codex 0.171.0 over its limit (codex_facts::a_usage_limit_is_an_error_that_names_its_reset).
+    // The lines of Codex 0.171.0 over its limit (facts::codex::a_usage_limit_is_an_error_that_names_its_reset).
     let mut p = opened();
     let read = p.read_line(
         br#"{"method":"account/rateLimits/updated","params":{"rateLimits":{"credits":null,"limitId":"codex","primary":{"resetsAt":1796200138,"usedPercent":100,"windowDurationMins":300},"secondary":null}}}"#,

@@ -1,0 +1,286 @@
+use super::*;
+
+const BOT: &str = "/org/botvisor/Botvisor1/aaaa";
+
+fn props(state: &str, holders: u32, pending: Vec<Pending>) -> Props {
+    Props {
+        id: Some("aaaabbbbccccddddeeeeffff00001111".into()),
+        name: Some("demo".into()),
+        state: Some(state.into()),
+        holders: Some(holders),
+        pending: Some(pending),
+        last_error: Some(String::new()),
+        limit_kind: Some(String::new()),
+        limit_resets_at: Some(0),
+    }
+}
+
+fn model() -> Model {
+    let mut m = Model::new(NotifyConfig::default());
+    m.daemon_back(vec![(BOT.into(), props("idle", 0, vec![]))]);
+    m
+}
+
+fn changed(m: &mut Model, p: Props) -> Out {
+    m.apply(Signal::Changed {
+        path: BOT.into(),
+        props: p,
+    })
+}
+
+fn pending(ids: &[&str]) -> Props {
+    Props {
+        pending: Some(
+            ids.iter()
+                .map(|id| {
+                    (
+                        (*id).into(),
+                        "Write".into(),
+                        r#"{"file_path":"/w/a"}"#.into(),
+                    )
+                })
+                .collect(),
+        ),
+        ..Props::default()
+    }
+}
+
+#[test]
+fn a_request_is_shown_one_at_a_time_and_answered_by_its_token() {
+    let mut m = model();
+    changed(&mut m, pending(&["r1", "r2"]));
+    let n = m.note(BOT, Kind::Permission).expect("a note");
+    assert_eq!(n.tag, "r1");
+    assert_eq!(n.summary, "demo asks to use Write");
+    assert!(
+        n.body.contains("file_path: /w/a") && n.body.contains("(1 more request waiting)"),
+        "{}",
+        n.body
+    );
+    assert_eq!(
+        n.answer_line.as_deref(),
+        Some("Answer: botvisorctl answer aaaabbbb r1 allow|deny")
+    );
+    let allow = n.actions[0].0.clone();
+    let key = Key::new(BOT, Kind::Permission);
+    assert_eq!(
+        m.action(&key, &allow),
+        Some(Do::Answer {
+            path: BOT.into(),
+            request_id: "r1".into(),
+            behavior: "allow"
+        })
+    );
+    // Answered here: the next one shows at once, before botvisord confirms.
+    assert_eq!(m.note(BOT, Kind::Permission).unwrap().tag, "r2");
+    // A token that is not this bot's open request does nothing.
+    assert_eq!(m.action(&key, "allow-999"), None);
+    assert_eq!(m.action(&Key::new(BOT, Kind::State), &allow), None);
+    changed(&mut m, pending(&[]));
+    assert_eq!(m.note(BOT, Kind::Permission), None);
+}
+
+#[test]
+fn a_held_bot_shows_nothing() {
+    let mut m = model();
+    changed(
+        &mut m,
+        Props {
+            holders: Some(1),
+            ..pending(&["r1"])
+        },
+    );
+    assert_eq!(m.note(BOT, Kind::Permission), None);
+    m.apply(Signal::TurnFinished {
+        path: BOT.into(),
+        turn_id: "t".into(),
+        outcome: "success".into(),
+    });
+    assert_eq!(m.note(BOT, Kind::Turn), None);
+    changed(
+        &mut m,
+        Props {
+            state: Some("failed".into()),
+            ..Props::default()
+        },
+    );
+    assert_eq!(m.note(BOT, Kind::State), None);
+    // Released: the open question shows again; what was seen while held does not.
+    changed(
+        &mut m,
+        Props {
+            holders: Some(0),
+            ..Props::default()
+        },
+    );
+    assert!(m.note(BOT, Kind::Permission).is_some());
+    assert_eq!(m.note(BOT, Kind::State), None);
+    assert_eq!(m.note(BOT, Kind::Turn), None);
+    let mut m = Model::new(NotifyConfig {
+        when_held: true,
+        ..NotifyConfig::default()
+    });
+    m.daemon_back(vec![(BOT.into(), props("idle", 1, vec![]))]);
+    changed(&mut m, pending(&["r1"]));
+    assert!(m.note(BOT, Kind::Permission).is_some());
+}
+
+#[test]
+fn a_turn_that_ends_unattended_shows_once_until_the_next_turn() {
+    let mut m = model();
+    m.apply(Signal::ChatItem {
+        path: BOT.into(),
+        kind: "assistant".into(),
+        payload: r#"{"text":"All done.","turn_id":"t1"}"#.into(),
+    });
+    m.apply(Signal::ChatItem {
+        path: BOT.into(),
+        kind: "turn_finished".into(),
+        payload: r#"{"turn_id":"t1","outcome":"success","text":""}"#.into(),
+    });
+    let out = m.apply(Signal::TurnFinished {
+        path: BOT.into(),
+        turn_id: "t1".into(),
+        outcome: "success".into(),
+    });
+    assert_eq!(out.happenings[0].event, "turn_finished");
+    assert_eq!(out.happenings[0].json["reply"], "All done.");
+    let n = m.note(BOT, Kind::Turn).unwrap();
+    assert_eq!(
+        (n.summary.as_str(), n.body.as_str(), n.urgency),
+        ("demo finished", "All done.", LOW)
+    );
+    m.dismissed(&Key::new(BOT, Kind::Turn), "t1");
+    assert_eq!(m.note(BOT, Kind::Turn), None);
+    m.apply(Signal::TurnFinished {
+        path: BOT.into(),
+        turn_id: "t2".into(),
+        outcome: "error".into(),
+    });
+    assert!(m.note(BOT, Kind::Turn).is_some());
+    changed(
+        &mut m,
+        Props {
+            state: Some("busy".into()),
+            ..Props::default()
+        },
+    );
+    assert_eq!(m.note(BOT, Kind::Turn), None);
+    // An interrupt is someone's act: not shown.
+    m.apply(Signal::TurnFinished {
+        path: BOT.into(),
+        turn_id: "t3".into(),
+        outcome: "interrupted".into(),
+    });
+    assert_eq!(m.note(BOT, Kind::Turn), None);
+}
+
+#[test]
+fn states_are_names_and_each_entry_shows_once() {
+    let mut m = model();
+    let out = changed(
+        &mut m,
+        Props {
+            state: Some("held_elsewhere".into()),
+            last_error: Some("in use by pid 7".into()),
+            ..Props::default()
+        },
+    );
+    let events: Vec<&str> = out.happenings.iter().map(|h| h.event.as_str()).collect();
+    assert_eq!(events, ["state_changed", "held_elsewhere"]);
+    let n = m.note(BOT, Kind::State).unwrap();
+    assert!(n.body.starts_with("in use by pid 7"), "{}", n.body);
+    assert_eq!(n.category, "x-botvisor.held-elsewhere");
+    m.dismissed(&Key::new(BOT, Kind::State), "held_elsewhere");
+    assert_eq!(m.note(BOT, Kind::State), None);
+    changed(
+        &mut m,
+        Props {
+            state: Some("idle".into()),
+            ..Props::default()
+        },
+    );
+    changed(
+        &mut m,
+        Props {
+            state: Some("failed".into()),
+            ..Props::default()
+        },
+    );
+    let n = m.note(BOT, Kind::State).unwrap();
+    assert_eq!((n.summary.as_str(), n.urgency), ("demo failed", CRITICAL));
+    // A turn's end beside a state that says more: one note.
+    m.apply(Signal::TurnFinished {
+        path: BOT.into(),
+        turn_id: "t".into(),
+        outcome: "crashed".into(),
+    });
+    assert_eq!(m.note(BOT, Kind::Turn), None);
+    let mut m = Model::new(NotifyConfig {
+        states: vec!["stopping".into()],
+        ..NotifyConfig::default()
+    });
+    m.daemon_back(vec![(BOT.into(), props("stopping", 0, vec![]))]);
+    assert_eq!(
+        m.note(BOT, Kind::State).unwrap().summary,
+        "demo is stopping"
+    );
+}
+
+#[test]
+fn the_hooks_hear_each_request_once_and_botvisord_leaving() {
+    let mut m = model();
+    let out = m.apply(Signal::PermissionRequested {
+        path: BOT.into(),
+        request_id: "r1".into(),
+        tool: "Bash".into(),
+        input_json: r#"{"command":"ls"}"#.into(),
+    });
+    assert_eq!(out.happenings[0].json["input"]["command"], "ls");
+    assert_eq!(out.happenings[0].json["bot"]["name"], "demo");
+    changed(&mut m, pending(&["r1"]));
+    let out = m.daemon_back(vec![(
+        BOT.into(),
+        props(
+            "busy",
+            0,
+            vec![
+                ("r1".into(), "Bash".into(), "{}".into()),
+                ("r2".into(), "Bash".into(), "{}".into()),
+            ],
+        ),
+    )]);
+    let events: Vec<(&str, &Value)> = out
+        .happenings
+        .iter()
+        .map(|h| (h.event.as_str(), &h.json["request_id"]))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ("daemon_back", &Value::Null),
+            ("permission_requested", &json!("r2"))
+        ]
+    );
+    let out = m.daemon_left();
+    assert_eq!(out.happenings[0].event, "daemon_left");
+    assert_eq!(m.note(BOT, Kind::Permission), None);
+    // A bot botvisord no longer has is gone when it is back.
+    let out = m.daemon_back(vec![]);
+    assert!(out.touched.contains(&BOT.to_owned()));
+    assert_eq!(m.note(BOT, Kind::State), None);
+}
+
+#[test]
+fn signals_of_unknown_bots_change_nothing() {
+    let mut m = model();
+    let out = m.apply(Signal::Changed {
+        path: "/org/botvisor/Botvisor1/zz".into(),
+        props: pending(&["x"]),
+    });
+    assert!(out.touched.is_empty() && out.happenings.is_empty());
+    assert_eq!(
+        m.action(&Key::new("/nope", Kind::Permission), "allow-1"),
+        None
+    );
+}

@@ -1,0 +1,688 @@
+//! The driven machine, input by input, with facts a test gives: what a CLI's events become.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::*;
+use crate::runtime::SessionStart;
+use crate::runtime::{ChatPayload, ControlRequest, LimitReport, LimitState, ResultOutcome};
+use crate::supervisor::core::commands::Cmd;
+use crate::supervisor::core::control::Controls;
+use crate::supervisor::core::effect::{Awaited, Request, Streamed, Write};
+use crate::supervisor::core::lifecycle::RestartMode;
+use crate::supervisor::core::lifecycle::Run;
+use crate::supervisor::core::stop::StopReason;
+use crate::supervisor::core::turns::QueuedTurn;
+use crate::supervisor::core::{Process, State};
+
+/// Facts as a test sets them.
+#[derive(Default)]
+struct Told {
+    recorded: Option<String>,
+    fatal: Option<&'static str>,
+    spend: (u64, Option<u64>, bool),
+    /// Clients holding the bot.
+    holders: usize,
+    /// A descendant of the agent lives.
+    descendant: bool,
+    /// The process that holds the conversation exited.
+    holder_gone: bool,
+    /// A client's Stop parked the bot already.
+    parked: bool,
+    /// The state clients see (`Idle` when unset).
+    state: Option<State>,
+    /// The hold on record (a limit's kind and reset).
+    limit: Option<(String, u64)>,
+}
+
+impl Facts for Told {
+    fn recorded(&self) -> Option<String> {
+        self.recorded.clone()
+    }
+    fn conversation(&self) -> Option<String> {
+        Some("s".into())
+    }
+    fn transcript_exists(&self, _: &str) -> bool {
+        true
+    }
+    fn taken_turn(&self, _: &Inflight) -> Option<TakenTurn> {
+        None
+    }
+    fn fatal_reason(&self, _: &str) -> Option<&'static str> {
+        self.fatal
+    }
+    fn unix_now(&self) -> u64 {
+        1_000_000
+    }
+    fn limit_settings(&self) -> (bool, LimitTimes) {
+        (
+            false,
+            LimitTimes {
+                margin: Duration::from_secs(5),
+                retry: Duration::from_secs(300),
+            },
+        )
+    }
+    fn spend(&self) -> (u64, Option<u64>, bool) {
+        self.spend
+    }
+    fn bounds(&self) -> Bounds {
+        Bounds {
+            start_s: 60.0,
+            interrupt_grace_s: 10.0,
+            control_s: 10.0,
+        }
+    }
+    fn watchers(&self) -> (usize, usize) {
+        (self.holders, 0)
+    }
+    fn descendant_lives(&self) -> bool {
+        self.descendant
+    }
+    fn alive(&self, _: &crate::process::identity::ProcessIdentity) -> bool {
+        !self.holder_gone
+    }
+    fn hold(&self) -> Option<(String, u64)> {
+        self.limit.clone()
+    }
+    fn budget_default(&self) -> Option<u64> {
+        None
+    }
+    fn session_in_use(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn held_elsewhere(&self, error: &str) -> bool {
+        error.contains("active writer")
+    }
+    fn parked(&self) -> bool {
+        self.parked
+    }
+    fn state(&self) -> super::super::State {
+        self.state.unwrap_or(State::Idle)
+    }
+    fn scopes(&self, _request: &serde_json::Value) -> Vec<String> {
+        vec!["once".into()]
+    }
+    fn api_hint(&self) -> &'static str {
+        "Check the stand-in."
+    }
+    fn login_hint(&self) -> &'static str {
+        "Log in again."
+    }
+    fn exit_settings(&self) -> super::super::exited::ExitSettings {
+        super::super::exited::ExitSettings {
+            fresh_window: Duration::from_secs(15),
+            redo_limit: 3,
+            crash_limits: super::super::lifecycle::CrashLimits {
+                window: Duration::from_secs(120),
+                limit: 5,
+            },
+        }
+    }
+}
+
+/// A core with a running process that took `hello` (turn `t`) in the conversation `s`.
+fn running() -> BotCore {
+    let mut core = BotCore::new(Duration::from_millis(50));
+    core.process = Some(Process {
+        run: Run::new(SessionStart::Resume("s".into())),
+        controls: Controls::default(),
+    });
+    core.turns.queue(QueuedTurn::new("t", "hello"));
+    core.turns.deliver("s", std::time::SystemTime::UNIX_EPOCH);
+    core
+}
+
+/// The conversation `s` held by a terminal's Claude Code (pid 7), looked at next at `at`.
+fn held_by_a_terminal(at: Instant) -> super::super::held::Held {
+    super::super::held::Held {
+        session_id: "s".into(),
+        identity: crate::process::identity::ProcessIdentity {
+            pid: 7,
+            start_time: 1,
+            boot_id: "b".into(),
+        },
+        what: "Claude Code in a terminal".into(),
+        command: "claude".into(),
+        look_at: at,
+    }
+}
+
+fn drain(core: &mut BotCore) -> Vec<Effect> {
+    std::iter::from_fn(|| core.poll_effect()).collect()
+}
+
+fn event(core: &mut BotCore, now: Instant, facts: &Told, e: RuntimeEvent) -> Vec<Effect> {
+    core.handle(now, Input::Runtime(e), facts);
+    drain(core)
+}
+
+fn result(outcome: ResultOutcome, error: Option<&str>) -> RuntimeEvent {
+    RuntimeEvent::TurnResult {
+        outcome,
+        session_id: Some("s".into()),
+        payload: json!({"subtype": "success", "total_cost_usd": 0.0}),
+        error: error.map(str::to_owned),
+    }
+}
+
+fn replay() -> RuntimeEvent {
+    RuntimeEvent::UserReplay {
+        session_id: Some("s".into()),
+        text: "hello".into(),
+    }
+}
+
+fn finished(effects: &[Effect]) -> Vec<(String, super::super::decide::TurnOutcome)> {
+    super::super::effect::finished_turns(effects)
+}
+
+#[test]
+fn a_turn_begins_at_its_replay_and_ends_at_its_result_with_prompts_closed_first() {
+    let t0 = Instant::now();
+    let facts = Told {
+        recorded: Some("s".into()),
+        ..Told::default()
+    };
+    let mut core = running();
+    let began = event(&mut core, t0, &facts, replay());
+    assert_eq!(
+        began.first(),
+        Some(&Effect::TurnBegan),
+        "descendants noted first"
+    );
+    assert!(super::super::effect::writes(&began).any(|w| *w == Write::TurnRunning("t".into())));
+    let ended = event(&mut core, t0, &facts, result(ResultOutcome::Success, None));
+    let close = ended
+        .iter()
+        .position(|e| matches!(e, Effect::ClosePrompts(_)))
+        .expect("open prompts closed");
+    let end = ended
+        .iter()
+        .position(|e| {
+            matches!(e, Effect::Commit { writes, .. }
+                if writes.iter().any(|w| matches!(w, Write::TurnFinished { .. })))
+        })
+        .expect("the turn's end");
+    assert!(
+        close < end,
+        "a question open at its turn's end is closed before the end is said"
+    );
+    assert_eq!(
+        finished(&ended),
+        [("t".into(), super::super::decide::TurnOutcome::Success)]
+    );
+    assert_eq!(ended.last(), Some(&Effect::KeepConversation));
+}
+
+#[test]
+fn issue_24_a_reached_limit_makes_the_error_result_a_refusal_and_the_message_waits() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    event(&mut core, t0, &facts, replay());
+    let report = LimitReport {
+        state: LimitState::Reached,
+        kind: "five_hour".into(),
+        resets_at: 1_003_600,
+        utilization: Some(1.0),
+    };
+    let told = event(&mut core, t0, &facts, RuntimeEvent::Limit(report.clone()));
+    assert!(told.contains(&Effect::PlanLimit(report)));
+    let ended = event(
+        &mut core,
+        t0,
+        &facts,
+        result(ResultOutcome::Error, Some("You've hit your limit")),
+    );
+    assert_eq!(finished(&ended), [], "no turn ends: it waits");
+    assert_eq!(core.turns.queue.front().map(|t| t.id.as_str()), Some("t"));
+    assert!(
+        core.limit_until
+            .is_some_and(|t| t > t0 + Duration::from_secs(3600))
+    );
+}
+
+#[test]
+fn issue_24_an_expired_login_holds_the_message_and_watches_the_credentials() {
+    let t0 = Instant::now();
+    let facts = Told {
+        fatal: Some("authentication"),
+        ..Told::default()
+    };
+    let mut core = running();
+    event(&mut core, t0, &facts, replay());
+    let ended = event(
+        &mut core,
+        t0,
+        &facts,
+        result(ResultOutcome::Error, Some("401 OAuth token has expired")),
+    );
+    assert_eq!(finished(&ended), []);
+    assert!(ended.contains(&Effect::FollowCredentials));
+    assert!(
+        ended.contains(&Effect::State(State::LoginRequired)),
+        "{ended:?}"
+    );
+    assert_eq!(
+        core.turns.queue.front().map(|t| t.id.as_str()),
+        Some("t"),
+        "it waits"
+    );
+}
+
+#[test]
+fn streamed_text_is_paced_and_a_whole_message_ends_it() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    event(&mut core, t0, &facts, replay());
+    let first = event(&mut core, t0, &facts, RuntimeEvent::TextDelta("a".into()));
+    assert!(first.contains(&Effect::Stream(Streamed::Append("a".into()))));
+    assert!(
+        first.iter().any(
+            |e| matches!(e, Effect::Stream(Streamed::Signal { turn_id, text })
+            if turn_id == "t" && text == "a")
+        ),
+        "{first:?}"
+    );
+    let second = event(&mut core, t0, &facts, RuntimeEvent::TextDelta("b".into()));
+    assert!(
+        !second
+            .iter()
+            .any(|e| matches!(e, Effect::Stream(Streamed::Signal { .. }))),
+        "not twice within the interval"
+    );
+    let whole = event(
+        &mut core,
+        t0,
+        &facts,
+        RuntimeEvent::Chat(ChatPayload {
+            kind: "assistant",
+            payload: json!({"text": "ab"}),
+        }),
+    );
+    let signal = whole
+        .iter()
+        .position(|e| matches!(e, Effect::Stream(Streamed::Signal { text, .. }) if text == "b"))
+        .expect("what waited is let out");
+    let item = whole
+        .iter()
+        .position(|e| matches!(e, Effect::Commit { .. }))
+        .expect("the item");
+    assert!(signal < item, "the text before the item");
+    assert_eq!(whole.last(), Some(&Effect::Stream(Streamed::Clear)));
+}
+
+#[test]
+fn a_request_of_the_cli_is_refused_and_a_tool_is_looked_after() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    let refused = event(
+        &mut core,
+        t0,
+        &facts,
+        RuntimeEvent::ControlRequest {
+            request_id: "r".into(),
+            subtype: "mcp_message".into(),
+            request: json!({}),
+        },
+    );
+    assert_eq!(
+        refused,
+        [Effect::Send(Request::Refuse {
+            request_id: "r".into(),
+            message: "botvisor does not serve `mcp_message` requests".into()
+        })]
+    );
+    event(&mut core, t0, &facts, replay());
+    let tool = event(
+        &mut core,
+        t0,
+        &facts,
+        RuntimeEvent::Chat(ChatPayload {
+            kind: "tool_use",
+            payload: json!({"id": "u", "name": "Bash"}),
+        }),
+    );
+    assert_eq!(tool.last(), Some(&Effect::LookForDescendants));
+    assert!(core.poll_timeout().is_some(), "a later look is due");
+}
+
+#[test]
+fn rule_4_a_lost_conversation_asks_for_the_stop_after_its_effects() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    let lost = event(
+        &mut core,
+        t0,
+        &facts,
+        RuntimeEvent::ConversationNotFound {
+            session_id: "s".into(),
+        },
+    );
+    assert_eq!(lost.last(), Some(&Effect::Stop(StopReason::Replaced)));
+    assert_eq!(core.turns.queue.front().map(|t| t.id.as_str()), Some("t"));
+}
+
+#[test]
+fn a_control_answer_is_taken_once() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    core.process
+        .as_mut()
+        .unwrap()
+        .controls
+        .sent("c1".into(), ControlRequest::SetModel("opus".into()));
+    let answered = event(
+        &mut core,
+        t0,
+        &facts,
+        RuntimeEvent::ControlResponse {
+            request_id: "c1".into(),
+            result: Ok(json!({})),
+        },
+    );
+    assert!(!answered.is_empty(), "the model now in force is recorded");
+    let again = event(
+        &mut core,
+        t0,
+        &facts,
+        RuntimeEvent::ControlResponse {
+            request_id: "c1".into(),
+            result: Ok(json!({})),
+        },
+    );
+    assert_eq!(again, []);
+}
+
+fn timeout(core: &mut BotCore, now: Instant, facts: &Told) -> Vec<Effect> {
+    core.handle(now, Input::Timeout, facts);
+    drain(core)
+}
+
+#[test]
+fn rule_12_the_idle_deadline_stops_an_idle_agent_unless_a_client_or_a_descendant_is_there() {
+    let t0 = Instant::now();
+    let mut core = BotCore::new(Duration::from_millis(50));
+    core.process = Some(Process {
+        run: Run::new(SessionStart::Resume("s".into())),
+        controls: Controls::default(),
+    });
+    core.idle_at = Some(t0);
+    let held = Told {
+        holders: 1,
+        ..Told::default()
+    };
+    assert_eq!(timeout(&mut core, t0, &held), [], "a client holds it");
+    core.idle_at = Some(t0);
+    let working = Told {
+        descendant: true,
+        ..Told::default()
+    };
+    assert_eq!(timeout(&mut core, t0, &working), [], "a descendant works");
+    core.idle_at = Some(t0);
+    assert_eq!(
+        timeout(&mut core, t0, &Told::default()),
+        [Effect::Stop(StopReason::Idle)]
+    );
+    assert_eq!(core.poll_timeout(), None, "the deadline is gone");
+}
+
+#[test]
+fn rule_15_a_start_that_prints_nothing_fails_its_turn_and_stops_the_agent() {
+    let t0 = Instant::now();
+    let mut core = running();
+    core.watch.launched(Some(t0 + Duration::from_secs(60)));
+    assert_eq!(timeout(&mut core, t0, &Told::default()), []);
+    let late = timeout(&mut core, t0 + Duration::from_secs(61), &Told::default());
+    assert!(
+        matches!(late.first(), Some(Effect::ClosePrompts(_))),
+        "{late:?}"
+    );
+    assert_eq!(late.last(), Some(&Effect::Stop(StopReason::StartTimeout)));
+    assert_eq!(
+        finished(&late),
+        [("t".into(), super::super::decide::TurnOutcome::Error)]
+    );
+}
+
+#[test]
+fn rule_7_the_holders_exit_is_seen_at_a_look_and_lets_the_messages_go() {
+    let t0 = Instant::now();
+    let mut core = BotCore::new(Duration::from_millis(50));
+    core.held = Some(held_by_a_terminal(t0));
+    assert_eq!(timeout(&mut core, t0, &Told::default()), [], "still there");
+    assert!(core.held.is_some());
+    let gone = Told {
+        holder_gone: true,
+        ..Told::default()
+    };
+    let later = core.poll_timeout().expect("the next look");
+    let effects = timeout(&mut core, later, &gone);
+    assert_eq!(effects.last(), Some(&Effect::State(State::Stopped)));
+    assert!(core.held.is_none());
+}
+
+#[test]
+fn rule_6_a_live_setting_goes_to_the_agent_or_is_recorded_for_the_next_start() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    let ask = |core: &mut BotCore, cmd| {
+        core.handle(t0, Input::Command(cmd), &facts);
+        drain(core)
+    };
+    let sent = ask(
+        &mut core,
+        Cmd::ApplyLive(ControlRequest::SetModel("opus".into())),
+    );
+    assert_eq!(
+        sent,
+        [Effect::Send(Request::Control(ControlRequest::SetModel(
+            "opus".into()
+        )))]
+    );
+    // Written: its answer is awaited within control_timeout_s.
+    core.handle(
+        t0,
+        Input::ControlWritten {
+            request: ControlRequest::SetModel("opus".into()),
+            request_id: Some("c1".into()),
+        },
+        &facts,
+    );
+    assert!(
+        core.poll_timeout()
+            .is_some_and(|t| t <= t0 + Duration::from_secs(10))
+    );
+    // No agent to take it: recorded for the next start.
+    let mut stopped = BotCore::new(Duration::from_millis(50));
+    let recorded = ask(
+        &mut stopped,
+        Cmd::ApplyLive(ControlRequest::SetModel("opus".into())),
+    );
+    assert!(
+        super::super::effect::writes(&recorded).any(|w| matches!(w, Write::Setting(_))),
+        "{recorded:?}"
+    );
+}
+
+#[test]
+fn an_interrupt_is_awaited_only_once_written() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    core.handle(t0, Input::Runtime(replay()), &facts);
+    drain(&mut core);
+    core.handle(t0, Input::Command(Cmd::Interrupt), &facts);
+    assert_eq!(
+        drain(&mut core),
+        [Effect::Send(Request::Control(ControlRequest::Interrupt))]
+    );
+    assert_eq!(core.turns.interrupting, None, "not before it is written");
+    core.handle(
+        t0,
+        Input::ControlWritten {
+            request: ControlRequest::Interrupt,
+            request_id: Some("i1".into()),
+        },
+        &facts,
+    );
+    assert_eq!(core.turns.interrupting.as_deref(), Some("t"));
+    // Its result ends the turn interrupted.
+    let ended = event(
+        &mut core,
+        t0,
+        &facts,
+        result(ResultOutcome::Error, Some("aborted")),
+    );
+    assert_eq!(
+        finished(&ended),
+        [("t".into(), super::super::decide::TurnOutcome::Interrupted)]
+    );
+}
+
+#[test]
+fn rule_11_a_crash_is_said_cleaned_up_then_backed_off_in_that_order() {
+    let t0 = Instant::now();
+    let facts = Told {
+        recorded: Some("s".into()),
+        holders: 1,
+        ..Told::default()
+    };
+    let mut core = running();
+    core.handle(t0, Input::Runtime(replay()), &facts);
+    drain(&mut core);
+    core.handle(
+        t0,
+        Input::Exited {
+            status: crate::process::ExitInfo {
+                code: None,
+                signal: Some(9),
+            },
+            stderr: String::new(),
+            lived: Duration::from_secs(30),
+        },
+        &facts,
+    );
+    let now = drain(&mut core);
+    assert!(core.process.is_none());
+    assert_eq!(now.first(), Some(&Effect::ProcessGone));
+    assert_eq!(
+        now.last(),
+        Some(&Effect::CleanUp(StopReason::Crashed)),
+        "the clean-up comes last: {now:?}"
+    );
+    assert!(
+        !now.iter().any(|e| matches!(e, Effect::RestartTimer(_))),
+        "no backoff before the clean-up"
+    );
+    core.handle(t0, Input::CleanedUp, &facts);
+    let then = drain(&mut core);
+    assert!(
+        then.iter()
+            .any(|e| matches!(e, Effect::RestartTimer(Some(_)))),
+        "held: restarted after a backoff: {then:?}"
+    );
+    core.handle(t0, Input::CleanedUp, &facts);
+    assert_eq!(drain(&mut core), [], "once");
+}
+
+#[test]
+fn rule_7_an_open_refused_because_another_process_holds_the_conversation_keeps_the_message() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    let effects = event(
+        &mut core,
+        t0,
+        &facts,
+        RuntimeEvent::OpenFailed {
+            error: "thread s already has an active writer".into(),
+        },
+    );
+    assert_eq!(finished(&effects), [], "the message does not fail");
+    assert_eq!(core.turns.queue.front().map(|t| t.id.as_str()), Some("t"));
+    assert_eq!(effects.last(), Some(&Effect::Stop(StopReason::OpenFailed)));
+    assert!(
+        !effects.contains(&Effect::Park(true)),
+        "not parked: the next start waits for it"
+    );
+}
+
+#[test]
+fn rule_8_a_message_is_written_only_once_where_it_goes_is_durable() {
+    let facts = Told::default();
+    let now = Instant::now();
+    let wall = std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(5);
+    let mut core = BotCore::new(Duration::from_millis(50));
+    core.process = Some(Process {
+        run: Run::new(SessionStart::Resume("s".into())),
+        controls: Controls::default(),
+    });
+    core.turns.queue(QueuedTurn::new("t", "hello"));
+    core.turns.queue(QueuedTurn::new("u", "again"));
+
+    // Where it goes is committed, and awaited, before anything is written.
+    let deliver = |core: &mut BotCore| {
+        core.handle(
+            now,
+            Input::Deliver {
+                session: "s".into(),
+                now: wall,
+            },
+            &facts,
+        );
+        drain(core)
+    };
+    let effects = deliver(&mut core);
+    assert!(matches!(
+        &effects[..],
+        [Effect::Commit { writes, .. }, Effect::ReportCommit(Awaited::Delivery)]
+            if writes == &[Write::Delivery { turn_id: "t".into(), session_id: "s".into(), at: wall }]
+    ));
+    // Not durable: nothing is written, and the message waits first again.
+    core.handle(
+        now,
+        Input::Committed {
+            awaited: Awaited::Delivery,
+            ok: false,
+        },
+        &facts,
+    );
+    assert!(drain(&mut core).is_empty());
+    assert!(!core.in_flight());
+
+    // Durable: the message is written, and once written the bot is busy.
+    deliver(&mut core);
+    core.handle(
+        now,
+        Input::Committed {
+            awaited: Awaited::Delivery,
+            ok: true,
+        },
+        &facts,
+    );
+    assert_eq!(
+        drain(&mut core),
+        [Effect::Send(Request::Message {
+            text: "hello".into()
+        })]
+    );
+    core.handle(now, Input::Written { ok: true }, &facts);
+    // Both still wait: a message counts as taken at its replay (rule 8).
+    assert_eq!(
+        drain(&mut core),
+        [Effect::State(State::Busy), Effect::Queued(2)]
+    );
+    // One message in flight at a time (rule 7).
+    assert!(deliver(&mut core).is_empty());
+}
+
+/// A client's Stop, Restart, Delete, the shutdown and a permission answer.
+mod commands;

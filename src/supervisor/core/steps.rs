@@ -1,0 +1,213 @@
+//! The steps the shell carries out between inputs that still ask the core on the way: a launch
+//! (which conversation, then the process as the core knows it), a delivery (the next message,
+//! where it goes on record first, whether it was written), the end of a stop, recovery at the
+//! daemon's start, and the deadlines the shell sets from what it read. Each is a method of
+//! [`BotCore`], so the shell names what it does and never reaches into the core's state.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use super::bot_core::{BotCore, Process};
+use super::control::Controls;
+use super::effect::{Awaited, Effect, Request};
+use super::held::Held;
+use super::idle::{self, Activity};
+use super::left_turns::{self, Left};
+use super::lifecycle::{Lifecycle, Run};
+use super::pump::{self, ProcessNow, PumpFacts, PumpPlan};
+use super::start::StartDecision;
+use super::stop::StopReason;
+use super::turns::{Inflight, QueuedTurn};
+use crate::runtime::{SessionStart, TakenTurn};
+
+/// What only the shell knows when it asks for the pump's plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PumpShell {
+    /// Nothing starts until a client sends or restarts.
+    pub parked: bool,
+    /// The bot is `failed` or `stopping`.
+    pub failed_or_stopping: bool,
+    /// A process runs (`Some`), and its protocol is past its handshake (`true`).
+    pub process_ready: Option<bool>,
+    /// A usage limit recorded on the bot holds (besides the one the core waits for).
+    pub limit_recorded: bool,
+}
+
+impl BotCore {
+    /// Whether to start the agent and whether to write it the next message now ([`pump::pump`]
+    /// decides from the core's state and `shell`).
+    pub fn pump_plan(&self, shell: PumpShell) -> PumpPlan {
+        pump::pump(&PumpFacts {
+            parked: shell.parked,
+            failed_or_stopping: shell.failed_or_stopping,
+            process: match shell.process_ready {
+                None => ProcessNow::None,
+                Some(_) if !self.process.as_ref().is_some_and(|p| p.run.usable()) => {
+                    ProcessNow::Unusable
+                }
+                Some(false) => ProcessNow::Opening,
+                Some(true) => ProcessNow::Usable,
+            },
+            waiting: !self.turns.queue.is_empty(),
+            restart_pending: self.life.restart_pending,
+            backoff_running: self.restart_at.is_some(),
+            in_flight: self.turns.inflight.is_some(),
+            limited: self.limit_until.is_some() || shell.limit_recorded,
+            held: self.held.is_some(),
+        })
+    }
+
+    /// Messages wait in the queue.
+    pub fn waiting(&self) -> bool {
+        !self.turns.queue.is_empty()
+    }
+
+    /// A message is in flight.
+    pub fn in_flight(&self) -> bool {
+        self.turns.inflight.is_some()
+    }
+
+    /// Which conversation a launch starts or resumes (design rule 2,
+    /// [`Lifecycle::start_decision`]); the first waiting message, when it is asked again, cuts
+    /// its unanswered attempt out (issue 25).
+    pub fn start_decision(
+        &mut self,
+        recorded: Option<&str>,
+        can_resume: bool,
+        transcript_exists: impl FnOnce(&str) -> bool,
+        fresh: impl Fn() -> SessionStart,
+    ) -> StartDecision {
+        let cut = self.turns.queue.front().and_then(|t| t.cut.clone());
+        self.life
+            .start_decision(recorded, can_resume, transcript_exists, fresh, cut.as_ref())
+    }
+
+    /// The forget a start decision asked for was carried out (`committed`: durably).
+    pub fn start_forgot(&mut self, committed: bool) {
+        self.life.start_forgot(committed);
+    }
+
+    /// The agent was launched as `decision` said: a new process as the core knows it, with the
+    /// start watchdog's deadline `start_deadline`.
+    pub fn launched(&mut self, decision: StartDecision, start_deadline: Option<Instant>) {
+        self.life.started();
+        self.background_tasks = 0;
+        self.process = Some(Process {
+            run: Run::with_cut(decision.start, decision.cut),
+            controls: Controls::default(),
+        });
+        self.watch.launched(start_deadline);
+    }
+
+    /// `Input::Deliver`: the next waiting message for the running process, which writes to
+    /// conversation `session`. Where it goes is committed first, and the core waits for that
+    /// commit ([`Awaited::Delivery`]) before it asks for the write (design rule 8).
+    pub(super) fn deliver(&mut self, session: &str, now: SystemTime) {
+        let launched_cut = self.process.as_ref().and_then(|p| p.run.cut.clone());
+        if let Some((_, effects)) = self.turns.deliver_cut(session, now, launched_cut.as_ref()) {
+            self.emit(effects);
+            self.emit([Effect::ReportCommit(Awaited::Delivery)]);
+        }
+    }
+
+    /// The delivery's record was durable (`ok`): the message goes. When not, it waits again,
+    /// first, and nothing is written (a daemon crash could deliver it twice).
+    pub(super) fn delivery_committed(&mut self, ok: bool) {
+        if !self.turns.delivery_recorded(ok) {
+            return;
+        }
+        if let Some(i) = &self.turns.inflight {
+            let text = i.turn.text.clone();
+            self.emit([Effect::Send(Request::Message { text })]);
+        }
+    }
+
+    /// Another process holds the conversation: the bot waits for it ([`super::held`]).
+    pub fn hold(&mut self, held: Held) {
+        self.held = Some(held);
+    }
+
+    /// A crash's backoff: the agent may start again `after` from `now` (`None`: no backoff).
+    pub fn restart_after(&mut self, after: Option<Duration>, now: Instant) {
+        self.restart_at = after.map(|d| now + d);
+    }
+
+    /// A usage limit recorded by an earlier run holds again for `wait` from `now`.
+    pub fn limit_for(&mut self, wait: Duration, now: Instant) {
+        self.limit_until = Some(now + wait);
+    }
+
+    /// The turn `turn` ended: its watchdogs end with it.
+    pub fn turn_ended(&mut self, turn: &str) {
+        self.watch.turn_ended(turn);
+    }
+
+    /// What the conversation had cost when the CLI last told it (`None`: never told), so that it
+    /// is not counted again ([`super::spend`]).
+    pub fn conversation_cost_known(&mut self, cost: Option<(String, u64)>) {
+        self.turns.meter.conversation = cost;
+    }
+
+    /// After every input: an idle bot (`activity`, [`BotCore::activity`]) gets a fresh idle
+    /// deadline `timeout` from `now`, a busy one none ([`idle::idle_deadline`]).
+    pub fn rearm_idle(&mut self, activity: &Activity, timeout: Option<Duration>, now: Instant) {
+        self.idle_at = idle::idle_deadline(activity, timeout, now);
+    }
+
+    /// Whether the agent works, for the usage watch: a process runs and is not being stopped,
+    /// and it is `busy` or runs background tasks.
+    pub fn working(&self, busy: bool) -> bool {
+        self.process.as_ref().is_some_and(|p| !p.run.stopping)
+            && (busy || self.background_tasks > 0)
+    }
+
+    /// The process is being stopped: it takes no message from now on.
+    pub fn stopping(&mut self) {
+        if let Some(p) = self.process.as_mut() {
+            p.run.stopping = true;
+        }
+    }
+
+    /// A stop gave up on a process that would not exit ([`Lifecycle::stop_gave_up`]).
+    pub fn stop_gave_up(
+        &mut self,
+        recorded: Option<&str>,
+        holds: impl FnOnce(&Inflight) -> bool,
+    ) -> Vec<Effect> {
+        Lifecycle::stop_gave_up(&mut self.turns, recorded, holds)
+    }
+
+    /// The stopped process as the core knew it, taken: it is gone.
+    pub fn take_process(&mut self) -> Option<Process> {
+        self.process.take()
+    }
+
+    /// What a process that was stopped for `why` leaves ([`Lifecycle::stopped`]).
+    pub fn stopped_process(
+        &mut self,
+        run: &Run,
+        why: StopReason,
+        recorded: Option<&str>,
+        transcript_exists: impl Fn(&str) -> bool,
+        holds: impl FnOnce(&Inflight) -> bool,
+    ) -> Vec<Effect> {
+        Lifecycle::stopped(
+            run,
+            &mut self.turns,
+            why,
+            recorded,
+            transcript_exists,
+            holds,
+        )
+    }
+
+    /// At the daemon's start: the turns the previous daemon left ([`left_turns::recover`]).
+    pub fn recover(
+        &mut self,
+        left: Left,
+        recorded: Option<&str>,
+        redo_limit: u32,
+        look: impl FnMut(&QueuedTurn, &str, SystemTime) -> Option<TakenTurn>,
+    ) -> Vec<Effect> {
+        left_turns::recover(&mut self.turns, left, recorded, redo_limit, look)
+    }
+}

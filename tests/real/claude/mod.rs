@@ -1,0 +1,10 @@
+//! On the real Claude Code CLI.
+
+mod chat;
+mod ctl;
+mod ctl_terminals;
+mod desktop;
+mod exactly_once;
+mod sessions;
+mod supervision;
+mod usage_limits;

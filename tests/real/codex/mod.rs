@@ -1,0 +1,6 @@
+//! On the real Codex CLI (`codex app-server`).
+
+mod chat;
+mod exactly_once;
+mod keep;
+mod kills;

@@ -233,6 +233,14 @@ pub struct Listed {
     pub held_by: Option<String>,
 }
 
+/// The environment a CLI of `record` would have, without a bot's marker: what a listing or an
+/// adoption reads the CLIs' folders and holders with (no process is any bot's own here).
+fn listing_env(config: &Config, record: &BotRecord) -> BTreeMap<String, String> {
+    let mut env = bot::bot_env(config, record);
+    env.remove(crate::process::tree::BOT_MARKER);
+    env
+}
+
 /// A title read from a transcript, made safe to show: escaped, one line, bounded.
 fn bounded_title(title: &str) -> String {
     let escaped = crate::text::escape(title.trim(), false);
@@ -530,7 +538,7 @@ impl Supervisor {
                 env: env.clone(),
                 ..BotRecord::new("", "", &cwd, name)
             };
-            let full_env = bot::bot_env(&self.config, &record);
+            let full_env = listing_env(&self.config, &record);
             for c in rt.conversations(&full_env, Path::new(&cwd)) {
                 let bot_id = bots
                     .iter()
@@ -575,7 +583,7 @@ impl Supervisor {
             env: env.clone(),
             ..BotRecord::new("", "", cwd, runtime)
         };
-        let full_env = bot::bot_env(&self.config, &record);
+        let full_env = listing_env(&self.config, &record);
         rt.holders(&full_env, Path::new(cwd), session_id)
             .first()
             .map(|h| format!("pid {}: {}", h.identity.pid, h.what))

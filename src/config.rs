@@ -60,6 +60,10 @@ pub struct Config {
     pub database: Option<PathBuf>,
     /// Model for bots created without one (empty: the CLI's own default).
     pub default_model: Option<String>,
+    /// The folder that holds the git worktrees `CreateBot`'s `worktree` makes without a `path`
+    /// (absolute; one folder per bot, named after it). Default: `botvisor-worktrees` in the
+    /// repository's common git directory (`.git/botvisor-worktrees/`).
+    pub worktrees_dir: Option<PathBuf>,
     /// Permission mode for bots created without one (empty: the CLI's own default); it applies
     /// to the bots of each runtime that accepts it (a Claude Code mode is not given to Codex).
     pub default_permission_mode: Option<String>,
@@ -156,6 +160,7 @@ impl Default for Config {
             codex_bin: None,
             database: None,
             default_model: None,
+            worktrees_dir: None,
             default_permission_mode: None,
             stop_grace_s: 5.0,
             idle_timeout_s: 900,
@@ -316,6 +321,14 @@ impl Config {
                  Code) or {} (Codex)",
                 crate::runtime::claude::PERMISSION_MODES.join(", "),
                 crate::runtime::codex::settings::PERMISSION_MODES.join(", ")
+            ));
+        }
+        if let Some(dir) = &self.worktrees_dir
+            && !dir.is_absolute()
+        {
+            return Err(format!(
+                "key `worktrees_dir` must be an absolute path, got `{}`",
+                crate::text::escape(&dir.to_string_lossy(), false)
             ));
         }
         if let Some(model) = &self.default_model

@@ -22,3 +22,4 @@ pub mod store;
 pub mod supervisor;
 pub mod text;
 pub mod time;
+pub mod worktree;

@@ -13,6 +13,7 @@
 #include <QtCore/QMap>
 #include <QtCore/QMetaType>
 #include <QtCore/QString>
+#include <QtCore/QVariantMap>
 #include <QtCore/QStringList>
 #include <QtDBus/QDBusArgument>
 #include <QtDBus/QDBusMetaType>
@@ -25,6 +26,17 @@ struct BotvisorChatItem {
     QString payload;
 };
 typedef QList<BotvisorChatItem> BotvisorChatItemList;
+
+// One conversation of ListConversations, `(ssxsa{sv})`: runtime, session id, last written
+// (Unix s), title, details.
+struct BotvisorConversation {
+    QString runtime;
+    QString sessionId;
+    qint64 written = 0;
+    QString title;
+    QVariantMap details;
+};
+typedef QList<BotvisorConversation> BotvisorConversationList;
 
 // One entry of the PendingPermissions property, `(sss)`: request id, tool, input JSON.
 struct BotvisorPermissionRequest {
@@ -97,6 +109,23 @@ inline const QDBusArgument &operator>>(const QDBusArgument &arg, BotvisorPlanLim
     return arg;
 }
 
+inline QDBusArgument &operator<<(QDBusArgument &arg, const BotvisorConversation &c)
+{
+    arg.beginStructure();
+    arg << c.runtime << c.sessionId << c.written << c.title << c.details;
+    arg.endStructure();
+    return arg;
+}
+
+inline const QDBusArgument &operator>>(const QDBusArgument &arg, BotvisorConversation &c)
+{
+    arg.beginStructure();
+    arg >> c.runtime >> c.sessionId >> c.written >> c.title >> c.details;
+    arg.endStructure();
+    return arg;
+}
+
+Q_DECLARE_METATYPE(BotvisorConversation)
 Q_DECLARE_METATYPE(BotvisorChatItem)
 Q_DECLARE_METATYPE(BotvisorPlanLimit)
 Q_DECLARE_METATYPE(BotvisorEnvironment)
@@ -108,6 +137,8 @@ inline void botvisorRegisterTypes()
 {
     qDBusRegisterMetaType<BotvisorChatItem>();
     qDBusRegisterMetaType<BotvisorChatItemList>();
+    qDBusRegisterMetaType<BotvisorConversation>();
+    qDBusRegisterMetaType<BotvisorConversationList>();
     qDBusRegisterMetaType<BotvisorPermissionRequest>();
     qDBusRegisterMetaType<BotvisorPermissionRequestList>();
     qDBusRegisterMetaType<BotvisorPermissionModes>();

@@ -209,6 +209,33 @@ impl BotObject {
         Ok(self.ctx.supervisor.delete(&self.handle.id)?)
     }
 
+    /// `Delete` with options: `remove_worktree` (b, default false) also removes the bot's git
+    /// worktree (`Worktree`) once its agent is stopped, and its branch when every commit of it
+    /// is on another branch; `force` (b, default false) removes the worktree whatever it holds
+    /// (an unmerged branch is kept). Without `force` a worktree with anything uncommitted
+    /// (untracked files included) or a commit on no other branch is refused: Busy says what,
+    /// in git's lines, and nothing changes. A worktree removed by hand is pruned. Errors: Busy,
+    /// InvalidArgument (`remove_worktree` for a bot with no worktree, a wrong option; git's
+    /// words when git fails), StorageUnavailable; each changes nothing.
+    async fn delete_with(&self, options: Options, #[zbus(header)] hdr: Header<'_>) -> Result<()> {
+        let mut r = OptionReader::new("DeleteWith", &options);
+        let remove = r.boolean("remove_worktree")?.unwrap_or(false);
+        let force = r.boolean("force")?.unwrap_or(false);
+        r.finish()?;
+        let removal = if remove {
+            Some(
+                self.ctx
+                    .supervisor
+                    .worktree_removal(&self.handle.id, force)
+                    .await?,
+            )
+        } else {
+            None
+        };
+        self.ctx.replies.expect(&hdr, &self.handle.id);
+        Ok(self.ctx.supervisor.delete_with(&self.handle.id, removal)?)
+    }
+
     /// Takes a lease on the bot for the calling client: while any client holds it, the bot is
     /// never stopped for idleness and restarts after a crash. The lease ends with `Release` or
     /// when the client leaves the bus. Holding twice is one lease.
@@ -411,6 +438,38 @@ impl BotObject {
     #[zbus(property(emits_changed_signal = "const"))]
     fn cwd(&self) -> String {
         self.view().record.cwd
+    }
+
+    /// The git worktree botvisor made for the bot (`CreateBot` option `worktree`), which is
+    /// its `Cwd` for the bot's whole life; empty for a bot in a folder of the user's.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn worktree(&self) -> String {
+        let record = self.view().record;
+        if record.worktree.is_some() {
+            record.cwd
+        } else {
+            String::new()
+        }
+    }
+
+    /// The branch checked out in the bot's worktree (`Worktree`); empty without one.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn branch(&self) -> String {
+        self.view()
+            .record
+            .worktree
+            .map(|w| w.branch)
+            .unwrap_or_default()
+    }
+
+    /// The full hash of the commit the bot's branch started at; empty without a worktree.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn base_commit(&self) -> String {
+        self.view()
+            .record
+            .worktree
+            .map(|w| w.base_commit)
+            .unwrap_or_default()
     }
 
     /// The runtime, for example `claude`.

@@ -33,6 +33,22 @@ pub async fn read_whole_item(bot: &BotProxy<'_>, seq: u64) -> zbus::Result<Strin
 pub trait Manager {
     /// See the service's `CreateBot`.
     fn create_bot(&self, options: HashMap<&str, Variant<'_>>) -> zbus::Result<OwnedObjectPath>;
+    /// See the service's `ListConversations`: `(runtime, session id, last written in Unix
+    /// seconds, title, details)`, newest first.
+    #[allow(clippy::type_complexity)]
+    fn list_conversations(
+        &self,
+        cwd: &str,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<
+        Vec<(
+            String,
+            String,
+            i64,
+            String,
+            HashMap<String, zbus::OwnedVariant>,
+        )>,
+    >;
     /// See the service's `GetBot`.
     fn get_bot(&self, id_or_name: &str) -> zbus::Result<OwnedObjectPath>;
     /// See the service's `ListBots`.
@@ -112,6 +128,8 @@ pub trait Bot {
     fn stop(&self) -> zbus::Result<()>;
     /// Delete the bot.
     fn delete(&self) -> zbus::Result<()>;
+    /// Delete the bot with options (`remove_worktree`: b, `force`: b).
+    fn delete_with(&self, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
     /// Chat items after `after_seq` (a page: at most `limit` and 4 MiB).
     fn get_chat(
         &self,
@@ -147,6 +165,15 @@ pub trait Bot {
     /// Working directory.
     #[zbus(property)]
     fn cwd(&self) -> zbus::Result<String>;
+    /// The git worktree botvisor made for the bot; empty without one.
+    #[zbus(property)]
+    fn worktree(&self) -> zbus::Result<String>;
+    /// The branch of its worktree.
+    #[zbus(property)]
+    fn branch(&self) -> zbus::Result<String>;
+    /// The commit its branch started at.
+    #[zbus(property)]
+    fn base_commit(&self) -> zbus::Result<String>;
     /// Runtime.
     #[zbus(property)]
     fn runtime(&self) -> zbus::Result<String>;

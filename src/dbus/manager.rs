@@ -92,6 +92,14 @@ pub(crate) fn check_env(
 
 impl DescriptorMethods for Manager {}
 
+/// The most conversations one `ListConversations` answer holds (a page).
+pub const MAX_CONVERSATIONS: usize = 500;
+
+/// `cwd` canonicalised, as the conversations were listed for it (unchanged when it cannot be).
+fn cwd_of(cwd: &str) -> String {
+    crate::supervisor::canonical_cwd(cwd).unwrap_or_else(|_| cwd.to_owned())
+}
+
 /// Manages bots: creates them and lists them.
 #[interface(name = "org.botvisor.Botvisor1.Manager", spawn = false)]
 impl Manager {
@@ -101,7 +109,9 @@ impl Manager {
     /// (u, seconds, 0 = never), `memory_max` (t, bytes, at least 1 MiB; `2^64-1` = none; where
     /// the memory controller is delegated), `budget_usd` (d, US dollars; 0 = no budget; default
     /// config `budget_usd`), `continue_after_limit` (b: a turn a usage limit cut after tool calls
-    /// continues by itself at the reset; default config `continue_after_limit`, false). Errors:
+    /// continues by itself at the reset; default config `continue_after_limit`, false),
+    /// `worktree` (a{sv}: `branch`, `base`, `path`, each s: a git worktree made for the bot,
+    /// its `Cwd`), `session_id` (s: adopt a conversation `ListConversations` lists). Errors:
     /// InvalidArgument, RuntimeUnavailable,
     /// NotSupported (`memory_max` without a delegated memory controller), AccessDenied.
     #[zbus(out_args("bot"))]
@@ -126,6 +136,20 @@ impl Manager {
             .transpose()
             .map_err(|e| Error::InvalidArgument(format!("CreateBot: option {e}")))?;
         let continue_after_limit = r.boolean("continue_after_limit")?;
+        let session_id = r.string("session_id")?;
+        let worktree = match r.dict("worktree")? {
+            None => None,
+            Some(w) => {
+                let mut wr = OptionReader::new("CreateBot: option `worktree`", &w);
+                let ask = crate::worktree::Ask {
+                    branch: wr.string("branch")?,
+                    base: wr.string("base")?,
+                    path: wr.string("path")?,
+                };
+                wr.finish()?;
+                Some(ask)
+            }
+        };
         r.finish()?;
         let cwd = cwd.ok_or_else(|| {
             Error::InvalidArgument(
@@ -141,18 +165,24 @@ impl Manager {
                 crate::config::MAX_SECONDS
             )));
         }
-        let handle = self.ctx.supervisor.create(NewBot {
-            cwd,
-            name,
-            runtime,
-            model,
-            permission_mode,
-            env,
-            idle_timeout_s,
-            memory_max,
-            budget,
-            continue_after_limit,
-        })?;
+        let handle = self
+            .ctx
+            .supervisor
+            .create(NewBot {
+                cwd,
+                name,
+                runtime,
+                model,
+                permission_mode,
+                env,
+                idle_timeout_s,
+                memory_max,
+                budget,
+                continue_after_limit,
+                worktree,
+                session_id,
+            })
+            .await?;
         let path = bot_path(&handle.id);
         server
             .at(&path, BotObject::guarded(handle, self.ctx.clone()))
@@ -161,6 +191,61 @@ impl Manager {
             tracing::debug!(error = %e, "InterfacesAdded not sent to the user's connections");
         }
         Ok(path)
+    }
+
+    /// The conversations the CLIs keep for the folder `cwd`, read from the files that exist
+    /// (Claude Code's transcripts of that folder, Codex's rollouts whose `cwd` it is), newest
+    /// first, as `(runtime, session id, last written in Unix seconds, title, details)`: the title is the first user message, escaped
+    /// and at most 200 characters; details `bot` (o, the bot that owns it) and `held_by` (s, a
+    /// live process outside botvisor that holds it), each only when so. Options: `runtime` (s,
+    /// one runtime only), `env` (a{ss}, added to the daemon's environment to find the CLI's
+    /// folder, as a bot's), `offset` (u, default 0), `limit` (u, default and at most 500).
+    /// Errors: InvalidArgument (a `cwd` `CreateBot` would refuse, an unknown runtime or option).
+    #[zbus(out_args("conversations"))]
+    async fn list_conversations(
+        &self,
+        cwd: String,
+        options: Options,
+    ) -> Result<Vec<(String, String, i64, String, Options)>> {
+        let mut r = OptionReader::new("ListConversations", &options);
+        let runtime = r.string("runtime")?;
+        let env = r.string_map("env")?.unwrap_or_default();
+        let offset = r.seconds("offset")?.unwrap_or(0) as usize;
+        let limit = r.seconds("limit")?.unwrap_or(MAX_CONVERSATIONS as u64) as usize;
+        r.finish()?;
+        check_env("ListConversations: option `env`", &env)?;
+        let listed = self
+            .ctx
+            .supervisor
+            .conversations(&cwd, runtime.as_deref(), &env)?;
+        let mut out = Vec::new();
+        for c in listed
+            .into_iter()
+            .skip(offset)
+            .take(limit.min(MAX_CONVERSATIONS))
+        {
+            let mut details = Options::new();
+            if let Some(bot) = &c.bot_id {
+                details.insert(
+                    "bot".into(),
+                    zbus::OwnedVariant::try_from(zbus::Variant::from(bot_path(bot).into_inner()))
+                        .map_err(|e| Error::Failed(e.to_string()))?,
+                );
+            }
+            if let Some(held) =
+                self.ctx
+                    .supervisor
+                    .held_by(&c.runtime, &cwd_of(&cwd), &c.session_id, &env)
+            {
+                details.insert(
+                    "held_by".into(),
+                    zbus::OwnedVariant::try_from(zbus::Variant::from(held))
+                        .map_err(|e| Error::Failed(e.to_string()))?,
+                );
+            }
+            out.push((c.runtime, c.session_id, c.modified_s, c.title, details));
+        }
+        Ok(out)
     }
 
     /// The object paths of all bots, oldest first.

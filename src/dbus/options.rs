@@ -122,6 +122,20 @@ impl<'a> OptionReader<'a> {
         Ok(Some(map.into_iter().collect()))
     }
 
+    /// A dictionary of options (`a{sv}`), read in turn with an [`OptionReader`] of its own.
+    pub fn dict(&mut self, key: &'static str) -> Result<Option<Options>, Error> {
+        let method = self.method;
+        self.read.push(key);
+        let Some(owned) = self.options.get(key) else {
+            return Ok(None);
+        };
+        let bad = || type_error(method, key, "a{sv}", owned);
+        let copy = owned.try_clone().map_err(|_| bad())?;
+        let map: HashMap<String, zbus::OwnedVariant> =
+            HashMap::try_from(copy).map_err(|_| bad())?;
+        Ok(Some(map))
+    }
+
     /// Fails on keys no getter asked for, naming them and the known ones.
     pub fn finish(self) -> Result<(), Error> {
         let mut unknown: Vec<&str> = self

@@ -100,6 +100,17 @@ pub struct ChatPayload {
     pub payload: serde_json::Value,
 }
 
+/// A conversation a CLI keeps for a folder, read from its files (issue 28).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conversation {
+    /// The session id (Codex: the thread id).
+    pub session_id: String,
+    /// When its file was last written.
+    pub modified: std::time::SystemTime,
+    /// Its first user message, as written (not bounded or escaped).
+    pub title: String,
+}
+
 /// Where a resume cuts a conversation to drop a message it took and did not answer, so that the
 /// message can be sent again and the model sees it once (issue 25).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -617,6 +628,21 @@ pub trait Runtime: Send + Sync + 'static {
         _target: &Path,
     ) -> Option<PathBuf> {
         None
+    }
+    /// The conversations a CLI started with `env` keeps for `cwd` now, read from the files that
+    /// exist (Claude Code: its transcripts of that folder), in no order; empty by default.
+    fn conversations(&self, _env: &BTreeMap<String, String>, _cwd: &Path) -> Vec<Conversation> {
+        Vec::new()
+    }
+    /// The earlier turns of the conversation `session_id` as chat items to import, in order,
+    /// each payload marked `imported: true`; empty by default or when it is gone.
+    fn history(
+        &self,
+        _env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        _session_id: &str,
+    ) -> Vec<ChatPayload> {
+        Vec::new()
     }
     /// A new conversation as this runtime starts one: [`SessionStart::New`] with a fresh id
     /// when botvisor names it (Claude Code), [`SessionStart::Fresh`] when the CLI does (Codex).

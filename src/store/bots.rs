@@ -54,6 +54,20 @@ pub struct BotRecord {
     /// Whether a turn a usage limit cut after tool calls continues at the reset; `None` takes
     /// the daemon's `continue_after_limit`.
     pub continue_after_limit: Option<bool>,
+    /// The git worktree botvisor made for the bot (issue 28), which is its `cwd`; `None` for a
+    /// bot in a folder of the user's.
+    pub worktree: Option<WorktreeRecord>,
+}
+
+/// A bot's git worktree as stored: its path is the bot's `cwd`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorktreeRecord {
+    /// The repository's main worktree (where git runs to remove this one).
+    pub repo: String,
+    /// The branch checked out in it.
+    pub branch: String,
+    /// The full hash of the commit the branch started at.
+    pub base_commit: String,
 }
 
 impl BotRecord {
@@ -80,6 +94,7 @@ impl BotRecord {
             conversation_cost: None,
             budget: None,
             continue_after_limit: None,
+            worktree: None,
         }
     }
 }
@@ -125,6 +140,18 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
         continue_after_limit: r
             .get::<_, Option<i64>>("continue_after_limit")?
             .map(|v| v != 0),
+        worktree: match r.get::<_, Option<String>>("worktree_repo")? {
+            Some(repo) => Some(WorktreeRecord {
+                repo,
+                branch: r
+                    .get::<_, Option<String>>("worktree_branch")?
+                    .unwrap_or_default(),
+                base_commit: r
+                    .get::<_, Option<String>>("worktree_base")?
+                    .unwrap_or_default(),
+            }),
+            None => None,
+        },
     })
 }
 
@@ -133,8 +160,8 @@ pub fn insert(conn: &Connection, b: &BotRecord) -> rusqlite::Result<()> {
     conn.execute(
         "INSERT INTO bots (id, name, cwd, runtime, model, permission_mode, env, idle_timeout_s,
                            session_id, last_error, created_at, memory_max, budget_nanos,
-                           continue_after_limit)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                           continue_after_limit, worktree_repo, worktree_branch, worktree_base)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
         params![
             b.id,
             b.name,
@@ -150,6 +177,9 @@ pub fn insert(conn: &Connection, b: &BotRecord) -> rusqlite::Result<()> {
             b.memory_max.map(|v| v as i64),
             b.budget.map(|v| v.min(i64::MAX as u64) as i64),
             b.continue_after_limit.map(i64::from),
+            b.worktree.as_ref().map(|w| &w.repo),
+            b.worktree.as_ref().map(|w| &w.branch),
+            b.worktree.as_ref().map(|w| &w.base_commit),
         ],
     )?;
     Ok(())

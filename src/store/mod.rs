@@ -17,7 +17,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-pub use bots::BotRecord;
+pub use bots::{BotRecord, WorktreeRecord};
 pub use chat::ChatItem;
 pub use rusqlite::Connection;
 pub use turns::QueuedTurn;

@@ -143,6 +143,13 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE turns ADD COLUMN redos INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE turns ADD COLUMN redo_cut TEXT;
     "#,
+    // 12: a bot in a git worktree botvisor made (issue 28): the repository's main worktree, the
+    // branch and the commit it started at (NULL: no worktree; the worktree is the bot's `cwd`).
+    r#"
+    ALTER TABLE bots ADD COLUMN worktree_repo TEXT;
+    ALTER TABLE bots ADD COLUMN worktree_branch TEXT;
+    ALTER TABLE bots ADD COLUMN worktree_base TEXT;
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version

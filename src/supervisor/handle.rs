@@ -150,9 +150,24 @@ impl BotHandle {
         if let Some(problem) =
             crate::process::launch_error::working_dir_problem(Path::new(&view.record.cwd))
         {
+            // A worktree removed by hand is a folder that is gone (issue 28): git can put it
+            // back at the same path, where the conversation goes on.
+            let again = match &view.record.worktree {
+                Some(w) => format!(
+                    "put the worktree back (`git -C {} worktree prune && git -C {} worktree add \
+                     {} {}`; the conversation goes on there) or delete the bot (DeleteWith \
+                     `remove_worktree` prunes it)",
+                    crate::text::escape(&w.repo, false),
+                    crate::text::escape(&w.repo, false),
+                    crate::text::escape(&view.record.cwd, false),
+                    crate::text::escape(&w.branch, false)
+                ),
+                None => "recreate it (the conversation goes on there) or delete the bot and \
+                         create one in another folder"
+                    .to_owned(),
+            };
             return Err(BotError::Busy(format!(
-                "bot {} cannot start its agent: {problem}; recreate it (the conversation goes \
-                 on there) or delete the bot and create one in another folder",
+                "bot {} cannot start its agent: {problem}; {again}",
                 self.id
             )));
         }

@@ -154,8 +154,9 @@ pub enum Command {
     Queued(core::QueuedTurn),
     /// Stop the process gently.
     Stop,
-    /// Stop, then delete the bot with its history.
-    Delete,
+    /// Stop, then delete the bot with its history; with a removal, its git worktree goes once
+    /// the agent is stopped (as [`core::worktree::removal`] allowed at the call).
+    Delete(Option<core::worktree::Removal>),
     /// Stop the process for daemon shutdown and end the actor.
     Shutdown(oneshot::Sender<()>),
     /// Apply a setting (already persisted) to the running process, if any.
@@ -202,6 +203,51 @@ pub struct NewBot {
     pub budget: Option<u64>,
     /// Continue a turn a usage limit cut (`None`: config `continue_after_limit`).
     pub continue_after_limit: Option<bool>,
+    /// A conversation to adopt (issue 28): its session (Codex: thread) id, among the
+    /// conversations [`Supervisor::conversations`] lists for `cwd`.
+    pub session_id: Option<String>,
+    /// A git worktree to make for the bot from the repository that holds `cwd` (issue 28): the
+    /// bot's `cwd` is then the worktree.
+    pub worktree: Option<crate::worktree::Ask>,
+}
+
+/// The most characters of a conversation's title (its first user message) that
+/// [`Supervisor::conversations`] gives.
+pub const MAX_TITLE_CHARS: usize = 200;
+
+/// A conversation a CLI keeps for a folder, as `ListConversations` gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The runtime's name.
+    pub runtime: String,
+    /// The session (Codex: thread) id.
+    pub session_id: String,
+    /// When its file was last written, Unix seconds.
+    pub modified_s: i64,
+    /// Its first user message, escaped ([`crate::text::escape`]) and cut to
+    /// [`MAX_TITLE_CHARS`] (then ending with `…`).
+    pub title: String,
+    /// The bot that owns it (its session is recorded), if any.
+    pub bot_id: Option<String>,
+    /// A live process outside botvisor that holds it, in words, if any.
+    pub held_by: Option<String>,
+}
+
+/// The environment a CLI of `record` would have, without a bot's marker: what a listing or an
+/// adoption reads the CLIs' folders and holders with (no process is any bot's own here).
+fn listing_env(config: &Config, record: &BotRecord) -> BTreeMap<String, String> {
+    let mut env = bot::bot_env(config, record);
+    env.remove(crate::process::tree::BOT_MARKER);
+    env
+}
+
+/// A title read from a transcript, made safe to show: escaped, one line, bounded.
+fn bounded_title(title: &str) -> String {
+    let escaped = crate::text::escape(title.trim(), false);
+    match escaped.char_indices().nth(MAX_TITLE_CHARS) {
+        Some((at, _)) => format!("{}…", &escaped[..at]),
+        None => escaped.into_owned(),
+    }
 }
 
 /// All bots of the daemon.
@@ -296,8 +342,11 @@ impl Supervisor {
         Ok(handles)
     }
 
-    /// Validates and creates a bot. Nothing is stored when an argument is wrong.
-    pub fn create(&self, new: NewBot) -> Result<BotHandle, BotError> {
+    /// Validates and creates a bot. Nothing is stored when an argument is wrong. With
+    /// `new.worktree`, git makes the worktree last, after every other check (its refusal is
+    /// InvalidArgument with git's words); a worktree made for a bot that then cannot be stored
+    /// is removed again.
+    pub async fn create(&self, new: NewBot) -> Result<BotHandle, BotError> {
         let runtime_name = new.runtime.clone().unwrap_or_else(|| "claude".to_owned());
         let runtime = self
             .runtimes
@@ -358,6 +407,59 @@ impl Supervisor {
             }
         };
         let id = uuid::Uuid::new_v4().simple().to_string();
+        let imported = match &new.session_id {
+            None => Vec::new(),
+            Some(session) => {
+                if new.worktree.is_some() {
+                    return Err(BotError::InvalidArgument(
+                        "options `session_id` and `worktree` together: a conversation is adopted \
+                         in the folder it was begun in, a worktree is a new folder"
+                            .into(),
+                    ));
+                }
+                let listed = self.conversations(&cwd, Some(&runtime_name), &new.env)?;
+                let found = listed.iter().find(|c| c.session_id == *session);
+                let held_by = match found {
+                    Some(_) => self.held_by(&runtime_name, &cwd, session, &new.env),
+                    None => None,
+                };
+                core::adopt::adopt(&core::adopt::Found {
+                    runtime: &runtime_name,
+                    cwd: &cwd,
+                    session_id: &crate::text::escape(session, false),
+                    exists: found.is_some(),
+                    owner: found.and_then(|c| c.bot_id.as_deref()),
+                    held_by: held_by.as_deref(),
+                })
+                .map_err(|r| match r {
+                    core::adopt::Refusal::Missing(why) => BotError::InvalidArgument(why),
+                    core::adopt::Refusal::Held(why) => BotError::Busy(why),
+                })?;
+                let record = BotRecord {
+                    env: new.env.clone(),
+                    ..BotRecord::new(&id, &name, &cwd, &runtime_name)
+                };
+                runtime.history(
+                    &bot::bot_env(&self.config, &record),
+                    Path::new(&cwd),
+                    session,
+                )
+            }
+        };
+        let (cwd, made) = match &new.worktree {
+            None => (cwd, None),
+            Some(ask) => {
+                let made = crate::worktree::add(
+                    Path::new(&cwd),
+                    &name,
+                    ask,
+                    self.config.worktrees_dir.as_deref(),
+                )
+                .await
+                .map_err(|e| BotError::InvalidArgument(format!("option `worktree`: {e}")))?;
+                (made.path.clone(), Some(made))
+            }
+        };
         let record = BotRecord {
             model,
             permission_mode,
@@ -366,11 +468,125 @@ impl Supervisor {
             memory_max,
             budget: new.budget,
             continue_after_limit: new.continue_after_limit,
+            worktree: made.as_ref().map(|m| store::WorktreeRecord {
+                repo: m.repo.clone(),
+                branch: m.branch.clone(),
+                base_commit: m.base_commit.clone(),
+            }),
+            session_id: new.session_id.clone(),
             ..BotRecord::new(&id, &name, &cwd, &runtime_name)
         };
-        self.store.tx_now(|tx| store::bots::insert(tx, &record))?;
+        // The adopted conversation's earlier turns are committed with the bot, before anything
+        // new, in order (design rule 1: nothing is said of them before).
+        let stored = self.store.tx_now(|tx| {
+            store::bots::insert(tx, &record)?;
+            for item in &imported {
+                store::chat::append(tx, &id, item.kind, None, &item.payload.to_string())?;
+            }
+            Ok(())
+        });
+        if let Err(e) = stored {
+            if let Some(m) = &made {
+                let undo = crate::supervisor::core::worktree::Removal::Remove {
+                    force: true,
+                    delete_branch: true,
+                };
+                if let Err(g) = crate::worktree::remove(
+                    Path::new(&m.repo),
+                    Path::new(&m.path),
+                    &m.branch,
+                    &undo,
+                )
+                .await
+                {
+                    tracing::warn!(path = %m.path, error = %g, "a worktree made for a bot that was not stored is left");
+                }
+            }
+            return Err(e.into());
+        }
         tracing::info!(bot_id = %record.id, cwd = %record.cwd, "bot created");
         Ok(self.start_actor(record, runtime, false))
+    }
+
+    /// The conversations the CLIs keep for the folder `cwd` (canonicalised), read from their
+    /// files as a CLI started with the daemon's environment plus `env` finds them, of the runtime
+    /// `runtime` only when given; newest first, then by id. Errors: InvalidArgument (a `cwd`
+    /// `CreateBot` would refuse, an unknown runtime).
+    pub fn conversations(
+        &self,
+        cwd: &str,
+        runtime: Option<&str>,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Vec<Listed>, BotError> {
+        let cwd = canonical_cwd(cwd)?;
+        if let Some(r) = runtime
+            && !self.runtimes.contains_key(r)
+        {
+            return Err(BotError::InvalidArgument(format!(
+                "unknown runtime `{}`; known runtimes: {}",
+                crate::text::escape(r, false),
+                self.runtime_names().join(", ")
+            )));
+        }
+        let bots = self.list();
+        let mut out = Vec::new();
+        for (name, rt) in &self.runtimes {
+            if runtime.is_some_and(|r| r != *name) {
+                continue;
+            }
+            let record = BotRecord {
+                env: env.clone(),
+                ..BotRecord::new("", "", &cwd, name)
+            };
+            let full_env = listing_env(&self.config, &record);
+            for c in rt.conversations(&full_env, Path::new(&cwd)) {
+                let bot_id = bots
+                    .iter()
+                    .find(|h| {
+                        let r = h.snapshot().record;
+                        r.runtime == *name && r.session_id.as_deref() == Some(&c.session_id)
+                    })
+                    .map(|h| h.id.clone());
+                out.push(Listed {
+                    runtime: name.to_string(),
+                    modified_s: c
+                        .modified
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_secs() as i64)
+                        .unwrap_or(0),
+                    title: bounded_title(&c.title),
+                    bot_id,
+                    held_by: None,
+                    session_id: c.session_id,
+                });
+            }
+        }
+        out.sort_by(|a, b| {
+            b.modified_s
+                .cmp(&a.modified_s)
+                .then_with(|| a.session_id.cmp(&b.session_id))
+        });
+        Ok(out)
+    }
+
+    /// Who outside botvisor holds the conversation `session_id` of `runtime` in `cwd` now, in
+    /// words (`pid N: what`); `None` when nobody does.
+    pub fn held_by(
+        &self,
+        runtime: &str,
+        cwd: &str,
+        session_id: &str,
+        env: &BTreeMap<String, String>,
+    ) -> Option<String> {
+        let rt = self.runtimes.get(runtime)?;
+        let record = BotRecord {
+            env: env.clone(),
+            ..BotRecord::new("", "", cwd, runtime)
+        };
+        let full_env = listing_env(&self.config, &record);
+        rt.holders(&full_env, Path::new(cwd), session_id)
+            .first()
+            .map(|h| format!("pid {}: {}", h.identity.pid, h.what))
     }
 
     /// Renames the bot `id` to `name`, checked as `CreateBot` checks a name ([`check_name`])
@@ -439,9 +655,44 @@ impl Supervisor {
     /// it leaves the list at once; its actor stops the process, deletes it from the store, and
     /// then its object goes away. Errors: NotFound, StorageUnavailable (nothing changed).
     pub fn delete(&self, id: &str) -> Result<(), BotError> {
+        self.delete_with(id, None)
+    }
+
+    /// Whether the worktree of the bot `id` may be removed now, with `force` or not, from what
+    /// git shows of it ([`crate::worktree::decide`]). Errors: NotFound; InvalidArgument (the bot
+    /// has no worktree); Busy (something uncommitted or unmerged, named; nothing changes);
+    /// Failed (git failed: its words).
+    pub async fn worktree_removal(
+        &self,
+        id: &str,
+        force: bool,
+    ) -> Result<core::worktree::Removal, BotError> {
+        let record = self.get(id)?.snapshot().record;
+        let Some(w) = record.worktree else {
+            return Err(BotError::InvalidArgument(format!(
+                "option `remove_worktree`: the bot `{}` has no worktree botvisor made",
+                crate::text::escape(&record.name, false)
+            )));
+        };
+        match crate::worktree::decide(Path::new(&w.repo), Path::new(&record.cwd), &w.branch, force)
+            .await
+        {
+            Ok(core::worktree::Removal::Refuse(why)) => Err(BotError::Busy(why)),
+            Ok(removal) => Ok(removal),
+            Err(e) => Err(BotError::Failed(e)),
+        }
+    }
+
+    /// [`Supervisor::delete`], and with `removal` the bot's worktree removed once its agent is
+    /// stopped ([`Supervisor::worktree_removal`] decides it first).
+    pub fn delete_with(
+        &self,
+        id: &str,
+        removal: Option<core::worktree::Removal>,
+    ) -> Result<(), BotError> {
         let handle = self.get(id)?;
         self.store.tx_now(|tx| store::bots::mark_deleting(tx, id))?;
-        handle.command(Command::Delete)?;
+        handle.command(Command::Delete(removal))?;
         handle
             .shared
             .deleted

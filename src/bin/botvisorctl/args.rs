@@ -76,6 +76,44 @@ pub enum Cmd {
         /// `infinity`. Default: botvisord's config `memory_max`.
         #[arg(long, value_name = "BYTES", value_parser = memory_max)]
         memory_max: Option<u64>,
+        /// Give the bot a git worktree of its own, made from the repository that holds --cwd
+        /// (`git worktree add`): its folder is the bot's for its whole life. Default branch
+        /// botvisor/NAME, from HEAD, in the repository's .git/botvisor-worktrees/ (or
+        /// botvisord's config `worktrees_dir`).
+        #[arg(long, conflicts_with = "adopt")]
+        worktree: bool,
+        /// The worktree's branch (with --worktree; default botvisor/NAME).
+        #[arg(long, requires = "worktree", value_name = "BRANCH")]
+        branch: Option<String>,
+        /// The commit the worktree's branch starts at, anything git rev-parse reads (with
+        /// --worktree; default HEAD).
+        #[arg(long, requires = "worktree", value_name = "REV")]
+        base: Option<String>,
+        /// Where the worktree goes (with --worktree; must not exist).
+        #[arg(long, requires = "worktree", value_name = "PATH", value_hint = clap::ValueHint::DirPath)]
+        worktree_path: Option<std::path::PathBuf>,
+        /// Adopt a conversation begun elsewhere (its session or thread id, as `conversations`
+        /// lists them for --cwd): the bot resumes it, its earlier turns imported into the chat.
+        #[arg(long, value_name = "SESSION_ID")]
+        adopt: Option<String>,
+    },
+    /// List the conversations the CLIs keep for a folder (Claude Code's transcripts, Codex's
+    /// rollouts), newest first: runtime, session id, when last written, which bot owns it or
+    /// which process holds it, and its first message. `create --adopt ID` takes one in.
+    Conversations {
+        /// The folder (made absolute).
+        #[arg(long, default_value = ".", value_hint = clap::ValueHint::DirPath)]
+        cwd: std::path::PathBuf,
+        /// Only this runtime's (claude or codex).
+        #[arg(long)]
+        runtime: Option<String>,
+        /// Extra environment to find the CLI's folder, KEY=VALUE (repeatable), as a bot's
+        /// (CLAUDE_CONFIG_DIR, CODEX_HOME).
+        #[arg(long = "env", value_name = "KEY=VALUE")]
+        env: Vec<String>,
+        /// At most this many (at most 500).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
     },
     /// List the bots: short id, name, state (and open permission prompts), folder.
     #[command(visible_alias = "ls")]
@@ -234,6 +272,13 @@ pub enum Cmd {
         /// Do not ask.
         #[arg(short, long)]
         yes: bool,
+        /// Remove the bot's git worktree too, and its branch when merged; refused while it holds
+        /// uncommitted changes or unmerged commits (they are named), unless --force.
+        #[arg(long)]
+        remove_worktree: bool,
+        /// With --remove-worktree: remove it whatever it holds (an unmerged branch is kept).
+        #[arg(long, requires = "remove_worktree")]
+        force: bool,
     },
     /// Check what botvisor needs, each with what was found and the command that fixes it: the
     /// bus, botvisord on it or its activation, the configuration, the state folder, each CLI and

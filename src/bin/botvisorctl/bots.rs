@@ -34,6 +34,12 @@ pub struct BotInfo {
     pub name: String,
     /// The working directory.
     pub cwd: String,
+    /// The git worktree botvisor made for the bot (`Worktree`; empty: none).
+    pub worktree: String,
+    /// Its branch (`Branch`; empty: no worktree).
+    pub branch: String,
+    /// The commit the branch started at (`BaseCommit`).
+    pub base_commit: String,
     /// The runtime.
     pub runtime: String,
     /// The model (empty: the CLI's default).
@@ -133,6 +139,9 @@ impl BotInfo {
             short: String::new(),
             name: string(props, "Name"),
             cwd: string(props, "Cwd"),
+            worktree: string(props, "Worktree"),
+            branch: string(props, "Branch"),
+            base_commit: string(props, "BaseCommit"),
             runtime: string(props, "Runtime"),
             model: string(props, "Model"),
             permission_mode: string(props, "PermissionMode"),
@@ -225,6 +234,9 @@ impl BotInfo {
             "short_id": self.short,
             "path": self.path,
             "name": self.name,
+            "worktree": self.worktree,
+            "branch": self.branch,
+            "base_commit": self.base_commit,
             "state": self.state,
             "held_by": self.held_by,
             "limit_kind": self.limit_kind,

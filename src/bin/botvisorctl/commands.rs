@@ -33,6 +33,21 @@ pub struct CreateArgs {
     pub idle_timeout: Option<u32>,
     /// The memory limit in bytes (`u64::MAX`: none).
     pub memory_max: Option<u64>,
+    /// A git worktree to make for the bot.
+    pub worktree: Option<WorktreeArgs>,
+    /// A conversation to adopt (its session or thread id).
+    pub adopt: Option<String>,
+}
+
+/// `create --worktree`'s choices.
+#[derive(Debug, Default)]
+pub struct WorktreeArgs {
+    /// The branch (default `botvisor/NAME`).
+    pub branch: Option<String>,
+    /// The commit it starts at (default `HEAD`).
+    pub base: Option<String>,
+    /// Where it goes.
+    pub path: Option<std::path::PathBuf>,
 }
 
 /// `create`: prints the id, name and folder, and a note when the name was suffixed.
@@ -69,6 +84,29 @@ pub async fn create(conn: &Connection, a: CreateArgs, json: bool) -> Result<u8, 
     if let Some(m) = a.memory_max {
         options.insert("memory_max", Variant::from(m));
     }
+    if let Some(session) = &a.adopt {
+        options.insert("session_id", Variant::from(session.as_str()));
+    }
+    if let Some(w) = &a.worktree {
+        let mut tree: HashMap<String, Variant<'_>> = HashMap::new();
+        if let Some(b) = &w.branch {
+            tree.insert("branch".into(), Variant::from(b.clone()));
+        }
+        if let Some(b) = &w.base {
+            tree.insert("base".into(), Variant::from(b.clone()));
+        }
+        if let Some(p) = &w.path {
+            let p = std::path::absolute(p).map_err(|e| {
+                Failure::usage(format!("cannot make the worktree path absolute: {e}"))
+            })?;
+            let p = p
+                .to_str()
+                .ok_or_else(|| Failure::usage("the worktree path is not valid UTF-8"))?
+                .to_owned();
+            tree.insert("path".into(), Variant::from(p));
+        }
+        options.insert("worktree", Variant::from(tree));
+    }
     let path = match ManagerProxy::new(conn).await?.create_bot(options).await {
         Ok(p) => p,
         // A runtime botvisord does not know is a wrong argument: a usage error, as clap's.
@@ -100,6 +138,33 @@ pub async fn create(conn: &Connection, a: CreateArgs, json: bool) -> Result<u8, 
             info.short,
             show::safe(&info.cwd)
         );
+        if !info.branch.is_empty() {
+            outln!(
+                "{}",
+                paint(
+                    DIM,
+                    &format!(
+                        "a git worktree on branch {} from {}",
+                        show::safe(&info.branch),
+                        info.base_commit.get(..12).unwrap_or(&info.base_commit)
+                    )
+                )
+            );
+        }
+        if !info.session_id.is_empty() && a.adopt.is_some() {
+            outln!(
+                "{}",
+                paint(
+                    DIM,
+                    &format!(
+                        "adopted conversation {}; `{} chat {}` shows its earlier turns",
+                        show::safe(&info.session_id),
+                        super::hint::ctl(),
+                        info.short
+                    )
+                )
+            );
+        }
         if suffixed {
             outln!(
                 "{}",
@@ -620,7 +685,13 @@ pub async fn restart(
 }
 
 /// `delete`: asks first on a terminal unless `yes`; without a terminal `--yes` is required.
-pub async fn delete(conn: &Connection, spec: &str, yes: bool, json: bool) -> Result<u8, Failure> {
+pub async fn delete(
+    conn: &Connection,
+    spec: &str,
+    yes: bool,
+    worktree: Option<bool>,
+    json: bool,
+) -> Result<u8, Failure> {
     let path = bots::path_of(conn, spec).await?;
     let info = bots::info(conn, path.as_str()).await?;
     if !yes {
@@ -646,9 +717,19 @@ pub async fn delete(conn: &Connection, spec: &str, yes: bool, json: bool) -> Res
         }
     }
     let bot: BotProxy<'static> = bots::proxy(conn, path).await?;
-    bot.delete().await?;
+    match worktree {
+        None => bot.delete().await?,
+        Some(force) => {
+            bot.delete_with(HashMap::from([
+                ("remove_worktree", Variant::from(true)),
+                ("force", Variant::from(force)),
+            ]))
+            .await?
+        }
+    }
     if json {
-        json_line!(json!({"id": info.id, "name": info.name, "deleted": true}));
+        json_line!(json!({"id": info.id, "name": info.name, "deleted": true,
+                          "worktree_removed": worktree.is_some() && !info.worktree.is_empty()}));
     } else {
         outln!("deleted {} ({})", show::safe(&info.name), info.short);
     }

@@ -26,6 +26,8 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
     }
     // Under 100 columns, what a person picks a bot by: its usage is `top`'s.
     let narrow = show::terminal_width().is_some_and(|w| w < 100);
+    // A BRANCH column once any bot has a worktree of its own.
+    let branches = all.iter().any(|b| !b.branch.is_empty());
     let rows = all
         .iter()
         .map(|b| {
@@ -42,6 +44,9 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
                     cpu_time(b.cpu_usage_nsec),
                     count(b.tasks_current),
                 ]);
+            }
+            if branches {
+                row.push(show::safe(&b.branch));
             }
             row.push(show::safe(&home_relative(&b.cwd)));
             row
@@ -68,14 +73,18 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
             }
         }
     }
-    let header: &[&str] = if narrow {
-        &["ID", "NAME", "STATE", "RUNTIME", "CWD"]
+    let mut header: Vec<&str> = if narrow {
+        vec!["ID", "NAME", "STATE", "RUNTIME"]
     } else {
-        &[
-            "ID", "NAME", "STATE", "RUNTIME", "QUEUED", "MEMORY", "CPU", "TASKS", "CWD",
+        vec![
+            "ID", "NAME", "STATE", "RUNTIME", "QUEUED", "MEMORY", "CPU", "TASKS",
         ]
     };
-    for line in table(header, rows) {
+    if branches {
+        header.push("BRANCH");
+    }
+    header.push("CWD");
+    for line in table(&header, rows) {
         outln!("{line}");
     }
     prompts(&all);
@@ -152,6 +161,18 @@ pub async fn status(conn: &Connection, spec: &str, json: bool) -> Result<u8, Fai
         ("id", format!("{} (short: {})", b.id, b.short)),
         ("state", b.shown_state()),
         ("cwd", b.cwd.clone()),
+        (
+            "worktree",
+            if b.branch.is_empty() {
+                "none (a folder of the user's)".to_owned()
+            } else {
+                format!(
+                    "branch {} from {}",
+                    b.branch,
+                    b.base_commit.get(..12).unwrap_or(&b.base_commit)
+                )
+            },
+        ),
         ("runtime", b.runtime.clone()),
         ("model", or(&b.model, "the CLI's default")),
         (
@@ -276,6 +297,91 @@ fn home_relative(path: &str) -> String {
         },
         _ => path.to_owned(),
     }
+}
+
+/// `conversations`: the conversations the CLIs keep for a folder, newest first, one JSON object
+/// per line or a table; a title is the conversation's first message, as botvisord escaped it.
+pub async fn conversations(
+    conn: &Connection,
+    cwd: &std::path::Path,
+    runtime: Option<String>,
+    env: &[String],
+    limit: u32,
+    json: bool,
+) -> Result<u8, Failure> {
+    use std::collections::HashMap;
+    use zbus::Variant;
+    let cwd = std::path::absolute(cwd)
+        .map_err(|e| Failure::usage(format!("cannot make the folder absolute: {e}")))?;
+    let cwd = cwd
+        .to_str()
+        .ok_or_else(|| Failure::usage("the folder is not valid UTF-8"))?
+        .to_owned();
+    let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
+    if let Some(r) = &runtime {
+        options.insert("runtime", Variant::from(r.as_str()));
+    }
+    let env = super::commands::env_pairs(env)?;
+    if !env.is_empty() {
+        options.insert("env", Variant::from(env));
+    }
+    options.insert("limit", Variant::from(limit));
+    let manager = botvisor::dbus::client::ManagerProxy::new(conn).await?;
+    let found = manager.list_conversations(&cwd, options).await?;
+    let text = |v: Option<&zbus::OwnedVariant>| -> String {
+        v.and_then(|v| v.try_clone().ok())
+            .and_then(|v| String::try_from(v).ok())
+            .unwrap_or_default()
+    };
+    let owner = |v: Option<&zbus::OwnedVariant>| -> String {
+        v.and_then(|v| v.try_clone().ok())
+            .and_then(|v| zbus::OwnedObjectPath::try_from(v).ok())
+            .map(|p| p.as_str().rsplit('/').next().unwrap_or_default().to_owned())
+            .unwrap_or_default()
+    };
+    if json {
+        for (runtime, id, written, title, details) in &found {
+            json_line!(serde_json::json!({
+                "runtime": runtime, "session_id": id, "written": written, "title": title,
+                "bot": owner(details.get("bot")), "held_by": text(details.get("held_by")),
+            }));
+        }
+        return Ok(OK);
+    }
+    if found.is_empty() {
+        outln!("no conversations for {}", show::safe(&cwd));
+        return Ok(OK);
+    }
+    let rows = found
+        .iter()
+        .map(|(runtime, id, written, title, details)| {
+            let bot = owner(details.get("bot"));
+            let held = text(details.get("held_by"));
+            let who = if !bot.is_empty() {
+                format!("bot {}", &bot[..bot.len().min(8)])
+            } else if !held.is_empty() {
+                format!("held: {held}")
+            } else {
+                String::new()
+            };
+            vec![
+                show::safe(runtime),
+                show::safe(id),
+                show::safe(&botvisor::time::local_time(
+                    u64::try_from(*written).unwrap_or(0),
+                )),
+                show::safe(&who),
+                show::safe(title),
+            ]
+        })
+        .collect();
+    for line in table(
+        &["RUNTIME", "SESSION", "WRITTEN", "OWNER", "FIRST MESSAGE"],
+        rows,
+    ) {
+        outln!("{line}");
+    }
+    Ok(OK)
 }
 
 #[cfg(test)]

@@ -172,6 +172,11 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             env,
             idle_timeout,
             memory_max,
+            worktree,
+            branch,
+            base,
+            worktree_path,
+            adopt,
         } => {
             let a = commands::CreateArgs {
                 cwd,
@@ -182,10 +187,22 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
                 env,
                 idle_timeout,
                 memory_max,
+                worktree: worktree.then_some(commands::WorktreeArgs {
+                    branch,
+                    base,
+                    path: worktree_path,
+                }),
+                adopt,
             };
             commands::create(conn, a, json).await
         }
         Cmd::List => list::list(conn, json).await,
+        Cmd::Conversations {
+            cwd,
+            runtime,
+            env,
+            limit,
+        } => list::conversations(conn, &cwd, runtime, &env, limit, json).await,
         Cmd::Status { bot } => list::status(conn, &bot, json).await,
         Cmd::Send { bot, text } => {
             let text = if text == "-" { read_stdin()? } else { text };
@@ -267,7 +284,15 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             interval,
             iterations,
         } => top::run(conn, interval, iterations, json).await,
-        Cmd::Delete { bot, yes } => commands::delete(conn, &bot, yes, json).await,
+        Cmd::Delete {
+            bot,
+            yes,
+            remove_worktree,
+            force,
+        } => {
+            let worktree = remove_worktree.then_some(force);
+            commands::delete(conn, &bot, yes, worktree, json).await
+        }
         Cmd::Completions { .. } | Cmd::Man | Cmd::Doctor => Ok(fail::OK),
     }
 }

@@ -6,6 +6,7 @@
 //! The facts come from `shared/claude-code-facts.md` and were re-checked on the real CLI 2.1.328
 //! by the tier-3 tests.
 
+pub mod conversations;
 pub mod events;
 pub mod launch;
 pub mod leaf;
@@ -21,7 +22,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::{
-    Grant, LaunchCommand, LaunchSpec, Protocol, Runtime, RuntimeError, Scope, SessionStart,
+    ChatPayload, Conversation, Grant, LaunchCommand, LaunchSpec, Protocol, Runtime, RuntimeError,
+    Scope, SessionStart,
 };
 
 /// The transcript of `session_id` for a CLI started with `env` in `cwd`, if it exists now.
@@ -116,6 +118,23 @@ impl Runtime for Claude {
 
     fn can_fork(&self) -> bool {
         true
+    }
+
+    fn conversations(&self, env: &BTreeMap<String, String>, cwd: &Path) -> Vec<Conversation> {
+        transcript::config_dir(env)
+            .map(|dir| conversations::list(&dir, cwd))
+            .unwrap_or_default()
+    }
+
+    fn history(
+        &self,
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+        session_id: &str,
+    ) -> Vec<ChatPayload> {
+        transcript_of(env, cwd, session_id)
+            .map(|path| conversations::history(&path))
+            .unwrap_or_default()
     }
 
     fn holder(

@@ -7,6 +7,7 @@
 //! and are re-checked on the real CLI 0.171.0 by tests/facts/codex.rs.
 
 pub mod config;
+pub mod conversations;
 pub mod launch;
 pub mod native;
 pub mod protocol;
@@ -20,7 +21,10 @@ pub mod writer;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{LaunchCommand, LaunchSpec, Protocol, Runtime, RuntimeError, SessionStart, TakenTurn};
+use super::{
+    ChatPayload, Conversation, LaunchCommand, LaunchSpec, Protocol, Runtime, RuntimeError,
+    SessionStart, TakenTurn,
+};
 
 /// The environment variable that names the binary when the config has no `codex_bin`.
 pub const BIN_ENV: &str = "BOTVISOR_CODEX_BIN";
@@ -143,6 +147,23 @@ impl Runtime for Codex {
         session_id: &str,
     ) -> bool {
         rollout::codex_home(env).is_some_and(|home| rollout::find(&home, session_id).is_some())
+    }
+
+    fn conversations(&self, env: &BTreeMap<String, String>, cwd: &Path) -> Vec<Conversation> {
+        rollout::codex_home(env)
+            .map(|home| conversations::list(&home, cwd))
+            .unwrap_or_default()
+    }
+
+    fn history(
+        &self,
+        env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        session_id: &str,
+    ) -> Vec<ChatPayload> {
+        rollout::codex_home(env)
+            .map(|home| conversations::history(&home, session_id))
+            .unwrap_or_default()
     }
 
     fn conversation_has_message(

@@ -51,9 +51,22 @@ impl Actor {
                 self.stop_if_asked().await;
                 true
             }
-            Command::Delete => {
+            Command::Delete(removal) => {
                 self.handle(Input::Command(Cmd::Delete));
-                self.stop_if_asked().await;
+                match removal {
+                    None => self.stop_if_asked().await,
+                    Some(removal) => {
+                        // The worktree goes once the agent that works in it is stopped, before
+                        // the bot's deletion is committed and its object goes.
+                        if let Some(why) = self.stop_asked.take() {
+                            let released =
+                                self.stop_process(why).await.is_none_or(|v| v.released());
+                            let record = self.record();
+                            remove_worktree(&self.id, &record, &removal).await;
+                            self.handle(Input::Stopped { why, released });
+                        }
+                    }
+                }
                 !self.ended
             }
             Command::Shutdown(reply) => {
@@ -106,6 +119,32 @@ impl Actor {
         };
         if let Some(s) = shown {
             self.set_state(s);
+        }
+    }
+}
+
+/// Removes the bot's git worktree as `removal` says, after its agent was stopped: git's
+/// own checks still hold (a worktree that became dirty since the call is kept without
+/// `force`); a failure is named in the journal, the bot is deleted all the same.
+async fn remove_worktree(
+    id: &str,
+    record: &crate::store::BotRecord,
+    removal: &crate::supervisor::core::worktree::Removal,
+) {
+    let Some(w) = &record.worktree else {
+        return;
+    };
+    match crate::worktree::remove(
+        std::path::Path::new(&w.repo),
+        std::path::Path::new(&record.cwd),
+        &w.branch,
+        removal,
+    )
+    .await
+    {
+        Ok(()) => tracing::info!(bot_id = %id, path = %record.cwd, "worktree removed"),
+        Err(e) => {
+            tracing::warn!(bot_id = %id, path = %record.cwd, error = %e, "worktree not removed")
         }
     }
 }

@@ -6,6 +6,7 @@
 //! the events the test scripted for that message. Nothing else of a real CLI is pretended: a
 //! claim about Claude Code or Codex is tested on them (tests/*_real.rs).
 
+use futures_util::FutureExt;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -173,6 +174,8 @@ fn shell(script: Script) -> Shell {
             runtime: Some("scripted".into()),
             ..Default::default()
         })
+        .now_or_never()
+        .expect("a bot without a worktree is created without waiting")
         .unwrap();
     Shell {
         bot,

@@ -7,6 +7,10 @@
 //! decision. The shape follows the sans-I/O cores of `quinn-proto` and `rustls` (a core that is
 //! driven, never drives) and Horust's `handle_event`, which returns events instead of acting.
 //!
+//! - [`adopt`]: whether a conversation begun elsewhere may be adopted (issue 28, rules 2
+//!   and 7).
+//! - [`worktree`]: a bot's git worktree: its default branch and whether `DeleteWith` may
+//!   remove it (issue 28).
 //! - [`bot_core`]: one bot's core state and timers, with the one next deadline of them all.
 //! - [`machine`]: the driven machine: [`Input`] in through `BotCore::handle`, effects out through
 //!   `BotCore::poll_effect`, what only the shell can read asked through [`Facts`] (issue 27).
@@ -68,6 +72,7 @@
 //! requests), a process's exit status and identity, and `crate::text` are the only other parts
 //! of the crate it names. [`tests::the_core_names_no_shell`] holds it to that.
 
+pub mod adopt;
 pub mod bot_core;
 pub mod budget;
 pub mod commands;
@@ -103,6 +108,7 @@ pub mod taken;
 pub mod timeouts;
 pub mod turns;
 pub mod watchdogs;
+pub mod worktree;
 
 pub use bot_core::{BotCore, Due, Process};
 pub use effect::{CommitBuilder, Effect, Publish, Setting, Write};

@@ -1,0 +1,355 @@
+//! Issue 28: a conversation begun with the bare CLI in a terminal is listed by
+//! `ListConversations`, adopted by `CreateBot`'s `session_id`, its history read back from
+//! `GetChat` (items marked `imported: true`), and the next message answered in it; on the real
+//! Claude Code and Codex CLIs.
+
+use std::collections::HashMap;
+
+use zbus::Variant;
+
+use support::stand_in_api::echo_script;
+use support::*;
+
+/// The user's own Claude Code with the conversation `session` open (stdin kept open, so it
+/// waits for input), once its registry of live sessions names it.
+async fn hold_elsewhere(
+    env: &TestEnv,
+    setup: &RealSetup,
+    claude: &std::path::Path,
+    session: &str,
+) -> std::process::Child {
+    let child = std::process::Command::new(claude)
+        .args([
+            "-p",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--resume",
+            session,
+        ])
+        .current_dir(&env.work)
+        .env_clear()
+        .envs(&setup.bot_env)
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let entry = env
+        .home
+        .join(format!(".claude/sessions/{}.json", child.id()));
+    bounded("the other CLI in the registry", async {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
+        loop {
+            let text = std::fs::read_to_string(&entry).unwrap_or_default();
+            let found = botvisor::runtime::claude::registry::entries_for(
+                std::iter::once(text.as_str()),
+                session,
+            );
+            if found.iter().any(|e| e.pid == child.id()) {
+                return;
+            }
+            tick.tick().await;
+        }
+    })
+    .await;
+    child
+}
+
+fn error_name(e: &zbus::Error) -> String {
+    match e {
+        zbus::Error::MethodError(name, _, _) => name.to_string(),
+        e => e.to_string(),
+    }
+}
+
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_begun_in_a_terminal_is_listed_adopted_and_answered_in() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude.clone(), echo_script()).await;
+
+    // The user's own conversation, with the bare CLI (print mode), in the folder.
+    let mut cli = tokio::process::Command::new(&claude);
+    cli.args(["-p", "hello from the terminal\nsecond line"])
+        .current_dir(&env.work)
+        .env_clear()
+        .envs(&setup.bot_env)
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .kill_on_drop(true);
+    let out = bounded("the bare CLI", cli.output()).await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let manager = env.manager().await;
+    let work = env.work.to_str().unwrap();
+    let listed = manager
+        .list_conversations(work, HashMap::new())
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let (runtime, session, written, title, details) = &listed[0];
+    assert_eq!(runtime, "claude");
+    assert_eq!(title, "hello from the terminal\\nsecond line", "escaped");
+    assert!(*written > 0);
+    assert!(details.is_empty(), "no bot owns it yet: {details:?}");
+
+    // No such conversation: InvalidArgument, nothing created.
+    let mut o = create_options(work, &setup.bot_env);
+    o.insert(
+        "session_id",
+        Variant::from("00000000-0000-0000-0000-000000000000"),
+    );
+    let err = manager.create_bot(o).await.unwrap_err();
+    assert_eq!(
+        error_name(&err),
+        "org.botvisor.Botvisor1.Error.InvalidArgument"
+    );
+    assert!(manager.list_bots().await.unwrap().is_empty());
+
+    // Open in the user's own CLI: listed as held, Busy naming it, nothing created (rule 7).
+    let mut other = hold_elsewhere(&env, &setup, &claude, session).await;
+    let listed = manager
+        .list_conversations(work, HashMap::new())
+        .await
+        .unwrap();
+    let held: String = listed[0].4["held_by"].clone().try_into().unwrap();
+    assert!(held.contains(&format!("pid {}", other.id())), "{held}");
+    let mut o = create_options(work, &setup.bot_env);
+    o.insert("session_id", Variant::from(session.as_str()));
+    let err = manager.create_bot(o).await.unwrap_err();
+    assert_eq!(error_name(&err), "org.botvisor.Botvisor1.Error.Busy");
+    assert!(
+        err.to_string().contains(&format!("pid {}", other.id())),
+        "{err}"
+    );
+    assert!(manager.list_bots().await.unwrap().is_empty());
+    drop(other.stdin.take());
+    bounded("the other CLI's exit", async {
+        tokio::task::spawn_blocking(move || other.wait().unwrap())
+            .await
+            .unwrap()
+    })
+    .await;
+
+    // Adopted: its turns are in the chat first, imported, then the next message goes on in it.
+    let mut o = create_options(work, &setup.bot_env);
+    o.insert("session_id", Variant::from(session.as_str()));
+    let path = manager.create_bot(o).await.unwrap();
+    let bot = env.bot(&path).await;
+    assert_eq!(bot.session_id().await.unwrap(), *session);
+    let items = chat(&bot).await;
+    let kinds: Vec<&str> = items.iter().map(|(_, k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["user", "assistant"], "{items:?}");
+    assert!(items.iter().all(|(_, _, p)| p["imported"] == true));
+    assert_eq!(items[0].2["text"], "hello from the terminal\nsecond line");
+    assert_eq!(
+        items[1].2["text"],
+        "Hello! You said: hello from the terminal\nsecond line"
+    );
+
+    // Owned now: listed with its bot, and a second adoption is refused.
+    let listed = manager
+        .list_conversations(work, HashMap::new())
+        .await
+        .unwrap();
+    let owner: zbus::OwnedObjectPath = listed[0].4["bot"].clone().try_into().unwrap();
+    assert_eq!(owner, path);
+    let mut o = create_options(work, &setup.bot_env);
+    o.insert("session_id", Variant::from(session.as_str()));
+    let err = manager.create_bot(o).await.unwrap_err();
+    assert_eq!(error_name(&err), "org.botvisor.Botvisor1.Error.Busy");
+
+    let seen = send_and_wait(&bot, "and now from botvisor").await;
+    assert_eq!(seen.outcome, "success", "{seen:?}");
+    assert_eq!(
+        bot.session_id().await.unwrap(),
+        *session,
+        "the same conversation"
+    );
+    let asked = setup
+        .api
+        .requests()
+        .into_iter()
+        .rfind(|r| r.has_tools && r.last_user_text.contains("and now from botvisor"))
+        .unwrap();
+    assert!(
+        asked.body.to_string().contains("hello from the terminal"),
+        "the model sees the terminal's turn"
+    );
+    let items = chat(&bot).await;
+    assert!(
+        items[2..]
+            .iter()
+            .all(|(_, _, p)| p.get("imported").is_none())
+    );
+    assert!(of_kind(&items, "system").is_empty(), "{items:?}");
+    drop(setup);
+    env.assert_no_leftovers();
+}
+
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_thread_begun_in_a_terminal_is_listed_adopted_and_answered_in() {
+    let Some(codex) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    // As the echo script, but a message `slow` is answered over 3 s: meanwhile its process
+    // holds the thread.
+    let script: support::responses_api::Script =
+        std::sync::Arc::new(|req: &support::responses_api::ResponsesRequest| {
+            use support::responses_api::Reply;
+            if req.last_user_text.trim() == "slow" {
+                Reply::SlowText {
+                    chunks: (0..30).map(|i| format!("{i} ")).collect(),
+                    every: std::time::Duration::from_millis(100),
+                }
+            } else {
+                Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+            }
+        });
+    let setup = support::codex::CodexSetup::start(&env, codex.clone(), script).await;
+
+    // The user's own thread, with the bare CLI (`codex exec`), in the folder.
+    let mut cli = tokio::process::Command::new(&codex);
+    cli.args(["exec", "--skip-git-repo-check", "hello from the terminal"])
+        .current_dir(&env.work)
+        .env_clear()
+        .envs(&setup.bot_env)
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = bounded("the bare CLI", cli.output()).await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let manager = env.manager().await;
+    let work = env.work.to_str().unwrap();
+    let find = HashMap::from([
+        ("runtime", Variant::from("codex")),
+        ("env", Variant::from(setup.bot_env.clone())),
+    ]);
+    let listed = manager
+        .list_conversations(work, find.clone())
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let (runtime, thread, _, title, details) = &listed[0];
+    assert_eq!(runtime, "codex");
+    assert_eq!(title, "hello from the terminal");
+    assert!(details.is_empty(), "{details:?}");
+    assert!(setup.rollout(thread).is_some());
+
+    let mut o = create_options(work, &setup.bot_env);
+    o.insert("runtime", Variant::from("codex"));
+    o.insert(
+        "session_id",
+        Variant::from("01a242f8-0000-7000-8000-000000000000"),
+    );
+    let err = manager.create_bot(o).await.unwrap_err();
+    assert_eq!(
+        error_name(&err),
+        "org.botvisor.Botvisor1.Error.InvalidArgument"
+    );
+
+    // Held by the user's own `codex exec resume` (its writer lock): listed as held, Busy.
+    let mut other = tokio::process::Command::new(&codex);
+    other
+        .args(["exec", "--skip-git-repo-check", "resume", thread, "slow"])
+        .current_dir(&env.work)
+        .env_clear()
+        .envs(&setup.bot_env)
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let mut other = other.spawn().unwrap();
+    let holder = bounded("the other Codex's writer lock", async {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
+        loop {
+            if let Some(h) = botvisor::runtime::codex::writer::holder(&setup.codex_home, thread) {
+                return h;
+            }
+            tick.tick().await;
+        }
+    })
+    .await;
+    let listed = manager
+        .list_conversations(work, find.clone())
+        .await
+        .unwrap();
+    let held: String = listed[0].4["held_by"].clone().try_into().unwrap();
+    assert!(held.contains(&format!("pid {}", holder.pid)), "{held}");
+    let mut o = create_options(work, &setup.bot_env);
+    o.insert("runtime", Variant::from("codex"));
+    o.insert("session_id", Variant::from(thread.as_str()));
+    let err = manager.create_bot(o).await.unwrap_err();
+    assert_eq!(error_name(&err), "org.botvisor.Botvisor1.Error.Busy");
+    assert!(manager.list_bots().await.unwrap().is_empty());
+    let status = bounded("the other Codex's end", other.wait())
+        .await
+        .unwrap();
+    assert!(status.success());
+
+    let mut o = create_options(work, &setup.bot_env);
+    o.insert("runtime", Variant::from("codex"));
+    o.insert("session_id", Variant::from(thread.as_str()));
+    let path = manager.create_bot(o).await.unwrap();
+    let bot = env.bot(&path).await;
+    let items = chat(&bot).await;
+    let shown: Vec<(&str, &str)> = items
+        .iter()
+        .map(|(_, k, p)| (k.as_str(), p["text"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("user", "hello from the terminal"),
+            ("assistant", "Hello! You said: hello from the terminal"),
+            ("user", "slow"),
+            (
+                "assistant",
+                (0..30)
+                    .map(|i| format!("{i} "))
+                    .collect::<String>()
+                    .as_str()
+            ),
+        ]
+    );
+    assert!(items.iter().all(|(_, _, p)| p["imported"] == true));
+
+    let seen = send_and_wait(&bot, "and now from botvisor").await;
+    assert_eq!(seen.outcome, "success", "{seen:?}");
+    assert_eq!(bot.session_id().await.unwrap(), *thread, "the same thread");
+    let asked = setup
+        .api
+        .requests()
+        .into_iter()
+        .rfind(|r| r.last_user_text.contains("and now from botvisor"))
+        .unwrap();
+    assert!(
+        asked.body.to_string().contains("hello from the terminal"),
+        "the model sees the terminal's turn"
+    );
+    let listed = manager.list_conversations(work, find).await.unwrap();
+    let owner: zbus::OwnedObjectPath = listed[0].4["bot"].clone().try_into().unwrap();
+    assert_eq!(owner, path);
+    drop(setup);
+    support::codex::wait_no_leftovers(&env).await;
+}

@@ -28,3 +28,4 @@ mod storms;
 mod supervision;
 mod ui;
 mod watchdogs;
+mod worktrees;

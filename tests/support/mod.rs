@@ -5,6 +5,7 @@
 pub mod cgroup;
 pub mod codex;
 pub mod desktop;
+pub mod git;
 pub mod moments;
 pub mod responses_api;
 pub mod sshd;
@@ -1141,5 +1142,14 @@ impl zbus::connection::socket::WriteHalf for NoFdWrite {
     async fn close(&mut self) -> std::io::Result<()> {
         use tokio::io::AsyncWriteExt;
         self.0.shutdown().await
+    }
+}
+
+/// The D-Bus error name of a failed call (`org.botvisor.Botvisor1.Error.Busy`), or the error's
+/// words when it is no method error.
+pub fn error_name(e: &zbus::Error) -> String {
+    match e {
+        zbus::Error::MethodError(name, _, _) => name.to_string(),
+        e => e.to_string(),
     }
 }

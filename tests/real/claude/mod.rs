@@ -1,5 +1,6 @@
 //! On the real Claude Code CLI.
 
+mod adopt;
 mod chat;
 mod ctl;
 mod ctl_terminals;
@@ -8,3 +9,4 @@ mod exactly_once;
 mod sessions;
 mod supervision;
 mod usage_limits;
+mod worktrees;

@@ -1,6 +1,8 @@
 //! On the real Codex CLI (`codex app-server`).
 
+mod adopt;
 mod chat;
 mod exactly_once;
 mod keep;
 mod kills;
+mod worktrees;

@@ -61,8 +61,8 @@ pub struct Config {
     /// Model for bots created without one (empty: the CLI's own default).
     pub default_model: Option<String>,
     /// The folder that holds the git worktrees `CreateBot`'s `worktree` makes without a `path`
-    /// (absolute; one folder per bot, named after it). Default: `botvisor-worktrees` in the
-    /// repository's common git directory (`.git/botvisor-worktrees/`).
+    /// (absolute; one folder per bot, named after it). Default: `worktrees/<repository>-<hash>/`
+    /// in botvisor's state folder (`core::worktree::repository_folder`).
     pub worktrees_dir: Option<PathBuf>,
     /// Permission mode for bots created without one (empty: the CLI's own default); it applies
     /// to the bots of each runtime that accepts it (a Claude Code mode is not given to Codex).

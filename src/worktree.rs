@@ -98,8 +98,10 @@ pub async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
 }
 
 /// Makes a worktree for the bot named `bot_name` from the repository that holds `cwd`:
-/// `git worktree add -b <branch> <path> <base commit>`. `folder` is config `worktrees_dir`
-/// (`None`: `<the repository's common git dir>/botvisor-worktrees`). A branch or path
+/// `git worktree add -b <branch> <path> <base commit>`. `folder` is config `worktrees_dir`;
+/// without it, `<state>/worktrees/<repository folder>` (`state`: botvisor's state folder, the
+/// database's; [`worktree::repository_folder`]), or the repository's common git directory when
+/// there is no state folder (an in-memory database). A branch or path
 /// botvisor names is the first free of `<name>`, `<name>-2`, … (at most
 /// `core::worktree::MAX_SUFFIX`). Errors (git's words included): `cwd` in no repository, a
 /// branch name git refuses or that exists, a base git cannot read, a path that exists or is not
@@ -109,6 +111,7 @@ pub async fn add(
     bot_name: &str,
     ask: &Ask,
     folder: Option<&Path>,
+    state: Option<&Path>,
 ) -> Result<Made, String> {
     let top = git(cwd, &["rev-parse", "--show-toplevel"]).await?;
     let top = PathBuf::from(top.trim());
@@ -129,13 +132,16 @@ pub async fn add(
     let dir = match (&ask.path, folder) {
         (Some(_), _) => PathBuf::new(),
         (None, Some(f)) => f.to_path_buf(),
+        (None, None) if let Some(state) = state => state
+            .join(worktree::FOLDER)
+            .join(worktree::repository_folder(&top.to_string_lossy())),
         (None, None) => {
             let common = git(
                 &top,
                 &["rev-parse", "--path-format=absolute", "--git-common-dir"],
             )
             .await?;
-            PathBuf::from(common.trim()).join(worktree::FOLDER)
+            PathBuf::from(common.trim()).join("botvisor-worktrees")
         }
     };
     // A name botvisor chooses is the first free one: `-2`, `-3`, … after the bot's name while a

@@ -454,6 +454,7 @@ impl Supervisor {
                     &name,
                     ask,
                     self.config.worktrees_dir.as_deref(),
+                    self.store.path().and_then(Path::parent),
                 )
                 .await
                 .map_err(|e| BotError::InvalidArgument(format!("option `worktree`: {e}")))?;

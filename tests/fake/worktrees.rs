@@ -77,7 +77,15 @@ async fn botvisorctl_creates_lists_and_deletes_a_bot_in_a_worktree() {
     assert_eq!(code, 0, "{err}");
     let created: Value = serde_json::from_str(out.trim()).unwrap();
     let tree = created["cwd"].as_str().unwrap().to_owned();
-    assert!(tree.ends_with(".git/botvisor-worktrees/work"), "{tree}");
+    // By default in botvisor's state folder, one folder per repository, one per bot.
+    let repo_top = std::fs::canonicalize(&repo).unwrap();
+    let folder =
+        botvisor::supervisor::core::worktree::repository_folder(&repo_top.to_string_lossy());
+    assert!(
+        tree.ends_with(&format!("/worktrees/{folder}/work")),
+        "{tree}"
+    );
+    assert!(!tree.contains("/.git/"), "{tree}");
 
     let (code, out, _) = run(&bus, &["--json", "list"]).await;
     assert_eq!(code, 0);
@@ -168,7 +176,7 @@ async fn botvisorctl_creates_lists_and_deletes_a_bot_in_a_worktree() {
         second["cwd"]
             .as_str()
             .unwrap()
-            .ends_with("botvisor-worktrees/work-2")
+            .ends_with(&format!("/worktrees/{folder}/work-2"))
     );
     let (_, out, _) = run(&bus, &["--json", "status", "work"]).await;
     let shown: Value = serde_json::from_str(out.trim()).unwrap();

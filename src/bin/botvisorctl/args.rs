@@ -78,8 +78,9 @@ pub enum Cmd {
         memory_max: Option<u64>,
         /// Give the bot a git worktree of its own, made from the repository that holds --cwd
         /// (`git worktree add`): its folder is the bot's for its whole life. Default branch
-        /// botvisor/NAME, from HEAD, in the repository's .git/botvisor-worktrees/ (or
-        /// botvisord's config `worktrees_dir`).
+        /// botvisor/NAME, from HEAD, in botvisor's state folder
+        /// (~/.local/state/botvisor/worktrees/REPOSITORY-HASH/NAME) or botvisord's config
+        /// `worktrees_dir`.
         #[arg(long, conflicts_with = "adopt")]
         worktree: bool,
         /// The worktree's branch (with --worktree; default botvisor/NAME).

@@ -5,10 +5,30 @@
 /// The prefix of a branch botvisor names for a bot: `botvisor/<name>`.
 pub const BRANCH_PREFIX: &str = "botvisor/";
 
-/// The folder under the repository's common git directory (`.git`) that holds the worktrees
-/// botvisor adds when `CreateBot`'s `worktree` gives no `path` and config `worktrees_dir` is
-/// unset.
-pub const FOLDER: &str = "botvisor-worktrees";
+/// The folder, under botvisor's state folder, that holds the worktrees botvisor adds when
+/// `CreateBot`'s `worktree` gives no `path` and config `worktrees_dir` is unset: one folder per
+/// repository ([`repository_folder`]), one per bot in it. Not under the repository's `.git`:
+/// Claude Code 2.1.328 asks before every edit under a `.git` folder, even in `acceptEdits`
+/// (docs/sessions.md); nor in the repository's own tree, where its `git status` and every search
+/// of the user's would see them.
+pub const FOLDER: &str = "worktrees";
+
+/// The folder of one repository's worktrees under [`FOLDER`], from the repository's top folder
+/// `top` (absolute): its name as [`name_part`] keeps it, then `-` and 8 hexadecimal digits of a
+/// hash of the whole path (FNV-1a, 32 bits: the same on every run and build), so that two
+/// repositories of one name get two folders: `/home/me/src/app` → `app-1c9b0f2e`.
+pub fn repository_folder(top: &str) -> String {
+    let name = top
+        .rsplit('/')
+        .find(|s| !s.is_empty())
+        .unwrap_or("repository");
+    let mut hash: u32 = 0x811c_9dc5;
+    for b in top.bytes() {
+        hash ^= u32::from(b);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    format!("{}-{hash:08x}", name_part(name))
+}
 
 /// The most entries of each list a refusal names; the rest are counted.
 pub const MAX_NAMED: usize = 10;
@@ -222,6 +242,26 @@ mod tests {
                 force: false,
                 delete_branch: true
             }
+        );
+    }
+
+    #[test]
+    fn a_repositorys_worktrees_folder_is_its_name_and_a_stable_hash_of_its_path() {
+        let a = repository_folder("/home/me/src/app");
+        assert!(a.starts_with("app-") && a.len() == "app-".len() + 8, "{a}");
+        assert_eq!(
+            a,
+            repository_folder("/home/me/src/app"),
+            "the same every time"
+        );
+        assert_ne!(
+            a,
+            repository_folder("/home/me/other/app"),
+            "two repositories, two folders"
+        );
+        assert!(
+            repository_folder("/x/a b.lock").starts_with("a-b"),
+            "a name git takes"
         );
     }
 }

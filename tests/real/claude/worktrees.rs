@@ -12,9 +12,9 @@ use support::git::{git, repository, worktrees};
 use support::stand_in_api::demo_script;
 use support::*;
 
-/// Sends `text`, allows every permission request of its turn, and returns its outcome. Claude
-/// Code 2.1.328 asks before it writes under a `.git` folder even in `acceptEdits`, and the
-/// default worktree is in `.git/botvisor-worktrees/`.
+/// Sends `text`, allows every permission request of its turn, and returns its outcome (a
+/// worktree given a `path` under `.git` is asked for every edit: Claude Code 2.1.328 asks before
+/// it writes under a `.git` folder even in `acceptEdits`).
 async fn send_allowing(bot: &BotProxy<'_>, text: &str) -> String {
     let mut asked = bot.receive_permission_requested().await.unwrap();
     let mut finished = bot.receive_turn_finished().await.unwrap();
@@ -103,9 +103,16 @@ async fn three_bots_edit_one_repository_in_worktrees_resume_after_a_restart_and_
         };
         assert_eq!(bot.branch().await.unwrap(), want);
         assert_eq!(bot.base_commit().await.unwrap(), head);
+        // By default in botvisor's state folder (the database's), one folder per repository:
+        // not under `.git`, where Claude Code asks before every edit.
+        let repo_top = std::fs::canonicalize(&repo).unwrap();
+        let folder = env.dir.path().join("worktrees").join(
+            botvisor::supervisor::core::worktree::repository_folder(&repo_top.to_string_lossy()),
+        );
         assert!(
-            tree.starts_with(&repo.join(".git/botvisor-worktrees").display().to_string()),
-            "{tree}"
+            tree.starts_with(&folder.display().to_string()),
+            "{tree} is not in {}",
+            folder.display()
         );
         assert_eq!(
             git(Path::new(&tree), &["branch", "--show-current"]).trim(),

@@ -8,7 +8,7 @@ use zbus::object_server::SignalEmitter;
 
 use super::bounds;
 use super::error::{Error, Result};
-use super::guard::{DescriptorCall, DescriptorMethods, Guarded};
+use super::guard::{DescriptorCall, DescriptorMethods, Detached, Guarded};
 use super::options::{OptionReader, Options};
 use super::service::Ctx;
 use crate::limits::{MAX_PAGE_BYTES, MAX_PAGE_ITEMS, MAX_READ_BYTES, MAX_SEND_BYTES};
@@ -67,7 +67,49 @@ impl BotObject {
     }
 }
 
+/// `DeleteWith`'s work (its doc is the method's). Run in a task of its own
+/// ([`DescriptorMethods::detached_call`]): it runs git (`status`, `log`) before it answers.
+async fn delete_with(
+    ctx: &Arc<Ctx>,
+    handle: &BotHandle,
+    options: Options,
+    hdr: &Header<'_>,
+) -> Result<()> {
+    let mut r = OptionReader::new("DeleteWith", &options);
+    let remove = r.boolean("remove_worktree")?.unwrap_or(false);
+    let force = r.boolean("force")?.unwrap_or(false);
+    r.finish()?;
+    let removal = if remove {
+        Some(ctx.supervisor.worktree_removal(&handle.id, force).await?)
+    } else {
+        None
+    };
+    ctx.replies.expect(hdr, &handle.id);
+    Ok(ctx.supervisor.delete_with(&handle.id, removal)?)
+}
+
 impl DescriptorMethods for BotObject {
+    fn detached_call(
+        &self,
+        conn: &zbus::Connection,
+        msg: &zbus::Message,
+        name: &zbus::names::MemberName<'_>,
+    ) -> Option<Detached> {
+        if name.as_str() != "DeleteWith" {
+            return None;
+        }
+        let (ctx, handle) = (self.ctx.clone(), self.handle.clone());
+        let (conn, msg) = (conn.clone(), msg.clone());
+        Some(Box::pin(async move {
+            let hdr = msg.header();
+            let answer = match msg.body().deserialize::<Options>() {
+                Ok(options) => delete_with(&ctx, &handle, options, &hdr).await,
+                Err(e) => Err(Error::InvalidArgument(format!("DeleteWith: {e}"))),
+            };
+            super::manager::answer_with(&conn, &hdr, answer).await;
+        }))
+    }
+
     fn descriptor_call<'c>(
         &'c self,
         msg: &'c zbus::Message,
@@ -218,22 +260,7 @@ impl BotObject {
     /// InvalidArgument (`remove_worktree` for a bot with no worktree, a wrong option; git's
     /// words when git fails), StorageUnavailable; each changes nothing.
     async fn delete_with(&self, options: Options, #[zbus(header)] hdr: Header<'_>) -> Result<()> {
-        let mut r = OptionReader::new("DeleteWith", &options);
-        let remove = r.boolean("remove_worktree")?.unwrap_or(false);
-        let force = r.boolean("force")?.unwrap_or(false);
-        r.finish()?;
-        let removal = if remove {
-            Some(
-                self.ctx
-                    .supervisor
-                    .worktree_removal(&self.handle.id, force)
-                    .await?,
-            )
-        } else {
-            None
-        };
-        self.ctx.replies.expect(&hdr, &self.handle.id);
-        Ok(self.ctx.supervisor.delete_with(&self.handle.id, removal)?)
+        delete_with(&self.ctx, &self.handle, options, &hdr).await
     }
 
     /// Takes a lease on the bot for the calling client: while any client holds it, the bot is

@@ -35,7 +35,29 @@ pub trait DescriptorMethods {
     ) -> Option<DescriptorCall<'c>> {
         None
     }
+
+    /// The work of `msg`, a call of `name` on `conn`, when it may take long: run after the
+    /// caller check in a task of its own, so that the object server answers other calls
+    /// meanwhile (design rule 15: a slow git in one client's `CreateBot` holds no other client);
+    /// `None` (the default) for a method zbus runs in the object server's task.
+    fn detached_call(
+        &self,
+        _conn: &Connection,
+        _msg: &Message,
+        _name: &MemberName<'_>,
+    ) -> Option<Detached> {
+        None
+    }
 }
+
+/// The work of a method that may take long (git run as a program, many files read), in a task of
+/// its own ([`DescriptorMethods::detached_call`]): it sends its answer (or error) itself.
+pub type Detached = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>;
+
+/// How many detached calls run at once: past that, the next waits for one to end before the
+/// object server reads on (back pressure on a storm of them, never an unbounded number of git
+/// processes).
+pub const MAX_DETACHED: usize = 8;
 
 /// The work of a method whose answer is a file descriptor: the descriptor, or the error to
 /// answer with.
@@ -188,6 +210,23 @@ impl<I: Interface + DescriptorMethods> Interface for Guarded<I> {
         msg: &'call Message,
         name: MemberName<'call>,
     ) -> DispatchResult<'call> {
+        if let Some(work) = self.inner.detached_call(connection, msg, &name) {
+            return DispatchResult::Async(Box::pin(async move {
+                let hdr = msg.header();
+                self.check(&hdr)
+                    .await
+                    .map_err(|e| Box::new(e) as BoxDBusError)?;
+                // A permit before the task: at most MAX_DETACHED run, the next one waits here.
+                let permit = self.ctx.detached.clone().acquire_owned().await;
+                let (ctx, msg) = (self.ctx.clone(), msg.clone());
+                tokio::spawn(async move {
+                    work.await;
+                    ctx.replies.sent(&msg.header());
+                    drop(permit);
+                });
+                Ok(())
+            }));
+        }
         if let Some(work) = self.inner.descriptor_call(msg, &name) {
             return DispatchResult::Async(Box::pin(async move {
                 let hdr = msg.header();

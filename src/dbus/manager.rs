@@ -2,12 +2,14 @@
 
 use std::sync::Arc;
 
+use zbus::message::Message;
+use zbus::names::MemberName;
 use zbus::object_server::ObjectServer;
 use zbus::{Connection, OwnedObjectPath, interface};
 
 use super::bot::BotObject;
 use super::error::{Error, Result};
-use super::guard::{DescriptorMethods, Guarded};
+use super::guard::{DescriptorMethods, Detached, Guarded};
 use super::options::{OptionReader, Options};
 use super::paths::bot_path;
 use super::service::Ctx;
@@ -90,7 +92,186 @@ pub(crate) fn check_env(
     Ok(())
 }
 
-impl DescriptorMethods for Manager {}
+/// `CreateBot`'s work (its doc is the method's): the bot made, its object served and announced.
+/// Run in a task of its own ([`DescriptorMethods::detached_call`]): a worktree's `git worktree
+/// add` may take long on a big repository.
+async fn create_bot(
+    ctx: &Arc<Ctx>,
+    conn: &Connection,
+    server: &ObjectServer,
+    options: Options,
+) -> Result<OwnedObjectPath> {
+    let mut r = OptionReader::new("CreateBot", &options);
+    let cwd = r.string("cwd")?;
+    let name = r.string("name")?;
+    let runtime = r.string("runtime")?;
+    let model = r.string("model")?;
+    let permission_mode = r.string("permission_mode")?;
+    let env = r.string_map("env")?.unwrap_or_default();
+    let idle_timeout_s = r.seconds("idle_timeout_s")?;
+    let memory_max = r.bytes("memory_max")?;
+    let budget = r
+        .number("budget_usd")?
+        .map(crate::supervisor::budget_nanos)
+        .transpose()
+        .map_err(|e| Error::InvalidArgument(format!("CreateBot: option {e}")))?;
+    let continue_after_limit = r.boolean("continue_after_limit")?;
+    let session_id = r.string("session_id")?;
+    let worktree = match r.dict("worktree")? {
+        None => None,
+        Some(w) => {
+            let mut wr = OptionReader::new("CreateBot: option `worktree`", &w);
+            let ask = crate::worktree::Ask {
+                branch: wr.string("branch")?,
+                base: wr.string("base")?,
+                path: wr.string("path")?,
+            };
+            wr.finish()?;
+            Some(ask)
+        }
+    };
+    r.finish()?;
+    let cwd = cwd.ok_or_else(|| {
+        Error::InvalidArgument(
+            "CreateBot: option `cwd` is required: the absolute path of the bot's working \
+             directory, for example {'cwd': <'/home/me/project'>}"
+                .into(),
+        )
+    })?;
+    check_env("CreateBot: option `env`", &env)?;
+    if idle_timeout_s.is_some_and(|s| s > crate::config::MAX_SECONDS) {
+        return Err(Error::InvalidArgument(format!(
+            "CreateBot: option `idle_timeout_s` must be at most {} (one year); 0 means never",
+            crate::config::MAX_SECONDS
+        )));
+    }
+    let handle = ctx
+        .supervisor
+        .create(NewBot {
+            cwd,
+            name,
+            runtime,
+            model,
+            permission_mode,
+            env,
+            idle_timeout_s,
+            memory_max,
+            budget,
+            continue_after_limit,
+            worktree,
+            session_id,
+        })
+        .await?;
+    let path = bot_path(&handle.id);
+    server
+        .at(&path, BotObject::guarded(handle, ctx.clone()))
+        .await?;
+    if let Err(e) = super::objects::announce(ctx, conn, &path).await {
+        tracing::debug!(error = %e, "InterfacesAdded not sent to the user's connections");
+    }
+    Ok(path)
+}
+
+/// `ListConversations`'s work (its doc is the method's). Run in a task of its own: it reads
+/// every transcript or rollout of the folder.
+fn list_conversations(ctx: &Arc<Ctx>, cwd: String, options: Options) -> Result<Vec<Conversation>> {
+    let mut r = OptionReader::new("ListConversations", &options);
+    let runtime = r.string("runtime")?;
+    let env = r.string_map("env")?.unwrap_or_default();
+    let offset = r.seconds("offset")?.unwrap_or(0) as usize;
+    let limit = r.seconds("limit")?.unwrap_or(MAX_CONVERSATIONS as u64) as usize;
+    r.finish()?;
+    check_env("ListConversations: option `env`", &env)?;
+    let listed = ctx
+        .supervisor
+        .conversations(&cwd, runtime.as_deref(), &env)?;
+    let mut out = Vec::new();
+    for c in listed
+        .into_iter()
+        .skip(offset)
+        .take(limit.min(MAX_CONVERSATIONS))
+    {
+        let mut details = Options::new();
+        if let Some(bot) = &c.bot_id {
+            details.insert(
+                "bot".into(),
+                zbus::OwnedVariant::try_from(zbus::Variant::from(bot_path(bot).into_inner()))
+                    .map_err(|e| Error::Failed(e.to_string()))?,
+            );
+        }
+        if let Some(held) = ctx
+            .supervisor
+            .held_by(&c.runtime, &cwd_of(&cwd), &c.session_id, &env)
+        {
+            details.insert(
+                "held_by".into(),
+                zbus::OwnedVariant::try_from(zbus::Variant::from(held))
+                    .map_err(|e| Error::Failed(e.to_string()))?,
+            );
+        }
+        out.push((c.runtime, c.session_id, c.modified_s, c.title, details));
+    }
+    Ok(out)
+}
+
+/// One conversation as `ListConversations` answers it: runtime, session id, last written (Unix
+/// seconds), title, details.
+type Conversation = (String, String, i64, String, Options);
+
+impl DescriptorMethods for Manager {
+    fn detached_call(
+        &self,
+        conn: &Connection,
+        msg: &Message,
+        name: &MemberName<'_>,
+    ) -> Option<Detached> {
+        let (ctx, conn, msg) = (self.ctx.clone(), conn.clone(), msg.clone());
+        match name.as_str() {
+            "CreateBot" => Some(Box::pin(async move {
+                let hdr = msg.header();
+                let answer = match msg.body().deserialize::<Options>() {
+                    Ok(options) => create_bot(&ctx, &conn, conn.object_server(), options).await,
+                    Err(e) => Err(Error::InvalidArgument(format!("CreateBot: {e}"))),
+                };
+                answer_with(&conn, &hdr, answer).await;
+            })),
+            "ListConversations" => Some(Box::pin(async move {
+                let hdr = msg.header();
+                let answer = match msg.body().deserialize::<(String, Options)>() {
+                    Ok((cwd, options)) => {
+                        // Files are read: off the runtime's worker threads.
+                        let ctx = ctx.clone();
+                        tokio::task::spawn_blocking(move || list_conversations(&ctx, cwd, options))
+                            .await
+                            .unwrap_or_else(|e| {
+                                Err(Error::Failed(format!("ListConversations failed: {e}")))
+                            })
+                    }
+                    Err(e) => Err(Error::InvalidArgument(format!("ListConversations: {e}"))),
+                };
+                answer_with(&conn, &hdr, answer).await;
+            })),
+            _ => None,
+        }
+    }
+}
+
+/// Sends a detached call's answer: its value, or its error.
+pub(super) async fn answer_with<B>(
+    conn: &Connection,
+    hdr: &zbus::message::Header<'_>,
+    answer: Result<B>,
+) where
+    B: serde::Serialize + zbus::zvariant::DynamicType,
+{
+    let sent = match answer {
+        Ok(body) => conn.reply(hdr, &body).await,
+        Err(e) => conn.reply_dbus_error(hdr, e).await,
+    };
+    if let Err(e) = sent {
+        tracing::debug!(error = %e, "the answer of a detached call was not sent");
+    }
+}
 
 /// The most conversations one `ListConversations` answer holds (a page).
 pub const MAX_CONVERSATIONS: usize = 500;
@@ -121,76 +302,7 @@ impl Manager {
         #[zbus(connection)] conn: &Connection,
         #[zbus(object_server)] server: &ObjectServer,
     ) -> Result<OwnedObjectPath> {
-        let mut r = OptionReader::new("CreateBot", &options);
-        let cwd = r.string("cwd")?;
-        let name = r.string("name")?;
-        let runtime = r.string("runtime")?;
-        let model = r.string("model")?;
-        let permission_mode = r.string("permission_mode")?;
-        let env = r.string_map("env")?.unwrap_or_default();
-        let idle_timeout_s = r.seconds("idle_timeout_s")?;
-        let memory_max = r.bytes("memory_max")?;
-        let budget = r
-            .number("budget_usd")?
-            .map(crate::supervisor::budget_nanos)
-            .transpose()
-            .map_err(|e| Error::InvalidArgument(format!("CreateBot: option {e}")))?;
-        let continue_after_limit = r.boolean("continue_after_limit")?;
-        let session_id = r.string("session_id")?;
-        let worktree = match r.dict("worktree")? {
-            None => None,
-            Some(w) => {
-                let mut wr = OptionReader::new("CreateBot: option `worktree`", &w);
-                let ask = crate::worktree::Ask {
-                    branch: wr.string("branch")?,
-                    base: wr.string("base")?,
-                    path: wr.string("path")?,
-                };
-                wr.finish()?;
-                Some(ask)
-            }
-        };
-        r.finish()?;
-        let cwd = cwd.ok_or_else(|| {
-            Error::InvalidArgument(
-                "CreateBot: option `cwd` is required: the absolute path of the bot's working \
-                 directory, for example {'cwd': <'/home/me/project'>}"
-                    .into(),
-            )
-        })?;
-        check_env("CreateBot: option `env`", &env)?;
-        if idle_timeout_s.is_some_and(|s| s > crate::config::MAX_SECONDS) {
-            return Err(Error::InvalidArgument(format!(
-                "CreateBot: option `idle_timeout_s` must be at most {} (one year); 0 means never",
-                crate::config::MAX_SECONDS
-            )));
-        }
-        let handle = self
-            .ctx
-            .supervisor
-            .create(NewBot {
-                cwd,
-                name,
-                runtime,
-                model,
-                permission_mode,
-                env,
-                idle_timeout_s,
-                memory_max,
-                budget,
-                continue_after_limit,
-                worktree,
-                session_id,
-            })
-            .await?;
-        let path = bot_path(&handle.id);
-        server
-            .at(&path, BotObject::guarded(handle, self.ctx.clone()))
-            .await?;
-        if let Err(e) = super::objects::announce(&self.ctx, conn, &path).await {
-            tracing::debug!(error = %e, "InterfacesAdded not sent to the user's connections");
-        }
-        Ok(path)
+        create_bot(&self.ctx, conn, server, options).await
     }
 
     /// The conversations the CLIs keep for the folder `cwd`, read from the files that exist
@@ -202,50 +314,8 @@ impl Manager {
     /// folder, as a bot's), `offset` (u, default 0), `limit` (u, default and at most 500).
     /// Errors: InvalidArgument (a `cwd` `CreateBot` would refuse, an unknown runtime or option).
     #[zbus(out_args("conversations"))]
-    async fn list_conversations(
-        &self,
-        cwd: String,
-        options: Options,
-    ) -> Result<Vec<(String, String, i64, String, Options)>> {
-        let mut r = OptionReader::new("ListConversations", &options);
-        let runtime = r.string("runtime")?;
-        let env = r.string_map("env")?.unwrap_or_default();
-        let offset = r.seconds("offset")?.unwrap_or(0) as usize;
-        let limit = r.seconds("limit")?.unwrap_or(MAX_CONVERSATIONS as u64) as usize;
-        r.finish()?;
-        check_env("ListConversations: option `env`", &env)?;
-        let listed = self
-            .ctx
-            .supervisor
-            .conversations(&cwd, runtime.as_deref(), &env)?;
-        let mut out = Vec::new();
-        for c in listed
-            .into_iter()
-            .skip(offset)
-            .take(limit.min(MAX_CONVERSATIONS))
-        {
-            let mut details = Options::new();
-            if let Some(bot) = &c.bot_id {
-                details.insert(
-                    "bot".into(),
-                    zbus::OwnedVariant::try_from(zbus::Variant::from(bot_path(bot).into_inner()))
-                        .map_err(|e| Error::Failed(e.to_string()))?,
-                );
-            }
-            if let Some(held) =
-                self.ctx
-                    .supervisor
-                    .held_by(&c.runtime, &cwd_of(&cwd), &c.session_id, &env)
-            {
-                details.insert(
-                    "held_by".into(),
-                    zbus::OwnedVariant::try_from(zbus::Variant::from(held))
-                        .map_err(|e| Error::Failed(e.to_string()))?,
-                );
-            }
-            out.push((c.runtime, c.session_id, c.modified_s, c.title, details));
-        }
-        Ok(out)
+    async fn list_conversations(&self, cwd: String, options: Options) -> Result<Vec<Conversation>> {
+        list_conversations(&self.ctx, cwd, options)
     }
 
     /// The object paths of all bots, oldest first.

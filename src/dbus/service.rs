@@ -31,6 +31,8 @@ pub struct Ctx {
     pub replies: super::replies::Replies,
     /// The answers carrying a file descriptor, until the bus could refuse them.
     pub descriptors: super::descriptors::DescriptorReplies,
+    /// Permits for the calls that run in a task of their own ([`super::guard::Detached`]).
+    pub detached: Arc<tokio::sync::Semaphore>,
 }
 
 /// Why the service could not connect or own its name.
@@ -161,6 +163,7 @@ impl Service {
             audience: Audience::new(caller),
             replies: Default::default(),
             descriptors: Default::default(),
+            detached: Arc::new(tokio::sync::Semaphore::new(super::guard::MAX_DETACHED)),
         });
         // The root objects are served as the connection is made: zbus then returns it only
         // once its object server reads the calls. An object server started later

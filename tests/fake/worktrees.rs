@@ -2,6 +2,7 @@
 //! --worktree`, `list` showing the branch, `delete --remove-worktree` refused while dirty,
 //! `conversations` listing a folder's transcripts (titles escaped), and `create --adopt`.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::Stdio;
 
@@ -305,4 +306,86 @@ async fn botvisorctl_lists_a_folders_conversations_and_adopts_one() {
     assert!(err.contains("keeps no conversation"), "{err}");
     let (_, out, _) = run(&bus, &["--json", "list"]).await;
     assert_eq!(out.lines().count(), 1);
+}
+
+/// Design rule 15: `git worktree add` runs while the object server answers other calls. The
+/// repository's `post-checkout` hook (git runs it inside `worktree add`) waits until the test
+/// lets it go; meanwhile another client's `ListBots` and a `ListConversations` are answered.
+/// Before, `CreateBot` ran in the object server's one task: every call of every client waited
+/// behind the slowest git, up to its 30 s bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_git_holds_no_other_call() {
+    let s = FakeSetup::start("").await;
+    let repo = s.env.work.clone();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README"), "x\n").unwrap();
+    git(&repo, &["add", "README"]);
+    git(
+        &repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.org",
+            "commit",
+            "-q",
+            "-m",
+            "first",
+        ],
+    );
+    let started = s.env.dir.path().join("hook-started");
+    let release = s.env.dir.path().join("hook-release");
+    let hook = repo.join(".git/hooks/post-checkout");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\ntouch '{}'\nwhile [ ! -e '{}' ]; do sleep 0.05; done\n",
+            started.display(),
+            release.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+
+    let cwd = repo.to_str().unwrap().to_owned();
+    let env = HashMap::new();
+    let creating = {
+        let manager = s.env.manager().await;
+        let cwd = cwd.clone();
+        tokio::spawn(async move {
+            let mut o = create_options(&cwd, &env);
+            o.insert(
+                "worktree",
+                zbus::zvariant::Variant::from(HashMap::<String, zbus::OwnedVariant>::new()),
+            );
+            manager.create_bot(o).await
+        })
+    };
+    bounded("the hook starts", async {
+        while !started.exists() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // Another client, while git waits: answered at once (5 s is far more than an answer takes,
+    // and far less than git's bound).
+    let other = s.env.bus.connect().await;
+    let manager = botvisor::dbus::client::ManagerProxy::new(&other)
+        .await
+        .unwrap();
+    let quick = std::time::Duration::from_secs(5);
+    tokio::time::timeout(quick, manager.list_bots())
+        .await
+        .expect("ListBots answered while git runs")
+        .unwrap();
+    tokio::time::timeout(quick, manager.list_conversations(&cwd, HashMap::new()))
+        .await
+        .expect("ListConversations answered while git runs")
+        .unwrap();
+    assert!(!creating.is_finished(), "git still waits for the hook");
+
+    std::fs::write(&release, "").unwrap();
+    let path = bounded("CreateBot", creating).await.unwrap().unwrap();
+    let bot = s.env.bot(&path).await;
+    assert!(bot.worktree().await.unwrap().ends_with("/work"));
 }

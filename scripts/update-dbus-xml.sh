@@ -96,7 +96,7 @@ print('''<!DOCTYPE node PUBLIC "-//freedesktop//DTD D-BUS Object Introspection 1
   org.freedesktop.DBus.ObjectManager; each bot is /org/botvisor/Botvisor1/<id> with
   org.botvisor.Botvisor1.Bot. Errors are org.botvisor.Botvisor1.Error.<Name>: NotFound,
   InvalidArgument, Busy, RuntimeUnavailable, AccessDenied, StorageUnavailable, NotSupported,
-  Failed.
+  LimitExceeded, Failed.
 
   tests/fake/contract.rs keeps this file equal (names, signatures, directions, annotations) to what
   botvisord serves; scripts/update-dbus-xml.sh regenerates it. docs/dbus-api.md explains it.

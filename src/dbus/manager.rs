@@ -101,15 +101,19 @@ impl Manager {
     /// (u, seconds, 0 = never), `memory_max` (t, bytes, at least 1 MiB; `2^64-1` = none; where
     /// the memory controller is delegated), `budget_usd` (d, US dollars; 0 = no budget; default
     /// config `budget_usd`), `continue_after_limit` (b: a turn a usage limit cut after tool calls
-    /// continues by itself at the reset; default config `continue_after_limit`, false). Errors:
-    /// InvalidArgument, RuntimeUnavailable,
-    /// NotSupported (`memory_max` without a delegated memory controller), AccessDenied.
+    /// continues by itself at the reset; default config `continue_after_limit`, false),
+    /// `created_by` (s: who creates it, for example an MCP client's name; at most 128 characters;
+    /// recorded in `CreatedBy` with the bot whose agent called, which botvisord reads from the
+    /// caller's process). Errors: InvalidArgument, RuntimeUnavailable,
+    /// NotSupported (`memory_max` without a delegated memory controller), LimitExceeded (a bot's
+    /// agent called and config `agent_max_depth` or `agent_max_bots` refuses one more), AccessDenied.
     #[zbus(out_args("bot"))]
     async fn create_bot(
         &self,
         options: Options,
         #[zbus(connection)] conn: &Connection,
         #[zbus(object_server)] server: &ObjectServer,
+        #[zbus(header)] hdr: zbus::message::Header<'_>,
     ) -> Result<OwnedObjectPath> {
         let mut r = OptionReader::new("CreateBot", &options);
         let cwd = r.string("cwd")?;
@@ -126,6 +130,7 @@ impl Manager {
             .transpose()
             .map_err(|e| Error::InvalidArgument(format!("CreateBot: option {e}")))?;
         let continue_after_limit = r.boolean("continue_after_limit")?;
+        let created_by_client = r.string("created_by")?;
         r.finish()?;
         let cwd = cwd.ok_or_else(|| {
             Error::InvalidArgument(
@@ -141,7 +146,13 @@ impl Manager {
                 crate::config::MAX_SECONDS
             )));
         }
+        // The calling bot, from the caller's own process: a bot's agent cannot say otherwise.
+        let sender = hdr.sender().map(|s| s.to_string()).unwrap_or_default();
+        let (pid, marker) = super::caller::caller_process(self.ctx.caller.lookup(), &sender).await;
+        let created_by_bot = self.ctx.supervisor.bot_of_process(pid, marker.as_deref());
         let handle = self.ctx.supervisor.create(NewBot {
+            created_by_client,
+            created_by_bot,
             cwd,
             name,
             runtime,

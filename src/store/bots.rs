@@ -54,6 +54,23 @@ pub struct BotRecord {
     /// Whether a turn a usage limit cut after tool calls continues at the reset; `None` takes
     /// the daemon's `continue_after_limit`.
     pub continue_after_limit: Option<bool>,
+    /// Who created the bot (issue 29); empty for a bot a person's program created.
+    pub created_by: CreatedBy,
+}
+
+/// Who created a bot: what the creating client called itself and the bot whose agent made the
+/// call, if any, with the depth of that chain.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CreatedBy {
+    /// The name the client gave (`CreateBot` option `created_by`, for example an MCP client's
+    /// `clientInfo.name`); empty when none was given. At most 128 characters, no control ones.
+    pub client: String,
+    /// The id of the bot whose agent (or one of its descendants) called `CreateBot`, as the
+    /// caller's process marker said; empty when the caller was no bot's.
+    pub bot: String,
+    /// How many bots created by bots lead to this one: 0 for a bot no bot created, else its
+    /// creator's depth plus one.
+    pub depth: u32,
 }
 
 impl BotRecord {
@@ -80,6 +97,7 @@ impl BotRecord {
             conversation_cost: None,
             budget: None,
             continue_after_limit: None,
+            created_by: CreatedBy::default(),
         }
     }
 }
@@ -125,6 +143,13 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
         continue_after_limit: r
             .get::<_, Option<i64>>("continue_after_limit")?
             .map(|v| v != 0),
+        created_by: CreatedBy {
+            client: r.get("created_by_client")?,
+            bot: r.get("created_by_bot")?,
+            depth: r
+                .get::<_, i64>("agent_depth")?
+                .clamp(0, i64::from(u32::MAX)) as u32,
+        },
     })
 }
 
@@ -133,8 +158,8 @@ pub fn insert(conn: &Connection, b: &BotRecord) -> rusqlite::Result<()> {
     conn.execute(
         "INSERT INTO bots (id, name, cwd, runtime, model, permission_mode, env, idle_timeout_s,
                            session_id, last_error, created_at, memory_max, budget_nanos,
-                           continue_after_limit)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                           continue_after_limit, created_by_client, created_by_bot, agent_depth)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
         params![
             b.id,
             b.name,
@@ -150,6 +175,9 @@ pub fn insert(conn: &Connection, b: &BotRecord) -> rusqlite::Result<()> {
             b.memory_max.map(|v| v as i64),
             b.budget.map(|v| v.min(i64::MAX as u64) as i64),
             b.continue_after_limit.map(i64::from),
+            b.created_by.client,
+            b.created_by.bot,
+            i64::from(b.created_by.depth),
         ],
     )?;
     Ok(())

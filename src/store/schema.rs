@@ -143,6 +143,13 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE turns ADD COLUMN redos INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE turns ADD COLUMN redo_cut TEXT;
     "#,
+    // 12: who created a bot (issue 29): the client's name it gave (`created_by`), the bot whose
+    // agent made the call (its marker, read by botvisord), and how deep that chain of bots is.
+    r#"
+    ALTER TABLE bots ADD COLUMN created_by_client TEXT NOT NULL DEFAULT '';
+    ALTER TABLE bots ADD COLUMN created_by_bot TEXT NOT NULL DEFAULT '';
+    ALTER TABLE bots ADD COLUMN agent_depth INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version

@@ -56,6 +56,7 @@ QT_TYPES = {
     'a{sas}': 'BotvisorPermissionModes',
     'a{ss}': 'BotvisorEnvironment',
     '(ssdt)': 'BotvisorPlanLimit',
+    'a(ssxsa{sv})': 'BotvisorConversationList',
 }
 GLIB_FD_METHODS = {'OpenChatItem'}
 def codegen(block):
@@ -96,7 +97,7 @@ print('''<!DOCTYPE node PUBLIC "-//freedesktop//DTD D-BUS Object Introspection 1
   org.freedesktop.DBus.ObjectManager; each bot is /org/botvisor/Botvisor1/<id> with
   org.botvisor.Botvisor1.Bot. Errors are org.botvisor.Botvisor1.Error.<Name>: NotFound,
   InvalidArgument, Busy, RuntimeUnavailable, AccessDenied, StorageUnavailable, NotSupported,
-  Failed.
+  LimitExceeded, Failed.
 
   tests/fake/contract.rs keeps this file equal (names, signatures, directions, annotations) to what
   botvisord serves; scripts/update-dbus-xml.sh regenerates it. docs/dbus-api.md explains it.

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod mcp;
 pub mod notify;
 
 /// Environment variables a bot's CLI inherits from the daemon. An entry ending in `*` is a prefix.
@@ -120,6 +121,15 @@ pub struct Config {
     /// botvisord died first) is asked again, each time by a resume that drops the unanswered
     /// attempt (issue 25; default 3; 0: never, such a turn ends `taken_not_answered`).
     pub redo_limit: u32,
+    /// How long a chain of bots creating bots may be (issue 29): a bot created by a bot's agent
+    /// (or a process below it) has its creator's depth plus one, and `CreateBot` refuses a depth
+    /// over this (`LimitExceeded`). 0: no bot may create bots. Default 2.
+    pub agent_max_depth: u32,
+    /// How many bots created by bots' agents may exist at once, all creators together; one more
+    /// `CreateBot` from a bot is refused (`LimitExceeded`). 0: none. Default 10.
+    pub agent_max_bots: u32,
+    /// `[mcp]`: what `botvisorctl mcp` lets an agent do (botvisord only checks it).
+    pub mcp: mcp::McpConfig,
     /// `[notify]`: what `botvisor-notify` shows on the desktop (botvisord only checks it).
     pub notify: notify::NotifyConfig,
     /// `[[hooks]]`: commands `botvisor-notify` runs for events (botvisord only checks them).
@@ -132,6 +142,9 @@ pub const MAX_BUDGET_USD: f64 = 1e9;
 
 /// The shortest `usage_interval_s` accepted (other than 0), in seconds.
 pub const MIN_USAGE_INTERVAL_S: f64 = 0.1;
+
+/// The most `agent_max_depth` may be: a deeper chain of bots creating bots is a runaway.
+pub const MAX_AGENT_DEPTH: u32 = 16;
 
 /// The most `redo_limit` may be: each redo is one more request to the model.
 pub const MAX_REDO_LIMIT: u32 = 20;
@@ -182,6 +195,9 @@ impl Default for Config {
             continue_after_limit: false,
             keep_conversations: true,
             redo_limit: 3,
+            agent_max_depth: 2,
+            agent_max_bots: 10,
+            mcp: mcp::McpConfig::default(),
             notify: notify::NotifyConfig::default(),
             hooks: Vec::new(),
         }
@@ -363,6 +379,13 @@ impl Config {
         if self.crash_loop_limit == 0 {
             return Err("key `crash_loop_limit` must be at least 1".into());
         }
+        if self.agent_max_depth > MAX_AGENT_DEPTH {
+            return Err(format!(
+                "key `agent_max_depth` must be at most {MAX_AGENT_DEPTH}, got {}",
+                self.agent_max_depth
+            ));
+        }
+        mcp::validate(&self.mcp)?;
         notify::validate(&self.notify, &self.hooks)
     }
 

@@ -43,6 +43,24 @@ impl BotObject {
         self.handle.snapshot()
     }
 
+    /// AccessDenied when the client `sender` is one of this bot's own processes (issue 29): its
+    /// process carries the bot's marker (`process::tree::BOT_MARKER`) or descends from the
+    /// bot's running agent. A bot's agent that answered its own permission requests would have
+    /// granted itself whatever it asked.
+    async fn refuse_own_answer(&self, sender: &str) -> Result<()> {
+        let (pid, marker) = super::caller::caller_process(self.ctx.caller.lookup(), sender).await;
+        let own = marker.as_deref() == Some(self.handle.id.as_str())
+            || crate::process::tree::descends_from(pid, self.view().process_id);
+        if own {
+            return Err(Error::AccessDenied(format!(
+                "a bot cannot answer its own permission requests: the caller (process {pid}) is \
+                 one of bot {}'s processes; a person or another program answers them",
+                self.handle.id
+            )));
+        }
+        Ok(())
+    }
+
     /// `OpenChatItem`'s work: a sealed copy of chat item `seq`'s payload.
     async fn chat_item_fd(&self, seq: u64, options: Options) -> Result<zbus::OwnedFd> {
         OptionReader::new("OpenChatItem", &options).finish()?;
@@ -300,7 +318,9 @@ impl BotObject {
     /// answering program; default: its process name, where the bus can tell). The first answer
     /// wins; it is recorded in the chat with its scope and the answering client's bus name and
     /// name. Errors: NotFound (unknown or already answered request), InvalidArgument (a scope
-    /// the request does not offer, a wrong option).
+    /// the request does not offer, a wrong option), AccessDenied (the caller is one of this
+    /// bot's own processes: it carries the bot's marker or descends from its agent; a bot
+    /// never answers its own permission requests).
     async fn respond_permission(
         &self,
         request_id: String,
@@ -317,6 +337,7 @@ impl BotObject {
         // Wrong arguments are refused before anything is looked up.
         let answer = permission_answer(&behavior, message, updated_input, scope.as_deref())?;
         let client = client_of(&hdr);
+        self.refuse_own_answer(&client).await?;
         let name = match named {
             Some(n) => super::caller::client_label(&n),
             None => super::caller::process_name(self.ctx.caller.lookup(), &client).await,
@@ -453,6 +474,22 @@ impl BotObject {
     #[zbus(property(emits_changed_signal = "const"))]
     fn id(&self) -> String {
         self.handle.id.clone()
+    }
+
+    /// Who created the bot (issue 29): the name the creating client gave (`CreateBot` option
+    /// `created_by`, for example an MCP client's name, `claude-code`); empty when none was given.
+    /// `CreatedByBot` says whether a bot's agent made the call.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn created_by(&self) -> String {
+        self.view().record.created_by.client
+    }
+
+    /// The id of the bot whose agent (or a process below it) created this bot (issue 29), read
+    /// by botvisord from the calling process (its marker, or its descent from that bot's agent);
+    /// empty when a program outside every bot created it.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn created_by_bot(&self) -> String {
+        self.view().record.created_by.bot
     }
 
     /// A name for people.

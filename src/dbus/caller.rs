@@ -178,6 +178,17 @@ pub async fn process_name(lookup: &BusLookup, sender: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The process behind the client with unique bus name `sender` (`GetConnectionUnixProcessID`)
+/// and the bot id it carries as its marker (`process::tree::BOT_MARKER`, inherited by every
+/// descendant of a bot's agent), if any. `(0, None)` where the bus cannot tell (a client that
+/// left); a client over `--host` is its bridge process, which carries no marker.
+pub async fn caller_process(lookup: &BusLookup, sender: &str) -> (u32, Option<String>) {
+    match lookup.pid_of(sender).await {
+        Ok(pid) => (pid, crate::process::tree::marker_of(pid)),
+        Err(_) => (0, None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Presence;

@@ -159,6 +159,12 @@ pub trait Bot {
     /// Bot id.
     #[zbus(property)]
     fn id(&self) -> zbus::Result<String>;
+    /// The name the creating client gave; empty when none.
+    #[zbus(property)]
+    fn created_by(&self) -> zbus::Result<String>;
+    /// The bot whose agent created this bot; empty when none.
+    #[zbus(property)]
+    fn created_by_bot(&self) -> zbus::Result<String>;
     /// Name.
     #[zbus(property)]
     fn name(&self) -> zbus::Result<String>;

@@ -28,6 +28,10 @@ pub enum Error {
     /// What was asked needs something botvisord was not given here (for example `memory_max`
     /// without a delegated memory controller); the message says what is missing; nothing changed.
     NotSupported(String),
+    /// A limit of botvisord's configuration refuses the call (the depth or count of bots
+    /// created by bots: `agent_max_depth`, `agent_max_bots`); the message names it; nothing
+    /// changed.
+    LimitExceeded(String),
     /// Anything else (database, I/O).
     Failed(String),
 }
@@ -41,6 +45,7 @@ impl From<BotError> for Error {
             BotError::RuntimeUnavailable(m) => Error::RuntimeUnavailable(m),
             BotError::StorageUnavailable(m) => Error::StorageUnavailable(m),
             BotError::NotSupported(m) => Error::NotSupported(m),
+            BotError::LimitExceeded(m) => Error::LimitExceeded(m),
             BotError::Failed(m) => Error::Failed(m),
         }
     }

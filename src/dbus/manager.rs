@@ -99,6 +99,7 @@ async fn create_bot(
     ctx: &Arc<Ctx>,
     conn: &Connection,
     server: &ObjectServer,
+    hdr: &zbus::message::Header<'_>,
     options: Options,
 ) -> Result<OwnedObjectPath> {
     let mut r = OptionReader::new("CreateBot", &options);
@@ -116,6 +117,7 @@ async fn create_bot(
         .transpose()
         .map_err(|e| Error::InvalidArgument(format!("CreateBot: option {e}")))?;
     let continue_after_limit = r.boolean("continue_after_limit")?;
+    let created_by_client = r.string("created_by")?;
     let session_id = r.string("session_id")?;
     let worktree = match r.dict("worktree")? {
         None => None,
@@ -145,9 +147,15 @@ async fn create_bot(
             crate::config::MAX_SECONDS
         )));
     }
+    // The calling bot, from the caller's own process: a bot's agent cannot say otherwise.
+    let sender = hdr.sender().map(|s| s.to_string()).unwrap_or_default();
+    let (pid, marker) = super::caller::caller_process(ctx.caller.lookup(), &sender).await;
+    let created_by_bot = ctx.supervisor.bot_of_process(pid, marker.as_deref());
     let handle = ctx
         .supervisor
         .create(NewBot {
+            created_by_client,
+            created_by_bot,
             cwd,
             name,
             runtime,
@@ -230,7 +238,9 @@ impl DescriptorMethods for Manager {
             "CreateBot" => Some(Box::pin(async move {
                 let hdr = msg.header();
                 let answer = match msg.body().deserialize::<Options>() {
-                    Ok(options) => create_bot(&ctx, &conn, conn.object_server(), options).await,
+                    Ok(options) => {
+                        create_bot(&ctx, &conn, conn.object_server(), &hdr, options).await
+                    }
                     Err(e) => Err(Error::InvalidArgument(format!("CreateBot: {e}"))),
                 };
                 answer_with(&conn, &hdr, answer).await;
@@ -292,17 +302,21 @@ impl Manager {
     /// config `budget_usd`), `continue_after_limit` (b: a turn a usage limit cut after tool calls
     /// continues by itself at the reset; default config `continue_after_limit`, false),
     /// `worktree` (a{sv}: `branch`, `base`, `path`, each s: a git worktree made for the bot,
-    /// its `Cwd`), `session_id` (s: adopt a conversation `ListConversations` lists). Errors:
-    /// InvalidArgument, RuntimeUnavailable,
-    /// NotSupported (`memory_max` without a delegated memory controller), AccessDenied.
+    /// its `Cwd`), `session_id` (s: adopt a conversation `ListConversations` lists),
+    /// `created_by` (s: who creates it, for example an MCP client's name; at most 128 characters;
+    /// recorded in `CreatedBy` with the bot whose agent called, which botvisord reads from the
+    /// caller's process). Errors: InvalidArgument, RuntimeUnavailable,
+    /// NotSupported (`memory_max` without a delegated memory controller), LimitExceeded (a bot's
+    /// agent called and config `agent_max_depth` or `agent_max_bots` refuses one more), AccessDenied.
     #[zbus(out_args("bot"))]
     async fn create_bot(
         &self,
         options: Options,
         #[zbus(connection)] conn: &Connection,
         #[zbus(object_server)] server: &ObjectServer,
+        #[zbus(header)] hdr: zbus::message::Header<'_>,
     ) -> Result<OwnedObjectPath> {
-        create_bot(&self.ctx, conn, server, options).await
+        create_bot(&self.ctx, conn, server, &hdr, options).await
     }
 
     /// The conversations the CLIs keep for the folder `cwd`, read from the files that exist

@@ -53,6 +53,46 @@ pub fn descendants(root: u32) -> Vec<ProcessIdentity> {
     out
 }
 
+/// The bot id process `pid` carries as [`BOT_MARKER`] in its environment (the environment it
+/// was started with, `/proc/<pid>/environ`), or `None`: no marker, the process is gone, or its
+/// environment is not readable (another user's).
+#[cfg(target_os = "linux")]
+pub fn marker_of(pid: u32) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{BOT_MARKER}=");
+    env.split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+}
+
+/// The bot id a process carries (not available here).
+#[cfg(not(target_os = "linux"))]
+pub fn marker_of(_pid: u32) -> Option<String> {
+    None
+}
+
+/// Whether `ancestor` is `pid` itself or one of its ancestors (parents followed through
+/// `/proc/<pid>/stat`, at most 64 steps; a process adopted by a subreaper after its parent
+/// died is no longer below its old ancestors). `ancestor` 0 is nobody's.
+pub fn descends_from(pid: u32, ancestor: u32) -> bool {
+    if ancestor == 0 {
+        return false;
+    }
+    let mut at = pid;
+    for _ in 0..64 {
+        if at == ancestor {
+            return true;
+        }
+        match super::identity::stat(at) {
+            Ok(s) if s.ppid > 1 && s.ppid != at => at = s.ppid,
+            _ => return false,
+        }
+    }
+    false
+}
+
 /// Whether process `pid` carries `BOTVISOR_BOT_ID=<bot_id>` in its environment.
 #[cfg(target_os = "linux")]
 pub fn has_marker(pid: u32, bot_id: &str) -> bool {
@@ -93,6 +133,11 @@ mod tests {
         for id in &found {
             assert!(has_marker(id.pid, "testbot"), "{id:?}");
             assert!(!has_marker(id.pid, "otherbot"));
+            assert_eq!(marker_of(id.pid).as_deref(), Some("testbot"));
+            assert!(descends_from(id.pid, child.id()));
+            assert!(descends_from(id.pid, id.pid));
+            assert!(!descends_from(child.id(), id.pid));
+            assert!(!descends_from(id.pid, 0));
             // SAFETY: kill(2) on our own test processes.
             unsafe { libc::kill(id.pid as i32, libc::SIGKILL) };
         }

@@ -57,6 +57,8 @@ pub struct BotRecord {
     /// The git worktree botvisor made for the bot (issue 28), which is its `cwd`; `None` for a
     /// bot in a folder of the user's.
     pub worktree: Option<WorktreeRecord>,
+    /// Who created the bot (issue 29); empty for a bot a person's program created.
+    pub created_by: CreatedBy,
 }
 
 /// A bot's git worktree as stored: its path is the bot's `cwd`.
@@ -68,6 +70,21 @@ pub struct WorktreeRecord {
     pub branch: String,
     /// The full hash of the commit the branch started at.
     pub base_commit: String,
+}
+
+/// Who created a bot: what the creating client called itself and the bot whose agent made the
+/// call, if any, with the depth of that chain.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CreatedBy {
+    /// The name the client gave (`CreateBot` option `created_by`, for example an MCP client's
+    /// `clientInfo.name`); empty when none was given. At most 128 characters, no control ones.
+    pub client: String,
+    /// The id of the bot whose agent (or one of its descendants) called `CreateBot`, as the
+    /// caller's process marker said; empty when the caller was no bot's.
+    pub bot: String,
+    /// How many bots created by bots lead to this one: 0 for a bot no bot created, else its
+    /// creator's depth plus one.
+    pub depth: u32,
 }
 
 impl BotRecord {
@@ -95,6 +112,7 @@ impl BotRecord {
             budget: None,
             continue_after_limit: None,
             worktree: None,
+            created_by: CreatedBy::default(),
         }
     }
 }
@@ -152,6 +170,13 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
             }),
             None => None,
         },
+        created_by: CreatedBy {
+            client: r.get("created_by_client")?,
+            bot: r.get("created_by_bot")?,
+            depth: r
+                .get::<_, i64>("agent_depth")?
+                .clamp(0, i64::from(u32::MAX)) as u32,
+        },
     })
 }
 
@@ -160,8 +185,10 @@ pub fn insert(conn: &Connection, b: &BotRecord) -> rusqlite::Result<()> {
     conn.execute(
         "INSERT INTO bots (id, name, cwd, runtime, model, permission_mode, env, idle_timeout_s,
                            session_id, last_error, created_at, memory_max, budget_nanos,
-                           continue_after_limit, worktree_repo, worktree_branch, worktree_base)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                           continue_after_limit, worktree_repo, worktree_branch, worktree_base,
+                           created_by_client, created_by_bot, agent_depth)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+                   ?19, ?20)",
         params![
             b.id,
             b.name,
@@ -180,6 +207,9 @@ pub fn insert(conn: &Connection, b: &BotRecord) -> rusqlite::Result<()> {
             b.worktree.as_ref().map(|w| &w.repo),
             b.worktree.as_ref().map(|w| &w.branch),
             b.worktree.as_ref().map(|w| &w.base_commit),
+            b.created_by.client,
+            b.created_by.bot,
+            i64::from(b.created_by.depth),
         ],
     )?;
     Ok(())

@@ -150,6 +150,13 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE bots ADD COLUMN worktree_branch TEXT;
     ALTER TABLE bots ADD COLUMN worktree_base TEXT;
     "#,
+    // 13: who created a bot (issue 29): the client's name it gave (`created_by`), the bot whose
+    // agent made the call (its marker, read by botvisord), and how deep that chain of bots is.
+    r#"
+    ALTER TABLE bots ADD COLUMN created_by_client TEXT NOT NULL DEFAULT '';
+    ALTER TABLE bots ADD COLUMN created_by_bot TEXT NOT NULL DEFAULT '';
+    ALTER TABLE bots ADD COLUMN agent_depth INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version

@@ -55,6 +55,10 @@ pub enum BotError {
     /// without a delegated memory controller); nothing changed.
     #[error("{0}")]
     NotSupported(String),
+    /// A limit of the daemon's configuration refuses it (for example `agent_max_depth`);
+    /// nothing changed.
+    #[error("{0}")]
+    LimitExceeded(String),
     /// Anything else.
     #[error("{0}")]
     Failed(String),
@@ -209,6 +213,11 @@ pub struct NewBot {
     /// A git worktree to make for the bot from the repository that holds `cwd` (issue 28): the
     /// bot's `cwd` is then the worktree.
     pub worktree: Option<crate::worktree::Ask>,
+    /// The name the creating client gave (`created_by`), checked by [`Supervisor::create`].
+    pub created_by_client: Option<String>,
+    /// The bot whose agent (or a process below it) called, as botvisord read it from the
+    /// caller's process; `None` for any other caller.
+    pub created_by_bot: Option<String>,
 }
 
 /// The most characters of a conversation's title (its first user message) that
@@ -249,6 +258,9 @@ fn bounded_title(title: &str) -> String {
         None => escaped.into_owned(),
     }
 }
+
+/// The most characters `CreateBot`'s `created_by` may hold.
+pub const MAX_CREATED_BY_CHARS: usize = 128;
 
 /// All bots of the daemon.
 pub struct Supervisor {
@@ -406,6 +418,7 @@ impl Supervisor {
                     .expect("some suffix is free")
             }
         };
+        let created_by = self.created_by(new.created_by_client, new.created_by_bot)?;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let imported = match &new.session_id {
             None => Vec::new(),
@@ -462,6 +475,7 @@ impl Supervisor {
             }
         };
         let record = BotRecord {
+            created_by,
             model,
             permission_mode,
             env: new.env,
@@ -588,6 +602,82 @@ impl Supervisor {
         rt.holders(&full_env, Path::new(cwd), session_id)
             .first()
             .map(|h| format!("pid {}: {}", h.identity.pid, h.what))
+    }
+
+    /// The bot process `pid` belongs to (issue 29): the bot its `marker` names
+    /// (`process::tree::BOT_MARKER`) when that bot exists, else the bot whose running agent it
+    /// descends from (a process that dropped the marker from its environment), else a marker of
+    /// a bot id's shape (32 hex digits: a deleted bot's); `None` for any other process.
+    pub fn bot_of_process(&self, pid: u32, marker: Option<&str>) -> Option<String> {
+        let bots = self.list();
+        if let Some(m) = marker
+            && bots.iter().any(|h| h.id == m)
+        {
+            return Some(m.to_owned());
+        }
+        if pid != 0
+            && let Some(h) = bots
+                .iter()
+                .find(|h| crate::process::tree::descends_from(pid, h.snapshot().process_id))
+        {
+            return Some(h.id.clone());
+        }
+        marker
+            .filter(|m| m.len() == 32 && m.bytes().all(|b| b.is_ascii_hexdigit()))
+            .map(str::to_owned)
+    }
+
+    /// Who creates a bot, checked against the limits on bots created by bots (issue 29): a
+    /// chain of creators longer than config `agent_max_depth`, or more than `agent_max_bots`
+    /// bots created by bots at once, is `LimitExceeded`; a client name over
+    /// [`MAX_CREATED_BY_CHARS`] characters or holding control characters is `InvalidArgument`.
+    /// A creator bot that is gone counts as a bot no bot created (depth 0).
+    fn created_by(
+        &self,
+        client: Option<String>,
+        bot: Option<String>,
+    ) -> Result<store::bots::CreatedBy, BotError> {
+        let client = client.unwrap_or_default();
+        if client.chars().count() > MAX_CREATED_BY_CHARS || client.chars().any(char::is_control) {
+            return Err(BotError::InvalidArgument(format!(
+                "CreateBot: option `created_by` must be at most {MAX_CREATED_BY_CHARS} characters \
+                 without control characters, got `{}`",
+                crate::text::escape(&client.chars().take(64).collect::<String>(), false)
+            )));
+        }
+        let Some(bot) = bot else {
+            return Ok(store::bots::CreatedBy {
+                client,
+                bot: String::new(),
+                depth: 0,
+            });
+        };
+        let bots = self.list();
+        let creator_depth = bots
+            .iter()
+            .find(|h| h.id == bot)
+            .map_or(0, |h| h.snapshot().record.created_by.depth);
+        let depth = creator_depth.saturating_add(1);
+        let max_depth = self.config.agent_max_depth;
+        if depth > max_depth {
+            return Err(BotError::LimitExceeded(format!(
+                "CreateBot: bot {bot} is itself {creator_depth} bot(s) deep in a chain of bots \
+                 creating bots; a bot it creates would be {depth} deep, over the daemon's \
+                 `agent_max_depth` of {max_depth}"
+            )));
+        }
+        let by_bots = bots
+            .iter()
+            .filter(|h| !h.snapshot().record.created_by.bot.is_empty())
+            .count();
+        let max_bots = self.config.agent_max_bots as usize;
+        if by_bots >= max_bots {
+            return Err(BotError::LimitExceeded(format!(
+                "CreateBot: {by_bots} bot(s) created by bots exist, the daemon's \
+                 `agent_max_bots` is {max_bots}; delete one first"
+            )));
+        }
+        Ok(store::bots::CreatedBy { client, bot, depth })
     }
 
     /// Renames the bot `id` to `name`, checked as `CreateBot` checks a name ([`check_name`])

@@ -17,6 +17,7 @@ mod contract;
 mod ctl;
 mod install;
 mod limits;
+mod mcp;
 mod notify;
 mod notify_stand_in;
 mod remote;

@@ -265,6 +265,16 @@ pub enum Cmd {
         #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         iterations: Option<u64>,
     },
+    /// Serve the bots to an agent: a Model Context Protocol (MCP) server on stdin and stdout,
+    /// for Claude Code's `--mcp-config` or `claude mcp add`, Codex's `mcp_servers`, or any MCP
+    /// client. Its tools list, create and drive bots through botvisord's D-Bus API; `[mcp]` of
+    /// botvisor's configuration file says which tools and folders it allows. See docs/mcp.md.
+    Mcp {
+        /// botvisor's configuration file, for its `[mcp]` table (default:
+        /// $XDG_CONFIG_HOME/botvisor/config.toml, which may be missing).
+        #[arg(long, value_name = "PATH", value_hint = clap::ValueHint::FilePath)]
+        config: Option<std::path::PathBuf>,
+    },
     /// Delete a bot and its history (asks first unless --yes).
     Delete {
         /// Bot id, id prefix, name or object path.

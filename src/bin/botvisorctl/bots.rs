@@ -89,6 +89,10 @@ pub struct BotInfo {
     pub plan_limit: (String, String, f64, u64),
     /// Open permission requests.
     pub pending: Vec<Pending>,
+    /// The name of the client that created the bot (`CreatedBy`; empty: none given).
+    pub created_by: String,
+    /// The bot whose agent created this one (`CreatedByBot`; empty: none).
+    pub created_by_bot: String,
 }
 
 fn string(props: &HashMap<String, OwnedValue>, key: &str) -> String {
@@ -179,6 +183,8 @@ impl BotInfo {
                 .and_then(|v| <(String, String, f64, u64)>::try_from(v).ok())
                 .unwrap_or((String::new(), String::new(), -1.0, 0)),
             pending,
+            created_by: string(props, "CreatedBy"),
+            created_by_bot: string(props, "CreatedByBot"),
         }
     }
 
@@ -262,6 +268,8 @@ impl BotInfo {
             "cpu_usage_nsec": known(self.cpu_usage_nsec),
             "tasks_current": known(self.tasks_current),
             "memory_max": known(self.memory_max),
+            "created_by": self.created_by,
+            "created_by_bot": self.created_by_bot,
             "pending_permissions": self.pending.iter().map(|(id, tool, input)| json!({
                 "request_id": id,
                 "tool": tool,

@@ -4,7 +4,7 @@
 //! One concern per module: the command line (`args`), failures and exit codes (`fail`), finding
 //! bots (`bots`), the bus and the connection to it (`connect`), how items look (`show`), the
 //! terminal of `send` (`term`), `send`, `watch`, `list`/`status`, `top`, the dashboard (`ui`),
-//! and the other commands (`commands`).
+//! the MCP server for agents (`mcp`), and the other commands (`commands`).
 //!
 //! Nothing botvisorctl prints steers the terminal (`botvisor::text`): JSON lines go through
 //! `json_line!`, and what the daemon, an agent or another program said through `show::safe`
@@ -51,6 +51,7 @@ mod drain;
 mod fail;
 mod hint;
 mod list;
+mod mcp;
 mod send;
 mod show;
 mod term;
@@ -293,6 +294,7 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             let worktree = remove_worktree.then_some(force);
             commands::delete(conn, &bot, yes, worktree, json).await
         }
+        Cmd::Mcp { config } => mcp::run(conn, config).await,
         Cmd::Completions { .. } | Cmd::Man | Cmd::Doctor => Ok(fail::OK),
     }
 }

@@ -6,6 +6,7 @@ mod ctl;
 mod ctl_terminals;
 mod desktop;
 mod exactly_once;
+mod mcp;
 mod sessions;
 mod supervision;
 mod usage_limits;

@@ -87,6 +87,12 @@ pub struct CreateArgs {
     pub permission_mode: Option<String>,
     /// A name for people (default: the folder's name).
     pub name: Option<String>,
+    /// Give the bot a git worktree of its own, made from the repository that holds `folder`
+    /// (`git worktree add`; the bot works in it for its whole life, so bots on one repository
+    /// do not step on each other). Default false.
+    pub worktree: Option<bool>,
+    /// With `worktree`: the worktree's branch (default `botvisor/<name>`), from `HEAD`.
+    pub branch: Option<String>,
 }
 
 /// `send_message`'s arguments.
@@ -344,6 +350,16 @@ impl BotvisorMcp {
                 options.insert(key, Variant::from(v.as_str()));
             }
         }
+        if a.branch.is_some() && a.worktree != Some(true) {
+            return Err("`branch` names a worktree's branch: give it with `worktree: true`".into());
+        }
+        if a.worktree == Some(true) {
+            let mut worktree: HashMap<&str, Variant<'_>> = HashMap::new();
+            if let Some(branch) = &a.branch {
+                worktree.insert("branch", Variant::from(branch.as_str()));
+            }
+            options.insert("worktree", Variant::from(worktree));
+        }
         let manager = ManagerProxy::new(&self.conn)
             .await
             .map_err(|e| dbus_error(&e))?;
@@ -355,9 +371,11 @@ impl BotvisorMcp {
         let id = bot.id().await.map_err(|e| dbus_error(&e))?;
         let name = bot.name().await.map_err(|e| dbus_error(&e))?;
         let runtime = bot.runtime().await.map_err(|e| dbus_error(&e))?;
+        let folder = bot.cwd().await.map_err(|e| dbus_error(&e))?;
+        let branch = bot.branch().await.map_err(|e| dbus_error(&e))?;
         answer(
-            json!({"id": id, "name": name, "folder": cwd, "runtime": runtime,
-                      "created_by": client, "created_by_bot": self.me}),
+            json!({"id": id, "name": name, "folder": folder, "runtime": runtime,
+                      "branch": branch, "created_by": client, "created_by_bot": self.me}),
         )
     }
 

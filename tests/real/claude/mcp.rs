@@ -109,8 +109,10 @@ fn wrapper(dir: &Path, claude: &Path, mcp_config: &Path, api_url: &str, env: &Te
 async fn a_bot_creates_a_bot_sends_it_work_and_gets_the_answer_over_mcp() {
     let Some(claude) = claude_bin() else { return };
     let env = TestEnv::new().await;
+    // A repository: the second bot gets a git worktree of its own (issue 28).
     let second_folder = env.dir.path().join("second");
     std::fs::create_dir_all(&second_folder).unwrap();
+    support::git::repository(&second_folder);
     let second = second_folder.to_str().unwrap().to_owned();
 
     let script_folder = second.clone();
@@ -149,7 +151,8 @@ async fn a_bot_creates_a_bot_sends_it_work_and_gets_the_answer_over_mcp() {
                 (Some(failed), None) => said(failed),
                 (None, None) => call(
                     "create_bot",
-                    json!({"folder": script_folder, "runtime": "claude", "name": "second"}),
+                    json!({"folder": script_folder, "runtime": "claude", "name": "second",
+                           "worktree": true}),
                 ),
             },
             "delete it" => result("delete_bot")
@@ -229,7 +232,15 @@ async fn a_bot_creates_a_bot_sends_it_work_and_gets_the_answer_over_mcp() {
     assert_eq!(second_bot.created_by_bot().await.unwrap(), first_id);
     let client = second_bot.created_by().await.unwrap();
     assert_eq!(client, "claude-code", "Claude Code's clientInfo.name");
-    assert_eq!(second_bot.cwd().await.unwrap(), second);
+    // In a worktree of the repository, not in the repository's own folder.
+    let worktree = second_bot.worktree().await.unwrap();
+    assert_eq!(second_bot.cwd().await.unwrap(), worktree);
+    assert_ne!(worktree, second);
+    assert_eq!(second_bot.branch().await.unwrap(), "botvisor/second");
+    assert!(
+        support::git::worktrees(&second_folder).contains(&worktree),
+        "{worktree}"
+    );
     // The chat of both shows the exchange.
     let second_chat = chat(&second_bot).await;
     let users = of_kind(&second_chat, "user");

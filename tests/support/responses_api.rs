@@ -6,7 +6,8 @@
 //! <json>\n\n`). What it answers is decided by a [`Script`] from the request, as for the Messages
 //! stand-in ([`super::stand_in_api`]): text, text streamed in pieces, a shell call
 //! (`exec_command`, optionally asking for escalation so that a policy `on-request` makes Codex ask
-//! for approval), an HTTP error, a delayed answer, or none at all.
+//! for approval), a call of any other function tool Codex offers (an MCP server's tool:
+//! [`mcp_call`]), an HTTP error, a delayed answer, or none at all.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -58,6 +59,18 @@ pub enum Reply {
         /// Ask to run outside the sandbox.
         escalate: bool,
     },
+    /// A call of any function tool the request offers: `name` with the JSON `arguments`, inside
+    /// the tool namespace `namespace` when given. Codex 0.171.0 offers an MCP server's tools as
+    /// a `namespace` tool `mcp__<server>` holding one function per tool under the tool's own
+    /// name ([`mcp_call`]).
+    Call {
+        /// The namespace (`mcp__botvisor`), or none for a top-level function.
+        namespace: Option<String>,
+        /// The function's name.
+        name: String,
+        /// Its arguments.
+        arguments: Value,
+    },
     /// An HTTP error: `status` with the JSON `body`.
     Status {
         /// The HTTP status, for example 500.
@@ -83,6 +96,16 @@ pub enum Reply {
         /// The answer.
         reply: Box<Reply>,
     },
+}
+
+/// A call of the tool `tool` of the MCP server Codex's config names `server` (its
+/// `[mcp_servers.<server>]`), with `arguments`.
+pub fn mcp_call(server: &str, tool: &str, arguments: Value) -> Reply {
+    Reply::Call {
+        namespace: Some(format!("mcp__{server}")),
+        name: tool.to_owned(),
+        arguments,
+    }
 }
 
 /// What the Responses API answers a ChatGPT plan with about its usage windows: the primary
@@ -425,6 +448,21 @@ fn exec_call(cmd: &str, escalate: bool) -> String {
     out
 }
 
+fn function_call(namespace: Option<&str>, name: &str, arguments: &Value) -> String {
+    let mut item = json!({"type": "function_call", "call_id": next_id("call"), "name": name,
+                          "arguments": arguments.to_string()});
+    if let Some(ns) = namespace {
+        item["namespace"] = json!(ns);
+    }
+    let mut out = String::new();
+    record(
+        &mut out,
+        "response.output_item.done",
+        json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+    );
+    out
+}
+
 fn sse(pieces: Vec<(Option<std::time::Duration>, String)>) -> Response {
     let stream = futures_util::stream::unfold(pieces.into_iter(), |mut it| async move {
         let (wait, piece) = it.next()?;
@@ -511,6 +549,15 @@ fn answer(reply: Reply) -> Response {
         Reply::Exec { cmd, escalate } => sse(vec![
             (None, created()),
             (None, exec_call(&cmd, escalate)),
+            (None, completed()),
+        ]),
+        Reply::Call {
+            namespace,
+            name,
+            arguments,
+        } => sse(vec![
+            (None, created()),
+            (None, function_call(namespace.as_deref(), &name, &arguments)),
             (None, completed()),
         ]),
         Reply::Delayed { .. } | Reply::WithHeaders { .. } => unreachable!("unwrapped above"),

@@ -559,5 +559,6 @@ fn unparsed(line: &str, reason: &str) -> Read {
 }
 
 mod notifications;
+pub(crate) use notifications::{mcp_tool_result, mcp_tool_use};
 #[cfg(test)]
 mod tests;

@@ -134,6 +134,12 @@ fn chat_of(item: &Value) -> Vec<ChatPayload> {
                 ),
             ]
         }
+        // Recorded as the app-server tells it (`status` `completed` or `failed`, `result` with
+        // `content` and `isError`), under the rollout's own type name.
+        Some("McpToolCall") => vec![
+            chat("tool_use", super::protocol::mcp_tool_use(item)),
+            chat("tool_result", super::protocol::mcp_tool_result(item)),
+        ],
         _ => Vec::new(),
     }
 }

@@ -5,4 +5,5 @@ mod chat;
 mod exactly_once;
 mod keep;
 mod kills;
+mod mcp;
 mod worktrees;

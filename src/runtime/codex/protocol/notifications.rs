@@ -38,6 +38,7 @@ impl CodexProtocol {
                     json!({"id": item.get("id"), "name": "fileChange",
                            "input": {"changes": item.get("changes")}}),
                 ),
+                "mcpToolCall" => chat("tool_use", mcp_tool_use(item)),
                 _ => RuntimeEvent::Ignored,
             },
             "item/completed" => match item_type {
@@ -63,6 +64,7 @@ impl CodexProtocol {
                                "exit_code": item.get("exitCode")}),
                     )
                 }
+                "mcpToolCall" => chat("tool_result", mcp_tool_result(item)),
                 _ => RuntimeEvent::Ignored,
             },
             "turn/completed" => {
@@ -223,4 +225,39 @@ pub(super) fn primary_window(primary: &Value) -> Option<LimitReport> {
         resets_at: primary.get("resetsAt").and_then(Value::as_u64).unwrap_or(0),
         utilization: Some(used / 100.0),
     })
+}
+
+/// The `tool_use` payload of an MCP tool call (an `mcpToolCall` item of the app-server, or a
+/// rollout's `McpToolCall`): named as the model calls it, `mcp__<server>__<tool>` (Codex 0.171.0
+/// offers a server's tools as the namespace `mcp__<server>`), its arguments as the input.
+pub(crate) fn mcp_tool_use(item: &Value) -> Value {
+    let server = item
+        .get("server")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let tool = item.get("tool").and_then(Value::as_str).unwrap_or_default();
+    json!({"id": item.get("id"), "name": format!("mcp__{server}__{tool}"),
+           "server": server, "tool": tool, "input": item.get("arguments")})
+}
+
+/// The `tool_result` payload of a finished MCP tool call: the result's content blocks, or
+/// Codex's words when the call got no result (`error.message`: the server could not be
+/// reached, the call timed out). An `isError` result is `status` `failed` on Codex 0.171.0.
+pub(crate) fn mcp_tool_result(item: &Value) -> Value {
+    let status = item.get("status").and_then(Value::as_str);
+    let result = item.get("result").filter(|r| !r.is_null());
+    let is_error = status != Some("completed")
+        || result
+            .and_then(|r| r.get("isError"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+    let content = match result {
+        Some(r) => r.get("content").cloned().unwrap_or(Value::Null),
+        None => item
+            .pointer("/error/message")
+            .cloned()
+            .unwrap_or(Value::Null),
+    };
+    json!({"tool_use_id": item.get("id"), "content": content, "is_error": is_error,
+           "status": status})
 }

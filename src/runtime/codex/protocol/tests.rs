@@ -306,6 +306,55 @@ fn commands_are_tool_use_and_tool_result() {
     ));
 }
 
+/// Issue 29: an MCP tool call (tests/real/codex/mcp.rs on the real 0.171.0) is a `tool_use`
+/// named as the model calls it and a `tool_result` of the result's content; an `isError`
+/// result (`status` `failed`) or a call without a result (Codex's `error`) is an error.
+#[test]
+fn mcp_tool_calls_are_tool_use_and_tool_result() {
+    let mut p = opened();
+    let read = p.read_line(
+        br#"{"method":"item/started","params":{"item":{"type":"mcpToolCall","id":"m1","server":"botvisor","tool":"list_bots","arguments":{},"status":"inProgress"}}}"#,
+    );
+    assert_eq!(
+        read.events,
+        vec![chat(
+            "tool_use",
+            json!({"id": "m1", "name": "mcp__botvisor__list_bots", "server": "botvisor",
+                   "tool": "list_bots", "input": {}})
+        )]
+    );
+    for (item, content, is_error) in [
+        (
+            r#"{"type":"mcpToolCall","id":"m1","server":"botvisor","tool":"list_bots","arguments":{},"status":"completed","result":{"content":[{"type":"text","text":"ok"}],"isError":false}}"#,
+            json!([{"type": "text", "text": "ok"}]),
+            false,
+        ),
+        (
+            r#"{"type":"mcpToolCall","id":"m1","server":"botvisor","tool":"delete_bot","arguments":{},"status":"failed","result":{"content":[{"type":"text","text":"not allowed"}],"isError":true}}"#,
+            json!([{"type": "text", "text": "not allowed"}]),
+            true,
+        ),
+        (
+            r#"{"type":"mcpToolCall","id":"m1","server":"botvisor","tool":"list_bots","arguments":{},"status":"failed","result":null,"error":{"message":"timed out"}}"#,
+            json!("timed out"),
+            true,
+        ),
+    ] {
+        let line = format!(r#"{{"method":"item/completed","params":{{"item":{item}}}}}"#);
+        let read = p.read_line(line.as_bytes());
+        assert!(
+            matches!(
+                &read.events[..],
+                [RuntimeEvent::Chat(ChatPayload { kind: "tool_result", payload })]
+                    if payload["tool_use_id"] == "m1" && payload["content"] == content
+                        && payload["is_error"] == is_error
+            ),
+            "{item}: {:?}",
+            read.events
+        );
+    }
+}
+
 #[test]
 fn approvals_are_permission_requests_answered_accept_or_decline() {
     let mut p = opened();

@@ -7,6 +7,7 @@ pub mod codex;
 pub mod desktop;
 pub mod git;
 pub mod moments;
+pub mod other_cli;
 pub mod responses_api;
 pub mod sshd;
 pub mod stand_in_api;

@@ -9,55 +9,6 @@ use zbus::Variant;
 use support::stand_in_api::echo_script;
 use support::*;
 
-/// The user's own Claude Code with the conversation `session` open (stdin kept open, so it
-/// waits for input), once its registry of live sessions names it.
-async fn hold_elsewhere(
-    env: &TestEnv,
-    setup: &RealSetup,
-    claude: &std::path::Path,
-    session: &str,
-) -> std::process::Child {
-    let child = std::process::Command::new(claude)
-        .args([
-            "-p",
-            "--input-format",
-            "stream-json",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--resume",
-            session,
-        ])
-        .current_dir(&env.work)
-        .env_clear()
-        .envs(&setup.bot_env)
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let entry = env
-        .home
-        .join(format!(".claude/sessions/{}.json", child.id()));
-    bounded("the other CLI in the registry", async {
-        let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
-        loop {
-            let text = std::fs::read_to_string(&entry).unwrap_or_default();
-            let found = botvisor::runtime::claude::registry::entries_for(
-                std::iter::once(text.as_str()),
-                session,
-            );
-            if found.iter().any(|e| e.pid == child.id()) {
-                return;
-            }
-            tick.tick().await;
-        }
-    })
-    .await;
-    child
-}
-
 #[cfg_attr(
     botvisor_skip_claude,
     ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
@@ -110,7 +61,7 @@ async fn a_conversation_begun_in_a_terminal_is_listed_adopted_and_answered_in() 
     assert!(manager.list_bots().await.unwrap().is_empty());
 
     // Open in the user's own CLI: listed as held, Busy naming it, nothing created (rule 7).
-    let mut other = hold_elsewhere(&env, &setup, &claude, session).await;
+    let other = support::other_cli::OtherCli::start(&env, &setup, &claude, session).await;
     let listed = manager
         .list_conversations(work, HashMap::new())
         .await
@@ -126,9 +77,8 @@ async fn a_conversation_begun_in_a_terminal_is_listed_adopted_and_answered_in() 
         "{err}"
     );
     assert!(manager.list_bots().await.unwrap().is_empty());
-    drop(other.stdin.take());
     bounded("the other CLI's exit", async {
-        tokio::task::spawn_blocking(move || other.wait().unwrap())
+        tokio::task::spawn_blocking(move || other.close())
             .await
             .unwrap()
     })

@@ -7,6 +7,7 @@ use futures_util::StreamExt;
 use zbus::Variant;
 
 use botvisor::runtime::claude::transcript;
+use support::other_cli::OtherCli;
 use support::stand_in_api::{ApiRequest, Reply, Script, echo_script};
 use support::*;
 
@@ -808,71 +809,6 @@ async fn a_slash_command_the_cli_runs_itself_ends_its_turn() {
     wait_state(&bot, "idle").await;
 }
 
-/// A real Claude Code the user runs on `session` outside botvisor (print mode, stdin held open:
-/// as another program would), once it is in the CLI's registry of live sessions.
-struct OtherCli {
-    child: std::process::Child,
-}
-
-impl OtherCli {
-    async fn start(env: &TestEnv, setup: &RealSetup, claude: &Path, session: &str) -> OtherCli {
-        let child = std::process::Command::new(claude)
-            .args([
-                "-p",
-                "--input-format",
-                "stream-json",
-                "--output-format",
-                "stream-json",
-                "--verbose",
-                "--resume",
-                session,
-            ])
-            .current_dir(&env.work)
-            .env_clear()
-            .envs(&setup.bot_env)
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        // Its own registry entry names the session (the bot's agent, when it runs, has one too:
-        // which of the two a look finds first is the directory's order).
-        let entry = env
-            .home
-            .join(format!(".claude/sessions/{}.json", child.id()));
-        bounded("the other CLI in the registry", async {
-            let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
-            loop {
-                let text = std::fs::read_to_string(&entry).unwrap_or_default();
-                let found = botvisor::runtime::claude::registry::entries_for(
-                    std::iter::once(text.as_str()),
-                    session,
-                );
-                if found.iter().any(|e| e.pid == child.id()) {
-                    return;
-                }
-                tick.tick().await;
-            }
-        })
-        .await;
-        OtherCli { child }
-    }
-
-    /// Closes its stdin: it exits by itself.
-    fn close(mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for OtherCli {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Issue 25, design rule 7: a conversation another process holds (the user's terminal, another
 /// program) gets no second writer. The bot waits in `held_elsewhere` naming it (`HeldBy`), no
 /// crash counted, its message queued; it goes on by itself in the same conversation when that
@@ -897,7 +833,7 @@ async fn a_conversation_another_process_holds_is_waited_for_or_forked() {
     wait_state(&bot, "held_elsewhere").await;
     let held_by = bot.held_by().await.unwrap();
     assert!(
-        held_by.starts_with(&format!("pid {}:", other.child.id())),
+        held_by.starts_with(&format!("pid {}:", other.id())),
         "{held_by}"
     );
     assert_eq!(bot.process_id().await.unwrap(), 0, "no second writer");
@@ -907,7 +843,7 @@ async fn a_conversation_another_process_holds_is_waited_for_or_forked() {
     assert!(
         of_kind(&items, "system")
             .iter()
-            .any(|p| p["reason"] == "held_elsewhere" && p["pid"] == other.child.id()),
+            .any(|p| p["reason"] == "held_elsewhere" && p["pid"] == other.id()),
         "{items:?}"
     );
     other.close();
@@ -994,7 +930,7 @@ async fn a_conversation_opened_elsewhere_while_the_agent_idles_gets_no_second_wr
         bot.held_by()
             .await
             .unwrap()
-            .starts_with(&format!("pid {}:", other.child.id()))
+            .starts_with(&format!("pid {}:", other.id()))
     );
     assert_eq!(
         bot.process_id().await.unwrap(),

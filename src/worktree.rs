@@ -179,6 +179,17 @@ pub async fn add(
     };
     git(&top, &["check-ref-format", "--branch", &branch]).await?;
     let path_text = path.to_string_lossy().into_owned();
+    // Not inside another worktree, the repository's own checkout included: a forced removal of
+    // the outer one would take this one with it, and the outer one's `git status` would show it.
+    let listed = git(&top, &["worktree", "list", "--porcelain"]).await?;
+    if let Some(outer) = worktree::enclosing(&listed, &path_text) {
+        return Err(format!(
+            "`path` {} is inside the worktree {}; give a folder outside every worktree of the \
+             repository",
+            crate::text::escape(&path_text, false),
+            crate::text::escape(&outer, false)
+        ));
+    }
     git(
         &top,
         &[

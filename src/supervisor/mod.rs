@@ -273,6 +273,12 @@ pub struct Supervisor {
     deleting: Mutex<Vec<BotHandle>>,
     publisher: Publisher,
     gate: tokio::sync::watch::Sender<bool>,
+    /// One `CreateBot` at a time, from its checks to its record: the name it takes, the
+    /// conversation it adopts and the worktree branch it names are free when it looks and still
+    /// free when it records them (two creates at once gave two bots one name and two bots one
+    /// conversation). Other calls are not held: a create runs in a task of its own
+    /// (`dbus::guard::Detached`).
+    creating: tokio::sync::Mutex<()>,
 }
 
 impl Supervisor {
@@ -291,6 +297,7 @@ impl Supervisor {
             deleting: Mutex::new(Vec::new()),
             publisher,
             gate: tokio::sync::watch::Sender::new(false),
+            creating: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -359,6 +366,7 @@ impl Supervisor {
     /// InvalidArgument with git's words); a worktree made for a bot that then cannot be stored
     /// is removed again.
     pub async fn create(&self, new: NewBot) -> Result<BotHandle, BotError> {
+        let _one_at_a_time = self.creating.lock().await;
         let runtime_name = new.runtime.clone().unwrap_or_else(|| "claude".to_owned());
         let runtime = self
             .runtimes
@@ -604,23 +612,25 @@ impl Supervisor {
             .map(|h| format!("pid {}: {}", h.identity.pid, h.what))
     }
 
-    /// The bot process `pid` belongs to (issue 29): the bot its `marker` names
-    /// (`process::tree::BOT_MARKER`) when that bot exists, else the bot whose running agent it
-    /// descends from (a process that dropped the marker from its environment), else a marker of
-    /// a bot id's shape (32 hex digits: a deleted bot's); `None` for any other process.
+    /// The bot process `pid` belongs to (issue 29): the bot whose running agent it descends
+    /// from, else the bot its `marker` names (`process::tree::BOT_MARKER`; a process that
+    /// escaped its agent's tree) when that bot exists, else a marker of a bot id's shape (32 hex
+    /// digits: a deleted bot's); `None` for any other process.
     pub fn bot_of_process(&self, pid: u32, marker: Option<&str>) -> Option<String> {
         let bots = self.list();
-        if let Some(m) = marker
-            && bots.iter().any(|h| h.id == m)
-        {
-            return Some(m.to_owned());
-        }
+        // Descent first: a process under a bot's running agent is that bot's, whatever marker it
+        // sets (a bot at the depth limit could otherwise name a top-level bot and go deeper).
         if pid != 0
             && let Some(h) = bots
                 .iter()
                 .find(|h| crate::process::tree::descends_from(pid, h.snapshot().process_id))
         {
             return Some(h.id.clone());
+        }
+        if let Some(m) = marker
+            && bots.iter().any(|h| h.id == m)
+        {
+            return Some(m.to_owned());
         }
         marker
             .filter(|m| m.len() == 32 && m.bytes().all(|b| b.is_ascii_hexdigit()))

@@ -389,3 +389,91 @@ async fn a_slow_git_holds_no_other_call() {
     let bot = s.env.bot(&path).await;
     assert!(bot.worktree().await.unwrap().ends_with("/work"));
 }
+
+/// Creates that run at once (each in a task of its own since `CreateBot` no longer holds the
+/// object server) still take free names and free branches: a burst of 8 plain creates and 8
+/// worktree creates on one repository gives 16 bots, 16 names and 8 worktrees on 8 branches.
+/// Found by a hostile run: two bots named `plain-2`, and worktree creates that failed on
+/// branches botvisor had picked itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_at_once_take_distinct_names_and_branches() {
+    let s = FakeSetup::start("").await;
+    let repo = s.env.work.clone();
+    support::git::repository(&repo);
+    let cwd = repo.to_str().unwrap().to_owned();
+    let mut calls = Vec::new();
+    for i in 0..16 {
+        let manager = s.env.manager().await;
+        let cwd = cwd.clone();
+        calls.push(tokio::spawn(async move {
+            let env = HashMap::new();
+            let mut o = create_options(&cwd, &env);
+            if i % 2 == 1 {
+                o.insert(
+                    "worktree",
+                    zbus::zvariant::Variant::from(HashMap::<String, zbus::OwnedVariant>::new()),
+                );
+            }
+            manager.create_bot(o).await
+        }));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    let mut branches = std::collections::BTreeSet::new();
+    for call in calls {
+        let path = bounded("CreateBot", call).await.unwrap().expect("created");
+        let bot = s.env.bot(&path).await;
+        names.insert(bot.name().await.unwrap());
+        let branch = bot.branch().await.unwrap();
+        if !branch.is_empty() {
+            branches.insert(branch);
+        }
+    }
+    assert_eq!(names.len(), 16, "{names:?}");
+    assert_eq!(branches.len(), 8, "{branches:?}");
+    assert_eq!(
+        support::git::worktrees(&repo).len(),
+        9,
+        "the checkout and 8 worktrees"
+    );
+}
+
+/// A worktree `path` inside another worktree (or the repository's own checkout) is refused: a
+/// forced removal of the outer one would take it, and what it holds, with it (a hostile run lost
+/// a file that way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worktree_inside_another_worktree_is_refused() {
+    let s = FakeSetup::start("").await;
+    let repo = s.env.work.clone();
+    support::git::repository(&repo);
+    let cwd = repo.to_str().unwrap().to_owned();
+    let manager = s.env.manager().await;
+    let env = HashMap::new();
+    let mut o = create_options(&cwd, &env);
+    o.insert(
+        "worktree",
+        zbus::zvariant::Variant::from(HashMap::<String, zbus::OwnedVariant>::new()),
+    );
+    let outer = s.env.bot(&manager.create_bot(o).await.unwrap()).await;
+    let outer_tree = outer.worktree().await.unwrap();
+    for inside in [format!("{outer_tree}/inner"), format!("{cwd}/sub/wt")] {
+        let mut o = create_options(&cwd, &env);
+        let mut wt = HashMap::<String, zbus::OwnedVariant>::new();
+        wt.insert(
+            "path".into(),
+            zbus::OwnedVariant::try_from(zbus::zvariant::Variant::from(inside.as_str())).unwrap(),
+        );
+        o.insert("worktree", zbus::zvariant::Variant::from(wt));
+        let err = manager.create_bot(o).await.unwrap_err();
+        assert_eq!(
+            error_name(&err),
+            "org.botvisor.Botvisor1.Error.InvalidArgument",
+            "{inside}"
+        );
+        assert!(err.to_string().contains("is inside the worktree"), "{err}");
+        assert!(
+            !std::path::Path::new(&inside).exists(),
+            "nothing made: {inside}"
+        );
+    }
+    assert_eq!(manager.list_bots().await.unwrap().len(), 1);
+}

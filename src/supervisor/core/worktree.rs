@@ -30,6 +30,23 @@ pub fn repository_folder(top: &str) -> String {
     format!("{}-{hash:08x}", name_part(name))
 }
 
+/// The worktree, among those `git worktree list --porcelain` printed (`listed`), that holds
+/// `path` (absolute) or is it, compared by whole path components; `None` when none does.
+pub fn enclosing(listed: &str, path: &str) -> Option<String> {
+    let inside = |outer: &str| {
+        let outer = outer.trim_end_matches('/');
+        path == outer
+            || path
+                .strip_prefix(outer)
+                .is_some_and(|rest| rest.starts_with('/'))
+    };
+    listed
+        .lines()
+        .filter_map(|l| l.strip_prefix("worktree "))
+        .find(|w| inside(w))
+        .map(str::to_owned)
+}
+
 /// The most entries of each list a refusal names; the rest are counted.
 pub const MAX_NAMED: usize = 10;
 
@@ -263,5 +280,29 @@ mod tests {
             repository_folder("/x/a b.lock").starts_with("a-b"),
             "a name git takes"
         );
+    }
+
+    #[test]
+    fn a_path_inside_a_worktree_is_found_by_whole_components() {
+        let listed = "worktree /r/repo\nHEAD abc\nbranch refs/heads/main\n\n\
+                      worktree /s/trees/a\nHEAD def\n";
+        assert_eq!(
+            enclosing(listed, "/r/repo/sub/wt").as_deref(),
+            Some("/r/repo")
+        );
+        assert_eq!(
+            enclosing(listed, "/s/trees/a").as_deref(),
+            Some("/s/trees/a")
+        );
+        assert_eq!(
+            enclosing(listed, "/s/trees/a/inner").as_deref(),
+            Some("/s/trees/a")
+        );
+        assert_eq!(
+            enclosing(listed, "/s/trees/ab"),
+            None,
+            "a sibling that shares a prefix"
+        );
+        assert_eq!(enclosing(listed, "/r/repository"), None);
     }
 }

@@ -117,10 +117,24 @@ pub async fn add(
     let top = PathBuf::from(top.trim());
     let base = ask.base.clone().unwrap_or_else(|| "HEAD".to_owned());
     let spec = format!("{base}^{{commit}}");
-    let base_commit = git(&top, &["rev-parse", "--verify", "--end-of-options", &spec])
-        .await?
-        .trim()
-        .to_owned();
+    let base_commit = match git(&top, &["rev-parse", "--verify", "--end-of-options", &spec]).await {
+        Ok(commit) => commit.trim().to_owned(),
+        // A repository with no commit yet has no HEAD to start a branch from: say so, with
+        // git's words after it.
+        Err(e)
+            if ask.base.is_none()
+                && git(&top, &["rev-parse", "--verify", "--quiet", "HEAD"])
+                    .await
+                    .is_err() =>
+        {
+            return Err(format!(
+                "the repository {} has no commit yet, so a worktree has nothing to start from; \
+                 commit once first ({e})",
+                crate::text::escape(&top.to_string_lossy(), false)
+            ));
+        }
+        Err(e) => return Err(e),
+    };
     if let Some(p) = &ask.path
         && !Path::new(p).is_absolute()
     {

@@ -648,10 +648,14 @@ impl Supervisor {
         bot: Option<String>,
     ) -> Result<store::bots::CreatedBy, BotError> {
         let client = client.unwrap_or_default();
-        if client.chars().count() > MAX_CREATED_BY_CHARS || client.chars().any(char::is_control) {
+        // As a name: nothing that could steer a terminal (controls, invisible and text-direction
+        // characters such as U+202E), since clients show it beside the bot's name.
+        if client.chars().count() > MAX_CREATED_BY_CHARS
+            || crate::text::first_unsafe(&client).is_some()
+        {
             return Err(BotError::InvalidArgument(format!(
                 "CreateBot: option `created_by` must be at most {MAX_CREATED_BY_CHARS} characters \
-                 without control characters, got `{}`",
+                 without control, invisible or text-direction characters, got `{}`",
                 crate::text::escape(&client.chars().take(64).collect::<String>(), false)
             )));
         }

@@ -477,3 +477,39 @@ async fn a_worktree_inside_another_worktree_is_refused() {
     }
     assert_eq!(manager.list_bots().await.unwrap().len(), 1);
 }
+
+/// A repository with no commit yet: the refusal says so, not only git's "Needed a single
+/// revision", and nothing is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worktree_of_a_repository_with_no_commit_is_refused_saying_so() {
+    let s = FakeSetup::start("").await;
+    let repo = s.env.work.clone();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    let cwd = repo.to_str().unwrap().to_owned();
+    let manager = s.env.manager().await;
+    let env = HashMap::new();
+    let mut o = create_options(&cwd, &env);
+    o.insert(
+        "worktree",
+        zbus::zvariant::Variant::from(HashMap::<String, zbus::OwnedVariant>::new()),
+    );
+    let err = manager.create_bot(o).await.unwrap_err();
+    assert_eq!(
+        error_name(&err),
+        "org.botvisor.Botvisor1.Error.InvalidArgument"
+    );
+    assert!(err.to_string().contains("has no commit yet"), "{err}");
+    assert!(manager.list_bots().await.unwrap().is_empty());
+    // And a creator's name that could steer a terminal is refused like a bot's name.
+    let mut o = create_options(&cwd, &env);
+    o.insert(
+        "created_by",
+        zbus::zvariant::Variant::from("evil\u{202e}txt"),
+    );
+    let err = manager.create_bot(o).await.unwrap_err();
+    assert_eq!(
+        error_name(&err),
+        "org.botvisor.Botvisor1.Error.InvalidArgument"
+    );
+    assert!(err.to_string().contains("text-direction"), "{err}");
+}

@@ -126,10 +126,11 @@ async fn botvisorctl_creates_lists_and_deletes_a_bot_in_a_worktree() {
     )
     .await;
     assert_eq!(code, 0, "{err}");
+    // `delete` ends once the worktree is gone (a script's next git command finds it removed).
+    assert!(!Path::new(&tree).exists(), "removed when delete returned");
     // The worktree and its branch go before the bot's object does.
     use futures_util::StreamExt;
     bounded("InterfacesRemoved", removed.next()).await.unwrap();
-    assert!(!Path::new(&tree).exists());
     assert_eq!(git(&repo, &["branch", "--list", "feat/x"]).trim(), "");
 
     // An unmerged branch outlives a forced removal; the next bot of the same name gets the

@@ -684,6 +684,10 @@ pub async fn restart(
     Ok(OK)
 }
 
+/// How long `delete --remove-worktree` waits for the bot's object to go (its agent stopped, its
+/// worktree removed): the stop's grace and SIGKILL, and git's own bound of 30 s, with room.
+const REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(90);
+
 /// `delete`: asks first on a terminal unless `yes`; without a terminal `--yes` is required.
 pub async fn delete(
     conn: &Connection,
@@ -716,15 +720,45 @@ pub async fn delete(
             return Ok(OK);
         }
     }
+    let object = path.clone();
     let bot: BotProxy<'static> = bots::proxy(conn, path).await?;
     match worktree {
         None => bot.delete().await?,
         Some(force) => {
+            // The worktree goes after the agent's stop, before the bot's object: "deleted"
+            // is said once the object is gone, so that a script's next git command finds the
+            // worktree removed (found by a hostile run: it was still there).
+            let om = zbus::fdo::ObjectManagerProxy::builder(conn)
+                .destination(botvisor::dbus::BUS_NAME)
+                .path(botvisor::dbus::ROOT_PATH)
+                .build()
+                .await?;
+            let mut removed = om.receive_interfaces_removed().await?;
             bot.delete_with(HashMap::from([
                 ("remove_worktree", Variant::from(true)),
                 ("force", Variant::from(force)),
             ]))
-            .await?
+            .await?;
+            // Bounded: the agent's stop (its grace, then SIGKILL) and git's own bound (30 s).
+            let gone = tokio::time::timeout(REMOVAL_WAIT, async {
+                while let Some(sig) = removed.next().await {
+                    if sig
+                        .args()
+                        .is_ok_and(|a| a.object_path.as_str() == object.as_str())
+                    {
+                        return true;
+                    }
+                }
+                false
+            })
+            .await
+            .unwrap_or(false);
+            if !gone {
+                anstream::eprintln!(
+                    "note: {} is deleted; its worktree is still being removed",
+                    show::safe(&info.name)
+                );
+            }
         }
     }
     if json {

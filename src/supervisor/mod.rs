@@ -7,15 +7,18 @@
 
 pub mod bot;
 pub(crate) mod checks;
+mod conversations;
 pub mod core;
+mod create;
+mod created_by;
 mod handle;
 pub mod keep;
 pub mod memory_max;
 mod names;
 pub mod view;
+mod worktrees;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
@@ -26,7 +29,9 @@ use crate::store::{self, BotRecord, Store};
 
 pub use bot::State;
 pub use checks::{MAX_NAME_CHARS, budget_nanos, canonical_cwd, check_model, check_permission_mode};
+pub use conversations::{Listed, MAX_TITLE_CHARS};
 pub use core::prompts::{ANSWERED_KEPT, Prompt, PromptBook};
+pub use created_by::MAX_CREATED_BY_CHARS;
 pub(crate) use handle::Shared;
 pub use handle::{Answer, BotHandle};
 use names::looks;
@@ -220,48 +225,6 @@ pub struct NewBot {
     pub created_by_bot: Option<String>,
 }
 
-/// The most characters of a conversation's title (its first user message) that
-/// [`Supervisor::conversations`] gives.
-pub const MAX_TITLE_CHARS: usize = 200;
-
-/// A conversation a CLI keeps for a folder, as `ListConversations` gives it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listed {
-    /// The runtime's name.
-    pub runtime: String,
-    /// The session (Codex: thread) id.
-    pub session_id: String,
-    /// When its file was last written, Unix seconds.
-    pub modified_s: i64,
-    /// Its first user message, escaped ([`crate::text::escape`]) and cut to
-    /// [`MAX_TITLE_CHARS`] (then ending with `…`).
-    pub title: String,
-    /// The bot that owns it (its session is recorded), if any.
-    pub bot_id: Option<String>,
-    /// A live process outside botvisor that holds it, in words, if any.
-    pub held_by: Option<String>,
-}
-
-/// The environment a CLI of `record` would have, without a bot's marker: what a listing or an
-/// adoption reads the CLIs' folders and holders with (no process is any bot's own here).
-fn listing_env(config: &Config, record: &BotRecord) -> BTreeMap<String, String> {
-    let mut env = bot::bot_env(config, record);
-    env.remove(crate::process::tree::BOT_MARKER);
-    env
-}
-
-/// A title read from a transcript, made safe to show: escaped, one line, bounded.
-fn bounded_title(title: &str) -> String {
-    let escaped = crate::text::escape(title.trim(), false);
-    match escaped.char_indices().nth(MAX_TITLE_CHARS) {
-        Some((at, _)) => format!("{}…", &escaped[..at]),
-        None => escaped.into_owned(),
-    }
-}
-
-/// The most characters `CreateBot`'s `created_by` may hold.
-pub const MAX_CREATED_BY_CHARS: usize = 128;
-
 /// All bots of the daemon.
 pub struct Supervisor {
     store: Arc<Store>,
@@ -361,339 +324,6 @@ impl Supervisor {
         Ok(handles)
     }
 
-    /// Validates and creates a bot. Nothing is stored when an argument is wrong. With
-    /// `new.worktree`, git makes the worktree last, after every other check (its refusal is
-    /// InvalidArgument with git's words); a worktree made for a bot that then cannot be stored
-    /// is removed again.
-    pub async fn create(&self, new: NewBot) -> Result<BotHandle, BotError> {
-        let _one_at_a_time = self.creating.lock().await;
-        let runtime_name = new.runtime.clone().unwrap_or_else(|| "claude".to_owned());
-        let runtime = self
-            .runtimes
-            .get(runtime_name.as_str())
-            .cloned()
-            .ok_or_else(|| {
-                BotError::InvalidArgument(format!(
-                    "unknown runtime `{runtime_name}`; known runtimes: {}",
-                    self.runtime_names().join(", ")
-                ))
-            })?;
-        let cwd = canonical_cwd(&new.cwd)?;
-        let memory_max = memory_max::decide(new.memory_max, crate::process::cgroup::containment())?;
-        let model = new
-            .model
-            .or_else(|| self.config.default_model.clone())
-            .unwrap_or_default();
-        // The configured default goes to the runtimes that accept it.
-        let permission_mode = new
-            .permission_mode
-            .or_else(|| {
-                self.config
-                    .default_permission_mode
-                    .clone()
-                    .filter(|m| runtime.permission_modes().contains(&m.as_str()))
-            })
-            .unwrap_or_default();
-        check_permission_mode(runtime.as_ref(), &permission_mode)?;
-        check_model(runtime.as_ref(), &model)?;
-        runtime
-            .binary()
-            .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
-        let taken: Vec<String> = self
-            .list()
-            .iter()
-            .map(|h| h.snapshot().record.name)
-            .collect();
-        let name = match new.name.filter(|n| !n.is_empty()) {
-            Some(name) => {
-                check_name("option `name`", &name, &taken)?;
-                name
-            }
-            None => {
-                let base = default_name(Path::new(&cwd));
-                (1..)
-                    .map(|i| {
-                        if i == 1 {
-                            base.clone()
-                        } else {
-                            format!("{base}-{i}")
-                        }
-                    })
-                    .find(|n| {
-                        let shown = looks(n);
-                        !taken.iter().any(|t| looks(t) == shown)
-                    })
-                    .expect("some suffix is free")
-            }
-        };
-        let created_by = self.created_by(new.created_by_client, new.created_by_bot)?;
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        let imported = match &new.session_id {
-            None => Vec::new(),
-            Some(session) => {
-                if new.worktree.is_some() {
-                    return Err(BotError::InvalidArgument(
-                        "options `session_id` and `worktree` together: a conversation is adopted \
-                         in the folder it was begun in, a worktree is a new folder"
-                            .into(),
-                    ));
-                }
-                let listed = self.conversations(&cwd, Some(&runtime_name), &new.env)?;
-                let found = listed.iter().find(|c| c.session_id == *session);
-                let held_by = match found {
-                    Some(_) => self.held_by(&runtime_name, &cwd, session, &new.env),
-                    None => None,
-                };
-                core::adopt::adopt(&core::adopt::Found {
-                    runtime: &runtime_name,
-                    cwd: &cwd,
-                    session_id: &crate::text::escape(session, false),
-                    exists: found.is_some(),
-                    owner: found.and_then(|c| c.bot_id.as_deref()),
-                    held_by: held_by.as_deref(),
-                })
-                .map_err(|r| match r {
-                    core::adopt::Refusal::Missing(why) => BotError::InvalidArgument(why),
-                    core::adopt::Refusal::Held(why) => BotError::Busy(why),
-                })?;
-                let record = BotRecord {
-                    env: new.env.clone(),
-                    ..BotRecord::new(&id, &name, &cwd, &runtime_name)
-                };
-                runtime.history(
-                    &bot::bot_env(&self.config, &record),
-                    Path::new(&cwd),
-                    session,
-                )
-            }
-        };
-        let (cwd, made) = match &new.worktree {
-            None => (cwd, None),
-            Some(ask) => {
-                let made = crate::worktree::add(
-                    Path::new(&cwd),
-                    &name,
-                    ask,
-                    self.config.worktrees_dir.as_deref(),
-                    self.store.path().and_then(Path::parent),
-                )
-                .await
-                .map_err(|e| BotError::InvalidArgument(format!("option `worktree`: {e}")))?;
-                (made.path.clone(), Some(made))
-            }
-        };
-        let record = BotRecord {
-            created_by,
-            model,
-            permission_mode,
-            env: new.env,
-            idle_timeout_s: new.idle_timeout_s,
-            memory_max,
-            budget: new.budget,
-            continue_after_limit: new.continue_after_limit,
-            worktree: made.as_ref().map(|m| store::WorktreeRecord {
-                repo: m.repo.clone(),
-                branch: m.branch.clone(),
-                base_commit: m.base_commit.clone(),
-            }),
-            session_id: new.session_id.clone(),
-            ..BotRecord::new(&id, &name, &cwd, &runtime_name)
-        };
-        // The adopted conversation's earlier turns are committed with the bot, before anything
-        // new, in order (design rule 1: nothing is said of them before).
-        let stored = self.store.tx_now(|tx| {
-            store::bots::insert(tx, &record)?;
-            for item in &imported {
-                store::chat::append(tx, &id, item.kind, None, &item.payload.to_string())?;
-            }
-            Ok(())
-        });
-        if let Err(e) = stored {
-            if let Some(m) = &made {
-                let undo = crate::supervisor::core::worktree::Removal::Remove {
-                    force: true,
-                    delete_branch: true,
-                };
-                if let Err(g) = crate::worktree::remove(
-                    Path::new(&m.repo),
-                    Path::new(&m.path),
-                    &m.branch,
-                    &undo,
-                )
-                .await
-                {
-                    tracing::warn!(path = %m.path, error = %g, "a worktree made for a bot that was not stored is left");
-                }
-            }
-            return Err(e.into());
-        }
-        tracing::info!(bot_id = %record.id, cwd = %record.cwd, "bot created");
-        Ok(self.start_actor(record, runtime, false))
-    }
-
-    /// The conversations the CLIs keep for the folder `cwd` (canonicalised), read from their
-    /// files as a CLI started with the daemon's environment plus `env` finds them, of the runtime
-    /// `runtime` only when given; newest first, then by id. Errors: InvalidArgument (a `cwd`
-    /// `CreateBot` would refuse, an unknown runtime).
-    pub fn conversations(
-        &self,
-        cwd: &str,
-        runtime: Option<&str>,
-        env: &BTreeMap<String, String>,
-    ) -> Result<Vec<Listed>, BotError> {
-        let cwd = canonical_cwd(cwd)?;
-        if let Some(r) = runtime
-            && !self.runtimes.contains_key(r)
-        {
-            return Err(BotError::InvalidArgument(format!(
-                "unknown runtime `{}`; known runtimes: {}",
-                crate::text::escape(r, false),
-                self.runtime_names().join(", ")
-            )));
-        }
-        let bots = self.list();
-        let mut out = Vec::new();
-        for (name, rt) in &self.runtimes {
-            if runtime.is_some_and(|r| r != *name) {
-                continue;
-            }
-            let record = BotRecord {
-                env: env.clone(),
-                ..BotRecord::new("", "", &cwd, name)
-            };
-            let full_env = listing_env(&self.config, &record);
-            for c in rt.conversations(&full_env, Path::new(&cwd)) {
-                let bot_id = bots
-                    .iter()
-                    .find(|h| {
-                        let r = h.snapshot().record;
-                        r.runtime == *name && r.session_id.as_deref() == Some(&c.session_id)
-                    })
-                    .map(|h| h.id.clone());
-                out.push(Listed {
-                    runtime: name.to_string(),
-                    modified_s: c
-                        .modified
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.as_secs() as i64)
-                        .unwrap_or(0),
-                    title: bounded_title(&c.title),
-                    bot_id,
-                    held_by: None,
-                    session_id: c.session_id,
-                });
-            }
-        }
-        out.sort_by(|a, b| {
-            b.modified_s
-                .cmp(&a.modified_s)
-                .then_with(|| a.session_id.cmp(&b.session_id))
-        });
-        Ok(out)
-    }
-
-    /// Who outside botvisor holds the conversation `session_id` of `runtime` in `cwd` now, in
-    /// words (`pid N: what`); `None` when nobody does.
-    pub fn held_by(
-        &self,
-        runtime: &str,
-        cwd: &str,
-        session_id: &str,
-        env: &BTreeMap<String, String>,
-    ) -> Option<String> {
-        let rt = self.runtimes.get(runtime)?;
-        let record = BotRecord {
-            env: env.clone(),
-            ..BotRecord::new("", "", cwd, runtime)
-        };
-        let full_env = listing_env(&self.config, &record);
-        rt.holders(&full_env, Path::new(cwd), session_id)
-            .first()
-            .map(|h| format!("pid {}: {}", h.identity.pid, h.what))
-    }
-
-    /// The bot process `pid` belongs to (issue 29): the bot whose running agent it descends
-    /// from, else the bot its `marker` names (`process::tree::BOT_MARKER`; a process that
-    /// escaped its agent's tree) when that bot exists, else a marker of a bot id's shape (32 hex
-    /// digits: a deleted bot's); `None` for any other process.
-    pub fn bot_of_process(&self, pid: u32, marker: Option<&str>) -> Option<String> {
-        let bots = self.list();
-        // Descent first: a process under a bot's running agent is that bot's, whatever marker it
-        // sets (a bot at the depth limit could otherwise name a top-level bot and go deeper).
-        if pid != 0
-            && let Some(h) = bots
-                .iter()
-                .find(|h| crate::process::tree::descends_from(pid, h.snapshot().process_id))
-        {
-            return Some(h.id.clone());
-        }
-        if let Some(m) = marker
-            && bots.iter().any(|h| h.id == m)
-        {
-            return Some(m.to_owned());
-        }
-        marker
-            .filter(|m| m.len() == 32 && m.bytes().all(|b| b.is_ascii_hexdigit()))
-            .map(str::to_owned)
-    }
-
-    /// Who creates a bot, checked against the limits on bots created by bots (issue 29): a
-    /// chain of creators longer than config `agent_max_depth`, or more than `agent_max_bots`
-    /// bots created by bots at once, is `LimitExceeded`; a client name over
-    /// [`MAX_CREATED_BY_CHARS`] characters or holding control characters is `InvalidArgument`.
-    /// A creator bot that is gone counts as a bot no bot created (depth 0).
-    fn created_by(
-        &self,
-        client: Option<String>,
-        bot: Option<String>,
-    ) -> Result<store::bots::CreatedBy, BotError> {
-        let client = client.unwrap_or_default();
-        // As a name: nothing that could steer a terminal (controls, invisible and text-direction
-        // characters such as U+202E), since clients show it beside the bot's name.
-        if client.chars().count() > MAX_CREATED_BY_CHARS
-            || crate::text::first_unsafe(&client).is_some()
-        {
-            return Err(BotError::InvalidArgument(format!(
-                "CreateBot: option `created_by` must be at most {MAX_CREATED_BY_CHARS} characters \
-                 without control, invisible or text-direction characters, got `{}`",
-                crate::text::escape(&client.chars().take(64).collect::<String>(), false)
-            )));
-        }
-        let Some(bot) = bot else {
-            return Ok(store::bots::CreatedBy {
-                client,
-                bot: String::new(),
-                depth: 0,
-            });
-        };
-        let bots = self.list();
-        let creator_depth = bots
-            .iter()
-            .find(|h| h.id == bot)
-            .map_or(0, |h| h.snapshot().record.created_by.depth);
-        let depth = creator_depth.saturating_add(1);
-        let max_depth = self.config.agent_max_depth;
-        if depth > max_depth {
-            return Err(BotError::LimitExceeded(format!(
-                "CreateBot: bot {bot} is itself {creator_depth} bot(s) deep in a chain of bots \
-                 creating bots; a bot it creates would be {depth} deep, over the daemon's \
-                 `agent_max_depth` of {max_depth}"
-            )));
-        }
-        let by_bots = bots
-            .iter()
-            .filter(|h| !h.snapshot().record.created_by.bot.is_empty())
-            .count();
-        let max_bots = self.config.agent_max_bots as usize;
-        if by_bots >= max_bots {
-            return Err(BotError::LimitExceeded(format!(
-                "CreateBot: {by_bots} bot(s) created by bots exist, the daemon's \
-                 `agent_max_bots` is {max_bots}; delete one first"
-            )));
-        }
-        Ok(store::bots::CreatedBy { client, bot, depth })
-    }
-
     /// Renames the bot `id` to `name`, checked as `CreateBot` checks a name ([`check_name`])
     /// against the other bots' names; recorded, then `Name` changes. The same name again changes
     /// nothing. Errors: InvalidArgument, NotFound, StorageUnavailable; each changes nothing.
@@ -761,56 +391,6 @@ impl Supervisor {
     /// then its object goes away. Errors: NotFound, StorageUnavailable (nothing changed).
     pub fn delete(&self, id: &str) -> Result<(), BotError> {
         self.delete_with(id, None)
-    }
-
-    /// Whether the worktree of the bot `id` may be removed now, with `force` or not, from what
-    /// git shows of it ([`crate::worktree::decide`]). Errors: NotFound; InvalidArgument (the bot
-    /// has no worktree); Busy (something uncommitted or unmerged, named; nothing changes);
-    /// Failed (git failed: its words).
-    pub async fn worktree_removal(
-        &self,
-        id: &str,
-        force: bool,
-    ) -> Result<core::worktree::Removal, BotError> {
-        let record = self.get(id)?.snapshot().record;
-        let Some(w) = record.worktree else {
-            return Err(BotError::InvalidArgument(format!(
-                "option `remove_worktree`: the bot `{}` has no worktree botvisor made",
-                crate::text::escape(&record.name, false)
-            )));
-        };
-        match crate::worktree::decide(Path::new(&w.repo), Path::new(&record.cwd), &w.branch, force)
-            .await
-        {
-            Ok(core::worktree::Removal::Refuse(why)) => Err(BotError::Busy(why)),
-            Ok(removal) => Ok(removal),
-            Err(e) => Err(BotError::Failed(e)),
-        }
-    }
-
-    /// [`Supervisor::delete`], and with `removal` the bot's worktree removed once its agent is
-    /// stopped ([`Supervisor::worktree_removal`] decides it first).
-    pub fn delete_with(
-        &self,
-        id: &str,
-        removal: Option<core::worktree::Removal>,
-    ) -> Result<(), BotError> {
-        let handle = self.get(id)?;
-        self.store.tx_now(|tx| store::bots::mark_deleting(tx, id))?;
-        handle.command(Command::Delete(removal))?;
-        handle
-            .shared
-            .deleted
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        let removed = self
-            .bots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
-        let mut deleting = self.deleting.lock().unwrap_or_else(|p| p.into_inner());
-        deleting.retain(|h| !h.tx.is_closed());
-        deleting.extend(removed);
-        Ok(())
     }
 
     /// A client left the bus: its leases end.

@@ -1,0 +1,340 @@
+//! The driven machine across a process's life: its deadlines (idle, start, a holder's look),
+//! live settings, interrupts, a crash, a message's write and a launch.
+
+use super::*;
+
+fn timeout(core: &mut BotCore, now: Instant, facts: &Told) -> Vec<Effect> {
+    core.handle(now, Input::Timeout, facts);
+    drain(core)
+}
+
+#[test]
+fn rule_12_the_idle_deadline_stops_an_idle_agent_unless_a_client_or_a_descendant_is_there() {
+    let t0 = Instant::now();
+    let mut core = BotCore::new(Duration::from_millis(50));
+    core.process = Some(Process {
+        run: Run::new(SessionStart::Resume("s".into())),
+        controls: Controls::default(),
+    });
+    core.idle_at = Some(t0);
+    let held = Told {
+        holders: 1,
+        ..Told::default()
+    };
+    assert_eq!(timeout(&mut core, t0, &held), [], "a client holds it");
+    core.idle_at = Some(t0);
+    let working = Told {
+        descendant: true,
+        ..Told::default()
+    };
+    assert_eq!(timeout(&mut core, t0, &working), [], "a descendant works");
+    core.idle_at = Some(t0);
+    assert_eq!(
+        timeout(&mut core, t0, &Told::default()),
+        [Effect::Stop(StopReason::Idle)]
+    );
+    assert_eq!(core.poll_timeout(), None, "the deadline is gone");
+}
+
+#[test]
+fn rule_15_a_start_that_prints_nothing_fails_its_turn_and_stops_the_agent() {
+    let t0 = Instant::now();
+    let mut core = running();
+    core.watch.launched(Some(t0 + Duration::from_secs(60)));
+    assert_eq!(timeout(&mut core, t0, &Told::default()), []);
+    let late = timeout(&mut core, t0 + Duration::from_secs(61), &Told::default());
+    assert!(
+        matches!(late.first(), Some(Effect::ClosePrompts(_))),
+        "{late:?}"
+    );
+    assert_eq!(late.last(), Some(&Effect::Stop(StopReason::StartTimeout)));
+    assert_eq!(
+        finished(&late),
+        [(
+            "t".into(),
+            crate::supervisor::core::decide::TurnOutcome::Error
+        )]
+    );
+}
+
+#[test]
+fn rule_7_the_holders_exit_is_seen_at_a_look_and_lets_the_messages_go() {
+    let t0 = Instant::now();
+    let mut core = BotCore::new(Duration::from_millis(50));
+    core.held = Some(held_by_a_terminal(t0));
+    assert_eq!(timeout(&mut core, t0, &Told::default()), [], "still there");
+    assert!(core.held.is_some());
+    let gone = Told {
+        holder_gone: true,
+        ..Told::default()
+    };
+    let later = core.poll_timeout().expect("the next look");
+    let effects = timeout(&mut core, later, &gone);
+    assert_eq!(effects.last(), Some(&Effect::State(State::Stopped)));
+    assert!(core.held.is_none());
+}
+
+#[test]
+fn rule_6_a_live_setting_goes_to_the_agent_or_is_recorded_for_the_next_start() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    let ask = |core: &mut BotCore, cmd| {
+        core.handle(t0, Input::Command(cmd), &facts);
+        drain(core)
+    };
+    let sent = ask(
+        &mut core,
+        Cmd::ApplyLive(ControlRequest::SetModel("opus".into())),
+    );
+    assert_eq!(
+        sent,
+        [Effect::Send(Request::Control(ControlRequest::SetModel(
+            "opus".into()
+        )))]
+    );
+    // Written: its answer is awaited within control_timeout_s.
+    core.handle(
+        t0,
+        Input::ControlWritten {
+            request: ControlRequest::SetModel("opus".into()),
+            request_id: Some("c1".into()),
+        },
+        &facts,
+    );
+    assert!(
+        core.poll_timeout()
+            .is_some_and(|t| t <= t0 + Duration::from_secs(10))
+    );
+    // No agent to take it: recorded for the next start.
+    let mut stopped = BotCore::new(Duration::from_millis(50));
+    let recorded = ask(
+        &mut stopped,
+        Cmd::ApplyLive(ControlRequest::SetModel("opus".into())),
+    );
+    assert!(
+        crate::supervisor::core::effect::writes(&recorded).any(|w| matches!(w, Write::Setting(_))),
+        "{recorded:?}"
+    );
+}
+
+#[test]
+fn an_interrupt_is_awaited_only_once_written() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    core.handle(t0, Input::Runtime(replay()), &facts);
+    drain(&mut core);
+    core.handle(t0, Input::Command(Cmd::Interrupt), &facts);
+    assert_eq!(
+        drain(&mut core),
+        [Effect::Send(Request::Control(ControlRequest::Interrupt))]
+    );
+    assert_eq!(core.turns.interrupting, None, "not before it is written");
+    core.handle(
+        t0,
+        Input::ControlWritten {
+            request: ControlRequest::Interrupt,
+            request_id: Some("i1".into()),
+        },
+        &facts,
+    );
+    assert_eq!(core.turns.interrupting.as_deref(), Some("t"));
+    // Its result ends the turn interrupted.
+    let ended = event(
+        &mut core,
+        t0,
+        &facts,
+        result(ResultOutcome::Error, Some("aborted")),
+    );
+    assert_eq!(
+        finished(&ended),
+        [(
+            "t".into(),
+            crate::supervisor::core::decide::TurnOutcome::Interrupted
+        )]
+    );
+}
+
+#[test]
+fn rule_11_a_crash_is_said_cleaned_up_then_backed_off_in_that_order() {
+    let t0 = Instant::now();
+    let facts = Told {
+        recorded: Some("s".into()),
+        holders: 1,
+        ..Told::default()
+    };
+    let mut core = running();
+    core.handle(t0, Input::Runtime(replay()), &facts);
+    drain(&mut core);
+    core.handle(
+        t0,
+        Input::Exited {
+            status: crate::process::ExitInfo {
+                code: None,
+                signal: Some(9),
+            },
+            stderr: String::new(),
+            lived: Duration::from_secs(30),
+        },
+        &facts,
+    );
+    let now = drain(&mut core);
+    assert!(core.process.is_none());
+    assert_eq!(now.first(), Some(&Effect::ProcessGone));
+    assert_eq!(
+        now.last(),
+        Some(&Effect::CleanUp(StopReason::Crashed)),
+        "the clean-up comes last: {now:?}"
+    );
+    assert!(
+        !now.iter().any(|e| matches!(e, Effect::RestartTimer(_))),
+        "no backoff before the clean-up"
+    );
+    core.handle(t0, Input::CleanedUp, &facts);
+    let then = drain(&mut core);
+    assert!(
+        then.iter()
+            .any(|e| matches!(e, Effect::RestartTimer(Some(_)))),
+        "held: restarted after a backoff: {then:?}"
+    );
+    core.handle(t0, Input::CleanedUp, &facts);
+    assert_eq!(drain(&mut core), [], "once");
+}
+
+#[test]
+fn rule_7_an_open_refused_because_another_process_holds_the_conversation_keeps_the_message() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = running();
+    let effects = event(
+        &mut core,
+        t0,
+        &facts,
+        RuntimeEvent::OpenFailed {
+            error: "thread s already has an active writer".into(),
+        },
+    );
+    assert_eq!(finished(&effects), [], "the message does not fail");
+    assert_eq!(core.turns.queue.front().map(|t| t.id.as_str()), Some("t"));
+    assert_eq!(effects.last(), Some(&Effect::Stop(StopReason::OpenFailed)));
+    assert!(
+        !effects.contains(&Effect::Park(true)),
+        "not parked: the next start waits for it"
+    );
+}
+
+#[test]
+fn rule_8_a_message_is_written_only_once_where_it_goes_is_durable() {
+    let facts = Told::default();
+    let now = Instant::now();
+    let wall = std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(5);
+    let mut core = BotCore::new(Duration::from_millis(50));
+    core.process = Some(Process {
+        run: Run::new(SessionStart::Resume("s".into())),
+        controls: Controls::default(),
+    });
+    core.turns.queue(QueuedTurn::new("t", "hello"));
+    core.turns.queue(QueuedTurn::new("u", "again"));
+
+    // Where it goes is committed, and awaited, before anything is written.
+    let deliver = |core: &mut BotCore| {
+        core.handle(
+            now,
+            Input::Deliver {
+                session: "s".into(),
+                now: wall,
+            },
+            &facts,
+        );
+        drain(core)
+    };
+    let effects = deliver(&mut core);
+    assert!(matches!(
+        &effects[..],
+        [Effect::Commit { writes, .. }, Effect::ReportCommit(Awaited::Delivery)]
+            if writes == &[Write::Delivery { turn_id: "t".into(), session_id: "s".into(), at: wall }]
+    ));
+    // Not durable: nothing is written, and the message waits first again.
+    core.handle(
+        now,
+        Input::Committed {
+            awaited: Awaited::Delivery,
+            ok: false,
+        },
+        &facts,
+    );
+    assert!(drain(&mut core).is_empty());
+    assert!(!core.in_flight());
+
+    // Durable: the message is written, and once written the bot is busy.
+    deliver(&mut core);
+    core.handle(
+        now,
+        Input::Committed {
+            awaited: Awaited::Delivery,
+            ok: true,
+        },
+        &facts,
+    );
+    assert_eq!(
+        drain(&mut core),
+        [Effect::Send(Request::Message {
+            text: "hello".into()
+        })]
+    );
+    core.handle(now, Input::Written { ok: true }, &facts);
+    // Both still wait: a message counts as taken at its replay (rule 8).
+    assert_eq!(
+        drain(&mut core),
+        [Effect::State(State::Busy), Effect::Queued(2)]
+    );
+    // One message in flight at a time (rule 7).
+    assert!(deliver(&mut core).is_empty());
+}
+
+#[test]
+fn rule_9_a_launched_agent_is_on_record_by_identity_idle_and_watched_from_its_start() {
+    let facts = Told::default();
+    let now = Instant::now();
+    let mut core = BotCore::new(Duration::from_millis(50));
+    let root = crate::process::identity::ProcessIdentity {
+        pid: 42,
+        start_time: 9,
+        boot_id: "b".into(),
+    };
+    core.handle(
+        now,
+        Input::Launched {
+            decision: crate::supervisor::core::start::StartDecision {
+                start: SessionStart::Resume("s".into()),
+                forget: None,
+                cut: None,
+                fork: false,
+            },
+            identity: Some(root.clone()),
+        },
+        &facts,
+    );
+    assert!(matches!(
+        &drain(&mut core)[..],
+        [Effect::Commit { writes, .. }, Effect::State(State::Idle)]
+            if writes == &[Write::Process { identity: root.clone(), root: true }]
+    ));
+    // The start watchdog: `start_s` (60 s) from the launch.
+    assert_eq!(core.poll_timeout(), Some(now + Duration::from_secs(60)));
+
+    core.handle(
+        now,
+        Input::LaunchFailed {
+            text: "cannot start the agent: no such file".into(),
+            reason: None,
+        },
+        &facts,
+    );
+    let refused = drain(&mut core);
+    assert!(matches!(
+        &refused[..],
+        [Effect::Commit { .. }, Effect::Pause]
+    ));
+}

@@ -20,7 +20,11 @@ fn client_of(hdr: &Header<'_>) -> String {
     hdr.sender().map(|s| s.to_string()).unwrap_or_default()
 }
 
+mod managed;
+pub use managed::ManagedBots;
+
 /// One bot object.
+#[derive(Clone)]
 pub struct BotObject {
     handle: BotHandle,
     ctx: Arc<Ctx>,
@@ -39,8 +43,10 @@ impl BotObject {
         )
     }
 
-    fn view(&self) -> crate::supervisor::BotView {
-        self.handle.snapshot()
+    /// The bot's view, read in place: a property reads the field it serves, with no copy of the
+    /// rest (`GetManagedObjects` reads every property of every bot).
+    fn view(&self) -> std::sync::RwLockReadGuard<'_, crate::supervisor::BotView> {
+        self.handle.view_guard()
     }
 
     /// AccessDenied when the client `sender` is one of this bot's own processes (issue 29): its
@@ -49,8 +55,9 @@ impl BotObject {
     /// granted itself whatever it asked.
     async fn refuse_own_answer(&self, sender: &str) -> Result<()> {
         let (pid, marker) = super::caller::caller_process(self.ctx.caller.lookup(), sender).await;
+        let agent = self.view().process_id;
         let own = marker.as_deref() == Some(self.handle.id.as_str())
-            || crate::process::tree::descends_from(pid, self.view().process_id);
+            || crate::process::tree::descends_from(pid, agent);
         if own {
             return Err(Error::AccessDenied(format!(
                 "a bot cannot answer its own permission requests: the caller (process {pid}) is \
@@ -481,7 +488,7 @@ impl BotObject {
     /// `CreatedByBot` says whether a bot's agent made the call.
     #[zbus(property(emits_changed_signal = "const"))]
     fn created_by(&self) -> String {
-        self.view().record.created_by.client
+        self.view().record.created_by.client.clone()
     }
 
     /// The id of the bot whose agent (or a process below it) created this bot (issue 29), read
@@ -489,28 +496,28 @@ impl BotObject {
     /// empty when a program outside every bot created it.
     #[zbus(property(emits_changed_signal = "const"))]
     fn created_by_bot(&self) -> String {
-        self.view().record.created_by.bot
+        self.view().record.created_by.bot.clone()
     }
 
     /// A name for people.
     #[zbus(property)]
     fn name(&self) -> String {
-        self.view().record.name
+        self.view().record.name.clone()
     }
 
     /// The canonical working directory.
     #[zbus(property(emits_changed_signal = "const"))]
     fn cwd(&self) -> String {
-        self.view().record.cwd
+        self.view().record.cwd.clone()
     }
 
     /// The git worktree botvisor made for the bot (`CreateBot` option `worktree`), which is
     /// its `Cwd` for the bot's whole life; empty for a bot in a folder of the user's.
     #[zbus(property(emits_changed_signal = "const"))]
     fn worktree(&self) -> String {
-        let record = self.view().record;
-        if record.worktree.is_some() {
-            record.cwd
+        let v = self.view();
+        if v.record.worktree.is_some() {
+            v.record.cwd.clone()
         } else {
             String::new()
         }
@@ -522,7 +529,8 @@ impl BotObject {
         self.view()
             .record
             .worktree
-            .map(|w| w.branch)
+            .as_ref()
+            .map(|w| w.branch.clone())
             .unwrap_or_default()
     }
 
@@ -532,26 +540,27 @@ impl BotObject {
         self.view()
             .record
             .worktree
-            .map(|w| w.base_commit)
+            .as_ref()
+            .map(|w| w.base_commit.clone())
             .unwrap_or_default()
     }
 
     /// The runtime, for example `claude`.
     #[zbus(property(emits_changed_signal = "const"))]
     fn runtime(&self) -> String {
-        self.view().record.runtime
+        self.view().record.runtime.clone()
     }
 
     /// The model; empty for the CLI's default.
     #[zbus(property)]
     fn model(&self) -> String {
-        self.view().record.model
+        self.view().record.model.clone()
     }
 
     /// The permission mode; empty for the CLI's default.
     #[zbus(property)]
     fn permission_mode(&self) -> String {
-        self.view().record.permission_mode
+        self.view().record.permission_mode.clone()
     }
 
     /// `stopped`, `idle`, `busy`, `stopping`, `failed`, `limited` (a plan's usage limit or the
@@ -568,7 +577,7 @@ impl BotObject {
     /// The recorded conversation (set once a turn began in it); empty when none.
     #[zbus(property)]
     fn session_id(&self) -> String {
-        self.view().record.session_id.unwrap_or_default()
+        self.view().record.session_id.clone().unwrap_or_default()
     }
 
     /// The agent's root process id; 0 when not running.
@@ -595,11 +604,10 @@ impl BotObject {
     /// served as a preview whose `seq` is the `permission_request` chat item holding it whole.
     #[zbus(property)]
     fn pending_permissions(&self) -> Vec<(String, String, String)> {
-        bounds::pending(
-            self.ctx.supervisor.store(),
-            &self.handle.id,
-            self.view().pending,
-        )
+        // Copied out first: the store is not read with the view held (the actor changes the
+        // view while it holds the store).
+        let open = self.view().pending.clone();
+        bounds::pending(self.ctx.supervisor.store(), &self.handle.id, open)
     }
 
     /// The assistant text streamed so far in the message being written (empty between
@@ -621,7 +629,7 @@ impl BotObject {
     /// `root-exited-unverified`, `root-alive` (the stop failed); empty before the first stop.
     #[zbus(property)]
     fn stop_verdict(&self) -> String {
-        self.view().stop_verdict
+        self.view().stop_verdict.clone()
     }
 
     /// How the last stop was proven: `cgroup` (the bot's cgroup was killed whole and read empty,
@@ -630,7 +638,7 @@ impl BotObject {
     /// since botvisord started, and after a stop whose root did not exit.
     #[zbus(property)]
     fn stop_proof(&self) -> String {
-        self.view().stop_proof
+        self.view().stop_proof.clone()
     }
 
     /// Memory the agent and its descendants use, in bytes (`memory.current` of the bot's cgroup
@@ -656,8 +664,9 @@ impl BotObject {
     /// controller is not delegated to botvisord (a limit is not applied there).
     #[zbus(property(emits_changed_signal = "const"), name = "MemoryMax")]
     fn memory_max(&self) -> u64 {
+        let own = self.view().record.memory_max;
         crate::supervisor::memory_max::in_force(
-            self.view().record.memory_max,
+            own,
             self.ctx.supervisor.config().memory_max,
             crate::process::cgroup::containment(),
         )
@@ -696,7 +705,7 @@ impl BotObject {
     /// again (`limit_retry_s`, doubled each time the limit is hit again); 0 when no limit holds.
     #[zbus(property)]
     fn limit_resets_at(&self) -> u64 {
-        self.view().record.limit.map_or(0, |(_, at)| at)
+        self.view().record.limit.as_ref().map_or(0, |(_, at)| *at)
     }
 
     /// Where the plan's usage limit stands, as the CLI last told it: `(state, kind, utilization,

@@ -2,8 +2,9 @@
 //! properties in one call.
 //!
 //! botvisord serves it itself rather than with zbus's `fdo::ObjectManager`, which reads every
-//! object's properties as the daemon, whoever asked: here `GetManagedObjects` reads each bot's
-//! properties as the caller, through the same check as `GetAll` ([`super::guard`]). zbus still
+//! object's properties as the daemon, whoever asked: here `GetManagedObjects` passes the caller
+//! check `GetAll` passes ([`super::guard`]), once, and its answer is written straight from each
+//! bot's properties ([`super::bot::ManagedBots`], issue 31). zbus still
 //! sees an interface of this name above the bots, so it emits `InterfacesAdded` and
 //! `InterfacesRemoved` as before.
 
@@ -11,15 +12,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use zbus::ObjectPath;
-use zbus::fdo::ManagedObjects;
-use zbus::message::Header;
-use zbus::names::{InterfaceName, OwnedInterfaceName};
+use zbus::names::InterfaceName;
 use zbus::object_server::{Interface, SignalEmitter};
 use zbus::{Connection, ObjectServer, Variant, interface};
 
 use super::BOT_INTERFACE;
-use super::bot::BotObject;
-use super::error::{Error, Result};
+use super::bot::{BotObject, ManagedBots};
+use super::error::Result;
 use super::guard::{DescriptorMethods, Guarded};
 use super::paths::bot_path;
 use super::service::Ctx;
@@ -48,29 +47,21 @@ impl BotObjects {
     /// gives them to this caller.
     async fn get_managed_objects(
         &self,
-        #[zbus(header)] hdr: Header<'_>,
-        #[zbus(connection)] conn: &Connection,
         #[zbus(object_server)] server: &ObjectServer,
-    ) -> Result<ManagedObjects> {
-        let mut objects = ManagedObjects::new();
-        let iface =
-            OwnedInterfaceName::from(InterfaceName::from_static_str_unchecked(BOT_INTERFACE));
+    ) -> Result<ManagedBots> {
+        let mut bots = Vec::new();
         for handle in self.ctx.supervisor.list() {
             let path = bot_path(&handle.id);
-            // A bot deleted meanwhile is left out.
+            // A bot deleted meanwhile is left out. This call passed the caller check: each
+            // bot's properties are read without checking the same caller again.
             let Ok(object) = server.interface::<_, Guarded<BotObject>>(&path).await else {
                 continue;
             };
-            let emitter = SignalEmitter::new(conn, path.clone())?;
-            let props = object
-                .get()
-                .await
-                .get_all(server, conn, Some(&hdr), &emitter)
-                .await
-                .map_err(|e| Error::Failed(e.to_string()))?;
-            objects.insert(path, HashMap::from([(iface.clone(), props)]));
+            let bot = object.get().await.inner().clone();
+            bots.push((path, bot));
         }
-        Ok(objects)
+        // Each property is read as the reply is written, by the getters `GetAll` uses.
+        Ok(ManagedBots(bots))
     }
 
     /// An object was added (or gained interfaces): its path, and its interfaces with their

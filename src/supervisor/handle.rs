@@ -498,6 +498,12 @@ impl BotHandle {
         Ok(true)
     }
 
+    /// The bot's current view, read in place: hold it for no longer than a copy would take
+    /// (the actor waits to change it meanwhile), and across no `.await`.
+    pub fn view_guard(&self) -> std::sync::RwLockReadGuard<'_, BotView> {
+        self.view.read().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// A copy of the bot's current view.
     pub fn snapshot(&self) -> BotView {
         self.view.read().unwrap_or_else(|p| p.into_inner()).clone()

@@ -15,10 +15,11 @@ mod handle;
 pub mod keep;
 pub mod memory_max;
 mod names;
+mod registry;
 pub mod view;
 mod worktrees;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
@@ -230,7 +231,7 @@ pub struct Supervisor {
     store: Arc<Store>,
     config: Arc<Config>,
     runtimes: BTreeMap<&'static str, Arc<dyn Runtime>>,
-    bots: Mutex<HashMap<String, BotHandle>>,
+    bots: Mutex<registry::Bots>,
     /// Deleted bots whose actors may still be stopping their agents: a shutdown waits for them
     /// too (design rule 9). Pruned of ended actors at each Delete.
     deleting: Mutex<Vec<BotHandle>>,
@@ -256,7 +257,7 @@ impl Supervisor {
             store,
             config,
             runtimes: runtimes.into_iter().map(|r| (r.name(), r)).collect(),
-            bots: Mutex::new(HashMap::new()),
+            bots: Mutex::new(registry::Bots::default()),
             deleting: Mutex::new(Vec::new()),
             publisher,
             gate: tokio::sync::watch::Sender::new(false),
@@ -352,10 +353,11 @@ impl Supervisor {
             loaded,
             self.gate.subscribe(),
         );
+        let created_at = handle.view_guard().record.created_at.clone();
         self.bots
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(handle.id.clone(), handle.clone());
+            .insert(created_at, handle.clone());
         handle
     }
 
@@ -371,18 +373,12 @@ impl Supervisor {
 
     /// All bots, oldest first.
     pub fn list(&self) -> Vec<BotHandle> {
-        let mut v: Vec<BotHandle> = self
-            .bots
+        self.bots
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .values()
+            .oldest_first()
             .cloned()
-            .collect();
-        v.sort_by_cached_key(|h| {
-            let view = h.view.read().unwrap_or_else(|p| p.into_inner());
-            (view.record.created_at.clone(), h.id.clone())
-        });
-        v
+            .collect()
     }
 
     /// Deletes a bot: marked deleted in the store before this call returns (a daemon that crashes

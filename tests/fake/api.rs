@@ -584,6 +584,61 @@ async fn a_second_daemon_on_the_same_bus_exits_non_zero() {
     assert_eq!(env.manager().await.version().await.unwrap(), "1");
 }
 
+/// Issue 31: `GetManagedObjects` writes its answer from the bots' properties itself (500 bots
+/// in under 5 ms); each bot's properties there are exactly what `GetAll` gives, every name,
+/// type and value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_property_as_get_all_gives_it() {
+    let env = TestEnv::new().await;
+    let _daemon = placeholder_daemon(&env).await;
+    let work = env.work.to_str().unwrap().to_owned();
+    let manager = env.manager().await;
+    let plain = manager
+        .create_bot(HashMap::from([("cwd", Variant::from(work.as_str()))]))
+        .await
+        .unwrap();
+    let set = manager
+        .create_bot(HashMap::from([
+            ("cwd", Variant::from(work.as_str())),
+            ("name", Variant::from("with settings")),
+            ("model", Variant::from("some-model")),
+            ("budget_usd", Variant::from(2.5f64)),
+            ("created_by", Variant::from("a test")),
+        ]))
+        .await
+        .unwrap();
+    let om = zbus::fdo::ObjectManagerProxy::builder(&env.conn)
+        .destination("org.botvisor.Botvisor1")
+        .path("/org/botvisor/Botvisor1")
+        .build()
+        .await
+        .unwrap();
+    let objects = om.get_managed_objects().await.unwrap();
+    assert_eq!(objects.len(), 2);
+    for path in [&plain, &set] {
+        let props = zbus::fdo::PropertiesProxy::builder(&env.conn)
+            .destination("org.botvisor.Botvisor1")
+            .path(path.clone())
+            .build()
+            .await
+            .unwrap();
+        let iface =
+            zbus::names::InterfaceName::from_static_str("org.botvisor.Botvisor1.Bot").unwrap();
+        let all = props.get_all(iface.clone()).await.unwrap();
+        let managed = &objects[path];
+        assert_eq!(managed.len(), 1, "one interface");
+        let managed = &managed[&zbus::names::OwnedInterfaceName::from(iface)];
+        let mut names: Vec<_> = all.keys().collect();
+        names.sort();
+        let mut managed_names: Vec<_> = managed.keys().collect();
+        managed_names.sort();
+        assert_eq!(managed_names, names, "the same properties");
+        for (name, value) in &all {
+            assert_eq!(&managed[name], value, "property {name}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn created_bots_appear_in_the_object_manager_and_delete_removes_them() {
     let env = TestEnv::new().await;

@@ -72,6 +72,11 @@ pub struct Config {
     pub stop_grace_s: f64,
     /// Seconds of idleness after which a bot is stopped; 0 means never (default 900).
     pub idle_timeout_s: u64,
+    /// Whether a client's `Hold` on a stopped bot starts its agent at once, before any message
+    /// (issue 31, a warm start: the first message is then answered at a running agent's pace,
+    /// not after the CLI's own start, about 0.35 s for Claude Code). `HoldWith`'s option
+    /// `warm_start` overrides it per lease. Default true.
+    pub warm_start: bool,
     /// How many crashes within `crash_loop_window_s` put a bot in state `failed` (default 5).
     pub crash_loop_limit: u32,
     /// The crash-loop window in seconds (default 120).
@@ -177,6 +182,7 @@ impl Default for Config {
             default_permission_mode: None,
             stop_grace_s: 5.0,
             idle_timeout_s: 900,
+            warm_start: true,
             crash_loop_limit: 5,
             crash_loop_window_s: 120,
             fresh_start_if_dies_within_s: 15.0,

@@ -49,6 +49,27 @@ impl BotObject {
         self.handle.view_guard()
     }
 
+    /// The calling client's lease (`Hold`, `HoldWith`), with a warm start or not.
+    fn lease(&self, hdr: &Header<'_>, warm: bool) -> Result<()> {
+        let client = client_of(hdr);
+        self.handle.hold(&client, warm)?;
+        // The client may have left while this call waited to be checked, and its departure been
+        // handled before the lease was taken: the bus says whether it is still there. One that
+        // leaves after this answer is handled after the lease (found by a fresh user: leases left
+        // by a storm of clients that held and left at once). Asked from a task of its own: this
+        // method runs in the object server's one task, and a round trip per Hold made every
+        // other call wait behind a storm of them.
+        if !client.is_empty() {
+            let (lookup, handle) = (self.ctx.caller.lookup().clone(), self.handle.clone());
+            tokio::spawn(async move {
+                if !lookup.on_bus(&client).await {
+                    handle.client_gone(&client);
+                }
+            });
+        }
+        Ok(())
+    }
+
     /// AccessDenied when the client `sender` is one of this bot's own processes (issue 29): its
     /// process carries the bot's marker (`process::tree::BOT_MARKER`) or descends from the
     /// bot's running agent. A bot's agent that answered its own permission requests would have
@@ -290,25 +311,26 @@ impl BotObject {
 
     /// Takes a lease on the bot for the calling client: while any client holds it, the bot is
     /// never stopped for idleness and restarts after a crash. The lease ends with `Release` or
-    /// when the client leaves the bus. Holding twice is one lease.
+    /// when the client leaves the bus. Holding twice is one lease. A stopped agent is started at
+    /// once when config `warm_start` is on (the default; `HoldWith` chooses per call): a client
+    /// that opens a bot's chat holds it, and the first message is then answered without waiting
+    /// for the CLI's start. Nothing starts while the bot is parked by `Stop`, failed, limited, in
+    /// a crash backoff or waiting for another holder; a start no message reaches leaves no
+    /// record (no `SessionId`). Errors: NotFound (the bot was deleted).
     async fn hold(&self, #[zbus(header)] hdr: Header<'_>) -> Result<()> {
-        let client = client_of(&hdr);
-        self.handle.hold(&client)?;
-        // The client may have left while this call waited to be checked, and its departure been
-        // handled before the lease was taken: the bus says whether it is still there. One that
-        // leaves after this answer is handled after the lease (found by a fresh user: leases left
-        // by a storm of clients that held and left at once). Asked from a task of its own: this
-        // method runs in the object server's one task, and a round trip per Hold made every
-        // other call wait behind a storm of them.
-        if !client.is_empty() {
-            let (lookup, handle) = (self.ctx.caller.lookup().clone(), self.handle.clone());
-            tokio::spawn(async move {
-                if !lookup.on_bus(&client).await {
-                    handle.client_gone(&client);
-                }
-            });
-        }
-        Ok(())
+        let warm = self.ctx.supervisor.config().warm_start;
+        self.lease(&hdr, warm)
+    }
+
+    /// `Hold` with options: `warm_start` (b, default config `warm_start`): whether a stopped
+    /// agent starts now. Errors: InvalidArgument (an unknown option or a wrong type; nothing
+    /// changes), NotFound.
+    async fn hold_with(&self, options: Options, #[zbus(header)] hdr: Header<'_>) -> Result<()> {
+        let mut r = OptionReader::new("HoldWith", &options);
+        let warm = r.boolean("warm_start")?;
+        r.finish()?;
+        let warm = warm.unwrap_or(self.ctx.supervisor.config().warm_start);
+        self.lease(&hdr, warm)
     }
 
     /// Ends the calling client's lease. Errors: NotFound (it holds none).

@@ -120,8 +120,10 @@ pub trait Bot {
     /// Text streamed so far.
     #[zbus(property)]
     fn partial_text(&self) -> zbus::Result<String>;
-    /// Take a lease.
+    /// Take a lease (a stopped agent starts at once when config `warm_start` is on).
     fn hold(&self) -> zbus::Result<()>;
+    /// Take a lease with options (`warm_start`: b).
+    fn hold_with(&self, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
     /// End the lease.
     fn release(&self) -> zbus::Result<()>;
     /// Stop the agent.

@@ -302,12 +302,20 @@ impl BotHandle {
         self.command(Command::Restart(mode))
     }
 
-    /// Adds a lease for `client` (a unique bus name); holding twice is one lease.
-    pub fn hold(&self, client: &str) -> Result<(), BotError> {
+    /// Adds a lease for `client` (a unique bus name); holding twice is one lease. `warm`: start
+    /// the agent now if it is stopped and may start (issue 31, a warm start), asked again at
+    /// each hold.
+    pub fn hold(&self, client: &str, warm: bool) -> Result<(), BotError> {
         self.check_alive()?;
-        self.change_holders(|h| {
-            h.insert(client.to_owned());
-        });
+        let changed = self.change_holders(
+            |h| {
+                h.insert(client.to_owned());
+            },
+            warm,
+        );
+        if warm && !changed {
+            let _ = self.tx.send(Command::HoldersChanged { warm });
+        }
         Ok(())
     }
 
@@ -315,7 +323,7 @@ impl BotHandle {
     pub fn release(&self, client: &str) -> Result<(), BotError> {
         self.check_alive()?;
         let mut had = false;
-        self.change_holders(|h| had = h.remove(client));
+        self.change_holders(|h| had = h.remove(client), false);
         if had {
             Ok(())
         } else {
@@ -329,11 +337,16 @@ impl BotHandle {
     /// Ends the lease of a client that left the bus; true if it had one.
     pub fn client_gone(&self, client: &str) -> bool {
         let mut had = false;
-        self.change_holders(|h| had = h.remove(client));
+        self.change_holders(|h| had = h.remove(client), false);
         had
     }
 
-    fn change_holders(&self, f: impl FnOnce(&mut std::collections::BTreeSet<String>)) {
+    /// Changes the set of clients holding the bot, and tells the actor when it changed (true).
+    fn change_holders(
+        &self,
+        f: impl FnOnce(&mut std::collections::BTreeSet<String>),
+        warm: bool,
+    ) -> bool {
         let mut holders = self
             .shared
             .holders
@@ -350,8 +363,9 @@ impl BotHandle {
                 vec![Property::Holders],
                 |v| v.holders = count,
             );
-            let _ = self.tx.send(Command::HoldersChanged);
+            let _ = self.tx.send(Command::HoldersChanged { warm });
         }
+        count as usize != before
     }
 
     /// Answers an open permission request with `answer`. The answer, its scope and who gave it

@@ -173,8 +173,12 @@ pub enum Command {
     ApplyLive(ControlRequest),
     /// Stop and start again, on the conversation, a new one or a copy.
     Restart(core::lifecycle::RestartMode),
-    /// The set of clients holding the bot changed.
-    HoldersChanged,
+    /// The set of clients holding the bot changed, or a client holding it asked again; `warm`:
+    /// the lease asked for a warm start (issue 31, [`core::commands::Cmd::Leases`]).
+    HoldersChanged {
+        /// A warm start was asked.
+        warm: bool,
+    },
     /// A client answered a permission request (already recorded): pass it to the CLI.
     Respond(String, PermissionAnswer),
     /// End the running turn.

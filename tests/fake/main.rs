@@ -28,5 +28,6 @@ mod storage_faults;
 mod storms;
 mod supervision;
 mod ui;
+mod warm_start;
 mod watchdogs;
 mod worktrees;

@@ -87,7 +87,16 @@ impl Actor {
                 self.stop_if_asked().await;
                 true
             }
-            Command::HoldersChanged => true,
+            Command::HoldersChanged { warm } => {
+                let holders = self
+                    .shared
+                    .holders
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .len();
+                self.handle(Input::Command(Cmd::Leases { holders, warm }));
+                true
+            }
             Command::Respond(request_id, answer) => {
                 self.handle(Input::Command(Cmd::Respond { request_id, answer }));
                 true

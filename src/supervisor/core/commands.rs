@@ -57,6 +57,19 @@ pub enum Cmd {
     /// A client's Stop: the bot is parked (messages wait for its next Send or Restart), a wait
     /// for another holder ends, and the process is stopped (design rule 9).
     Stop,
+    /// The bot's leases changed: `holders` clients hold it now; `warm`: the one that just took
+    /// a lease asked for a warm start (issue 31: `HoldWith`'s `warm_start`, config
+    /// `warm_start`). A warm start launches a stopped agent with no message, so that the first
+    /// message is answered at a running agent's pace; the pump decides whether anything may
+    /// start (not while parked by a Stop, failed, limited, in a crash backoff, or waiting for
+    /// another holder). Design rule 3 makes a launch no message reaches leave no record. With
+    /// no lease left, a warm start not yet made is dropped, and the idle deadline applies.
+    Leases {
+        /// Clients holding the bot.
+        holders: usize,
+        /// A warm start was asked with the lease just taken.
+        warm: bool,
+    },
 }
 
 impl BotCore {
@@ -133,7 +146,15 @@ impl BotCore {
                 if self.held.take().is_some() {
                     self.emit(held::dropped());
                 }
+                self.life.warm_start = false;
                 self.emit([Effect::Stop(StopReason::Stop)]);
+            }
+            Cmd::Leases { holders, warm } => {
+                if holders == 0 {
+                    self.life.warm_start = false;
+                } else if warm && self.process.is_none() {
+                    self.life.warm_start = true;
+                }
             }
         }
     }

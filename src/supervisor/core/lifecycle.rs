@@ -124,6 +124,10 @@ pub struct Lifecycle {
     /// A crashed agent is to be started again when its backoff ends, though nothing waits (a
     /// client holds the bot).
     pub restart_pending: bool,
+    /// A client that took a lease asked for the agent before any message (issue 31, a warm
+    /// start: [`super::commands::Cmd::Leases`]): the pump starts it though nothing waits. Ends
+    /// with the start, a client's Stop, or the last lease.
+    pub warm_start: bool,
     /// A fresh Restart's conversation to leave, while its forget is not on record (design rule
     /// 5): no start resumes it ([`Lifecycle::start_decision`]).
     pub forget_pending: Option<String>,
@@ -209,9 +213,10 @@ impl Lifecycle {
         }
     }
 
-    /// A process started: no crash restart is pending any more.
+    /// A process started: no crash restart and no warm start is pending any more.
     pub fn started(&mut self) {
         self.restart_pending = false;
+        self.warm_start = false;
     }
 
     /// A client's Restart, once its old process, if any, was stopped: `released` says its root

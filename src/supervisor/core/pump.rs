@@ -29,6 +29,8 @@ pub struct PumpFacts {
     pub waiting: bool,
     /// A crashed agent is to be restarted (messages wait or a client holds the bot).
     pub restart_pending: bool,
+    /// A client holding the bot asked for a warm start (issue 31).
+    pub warm_start: bool,
     /// A crash backoff runs: no start before it is over (rule 11).
     pub backoff_running: bool,
     /// A message is in flight.
@@ -59,7 +61,7 @@ pub fn pump(f: &PumpFacts) -> PumpPlan {
     let write = !f.in_flight;
     match f.process {
         ProcessNow::None => PumpPlan {
-            start: (f.waiting || f.restart_pending) && !f.backoff_running,
+            start: (f.waiting || f.restart_pending || f.warm_start) && !f.backoff_running,
             write,
         },
         ProcessNow::Usable => PumpPlan {
@@ -81,6 +83,7 @@ mod tests {
             process: ProcessNow::None,
             waiting: true,
             restart_pending: false,
+            warm_start: false,
             backoff_running: false,
             in_flight: false,
             limited: false,
@@ -187,5 +190,40 @@ mod tests {
             ..facts()
         };
         assert_eq!(pump(&f), PumpPlan::default());
+    }
+
+    #[test]
+    fn a_warm_start_starts_an_agent_with_nothing_waiting_but_never_where_nothing_may_start() {
+        let warm = PumpFacts {
+            waiting: false,
+            warm_start: true,
+            ..facts()
+        };
+        assert!(pump(&warm).start);
+        for f in [
+            PumpFacts {
+                parked: true,
+                ..warm
+            },
+            PumpFacts {
+                failed_or_stopping: true,
+                ..warm
+            },
+            PumpFacts {
+                limited: true,
+                ..warm
+            },
+            PumpFacts { held: true, ..warm },
+            PumpFacts {
+                backoff_running: true,
+                ..warm
+            },
+            PumpFacts {
+                process: ProcessNow::Usable,
+                ..warm
+            },
+        ] {
+            assert!(!pump(&f).start, "{f:?}");
+        }
     }
 }

@@ -52,6 +52,7 @@ impl BotCore {
             },
             waiting: !self.turns.queue.is_empty(),
             restart_pending: self.life.restart_pending,
+            warm_start: self.life.warm_start,
             backoff_running: self.restart_at.is_some(),
             in_flight: self.turns.inflight.is_some(),
             limited: self.limit_until.is_some() || shell.limit_recorded,

@@ -338,3 +338,71 @@ fn rule_9_a_launched_agent_is_on_record_by_identity_idle_and_watched_from_its_st
         [Effect::Commit { .. }, Effect::Pause]
     ));
 }
+
+#[test]
+fn issue_31_a_lease_asking_a_warm_start_launches_a_stopped_agent_once() {
+    use crate::supervisor::core::steps::PumpShell;
+    let facts = Told::default();
+    let now = Instant::now();
+    let shell = PumpShell {
+        parked: false,
+        failed_or_stopping: false,
+        process_ready: None,
+        limit_recorded: false,
+    };
+    let lease = |core: &mut BotCore, holders, warm| {
+        core.handle(now, Input::Command(Cmd::Leases { holders, warm }), &facts);
+        drain(core)
+    };
+    let mut core = BotCore::new(Duration::from_millis(50));
+    assert!(!core.pump_plan(shell).start, "nothing waits, nothing asked");
+    assert!(lease(&mut core, 1, false).is_empty());
+    assert!(!core.pump_plan(shell).start, "a lease alone starts nothing");
+
+    // Nothing is recorded by the lease itself (rule 3): no effect at all.
+    assert!(lease(&mut core, 1, true).is_empty());
+    assert!(core.pump_plan(shell).start, "a warm start");
+    core.handle(
+        now,
+        Input::Launched {
+            decision: crate::supervisor::core::start::StartDecision {
+                start: SessionStart::Resume("s".into()),
+                forget: None,
+                cut: None,
+                fork: false,
+            },
+            identity: None,
+        },
+        &facts,
+    );
+    drain(&mut core);
+    let ready = PumpShell {
+        process_ready: Some(true),
+        ..shell
+    };
+    assert!(!core.pump_plan(ready).start);
+    // Once: the agent that stops later is not started again by the same lease.
+    core.take_process();
+    assert!(!core.pump_plan(shell).start, "started once");
+
+    // Asked while an agent runs: nothing to warm.
+    let mut core = running();
+    lease(&mut core, 1, true);
+    core.take_process();
+    assert!(!core.pump_plan(shell).start);
+
+    // The last lease ends before the start: dropped.
+    let mut core = BotCore::new(Duration::from_millis(50));
+    lease(&mut core, 2, true);
+    lease(&mut core, 1, false);
+    assert!(core.pump_plan(shell).start, "another client still holds it");
+    lease(&mut core, 0, false);
+    assert!(!core.pump_plan(shell).start, "no lease left");
+
+    // A client's Stop drops it too.
+    let mut core = BotCore::new(Duration::from_millis(50));
+    lease(&mut core, 1, true);
+    core.handle(now, Input::Command(Cmd::Stop), &facts);
+    drain(&mut core);
+    assert!(!core.pump_plan(shell).start);
+}

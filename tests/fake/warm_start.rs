@@ -1,0 +1,199 @@
+//! Issue 31, a warm start: a client's `Hold` on a stopped bot starts its agent before any
+//! message, so that the first message is answered at a running agent's pace, and nothing is
+//! recorded unless a message comes (design rule 3). What the real CLIs do with such a start is
+//! tested on them (`real::claude::warm_start`, `real::codex::warm_start`); here, with the
+//! scripted fake, where the daemon decides: which holds start an agent and which never do.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::json;
+use support::*;
+use zbus::Variant;
+
+fn flag<'a>(argv: &'a [String], name: &str) -> Option<&'a str> {
+    argv.iter()
+        .position(|a| a == name)
+        .map(|i| argv[i + 1].as_str())
+}
+
+/// Waits until the agent runs (`ProcessId` not 0).
+async fn wait_running(bot: &botvisor::dbus::client::BotProxy<'_>) -> u32 {
+    let changes = bot.receive_process_id_changed().await;
+    let now = bot.process_id().await.unwrap();
+    if now != 0 {
+        return now;
+    }
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut changes = changes;
+        loop {
+            let pid = changes.next().await.unwrap().get().await.unwrap();
+            if pid != 0 {
+                return pid;
+            }
+        }
+    })
+    .await
+    .expect("the agent starts")
+}
+
+/// Waits until the fake CLI logged its `n`th launch (it logs as it starts, after the daemon
+/// shows its `ProcessId`), and returns every launch's arguments.
+async fn wait_launches(fake: &FakeSetup, n: usize) -> Vec<Vec<String>> {
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let launches = fake.launches();
+            if launches.len() >= n {
+                return launches;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the fake CLI starts")
+}
+
+/// `call` starts no agent: `State` stays `stopped` (watched from before the call) for `within`.
+async fn starts_nothing(
+    bot: &botvisor::dbus::client::BotProxy<'static>,
+    call: impl std::future::Future<Output = zbus::Result<()>>,
+) {
+    let mut states = bot.receive_state_changed().await;
+    call.await.unwrap();
+    let changed = tokio::time::timeout(Duration::from_secs(2), async {
+        loop {
+            let s = states.next().await.unwrap().get().await.unwrap();
+            if s != "stopped" {
+                return s;
+            }
+        }
+    })
+    .await;
+    assert!(changed.is_err(), "the state became {changed:?}");
+    assert_eq!(bot.process_id().await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_starts_an_idle_stopped_agent_on_its_conversation_and_the_next_message_goes_to_it() {
+    let fake = FakeSetup::start("idle_timeout_s = 1\n").await;
+    let bot = fake
+        .bot(json!([{"mode": "normal"}, {"mode": "normal"}]))
+        .await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let session = bot.session_id().await.unwrap();
+    wait_state(&bot, "stopped").await;
+    assert_eq!(fake.launches().len(), 1);
+    let items = chat(&bot).await.len();
+
+    bot.hold().await.unwrap();
+    wait_running(&bot).await;
+    wait_state(&bot, "idle").await;
+    let launches = wait_launches(&fake, 2).await;
+    assert_eq!(launches.len(), 2, "{launches:?}");
+    assert_eq!(flag(&launches[1], "--resume"), Some(session.as_str()));
+    // Nothing was written to the agent, and nothing recorded (rule 3).
+    assert_eq!(fake.messages().len(), 1);
+    assert_eq!(bot.session_id().await.unwrap(), session);
+    assert_eq!(chat(&bot).await.len(), items, "no chat item for a start");
+
+    assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
+    assert_eq!(
+        fake.launches().len(),
+        2,
+        "the message went to the warm agent"
+    );
+    let texts: Vec<(u64, String)> = fake.messages();
+    assert_eq!(texts, [(0, "one".to_owned()), (1, "two".to_owned())]);
+    assert_eq!(bot.session_id().await.unwrap(), session);
+
+    // The idle deadline applies again once the lease ends.
+    bot.release().await.unwrap();
+    wait_state(&bot, "stopped").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_start_of_a_new_bot_records_no_conversation_until_a_message() {
+    let fake = FakeSetup::start("idle_timeout_s = 1\n").await;
+    let bot = fake
+        .bot(json!([{"mode": "normal"}, {"mode": "normal"}]))
+        .await;
+    bot.hold().await.unwrap();
+    wait_running(&bot).await;
+    wait_state(&bot, "idle").await;
+    assert_eq!(wait_launches(&fake, 1).await.len(), 1);
+    // Released with no message: stopped for idleness, and no conversation on record (rule 3).
+    bot.release().await.unwrap();
+    wait_state(&bot, "stopped").await;
+    assert_eq!(bot.session_id().await.unwrap(), "");
+    assert!(chat(&bot).await.iter().all(|(_, kind, _)| kind != "user"));
+    // The first message starts a new conversation.
+    assert_eq!(send_and_wait(&bot, "hello").await.outcome, "success");
+    let launches = fake.launches();
+    assert_eq!(launches.len(), 2, "{launches:?}");
+    assert_eq!(flag(&launches[1], "--resume"), None);
+    assert_ne!(bot.session_id().await.unwrap(), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_starts_nothing_when_asked_not_to_or_when_a_stop_parked_the_bot() {
+    let fake = FakeSetup::start("").await;
+    let bot = fake
+        .bot(json!([{"mode": "normal"}, {"mode": "normal"}]))
+        .await;
+    // Asked not to.
+    starts_nothing(
+        &bot,
+        bot.hold_with(HashMap::from([("warm_start", Variant::from(false))])),
+    )
+    .await;
+    bot.release().await.unwrap();
+    // A wrong option changes nothing: no lease.
+    let e = bot
+        .hold_with(HashMap::from([("warm", Variant::from(true))]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error_name(&e),
+        "org.botvisor.Botvisor1.Error.InvalidArgument",
+        "{e}"
+    );
+    assert_eq!(bot.holders().await.unwrap(), 0);
+    let e = bot
+        .hold_with(HashMap::from([("warm_start", Variant::from("yes"))]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error_name(&e),
+        "org.botvisor.Botvisor1.Error.InvalidArgument",
+        "{e}"
+    );
+
+    // Parked by a client's Stop: the user stopped it; opening its chat does not undo that.
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    stop_and_wait(&bot).await;
+    starts_nothing(&bot, bot.hold()).await;
+    assert_eq!(fake.launches().len(), 1);
+    // A Send still starts it.
+    assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
+    assert_eq!(fake.launches().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_warm_start_off_leaves_hold_a_lease_only() {
+    let fake = FakeSetup::start("warm_start = false\n").await;
+    let bot = fake.bot(json!([{"mode": "normal"}])).await;
+    starts_nothing(&bot, bot.hold()).await;
+    assert_eq!(bot.holders().await.unwrap(), 1);
+    // Asked for by the lease itself, it starts.
+    bot.hold_with(HashMap::from([("warm_start", Variant::from(true))]))
+        .await
+        .unwrap();
+    wait_running(&bot).await;
+    assert_eq!(
+        bot.holders().await.unwrap(),
+        1,
+        "holding twice is one lease"
+    );
+    assert_eq!(wait_launches(&fake, 1).await.len(), 1);
+}

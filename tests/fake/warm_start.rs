@@ -18,26 +18,6 @@ fn flag<'a>(argv: &'a [String], name: &str) -> Option<&'a str> {
         .map(|i| argv[i + 1].as_str())
 }
 
-/// Waits until the agent runs (`ProcessId` not 0).
-async fn wait_running(bot: &botvisor::dbus::client::BotProxy<'_>) -> u32 {
-    let changes = bot.receive_process_id_changed().await;
-    let now = bot.process_id().await.unwrap();
-    if now != 0 {
-        return now;
-    }
-    tokio::time::timeout(EVENT_TIMEOUT, async {
-        let mut changes = changes;
-        loop {
-            let pid = changes.next().await.unwrap().get().await.unwrap();
-            if pid != 0 {
-                return pid;
-            }
-        }
-    })
-    .await
-    .expect("the agent starts")
-}
-
 /// Waits until the fake CLI logged its `n`th launch (it logs as it starts, after the daemon
 /// shows its `ProcessId`), and returns every launch's arguments.
 async fn wait_launches(fake: &FakeSetup, n: usize) -> Vec<Vec<String>> {

@@ -804,6 +804,24 @@ pub async fn wait_state(bot: &BotProxy<'_>, want: &str) {
     wait_property(changes, now, &want.to_owned(), "State").await;
 }
 
+/// Waits until the bot's agent runs (`ProcessId` not 0); returns its pid.
+pub async fn wait_running(bot: &BotProxy<'_>) -> u32 {
+    let mut changes = bot.receive_process_id_changed().await;
+    let now = bot.process_id().await.unwrap();
+    if now != 0 {
+        return now;
+    }
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let pid = changes.next().await.unwrap().get().await.unwrap();
+            if pid != 0 {
+                return pid;
+            }
+        }
+    })
+    .await
+    .expect("the agent starts")
+}
 /// Waits until the bot's property `PermissionMode` reads `want`.
 pub async fn wait_permission_mode(bot: &BotProxy<'_>, want: &str) {
     let bot = watching(bot).await;

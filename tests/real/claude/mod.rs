@@ -10,4 +10,5 @@ mod mcp;
 mod sessions;
 mod supervision;
 mod usage_limits;
+mod warm_start;
 mod worktrees;

@@ -6,4 +6,5 @@ mod exactly_once;
 mod keep;
 mod kills;
 mod mcp;
+mod warm_start;
 mod worktrees;

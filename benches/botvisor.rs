@@ -7,7 +7,8 @@
 //! (`BOTVISOR_TEST_CODEX_BIN`, `BOTVISOR_TEST_CLAUDE_BIN`) against the loopback stand-ins of the
 //! tests; without a binary its column is skipped, and the bench says so. `docs/performance.md`
 //! holds the results. `BENCH_QUICK=1` runs fewer rounds; `BENCH_ONLY=8` (a comma list of row
-//! numbers) runs only those rows.
+//! numbers) runs only those rows. For profiling: `BENCH_LIST_ROUNDS` (row 4c's rounds, default
+//! 50), `BENCH_WARM_PAUSE_MS` (row 10's pause between `Hold` and `Send`, default 1000).
 
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
@@ -428,7 +429,7 @@ async fn scale(rows: &mut Vec<Row>) {
         manager.list_bots().await.unwrap();
         om.get_managed_objects().await.unwrap();
     }
-    let rounds: usize = std::env::var("PROFILE_ROUNDS")
+    let rounds: usize = std::env::var("BENCH_LIST_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(50);
@@ -987,28 +988,32 @@ async fn bridge(rows: &mut Vec<Row>) {
 
 /// One runtime's column of row 10: a turn with the CLI running, a launch (a new bot's first
 /// turn, the CLI started for it), a resume (the turn after `Stop`, which resumes the
-/// conversation), each from the `Send` call to the reply's `ChatItemAdded`.
+/// conversation), and a warm start (issue 31: the bot stopped for idleness, `Hold` as a client
+/// opening its chat, the user's message 1 s later), each from the `Send` call to the reply's
+/// `ChatItemAdded`.
 struct RealColumn {
     turn: Stats,
     launch: Stats,
     resume: Stats,
+    warm: Stats,
 }
 
-/// Measures one runtime's column; `create` makes a new bot of that runtime.
+/// Measures one runtime's column; `create` makes a new bot of that runtime, with an
+/// `idle_timeout_s` of its own when given one.
 async fn real_column<F, Fut>(create: F) -> RealColumn
 where
-    F: Fn() -> Fut,
+    F: Fn(Option<u32>) -> Fut,
     Fut: std::future::Future<Output = BotProxy<'static>>,
 {
     let (turns, launches, resumes) = if quick() { (10, 2, 3) } else { (50, 5, 10) };
     let since = |(t0, _, at): (u64, String, u64)| (at - t0) as f64 / 1000.0;
     let mut launch = Vec::new();
     for i in 0..launches {
-        let bot = create().await;
+        let bot = create(None).await;
         launch.push(since(ping(&bot, &format!("launch {i}")).await));
         stop_and_wait(&bot).await;
     }
-    let bot = create().await;
+    let bot = create(None).await;
     for i in 0..5 {
         ping(&bot, &format!("warm-up {i}")).await;
     }
@@ -1022,10 +1027,29 @@ where
         resume.push(since(ping(&bot, &format!("resume {i}")).await));
     }
     stop_and_wait(&bot).await;
+    // A warm start needs a bot stopped for idleness (a client's Stop parks it: nothing starts
+    // for it until a message): one with an idle timeout of 1 s, waited for each round.
+    let idle = create(Some(1)).await;
+    ping(&idle, "warm-up").await;
+    let mut warm = Vec::new();
+    for i in 0..resumes {
+        wait_state(&idle, "stopped").await;
+        idle.hold().await.unwrap();
+        // The human's pause between opening the chat and sending.
+        let pause: u64 = std::env::var("BENCH_WARM_PAUSE_MS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1000);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        warm.push(since(ping(&idle, &format!("warm {i}")).await));
+        idle.release().await.unwrap();
+    }
+    stop_and_wait(&idle).await;
     RealColumn {
         turn: stats(turn),
         launch: stats(launch),
         resume: stats(resume),
+        warm: stats(warm),
     }
 }
 
@@ -1056,28 +1080,50 @@ async fn real_clis(rows: &mut Vec<Row>) {
     let work = env.work.to_str().unwrap().to_owned();
     let show = |c: &RealColumn| {
         format!(
-            "a turn median {:.0} ms, p99 {:.0} ms; a launch median {:.0} ms; a resume median {:.0} ms",
+            "a turn median {:.0} ms, p99 {:.0} ms; a launch median {:.0} ms; a resume median {:.0} ms; \
+             after a warm start (Hold, 1 s, Send) median {:.0} ms, p99 {:.0} ms: {:.2} × a turn \
+             (goal ≤ 1.5 ×), against {:.1} × for a resume",
             c.turn.median / 1000.0,
             c.turn.p99 / 1000.0,
             c.launch.median / 1000.0,
-            c.resume.median / 1000.0
+            c.resume.median / 1000.0,
+            c.warm.median / 1000.0,
+            c.warm.p99 / 1000.0,
+            c.warm.median / c.turn.median,
+            c.resume.median / c.turn.median,
         )
     };
     let mut figures = Vec::new();
-    if claude.is_some() {
+    let mut side_by_side = None;
+    if let Some(claude) = &claude {
         let api = stand_in_api::StandInApi::start(stand_in_api::echo_script()).await;
         let bot_env = claude_env(&env.home, &api.url, &env.marker);
-        let column = real_column(|| async {
-            let path = env
-                .manager()
-                .await
-                .create_bot(create_options(&work, &bot_env))
-                .await
-                .unwrap();
+        let (env, work, bot_env) = (&env, &work, &bot_env);
+        let column = real_column(|idle| async move {
+            let mut o = create_options(work, bot_env);
+            if let Some(s) = idle {
+                o.insert("idle_timeout_s", zbus::Variant::from(s));
+            }
+            let path = env.manager().await.create_bot(o).await.unwrap();
             env.bot(&path).await
         })
         .await;
         figures.push(format!("Claude Code: {}", show(&column)));
+        // The same follow-up as a per-prompt supervisor sends it, on a conversation the bot
+        // began and left (stopped).
+        let path = env
+            .manager()
+            .await
+            .create_bot(create_options(work, bot_env))
+            .await
+            .unwrap();
+        let bot = env.bot(&path).await;
+        ping(&bot, "begin").await;
+        let session = bot.session_id().await.unwrap();
+        stop_and_wait(&bot).await;
+        let rounds = if quick() { 3 } else { 10 };
+        let (wall, peak) = per_prompt(claude, bot_env, &env.work, &session, rounds);
+        side_by_side = Some((column.turn, wall, peak));
     }
     if codex.is_some() {
         let api = responses_api::ResponsesApi::start(responses_api::echo_script()).await;
@@ -1085,9 +1131,13 @@ async fn real_clis(rows: &mut Vec<Row>) {
         std::fs::create_dir_all(&home).unwrap();
         let codex_home = responses_api::codex_home(&home, &api.base_url, "");
         let bot_env = responses_api::codex_env(&env.home, &codex_home, &env.marker);
-        let column = real_column(|| async {
-            let mut o = create_options(&work, &bot_env);
+        let (env, work, bot_env) = (&env, &work, &bot_env);
+        let column = real_column(|idle| async move {
+            let mut o = create_options(work, bot_env);
             o.insert("runtime", zbus::Variant::from("codex"));
+            if let Some(s) = idle {
+                o.insert("idle_timeout_s", zbus::Variant::from(s));
+            }
             let path = env.manager().await.create_bot(o).await.unwrap();
             env.bot(&path).await
         })
@@ -1098,11 +1148,72 @@ async fn real_clis(rows: &mut Vec<Row>) {
         name:
             "10. The real CLIs against the loopback stand-ins: `Send` → the reply's `ChatItemAdded`"
                 .into(),
-        goal: "—".into(),
+        goal: "after a warm start ≤ 1.5 × a running turn".into(),
         figure: figures.join("; "),
         baseline: "the CLI's own time dominates; botvisor's share is rows 1 and 2".into(),
         verdict: "—".into(),
     });
+    if let Some((turn, wall, peak)) = side_by_side {
+        rows.push(Row {
+            name: "10b. Side by side: a follow-up as a per-prompt supervisor sends it \
+                   (`claude -p --resume ID MSG`, a process per message) and as botvisor does \
+                   (a turn to the running agent)"
+                .into(),
+            goal: "(reported)".into(),
+            figure: format!(
+                "per prompt: wall median {:.0} ms, p99 {:.0} ms; peak RSS median {:.0} MiB",
+                wall.median / 1000.0,
+                wall.p99 / 1000.0,
+                peak.median / 1024.0
+            ),
+            baseline: format!(
+                "botvisor, a running turn: median {:.0} ms, p99 {:.0} ms",
+                turn.median / 1000.0,
+                turn.p99 / 1000.0
+            ),
+            verdict: format!("{:.0} × faster at the median", wall.median / turn.median),
+        });
+    }
+}
+
+/// `rounds` follow-ups to conversation `session` the way a per-prompt supervisor sends them:
+/// `claude -p --resume ID MSG`, one process each, in `cwd` with `env`. Returns the wall time of
+/// each (µs) and the peak resident set of each process (KiB, `wait4`'s `ru_maxrss`).
+fn per_prompt(
+    claude: &Path,
+    env: &HashMap<String, String>,
+    cwd: &Path,
+    session: &str,
+    rounds: usize,
+) -> (Stats, Stats) {
+    use std::os::unix::process::ExitStatusExt;
+    let (mut wall, mut peak) = (Vec::new(), Vec::new());
+    for i in 0..rounds {
+        let t = Instant::now();
+        // Waited for by `wait4` below, which also gives its peak resident set.
+        #[allow(clippy::zombie_processes)]
+        let child = std::process::Command::new(claude)
+            .args(["-p", "--resume", session, "--output-format", "json"])
+            .arg(format!("follow-up {i}"))
+            .envs(env)
+            .current_dir(cwd)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut status = 0;
+        // SAFETY: a zeroed rusage is a valid out-parameter; the pid is our own child, waited for
+        // once here.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+        assert_eq!(pid, child.id() as i32);
+        let status = std::process::ExitStatus::from_raw(status);
+        assert!(status.success(), "claude -p --resume: {status}");
+        wall.push(t.elapsed().as_secs_f64() * 1e6);
+        peak.push(usage.ru_maxrss as f64);
+    }
+    (stats(wall), stats(peak))
 }
 
 /// Row 11: botvisor's copy of a conversation (`supervisor::keep::update`) at each of 1,000 turn

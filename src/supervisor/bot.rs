@@ -10,6 +10,7 @@ mod credentials;
 mod effects;
 mod events;
 mod exit;
+mod group_commit;
 mod held;
 mod idle;
 mod keep;
@@ -127,6 +128,9 @@ struct Actor {
     /// The core asked to clean up what an exited process left
     /// ([`crate::supervisor::core::Effect::CleanUp`]): done once the input's other effects are.
     clean_up_asked: Option<StopReason>,
+    /// Stdout lines that arrived together, read as one group: their chat items are committed
+    /// in one transaction ([`group_commit`]).
+    group: group_commit::Group,
 }
 
 /// Publishes a committed chat item.
@@ -241,6 +245,7 @@ pub fn spawn_actor(
         last_commit_ok: true,
         ended: false,
         clean_up_asked: None,
+        group: group_commit::Group::default(),
     };
     let span = tracing::info_span!("bot", bot_id = %id);
     let guarded = {
@@ -288,6 +293,35 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 }
 
 impl Actor {
+    /// Handles `first` and the process events that arrived with it (at most
+    /// [`group_commit::MAX_GROUP_LINES`]), as one group: their chat items are committed
+    /// together. The group ends at the first event that asks for more than chat items and
+    /// streamed text, or when no event waits.
+    fn read_group(&mut self, first: ProcEvent) -> Next {
+        self.group.open = true;
+        self.group.ended = false;
+        let mut ev = first;
+        let mut read = 0;
+        let next = loop {
+            let next = self.on_proc_event(ev);
+            read += 1;
+            if next != Next::Nothing
+                || self.group.ended
+                || self.left_by_interrupt.is_some()
+                || read >= group_commit::MAX_GROUP_LINES
+            {
+                break next;
+            }
+            match self.proc_rx.try_recv() {
+                Ok(more) => ev = more,
+                Err(_) => break next,
+            }
+        };
+        self.group.open = false;
+        self.commit_group();
+        next
+    }
+
     /// A plan's limit or the login no longer holds: the bot goes on, unless its cost is at the
     /// budget in force ([`super::core::budget::hold_over`]).
     fn hold_over(&mut self) {
@@ -326,7 +360,7 @@ impl Actor {
                     }
                 }
                 Some(ev) = self.proc_rx.recv() => {
-                    match self.on_proc_event(ev) {
+                    match self.read_group(ev) {
                         Next::StopProcess => self.stop_if_asked().await,
                         Next::Exited(info) => self.on_exit(info).await,
                         Next::Nothing => {}

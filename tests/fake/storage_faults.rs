@@ -413,3 +413,55 @@ async fn a_failed_state_the_database_refuses_is_not_shown() {
         .unwrap();
     assert_eq!(recorded, 0);
 }
+
+/// Issue 31: a burst of lines read while another process holds the write lock is committed as
+/// one group once the lock goes: every line stored and signalled once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_read_while_the_database_is_locked_is_stored_whole_and_in_order() {
+    let fake = FakeSetup::start("").await;
+    let n = 300;
+    let bot = fake
+        .bot(json!([{"mode": "normal", "burst": n, "reply_after_s": 2, "reply": "the end"}]))
+        .await;
+    let mut sessions = bot.receive_session_id_changed().await;
+    let mut items = bot.receive_chat_item_added().await.unwrap();
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send("go", HashMap::new()).await.unwrap();
+    wait_turn_begins(&mut sessions).await;
+    // Held across the burst (printed 2 s after the turn began): the fault's length.
+    let locker = Lock::take(&fake.cfg.database, Duration::from_secs(4));
+    let mut signalled = Vec::new();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            tokio::select! {
+                biased;
+                Some(sig) = items.next() => {
+                    let a = sig.args().unwrap();
+                    if a.kind == "assistant" {
+                        let p: serde_json::Value = serde_json::from_str(&a.payload).unwrap();
+                        signalled.push((a.seq, p["text"].as_str().unwrap().to_owned()));
+                    }
+                }
+                Some(sig) = finished.next() => {
+                    if sig.args().unwrap().turn_id == turn {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+    .await
+    .expect("the turn ends once the lock goes");
+    locker.release();
+    let mut want: Vec<String> = (0..n).map(|i| format!("burst {i}")).collect();
+    want.push("the end".into());
+    let texts: Vec<&str> = signalled.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(texts, want);
+    let stored: Vec<(u64, String)> = chat(&bot)
+        .await
+        .into_iter()
+        .filter(|(_, kind, _)| kind == "assistant")
+        .map(|(seq, _, p)| (seq, p["text"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(stored, signalled);
+}

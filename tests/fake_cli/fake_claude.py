@@ -32,6 +32,7 @@ Environment:
   "stream_s": S (after the replay, stream the reply as text deltas for S seconds first),
   "reply_after_s": S (after the replay, wait S seconds before answering),
   "reply_size": N (the reply is N letters "x"),
+  "burst": N (before the reply, N assistant messages "burst 0" … in one write),
   "stream_reply": true (the reply is streamed as one text delta before its assistant message),
   "ignore_control": true (control requests other than `initialize` get no answer),
   "ignore_term": true (SIGTERM ignored), "not_found_on_term": true (on
@@ -285,6 +286,13 @@ for line in sys.stdin:
             "delta": {"type": "text_delta", "text": reply}}})
         while not os.path.exists(os.path.join(state, "release")):
             time.sleep(0.02)
+    if step.get("burst"):
+        # Many messages in one write, as a CLI that prints a burst: they arrive together.
+        sys.stdout.write("".join(json.dumps({"type": "assistant", "session_id": reported,
+                                             "message": {"role": "assistant", "content": [
+                                                 {"type": "text", "text": "burst %d" % i}]}})
+                                 + "\n" for i in range(step["burst"])))
+        sys.stdout.flush()
     out({"type": "assistant", "session_id": reported, "message": {"role": "assistant", "content": [
         {"type": "text", "text": reply}]}})
     result()

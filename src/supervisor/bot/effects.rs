@@ -90,21 +90,7 @@ impl Actor {
                     }
                 }
                 Effect::Stop(why) => self.stop_asked = Some(why),
-                Effect::Stream(Streamed::Append(text)) => {
-                    let mut v = self.view.write().unwrap_or_else(|p| p.into_inner());
-                    v.partial_text.push_str(&text);
-                }
-                Effect::Stream(Streamed::Signal { turn_id, text }) => {
-                    let _ = self.shared.publisher.send(Publication::TextDelta {
-                        bot_id: self.id.clone(),
-                        turn_id,
-                        text,
-                    });
-                }
-                Effect::Stream(Streamed::Clear) => {
-                    let mut v = self.view.write().unwrap_or_else(|p| p.into_inner());
-                    v.partial_text.clear();
-                }
+                Effect::Stream(s) => self.stream(s),
                 Effect::LookForDescendants => self.snapshot_descendants(),
                 Effect::TurnBegan => {
                     let before = self.agent_descendants();
@@ -138,6 +124,27 @@ impl Actor {
         committed
     }
 
+    /// Streamed text: `PartialText` grows or starts over, or `TextDelta` is signalled.
+    pub(super) fn stream(&self, s: Streamed) {
+        match s {
+            Streamed::Append(text) => {
+                let mut v = self.view.write().unwrap_or_else(|p| p.into_inner());
+                v.partial_text.push_str(&text);
+            }
+            Streamed::Signal { turn_id, text } => {
+                let _ = self.shared.publisher.send(Publication::TextDelta {
+                    bot_id: self.id.clone(),
+                    turn_id,
+                    text,
+                });
+            }
+            Streamed::Clear => {
+                let mut v = self.view.write().unwrap_or_else(|p| p.into_inner());
+                v.partial_text.clear();
+            }
+        }
+    }
+
     /// Commits `writes` in one transaction, then publishes `publish` in order (design rule 1).
     pub(super) fn commit(
         &self,
@@ -165,7 +172,7 @@ impl Actor {
 
     /// One durable write of a commit, inside its transaction; the chat item it appended, if it
     /// is one (published by its index among the commit's items).
-    fn write(
+    pub(super) fn write(
         &self,
         tx: &rusqlite::Transaction<'_>,
         write: &Write,
@@ -233,7 +240,7 @@ impl Actor {
 
     /// One publication of a commit, once it is durable: `items` are the chat items it appended,
     /// in order.
-    fn publish(&self, p: &Publish, items: &[store::ChatItem]) {
+    pub(super) fn publish(&self, p: &Publish, items: &[store::ChatItem]) {
         match p {
             Publish::Item(n) => {
                 if let Some(item) = items.get(*n) {

@@ -236,7 +236,7 @@ impl Actor {
     /// Carries out what the core asked and has not been done yet.
     pub(super) fn run_effects(&mut self) {
         while let Some(effect) = self.core.poll_effect() {
-            self.apply(vec![effect]);
+            self.group_or_apply(effect);
         }
     }
 

@@ -1,0 +1,74 @@
+//! Issue 31, group commit: the chat items of stdout lines that arrive together are committed in
+//! one transaction and then signalled in the order the CLI printed them; nothing is signalled
+//! before it is stored (design rule 1).
+
+use std::collections::HashMap;
+
+use futures_util::StreamExt;
+use serde_json::json;
+use support::*;
+
+/// The texts of the `assistant` items signalled for `turn`, in the order they came, with their
+/// seqs, until the turn ends.
+async fn signalled(
+    bot: &botvisor::dbus::client::BotProxy<'static>,
+    text: &str,
+) -> Vec<(u64, String)> {
+    let mut items = bot.receive_chat_item_added().await.unwrap();
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send(text, HashMap::new()).await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            tokio::select! {
+                biased;
+                Some(sig) = items.next() => {
+                    let a = sig.args().unwrap();
+                    if a.kind == "assistant" {
+                        let p: serde_json::Value = serde_json::from_str(&a.payload).unwrap();
+                        got.push((a.seq, p["text"].as_str().unwrap().to_owned()));
+                    }
+                }
+                Some(sig) = finished.next() => {
+                    if sig.args().unwrap().turn_id == turn {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+    .await
+    .expect("the turn ends");
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_lines_is_committed_as_a_group_and_signalled_in_order() {
+    let fake = FakeSetup::start("").await;
+    let n = 500;
+    let bot = fake
+        .bot(json!([{"mode": "normal", "burst": n, "reply": "the end"}]))
+        .await;
+    let got = signalled(&bot, "go").await;
+    let mut want: Vec<String> = (0..n).map(|i| format!("burst {i}")).collect();
+    want.push("the end".into());
+    let texts: Vec<&str> = got.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(texts, want, "every line signalled once, in order");
+    assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "seqs in order");
+    // Stored as signalled.
+    let stored: Vec<(u64, String)> = chat(&bot)
+        .await
+        .into_iter()
+        .filter(|(_, kind, _)| kind == "assistant")
+        .map(|(seq, _, p)| (seq, p["text"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(stored, got);
+    // The lines that arrived together went in groups (the journal says so at debug level).
+    let log = fake.daemon.log_text();
+    let groups: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("committed a group of lines"))
+        .collect();
+    println!("{} groups of lines committed together", groups.len());
+    assert!(!groups.is_empty(), "no group commit:\n{log}");
+}

@@ -133,6 +133,22 @@ pub struct Config {
     /// How many bots created by bots' agents may exist at once, all creators together; one more
     /// `CreateBot` from a bot is refused (`LimitExceeded`). 0: none. Default 10.
     pub agent_max_bots: u32,
+    /// Whether idle bots are stopped, the least recently used first, while the kernel reports
+    /// memory pressure (issue 31; default true). Never a bot with a turn, a queued message, a
+    /// permission prompt, a background task, a live descendant or a holder
+    /// (`supervisor::core::evict`).
+    pub stop_idle_on_memory_pressure: bool,
+    /// The memory stall, in milliseconds within `memory_pressure_window_s`, that is pressure:
+    /// some task of botvisord's cgroup (or of the system) waited this long for memory (default
+    /// 150; from 1 to the window).
+    pub memory_pressure_stall_ms: u64,
+    /// The window of `memory_pressure_stall_ms`, in seconds: 2, 4, 6, 8 or 10 (default 2). At
+    /// most one bot is stopped per window.
+    pub memory_pressure_window_s: u64,
+    /// The pressure file watched (absolute). Default: the `memory.pressure` of botvisord's
+    /// cgroup, else `/proc/pressure/memory` (`process::pressure::candidates`). A FIFO is a test
+    /// hook: each line written to it is one pressure event.
+    pub memory_pressure_file: Option<PathBuf>,
     /// `[mcp]`: what `botvisorctl mcp` lets an agent do (botvisord only checks it).
     pub mcp: mcp::McpConfig,
     /// `[notify]`: what `botvisor-notify` shows on the desktop (botvisord only checks it).
@@ -203,6 +219,10 @@ impl Default for Config {
             redo_limit: 3,
             agent_max_depth: 2,
             agent_max_bots: 10,
+            stop_idle_on_memory_pressure: true,
+            memory_pressure_stall_ms: 150,
+            memory_pressure_window_s: 2,
+            memory_pressure_file: None,
             mcp: mcp::McpConfig::default(),
             notify: notify::NotifyConfig::default(),
             hooks: Vec::new(),
@@ -391,8 +411,43 @@ impl Config {
                 self.agent_max_depth
             ));
         }
+        if !(2..=10).contains(&self.memory_pressure_window_s)
+            || !self.memory_pressure_window_s.is_multiple_of(2)
+        {
+            return Err(format!(
+                "key `memory_pressure_window_s` must be 2, 4, 6, 8 or 10 (seconds: the kernel \
+                 takes windows up to 10 s, and from a user other than root only whole multiples \
+                 of 2 s), got {}",
+                self.memory_pressure_window_s
+            ));
+        }
+        let window_ms = self.memory_pressure_window_s * 1000;
+        if !(1..=window_ms).contains(&self.memory_pressure_stall_ms) {
+            return Err(format!(
+                "key `memory_pressure_stall_ms` must be from 1 to {window_ms} (milliseconds of \
+                 memory stall within memory_pressure_window_s = {} s), got {}",
+                self.memory_pressure_window_s, self.memory_pressure_stall_ms
+            ));
+        }
+        if let Some(file) = &self.memory_pressure_file
+            && !file.is_absolute()
+        {
+            return Err(format!(
+                "key `memory_pressure_file` must be an absolute path (for example \
+                 \"/proc/pressure/memory\"), got `{}`",
+                crate::text::escape(&file.to_string_lossy(), false)
+            ));
+        }
         mcp::validate(&self.mcp)?;
         notify::validate(&self.notify, &self.hooks)
+    }
+
+    /// The PSI trigger of `memory_pressure_stall_ms` within `memory_pressure_window_s`.
+    pub fn memory_pressure_trigger(&self) -> crate::process::pressure::Trigger {
+        crate::process::pressure::Trigger {
+            stall: Duration::from_millis(self.memory_pressure_stall_ms),
+            window: Duration::from_secs(self.memory_pressure_window_s),
+        }
     }
 
     /// The stop grace period.

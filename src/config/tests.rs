@@ -169,3 +169,41 @@ fn a_hard_link_to_the_database_names_the_same_lock() {
     let new = dir.path().join("not-yet.db");
     assert_ne!(paths::lock_file(&new), paths::lock_file(&db));
 }
+
+#[test]
+fn issue_31_memory_pressure_keys_are_checked_with_words() {
+    let c = Config::from_toml(
+        "stop_idle_on_memory_pressure = false\nmemory_pressure_stall_ms = 400\n\
+         memory_pressure_window_s = 4\nmemory_pressure_file = \"/proc/pressure/memory\"\n",
+        Path::new("c.toml"),
+    )
+    .unwrap();
+    assert!(!c.stop_idle_on_memory_pressure);
+    assert_eq!(c.memory_pressure_trigger().line(), "some 400000 4000000\n");
+    let d = Config::default();
+    assert!(d.stop_idle_on_memory_pressure, "on by default");
+    assert_eq!(d.memory_pressure_trigger().line(), "some 150000 2000000\n");
+    for (text, says) in [
+        ("memory_pressure_window_s = 3", "must be 2, 4, 6, 8 or 10"),
+        ("memory_pressure_window_s = 12", "got 12"),
+        ("memory_pressure_window_s = 0", "got 0"),
+        ("memory_pressure_stall_ms = 0", "must be from 1 to 2000"),
+        (
+            "memory_pressure_window_s = 4\nmemory_pressure_stall_ms = 4001",
+            "must be from 1 to 4000",
+        ),
+        (
+            "memory_pressure_file = \"pressure\"",
+            "must be an absolute path",
+        ),
+        (
+            "stop_idle_on_memory_pressure = \"no\"",
+            "key `stop_idle_on_memory_pressure` takes true or false",
+        ),
+    ] {
+        let err = Config::from_toml(text, Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(says), "{text}: {err}");
+    }
+}

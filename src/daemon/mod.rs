@@ -93,6 +93,9 @@ pub async fn run(config: Config, database: PathBuf) -> Result<(), DaemonError> {
         Err(e) => tracing::error!(error = %e, "cannot check processes left by the previous run"),
     }
     supervisor.open();
+    // 7. Memory where it matters (issue 31): idle bots stopped under memory pressure, least
+    //    recently used first; nothing runs while there is none.
+    let pressure = crate::supervisor::evict::follow(supervisor.clone());
     tracing::info!(
         bots = count,
         "botvisord is serving {}",
@@ -101,8 +104,12 @@ pub async fn run(config: Config, database: PathBuf) -> Result<(), DaemonError> {
 
     let end = service.until_end(&mut signals).await;
 
-    // 7. Stop every bot gently (rule 9), signal their last changes, then release the name: a
-    //    client sees the bots' ends before the owner change.
+    // 8. Stop every bot gently (rule 9), signal their last changes, then release the name: a
+    //    client sees the bots' ends before the owner change. No bot is stopped for memory
+    //    pressure meanwhile.
+    if let Some(task) = pressure {
+        task.abort();
+    }
     supervisor.store().closing();
     supervisor.shutdown().await;
     service.leave().await;

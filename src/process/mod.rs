@@ -5,6 +5,7 @@ pub mod cgroup;
 pub mod identity;
 pub mod launch_error;
 pub mod marked;
+pub mod pressure;
 pub mod signal;
 pub mod spawn;
 pub mod stop;

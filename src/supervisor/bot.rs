@@ -216,6 +216,8 @@ pub fn spawn_actor(
         plan_limit: None,
         usage: Default::default(),
         held_by: String::new(),
+        activity: Default::default(),
+        last_used: None,
     }));
     let shared = Arc::new(Shared {
         runtime: runtime.clone(),

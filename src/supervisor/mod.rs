@@ -11,6 +11,7 @@ mod conversations;
 pub mod core;
 mod create;
 mod created_by;
+pub mod evict;
 mod handle;
 pub mod keep;
 pub mod memory_max;
@@ -191,6 +192,10 @@ pub enum Command {
     /// The bot's own budget, nano-dollars (`Some(0)`: none), validated: recorded, and a budget
     /// hold lifted if the cost is now under it.
     SetBudget(Option<u64>),
+    /// The machine is under memory pressure and this bot was found the least recently used idle
+    /// one: it stops if it still may (`core::evict`), and answers once its stop ended, `true`,
+    /// or at once, `false`, when it may not (issue 31).
+    MemoryPressure(oneshot::Sender<bool>),
 }
 
 /// What `CreateBot` asks for, validated by the D-Bus layer.

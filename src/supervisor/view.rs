@@ -97,6 +97,11 @@ pub struct BotView {
     /// The process outside botvisor that holds the conversation while the bot waits for it
     /// (`core::held::Held::describe`; empty: none).
     pub held_by: String,
+    /// What the bot does, as far as idleness goes, as its actor saw it after its last input
+    /// (not published: the supervisor's order under memory pressure reads it, issue 31).
+    pub activity: crate::supervisor::core::idle::Activity,
+    /// When the bot was last used (`core::evict`; `None`: not in this daemon run).
+    pub last_used: Option<std::time::Instant>,
 }
 
 impl BotView {

@@ -19,6 +19,7 @@ mod group_commit;
 mod install;
 mod limits;
 mod mcp;
+mod memory;
 mod notify;
 mod notify_stand_in;
 mod remote;

@@ -97,6 +97,13 @@ impl Actor {
                 self.handle(Input::Command(Cmd::Leases { holders, warm }));
                 true
             }
+            Command::MemoryPressure(reply) => {
+                self.handle(Input::Command(Cmd::MemoryPressure));
+                let stops = self.stop_asked == Some(StopReason::MemoryPressure);
+                self.stop_if_asked().await;
+                let _ = reply.send(stops);
+                true
+            }
             Command::Respond(request_id, answer) => {
                 self.handle(Input::Command(Cmd::Respond { request_id, answer }));
                 true

@@ -64,6 +64,10 @@ pub struct BotCore {
     pub(super) restart_at: Option<Instant>,
     /// When the bot stops for idleness, if it stays idle.
     pub(super) idle_at: Option<Instant>,
+    /// When the bot was last used: its agent's launch, a client's command, a turn's end
+    /// ([`super::evict`]: the least recently used idle bot is stopped first under memory
+    /// pressure).
+    pub(super) last_used: Option<Instant>,
     /// One-shot moments to look for descendants again after a tool started (a foreground tool
     /// prints nothing while it runs).
     pub(super) snapshots: Snapshots<Instant>,
@@ -107,6 +111,7 @@ impl BotCore {
             life: Lifecycle::default(),
             restart_at: None,
             idle_at: None,
+            last_used: None,
             snapshots: Snapshots::default(),
             deltas: DeltaPacer::new(text_interval),
             watch: Watchdogs::default(),

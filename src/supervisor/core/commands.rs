@@ -70,6 +70,18 @@ pub enum Cmd {
         /// A warm start was asked with the lease just taken.
         warm: bool,
     },
+    /// The machine is under memory pressure and the supervisor found this bot the least
+    /// recently used idle one: it stops now if it may, with a `system` item (reason
+    /// `memory_pressure`), and otherwise nothing ([`BotCore::memory_pressure`], issue 31).
+    MemoryPressure,
+}
+
+impl Cmd {
+    /// Whether the command is a use of the bot by a client ([`super::evict`]): every command
+    /// but the shutdown, a Delete and memory pressure, which are botvisor's own or end the bot.
+    pub fn is_use(&self) -> bool {
+        !matches!(self, Cmd::Shutdown | Cmd::Delete | Cmd::MemoryPressure)
+    }
 }
 
 impl BotCore {
@@ -156,6 +168,7 @@ impl BotCore {
                     self.life.warm_start = true;
                 }
             }
+            Cmd::MemoryPressure => self.memory_pressure(now, facts),
         }
     }
 

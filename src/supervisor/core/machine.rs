@@ -171,13 +171,24 @@ impl BotCore {
     /// [`BotCore::poll_effect`].
     pub fn handle(&mut self, now: Instant, input: Input, facts: &dyn Facts) {
         match input {
-            Input::Runtime(event) => self.runtime_event(now, event, facts),
+            Input::Runtime(event) => {
+                // A turn's end is a use of the bot (issue 31, `super::evict`).
+                if matches!(event, RuntimeEvent::TurnResult { .. }) {
+                    self.used(now);
+                }
+                self.runtime_event(now, event, facts)
+            }
             Input::Timeout => {
                 for due in self.handle_timeout(now) {
                     self.due(now, due, facts);
                 }
             }
-            Input::Command(cmd) => self.command(now, cmd, facts),
+            Input::Command(cmd) => {
+                if cmd.is_use() {
+                    self.used(now);
+                }
+                self.command(now, cmd, facts)
+            }
             Input::Exited {
                 status,
                 stderr,
@@ -187,7 +198,10 @@ impl BotCore {
             Input::Committed { awaited, ok } => self.committed(awaited, ok),
             Input::CleanedUp => self.cleaned_up(now, facts),
             Input::Deliver { session, now } => self.deliver(&session, now),
-            Input::Launched { decision, identity } => self.launched(now, decision, identity, facts),
+            Input::Launched { decision, identity } => {
+                self.used(now);
+                self.launched(now, decision, identity, facts)
+            }
             Input::LaunchFailed { text, reason } => {
                 self.emit(super::records::start_refused(&text, reason))
             }

@@ -52,6 +52,8 @@
 //! - [`held`]: a conversation another process holds: named, waited for, never a crash
 //!   (design rule 7, issue 25).
 //! - [`idle`]: when a bot is idle and whether its idle deadline stops it (design rules 12, 13).
+//! - [`evict`]: under memory pressure, which idle bots may be stopped and in which order (least
+//!   recently used first), and what a bot asked to stop does (issue 31, rules 12, 13).
 //! - [`prompts`]: a permission request recorded before it is signalled, and closed as denied
 //!   when nobody can answer it any more.
 //! - [`pump`]: after every input, whether to start the agent and write it the next message.
@@ -82,6 +84,7 @@ pub mod decide;
 pub mod due;
 pub mod effect;
 pub mod events;
+pub mod evict;
 pub mod exit;
 pub mod exited;
 pub mod held;

@@ -20,6 +20,9 @@ pub enum StopReason {
     Replaced,
     /// The bot was idle past its idle deadline (design rule 12).
     Idle,
+    /// The machine is under memory pressure and the bot was the least recently used idle one
+    /// (issue 31, [`super::evict`]).
+    MemoryPressure,
     /// A process outside botvisor opened the conversation while the agent was idle (design
     /// rule 7): the agent makes way before the next message.
     HeldElsewhere,
@@ -39,7 +42,8 @@ pub enum StopReason {
 }
 
 impl StopReason {
-    /// Its name in the journal: `stop`, `delete`, `shutdown`, `restart`, `replaced`, `idle`, `held elsewhere`,
+    /// Its name in the journal: `stop`, `delete`, `shutdown`, `restart`, `replaced`, `idle`,
+    /// `memory pressure`, `held elsewhere`,
     /// `start timeout`, `interrupt timeout`, `open failed`, `exit`, `late exit`, `crash`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -49,6 +53,7 @@ impl StopReason {
             StopReason::Restart => "restart",
             StopReason::Replaced => "replaced",
             StopReason::Idle => "idle",
+            StopReason::MemoryPressure => "memory pressure",
             StopReason::HeldElsewhere => "held elsewhere",
             StopReason::StartTimeout => "start timeout",
             StopReason::InterruptTimeout => "interrupt timeout",

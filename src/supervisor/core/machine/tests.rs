@@ -24,6 +24,8 @@ struct Told {
     spend: (u64, Option<u64>, bool),
     /// Clients holding the bot.
     holders: usize,
+    /// Permission requests open.
+    prompts: usize,
     /// A descendant of the agent lives.
     descendant: bool,
     /// The process that holds the conversation exited.
@@ -75,7 +77,7 @@ impl Facts for Told {
         }
     }
     fn watchers(&self) -> (usize, usize) {
-        (self.holders, 0)
+        (self.holders, self.prompts)
     }
     fn descendant_lives(&self) -> bool {
         self.descendant
@@ -405,3 +407,6 @@ mod lives;
 
 /// A client's Stop, Restart, Delete, the shutdown and a permission answer.
 mod commands;
+
+/// A stop for memory pressure at the bot, and what counts as a use (issue 31).
+mod evict;

@@ -1287,6 +1287,385 @@ fn kept_conversation(rows: &mut Vec<Row>) {
     });
 }
 
+/// Memory of process `pid` and its descendants, in KiB.
+#[derive(Debug, Clone, Copy, Default)]
+struct TreeMemory {
+    /// Resident (`VmRSS` of `/proc/<pid>/status`): shared pages count in full in each.
+    rss: u64,
+    /// Proportional (`Pss` of `/proc/<pid>/smaps_rollup`): shared pages split between sharers.
+    pss: u64,
+    /// Anonymous and resident (`RssAnon`): what the processes' exit frees outright (their
+    /// files' pages stay in the page cache).
+    anon: u64,
+}
+
+fn tree_memory_kib(pid: u32) -> TreeMemory {
+    let mut pids = vec![pid];
+    let mut i = 0;
+    while i < pids.len() {
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", pids[i])) {
+            for t in tasks.flatten() {
+                let children =
+                    std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+                pids.extend(
+                    children
+                        .split_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok()),
+                );
+            }
+        }
+        i += 1;
+    }
+    let field = |file: String, name: &str| -> u64 {
+        std::fs::read_to_string(file)
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    pids.iter().fold(TreeMemory::default(), |m, p| TreeMemory {
+        rss: m.rss + field(format!("/proc/{p}/status"), "VmRSS:"),
+        pss: m.pss + field(format!("/proc/{p}/smaps_rollup"), "Pss:"),
+        anon: m.anon + field(format!("/proc/{p}/status"), "RssAnon:"),
+    })
+}
+
+/// `MemAvailable` of `/proc/meminfo`, KiB.
+fn mem_available_kib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until the daemon's log says `text`.
+async fn daemon_says(daemon: &Daemon, text: &str) {
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        while !daemon.log_text().contains(text) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("botvisord never said {text:?}"));
+}
+
+/// Which of `bots` says next that it was stopped for memory pressure (a `system` item, reason
+/// `memory_pressure`), from streams subscribed before the event.
+async fn next_stopped_for_memory(
+    streams: &mut [botvisor::dbus::client::ChatItemAddedStream],
+) -> usize {
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let nexts = streams
+                .iter_mut()
+                .enumerate()
+                .map(|(i, s)| Box::pin(async move { (i, s.next().await) }));
+            let ((i, sig), _, _) = futures_util::future::select_all(nexts).await;
+            let sig = sig.expect("a chat stream ended");
+            let a = sig.args().unwrap();
+            let p: Value = serde_json::from_str(&a.payload).unwrap();
+            if a.kind == "system" && p["reason"] == "memory_pressure" {
+                return i;
+            }
+        }
+    })
+    .await
+    .expect("a bot is stopped for memory pressure")
+}
+
+/// 12: memory where it matters (issue 31). 20 real Claude Code CLIs against the loopback
+/// stand-in, each launched by a first turn, then used once more in a shuffled order, idle; then
+/// one simulated pressure event at a time, written to the FIFO the daemon watches instead of its
+/// PSI file (`memory_pressure_file`, the test hook): the order the bots stop in (least recently
+/// used first is the goal), the memory each gives back (its CLI's process tree, read before the
+/// event: resident and proportional sets; `MemAvailable` before and after), and the time from
+/// the event to `stopped`, beside a client's `Stop` of one more such bot in the same run.
+async fn memory_pressure(rows: &mut Vec<Row>) {
+    use support::stand_in_api;
+    let Some(claude) = claude_bin() else {
+        println!("row 12: BOTVISOR_TEST_CLAUDE_BIN is not set; no real CLIs to stop, skipped");
+        return;
+    };
+    let n = if quick() { 6 } else { 20 };
+    let env = TestEnv::new().await;
+    let fifo = env.dir.path().join("pressure");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) with a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    let mut cfg = env.daemon_config(Some(claude));
+    cfg.config = Some(write_config(
+        env.dir.path(),
+        &format!("memory_pressure_file = \"{}\"\n", fifo.display()),
+    ));
+    let daemon = Daemon::start(&cfg, &env.conn).await;
+    daemon_says(&daemon, "watching memory pressure").await;
+    let api = stand_in_api::StandInApi::start(stand_in_api::echo_script()).await;
+    let bot_env = claude_env(&env.home, &api.url, &env.marker);
+    // n bots for the pressure, and one more for the baseline.
+    let mut bots = Vec::new();
+    for i in 0..=n {
+        let bot = create_bot_in(&env, &bot_env).await;
+        ping(&bot, &format!("launch {i}")).await;
+        bots.push(bot);
+    }
+    // Used again in a shuffled order (7 is prime to 20 and to 6): the least recently used is
+    // the first of `used`, whatever the order of creation.
+    let used: Vec<usize> = (0..n).map(|i| (7 * i + 3) % n).collect();
+    for &i in &used {
+        ping(&bots[i], "use").await;
+    }
+    let baseline = bots.pop().unwrap();
+    let pid = baseline.process_id().await.unwrap();
+    let base = tree_memory_kib(pid);
+    let t = Instant::now();
+    stop_and_wait(&baseline).await;
+    let stop_ms = t.elapsed().as_secs_f64() * 1000.0;
+
+    let mut held = Vec::new();
+    for bot in &bots {
+        assert_eq!(bot.state().await.unwrap(), "idle");
+        held.push(tree_memory_kib(bot.process_id().await.unwrap()));
+    }
+    let avail_before = mem_available_kib();
+    let mut streams = Vec::new();
+    for bot in &bots {
+        streams.push(bot.receive_chat_item_added().await.unwrap());
+    }
+    let mut order = Vec::new();
+    let mut took = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        {
+            use std::io::Write as _;
+            let mut f = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            f.write_all(b"bench\n").unwrap();
+        }
+        let i = next_stopped_for_memory(&mut streams).await;
+        wait_state(&bots[i], "stopped").await;
+        took.push(t.elapsed().as_secs_f64() * 1e6);
+        order.push(i);
+    }
+    // The page cache and the kernel's own accounting settle for a moment after the exits.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let avail_after = mem_available_kib();
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    println!(
+        "row 12: the order the bots stopped in (bot: when it was last used, its CLI's memory):"
+    );
+    for (k, &i) in order.iter().enumerate() {
+        let rank = used.iter().position(|&u| u == i).unwrap();
+        println!(
+            "row 12:   {:>2}. bot {i:>2}: used {:>2}{} of {n}; RSS {:.0} MiB, PSS {:.0} MiB, anonymous {:.0} MiB",
+            k + 1,
+            rank + 1,
+            match rank + 1 {
+                1 => "st",
+                2 => "nd",
+                3 => "rd",
+                _ => "th",
+            },
+            mib(held[i].rss),
+            mib(held[i].pss),
+            mib(held[i].anon)
+        );
+    }
+    let in_order = order == used;
+    let rss: u64 = held.iter().map(|m| m.rss).sum();
+    let pss: u64 = held.iter().map(|m| m.pss).sum();
+    let anon: u64 = held.iter().map(|m| m.anon).sum();
+    let t = stats(took);
+    drop(daemon);
+    rows.push(Row {
+        name: format!(
+            "12. Memory pressure with {n} real idle Claude Code CLIs: one event each (simulated, FIFO hook)"
+        ),
+        goal: "least recently used first; each CLI's memory given back".into(),
+        figure: format!(
+            "{} stopped, {}; given back {:.0} MiB RSS ({:.0} MiB per CLI), {:.0} MiB PSS, \
+             {:.0} MiB anonymous; MemAvailable {:+.0} MiB; event → stopped median {:.0} ms, \
+             p99 {:.0} ms",
+            order.len(),
+            if in_order {
+                "least recently used first"
+            } else {
+                "NOT in the order of use"
+            },
+            mib(rss),
+            mib(rss) / n as f64,
+            mib(pss),
+            mib(anon),
+            mib(avail_after) - mib(avail_before),
+            t.median / 1000.0,
+            t.p99 / 1000.0
+        ),
+        baseline: format!(
+            "a client's Stop of one more such bot: {stop_ms:.0} ms, {:.0} MiB RSS",
+            mib(base.rss)
+        ),
+        verdict: if in_order && order.len() == n {
+            "met".into()
+        } else {
+            "missed".into()
+        },
+    });
+}
+
+/// A process that thrashes the page cache (it writes a file of 600 MiB, bigger than its memory,
+/// then reads it over and over through a mapping) in a memory cgroup of its own: real memory stalls, which the
+/// kernel's PSI counts. Killed, and its cgroup removed, when dropped.
+struct Thrash {
+    dir: PathBuf,
+    child: std::process::Child,
+}
+
+impl Thrash {
+    /// Starts it over `file` with `limit` bytes of memory, in a cgroup made under cgroup v1's
+    /// memory controller or at cgroup v2's root; or says why it cannot (no such controller, not
+    /// root).
+    fn start(file: &Path, limit: u64) -> Result<Thrash, String> {
+        let name = format!("botvisor-bench-{}", std::process::id());
+        let v2_memory = std::fs::read_to_string("/sys/fs/cgroup/cgroup.subtree_control")
+            .is_ok_and(|c| c.split_whitespace().any(|x| x == "memory"));
+        let (dir, limit_file) = if Path::new("/sys/fs/cgroup/memory/cgroup.procs").exists() {
+            (
+                Path::new("/sys/fs/cgroup/memory").join(&name),
+                "memory.limit_in_bytes",
+            )
+        } else if v2_memory {
+            (Path::new("/sys/fs/cgroup").join(&name), "memory.max")
+        } else {
+            return Err(
+                "no memory cgroup to make pressure in (cgroup v1's memory controller, \
+                        or cgroup v2's at the root)"
+                    .into(),
+            );
+        };
+        std::fs::create_dir(&dir)
+            .map_err(|e| format!("cannot make the cgroup {}: {e} (root may)", dir.display()))?;
+        if let Err(e) = std::fs::write(dir.join(limit_file), limit.to_string()) {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(format!("cannot limit the cgroup {}: {e}", dir.display()));
+        }
+        // The file is written from inside the cgroup, so that its pages are charged to it (a
+        // file cached by another cgroup is read without a stall).
+        let script = "import mmap,sys\n\
+                      b=b'Z'*(1<<20)\n\
+                      with open(sys.argv[1],'wb') as w:\n    for _ in range(600): w.write(b)\n\
+                      f=open(sys.argv[1],'rb'); m=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ)\n\
+                      while True:\n    s=sum(m[i] for i in range(0,len(m),4096))\n";
+        let child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "echo $$ > {}/cgroup.procs && exec python3 -c \"$0\" \"$1\"",
+                dir.display()
+            ))
+            .arg(script)
+            .arg(file)
+            .spawn()
+            .map_err(|e| format!("cannot start python3: {e}"))?;
+        Ok(Thrash { dir, child })
+    }
+}
+
+impl Drop for Thrash {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// 12b: the same with the kernel's own PSI (the daemon's default pressure file, its trigger
+/// `some 150000 2000000`), where the bench can make memory stall (root, a memory cgroup): three
+/// real idle Claude Code CLIs, then a process thrashing in a 32 MiB memory cgroup; the time from
+/// its start to the first stop, and which bot. Skipped, saying why, elsewhere.
+async fn memory_pressure_psi(rows: &mut Vec<Row>) {
+    use support::stand_in_api;
+    let Some(claude) = claude_bin() else {
+        println!("row 12b: BOTVISOR_TEST_CLAUDE_BIN is not set; skipped");
+        return;
+    };
+    let env = TestEnv::new().await;
+    // 600 MiB, written and read by the thrashing process.
+    let file = env.dir.path().join("thrash");
+    let cfg = env.daemon_config(Some(claude));
+    let daemon = Daemon::start(&cfg, &env.conn).await;
+    daemon_says(&daemon, "botvisord is serving").await;
+    let log = daemon.log_text();
+    let Some(watched) = log
+        .lines()
+        .find(|l| l.contains("watching memory pressure"))
+        .and_then(|l| l.split("file=").nth(1))
+        .and_then(|f| f.split_whitespace().next())
+        .map(str::to_owned)
+    else {
+        println!("row 12b: botvisord watches no memory pressure on this machine; skipped");
+        return;
+    };
+    let api = stand_in_api::StandInApi::start(stand_in_api::echo_script()).await;
+    let bot_env = claude_env(&env.home, &api.url, &env.marker);
+    let mut bots = Vec::new();
+    for i in 0..3 {
+        let bot = create_bot_in(&env, &bot_env).await;
+        ping(&bot, &format!("launch {i}")).await;
+        bots.push(bot);
+    }
+    let used = [2, 0, 1];
+    for &i in &used {
+        ping(&bots[i], "use").await;
+    }
+    let mut streams = Vec::new();
+    for bot in &bots {
+        streams.push(bot.receive_chat_item_added().await.unwrap());
+    }
+    let t = Instant::now();
+    let thrash = match Thrash::start(&file, 32 << 20) {
+        Ok(t) => t,
+        Err(why) => {
+            println!("row 12b: {why}; skipped");
+            return;
+        }
+    };
+    let first = next_stopped_for_memory(&mut streams).await;
+    let after = t.elapsed();
+    let pressure = std::fs::read_to_string("/proc/pressure/memory")
+        .unwrap_or_default()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    drop(thrash);
+    wait_state(&bots[first], "stopped").await;
+    let _ = std::fs::remove_file(&file);
+    println!(
+        "row 12b: first stopped: bot {first} (used {} of 3) {:.1} s after the thrashing began; \
+         /proc/pressure/memory then: {pressure}",
+        used.iter().position(|&u| u == first).unwrap() + 1,
+        after.as_secs_f64()
+    );
+    rows.push(Row {
+        name:
+            "12b. The same with the kernel's PSI: a process thrashing in a 32 MiB memory cgroup, \
+               3 real idle CLIs"
+                .into(),
+        goal: "the least recently used stopped, within a few windows".into(),
+        figure: format!(
+            "bot used {} of 3 stopped {:.1} s after the thrashing began (watched: {watched})",
+            used.iter().position(|&u| u == first).unwrap() + 1,
+            after.as_secs_f64()
+        ),
+        baseline: format!("the trigger's window: 2 s; at the stop, {pressure}"),
+        verdict: if first == used[0] {
+            "met".into()
+        } else {
+            "missed".into()
+        },
+    });
+}
+
 /// Whether row group `n` runs: all of them, or those listed in `BENCH_ONLY` (for example
 /// `BENCH_ONLY=8` or `BENCH_ONLY=1,7`).
 fn selected(n: u32) -> bool {
@@ -1334,6 +1713,10 @@ fn main() {
         }
         if selected(11) {
             kept_conversation(&mut rows);
+        }
+        if selected(12) {
+            memory_pressure(&mut rows).await;
+            memory_pressure_psi(&mut rows).await;
         }
         println!();
         println!("| measure | goal | figure | baseline (same run) | against the goal |");

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncBufReadExt, BufReader, Interest};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Interest};
 
 use super::cgroup::{cgroup2_mounts, own_cgroup};
 
@@ -29,6 +29,9 @@ pub const SYSTEM_FILE: &str = "/proc/pressure/memory";
 
 /// The widest window the kernel takes for a trigger.
 pub const MAX_WINDOW: Duration = Duration::from_secs(10);
+
+/// The longest line of the FIFO test hook read as one event, in bytes.
+pub const MAX_LINE: usize = 4096;
 
 /// A PSI trigger: tasks stalled on memory for `stall` within `window` (the `some` line: at least
 /// one task stalled, not all of them).
@@ -111,7 +114,7 @@ enum How {
         last: Option<tokio::time::Instant>,
     },
     /// A FIFO (the test hook): each line is one event.
-    Lines(tokio::io::Lines<BufReader<tokio::net::unix::pipe::Receiver>>),
+    Lines(BufReader<tokio::net::unix::pipe::Receiver>),
 }
 
 impl Watch {
@@ -124,7 +127,7 @@ impl Watch {
             let rx = tokio::net::unix::pipe::OpenOptions::new()
                 .read_write(true)
                 .open_receiver(path)?;
-            How::Lines(BufReader::new(rx).lines())
+            How::Lines(BufReader::new(rx))
         } else {
             let file = std::fs::OpenOptions::new()
                 .read(true)
@@ -191,10 +194,19 @@ impl Watch {
                     .unwrap_or_default()
                     .to_owned())
             }
-            How::Lines(lines) => match lines.next_line().await? {
-                Some(line) => Ok(crate::text::escape(line.trim(), false).into_owned()),
-                None => Err(std::io::Error::other("the FIFO was closed")),
-            },
+            How::Lines(reader) => {
+                // At most MAX_LINE bytes a line: a longer one is several events.
+                let mut line = Vec::new();
+                let n = (&mut *reader)
+                    .take(MAX_LINE as u64)
+                    .read_until(b'\n', &mut line)
+                    .await?;
+                if n == 0 {
+                    return Err(std::io::Error::other("the FIFO was closed"));
+                }
+                let text = String::from_utf8_lossy(&line);
+                Ok(crate::text::escape(text.trim(), false).into_owned())
+            }
         }
     }
 }
@@ -281,14 +293,31 @@ mod tests {
         // SAFETY: mkfifo(3) with a NUL-terminated path that outlives the call.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let mut watch = Watch::open(&fifo, &TWO_S).unwrap();
+        let mut next = async || {
+            tokio::time::timeout(Duration::from_secs(10), watch.next())
+                .await
+                .expect("an event within 10 s")
+                .unwrap()
+        };
         std::fs::OpenOptions::new()
             .write(true)
             .open(&fifo)
             .unwrap()
             .write_all(b"one\ntwo\n")
             .unwrap();
-        assert_eq!(watch.next().await.unwrap(), "one");
-        assert_eq!(watch.next().await.unwrap(), "two");
+        assert_eq!(next().await, "one");
+        assert_eq!(next().await, "two");
+        // A longer line is read in bounded pieces, each an event; nothing is said raw.
+        let long = format!("\u{1b}{}\n", "x".repeat(MAX_LINE + 10));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&fifo)
+            .unwrap()
+            .write_all(long.as_bytes())
+            .unwrap();
+        let first = next().await;
+        assert!(first.starts_with("\\u{1b}x"), "{first:.20}");
+        assert_eq!(next().await, "x".repeat(11));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! `cargo bench --bench botvisor` starts private `dbus-daemon`s and the release `botvisord` with a
 //! scripted agent CLI that answers at once (`benches/fake_fast.py`, which stamps
 //! CLOCK_MONOTONIC nanoseconds), and prints each figure as median and p99 beside its baseline
-//! measured in the same run. Row 6's Codex column and row 10 run the real CLIs
+//! measured in the same run. Row 6's Codex column, row 10 and row 12 run the real CLIs
 //! (`BOTVISOR_TEST_CODEX_BIN`, `BOTVISOR_TEST_CLAUDE_BIN`) against the loopback stand-ins of the
 //! tests; without a binary its column is skipped, and the bench says so. `docs/performance.md`
 //! holds the results. `BENCH_QUICK=1` runs fewer rounds; `BENCH_ONLY=8` (a comma list of row

@@ -669,6 +669,9 @@ async fn lost_rollout() -> Option<Stats> {
     let env = TestEnv::new().await;
     let mut cfg = env.daemon_config(None);
     cfg.codex_bin = Some(codex);
+    // botvisor's own copy of the rollout would be put back before the resume (issue 25), and
+    // the lost rollout this row measures would not be lost.
+    cfg.config = Some(write_config(env.dir.path(), "keep_conversations = false\n"));
     let _daemon = Daemon::start(&cfg, &env.conn).await;
     let api = responses_api::ResponsesApi::start(responses_api::echo_script()).await;
     let codex_home = responses_api::codex_home(env.dir.path(), &api.base_url, "");

@@ -32,6 +32,13 @@ pub(crate) struct Shared {
     pub(crate) prompts: Mutex<PromptBook>,
 }
 
+impl Shared {
+    /// How many clients hold the bot now.
+    pub(crate) fn holder_count(&self) -> usize {
+        self.holders.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
 /// A client's answer to a permission request, as `RespondPermission` gives it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {

@@ -4,12 +4,10 @@
 
 use std::collections::HashMap;
 
-use futures_util::StreamExt;
 use serde_json::json;
 use support::*;
 
-/// The texts of the `assistant` items signalled for `turn`, in the order they came, with their
-/// seqs, until the turn ends.
+/// The `assistant` items signalled for a message `text`, until its turn ends.
 async fn signalled(
     bot: &botvisor::dbus::client::BotProxy<'static>,
     text: &str,
@@ -17,29 +15,7 @@ async fn signalled(
     let mut items = bot.receive_chat_item_added().await.unwrap();
     let mut finished = bot.receive_turn_finished().await.unwrap();
     let turn = bot.send(text, HashMap::new()).await.unwrap();
-    let mut got = Vec::new();
-    tokio::time::timeout(EVENT_TIMEOUT, async {
-        loop {
-            tokio::select! {
-                biased;
-                Some(sig) = items.next() => {
-                    let a = sig.args().unwrap();
-                    if a.kind == "assistant" {
-                        let p: serde_json::Value = serde_json::from_str(&a.payload).unwrap();
-                        got.push((a.seq, p["text"].as_str().unwrap().to_owned()));
-                    }
-                }
-                Some(sig) = finished.next() => {
-                    if sig.args().unwrap().turn_id == turn {
-                        return;
-                    }
-                }
-            }
-        }
-    })
-    .await
-    .expect("the turn ends");
-    got
+    assistant_items_until_end(&mut items, &mut finished, &turn).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -430,28 +430,8 @@ async fn a_burst_read_while_the_database_is_locked_is_stored_whole_and_in_order(
     wait_turn_begins(&mut sessions).await;
     // Held across the burst (printed 2 s after the turn began): the fault's length.
     let locker = Lock::take(&fake.cfg.database, Duration::from_secs(4));
-    let mut signalled = Vec::new();
-    tokio::time::timeout(EVENT_TIMEOUT, async {
-        loop {
-            tokio::select! {
-                biased;
-                Some(sig) = items.next() => {
-                    let a = sig.args().unwrap();
-                    if a.kind == "assistant" {
-                        let p: serde_json::Value = serde_json::from_str(&a.payload).unwrap();
-                        signalled.push((a.seq, p["text"].as_str().unwrap().to_owned()));
-                    }
-                }
-                Some(sig) = finished.next() => {
-                    if sig.args().unwrap().turn_id == turn {
-                        return;
-                    }
-                }
-            }
-        }
-    })
-    .await
-    .expect("the turn ends once the lock goes");
+    // Ends once the lock goes.
+    let signalled = assistant_items_until_end(&mut items, &mut finished, &turn).await;
     locker.release();
     let mut want: Vec<String> = (0..n).map(|i| format!("burst {i}")).collect();
     want.push("the end".into());

@@ -952,6 +952,38 @@ pub async fn wait_turns(
     done
 }
 
+/// The `assistant` items signalled on `items` (a stream subscribed before the send), as `(seq,
+/// text)` in the order they came, until `finished` says `turn` ended.
+pub async fn assistant_items_until_end(
+    items: &mut botvisor::dbus::client::ChatItemAddedStream,
+    finished: &mut botvisor::dbus::client::TurnFinishedStream,
+    turn: &str,
+) -> Vec<(u64, String)> {
+    let mut got = Vec::new();
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            tokio::select! {
+                biased; // an item signalled before TurnFinished is taken first
+                Some(sig) = items.next() => {
+                    let a = sig.args().unwrap();
+                    if a.kind == "assistant" {
+                        let p: serde_json::Value = serde_json::from_str(&a.payload).unwrap();
+                        got.push((a.seq, p["text"].as_str().unwrap_or_default().to_owned()));
+                    }
+                }
+                Some(sig) = finished.next() => {
+                    if sig.args().unwrap().turn_id == turn {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("turn {turn} did not end; items so far: {got:?}"));
+    got
+}
+
 /// The lines of Claude Code's transcript of `session` under `config_dir` (`$CLAUDE_CONFIG_DIR`,
 /// `~/.claude` by default) on the conversation's current branch: from its newest line back along
 /// `parentUuid`, in order. A resume that dropped an unanswered attempt leaves that attempt in the

@@ -88,12 +88,7 @@ impl Actor {
                 true
             }
             Command::HoldersChanged { warm } => {
-                let holders = self
-                    .shared
-                    .holders
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .len();
+                let holders = self.shared.holder_count();
                 self.handle(Input::Command(Cmd::Leases { holders, warm }));
                 true
             }

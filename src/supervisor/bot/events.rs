@@ -90,12 +90,7 @@ impl Facts for ActorFacts<'_> {
     }
 
     fn watchers(&self) -> (usize, usize) {
-        let holders = self
-            .shared
-            .holders
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len();
+        let holders = self.shared.holder_count();
         let open = self
             .shared
             .prompts

@@ -72,10 +72,22 @@ async fn the_first_call_starts_the_daemon_through_dbus_activation() {
     assert!(manager.list_bots().await.unwrap().is_empty());
     assert_eq!(manager.version().await.unwrap(), "1");
     assert!(db.exists(), "the activated daemon opened its database");
-    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    // The line is written once the name is taken, which may be a moment after the answer the
+    // name's owner gave: waited for, bounded.
+    let logged = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let logged = std::fs::read_to_string(&log).unwrap_or_default();
+            if logged.contains("botvisord is serving") {
+                return logged;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     assert!(
-        logged.contains("botvisord is serving"),
-        "the activated daemon logs to its file: {logged}"
+        logged.is_ok(),
+        "the activated daemon logs to its file: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
     );
     let pid = dbus
         .get_connection_unix_process_id(botvisor::dbus::BUS_NAME.try_into().unwrap())

@@ -32,12 +32,7 @@ async fn a_burst_of_lines_is_committed_as_a_group_and_signalled_in_order() {
     assert_eq!(texts, want, "every line signalled once, in order");
     assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "seqs in order");
     // Stored as signalled.
-    let stored: Vec<(u64, String)> = chat(&bot)
-        .await
-        .into_iter()
-        .filter(|(_, kind, _)| kind == "assistant")
-        .map(|(seq, _, p)| (seq, p["text"].as_str().unwrap().to_owned()))
-        .collect();
+    let stored = stored_assistant_items(&bot).await;
     assert_eq!(stored, got);
     // The lines that arrived together went in groups (the journal says so at debug level).
     let log = fake.daemon.log_text();

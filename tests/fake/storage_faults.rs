@@ -437,11 +437,6 @@ async fn a_burst_read_while_the_database_is_locked_is_stored_whole_and_in_order(
     want.push("the end".into());
     let texts: Vec<&str> = signalled.iter().map(|(_, t)| t.as_str()).collect();
     assert_eq!(texts, want);
-    let stored: Vec<(u64, String)> = chat(&bot)
-        .await
-        .into_iter()
-        .filter(|(_, kind, _)| kind == "assistant")
-        .map(|(seq, _, p)| (seq, p["text"].as_str().unwrap().to_owned()))
-        .collect();
+    let stored = stored_assistant_items(&bot).await;
     assert_eq!(stored, signalled);
 }

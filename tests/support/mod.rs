@@ -984,6 +984,16 @@ pub async fn assistant_items_until_end(
     got
 }
 
+/// The bot's stored `assistant` items as `(seq, text)`, oldest first.
+pub async fn stored_assistant_items(bot: &BotProxy<'_>) -> Vec<(u64, String)> {
+    chat(bot)
+        .await
+        .into_iter()
+        .filter(|(_, kind, _)| kind == "assistant")
+        .map(|(seq, _, p)| (seq, p["text"].as_str().unwrap_or_default().to_owned()))
+        .collect()
+}
+
 /// The lines of Claude Code's transcript of `session` under `config_dir` (`$CLAUDE_CONFIG_DIR`,
 /// `~/.claude` by default) on the conversation's current branch: from its newest line back along
 /// `parentUuid`, in order. A resume that dropped an unanswered attempt leaves that attempt in the

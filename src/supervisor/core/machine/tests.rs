@@ -151,6 +151,19 @@ fn held_by_a_terminal(at: Instant) -> super::super::held::Held {
     }
 }
 
+/// `Input::Launched` of a process resuming conversation `s`, its root `identity` when given.
+fn launched_on_s(identity: Option<crate::process::identity::ProcessIdentity>) -> Input {
+    Input::Launched {
+        decision: crate::supervisor::core::start::StartDecision {
+            start: SessionStart::Resume("s".into()),
+            forget: None,
+            cut: None,
+            fork: false,
+        },
+        identity,
+    }
+}
+
 fn drain(core: &mut BotCore) -> Vec<Effect> {
     std::iter::from_fn(|| core.poll_effect()).collect()
 }

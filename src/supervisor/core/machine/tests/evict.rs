@@ -109,19 +109,7 @@ fn issue_31_used_is_a_launch_a_clients_command_or_a_turns_end() {
     let facts = Told::default();
     let mut core = BotCore::new(Duration::from_millis(50));
     assert_eq!(core.last_used(), None, "never used in this run");
-    core.handle(
-        t0,
-        Input::Launched {
-            decision: crate::supervisor::core::start::StartDecision {
-                start: SessionStart::Resume("s".into()),
-                forget: None,
-                cut: None,
-                fork: false,
-            },
-            identity: None,
-        },
-        &facts,
-    );
+    core.handle(t0, launched_on_s(None), &facts);
     drain(&mut core);
     assert_eq!(core.last_used(), Some(t0), "a launch");
     core.handle(

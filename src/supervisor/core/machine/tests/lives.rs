@@ -303,19 +303,7 @@ fn rule_9_a_launched_agent_is_on_record_by_identity_idle_and_watched_from_its_st
         start_time: 9,
         boot_id: "b".into(),
     };
-    core.handle(
-        now,
-        Input::Launched {
-            decision: crate::supervisor::core::start::StartDecision {
-                start: SessionStart::Resume("s".into()),
-                forget: None,
-                cut: None,
-                fork: false,
-            },
-            identity: Some(root.clone()),
-        },
-        &facts,
-    );
+    core.handle(now, launched_on_s(Some(root.clone())), &facts);
     assert!(matches!(
         &drain(&mut core)[..],
         [Effect::Commit { writes, .. }, Effect::State(State::Idle)]
@@ -362,19 +350,7 @@ fn issue_31_a_lease_asking_a_warm_start_launches_a_stopped_agent_once() {
     // Nothing is recorded by the lease itself (rule 3): no effect at all.
     assert!(lease(&mut core, 1, true).is_empty());
     assert!(core.pump_plan(shell).start, "a warm start");
-    core.handle(
-        now,
-        Input::Launched {
-            decision: crate::supervisor::core::start::StartDecision {
-                start: SessionStart::Resume("s".into()),
-                forget: None,
-                cut: None,
-                fork: false,
-            },
-            identity: None,
-        },
-        &facts,
-    );
+    core.handle(now, launched_on_s(None), &facts);
     drain(&mut core);
     let ready = PumpShell {
         process_ready: Some(true),

@@ -59,6 +59,9 @@ pub struct BotRecord {
     pub worktree: Option<WorktreeRecord>,
     /// Who created the bot (issue 29); empty for a bot a person's program created.
     pub created_by: CreatedBy,
+    /// A failed attempt the conversation holds, which the next start resumes without (issue
+    /// 45, `BotCore`'s attempt); `None`: none.
+    pub attempt_cut: Option<crate::runtime::Cut>,
 }
 
 /// A bot's git worktree as stored: its path is the bot's `cwd`.
@@ -113,6 +116,7 @@ impl BotRecord {
             continue_after_limit: None,
             worktree: None,
             created_by: CreatedBy::default(),
+            attempt_cut: None,
         }
     }
 }
@@ -177,6 +181,9 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<BotRecord> {
                 .get::<_, i64>("agent_depth")?
                 .clamp(0, i64::from(u32::MAX)) as u32,
         },
+        attempt_cut: r
+            .get::<_, Option<String>>("attempt_cut")?
+            .and_then(|c| serde_json::from_str(&c).ok()),
     })
 }
 
@@ -287,6 +294,18 @@ pub fn set_failed(conn: &Connection, id: &str, failed: bool) -> rusqlite::Result
 pub fn set_parked(conn: &Connection, id: &str, parked: bool) -> rusqlite::Result<()> {
     conn.prepare_cached("UPDATE bots SET parked = ?2 WHERE id = ?1")?
         .execute(params![id, parked as i64])?;
+    Ok(())
+}
+
+/// Stores the failed attempt the bot's conversation holds (issue 45), or none.
+pub fn set_attempt_cut(
+    conn: &Connection,
+    id: &str,
+    cut: Option<&crate::runtime::Cut>,
+) -> rusqlite::Result<()> {
+    let cut = cut.and_then(|c| serde_json::to_string(c).ok());
+    conn.prepare_cached("UPDATE bots SET attempt_cut = ?2 WHERE id = ?1")?
+        .execute(params![id, cut])?;
     Ok(())
 }
 

@@ -157,6 +157,12 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE bots ADD COLUMN created_by_bot TEXT NOT NULL DEFAULT '';
     ALTER TABLE bots ADD COLUMN agent_depth INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 14: a failed attempt the bot's conversation holds (issue 45): a message the model never
+    // answered (a usage limit, an expired login, an API error), which the next start resumes
+    // without (`attempt_cut`, a `runtime::Cut` as JSON; NULL: none).
+    r#"
+    ALTER TABLE bots ADD COLUMN attempt_cut TEXT;
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version

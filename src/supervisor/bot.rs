@@ -347,6 +347,7 @@ impl Actor {
         if loaded && let Err(e) = self.recover() {
             tracing::error!(bot_id = %self.id, error = %e, "cannot recover the bot's turns");
         }
+        self.core.attempt_recorded(self.record().attempt_cut);
         self.resume_limit();
         self.follow_credentials();
         // What the conversation had cost when last told: not counted again (core::spend).

@@ -23,6 +23,7 @@ mod memory;
 mod notify;
 mod notify_stand_in;
 mod remote;
+mod repeats;
 mod scopes;
 mod service;
 mod sessions;

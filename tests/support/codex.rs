@@ -92,6 +92,16 @@ impl CodexSetup {
     }
 }
 
+impl Drop for CodexSetup {
+    /// Issue 45: no request the model was sent holds one of the test's messages more often than
+    /// the test sent it ([`super::repeats`]).
+    fn drop(&mut self) {
+        let requests: Vec<Vec<String>> =
+            self.api.requests().iter().map(|r| r.user_texts()).collect();
+        super::repeats::assert_none(&self.cfg.database, &requests);
+    }
+}
+
 /// Waits until no process of the test runs. A Codex that was told to stop can still be winding
 /// down its threads for a moment after its main thread exited (seen as `Zl` in ps, but `S` when
 /// read an instant earlier): what counts is that nothing stays.

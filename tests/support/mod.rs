@@ -8,6 +8,7 @@ pub mod desktop;
 pub mod git;
 pub mod moments;
 pub mod other_cli;
+pub mod repeats;
 pub mod responses_api;
 pub mod sshd;
 pub mod stand_in_api;
@@ -1099,6 +1100,21 @@ impl RealSetup {
             .filter(|r| r.has_tools && !r.has_tool_result)
             .map(|r| r.last_user_text)
             .collect()
+    }
+}
+
+impl Drop for RealSetup {
+    /// Issue 45: no request the model was sent holds one of the test's messages more often than
+    /// the test sent it ([`repeats`]).
+    fn drop(&mut self) {
+        let requests: Vec<Vec<String>> = self
+            .api
+            .requests()
+            .iter()
+            .filter(|r| r.has_tools)
+            .map(|r| r.user_texts())
+            .collect();
+        repeats::assert_none(&self.cfg.database, &requests);
     }
 }
 

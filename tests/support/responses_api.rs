@@ -166,6 +166,25 @@ pub fn shell_script() -> Script {
     })
 }
 
+impl ResponsesRequest {
+    /// Every text the user said in the conversation this request carries, in order (each
+    /// `input_text` of each `user` message of `input`; Codex's own context blocks, which begin
+    /// with `<`, left out): a message the thread holds twice is here twice.
+    pub fn user_texts(&self) -> Vec<String> {
+        self.body["input"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|i| i["role"] == "user")
+            .filter_map(|i| i["content"].as_array())
+            .flatten()
+            .filter_map(|b| b["text"].as_str())
+            .filter(|t| !t.trim_start().starts_with('<'))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
 #[derive(Clone)]
 struct Shared {
     script: Script,

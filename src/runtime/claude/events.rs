@@ -185,12 +185,38 @@ fn parse_user(v: &Value, session_id: Option<String>) -> Vec<RuntimeEvent> {
     }
 }
 
+/// Whether an `assistant` line is the CLI's own words, not the model's: the reply Claude Code
+/// makes up when a request failed ("You've hit your 5-hour limit · resets 6:50pm (UTC)",
+/// "Failed to authenticate. API Error: 401 …"), which it never sends to the model. Seen on
+/// 2.1.328: `message.model` `<synthetic>`, and `is_api_error_message: true` on stdout
+/// (`isApiErrorMessage` in the transcript), with the error's word in `error`.
+pub(super) fn is_cli_message(v: &Value) -> bool {
+    v.get("is_api_error_message").and_then(Value::as_bool) == Some(true)
+        || v.get("isApiErrorMessage").and_then(Value::as_bool) == Some(true)
+        || v.pointer("/message/model").and_then(Value::as_str) == Some("<synthetic>")
+}
+
 fn parse_assistant(v: &Value) -> Vec<RuntimeEvent> {
     let message = v.get("message");
     let parent = v.get("parent_tool_use_id").cloned().unwrap_or(Value::Null);
     let Some(Value::Array(blocks)) = message.and_then(|m| m.get("content")) else {
         return vec![RuntimeEvent::Ignored];
     };
+    if is_cli_message(v) {
+        // A note of the CLI's, shown as one (issue 46): not an answer of the model's.
+        let text = content_text(message.and_then(|m| m.get("content")));
+        if text.is_empty() {
+            return vec![RuntimeEvent::Ignored];
+        }
+        let mut payload = json!({"text": text, "reason": "cli_message"});
+        if let Some(error) = v.get("error").and_then(Value::as_str) {
+            payload["error"] = json!(error);
+        }
+        return vec![RuntimeEvent::Chat(ChatPayload {
+            kind: "system",
+            payload,
+        })];
+    }
     let mut events = Vec::new();
     for b in blocks {
         match b.get("type").and_then(Value::as_str) {

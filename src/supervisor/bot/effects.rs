@@ -234,6 +234,7 @@ impl Actor {
                 conversation.as_ref().map(|(s, t)| (s.as_str(), *t)),
             )?,
             Write::Budget(budget) => store::bots::set_budget(tx, &self.id, *budget)?,
+            Write::AttemptCut(cut) => store::bots::set_attempt_cut(tx, &self.id, cut.as_ref())?,
         }
         Ok(None)
     }

@@ -251,10 +251,15 @@ impl Actor {
         self.process_gone();
         self.apply(std::mem::take(&mut core_proc.controls).at_exit());
         let recorded = self.record().session_id;
-        let (exists, holds) = (self.transcript_check(), self.conversation_holds());
-        let effects =
-            self.core
-                .stopped_process(&core_proc.run, why, recorded.as_deref(), exists, holds);
+        let (exists, look) = (self.transcript_check(), self.conversation_look());
+        let effects = self.core.stopped_process(
+            &core_proc.run,
+            why,
+            recorded.as_deref(),
+            exists,
+            look,
+            self.shared.config.redo_limit,
+        );
         self.apply(effects);
         let v = self.clean_up_after_exit(pid, why).await;
         self.set_state(State::Stopped);

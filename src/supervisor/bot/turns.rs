@@ -65,6 +65,26 @@ impl Actor {
         }
     }
 
+    /// What the conversation's file holds of the message in flight (issue 25), for a stop's
+    /// settling: read only when asked.
+    pub(super) fn conversation_look(
+        &self,
+    ) -> impl FnOnce(&Inflight) -> Option<crate::runtime::TakenTurn> + use<> {
+        let record = self.record();
+        let config = self.shared.config.clone();
+        let runtime = self.shared.runtime.clone();
+        move |inf: &Inflight| {
+            let env = bot_env(&config, &record);
+            runtime.taken_turn(
+                &env,
+                Path::new(&record.cwd),
+                &inf.session,
+                &inf.turn.text,
+                inf.written,
+            )
+        }
+    }
+
     /// Stops what an interrupted turn left running, by identity (SIGTERM, `stop_grace_s`,
     /// SIGKILL), and says in the chat what was stopped and what survived (reason
     /// `interrupted_processes`).

@@ -97,6 +97,11 @@ pub struct BotCore {
     pub(super) interrupting: Option<String>,
     /// A Restart waiting for its stop to end, and how it starts again.
     pub(super) restarting: Option<super::lifecycle::RestartMode>,
+    /// A failed attempt the conversation holds, which the next start resumes without (issue
+    /// 45, [`super::attempt`]).
+    pub(super) attempt: Option<crate::runtime::Cut>,
+    /// A failed attempt whose agent is being stopped, so that its cut is read once it is.
+    pub(super) recut: Option<super::turns::Inflight>,
     /// Effects of the inputs handled, not yet given to the shell ([`BotCore::poll_effect`]).
     pub(super) effects: std::collections::VecDeque<super::effect::Effect>,
 }
@@ -125,6 +130,8 @@ impl BotCore {
             interrupting: None,
             restarting: None,
             after_clean_up: None,
+            attempt: None,
+            recut: None,
             effects: std::collections::VecDeque::new(),
         }
     }

@@ -193,6 +193,7 @@ impl BotCore {
                 self.emit([Effect::ReportCommit(Awaited::Delete)]);
             }
             StopReason::Shutdown => self.emit([Effect::End]),
+            StopReason::Recut => self.recut(facts),
             StopReason::Restart => {
                 let mode = self.restarting.take().unwrap_or(RestartMode::Resume);
                 let recorded = facts.recorded();

@@ -85,6 +85,9 @@ pub enum Write {
     TurnContinued(String, String),
     /// The usage limit the bot waits for (kind, reset in Unix seconds), or none.
     Limit(Option<(String, u64)>),
+    /// The failed attempt the bot's conversation holds, which the next start resumes without
+    /// (issue 45, [`super::attempt`]), or none.
+    AttemptCut(Option<Cut>),
     /// A turn's spend, added to the bot's, with its conversation's total when the CLI told one
     /// (session, nano-dollars).
     Spend {

@@ -322,6 +322,8 @@ impl BotCore {
             p.run.began(replayed.reported_later.clone());
         }
         self.emit(replayed.effects);
+        let launched = self.process.as_ref().and_then(|p| p.run.cut.clone());
+        self.attempt_turn_began(launched.as_ref());
     }
 
     /// A session id the CLI reported at a turn's end ([`super::run::Run::reported`]) is recorded
@@ -354,11 +356,14 @@ impl BotCore {
         self.end_streamed_message(now);
         let seen = self.limit_seen.take();
         let answering = self.turns.answering().map(str::to_owned);
+        // As it was in flight: an attempt that failed is dropped from the conversation before
+        // anything more goes (issue 45, [`super::attempt`]).
+        let attempt = self.turns.inflight.clone();
         if outcome == ResultOutcome::Error
             && let Some((turn, report)) = seen
             && answering.as_deref() == Some(turn.as_str())
         {
-            self.limit_refused(now, &report, facts);
+            self.limit_refused(now, &report, facts, attempt);
             return;
         }
         let fatal = error.as_deref().and_then(|w| facts.fatal_reason(w));
@@ -371,7 +376,7 @@ impl BotCore {
                 Some(r) if r.state == LimitState::Reached => r.clone(),
                 _ => reached_unknown(),
             };
-            self.limit_refused(now, &report, facts);
+            self.limit_refused(now, &report, facts, attempt);
             return;
         }
         // An expired or refused login is a hold, not a failure: the message waits for new
@@ -388,6 +393,9 @@ impl BotCore {
                 tracing::warn!(error = %words, "login expired or refused; the message waits");
                 self.emit(effects);
                 self.emit([Effect::FollowCredentials]);
+                if let Some(inf) = attempt {
+                    self.drop_attempt(inf, true);
+                }
             }
             return;
         }
@@ -422,11 +430,20 @@ impl BotCore {
         }
         effects.extend(budget_after(&ended.spend, facts));
         self.emit(effects);
+        if let Some(inf) = attempt.filter(|_| outcome == ResultOutcome::Error) {
+            self.drop_attempt(inf, false);
+        }
     }
 
     /// The usage limit refused the message in flight ([`limits::refused`]): it waits at the head
     /// of the queue and the bot holds until the reset ([`limits::wait`]).
-    fn limit_refused(&mut self, now: Instant, report: &LimitReport, facts: &dyn Facts) {
+    fn limit_refused(
+        &mut self,
+        now: Instant,
+        report: &LimitReport,
+        facts: &dyn Facts,
+        attempt: Option<super::turns::Inflight>,
+    ) {
         self.emit([Effect::ClosePrompts(TURN_ENDED.into())]);
         let (continue_cut, times) = facts.limit_settings();
         let now_unix = facts.unix_now();
@@ -446,6 +463,9 @@ impl BotCore {
         self.limit_until = Some(now + wait);
         tracing::warn!(kind = %hold.kind, resets_at = hold.resets_at, wait_s = wait.as_secs(), "usage limit reached; the message waits");
         self.emit(effects);
+        if let Some(inf) = attempt {
+            self.drop_attempt(inf, true);
+        }
     }
 
     /// The CLI retries a model request: `LastError` says so each time, and a rate-limited

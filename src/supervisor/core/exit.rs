@@ -159,8 +159,13 @@ impl Lifecycle {
         let recorded = recorded.as_deref();
         match plan {
             ExitPlan::StoppedLate => {
-                let holds = |i: &Inflight| look(i).is_some();
-                now.extend(settle_stopped(turns, StopReason::LateExit, recorded, holds));
+                now.extend(settle_stopped(
+                    turns,
+                    StopReason::LateExit,
+                    recorded,
+                    look,
+                    exit.redo_limit,
+                ));
                 ExitSteps {
                     now,
                     clean_up: StopReason::LateExit,

@@ -69,6 +69,7 @@ impl BotCore {
             in_flight: self.turns.inflight.is_some(),
             redo_limit: settings.redo_limit,
         };
+        self.attempt_not_taken(p.run.cut.as_ref(), p.run.turn_began);
         let steps = self.life.exited(
             &mut p.run,
             &mut self.turns,

@@ -18,7 +18,7 @@ pub use super::run::Run;
 use super::start::{StartDecision, decide_start, with_cut};
 use super::stop::StopReason;
 use super::turns::{Ended, Inflight, Turns};
-use crate::runtime::{Cut, SessionStart};
+use crate::runtime::{Cut, SessionStart, TakenTurn};
 use crate::supervisor::core::State;
 use crate::supervisor::core::decide::TurnOutcome;
 
@@ -33,7 +33,8 @@ pub(super) fn settle_stopped(
     turns: &mut Turns,
     why: StopReason,
     recorded: Option<&str>,
-    holds: impl FnOnce(&Inflight) -> bool,
+    look: impl FnOnce(&Inflight) -> Option<TakenTurn>,
+    redo_limit: u32,
 ) -> Vec<Effect> {
     // A client following the turn learns from the turn's own end that the bot is gone, even
     // when botvisord leaves right after (reason `deleted`).
@@ -42,13 +43,27 @@ pub(super) fn settle_stopped(
     } else {
         ("stopped", "The agent was stopped before the turn finished.")
     };
+    if why.carries_the_turn() {
+        // Nobody asked for this turn's end (issue 45): what its conversation holds decides, as
+        // after a crash: its answer read back, or its message asked again without the attempt.
+        return turns
+            .settle_unasked(
+                TurnOutcome::Interrupted,
+                reason,
+                text.into(),
+                recorded,
+                redo_limit,
+                look,
+            )
+            .1;
+    }
     turns
         .settle(
             TurnOutcome::Interrupted,
             reason,
             text.into(),
             recorded,
-            holds,
+            |i| look(i).is_some(),
         )
         .1
 }
@@ -366,7 +381,8 @@ impl Lifecycle {
         why: StopReason,
         recorded: Option<&str>,
         transcript_exists: impl Fn(&str) -> bool,
-        holds: impl FnOnce(&Inflight) -> bool,
+        look: impl FnOnce(&Inflight) -> Option<TakenTurn>,
+        redo_limit: u32,
     ) -> Vec<Effect> {
         let mut effects = Vec::new();
         let mut recorded = recorded.map(str::to_owned);
@@ -374,7 +390,13 @@ impl Lifecycle {
             effects.push(effect);
             recorded = Some(id);
         }
-        effects.extend(settle_stopped(turns, why, recorded.as_deref(), holds));
+        effects.extend(settle_stopped(
+            turns,
+            why,
+            recorded.as_deref(),
+            look,
+            redo_limit,
+        ));
         if why == StopReason::Replaced && run.lost {
             effects.push(Effect::Park(false));
         }

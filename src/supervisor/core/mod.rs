@@ -48,6 +48,8 @@
 //! - [`taken`]: a message the conversation took and botvisor did not see answered: its answer
 //!   read back, the message asked again without the unanswered attempt, or ended unanswered
 //!   (issue 25, design rule 8).
+//! - [`attempt`]: a failed attempt (a usage limit, an expired login, an API error) dropped
+//!   from the conversation before the next message goes (issue 45, design rule 8).
 //! - [`timeouts`]: what a watchdog's end or a refused handshake means (design rule 15).
 //! - [`held`]: a conversation another process holds: named, waited for, never a crash
 //!   (design rule 7, issue 25).
@@ -75,6 +77,7 @@
 //! of the crate it names. [`tests::the_core_names_no_shell`] holds it to that.
 
 pub mod adopt;
+pub mod attempt;
 pub mod bot_core;
 pub mod budget;
 pub mod commands;

@@ -80,7 +80,12 @@ impl BotCore {
         transcript_exists: impl FnOnce(&str) -> bool,
         fresh: impl Fn() -> SessionStart,
     ) -> StartDecision {
-        let cut = self.turns.queue.front().and_then(|t| t.cut.clone());
+        let cut = self
+            .turns
+            .queue
+            .front()
+            .and_then(|t| t.cut.clone())
+            .or_else(|| self.attempt_cut());
         self.life
             .start_decision(recorded, can_resume, transcript_exists, fresh, cut.as_ref())
     }
@@ -101,6 +106,7 @@ impl BotCore {
     ) {
         self.life.started();
         self.background_tasks = 0;
+        self.attempt_launched(matches!(decision.start, SessionStart::Resume(_)));
         self.process = Some(Process {
             run: Run::with_cut(decision.start, decision.cut),
             controls: Controls::default(),
@@ -208,7 +214,8 @@ impl BotCore {
         why: StopReason,
         recorded: Option<&str>,
         transcript_exists: impl Fn(&str) -> bool,
-        holds: impl FnOnce(&Inflight) -> bool,
+        look: impl FnOnce(&Inflight) -> Option<TakenTurn>,
+        redo_limit: u32,
     ) -> Vec<Effect> {
         Lifecycle::stopped(
             run,
@@ -216,7 +223,8 @@ impl BotCore {
             why,
             recorded,
             transcript_exists,
-            holds,
+            look,
+            redo_limit,
         )
     }
 

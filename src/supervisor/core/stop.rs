@@ -39,12 +39,16 @@ pub enum StopReason {
     LateExit,
     /// What is left after the agent crashed.
     Crashed,
+    /// The agent holds a failed attempt of a message in its conversation: it makes way for one
+    /// resumed without it (issue 45, [`super::attempt`]).
+    Recut,
 }
 
 impl StopReason {
     /// Its name in the journal: `stop`, `delete`, `shutdown`, `restart`, `replaced`, `idle`,
     /// `memory pressure`, `held elsewhere`,
-    /// `start timeout`, `interrupt timeout`, `open failed`, `exit`, `late exit`, `crash`.
+    /// `start timeout`, `interrupt timeout`, `open failed`, `exit`, `late exit`, `crash`,
+    /// `failed attempt`.
     pub fn as_str(self) -> &'static str {
         match self {
             StopReason::Stop => "stop",
@@ -61,7 +65,19 @@ impl StopReason {
             StopReason::Exited => "exit",
             StopReason::LateExit => "late exit",
             StopReason::Crashed => "crash",
+            StopReason::Recut => "failed attempt",
         }
+    }
+}
+
+impl StopReason {
+    /// Whether the turn in flight goes on after this stop (issue 45): botvisord's own stop
+    /// (`Shutdown`: the next botvisord asks it) and a Restart (to apply settings, or a client's)
+    /// end nothing a client asked to end, so a message the conversation took is answered (read
+    /// back, or asked again without the attempt) as after a crash. A client's Stop or Delete, a
+    /// watchdog and the others end it.
+    pub fn carries_the_turn(self) -> bool {
+        matches!(self, StopReason::Shutdown | StopReason::Restart)
     }
 }
 

@@ -254,6 +254,63 @@ async fn a_turn_killed_once_is_answered_once() {
     );
 }
 
+/// Issue 45: botvisord stopped gently (SIGTERM, as a session's end or an upgrade without
+/// systemd does) at a seeded moment of each of 20 turns, and a new one started: every message is
+/// answered once (the answer read back, or the message asked again without the cut attempt,
+/// which the chat says), no request to the model holds it twice, and the conversation is kept.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_stopped_during_each_turn_answers_every_message_once() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let (mut moments, seed) = Moments::new("daemon SIGTERM sweep");
+    let mut setup =
+        RealSetup::start_with_config(&env, claude, slow_script(), "stop_grace_s = 3\n").await;
+    let created = setup.create_bot(&env, &env.work, &[]).await;
+    let path: zbus::OwnedObjectPath = created.inner().path().to_owned().into();
+    let bot = env.bot_uncached(&path).await;
+    let first = send_and_wait(&bot, "t00").await;
+    assert_eq!(first.outcome, "success", "seed {seed}: {first:?}");
+    let session = bot.session_id().await.unwrap();
+    let mut sent = vec![("t00".to_owned(), first.turn_id)];
+    for i in 1..=kills() {
+        let text = format!("t{i:02}");
+        let turn = bot.send(&text, HashMap::new()).await.unwrap();
+        sent.push((text, turn.clone()));
+        tokio::time::sleep(moments.next(2500)).await; // the stop's moment, not a wait
+        assert!(
+            setup.daemon.terminate().await.success(),
+            "seed {seed}: botvisord exits cleanly on SIGTERM"
+        );
+        setup.daemon = Daemon::start(&setup.cfg, &env.conn).await;
+        turn_end(&bot, &turn).await;
+    }
+    let last = send_and_wait(&bot, "last").await;
+    assert_eq!(last.outcome, "success", "seed {seed}: {last:?}");
+    sent.push(("last".to_owned(), last.turn_id));
+    let answered = check_sweep(seed, &env, &bot, &setup, &sent, &session).await;
+    assert_eq!(
+        answered,
+        kills() as usize,
+        "seed {seed}: every turn botvisord's own stop cut is answered"
+    );
+    // The chat says which were asked again: one `redo` item for each, none for the others.
+    let items = chat(&bot).await;
+    for (text, turn) in &sent[1..sent.len() - 1] {
+        let redos = of_kind(&items, "system")
+            .iter()
+            .filter(|p| p["reason"] == "redo" && p["turn_id"] == turn.as_str())
+            .count();
+        assert!(
+            redos <= 1,
+            "seed {seed}: `{text}` asked again {redos} times"
+        );
+    }
+}
+
 #[cfg_attr(
     botvisor_skip_claude,
     ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"

@@ -12,9 +12,7 @@ use zbus::Variant;
 
 use serde_json::Value;
 use support::codex::{CodexSetup, wait_no_leftovers, wait_session};
-use support::responses_api::{
-    Reply, ResponsesRequest, Script, codex_home, echo_script, shell_script,
-};
+use support::responses_api::{Reply, Script, codex_home, echo_script, shell_script};
 use support::*;
 
 use botvisor::dbus::client::BotProxy;
@@ -478,21 +476,6 @@ fn first_hangs_script() -> Script {
     })
 }
 
-/// The user texts of a request's `input`, as Codex sent them (its own context blocks left out).
-fn user_texts(req: &ResponsesRequest) -> Vec<String> {
-    req.body["input"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|i| i["role"] == "user")
-        .filter_map(|i| i["content"].as_array())
-        .flatten()
-        .filter_map(|b| b["text"].as_str())
-        .filter(|t| !t.trim_start().starts_with('<'))
-        .map(str::to_owned)
-        .collect()
-}
-
 /// What a user sees after a crash at the first turn of `thread`: `first` once in the chat, its
 /// turn ended once, answered (issue 25: the message the thread took and did not answer is asked
 /// again without the attempt), every request to the model holding it at most once, `second`
@@ -549,13 +532,13 @@ async fn check_first_turn_survived(
         "the conversation was replaced: {items:?}"
     );
     for req in s.api.requests() {
-        let held = user_texts(&req);
+        let held = req.user_texts();
         assert!(
             held.iter().filter(|t| *t == "first").count() <= 1,
             "a request holds `first` twice: {held:?}"
         );
     }
-    let last = user_texts(&s.api.requests().pop().unwrap());
+    let last = s.api.requests().pop().unwrap().user_texts();
     assert_eq!(
         last,
         ["first", "second"],

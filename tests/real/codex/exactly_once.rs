@@ -18,21 +18,6 @@ use support::codex::{CodexSetup, wait_no_leftovers};
 use support::responses_api::{Reply, ResponsesRequest, Script};
 use support::*;
 
-/// The user texts of a request's `input` (Codex's own context blocks left out).
-fn user_texts(req: &ResponsesRequest) -> Vec<String> {
-    req.body["input"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|i| i["role"] == "user")
-        .filter_map(|i| i["content"].as_array())
-        .flatten()
-        .filter_map(|b| b["text"].as_str())
-        .filter(|t| !t.trim_start().starts_with('<'))
-        .map(str::to_owned)
-        .collect()
-}
-
 /// Whether the rollout `path` says that a turn ended answered with `text` (`task_complete`
 /// whose `last_agent_message` is it): read here, independently of botvisor's reader.
 fn completed_with(path: &std::path::Path, text: &str) -> bool {
@@ -129,7 +114,7 @@ async fn an_answer_codex_recorded_while_botvisord_was_frozen_is_read_back_into_t
     assert_eq!(three.outcome, "success", "{three:?}");
     assert_eq!(bot.session_id().await.unwrap(), thread);
     assert_eq!(
-        user_texts(&s.api.requests().pop().unwrap()),
+        s.api.requests().pop().unwrap().user_texts(),
         ["one", "two", "three"]
     );
     stop_and_wait(&bot).await;
@@ -244,7 +229,7 @@ async fn an_attempt_the_thread_went_on_after_is_not_dropped_and_the_turn_ends_cu
     assert_eq!(after.outcome, "success", "{after:?}");
     assert_eq!(bot.session_id().await.unwrap(), thread, "the same thread");
     assert_eq!(
-        user_texts(&s.api.requests().pop().unwrap()),
+        s.api.requests().pop().unwrap().user_texts(),
         ["one", "hang", "elsewhere", "after"],
         "nothing dropped, nothing twice"
     );

@@ -37,21 +37,6 @@ fn codex_cli(s: &CodexSetup, env: &TestEnv, args: &[&str]) -> (Option<i32>, Stri
     )
 }
 
-/// The user texts of a request's `input` (Codex's own context blocks left out).
-fn user_texts(req: &ResponsesRequest) -> Vec<String> {
-    req.body["input"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|i| i["role"] == "user")
-        .filter_map(|i| i["content"].as_array())
-        .flatten()
-        .filter_map(|b| b["text"].as_str())
-        .filter(|t| !t.trim_start().starts_with('<'))
-        .map(str::to_owned)
-        .collect()
-}
-
 /// The model never answers the first request about `hang` (its turn is killed while the model
 /// answers) and echoes everything else.
 fn hang_once_script() -> Script {
@@ -137,7 +122,7 @@ async fn a_thread_codex_deleted_is_put_back_from_botvisors_copy_and_resumed() {
     );
     let last = s.api.requests().pop().unwrap();
     assert_eq!(
-        user_texts(&last),
+        last.user_texts(),
         ["one", "hang", "two"],
         "the model gets the earlier turns, the message asked again once"
     );
@@ -237,7 +222,7 @@ async fn a_thread_codex_compressed_is_resumed_as_it_is() {
         );
     }
     assert_eq!(
-        user_texts(&s.api.requests().pop().unwrap()),
+        s.api.requests().pop().unwrap().user_texts(),
         ["one", "two"],
         "the model gets the earlier turn"
     );

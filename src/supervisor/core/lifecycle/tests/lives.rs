@@ -117,7 +117,8 @@ fn a_fatal_result_of_one_process_does_not_fail_the_crash_of_the_next() {
         StopReason::Idle,
         Some("s"),
         |_| false,
-        |_| false,
+        |_| None,
+        0,
     );
     life.restart(true, RestartMode::Resume, Some("s"));
     let steps = life.exited(
@@ -231,7 +232,8 @@ fn rule_8_a_stop_ends_a_begun_turn_interrupted_and_requeues_one_not_taken() {
         StopReason::Stop,
         Some("s"),
         |_| false,
-        |_| false,
+        |_| None,
+        0,
     );
     assert_eq!(finished(&effects), [("a".into(), TurnOutcome::Interrupted)]);
     assert!(!effects.contains(&Effect::Park(false)));
@@ -242,7 +244,8 @@ fn rule_8_a_stop_ends_a_begun_turn_interrupted_and_requeues_one_not_taken() {
         StopReason::Stop,
         Some("s"),
         |_| false,
-        |_| false,
+        |_| None,
+        0,
     );
     assert!(finished(&effects).is_empty());
     assert_eq!(turns.queue.front().map(|t| t.id.as_str()), Some("a"));
@@ -262,7 +265,8 @@ fn a_turn_a_delete_ended_says_the_bot_was_deleted() {
             why,
             Some("s"),
             |_| false,
-            |_| false,
+            |_| None,
+            0,
         );
         let ended = crate::supervisor::core::effect::writes(&effects)
             .find_map(|w| match w {
@@ -286,7 +290,8 @@ fn rule_3_a_stopped_process_records_the_session_it_reported_once_its_transcript_
         StopReason::Idle,
         Some("s"),
         |id| id == "t",
-        |_| false,
+        |_| None,
+        0,
     );
     assert!(matches!(&effects[0], Effect::Commit { writes, .. }
         if writes == &[Write::Session(Some("t".into()))]));
@@ -304,7 +309,8 @@ fn rule_4_the_stop_of_a_lost_conversation_lets_its_message_go_to_a_new_one() {
         StopReason::Replaced,
         None,
         |_| false,
-        |_| false,
+        |_| None,
+        0,
     );
     assert!(effects.contains(&Effect::Park(false)));
 }
@@ -424,8 +430,15 @@ fn only_a_lost_conversations_own_stop_unparks_the_bot() {
             lost,
             ..resumed(false)
         };
-        let effects =
-            Lifecycle::stopped(&run, &mut in_flight(false), why, None, |_| false, |_| false);
+        let effects = Lifecycle::stopped(
+            &run,
+            &mut in_flight(false),
+            why,
+            None,
+            |_| false,
+            |_| None,
+            0,
+        );
         assert!(!effects.contains(&Effect::Park(false)), "{why:?} {lost}");
     }
 }

@@ -446,6 +446,14 @@ pub trait Runtime: Send + Sync + 'static {
     ) -> Vec<ChatPayload> {
         Vec::new()
     }
+    /// What the file `file` of the conversation `session_id` holds past its first `from` bytes,
+    /// as chat items to import, in order, each payload marked `imported: true` (issue 46: what
+    /// another process added to the conversation while it held it). Turns whose prompt is one
+    /// of `own` (the bot's own messages, whose items the chat has) are left out with their
+    /// answers. Empty by default.
+    fn added_since(&self, _file: &Path, _from: u64, _own: &[String]) -> Vec<ChatPayload> {
+        Vec::new()
+    }
     /// A new conversation as this runtime starts one: [`SessionStart::New`] with a fresh id
     /// when botvisor names it (Claude Code), [`SessionStart::Fresh`] when the CLI does (Codex).
     fn fresh_start(&self) -> SessionStart;
@@ -459,6 +467,19 @@ pub trait Runtime: Send + Sync + 'static {
     /// Whether an error text means a failure that restarting cannot fix: `Some("authentication")`
     /// or `Some("usage limit")`.
     fn fatal_reason(&self, text: &str) -> Option<&'static str>;
+    /// What the conversation `session_id` had cost (US dollars) when its last process ended,
+    /// as the CLI records it: the total a process resumed on it starts counting from, so that a
+    /// turn's cost is its total less this (issue 46: never a total that began outside botvisor,
+    /// a terminal's turns or an adopted conversation's earlier ones). `None`: the runtime tells
+    /// no cost, or the conversation's file records none (its first process then starts from 0).
+    fn cost_baseline(
+        &self,
+        _env: &BTreeMap<String, String>,
+        _cwd: &Path,
+        _session_id: &str,
+    ) -> Option<f64> {
+        None
+    }
     /// The file the CLI keeps its login in, for a process started with `env` (a bot whose login
     /// expired waits for it to change); `None` when the runtime has none or `env` does not say.
     fn credentials_file(&self, _env: &BTreeMap<String, String>) -> Option<PathBuf> {

@@ -131,6 +131,33 @@ fn request_turn(
     .map(Option::flatten)
 }
 
+/// The texts of the bot's own messages (its `user` items not imported from elsewhere), the
+/// newest `limit` of them, newest first (whole, also for an item too big for `chat_items`).
+pub fn own_user_texts(
+    conn: &Connection,
+    bot_id: &str,
+    limit: u32,
+) -> rusqlite::Result<Vec<String>> {
+    let mut st = conn.prepare_cached(
+        "SELECT COALESCE(w.payload, c.payload) FROM chat_items c
+         LEFT JOIN chat_wholes w ON w.bot_id = c.bot_id AND w.seq = c.seq
+         WHERE c.bot_id = ?1 AND c.kind = 'user' ORDER BY c.seq DESC LIMIT ?2",
+    )?;
+    let rows = st.query_map(params![bot_id, limit], |r| r.get::<_, String>(0))?;
+    let mut texts = Vec::new();
+    for payload in rows {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&payload?) else {
+            continue;
+        };
+        if v["imported"] != true
+            && let Some(t) = v["text"].as_str()
+        {
+            texts.push(t.to_owned());
+        }
+    }
+    Ok(texts)
+}
+
 /// How many bytes an item takes in a `GetChat` reply: its strings, their length words and
 /// terminators, the seq and the struct alignment, rounded up.
 pub fn wire_size(item: &ChatItem) -> usize {

@@ -227,6 +227,7 @@ pub fn spawn_actor(
         deleted: std::sync::atomic::AtomicBool::new(false),
         holders: Default::default(),
         prompts: Default::default(),
+        import: Default::default(),
     });
     let actor = Actor {
         id: id.clone(),

@@ -176,6 +176,24 @@ impl Supervisor {
             }
             return Err(e.into());
         }
+        // An adopted conversation's copy follows its files from now on: what another process
+        // adds to it later is imported before the bot's next turn (issue 46), not what was
+        // imported here.
+        if let (Some(session), true, Some(db)) = (
+            record.session_id.as_deref(),
+            self.config.keep_conversations,
+            self.store.path(),
+        ) {
+            let files = runtime.conversation_files(
+                &bot::bot_env(&self.config, &record),
+                Path::new(&record.cwd),
+                session,
+            );
+            let folder = crate::supervisor::keep::folder(db, &record.id);
+            if let Err(e) = crate::supervisor::keep::update(&folder, session, &files) {
+                tracing::warn!(bot_id = %record.id, error = %e, "cannot keep a copy of the adopted conversation");
+            }
+        }
         tracing::info!(bot_id = %record.id, cwd = %record.cwd, "bot created");
         Ok(self.start_actor(record, runtime, false))
     }

@@ -30,6 +30,9 @@ pub(crate) struct Shared {
     pub(crate) holders: Mutex<std::collections::BTreeSet<String>>,
     /// Open and recently answered permission requests.
     pub(crate) prompts: Mutex<PromptBook>,
+    /// Held while what another process added to the conversation is imported
+    /// ([`super::imported`]): one look at a time, so nothing is imported twice.
+    pub(crate) import: Mutex<()>,
 }
 
 impl Shared {
@@ -130,6 +133,10 @@ impl BotHandle {
         }
         if view.process_id == 0 {
             self.check_can_start(&view)?;
+            // No agent of the bot's runs: what another process added to its conversation is
+            // shown before this message (issue 46).
+            let env = bot::bot_env(&self.shared.config, &view.record);
+            super::imported::import_added(&self.shared, &self.id, &view.record, &env);
         }
         let turn_id = uuid::Uuid::new_v4().to_string();
         let payload = serde_json::json!({"text": text, "turn_id": turn_id}).to_string();

@@ -208,6 +208,27 @@ pub fn update(folder: &Path, session: &str, files: &[PathBuf]) -> io::Result<Vec
     Ok(done)
 }
 
+/// How far the copy of `session` followed the CLI's `file` (its bytes copied at the last
+/// update), while that file still continues what was copied: what it holds past that point was
+/// written since the bot's last turn ended (by another process that held the conversation, or
+/// by the bot's own agent after that turn). `None`: not followed, or no longer continuing.
+pub fn followed(folder: &Path, session: &str, file: &Path) -> Option<u64> {
+    if !safe(session) {
+        return None;
+    }
+    let copy = folder.join(session).join(file.file_name()?);
+    if !copy.is_file() {
+        return None;
+    }
+    let meta = read_meta(&copy);
+    let mut src = File::open(file).ok()?;
+    let len = src.metadata().ok()?.len();
+    continues(&mut src, len, &meta)
+        .ok()
+        .filter(|c| *c)
+        .map(|_| meta.copied)
+}
+
 /// Cuts `copy` after its last newline (a line the CLI was writing when a copy stopped).
 fn cut_to_last_line(copy: &Path) -> io::Result<()> {
     let Ok(bytes) = fs::read(copy) else {

@@ -13,6 +13,7 @@ mod create;
 mod created_by;
 pub mod evict;
 mod handle;
+mod imported;
 pub mod keep;
 pub mod memory_max;
 mod names;

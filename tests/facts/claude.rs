@@ -1400,6 +1400,79 @@ async fn a_results_cost_counts_the_conversation_and_its_usage_the_turn() {
     resumed.wait("exit after stdin closed").await;
 }
 
+/// Issue 46 §3: a resumed process's first `total_cost_usd` counts from the conversation's last
+/// `cost-state` record (what its last process recorded), whether that process ended gently or
+/// was killed: so a turn's own cost is its total less that record
+/// (`runtime::claude::transcript::last_cost`), never a total that began in another process (a
+/// terminal's turns, an adopted conversation's earlier ones).
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_process_counts_its_cost_from_the_last_cost_state() {
+    let Some(_) = claude_bin() else { return };
+    let changed = |fact: &str| format!("fact changed in {}: {fact}", claude_version());
+    let env = TestEnv::new().await;
+    let api = StandInApi::start(support::stand_in_api::echo_script()).await;
+    let place = Place::new(&env, &api, "cost-state", &env.work);
+    let id = new_id();
+    let total = |cli: &Cli| -> f64 {
+        cli.seen
+            .iter()
+            .map(Line::json)
+            .rfind(|v| v["type"] == "result")
+            .and_then(|r| r["total_cost_usd"].as_f64())
+            .unwrap_or(-1.0)
+    };
+    let recorded = || {
+        let path = place.transcript(&id).expect("the transcript");
+        let content = std::fs::read_to_string(path).unwrap();
+        botvisor::runtime::claude::transcript::last_cost(&content, &id)
+    };
+    let near = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    let mut cli = Cli::spawn(&place, SessionStart::New(id.clone())).await;
+    cli.send("one").await;
+    cli.until("the first result", is_result).await;
+    let per_turn = total(&cli);
+    cli.mark();
+    cli.send("two").await;
+    cli.until("the second result", is_result).await;
+    cli.close_stdin();
+    cli.wait("exit after stdin closed").await;
+    let gently = recorded();
+    println!("cost-state: after a gentle end {gently:?} (a turn {per_turn})");
+    // Resumed, then killed: what it recorded (if anything) is where the next one counts from.
+    let mut killed = Cli::spawn(&place, SessionStart::Resume(id.clone())).await;
+    killed.send("three").await;
+    killed.until("the third result", is_result).await;
+    let third = total(&killed);
+    killed.signal(libc::SIGKILL);
+    killed.wait("exit after SIGKILL").await;
+    let before = recorded();
+    let mut next = Cli::spawn(&place, SessionStart::Resume(id.clone())).await;
+    next.send("four").await;
+    next.until("the fourth result", is_result).await;
+    let fourth = total(&next);
+    println!(
+        "cost-state: a resumed process told {third} after {gently:?}; after a SIGKILL {before:?}, \
+         the next told {fourth}"
+    );
+    assert!(
+        gently.is_some_and(|g| near(g, 2.0 * per_turn)),
+        "{}: {gently:?}",
+        changed("a process that ends records the conversation's total in a cost-state line")
+    );
+    assert!(
+        near(third - gently.unwrap_or(0.0), per_turn)
+            && near(fourth - before.unwrap_or(0.0), per_turn),
+        "{}: {third} after {gently:?}, {fourth} after {before:?}",
+        changed("a resumed process's first total is the last cost-state's plus its own turn")
+    );
+    next.close_stdin();
+    next.wait("exit after stdin closed").await;
+}
+
 #[cfg_attr(
     botvisor_skip_claude,
     ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"

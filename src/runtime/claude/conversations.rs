@@ -103,15 +103,37 @@ pub fn history(path: &Path) -> Vec<ChatPayload> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Vec::new();
     };
-    let entries: Vec<Value> = text
-        .lines()
-        .filter_map(|l| crate::runtime::json_line::parse(l.as_bytes()).ok())
-        .filter(|v| v["uuid"].is_string() && v["isSidechain"] != true)
+    chain_items(&text, 0, &[])
+}
+
+/// What the transcript at `file` holds past its first `from` bytes along the branch a resume
+/// continues, as [`history`] gives it, leaving out each turn whose prompt is one of `own` with
+/// its answer (issue 46: what another process added while it held the conversation). Empty when
+/// the file cannot be read.
+pub fn added_since(file: &Path, from: u64, own: &[String]) -> Vec<ChatPayload> {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return Vec::new();
+    };
+    chain_items(&text, from, own)
+}
+
+/// The items of the newest branch of the transcript `text` (see [`history`]) whose lines begin
+/// at or after byte `from`, without the turns whose prompt is one of `own`.
+fn chain_items(text: &str, from: u64, own: &[String]) -> Vec<ChatPayload> {
+    let mut at_byte = 0u64;
+    let entries: Vec<(u64, Value)> = text
+        .split_inclusive('\n')
+        .filter_map(|l| {
+            let start = at_byte;
+            at_byte += l.len() as u64;
+            let v = crate::runtime::json_line::parse(l.trim_end().as_bytes()).ok()?;
+            (v["uuid"].is_string() && v["isSidechain"] != true).then_some((start, v))
+        })
         .collect();
     let by_id: std::collections::HashMap<&str, usize> = entries
         .iter()
         .enumerate()
-        .filter_map(|(i, v)| Some((v["uuid"].as_str()?, i)))
+        .filter_map(|(i, (_, v))| Some((v["uuid"].as_str()?, i)))
         .collect();
     let mut chain = Vec::new();
     let mut at = entries.len().checked_sub(1);
@@ -120,19 +142,27 @@ pub fn history(path: &Path) -> Vec<ChatPayload> {
             break; // a loop of parents: never in a file the CLI wrote
         }
         chain.push(i);
-        at = entries[i]["parentUuid"]
+        at = entries[i].1["parentUuid"]
             .as_str()
             .and_then(|p| by_id.get(p).copied());
     }
     chain.reverse();
     let mut items = Vec::new();
-    for v in chain.into_iter().map(|i| &entries[i]) {
+    // Inside a turn of the bot's own: its answer is left out with it.
+    let mut skipping = false;
+    for (start, v) in chain.into_iter().map(|i| &entries[i]) {
         if let Some(t) = user_text(v) {
-            items.push(ChatPayload {
-                kind: "user",
-                payload: json!({"text": t, "imported": true}),
-            });
+            skipping = own.iter().any(|o| o == &t);
+            if *start >= from && !skipping {
+                items.push(ChatPayload {
+                    kind: "user",
+                    payload: json!({"text": t, "imported": true}),
+                });
+            }
         } else if v["type"] == "assistant"
+            && *start >= from
+            && !skipping
+            && !super::events::is_cli_message(v)
             && let Some(blocks) = v["message"]["content"].as_array()
         {
             for b in blocks.iter().filter(|b| b["type"] == "text") {
@@ -190,5 +220,33 @@ mod tests {
             ]
         );
         assert_eq!(items[1].payload["imported"], true);
+        // Past the first three lines' bytes: the answer of the bot's own `first words` is left
+        // out with it; the prompt another process added is imported.
+        let path = folder.join("s1.jsonl");
+        let from: usize = text[..3].iter().map(|l| l.len() + 1).sum();
+        assert_eq!(
+            added_since(&path, from as u64, &["first words".into()])
+                .iter()
+                .map(|i| (i.kind, i.payload["text"].as_str().unwrap()))
+                .collect::<Vec<_>>(),
+            [("user", "again")]
+        );
+        assert_eq!(
+            added_since(&path, from as u64, &["again".into()])
+                .iter()
+                .map(|i| i.payload["text"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>(),
+            ["hi"],
+            "`again` is the bot's own; the answer past the mark to a prompt before it is not"
+        );
+        let added = added_since(&path, from as u64, &[]);
+        assert_eq!(
+            added
+                .iter()
+                .map(|i| (i.kind, i.payload["text"].as_str().unwrap()))
+                .collect::<Vec<_>>(),
+            [("assistant", "hi"), ("user", "again")],
+            "what began past the mark, in order"
+        );
     }
 }

@@ -185,15 +185,22 @@ fn parse_user(v: &Value, session_id: Option<String>) -> Vec<RuntimeEvent> {
     }
 }
 
-/// Whether an `assistant` line is the CLI's own words, not the model's: the reply Claude Code
-/// makes up when a request failed ("You've hit your 5-hour limit · resets 6:50pm (UTC)",
-/// "Failed to authenticate. API Error: 401 …"), which it never sends to the model. Seen on
-/// 2.1.328: `message.model` `<synthetic>`, and `is_api_error_message: true` on stdout
-/// (`isApiErrorMessage` in the transcript), with the error's word in `error`.
+/// Whether an `assistant` line is the CLI's own reply to a failed model request, not the
+/// model's: "You've hit your 5-hour limit · resets 6:50pm (UTC)", "Failed to authenticate. API
+/// Error: 401 …", which Claude Code never sends to the model. Seen on 2.1.328:
+/// `is_api_error_message: true` on stdout (`isApiErrorMessage` in the transcript), the error's
+/// word in `error`, `message.model` `<synthetic>`.
 pub(super) fn is_cli_message(v: &Value) -> bool {
     v.get("is_api_error_message").and_then(Value::as_bool) == Some(true)
         || v.get("isApiErrorMessage").and_then(Value::as_bool) == Some(true)
-        || v.pointer("/message/model").and_then(Value::as_str) == Some("<synthetic>")
+}
+
+/// Whether an `assistant` line was made by the CLI, not the model (`message.model`
+/// `<synthetic>`): a failed request's reply ([`is_cli_message`]), a slash command's output
+/// (`/cost`), or a filler such as "No response requested.". None of them answers a message the
+/// model was sent.
+pub(super) fn is_synthetic(v: &Value) -> bool {
+    is_cli_message(v) || v.pointer("/message/model").and_then(Value::as_str) == Some("<synthetic>")
 }
 
 fn parse_assistant(v: &Value) -> Vec<RuntimeEvent> {

@@ -224,6 +224,21 @@ impl Runtime for Claude {
         transcript_of(env, cwd, session_id).and_then(|path| taken::read(&path, text, since))
     }
 
+    fn added_since(&self, file: &Path, from: u64, own: &[String]) -> Vec<ChatPayload> {
+        conversations::added_since(file, from, own)
+    }
+
+    fn cost_baseline(
+        &self,
+        env: &BTreeMap<String, String>,
+        cwd: &Path,
+        session_id: &str,
+    ) -> Option<f64> {
+        let path = transcript_of(env, cwd, session_id)?;
+        let content = std::fs::read_to_string(path).ok()?;
+        transcript::last_cost(&content, session_id)
+    }
+
     fn command(&self, program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand {
         launch::command(program, spec)
     }

@@ -106,7 +106,7 @@ pub fn read_lines<'a>(
         match v.get("type").and_then(Value::as_str) {
             // The CLI's own reply to a failed request (a usage limit, an expired login, an API
             // error) never reached the model: it is no answer.
-            Some("assistant") if super::events::is_cli_message(v) => {}
+            Some("assistant") if super::events::is_synthetic(v) => {}
             Some("assistant") => {
                 let chat = chat_of(raw);
                 taken.tool_called |= chat.iter().any(|c| c.kind == "tool_use");

@@ -88,6 +88,27 @@ pub fn has_user_message_since(path: &Path, text: &str, since: std::time::SystemT
     crate::runtime::jsonl::holds_since(path, since, |v| super::taken::is_the_message(v, text))
 }
 
+/// The conversation's cost as its last process recorded it: the `totalCostUSD` (US dollars) of
+/// the last `cost-state` line of `session_id` in the transcript `content`.
+/// Claude Code 2.1.328 writes one when a process ends and restores its total from it at
+/// `--resume`, so a resumed process's first `result` counts from it
+/// (tests/facts/claude.rs `a_resumed_process_counts_its_cost_from_the_last_cost_state`).
+/// `None` when there is none.
+pub fn last_cost(content: &str, session_id: &str) -> Option<f64> {
+    content
+        .lines()
+        .rev()
+        .filter(|l| l.contains("\"cost-state\""))
+        .filter_map(|l| crate::runtime::json_line::parse(l.as_bytes()).ok())
+        .find(|v| {
+            v["type"] == "cost-state"
+                && v.get("sessionId")
+                    .and_then(serde_json::Value::as_str)
+                    .is_none_or(|s| s == session_id)
+        })
+        .and_then(|v| v["totalCostUSD"].as_f64())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

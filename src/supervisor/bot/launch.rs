@@ -126,6 +126,9 @@ impl Actor {
             self.hold_elsewhere(holder, id);
             return;
         }
+        if matches!(decision.start, SessionStart::Resume(_)) && !decision.fork {
+            crate::supervisor::imported::import_added(&self.shared, &self.id, &record, &env);
+        }
         if let SessionStart::Resume(id) = &decision.start {
             match runtime.before_resume(&env, cwd, id) {
                 Ok(true) => tracing::info!(
@@ -149,6 +152,18 @@ impl Actor {
             cut: decision.cut.as_ref(),
             fork: decision.fork,
         };
+        // What the conversation had cost when its last process ended: the process counts on
+        // from it, so a turn's cost is only its own (issue 46; a new conversation from 0).
+        if let Some(session) = decision.start.session_id().filter(|_| !decision.fork) {
+            let baseline = match &decision.start {
+                SessionStart::Resume(id) => runtime.cost_baseline(&env, cwd, id),
+                _ => None,
+            };
+            self.core.conversation_cost_known(Some((
+                session.to_owned(),
+                baseline.map_or(0, crate::supervisor::core::spend::nanos),
+            )));
+        }
         let cmd = self.shared.runtime.command(program, &spec);
         let mut protocol = self.shared.runtime.open(&spec);
         self.generation += 1;

@@ -139,3 +139,131 @@ async fn a_conversation_begun_in_a_terminal_is_listed_adopted_and_answered_in() 
     drop(setup);
     env.assert_no_leftovers();
 }
+
+/// Runs the bare CLI in print mode in `env.work` with the stand-in's environment (`args` after
+/// `-p --output-format json`), outside botvisor; returns its JSON result.
+async fn bare_cli(
+    env: &TestEnv,
+    setup: &RealSetup,
+    claude: &std::path::Path,
+    args: &[&str],
+) -> serde_json::Value {
+    let mut cli = tokio::process::Command::new(claude);
+    cli.args(["-p", "--output-format", "json"])
+        .args(args)
+        .current_dir(&env.work)
+        .env_clear()
+        .envs(&setup.bot_env)
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .kill_on_drop(true);
+    let out = bounded("the bare CLI", cli.output()).await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Issue 46 §2 and §3: a conversation begun with two `claude -p` turns is adopted; the bot's
+/// first turn costs that turn only (not the two before it); stopped, the user continues it in a
+/// terminal; the bot's next message finds the terminal's exchange in its chat first (imported,
+/// once, in order, as the model then sees it), and that turn too costs only itself.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_terminal_adds_is_imported_and_a_turn_costs_only_itself() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude.clone(), echo_script()).await;
+    let first = bare_cli(&env, &setup, &claude, &["one"]).await;
+    let session = first["session_id"].as_str().unwrap().to_owned();
+    // What one echo turn costs, as the CLI computes it.
+    let per_turn = first["total_cost_usd"].as_f64().unwrap();
+    assert!(per_turn > 0.0);
+    bare_cli(&env, &setup, &claude, &["--resume", &session, "two"]).await;
+
+    let mut o = create_options(env.work.to_str().unwrap(), &setup.bot_env);
+    o.insert("session_id", Variant::from(session.as_str()));
+    let path = env.manager().await.create_bot(o).await.unwrap();
+    let bot = env.bot(&path).await;
+    let near = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    let cost_of = |items: &[(u64, String, serde_json::Value)], turn: &str| {
+        of_kind(items, "turn_finished")
+            .iter()
+            .find(|p| p["turn_id"] == turn)
+            .and_then(|p| p["cost_usd"].as_f64())
+            .unwrap_or(-1.0)
+    };
+    let three = send_and_wait(&bot, "three").await;
+    assert_eq!(three.outcome, "success");
+    let items = chat(&bot).await;
+    assert!(
+        near(cost_of(&items, &three.turn_id), per_turn),
+        "the first turn after adoption costs itself only, not the turns before: {} ≠ {per_turn}",
+        cost_of(&items, &three.turn_id)
+    );
+
+    // Stopped, the user goes on in a terminal.
+    stop_and_wait(&bot).await;
+    bare_cli(
+        &env,
+        &setup,
+        &claude,
+        &["--resume", &session, "from the terminal"],
+    )
+    .await;
+    let four = send_and_wait(&bot, "four").await;
+    assert_eq!(four.outcome, "success");
+    let items = chat(&bot).await;
+    let at = |kind: &str, text: &str| {
+        items
+            .iter()
+            .position(|(_, k, p)| k == kind && p["text"].as_str().is_some_and(|t| t == text))
+    };
+    let (Some(theirs), Some(answer), Some(mine)) = (
+        at("user", "from the terminal"),
+        at("assistant", "Hello! You said: from the terminal"),
+        at("user", "four"),
+    ) else {
+        panic!("the terminal's exchange is in the chat: {items:?}");
+    };
+    assert!(
+        theirs < answer && answer < mine,
+        "in order, before the next message: {items:?}"
+    );
+    assert_eq!(items[theirs].2["imported"], true);
+    assert_eq!(
+        items[theirs - 1].2["reason"],
+        "imported_elsewhere",
+        "{items:?}"
+    );
+    let imported = items
+        .iter()
+        .filter(|(_, _, p)| p["text"] == "from the terminal")
+        .count();
+    assert_eq!(imported, 1, "imported once: {items:?}");
+    assert!(
+        near(cost_of(&items, &four.turn_id), per_turn),
+        "a turn after the terminal's costs itself only: {}",
+        cost_of(&items, &four.turn_id)
+    );
+    assert!(
+        near(bot.cost_usd().await.unwrap(), 2.0 * per_turn),
+        "the bot's cost counts its own turns: {}",
+        bot.cost_usd().await.unwrap()
+    );
+    // Once more: nothing new, nothing imported again.
+    assert_eq!(send_and_wait(&bot, "five").await.outcome, "success");
+    let again = chat(&bot).await;
+    assert_eq!(
+        of_kind(&again, "system")
+            .iter()
+            .filter(|p| p["reason"] == "imported_elsewhere")
+            .count(),
+        1,
+        "{again:?}"
+    );
+}

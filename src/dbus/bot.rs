@@ -209,24 +209,57 @@ impl BotObject {
         Ok(self.handle.set_permission_mode(mode)?)
     }
 
-    /// Replaces the bot's extra environment for its CLI (as `CreateBot`'s `env`; `{}` removes
-    /// it), recorded before this returns, for example to rotate an API key or token without
-    /// deleting the bot. Taken at the next launch: a bot waiting for its login
-    /// (`login_required`) goes on at once, and a running agent with no turn in flight is
-    /// restarted on the same conversation (with a turn in flight, at its next launch). No
-    /// options are defined yet. A plan's limit or the budget that holds the bot holds on.
-    /// Errors: InvalidArgument (a name empty or holding `=` or NUL, a value holding NUL, a
-    /// `NAME=VALUE` over 131071 bytes, more than 1024 variables or 524288 bytes in all: what
-    /// Linux would refuse to start a program with; an unknown option), NotFound,
-    /// StorageUnavailable; each changes nothing.
+    /// Sets the bot's extra environment for its CLI (as `CreateBot`'s `env`), recorded before
+    /// this returns, for example to rotate an API key or token without deleting the bot. By
+    /// default `env` replaces it whole (`{}` removes it); options: `merge` (b): the variables of
+    /// `env` are added or replace those of the same name and the others are kept; `unset` (as):
+    /// these names are removed (implies `merge`; `merge` false with `unset` is refused). Taken
+    /// at the next launch: a bot waiting for its login (`login_required`) goes on at once, a
+    /// running agent with no turn in flight is restarted on the same conversation now, and one
+    /// with a turn in flight once that turn ends (an interrupt included); the waiting messages
+    /// are carried on, never ended (issue 46). A plan's limit or the budget that holds the bot
+    /// holds on. Errors: InvalidArgument (a name empty or holding `=` or NUL, a value holding
+    /// NUL, a `NAME=VALUE` over 131071 bytes, more than 1024 variables or 524288 bytes in all
+    /// in the environment that results: what Linux would refuse to start a program with; an
+    /// unknown option), NotFound, StorageUnavailable; each changes nothing.
     async fn set_environment(
         &self,
         env: std::collections::BTreeMap<String, String>,
         options: crate::dbus::options::Options,
     ) -> Result<()> {
-        let r = crate::dbus::options::OptionReader::new("SetEnvironment", &options);
+        let mut r = crate::dbus::options::OptionReader::new("SetEnvironment", &options);
+        let merge = r.boolean("merge")?;
+        let unset = r.strings("unset")?.unwrap_or_default();
         r.finish()?;
+        if merge == Some(false) && !unset.is_empty() {
+            return Err(crate::dbus::error::Error::InvalidArgument(
+                "SetEnvironment: option `unset` removes variables from the environment in force, \
+                 so it cannot go with `merge` false (leave `merge` out, or give the whole \
+                 environment without `unset`)"
+                    .into(),
+            ));
+        }
         crate::dbus::manager::check_env("SetEnvironment: `env`", &env)?;
+        for name in &unset {
+            if name.is_empty() || name.contains(['=', '\0']) {
+                return Err(crate::dbus::error::Error::InvalidArgument(format!(
+                    "SetEnvironment: option `unset`: {:?} is not a variable name (empty, or \
+                     holding `=` or NUL)",
+                    crate::text::escape(name, false)
+                )));
+            }
+        }
+        let env = if merge == Some(true) || !unset.is_empty() {
+            let mut now = self.handle.snapshot().record.env;
+            now.extend(env);
+            for name in &unset {
+                now.remove(name);
+            }
+            crate::dbus::manager::check_env("SetEnvironment: the environment it makes", &now)?;
+            now
+        } else {
+            env
+        };
         Ok(self.handle.set_environment(env)?)
     }
 

@@ -86,7 +86,7 @@ pub trait Bot {
     fn set_name(&self, name: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
     /// Set the bot's budget, US dollars (0: none).
     fn set_budget(&self, budget_usd: f64) -> zbus::Result<()>;
-    /// Replace the bot's extra environment (options: none yet).
+    /// Set the bot's extra environment (options: `merge` b, `unset` as).
     fn set_environment(
         &self,
         env: HashMap<&str, &str>,

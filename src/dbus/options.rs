@@ -105,6 +105,20 @@ impl<'a> OptionReader<'a> {
         }
     }
 
+    /// A list of strings (`as`).
+    pub fn strings(&mut self, key: &'static str) -> Result<Option<Vec<String>>, Error> {
+        let method = self.method;
+        let Some(owned) = self.options.get(key) else {
+            self.read.push(key);
+            return Ok(None);
+        };
+        self.read.push(key);
+        let bad = || type_error(method, key, "as", owned);
+        let copy = owned.try_clone().map_err(|_| bad())?;
+        let list: Vec<String> = Vec::try_from(copy).map_err(|_| bad())?;
+        Ok(Some(list))
+    }
+
     /// A string-to-string dictionary (`a{ss}`).
     pub fn string_map(
         &mut self,

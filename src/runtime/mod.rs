@@ -283,9 +283,12 @@ pub trait Runtime: Send + Sync + 'static {
     fn api_hint(&self) -> &'static str {
         "Check the model API's address, the network and the credentials."
     }
-    /// How a person logs this runtime's CLI in again, one sentence.
-    fn login_hint(&self) -> &'static str {
-        "Log the CLI in again as the user botvisord runs as."
+    /// How a person logs the CLI of a bot whose environment is `env` in again: one sentence
+    /// naming what works for that bot (its own key or token, given with `SetEnvironment`'s
+    /// `merge`, when it has one; else the CLI's own login), in D-Bus words (`botvisorctl`
+    /// turns "SetEnvironment (`merge`) with `NAME=…`" into its `set BOT --env NAME=…`).
+    fn login_hint(&self, _env: &BTreeMap<String, String>) -> String {
+        "Log the CLI in again as the user botvisord runs as.".to_owned()
     }
     /// The scopes an allow of `request` (the request as the CLI sent it,
     /// [`RuntimeEvent::PermissionRequest`]'s `request`) may have, narrowest first: at least

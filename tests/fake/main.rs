@@ -15,6 +15,7 @@ mod cgroup;
 mod codegen;
 mod contract;
 mod ctl;
+mod environment;
 mod group_commit;
 mod install;
 mod limits;

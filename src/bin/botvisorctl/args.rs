@@ -227,12 +227,20 @@ pub enum Cmd {
         /// new turn starts until the budget is raised or the bot restarted.
         #[arg(long, value_name = "USD")]
         budget: Option<f64>,
-        /// Replace the agent's extra environment with these KEY=VALUE (repeatable; the ones
-        /// given before are not kept), for example a new API key or token: a bot waiting for
-        /// its login goes on, an idle running agent restarts on the same conversation.
+        /// Add or change one variable of the agent's extra environment (repeatable; the others
+        /// are kept), for example a new API key or token: a bot waiting for its login goes on,
+        /// an idle agent restarts with it now on the same conversation, a busy one once its
+        /// turn ends.
         #[arg(long = "env", value_name = "KEY=VALUE")]
         env: Vec<String>,
-        /// Remove the agent's extra environment.
+        /// Remove one variable of the agent's extra environment (repeatable).
+        #[arg(long = "unset-env", value_name = "KEY", conflicts_with_all = ["clear_env", "replace_env"])]
+        unset_env: Vec<String>,
+        /// With --env: the extra environment becomes exactly these variables (the ones given
+        /// before are not kept).
+        #[arg(long, requires = "env")]
+        replace_env: bool,
+        /// Remove the agent's whole extra environment.
         #[arg(long, conflicts_with = "env")]
         clear_env: bool,
     },

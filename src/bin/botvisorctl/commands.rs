@@ -482,6 +482,19 @@ pub fn env_pairs(args: &[String]) -> Result<HashMap<String, String>, Failure> {
     Ok(env)
 }
 
+/// How `set` changes the extra environment.
+pub enum EnvChange {
+    /// `--replace-env` with `--env`, or `--clear-env`: exactly these variables.
+    Replace(HashMap<String, String>),
+    /// `--env` and `--unset-env`: these added or changed, these removed, the others kept.
+    Merge {
+        /// Added or changed.
+        set: HashMap<String, String>,
+        /// Removed.
+        unset: Vec<String>,
+    },
+}
+
 /// What `set` changes; `None` leaves it as it is.
 pub struct Settings {
     /// `--permission-mode`.
@@ -490,8 +503,8 @@ pub struct Settings {
     pub model: Option<String>,
     /// `--budget`, US dollars.
     pub budget: Option<f64>,
-    /// `--env` (the whole extra environment) or `--clear-env` (empty).
-    pub env: Option<HashMap<String, String>>,
+    /// `--env`, `--unset-env`, `--replace-env`, `--clear-env`.
+    pub env: Option<EnvChange>,
 }
 
 /// `set`.
@@ -509,16 +522,27 @@ pub async fn set(
     } = settings;
     if mode.is_none() && model.is_none() && budget.is_none() && env.is_none() {
         return Err(Failure::usage(
-            "give --permission-mode, --model, --budget, --env and/or --clear-env",
+            "give --permission-mode, --model, --budget, --env, --unset-env and/or --clear-env",
         ));
     }
     let bot = bots::resolve(conn, spec).await?;
     if let Some(b) = budget {
         bot.set_budget(b).await?;
     }
-    if let Some(env) = &env {
-        let env: HashMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        bot.set_environment(env, HashMap::new()).await?;
+    if let Some(change) = &env {
+        let (set, options) = match change {
+            EnvChange::Replace(set) => (set, HashMap::new()),
+            EnvChange::Merge { set, unset } => {
+                let mut o: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
+                o.insert("merge", true.into());
+                if !unset.is_empty() {
+                    o.insert("unset", unset.clone().into());
+                }
+                (set, o)
+            }
+        };
+        let set: HashMap<&str, &str> = set.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        bot.set_environment(set, options).await?;
     }
     let running = bot.process_id().await.unwrap_or(0) != 0;
     // A running agent's answer comes as a chat item: subscribed before asking.
@@ -540,11 +564,19 @@ pub async fn set(
         Some(items) => setting_answers(items, asked).await?,
         None => false,
     };
+    // The names in force now (never the values: they may be secrets).
+    let (set_names, unset_names): (Vec<String>, Vec<String>) = match &env {
+        None => (Vec::new(), Vec::new()),
+        Some(EnvChange::Replace(set)) => (set.keys().cloned().collect(), Vec::new()),
+        Some(EnvChange::Merge { set, unset }) => (set.keys().cloned().collect(), unset.clone()),
+    };
     if json {
         json_line!(
             json!({"id": bot.id().await.unwrap_or_default(), "permission_mode": mode,
                    "model": model, "budget_usd": budget,
-                   "env": env.as_ref().map(|e| e.keys().collect::<Vec<_>>()), "live": live})
+                   "env": env.as_ref().map(|_| &set_names),
+                   "env_unset": env.as_ref().map(|_| &unset_names),
+                   "env_replaced": matches!(env, Some(EnvChange::Replace(_))), "live": live})
         );
     } else {
         let when = if live {
@@ -576,16 +608,37 @@ pub async fn set(
         if !what.is_empty() {
             outln!("{}: {} ({when})", shell_word(spec), what.join(", "));
         }
-        if let Some(env) = &env {
-            let mut names: Vec<_> = env.keys().map(|k| show::safe(k)).collect();
-            names.sort();
-            match names.is_empty() {
-                true => outln!("{}: no extra environment", shell_word(spec)),
-                false => outln!(
-                    "{}: extra environment {} (from the next start; an idle agent restarts with it now)",
+        if let Some(change) = &env {
+            let sorted = |names: &[String]| {
+                let mut n: Vec<_> = names.iter().map(|k| show::safe(k)).collect();
+                n.sort();
+                n.join(", ")
+            };
+            const WHEN: &str = "an idle agent restarts with it now, a busy one once its turn ends; waiting \
+                 messages go on";
+            match change {
+                EnvChange::Replace(set) if set.is_empty() => {
+                    outln!("{}: no extra environment ({WHEN})", shell_word(spec))
+                }
+                EnvChange::Replace(_) => outln!(
+                    "{}: extra environment now exactly {} ({WHEN})",
                     shell_word(spec),
-                    names.join(", ")
+                    sorted(&set_names)
                 ),
+                EnvChange::Merge { .. } => {
+                    let mut what = Vec::new();
+                    if !set_names.is_empty() {
+                        what.push(format!("set {}", sorted(&set_names)));
+                    }
+                    if !unset_names.is_empty() {
+                        what.push(format!("removed {}", sorted(&unset_names)));
+                    }
+                    outln!(
+                        "{}: extra environment: {}; the rest kept ({WHEN})",
+                        shell_word(spec),
+                        what.join(", ")
+                    )
+                }
             }
         }
         if let Some(b) = budget {

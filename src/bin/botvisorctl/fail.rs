@@ -168,8 +168,8 @@ pub fn in_ctl_words(text: &str) -> String {
         ("call Restart", format!("run `{ctl} restart`")),
         ("call `Restart`", format!("run `{ctl} restart`")),
         (
-            "SetEnvironment with a new token",
-            format!("`{ctl} set BOT --env KEY=VALUE` with a new token"),
+            "SetEnvironment (`merge`) with `",
+            format!("`{ctl} set BOT --env "),
         ),
         ("with RespondPermission", format!("with `{ctl} answer`")),
         (
@@ -232,5 +232,10 @@ mod tests {
             "or choose danger-full-access (`botvisorctl set BOT --permission-mode on-request:x`), then"
         );
         assert!(in_ctl_words("Fix it, then call Restart.").contains("run `botvisorctl restart`"));
+        // Issue 46: the login note's advice is the command that works, one variable changed.
+        assert_eq!(
+            in_ctl_words("give it a new token with SetEnvironment (`merge`) with `TOKEN=…` (its"),
+            "give it a new token with `botvisorctl set BOT --env TOKEN=…` (its"
+        );
     }
 }

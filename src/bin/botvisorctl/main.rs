@@ -264,12 +264,20 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             model,
             budget,
             env,
+            unset_env,
+            replace_env,
             clear_env,
         } => {
-            let env = match (clear_env, env.is_empty()) {
-                (true, _) => Some(Default::default()),
+            let env = match (clear_env, env.is_empty() && unset_env.is_empty()) {
+                (true, _) => Some(commands::EnvChange::Replace(Default::default())),
                 (false, true) => None,
-                (false, false) => Some(commands::env_pairs(&env)?),
+                (false, false) if replace_env => {
+                    Some(commands::EnvChange::Replace(commands::env_pairs(&env)?))
+                }
+                (false, false) => Some(commands::EnvChange::Merge {
+                    set: commands::env_pairs(&env)?,
+                    unset: unset_env,
+                }),
             };
             let settings = commands::Settings {
                 permission_mode,

@@ -243,9 +243,9 @@ impl Follow<'_> {
                         Some(words) => words,
                         None => self.bot.last_error().await.unwrap_or_default(),
                     };
+                    // The note says it all once: what failed, that the message waits, what works.
                     return Err(Failure::failed(format!(
-                        "the agent's login expired or was refused: {}\nThe message waits and \
-                         goes by itself once the login is back (`{} status {}` shows it).",
+                        "{}\n(`{} status {}` shows the bot's state.)",
                         super::fail::in_ctl_words(&show::safe(&last)).replace("BOT", &self.spec),
                         hint::ctl(),
                         self.spec
@@ -343,6 +343,8 @@ impl Follow<'_> {
             "turn_finished" => self.finished = Some(v),
             _ if self.json => {}
             "user" => {}
+            // Said once, by the failure that ends `send` (what failed, that it waits, what works).
+            "system" if v["reason"] == "login_required" => {}
             "assistant" => {
                 let streamed = self.term.take_streamed();
                 if !streamed || std::mem::take(&mut self.held) {

@@ -81,10 +81,24 @@ impl Runtime for Claude {
          credentials (ANTHROPIC_API_KEY, or `claude /login`)."
     }
 
-    fn login_hint(&self) -> &'static str {
-        "Log in with `claude /login` in a terminal, as the user botvisord runs as (with the \
-         bot's CLAUDE_CONFIG_DIR, if it sets one), or give the bot a key: `botvisorctl set BOT \
-         --env ANTHROPIC_API_KEY=…`."
+    fn login_hint(&self, env: &BTreeMap<String, String>) -> String {
+        // The bot's own credential is what its CLI uses first: a new one is what works.
+        for (name, what) in [
+            ("CLAUDE_CODE_OAUTH_TOKEN", "token"),
+            ("ANTHROPIC_AUTH_TOKEN", "token"),
+            ("ANTHROPIC_API_KEY", "key"),
+        ] {
+            if env.get(name).is_some_and(|v| !v.is_empty()) {
+                return format!(
+                    "The bot logs in with its own {name}: give it a new {what} with \
+                     SetEnvironment (`merge`) with `{name}=…` (its other variables are kept)."
+                );
+            }
+        }
+        "Log in again with `claude /login` in a terminal, as the user botvisord runs as (with \
+         the bot's CLAUDE_CONFIG_DIR, if it sets one), or give the bot a key with \
+         SetEnvironment (`merge`) with `ANTHROPIC_API_KEY=…`."
+            .to_owned()
     }
 
     fn scopes(&self, request: &serde_json::Value) -> Vec<Scope> {

@@ -285,9 +285,17 @@ impl Runtime for Codex {
          proxy, and the credentials (`codex login`, or the provider's key variable)."
     }
 
-    fn login_hint(&self) -> &'static str {
-        "Log in with `codex login` in a terminal, with the bot's CODEX_HOME, or give the bot a \
-         key: `botvisorctl set BOT --env OPENAI_API_KEY=…`."
+    fn login_hint(&self, env: &BTreeMap<String, String>) -> String {
+        if env.get("OPENAI_API_KEY").is_some_and(|v| !v.is_empty()) {
+            return "The bot logs in with its own OPENAI_API_KEY: give it a new key with \
+                    SetEnvironment (`merge`) with `OPENAI_API_KEY=…` (its other variables are \
+                    kept)."
+                .to_owned();
+        }
+        "Log in again with `codex login` in a terminal, with the bot's CODEX_HOME, or give the \
+         bot a key with SetEnvironment (`merge`) with `OPENAI_API_KEY=…` (or the variable its \
+         provider's `env_key` names)."
+            .to_owned()
     }
 
     fn scopes(&self, request: &serde_json::Value) -> Vec<crate::runtime::Scope> {

@@ -35,6 +35,9 @@ impl Actor {
                         }));
                         self.stop_if_asked().await;
                     }
+                } else if self.proc.is_some() {
+                    // A turn runs: the agent takes the environment once it ends.
+                    self.handle(Input::Command(Cmd::EnvironmentChanged));
                 }
                 true
             }

@@ -137,8 +137,13 @@ impl Facts for ActorFacts<'_> {
         self.shared.runtime.api_hint()
     }
 
-    fn login_hint(&self) -> &'static str {
-        self.shared.runtime.login_hint()
+    fn login_hint(&self) -> String {
+        let record = self.view().record.clone();
+        let env = match self.proc {
+            Some(p) => p.env.clone(),
+            None => bot_env(&self.shared.config, &record),
+        };
+        self.shared.runtime.login_hint(&env)
     }
 
     fn session_in_use(&self, stderr: &str) -> Option<String> {

@@ -38,6 +38,10 @@ pub enum Cmd {
         /// What the client answered.
         answer: crate::runtime::PermissionAnswer,
     },
+    /// The bot's environment changed while a turn was in flight (`SetEnvironment`): the agent
+    /// takes it once that turn ends, an interrupt included (issue 46: applied when the output
+    /// says it is), restarted on its conversation with the waiting messages carried on.
+    EnvironmentChanged,
     /// Start the agent again (design rule 5 for a fresh start): the running process, if any,
     /// is stopped first. `by_client`: a client's Restart, which also tries again at once
     /// whatever limit, login or budget the bot waited for and ends a wait for another holder;
@@ -132,6 +136,7 @@ impl BotCore {
             Cmd::Respond { request_id, answer } => {
                 self.emit([Effect::Send(Request::Permission { request_id, answer })]);
             }
+            Cmd::EnvironmentChanged => self.environment_changed(),
             Cmd::Restart { mode, by_client } => {
                 if by_client {
                     if self.limit_until.take().is_some() || facts.hold().is_some() {
@@ -172,6 +177,33 @@ impl BotCore {
         }
     }
 
+    /// A changed environment waits for the turn in flight to end ([`Cmd::EnvironmentChanged`]);
+    /// with none in flight, the agent restarts with it now.
+    fn environment_changed(&mut self) {
+        if self.process.is_none() {
+            return;
+        }
+        self.life.restart_when_idle = true;
+        self.restart_if_idle();
+    }
+
+    /// A restart a changed setting waits for, once no turn is in flight: on the same
+    /// conversation, botvisor's own (no limit or login hold is lifted).
+    pub(super) fn restart_if_idle(&mut self) {
+        if !self.life.restart_when_idle
+            || self.turns.inflight.is_some()
+            || self.process.is_none()
+            || self.restarting.is_some()
+        {
+            return;
+        }
+        self.life.restart_when_idle = false;
+        tracing::info!("the agent restarts on its conversation to take the new environment");
+        self.restart_at = None;
+        self.restarting = Some(RestartMode::Resume);
+        self.emit([Effect::Stop(StopReason::Restart)]);
+    }
+
     /// The stop the core asked for ([`Effect::Stop`]) ended; `released` says whether its
     /// verdict let the conversation go (design rule 9). After a client's Stop the bot shows
     /// `stopped`, unless it failed (a failure stays until a client restarts it).
@@ -181,6 +213,9 @@ impl BotCore {
     /// committed before anything starts (rule 5), so its outcome is awaited
     /// ([`Effect::ReportCommit`], then [`BotCore::committed`]).
     pub(super) fn stopped(&mut self, why: StopReason, released: bool, facts: &dyn Facts) {
+        // The agent that held a failed attempt is gone, whatever stopped it: where to cut is
+        // read now (issue 45).
+        self.recut(facts);
         match why {
             StopReason::Stop => self.emit(Lifecycle::stop_ended(facts.state())),
             // Deleted whatever the stop's verdict: the client asked for the bot to be gone (a
@@ -193,7 +228,6 @@ impl BotCore {
                 self.emit([Effect::ReportCommit(Awaited::Delete)]);
             }
             StopReason::Shutdown => self.emit([Effect::End]),
-            StopReason::Recut => self.recut(facts),
             StopReason::Restart => {
                 let mode = self.restarting.take().unwrap_or(RestartMode::Resume);
                 let recorded = facts.recorded();

@@ -388,8 +388,8 @@ impl BotCore {
             && let Some(words) = error.as_deref()
         {
             self.emit([Effect::ClosePrompts(TURN_ENDED.into())]);
-            let words = format!("{words}. {}", facts.login_hint());
-            if let Some(effects) = limits::login_refused(&mut self.turns, &words) {
+            let hint = facts.login_hint();
+            if let Some(effects) = limits::login_refused(&mut self.turns, words, &hint) {
                 tracing::warn!(error = %words, "login expired or refused; the message waits");
                 self.emit(effects);
                 self.emit([Effect::FollowCredentials]);
@@ -430,9 +430,12 @@ impl BotCore {
         }
         effects.extend(budget_after(&ended.spend, facts));
         self.emit(effects);
-        if let Some(inf) = attempt.filter(|_| outcome == ResultOutcome::Error) {
+        // A failure, not an interrupt: a message the user interrupted stays as the CLI keeps it.
+        let failed = outcome == ResultOutcome::Error && ended.error.is_some();
+        if let Some(inf) = attempt.filter(|_| failed) {
             self.drop_attempt(inf, false);
         }
+        self.restart_if_idle();
     }
 
     /// The usage limit refused the message in flight ([`limits::refused`]): it waits at the head

@@ -148,6 +148,9 @@ pub struct Lifecycle {
     pub forget_pending: Option<String>,
     /// A Restart with `fork`: the next resume continues in a copy of the conversation.
     pub fork_next: bool,
+    /// A changed environment waits for the turn in flight to end: the agent then restarts on
+    /// its conversation to take it (issue 46). Ends with any start.
+    pub restart_when_idle: bool,
 }
 
 impl Lifecycle {

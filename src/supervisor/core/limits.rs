@@ -81,8 +81,9 @@ pub fn text(hold: &LimitHold) -> String {
 /// believable) and the time is when botvisor tries again.
 fn text_told(hold: &LimitHold, believed: bool) -> String {
     if hold.kind == LOGIN {
-        return "The agent's login expired or was refused: the message waits until the \
-                credentials change (log in again, or SetEnvironment with a new token)."
+        return "The agent's login expired or was refused: the message waits and goes by itself \
+                once the login works again (`LastError` says why, the `login_required` item what \
+                works)."
             .to_owned();
     }
     if hold.kind == BUDGET {
@@ -161,22 +162,25 @@ pub fn refused(
 pub const LOGIN: &str = "login";
 
 /// The turn in flight ended with an error that says the login expired or was refused (`words`:
-/// the CLI's): the bot holds (`login_required`) as for a limit ([`refused`]): a message not
-/// worked on waits at the head of the queue, a turn cut after tool calls ends `error`; the
-/// `system` item's `reason` is `login_required` and `LastError` gives the words. `None` when no
-/// message is in flight.
-pub fn login_refused(turns: &mut Turns, words: &str) -> Option<Vec<Effect>> {
+/// the CLI's; `hint`: what works for this bot, `Runtime::login_hint`): the bot holds
+/// (`login_required`) as for a limit ([`refused`]): a message not worked on waits at the head
+/// of the queue, a turn cut after tool calls ends `error`; the `system` item's `reason` is
+/// `login_required` and says it once, with the hint; `LastError` gives the CLI's words. `None`
+/// when no message is in flight.
+pub fn login_refused(turns: &mut Turns, words: &str, hint: &str) -> Option<Vec<Effect>> {
     let hold = LimitHold {
         kind: LOGIN.to_owned(),
         resets_at: 0,
     };
+    let said = words.trim().trim_end_matches('.');
     let waits = format!(
-        "The agent's login expired or was refused ({words}); the message waits and goes by \
-         itself once the credentials change (log in again, or SetEnvironment with a new token)."
+        "The agent's login expired or was refused ({said}). The message waits and goes by itself \
+         once the login works again. {hint}"
     );
     let cut = format!(
-        "The agent's login expired or was refused ({words}) after the agent had begun its work; \
-         the turn is not sent again. The messages still waiting go once the credentials change."
+        "The agent's login expired or was refused ({said}) after the agent had begun its work; \
+         the turn is not sent again. The messages still waiting go once the login works again. \
+         {hint}"
     );
     let note = |text: String| json!({"text": text, "reason": "login_required"});
     let mut effects = held(

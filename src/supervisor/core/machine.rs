@@ -157,7 +157,7 @@ pub trait Facts {
     /// runtime's terms (`Runtime::api_hint`).
     fn api_hint(&self) -> &'static str;
     /// How a person logs the bot's CLI in again, one sentence (`Runtime::login_hint`).
-    fn login_hint(&self) -> &'static str;
+    fn login_hint(&self) -> String;
     /// Whether a client's Stop parked the bot (its messages wait for a Send or Restart).
     fn parked(&self) -> bool;
     /// The bot's state as clients see it now.

@@ -105,6 +105,7 @@ impl BotCore {
         facts: &dyn Facts,
     ) {
         self.life.started();
+        self.life.restart_when_idle = false;
         self.background_tasks = 0;
         self.attempt_launched(matches!(decision.start, SessionStart::Resume(_)));
         self.process = Some(Process {

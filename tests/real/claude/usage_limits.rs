@@ -647,3 +647,101 @@ async fn a_limit_hit_again_after_its_reset_holds_again() {
         chat(&bot).await
     );
 }
+
+/// The environment of process `pid`, as `/proc/PID/environ` has it.
+fn environ(pid: u32) -> HashMap<String, String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter_map(|kv| {
+            let kv = String::from_utf8_lossy(kv);
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        })
+        .collect()
+}
+
+/// Issue 46 §1: botvisor's own advice works when followed. A subscription bot (its own
+/// `CLAUDE_CODE_OAUTH_TOKEN`, and `ANTHROPIC_BASE_URL`) whose token expired holds two messages;
+/// the `login_required` note names what works for this bot (a new token through
+/// `SetEnvironment` with `merge`), said once; `botvisorctl set BOT --env
+/// CLAUDE_CODE_OAUTH_TOKEN=…` (the command it turns into) changes that one variable and keeps
+/// the others; both messages are answered once, in order, by an agent with the new token and the
+/// stand-in's address.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_login_hint_followed_as_given_answers_every_waiting_message_once() {
+    if claude_bin().is_none() {
+        return;
+    }
+    let env = TestEnv::new().await;
+    let (setup, bot, expired, turn, _) = expired_login_bot(&env).await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let second = bot
+        .send("second AUTH401 job", HashMap::new())
+        .await
+        .unwrap();
+    let items = chat(&bot).await;
+    let notes: Vec<String> = of_kind(&items, "system")
+        .iter()
+        .filter(|p| p["reason"] == "login_required")
+        .map(|p| p["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(notes.len(), 1, "said once: {items:?}");
+    assert!(
+        notes[0].contains("SetEnvironment (`merge`) with `CLAUDE_CODE_OAUTH_TOKEN=…`"),
+        "the note names what works for this bot: {}",
+        notes[0]
+    );
+    assert!(!notes[0].contains(".."), "{}", notes[0]);
+    expired.store(false, std::sync::atomic::Ordering::SeqCst);
+    let id = bot.id().await.unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_botvisorctl"))
+        .env("DBUS_SESSION_BUS_ADDRESS", &env.bus.address)
+        .args([
+            "set",
+            &id,
+            "--env",
+            "CLAUDE_CODE_OAUTH_TOKEN=sk-ant-oat01-renewed",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("the rest kept"), "{said}");
+    let outcomes = wait_turns(&mut finished, &[turn.clone(), second.clone()]).await;
+    assert_eq!(
+        outcomes,
+        [(turn, "success".to_owned()), (second, "success".to_owned())]
+    );
+    let pid = bot.process_id().await.unwrap();
+    let agent = environ(pid);
+    assert_eq!(
+        agent.get("CLAUDE_CODE_OAUTH_TOKEN").map(String::as_str),
+        Some("sk-ant-oat01-renewed")
+    );
+    assert_eq!(
+        agent.get("ANTHROPIC_BASE_URL"),
+        setup.bot_env.get("ANTHROPIC_BASE_URL"),
+        "the other variables are kept"
+    );
+    let answers: Vec<String> = of_kind(&chat(&bot).await, "assistant")
+        .iter()
+        .filter_map(|p| p["text"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            "Hello! You said: hello",
+            "Hello! You said: second AUTH401 job"
+        ],
+        "each answered once, in order"
+    );
+}

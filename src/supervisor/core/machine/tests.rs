@@ -109,8 +109,8 @@ impl Facts for Told {
     fn api_hint(&self) -> &'static str {
         "Check the stand-in."
     }
-    fn login_hint(&self) -> &'static str {
-        "Log in again."
+    fn login_hint(&self) -> String {
+        "Log in again.".to_owned()
     }
     fn exit_settings(&self) -> super::super::exited::ExitSettings {
         super::super::exited::ExitSettings {

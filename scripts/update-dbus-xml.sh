@@ -57,6 +57,7 @@ QT_TYPES = {
     'a{ss}': 'BotvisorEnvironment',
     '(ssdt)': 'BotvisorPlanLimit',
     'a(ssxsa{sv})': 'BotvisorConversationList',
+    'a(ssssdtt)': 'BotvisorSpendList',
 }
 GLIB_FD_METHODS = {'OpenChatItem'}
 def codegen(block):

@@ -22,6 +22,11 @@ pub const MAX_PAGE_BYTES: usize = 4 << 20;
 /// The most items one `GetChat` returns; a `limit` of 0 means this many.
 pub const MAX_PAGE_ITEMS: u32 = 10_000;
 
+/// The most rows one `ListSpend` returns; a `limit` of 0 means this many. A row (a bot's spend
+/// on one day) takes under 1 KiB (a name is at most 200 characters), so a reply stays under
+/// [`MAX_PAGE_BYTES`], which bounds it too.
+pub const MAX_SPEND_ROWS: u32 = 4096;
+
 /// The most bytes one `ReadChatItem` returns; a `length` of 0 means this many. 4 MiB.
 pub const MAX_READ_BYTES: u32 = 4 << 20;
 

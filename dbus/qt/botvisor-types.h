@@ -38,6 +38,19 @@ struct BotvisorConversation {
 };
 typedef QList<BotvisorConversation> BotvisorConversationList;
 
+// One row of ListSpend, `(ssssdtt)`: bot id, name, runtime, UTC day (YYYY-MM-DD), US dollars
+// (-1: the CLI told no cost), input tokens, output tokens.
+struct BotvisorSpend {
+    QString botId;
+    QString name;
+    QString runtime;
+    QString day;
+    double usd = 0;
+    quint64 inputTokens = 0;
+    quint64 outputTokens = 0;
+};
+typedef QList<BotvisorSpend> BotvisorSpendList;
+
 // One entry of the PendingPermissions property, `(sss)`: request id, tool, input JSON.
 struct BotvisorPermissionRequest {
     QString requestId;
@@ -125,7 +138,24 @@ inline const QDBusArgument &operator>>(const QDBusArgument &arg, BotvisorConvers
     return arg;
 }
 
+inline QDBusArgument &operator<<(QDBusArgument &arg, const BotvisorSpend &s)
+{
+    arg.beginStructure();
+    arg << s.botId << s.name << s.runtime << s.day << s.usd << s.inputTokens << s.outputTokens;
+    arg.endStructure();
+    return arg;
+}
+
+inline const QDBusArgument &operator>>(const QDBusArgument &arg, BotvisorSpend &s)
+{
+    arg.beginStructure();
+    arg >> s.botId >> s.name >> s.runtime >> s.day >> s.usd >> s.inputTokens >> s.outputTokens;
+    arg.endStructure();
+    return arg;
+}
+
 Q_DECLARE_METATYPE(BotvisorConversation)
+Q_DECLARE_METATYPE(BotvisorSpend)
 Q_DECLARE_METATYPE(BotvisorChatItem)
 Q_DECLARE_METATYPE(BotvisorPlanLimit)
 Q_DECLARE_METATYPE(BotvisorEnvironment)
@@ -139,6 +169,8 @@ inline void botvisorRegisterTypes()
     qDBusRegisterMetaType<BotvisorChatItemList>();
     qDBusRegisterMetaType<BotvisorConversation>();
     qDBusRegisterMetaType<BotvisorConversationList>();
+    qDBusRegisterMetaType<BotvisorSpend>();
+    qDBusRegisterMetaType<BotvisorSpendList>();
     qDBusRegisterMetaType<BotvisorPermissionRequest>();
     qDBusRegisterMetaType<BotvisorPermissionRequestList>();
     qDBusRegisterMetaType<BotvisorPermissionModes>();

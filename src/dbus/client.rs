@@ -49,6 +49,13 @@ pub trait Manager {
             HashMap<String, zbus::OwnedVariant>,
         )>,
     >;
+    /// See the service's `ListSpend`: `(bot id, name, runtime, UTC day, US dollars (-1: not
+    /// told), input tokens, output tokens)`, oldest first, a page at a time.
+    #[allow(clippy::type_complexity)]
+    fn list_spend(
+        &self,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<Vec<(String, String, String, String, f64, u64, u64)>>;
     /// See the service's `GetBot`.
     fn get_bot(&self, id_or_name: &str) -> zbus::Result<OwnedObjectPath>;
     /// See the service's `ListBots`.

@@ -13,6 +13,7 @@ use super::guard::{DescriptorMethods, Detached, Guarded};
 use super::options::{OptionReader, Options};
 use super::paths::bot_path;
 use super::service::Ctx;
+use crate::limits::{MAX_PAGE_BYTES, MAX_SPEND_ROWS};
 use crate::supervisor::NewBot;
 
 /// The Manager object.
@@ -283,6 +284,10 @@ pub(super) async fn answer_with<B>(
     }
 }
 
+/// One row of `ListSpend`: bot id, name, runtime, UTC day, US dollars (-1: not told), input
+/// tokens, output tokens.
+pub type SpendRow = (String, String, String, String, f64, u64, u64);
+
 /// The most conversations one `ListConversations` answer holds (a page).
 pub const MAX_CONVERSATIONS: usize = 500;
 
@@ -330,6 +335,60 @@ impl Manager {
     #[zbus(out_args("conversations"))]
     async fn list_conversations(&self, cwd: String, options: Options) -> Result<Vec<Conversation>> {
         list_conversations(&self.ctx, cwd, options)
+    }
+
+    /// What every bot ever made spent, deleted bots included, one row per bot and UTC day on
+    /// which it spent: `(bot id, name, runtime, day, US dollars, input tokens, output tokens)`,
+    /// the name the bot had at that day's last spend, the day `YYYY-MM-DD` (UTC), the dollars as
+    /// the CLI computed them (-1: the CLI told no cost, as Codex, which tells tokens only), the
+    /// input tokens counting cache writes and reads. Rows in the order they began (by day,
+    /// oldest first); a page of at most `limit` rows and 4 MiB, but at least one row when there
+    /// is one: call again with `offset` plus the rows received until the reply is empty.
+    /// Options: `since` (s, `YYYY-MM-DD`: that day and later), `offset` (u, default 0), `limit`
+    /// (u, default and at most 4096). Errors: InvalidArgument (a `since` that is no such day, an
+    /// unknown option or type), Failed.
+    #[zbus(out_args("spend"))]
+    async fn list_spend(&self, options: Options) -> Result<Vec<SpendRow>> {
+        let mut r = OptionReader::new("ListSpend", &options);
+        let since = r.string("since")?;
+        let offset = r.seconds("offset")?.unwrap_or(0);
+        let limit = r.seconds("limit")?.unwrap_or(0);
+        r.finish()?;
+        if let Some(day) = &since {
+            crate::time::check_day(day)
+                .map_err(|e| Error::InvalidArgument(format!("ListSpend: option `since` {e}")))?;
+        }
+        let limit = match limit {
+            0 => MAX_SPEND_ROWS,
+            n => n.min(u64::from(MAX_SPEND_ROWS)) as u32,
+        };
+        let rows = self
+            .ctx
+            .supervisor
+            .store()
+            .read(|c| {
+                crate::store::spend::since(c, since.as_deref(), offset, limit, MAX_PAGE_BYTES)
+            })
+            .map_err(|e| Error::Failed(e.to_string()))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let usd = if r.cost_told {
+                    crate::supervisor::core::spend::usd(r.spend.cost_nanos)
+                } else {
+                    -1.0
+                };
+                (
+                    r.bot_id,
+                    r.name,
+                    r.runtime,
+                    r.day,
+                    usd,
+                    r.spend.input_tokens,
+                    r.spend.output_tokens,
+                )
+            })
+            .collect())
     }
 
     /// The object paths of all bots, oldest first.

@@ -1,4 +1,4 @@
-//! Durable state in SQLite: bots, chat items and turns.
+//! Durable state in SQLite: bots, chat items and turns, and the spend ledger.
 //!
 //! Rule 1 of the design (persist, then publish) rests here: every change a client may hear of is
 //! committed by a function of this module before any signal is sent. The database runs in WAL
@@ -11,6 +11,7 @@ pub mod deliveries;
 pub mod fault;
 pub mod processes;
 pub mod schema;
+pub mod spend;
 pub mod turns;
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};

@@ -163,6 +163,33 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE bots ADD COLUMN attempt_cut TEXT;
     "#,
+    // 15: the spend ledger (issue 46): what each bot spent, one row per bot and UTC day, added
+    // to in the transaction that adds a turn's spend to the bot's, and never deleted with the
+    // bot (no foreign key): `name` and `runtime` are the bot's at the day's last spend,
+    // `cost_told` whether the CLI told a cost for any of its turns (Codex tells tokens only),
+    // `pos` the order rows began in, which pages by offset never shift. What bots spent before
+    // this version is put on the day each was created.
+    r#"
+    CREATE TABLE spend_days (
+        pos           INTEGER PRIMARY KEY AUTOINCREMENT,
+        bot_id        TEXT NOT NULL,
+        day           TEXT NOT NULL,
+        name          TEXT NOT NULL,
+        runtime       TEXT NOT NULL,
+        cost_nanos    INTEGER NOT NULL DEFAULT 0,
+        cost_told     INTEGER NOT NULL DEFAULT 0,
+        input_tokens  INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (bot_id, day)
+    );
+    INSERT INTO spend_days (bot_id, day, name, runtime, cost_nanos, cost_told, input_tokens,
+                            output_tokens)
+    SELECT id, COALESCE(date(created_at), date('now')), name, runtime, cost_nanos,
+           cost_nanos > 0 OR cost_session != '', input_tokens, output_tokens
+    FROM bots
+    WHERE cost_nanos > 0 OR input_tokens > 0 OR output_tokens > 0 OR cost_session != ''
+    ORDER BY created_at, id;
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version
@@ -330,6 +357,55 @@ mod tests {
         assert_eq!(b.budget, Some(5_000_000_000));
         bots::set_budget(&conn, "b", Some(0)).unwrap();
         assert_eq!(bots::load(&conn, "b").unwrap().unwrap().budget, Some(0));
+    }
+
+    /// A database as version 14 left it: what its bots spent so far goes to the ledger on the
+    /// day each was created (a bot that spent nothing has no row; a bot whose CLI told tokens
+    /// and no cost, Codex, has its cost not told), and later spend is added by day.
+    #[test]
+    fn version_15_puts_what_bots_spent_before_in_the_ledger() {
+        use crate::store::{bots, spend};
+        use crate::supervisor::core::spend::Spend;
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..14] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 14).unwrap();
+        conn.execute_batch(
+            "INSERT INTO bots (id, name, cwd, runtime, created_at, cost_nanos, input_tokens,
+                               output_tokens, cost_session, cost_session_nanos)
+             VALUES ('c', 'claude-bot', '/', 'claude', '2026-03-04T23:59:59.999Z', 250, 20, 5,
+                     's', 250),
+                    ('x', 'codex-bot', '/', 'codex', '2026-03-05T00:00:00.000Z', 0, 9, 4, '', 0),
+                    ('z', 'idle-bot', '/', 'claude', '2026-03-06T10:00:00.000Z', 0, 0, 0, '', 0);",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let spent = |cost_nanos, input_tokens, output_tokens| Spend {
+            cost_nanos,
+            input_tokens,
+            output_tokens,
+        };
+        let rows = spend::since(&conn, None, 0, 100, usize::MAX).unwrap();
+        let shown: Vec<_> = rows
+            .iter()
+            .map(|r| (r.bot_id.as_str(), r.day.as_str(), r.spend, r.cost_told))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("c", "2026-03-04", spent(250, 20, 5), true),
+                ("x", "2026-03-05", spent(0, 9, 4), false),
+            ]
+        );
+        spend::add(&conn, "c", "2026-05-01", &spent(1, 1, 1), true).unwrap();
+        bots::delete(&conn, "c").unwrap();
+        assert_eq!(
+            spend::since(&conn, Some("2026-05-01"), 0, 100, usize::MAX)
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     /// A database as version 3 left it: each message twice (the turn's text and its user item),

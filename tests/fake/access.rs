@@ -146,6 +146,10 @@ async fn probe(conn: &Connection, bot: &str) -> Vec<(String, String)> {
         "GetBot",
         outcome(conn, ROOT_PATH, MANAGER_INTERFACE, "GetBot", &("a",)).await,
     );
+    note(
+        "ListSpend",
+        outcome(conn, ROOT_PATH, MANAGER_INTERFACE, "ListSpend", &(&none,)).await,
+    );
     let get_managed = "GetManagedObjects";
     let om = "org.freedesktop.DBus.ObjectManager";
     note(

@@ -14,6 +14,7 @@ mod api;
 mod cgroup;
 mod codegen;
 mod contract;
+mod costs;
 mod ctl;
 mod environment;
 mod group_commit;

@@ -32,6 +32,10 @@ Environment:
   "stream_s": S (after the replay, stream the reply as text deltas for S seconds first),
   "reply_after_s": S (after the replay, wait S seconds before answering),
   "reply_size": N (the reply is N letters "x"),
+  "cost_usd": X (each result adds X US dollars to this process's running total, told as its
+  "total_cost_usd", as Claude Code tells the conversation's cost so far; default 0),
+  "usage": {...} (each result's usage, for example {"input_tokens": 10, "output_tokens": 2}),
+  "no_cost": true (results tell no "total_cost_usd" at all, as a CLI that tells tokens only),
   "burst": N (before the reply, N assistant messages "burst 0" … in one write),
   "stream_reply": true (the reply is streamed as one text delta before its assistant message),
   "ignore_control": true (control requests other than `initialize` get no answer),
@@ -123,9 +127,16 @@ def write_transcript(entry=None):
         f.write(json.dumps(entry or {}) + "\n")
 
 
+spent = [0.0]  # this process's running total, told as each result's total_cost_usd
+
+
 def result(subtype="success", errors=None):
+    spent[0] += step.get("cost_usd", 0)
     r = {"type": "result", "subtype": subtype, "is_error": subtype != "success", "num_turns": 1,
-         "duration_ms": 1, "total_cost_usd": 0, "usage": {}, "session_id": reported}
+         "duration_ms": 1, "total_cost_usd": spent[0] or 0, "usage": step.get("usage", {}),
+         "session_id": reported}
+    if step.get("no_cost"):
+        del r["total_cost_usd"]
     if errors:
         r["errors"] = errors
     if subtype == "success":

@@ -116,9 +116,17 @@ pub enum Cmd {
         #[arg(long, default_value_t = 50)]
         limit: u32,
     },
-    /// List the bots: short id, name, state (and open permission prompts), folder.
+    /// List the bots: short id, name, state (and open permission prompts), runtime, cost
+    /// (`-`: the CLI tells none, as Codex), folder.
     #[command(visible_alias = "ls")]
     List,
+    /// What every bot ever made spent, deleted bots included: per bot and in all, and today's
+    /// total (days are UTC). A bot whose CLI tells no cost (Codex) shows `-` and only tokens.
+    Cost {
+        /// Only what was spent on this day (YYYY-MM-DD, UTC) and later.
+        #[arg(long, value_name = "DAY", value_parser = day)]
+        since: Option<String>,
+    },
     /// Show one bot: its settings, state, last error and open permission prompts.
     Status {
         /// Bot id, id prefix, name or object path.
@@ -283,7 +291,7 @@ pub enum Cmd {
         #[arg(long, value_name = "PATH", value_hint = clap::ValueHint::FilePath)]
         config: Option<std::path::PathBuf>,
     },
-    /// Delete a bot and its history (asks first unless --yes).
+    /// Delete a bot and its history (what it cost stays: `cost` counts it); asks first unless --yes.
     Delete {
         /// Bot id, id prefix, name or object path.
         #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
@@ -346,6 +354,11 @@ fn interval(text: &str) -> Result<f64, String> {
     } else {
         Err(format!("{s} is not from 0.1 to 3600 seconds"))
     }
+}
+
+/// A day as `cost --since` takes it: `YYYY-MM-DD`, a date that exists.
+fn day(text: &str) -> Result<String, String> {
+    botvisor::time::check_day(text).map(|()| text.to_owned())
 }
 
 #[cfg(test)]

@@ -218,18 +218,38 @@ impl BotInfo {
         plan_limit_words(&self.plan_limit)
     }
 
-    /// `$0.0123 (1234 tokens in, 567 out) of a $5.00 budget` ([`dollars`]).
+    /// Whether the bot's CLI told what it cost: not for a Codex bot, whose `CostUSD` stays 0
+    /// because Codex tells tokens only (unknown is not zero).
+    pub fn cost_told(&self) -> bool {
+        cost_told(&self.runtime, self.cost_usd)
+    }
+
+    /// The cost in a column: `$0.0123` ([`dollars`]), or `-` when the CLI told none
+    /// ([`BotInfo::cost_told`]).
+    pub fn cost_cell(&self) -> String {
+        if self.cost_told() {
+            dollars(self.cost_usd)
+        } else {
+            "-".to_owned()
+        }
+    }
+
+    /// `$0.0123 (1234 tokens in, 567 out) of a $5.00 budget` ([`dollars`]); `not told by the
+    /// CLI (…)` when it told none.
     pub fn cost_words(&self) -> String {
         let budget = if self.budget_usd > 0.0 {
             format!(" of a {} budget", dollars(self.budget_usd))
         } else {
             String::new()
         };
+        let cost = if self.cost_told() {
+            dollars(self.cost_usd)
+        } else {
+            "not told by the CLI".to_owned()
+        };
         format!(
-            "{} ({} tokens in, {} out){budget}",
-            dollars(self.cost_usd),
-            self.input_tokens,
-            self.output_tokens
+            "{cost} ({} tokens in, {} out){budget}",
+            self.input_tokens, self.output_tokens
         )
     }
 
@@ -277,6 +297,12 @@ impl BotInfo {
             })).collect::<Vec<_>>(),
         })
     }
+}
+
+/// Whether a bot of `runtime` whose `CostUSD` reads `cost_usd` had its cost told: Codex tells
+/// no cost (its bots' `CostUSD` stays 0), so 0 there means "not known", not "free".
+pub fn cost_told(runtime: &str, cost_usd: f64) -> bool {
+    runtime != "codex" || cost_usd > 0.0
 }
 
 /// Every bot, sorted by name, with short ids filled in.

@@ -24,7 +24,7 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
         );
         return Ok(OK);
     }
-    // Under 100 columns, what a person picks a bot by: its usage is `top`'s.
+    // Under 100 columns, what a person picks a bot by: its usage is `top`'s, its cost `cost`'s.
     let narrow = show::terminal_width().is_some_and(|w| w < 100);
     // A BRANCH column once any bot has a worktree of its own.
     let branches = all.iter().any(|b| !b.branch.is_empty());
@@ -39,6 +39,7 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
             ];
             if !narrow {
                 row.extend([
+                    b.cost_cell(),
                     b.queued_messages.to_string(),
                     bytes(b.memory_current),
                     cpu_time(b.cpu_usage_nsec),
@@ -77,7 +78,7 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
         vec!["ID", "NAME", "STATE", "RUNTIME"]
     } else {
         vec![
-            "ID", "NAME", "STATE", "RUNTIME", "QUEUED", "MEMORY", "CPU", "TASKS",
+            "ID", "NAME", "STATE", "RUNTIME", "COST", "QUEUED", "MEMORY", "CPU", "TASKS",
         ]
     };
     if branches {

@@ -3,7 +3,7 @@
 //!
 //! One concern per module: the command line (`args`), failures and exit codes (`fail`), finding
 //! bots (`bots`), the bus and the connection to it (`connect`), how items look (`show`), the
-//! terminal of `send` (`term`), `send`, `watch`, `list`/`status`, `top`, the dashboard (`ui`),
+//! terminal of `send` (`term`), `send`, `watch`, `list`/`status`, `cost`, `top`, the dashboard (`ui`),
 //! the MCP server for agents (`mcp`), and the other commands (`commands`).
 //!
 //! Nothing botvisorctl prints steers the terminal (`botvisor::text`): JSON lines go through
@@ -46,6 +46,7 @@ mod bots;
 mod commands;
 mod complete;
 mod connect;
+mod cost;
 mod doctor;
 mod drain;
 mod fail;
@@ -198,6 +199,7 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             commands::create(conn, a, json).await
         }
         Cmd::List => list::list(conn, json).await,
+        Cmd::Cost { since } => cost::cost(conn, since, json).await,
         Cmd::Conversations {
             cwd,
             runtime,

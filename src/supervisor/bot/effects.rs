@@ -227,12 +227,19 @@ impl Actor {
             Write::Spend {
                 spend,
                 conversation,
-            } => store::bots::add_spend(
-                tx,
-                &self.id,
-                spend,
-                conversation.as_ref().map(|(s, t)| (s.as_str(), *t)),
-            )?,
+            } => {
+                store::bots::add_spend(
+                    tx,
+                    &self.id,
+                    spend,
+                    conversation.as_ref().map(|(s, t)| (s.as_str(), *t)),
+                )?;
+                // The ledger (issue 46), in the same transaction: kept after the bot is deleted.
+                // The CLI told a cost when it told the conversation's total (Codex never does).
+                let day = crate::time::utc_day(std::time::SystemTime::now());
+                let told = conversation.is_some() || spend.cost_nanos > 0;
+                store::spend::add(tx, &self.id, &day, spend, told)?;
+            }
             Write::Budget(budget) => store::bots::set_budget(tx, &self.id, *budget)?,
             Write::AttemptCut(cut) => store::bots::set_attempt_cut(tx, &self.id, cut.as_ref())?,
         }

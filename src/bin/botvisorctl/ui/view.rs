@@ -98,11 +98,7 @@ fn bot_line(b: &Bot, selected: bool, width: usize, now: SystemTime) -> Line<'sta
         0 => String::new(),
         n => format!("{n}?"),
     };
-    let cost = if b.info.runtime == "codex" && b.info.cost_usd == 0.0 {
-        "-".to_owned()
-    } else {
-        crate::bots::dollars(b.info.cost_usd)
-    };
+    let cost = b.info.cost_cell();
     // name, state, then what fits: prompts, runtime, last activity, cost, folder.
     let mut cells: Vec<(String, usize)> = vec![
         (show::safe(&b.info.name), 16),
@@ -181,13 +177,18 @@ fn chat_lines(b: &Bot, width: usize, ctl: &str) -> Vec<Line<'static>> {
     lines
 }
 
-/// The chat's header: the bot's name, runtime, folder, mode and cost.
+/// The chat's header: the bot's name, runtime, folder, mode and cost (`cost not told` for a
+/// bot whose CLI tells none: unknown is not `$0`).
 fn chat_title(b: &Bot) -> String {
     let mut parts = vec![show::safe(&b.info.runtime)];
     if !b.info.permission_mode.is_empty() {
         parts.push(show::safe(&b.info.permission_mode));
     }
-    parts.push(crate::bots::dollars(b.info.cost_usd));
+    parts.push(if b.info.cost_told() {
+        crate::bots::dollars(b.info.cost_usd)
+    } else {
+        "cost not told".to_owned()
+    });
     if b.info.queued_messages > 0 {
         parts.push(format!("{} queued", b.info.queued_messages));
     }
@@ -499,6 +500,7 @@ fn draw_help(frame: &mut Frame<'_>, area: Rect) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bots::BotInfo;
 
     #[test]
     fn fit_pads_and_cuts_by_display_width() {
@@ -513,6 +515,50 @@ mod tests {
         assert_eq!(wrap("abcdef\ngh", 4), ["abcd", "ef", "gh"]);
         assert_eq!(wrap("", 4), [""]);
         assert_eq!(wrap("日本語", 4), ["日本", "語"]);
+    }
+
+    /// Issue 46: a Codex bot tells no cost, so its title and its line say so instead of `$0`;
+    /// a Claude Code bot's cost is shown, `$0` included.
+    #[test]
+    fn a_cost_not_told_is_not_shown_as_zero() {
+        let bot = |runtime: &str, cost_usd: f64| Bot {
+            info: BotInfo {
+                name: "b".into(),
+                runtime: runtime.into(),
+                cost_usd,
+                ..BotInfo::default()
+            },
+            chat: Default::default(),
+            loaded: true,
+            partial: String::new(),
+            last_activity: None,
+            scopes: Default::default(),
+        };
+        let now = SystemTime::now();
+        let line = |b: &Bot| {
+            bot_line(b, false, 80, now)
+                .spans
+                .iter()
+                .map(|s| s.content.to_string())
+                .collect::<String>()
+        };
+        let codex = bot("codex", 0.0);
+        assert!(
+            chat_title(&codex).contains("cost not told"),
+            "{}",
+            chat_title(&codex)
+        );
+        assert!(!chat_title(&codex).contains("$0"), "{}", chat_title(&codex));
+        assert!(!line(&codex).contains("$0"), "{}", line(&codex));
+        let claude = bot("claude", 0.25);
+        assert!(
+            chat_title(&claude).contains("$0.25"),
+            "{}",
+            chat_title(&claude)
+        );
+        assert!(line(&claude).contains("$0.25"), "{}", line(&claude));
+        let free = bot("claude", 0.0);
+        assert!(chat_title(&free).contains("$0"), "{}", chat_title(&free));
     }
 
     #[test]

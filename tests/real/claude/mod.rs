@@ -7,6 +7,7 @@ mod ctl_terminals;
 mod desktop;
 mod exactly_once;
 mod mcp;
+mod once;
 mod sessions;
 mod supervision;
 mod usage_limits;

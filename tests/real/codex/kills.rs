@@ -431,6 +431,61 @@ async fn a_codex_turn_killed_once_is_answered_once() {
     stop_and_check_gone(seed, &env, &bot).await;
 }
 
+/// Issue 45: botvisord stopped gently (SIGTERM) at a seeded moment of each of 20 Codex turns
+/// and a new one started: every message is answered once (its answer read back, or asked again
+/// after a `thread/revert` of the cut attempt), no request holds it twice, the thread is kept.
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_stopped_during_each_codex_turn_answers_every_message_once() {
+    let Some(codex) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    let (mut moments, seed) = Moments::new("Codex daemon SIGTERM sweep");
+    let last_asked = LastAsked::default();
+    let mut s = CodexSetup::start_configured(
+        &env,
+        codex,
+        slow_script(last_asked.clone()),
+        "",
+        "stop_grace_s = 3\n",
+    )
+    .await;
+    let created = s.bot(&env, "").await;
+    let path: zbus::OwnedObjectPath = created.inner().path().to_owned().into();
+    let bot = env.bot_uncached(&path).await;
+    let first = send_and_wait(&bot, "t00").await;
+    assert_eq!(first.outcome, "success", "seed {seed}: {first:?}");
+    let session = bot.session_id().await.unwrap();
+    let mut sent = vec![("t00".to_owned(), first.turn_id)];
+    let mut landings = Landings::default();
+    for i in 1..=ONCE_KILLS {
+        let text = format!("t{i:02}");
+        let since = Instant::now();
+        let turn = bot.send(&text, HashMap::new()).await.unwrap();
+        sent.push((text, turn.clone()));
+        tokio::time::sleep(moments.next(1800)).await; // the stop's moment, not a wait
+        landings.note(&last_asked, since, &bot).await;
+        assert!(
+            s.daemon.terminate().await.success(),
+            "seed {seed}: botvisord exits cleanly on SIGTERM"
+        );
+        s.daemon = Daemon::start(&s.cfg, &env.conn).await;
+        turn_end(&bot, &turn).await;
+    }
+    let last = send_and_wait(&bot, "last").await;
+    assert_eq!(last.outcome, "success", "seed {seed}: {last:?}");
+    sent.push(("last".to_owned(), last.turn_id));
+    println!("seed {seed}: stops landed {:?}", landings.0);
+    let answered = check_sweep(seed, &s, &bot, &sent, &session).await;
+    assert_eq!(
+        answered, ONCE_KILLS as usize,
+        "seed {seed}: every turn botvisord's own stop cut is answered"
+    );
+    stop_and_check_gone(seed, &env, &bot).await;
+}
+
 #[cfg_attr(
     botvisor_skip_codex,
     ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"

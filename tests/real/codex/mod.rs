@@ -6,5 +6,6 @@ mod exactly_once;
 mod keep;
 mod kills;
 mod mcp;
+mod once;
 mod warm_start;
 mod worktrees;

@@ -1400,6 +1400,113 @@ async fn a_results_cost_counts_the_conversation_and_its_usage_the_turn() {
     resumed.wait("exit after stdin closed").await;
 }
 
+/// Issue 45: a failed attempt (a plan's usage limit) stays in the conversation, and the CLI joins
+/// its text with the next message's into one user turn of its next request (so a message sent
+/// again reaches the model twice); a process resumed with botvisor's truncating resume
+/// (`--resume-session-at` the failed message's parent, `--resume-drops-turn` it, the cut
+/// `runtime::claude::taken::read` finds) leaves the attempt out: the message goes once. The
+/// CLI's own reply to the failed request is no answer of the attempt's.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_attempt_is_joined_with_the_next_message_unless_a_truncating_resume_drops_it() {
+    let Some(_) = claude_bin() else { return };
+    let changed = |fact: &str| format!("fact changed in {}: {fact}", claude_version());
+    let env = TestEnv::new().await;
+    let refusing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let r = refusing.clone();
+    let api = StandInApi::start(Arc::new(move |req: &ApiRequest| {
+        if req.has_tools && r.load(std::sync::atomic::Ordering::SeqCst) {
+            support::stand_in_api::plan_limit_refusal(
+                SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs()
+                    + 3600,
+            )
+        } else {
+            Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+        }
+    }))
+    .await;
+    let mut place = Place::new(&env, &api, "failed-attempt", &env.work);
+    place.env.remove("ANTHROPIC_API_KEY");
+    place.env.insert(
+        "CLAUDE_CODE_OAUTH_TOKEN".into(),
+        "sk-ant-oat01-stand-in".into(),
+    );
+    let id = new_id();
+    let refuse = |on: bool| refusing.store(on, std::sync::atomic::Ordering::SeqCst);
+    let last_texts = || {
+        api.requests()
+            .into_iter()
+            .rfind(|r| r.has_tools)
+            .map(|r| r.user_texts())
+            .unwrap_or_default()
+    };
+    let mut cli = Cli::spawn(&place, SessionStart::New(id.clone())).await;
+    cli.send("warm up").await;
+    cli.until("the first result", is_result).await;
+    // Refused, then sent again in the same process: joined.
+    refuse(true);
+    cli.mark();
+    cli.send("joined job").await;
+    cli.until("the refused turn's result", is_result).await;
+    refuse(false);
+    cli.mark();
+    cli.send("joined job").await;
+    cli.until("the resent turn's result", is_result).await;
+    let joined = last_texts();
+    println!("failed attempt: the request after a resend in the same process: {joined:?}");
+    assert_eq!(
+        support::repeats::occurrences("joined job", &joined),
+        2,
+        "{}: {joined:?}",
+        changed("a failed attempt is kept and joined with the next message")
+    );
+    // Refused again, the process ended; resumed without the attempt: once.
+    refuse(true);
+    cli.mark();
+    let since = SystemTime::now();
+    cli.send("dropped job").await;
+    cli.until("the second refused turn's result", is_result)
+        .await;
+    refuse(false);
+    cli.close_stdin();
+    cli.wait("exit after stdin closed").await;
+    let path = place.transcript(&id).expect("the transcript");
+    let taken = botvisor::runtime::claude::taken::read(&path, "dropped job", since)
+        .expect("the transcript holds the failed message");
+    println!("failed attempt: read back as {taken:?}");
+    assert!(
+        !taken.answered && taken.answer.is_empty() && !taken.tool_called,
+        "{}: {taken:?}",
+        changed("the CLI's reply to a failed request is marked isApiErrorMessage")
+    );
+    let cut = taken.cut.clone().expect("a place to cut");
+    assert!(matches!(cut, Cut::At { .. }), "{cut:?}");
+    let mut resumed = Cli::spawn_with(&place, SessionStart::Resume(id.clone()), Some(&cut)).await;
+    resumed.send("dropped job").await;
+    resumed.until("the resumed turn's result", is_result).await;
+    let once = last_texts();
+    println!("failed attempt: the request after a truncating resume: {once:?}");
+    assert_eq!(
+        support::repeats::occurrences("dropped job", &once),
+        1,
+        "{}: {once:?}",
+        changed("a truncating resume leaves the failed attempt out")
+    );
+    assert_eq!(
+        support::repeats::occurrences("warm up", &once),
+        1,
+        "the earlier turns are kept: {once:?}"
+    );
+    resumed.close_stdin();
+    resumed.wait("exit after stdin closed").await;
+}
+
 /// Issue 46 §3: a resumed process's first `total_cost_usd` counts from the conversation's last
 /// `cost-state` record (what its last process recorded), whether that process ended gently or
 /// was killed: so a turn's own cost is its total less that record

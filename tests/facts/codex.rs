@@ -701,6 +701,100 @@ async fn an_http_error_is_an_error_notification_and_a_failed_turn() {
     codex.close().await;
 }
 
+/// Issue 45: a failed turn (an HTTP 500 here; a usage limit and a refused key were seen to do
+/// the same) stays in the thread, so the next `turn/start` with the same text
+/// sends the model two user messages; `thread/revert` with `beforeTurnId` the failed turn, on the
+/// live process, drops it: the message goes once, and the earlier turn is kept. botvisor reads
+/// the failed turn's cut as it does a killed one's (`runtime::codex::taken`).
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_turn_stays_in_the_thread_until_thread_revert_drops_it() {
+    use botvisor::runtime::Cut;
+    use botvisor::runtime::codex::{rollout, taken};
+    let failing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f = failing.clone();
+    let script: Script = std::sync::Arc::new(move |req: &ResponsesRequest| {
+        if f.load(std::sync::atomic::Ordering::SeqCst) {
+            Reply::Status {
+                status: 500,
+                body: json!({"error": {"message": "stand-in failure", "type": "server_error"}}),
+            }
+        } else {
+            Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+        }
+    });
+    let Some(s) = Setup::start(script).await else {
+        return;
+    };
+    let fail = |on: bool| failing.store(on, std::sync::atomic::Ordering::SeqCst);
+    let mut codex = s.opened().await;
+    let thread = codex
+        .start_thread(json!({"cwd": s.env.work.to_str().unwrap()}))
+        .await;
+    codex.start_turn(&thread, "warm up").await;
+    codex.turn_completed().await;
+    let user_texts = |r: Option<ResponsesRequest>| r.map(|r| r.user_texts()).unwrap_or_default();
+    // Failed, then sent again: two user messages.
+    fail(true);
+    codex.start_turn(&thread, "kept job").await;
+    assert_eq!(
+        codex.turn_completed().await.pointer("/params/turn/status"),
+        Some(&json!("failed"))
+    );
+    fail(false);
+    codex.start_turn(&thread, "kept job").await;
+    codex.turn_completed().await;
+    let kept = user_texts(s.api.requests().pop());
+    println!("failed turn: the request after a resend: {kept:?}");
+    assert_eq!(
+        kept.iter().filter(|t| *t == "kept job").count(),
+        2,
+        "{}: {kept:?}",
+        changed(&s.bin, "a failed turn's message stays in the thread")
+    );
+    // Failed again: read back, reverted on the live process, sent again: once.
+    fail(true);
+    let since = std::time::SystemTime::now();
+    let doomed = codex.start_turn(&thread, "reverted job").await;
+    codex.turn_completed().await;
+    fail(false);
+    let history = rollout::history(&s.codex_home, &thread).expect("a history");
+    let read = taken::read_lines(history.lines(), "reverted job", since)
+        .expect("the failed turn's message is in the rollout");
+    println!("failed turn: read back as {read:?}");
+    assert_eq!(
+        read.cut,
+        Some(Cut::BeforeTurn {
+            turn_id: doomed.clone()
+        })
+    );
+    assert!(!read.answered && !read.tool_called, "{read:?}");
+    let reverted = codex.revert(&thread, &doomed).await;
+    assert!(
+        reverted.get("error").is_none(),
+        "{}: {reverted}",
+        changed(&s.bin, "thread/revert drops a failed turn")
+    );
+    codex.start_turn(&thread, "reverted job").await;
+    codex.turn_completed().await;
+    let once = user_texts(s.api.requests().pop());
+    println!("failed turn: the request after thread/revert: {once:?}");
+    assert_eq!(
+        once.iter().filter(|t| *t == "reverted job").count(),
+        1,
+        "{}: {once:?}",
+        changed(
+            &s.bin,
+            "thread/revert leaves the failed turn out of the next request"
+        )
+    );
+    assert!(once.iter().any(|t| t == "warm up"), "{once:?}");
+    codex.close().await;
+}
+
 #[cfg_attr(
     botvisor_skip_codex,
     ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"

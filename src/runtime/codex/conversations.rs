@@ -146,6 +146,43 @@ pub fn history(codex_home: &Path, thread_id: &str) -> Vec<ChatPayload> {
     items
 }
 
+/// What the rollout file `file` holds past its first `from` bytes, as [`history`] gives it,
+/// leaving out each turn whose message is one of `own` with its answer (issue 46: what another
+/// process, such as `codex exec resume`, added to the thread). Empty when it cannot be read.
+pub fn added_since(file: &Path, from: u64, own: &[String]) -> Vec<ChatPayload> {
+    let Ok(bytes) = std::fs::read(file) else {
+        return Vec::new();
+    };
+    let Some(tail) = usize::try_from(from).ok().and_then(|f| bytes.get(f..)) else {
+        return Vec::new();
+    };
+    let mut items = Vec::new();
+    let mut skipping = false;
+    for line in tail.split(|b| *b == b'\n') {
+        let Ok(v) = crate::runtime::json_line::parse(line) else {
+            continue;
+        };
+        if let Some(item) = completed(&v, "UserMessage") {
+            let text = text_of(item);
+            skipping = own.iter().any(|o| *o == text);
+            if !skipping {
+                items.push(ChatPayload {
+                    kind: "user",
+                    payload: json!({"text": text, "imported": true}),
+                });
+            }
+        } else if let Some(item) = completed(&v, "AgentMessage")
+            && !skipping
+        {
+            items.push(ChatPayload {
+                kind: "assistant",
+                payload: json!({"text": text_of(item), "imported": true}),
+            });
+        }
+    }
+    items
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -166,6 +166,10 @@ impl Runtime for Codex {
             .unwrap_or_default()
     }
 
+    fn added_since(&self, file: &Path, from: u64, own: &[String]) -> Vec<ChatPayload> {
+        conversations::added_since(file, from, own)
+    }
+
     fn conversation_has_message(
         &self,
         env: &BTreeMap<String, String>,

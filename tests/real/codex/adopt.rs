@@ -163,3 +163,71 @@ async fn a_codex_thread_begun_in_a_terminal_is_listed_adopted_and_answered_in() 
     drop(setup);
     support::codex::wait_no_leftovers(&env).await;
 }
+
+/// Issue 46 §2 on Codex: a bot's thread continued with the bare `codex exec resume` while the
+/// bot is stopped: its next message finds the terminal's exchange in its chat first (imported,
+/// once, in order), as the model then sees it.
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_codex_exec_resume_adds_to_a_bots_thread_is_imported() {
+    let Some(codex) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = support::codex::CodexSetup::start(
+        &env,
+        codex.clone(),
+        support::responses_api::echo_script(),
+    )
+    .await;
+    let bot = setup.bot(&env, "").await;
+    assert_eq!(send_and_wait(&bot, "one").await.outcome, "success");
+    let thread = bot.session_id().await.unwrap();
+    stop_and_wait(&bot).await;
+    let mut cli = tokio::process::Command::new(&codex);
+    cli.args([
+        "exec",
+        "--skip-git-repo-check",
+        "resume",
+        &thread,
+        "from the terminal",
+    ])
+    .current_dir(&env.work)
+    .env_clear()
+    .envs(&setup.bot_env)
+    .env("PATH", std::env::var("PATH").unwrap_or_default())
+    .stdin(std::process::Stdio::null())
+    .kill_on_drop(true);
+    let out = bounded("codex exec resume", cli.output()).await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
+    let items = chat(&bot).await;
+    let at = |kind: &str, text: &str| {
+        items
+            .iter()
+            .position(|(_, k, p)| k == kind && p["text"].as_str().is_some_and(|t| t == text))
+    };
+    let (Some(theirs), Some(answer), Some(mine)) = (
+        at("user", "from the terminal"),
+        at("assistant", "Hello! You said: from the terminal"),
+        at("user", "two"),
+    ) else {
+        panic!("the terminal's exchange is in the chat: {items:?}");
+    };
+    assert!(theirs < answer && answer < mine, "{items:?}");
+    assert_eq!(items[theirs].2["imported"], true);
+    assert_eq!(
+        items
+            .iter()
+            .filter(|(_, _, p)| p["text"] == "from the terminal")
+            .count(),
+        1,
+        "{items:?}"
+    );
+    assert_eq!(bot.session_id().await.unwrap(), thread);
+}

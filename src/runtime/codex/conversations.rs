@@ -164,7 +164,7 @@ pub fn added_since(file: &Path, from: u64, own: &[String]) -> Vec<ChatPayload> {
         };
         if let Some(item) = completed(&v, "UserMessage") {
             let text = text_of(item);
-            skipping = own.iter().any(|o| *o == text);
+            skipping = own.contains(&text);
             if !skipping {
                 items.push(ChatPayload {
                     kind: "user",

@@ -1323,10 +1323,13 @@ async fn send_says_how_to_log_in_when_the_login_is_refused() {
             .await
             .expect("send ends");
     assert_eq!(code, 1, "{out} {err}");
-    assert!(
-        err.contains("the agent's login expired or was refused"),
-        "{err}"
+    assert!(err.contains("login expired or was refused"), "{err}");
+    assert_eq!(
+        err.matches("login expired").count(),
+        1,
+        "said once (issue 46): {err}"
     );
+    assert!(!err.contains(".."), "{err}");
     assert!(err.contains("claude /login"), "{err}");
     assert!(
         err.contains("botvisorctl set nologin --env ANTHROPIC_API_KEY="),

@@ -738,7 +738,14 @@ pub async fn delete(
                 ("remove_worktree", Variant::from(true)),
                 ("force", Variant::from(force)),
             ]))
-            .await?;
+            .await
+            .map_err(|e| {
+                // The refusal's way out, with this bot in it.
+                Failure::failed(super::fail::describe(&e).replace(
+                    "delete BOT --remove-worktree",
+                    &format!("delete {} --remove-worktree", shell_word(spec)),
+                ))
+            })?;
             // Bounded: the agent's stop (its grace, then SIGKILL) and git's own bound (30 s).
             let gone = tokio::time::timeout(REMOVAL_WAIT, async {
                 while let Some(sig) = removed.next().await {

@@ -176,6 +176,11 @@ pub fn in_ctl_words(text: &str) -> String {
             "until the next `Send` or `Restart`",
             format!("until the next `{ctl} send` or `restart`"),
         ),
+        // `DeleteWith`'s refusal of a worktree that holds work.
+        (
+            "delete with `force: true`",
+            format!("run `{ctl} delete BOT --remove-worktree --force`"),
+        ),
     ];
     let mut out = text.to_owned();
     for (from, to) in words {
@@ -232,5 +237,14 @@ mod tests {
             "or choose danger-full-access (`botvisorctl set BOT --permission-mode on-request:x`), then"
         );
         assert!(in_ctl_words("Fix it, then call Restart.").contains("run `botvisorctl restart`"));
+        let refused = in_ctl_words(
+            "branch b has 1 commit(s) on no other branch (git log: x); commit and merge them, \
+             or delete with `force: true` to remove the worktree anyway",
+        );
+        assert!(
+            refused.contains("or run `botvisorctl delete BOT --remove-worktree --force` to remove")
+                && !refused.contains("force: true"),
+            "{refused}"
+        );
     }
 }

@@ -33,6 +33,19 @@ async fn run(bus: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// A `[done: …]` line with its time (the turn's own, which varies) as `TIME`; other lines as
+/// they are.
+fn untimed(line: &str) -> String {
+    match line.strip_suffix(']').and_then(|l| l.rsplit_once(", ")) {
+        Some((head, time))
+            if line.starts_with("[done: ") && (time.ends_with(" ms") || time.ends_with(" s")) =>
+        {
+            format!("{head}, TIME]")
+        }
+        _ => line.to_owned(),
+    }
+}
+
 /// `botvisorctl create` of a bot named `name` run by the fake CLI with `plan`, in `cwd`.
 async fn create(s: &FakeSetup, name: &str, cwd: &Path, plan: Value) -> String {
     let env = fake_env(&s.env.home, &s.state, plan, &s.env.marker);
@@ -94,8 +107,9 @@ async fn concurrent_senders_each_see_exactly_their_own_turn() {
                 if !as_json {
                     let want = [
                         format!("fake: {text}"),
-                        "[done: success, $0.0000 this turn, 1 ms]".into(),
+                        "[done: success, $0.0000 this turn, TIME]".into(),
                     ];
+                    let lines: Vec<String> = lines.iter().map(|l| untimed(l)).collect();
                     if lines != want {
                         wrong.push(format!("{text}: printed {lines:?}"));
                     }
@@ -251,13 +265,14 @@ async fn a_prompt_is_found_everywhere_and_answered_elsewhere() {
         rest.push(line);
     }
     assert!(status.success(), "{rest:?}");
+    let rest: Vec<String> = rest.iter().map(|l| untimed(l)).collect();
     assert_eq!(
         rest,
         [
             "[permission allow] request ask-0-0 by botvisorctl (".to_owned()
                 + rest[0].split(" by botvisorctl (").nth(1).unwrap_or("?"),
             "fake: first".to_owned(),
-            "[done: success, $0.0000 this turn, 1 ms]".to_owned(),
+            "[done: success, $0.0000 this turn, TIME]".to_owned(),
         ],
         "send printed other turns or missed its own"
     );
@@ -294,8 +309,8 @@ async fn a_prompt_is_found_everywhere_and_answered_elsewhere() {
         "{lines:?}"
     );
     assert_eq!(
-        lines[2..],
-        ["fake: second", "[done: success, $0.0000 this turn, 1 ms]"]
+        [lines[2].to_owned(), untimed(lines[3])],
+        ["fake: second", "[done: success, $0.0000 this turn, TIME]"]
     );
     // Who answered is named in the chat for every client.
     let (_, out, _) = run(&bus, &["--json", "chat", "asker"]).await;
@@ -1475,5 +1490,52 @@ async fn a_fork_of_a_bot_without_a_conversation_says_so() {
     assert_eq!(
         out.trim(),
         "restarting new (it has no conversation yet to copy)"
+    );
+}
+
+/// Issue 46 §4: the time `send` shows for a turn is the turn's, from its message's `Send` (the
+/// `user` item) to its end (the `turn_finished` item), waits included, not the CLI's own
+/// `duration_ms` (the fake CLI says 1 ms, and takes 300 ms to answer); `chat` shows the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turns_time_is_from_its_message_to_its_end() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(
+        &s,
+        "slow",
+        &s.env.work,
+        json!([{"mode": "normal", "reply_after_s": 0.3}]),
+    )
+    .await;
+    let (code, out, err) = run(&bus, &["send", "slow", "hello"]).await;
+    assert_eq!(code, 0, "{err}");
+    let done = out.lines().last().unwrap_or_default().to_owned();
+    let bot = s
+        .env
+        .bot(&s.env.manager().await.get_bot("slow").await.unwrap())
+        .await;
+    let items = bot.get_chat(0, 0).await.unwrap();
+    let time = |kind: &str| {
+        let (_, _, t, _) = items.iter().find(|i| i.1 == kind).unwrap();
+        humantime::parse_rfc3339(t).unwrap()
+    };
+    let took = time("turn_finished")
+        .duration_since(time("user"))
+        .unwrap()
+        .as_millis() as u64;
+    assert!(took >= 300, "the fake answered after 300 ms: {took} ms");
+    let (_, _, _, end) = items.iter().find(|i| i.1 == "turn_finished").unwrap();
+    let end: Value = serde_json::from_str(end).unwrap();
+    assert_eq!(end["duration_ms"], took, "{end}");
+    let shown = if took >= 1000 {
+        format!("{:.1} s", took as f64 / 1000.0)
+    } else {
+        format!("{took} ms")
+    };
+    assert_eq!(done, format!("[done: success, $0.0000 this turn, {shown}]"));
+    let (_, chat, _) = run(&bus, &["chat", "slow"]).await;
+    assert!(
+        chat.contains(&format!("[turn ended: success, {shown}]")) && !chat.contains("1 ms"),
+        "{chat}"
     );
 }

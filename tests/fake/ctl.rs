@@ -1539,3 +1539,56 @@ async fn a_turns_time_is_from_its_message_to_its_end() {
         "{chat}"
     );
 }
+
+/// Issue 46 §4: `delete --yes` of a bot with a turn running and messages queued deletes it, and
+/// says what that loses; an idle bot's deletion says nothing of the kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_busy_bot_says_what_is_lost() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(
+        &s,
+        "busy",
+        &s.env.work,
+        json!([{"mode": "normal", "stream_then_wait": true}]),
+    )
+    .await;
+    let bot = s
+        .env
+        .bot(&s.env.manager().await.get_bot("busy").await.unwrap())
+        .await;
+    let bot = watching(&bot).await;
+    let queued = bot.receive_queued_messages_changed().await;
+    let mut text = bot.receive_text_delta().await.unwrap();
+    for m in ["first", "second", "third"] {
+        bot.send(m, std::collections::HashMap::new()).await.unwrap();
+    }
+    // The first turn runs (its reply is streaming), the two others wait behind it.
+    bounded(
+        "the first reply streams",
+        futures_util::StreamExt::next(&mut text),
+    )
+    .await;
+    let now = bot.queued_messages().await.unwrap();
+    wait_property(queued, now, &2, "QueuedMessages").await;
+    let (code, out, err) = run(&bus, &["--json", "delete", "busy", "--yes"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        err.trim(),
+        "warning: deleting busy loses its running turn (it ends interrupted, unanswered) and \
+         2 queued messages (never sent)"
+    );
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (&v["turn_running"], &v["queued_messages"]),
+        (&json!(true), &json!(2))
+    );
+
+    create(&s, "calm", &s.env.work, json!([{"mode": "normal"}])).await;
+    let (code, out, err) = run(&bus, &["delete", "calm", "--yes"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.is_empty() && out.starts_with("deleted calm"),
+        "{out} {err}"
+    );
+}

@@ -1592,3 +1592,29 @@ async fn deleting_a_busy_bot_says_what_is_lost() {
         "{out} {err}"
     );
 }
+
+/// Issue 46 §4: `doctor` says whether a notification server is on the bus, which
+/// `botvisor-notify` needs to show anything: a warning without one (hooks still run), its name
+/// and version with one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_says_whether_a_notification_server_is_on_the_bus() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let notifications = |text: &str| {
+        text.lines()
+            .find(|l| l.contains(" notifications: "))
+            .unwrap_or_else(|| panic!("no notifications check: {text}"))
+            .to_owned()
+    };
+    let (_, out, _) = run(&bus, &["doctor"]).await;
+    assert!(
+        notifications(&out).starts_with("warn notifications: no notification server on this bus"),
+        "{out}"
+    );
+    let _server = support::desktop::StandInServer::start(&bus, &["actions", "body"]).await;
+    let (_, out, _) = run(&bus, &["doctor"]).await;
+    assert_eq!(
+        notifications(&out),
+        "ok   notifications: stand-in 1 (botvisor tests) shows botvisor-notify's notifications"
+    );
+}

@@ -179,6 +179,7 @@ async fn bus_checks(conn: &Connection, remote: bool) -> (Vec<Check>, Option<u32>
              the bus still does not list it)",
         ));
     }
+    out.push(notifications_check(conn, &dbus).await);
     if !remote {
         let env = |k: &str| std::env::var(k).ok();
         match activation_file(&activation_dirs(&env)) {
@@ -232,6 +233,86 @@ async fn bus_checks(conn: &Connection, remote: bool) -> (Vec<Check>, Option<u32>
         }
     }
     (out, daemon_pid)
+}
+
+/// The desktop's notification server (`org.freedesktop.Notifications`), which `botvisor-notify`
+/// tells of bots that need their user (design rule 17): on the bus (its name and version, from
+/// `GetServerInformation`), or startable by it, else a warning (optional: hooks work without it).
+async fn notifications_check(conn: &Connection, dbus: &zbus::fdo::DBusProxy<'_>) -> Check {
+    const NOTIFICATIONS: &str = "org.freedesktop.Notifications";
+    const BOUND: std::time::Duration = std::time::Duration::from_secs(5);
+    let name = zbus::names::BusName::try_from(NOTIFICATIONS).expect("a bus name");
+    let owned = tokio::time::timeout(BOUND, dbus.name_has_owner(name))
+        .await
+        .is_ok_and(|r| r.unwrap_or(false));
+    if owned {
+        let info = tokio::time::timeout(
+            BOUND,
+            conn.call_method(
+                Some(NOTIFICATIONS),
+                "/org/freedesktop/Notifications",
+                Some(NOTIFICATIONS),
+                "GetServerInformation",
+                &(),
+            ),
+        )
+        .await;
+        let found = match info {
+            Ok(Ok(m)) => match m.body().deserialize::<(String, String, String, String)>() {
+                Ok((server, vendor, version, _)) => format!(
+                    "{} {} ({}) shows botvisor-notify's notifications",
+                    show::safe(&server),
+                    show::safe(&version),
+                    show::safe(&vendor)
+                ),
+                Err(_) => "a notification server is on the bus".to_owned(),
+            },
+            Ok(Err(e)) => {
+                return check(
+                    "notifications",
+                    Status::Warn,
+                    format!(
+                        "a notification server is on the bus but refuses GetServerInformation ({})",
+                        show::safe(&e.to_string())
+                    ),
+                    "restart your desktop's notification server",
+                );
+            }
+            Err(_) => {
+                return check(
+                    "notifications",
+                    Status::Warn,
+                    format!(
+                        "a notification server is on the bus but did not answer within {}s: \
+                         botvisor-notify's notifications wait for it",
+                        BOUND.as_secs()
+                    ),
+                    "restart your desktop's notification server",
+                );
+            }
+        };
+        return check("notifications", Status::Ok, found, "");
+    }
+    let activatable = tokio::time::timeout(BOUND, dbus.list_activatable_names())
+        .await
+        .is_ok_and(|r| r.is_ok_and(|names| names.iter().any(|n| n.as_str() == NOTIFICATIONS)));
+    if activatable {
+        return check(
+            "notifications",
+            Status::Ok,
+            "no notification server runs; the bus starts one at the first notification".into(),
+            "",
+        );
+    }
+    check(
+        "notifications",
+        Status::Warn,
+        "no notification server on this bus: botvisor-notify shows nothing on the desktop (its \
+         hooks still run)"
+            .into(),
+        "start your desktop's notification server (or dunst, mako, …) in this session; to use \
+         hooks alone, `[notify] desktop = false` in config.toml",
+    )
 }
 
 /// The botvisord whose view the CLI checks take: the one running on the bus (its binary, its

@@ -230,6 +230,26 @@ impl BotObject {
         Ok(self.handle.set_environment(env)?)
     }
 
+    /// Where the bot's agent takes its login from, judged now from the environment it launches
+    /// with (the bot's own variables over botvisord's) and the files that exist, by variable
+    /// names only (a value is never read nor said): `source` `environment` (a variable of the
+    /// bot's own `env`), `botvisord` (one of botvisord's environment, which the agent inherits),
+    /// `file` (the CLI's credentials file: `claude /login`, `codex login`), `provider` (Codex:
+    /// a model provider that asks for no key) or `none`; with `variable`, `file`, `provider` or,
+    /// for `none`, `variables` (comma-separated) and `file` (what was looked for); and `words`,
+    /// for people. A method, not a property: it reads files, so it is asked for, not sent with
+    /// every `GetManagedObjects`. No options are defined yet. Errors: InvalidArgument (an
+    /// unknown option), NotFound.
+    #[zbus(out_args("login"))]
+    async fn get_login(
+        &self,
+        options: Options,
+    ) -> Result<std::collections::BTreeMap<String, String>> {
+        OptionReader::new("GetLogin", &options).finish()?;
+        self.handle.check_alive()?;
+        Ok(self.handle.login().to_map())
+    }
+
     /// Renames the bot (`Name`), with a name checked as `CreateBot` checks one: at most 200
     /// characters, unique among the bots as a terminal shows them, without control, invisible or
     /// text-direction characters, blank ends, or 4 to 32 hexadecimal digits. Recorded before

@@ -13,6 +13,7 @@ pub mod codex;
 pub mod event;
 pub mod json_line;
 pub mod jsonl;
+pub mod login;
 pub mod protocol;
 
 pub use event::{LimitReport, LimitState, ResultOutcome, RuntimeEvent};
@@ -463,6 +464,25 @@ pub trait Runtime: Send + Sync + 'static {
     /// expired waits for it to change); `None` when the runtime has none or `env` does not say.
     fn credentials_file(&self, _env: &BTreeMap<String, String>) -> Option<PathBuf> {
         None
+    }
+    /// Where a CLI started with `env` (botvisord's environment with the bot's own, `own`, over
+    /// it) takes its login from (`GetLogin`): judged from the names of the variables set and
+    /// the files that exist, never from a value. By default its credentials file, if it exists.
+    fn login(
+        &self,
+        _own: &BTreeMap<String, String>,
+        env: &BTreeMap<String, String>,
+    ) -> login::Login {
+        let file = self.credentials_file(env);
+        login::Login {
+            source: file
+                .clone()
+                .filter(|f| f.is_file())
+                .map_or(login::Source::None, login::Source::File),
+            variables: Vec::new(),
+            file,
+            how: self.login_hint().to_owned(),
+        }
     }
 }
 

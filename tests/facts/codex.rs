@@ -65,6 +65,17 @@ impl Drop for AppServer {
 
 impl AppServer {
     fn spawn(bin: &Path, codex_home: &Path, cwd: &Path, marker: &str) -> AppServer {
+        AppServer::spawn_with(bin, codex_home, cwd, marker, &[])
+    }
+
+    /// As [`AppServer::spawn`], with `extra` variables in its environment.
+    fn spawn_with(
+        bin: &Path,
+        codex_home: &Path,
+        cwd: &Path,
+        marker: &str,
+        extra: &[(&str, &str)],
+    ) -> AppServer {
         let mut child = tokio::process::Command::new(bin)
             .arg("app-server")
             .env_clear()
@@ -73,6 +84,7 @@ impl AppServer {
             .env("CODEX_HOME", codex_home)
             .env("FAKE_API_KEY", "sk-test")
             .env("BOTVISOR_TEST_RUN", marker)
+            .envs(extra.iter().copied())
             .current_dir(cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -1792,4 +1804,56 @@ async fn an_accept_for_session_is_not_asked_again() {
             "acceptForSession ends with its process; an accepted execpolicy rule outlives it"
         )
     );
+}
+
+/// Issue 46 (`GetLogin`, `botvisorctl doctor`): the built-in `openai` provider takes its key from
+/// Codex's own login (`$CODEX_HOME/auth.json`, `codex login`), not from `OPENAI_API_KEY` in its
+/// environment: with only that variable, the request to the model goes without `Authorization`.
+/// So a Codex bot's login is `auth.json`, or the variable its model provider's `env_key` names
+/// (runtime::codex::config::ProviderKey).
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builtin_provider_takes_no_key_from_the_environment() {
+    let Some(bin) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    let api = ResponsesApi::start(echo_script()).await;
+    let home = env.home.join("codex-home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "openai_base_url = \"{}\"\ncheck_for_update_on_startup = false\n\
+             [analytics]\nenabled = false\n",
+            api.base_url
+        ),
+    )
+    .unwrap();
+    let mut codex = AppServer::spawn_with(
+        &bin,
+        &home,
+        &env.work,
+        &env.marker,
+        &[("OPENAI_API_KEY", "sk-from-the-environment")],
+    );
+    codex.handshake(true).await;
+    let thread = codex
+        .start_thread(json!({"cwd": env.work.to_str().unwrap()}))
+        .await;
+    codex.start_turn(&thread, "hello").await;
+    api.wait_for(|_| true, WAIT).await;
+    let credentials: Vec<Option<String>> =
+        api.requests().into_iter().map(|r| r.credential).collect();
+    println!("the requests' credentials: {credentials:?}");
+    assert!(
+        credentials.iter().all(Option::is_none),
+        "{}: {credentials:?}",
+        changed(
+            &bin,
+            "OPENAI_API_KEY in the environment is not the built-in provider's key"
+        )
+    );
+    codex.kill().await;
 }

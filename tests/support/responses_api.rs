@@ -32,6 +32,8 @@ pub struct ResponsesRequest {
     pub function_output: Option<(String, String)>,
     /// The `model` the request names.
     pub model: String,
+    /// The credential it carried: its `Authorization` header without `Bearer ` (`None`: none).
+    pub credential: Option<String>,
     /// The whole body.
     pub body: Value,
 }
@@ -337,7 +339,7 @@ fn is_context(text: &str) -> bool {
         || t.starts_with("# AGENTS.md")
 }
 
-fn request_of(body: Value) -> ResponsesRequest {
+fn request_of(body: Value, headers: &axum::http::HeaderMap) -> ResponsesRequest {
     let input: Vec<Value> = body
         .get("input")
         .and_then(Value::as_array)
@@ -377,6 +379,10 @@ fn request_of(body: Value) -> ResponsesRequest {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned(),
+        credential: headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.strip_prefix("Bearer ").unwrap_or(v).to_owned()),
         body,
     }
 }
@@ -498,11 +504,15 @@ fn sse(pieces: Vec<(Option<std::time::Duration>, String)>) -> Response {
     resp
 }
 
-async fn responses(State(shared): State<Shared>, body: Bytes) -> Response {
+async fn responses(
+    State(shared): State<Shared>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
         return (StatusCode::BAD_REQUEST, "not JSON").into_response();
     };
-    let req = request_of(body);
+    let req = request_of(body, &headers);
     let reply = (shared.script)(&req);
     shared.seen.lock().unwrap().push(req);
     shared.arrived.notify_waiters();

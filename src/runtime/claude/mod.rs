@@ -249,4 +249,33 @@ impl Runtime for Claude {
     fn session_in_use(&self, stderr: &str) -> Option<String> {
         stderr.lines().find_map(events::session_in_use)
     }
+
+    /// In the order Claude Code takes them: a cloud provider (`CLAUDE_CODE_USE_BEDROCK`,
+    /// `…_VERTEX`, `…_FOUNDRY`), `ANTHROPIC_AUTH_TOKEN`, `ANTHROPIC_API_KEY`,
+    /// `CLAUDE_CODE_OAUTH_TOKEN`, then the credentials file `claude /login` writes.
+    fn login(
+        &self,
+        own: &BTreeMap<String, String>,
+        env: &BTreeMap<String, String>,
+    ) -> crate::runtime::login::Login {
+        use crate::runtime::login::{Login, Source};
+        const VARIABLES: [&str; 6] = [
+            "CLAUDE_CODE_USE_BEDROCK",
+            "CLAUDE_CODE_USE_VERTEX",
+            "CLAUDE_CODE_USE_FOUNDRY",
+            "ANTHROPIC_AUTH_TOKEN",
+            "ANTHROPIC_API_KEY",
+            "CLAUDE_CODE_OAUTH_TOKEN",
+        ];
+        let file = self.credentials_file(env);
+        let source = Login::variable(&VARIABLES, own, env)
+            .or_else(|| file.clone().filter(|f| f.is_file()).map(Source::File))
+            .unwrap_or(Source::None);
+        Login {
+            source,
+            variables: VARIABLES[3..].iter().map(|v| (*v).to_owned()).collect(),
+            file,
+            how: self.login_hint().to_owned(),
+        }
+    }
 }

@@ -286,8 +286,45 @@ impl Runtime for Codex {
     }
 
     fn login_hint(&self) -> &'static str {
-        "Log in with `codex login` in a terminal, with the bot's CODEX_HOME, or give the bot a \
-         key: `botvisorctl set BOT --env OPENAI_API_KEY=…`."
+        "Log in with `codex login` in a terminal, with the bot's CODEX_HOME (an API key: `codex \
+         login --with-api-key` reads it on stdin), or, for a model provider of its config.toml \
+         with an `env_key`, give the bot that variable: `botvisorctl set BOT --env NAME=…` \
+         (Codex does not take OPENAI_API_KEY from its environment)."
+    }
+
+    /// Codex's login is its model provider's (`config.toml`'s `model_provider`): the variable
+    /// its `env_key` names, or for `openai` (and a provider with `requires_openai_auth`)
+    /// `$CODEX_HOME/auth.json` (`codex login`); a provider without `env_key` needs none.
+    fn login(
+        &self,
+        own: &BTreeMap<String, String>,
+        env: &BTreeMap<String, String>,
+    ) -> crate::runtime::login::Login {
+        use crate::runtime::login::{Login, Source};
+        let home = rollout::codex_home(env);
+        let file = self.credentials_file(env);
+        let (provider, key) = config::provider_key(home.as_deref());
+        let (source, variables, file) = match key {
+            config::ProviderKey::Variable(name) => (
+                Login::variable(&[name.as_str()], own, env).unwrap_or(Source::None),
+                vec![name],
+                None,
+            ),
+            config::ProviderKey::None => (Source::Provider(provider), Vec::new(), None),
+            config::ProviderKey::CodexLogin => (
+                file.clone()
+                    .filter(|f| f.is_file())
+                    .map_or(Source::None, Source::File),
+                Vec::new(),
+                file,
+            ),
+        };
+        Login {
+            source,
+            variables,
+            file,
+            how: self.login_hint().to_owned(),
+        }
     }
 
     fn scopes(&self, request: &serde_json::Value) -> Vec<crate::runtime::Scope> {

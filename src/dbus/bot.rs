@@ -362,8 +362,10 @@ impl BotObject {
     /// `updated_input` (s, a JSON object: the input the tool runs with, for `allow`), `message`
     /// (s, what the model is told, for `deny`), `scope` (s, for `allow`: `once`, the default,
     /// this request only; `session`, this and the requests the CLI takes as the same while its
-    /// process runs; `always`, the same kept beyond it as the CLI offers; the request's
-    /// `permission_request` chat item lists its `scopes`), `client` (s, a name for people of the
+    /// process runs; `always`, the same kept beyond it as the CLI offers; `program`, every use of
+    /// the command's program, kept beyond it (Codex); the request's `permission_request` chat
+    /// item lists its `scopes`, and its `reach` says what each lets run), `client` (s, a name
+    /// for people of the
     /// answering program; default: its process name, where the bus can tell). The first answer
     /// wins; it is recorded in the chat with its scope and the answering client's bus name and
     /// name. Errors: NotFound (unknown or already answered request), InvalidArgument (a scope
@@ -819,7 +821,7 @@ fn permission_answer(
         None => Scope::Once,
         Some(text) => Scope::parse(text).ok_or_else(|| {
             BotError::InvalidArgument(format!(
-                "option `scope` must be `once`, `session` or `always`, got `{text}`"
+                "option `scope` must be `once`, `session`, `always` or `program`, got `{text}`"
             ))
         })?,
     };
@@ -898,7 +900,7 @@ mod tests {
         assert!(refused("deny", None, Some("{}")).contains("`updated_input` goes with `allow`"));
         assert!(
             refused_with("allow", None, None, Some("forever"))
-                .contains("`once`, `session` or `always`, got `forever`")
+                .contains("`once`, `session`, `always` or `program`, got `forever`")
         );
         assert!(
             refused_with("deny", None, None, Some("session")).contains("`scope` goes with `allow`")

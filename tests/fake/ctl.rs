@@ -1686,3 +1686,67 @@ async fn doctor_says_whether_a_notification_server_is_on_the_bus() {
         "ok   notifications: stand-in 1 (botvisor tests) shows botvisor-notify's notifications"
     );
 }
+
+/// Issue 46 §4: a question that offers more than "once" says what each answer lets run, and its
+/// key answers with that scope: here Claude Code's suggestions, `s` for the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_terminal_question_says_what_each_allow_lets_run() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let suggestions = json!([{"type": "addRules", "behavior": "allow", "destination": "localSettings",
+                              "rules": [{"toolName": "Bash", "ruleContent": "ls /tmp"}]}]);
+    create(
+        &s,
+        "asker",
+        &s.env.work,
+        json!([{"mode": "normal", "ask": {"tool": "Bash", "input": {"command": "ls /tmp"},
+                                          "suggestions": suggestions}}]),
+    )
+    .await;
+    let send = tokio::process::Command::new("python3")
+        .args(["-c", IN_A_TERMINAL, CTL, "send", "asker", "go"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus)
+        .env("NO_COLOR", "1")
+        .env("ANSWER", "s")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let done = tokio::time::timeout(EVENT_TIMEOUT, send.wait_with_output())
+        .await
+        .expect("send ends")
+        .unwrap();
+    let text = String::from_utf8_lossy(&done.stdout).into_owned();
+    assert!(done.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "Allow Bash {\"command\":\"ls /tmp\"}? (request ask-0-0)\r\n  y  this request, this \
+             time\r\n  s  `Bash(ls /tmp)`, without asking, while this agent runs\r\n  [y/s/N] "
+        ),
+        "{text:?}"
+    );
+    let grants = json_lines(&s.state.join("grants.jsonl"));
+    assert_eq!(
+        grants[0]["updatedPermissions"][0]["destination"], "session",
+        "{grants:?}"
+    );
+    let (_, chat, _) = run(&bus, &["--json", "chat", "asker"]).await;
+    let answer: Value = chat
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["kind"] == "permission_answer")
+        .unwrap();
+    assert_eq!(answer["payload"]["scope"], "session", "{answer}");
+    // `chat` (and `watch`) say the same under the request, as `answer`'s flags.
+    let (_, chat, _) = run(&bus, &["chat", "asker"]).await;
+    assert!(
+        chat.contains(
+            "(request ask-0-0)\n  allow once: this request, this time\n  allow --session: \
+             `Bash(ls /tmp)`, without asking, while this agent runs"
+        ),
+        "{chat}"
+    );
+}

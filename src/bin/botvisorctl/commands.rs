@@ -434,6 +434,7 @@ pub async fn answer(
         let reach = match scope {
             "session" => ", and the same while the agent runs (session)",
             "always" => ", and the same from now on (always)",
+            "program" => ", and its program with any arguments from now on (program)",
             _ => "",
         };
         outln!("{done} request {}{reach}", show::safe(&request));

@@ -186,15 +186,23 @@ pub fn item_text(kind: &str, payload: &Value, detail: Detail, read_whole: &str) 
             };
             paint(style, &format!("[tool result] {}", cut(&content, small)))
         }
-        "permission_request" => paint(
-            ASK,
-            &format!(
+        "permission_request" => {
+            let mut text = format!(
                 "[permission?] {} {} (request {})",
                 payload["tool"].as_str().unwrap_or("?"),
                 cut(&compact(&payload["input"]), small),
                 payload["request_id"].as_str().unwrap_or("?")
-            ),
-        ),
+            );
+            // What each allow lets run, when there is more than one (issue 46): as the flags
+            // of `botvisorctl answer` that give it.
+            let offered = scopes(&payload);
+            if offered.len() > 1 {
+                for (scope, words) in offered {
+                    text.push_str(&format!("\n  allow {}: {words}", scope_flag(&scope)));
+                }
+            }
+            paint(ASK, &text)
+        }
         "permission_answer" => paint(
             DIM,
             &format!(
@@ -257,6 +265,40 @@ pub fn item_text(kind: &str, payload: &Value, detail: Detail, read_whole: &str) 
             "[{other}] {}",
             long_text(text, detail, whole_size, read_whole)
         ),
+    }
+}
+
+/// `text` with `tail` at the end of its first line (an item of several lines: a permission
+/// request with its scopes).
+pub fn after_first_line(text: &str, tail: &str) -> String {
+    match text.find('\n') {
+        Some(at) => format!("{}{tail}{}", &text[..at], &text[at..]),
+        None => format!("{text}{tail}"),
+    }
+}
+
+/// The scopes a `permission_request` payload offers, narrowest first, each with what it lets run
+/// (its `reach`; a botvisord before issue 46 says no words: the scope's name stands for them).
+pub fn scopes(payload: &Value) -> Vec<(String, String)> {
+    payload["scopes"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .filter_map(Value::as_str)
+        .map(|s| {
+            let words = payload["reach"][s].as_str().unwrap_or(s);
+            (s.to_owned(), words.to_owned())
+        })
+        .collect()
+}
+
+/// The flag of `botvisorctl answer … allow` that gives `scope`: `once`, `--session`,
+/// `--always`, `--scope program`.
+pub fn scope_flag(scope: &str) -> String {
+    match scope {
+        "once" => "once".to_owned(),
+        "session" | "always" => format!("--{scope}"),
+        other => format!("--scope {other}"),
     }
 }
 

@@ -95,6 +95,10 @@ impl Runtime for Claude {
         scopes::grant(request, scope)
     }
 
+    fn reach(&self, request: &serde_json::Value, scope: Scope) -> String {
+        scopes::reach(request, scope)
+    }
+
     fn can_resume(&self) -> bool {
         true
     }

@@ -339,6 +339,10 @@ impl Runtime for Codex {
         scopes::grant(request, scope)
     }
 
+    fn reach(&self, request: &serde_json::Value, scope: crate::runtime::Scope) -> String {
+        scopes::reach(request, scope)
+    }
+
     fn session_in_use(&self, _stderr: &str) -> Option<String> {
         // Codex names new threads itself: an id cannot be taken.
         None

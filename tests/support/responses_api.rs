@@ -128,6 +128,35 @@ pub fn codex_limit_headers(
     .collect()
 }
 
+/// What the Responses API answers a ChatGPT plan over its usage limit, which resets at `reset`
+/// (Unix seconds; `now` the time of the request): a 429 `usage_limit_reached` with the reset,
+/// and the plan's headers saying the five-hour window is used up
+/// (`facts::codex::a_usage_limit_is_an_error_that_names_its_reset`).
+pub fn usage_limit_refusal(reset: u64, now: u64) -> Reply {
+    Reply::WithHeaders {
+        headers: codex_limit_headers(100, 300, reset),
+        reply: Box::new(Reply::Status {
+            status: 429,
+            body: json!({"error": {
+                "type": "usage_limit_reached",
+                "message": "The usage limit has been reached",
+                "plan_type": "plus",
+                "resets_at": reset,
+                "resets_in_seconds": reset.saturating_sub(now),
+            }}),
+        }),
+    }
+}
+
+/// What the Responses API answers a key it refuses: 401 `invalid_api_key`.
+pub fn key_refused() -> Reply {
+    Reply::Status {
+        status: 401,
+        body: json!({"error": {"type": "invalid_request_error", "code": "invalid_api_key",
+            "message": "Incorrect API key provided."}}),
+    }
+}
+
 /// Decides the answer to a request.
 pub type Script = Arc<dyn Fn(&ResponsesRequest) -> Reply + Send + Sync>;
 

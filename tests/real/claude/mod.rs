@@ -8,6 +8,7 @@ mod desktop;
 mod exactly_once;
 mod mcp;
 mod sessions;
+mod stand_ins;
 mod supervision;
 mod usage_limits;
 mod warm_start;

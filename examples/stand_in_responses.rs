@@ -5,23 +5,31 @@
 //! permission prompt with a policy `on-request`).
 //!
 //! `cargo run --example stand_in_responses [DIR]` (default `./stand-in-codex`): prints the
-//! `CODEX_HOME` to give a Codex bot (`DIR/codex-home`) with the API key variable it needs.
+//! `CODEX_HOME` to give a Codex bot (`DIR/codex-home`) with the API key variable it needs. With
+//! options (`cargo run --example stand_in_responses -- --help`): `--limit-for SECONDS`,
+//! `--expired-login`, `--slow MS`, `--log FILE` (support::stand_ins::Behaviour).
 
-use support::responses_api;
+use clap::Parser;
+use support::{responses_api, stand_ins};
 
 #[tokio::main]
 async fn main() {
-    let dir = std::path::PathBuf::from(
-        std::env::args()
-            .nth(1)
-            .unwrap_or_else(|| "stand-in-codex".to_owned()),
-    );
+    let args = stand_ins::ResponsesArgs::parse();
+    let dir = args.dir;
     if let Err(e) = std::fs::create_dir_all(&dir) {
         eprintln!("stand_in_responses: cannot create {}: {e}", dir.display());
         std::process::exit(1);
     }
     let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
-    let api = responses_api::ResponsesApi::start(responses_api::shell_script()).await;
+    let decider = match stand_ins::Decider::new(args.behaviour.clone()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("stand_in_responses: cannot write the log: {e}");
+            std::process::exit(1);
+        }
+    };
+    let script = stand_ins::codex_script(decider, responses_api::shell_script());
+    let api = responses_api::ResponsesApi::start(script).await;
     let home = responses_api::codex_home(&dir, &api.base_url, "");
     println!("CODEX_HOME={}", home.display());
     println!("FAKE_API_KEY=offline");

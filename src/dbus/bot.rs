@@ -263,6 +263,26 @@ impl BotObject {
         Ok(self.handle.set_environment(env)?)
     }
 
+    /// Where the bot's agent takes its login from, judged now from the environment it launches
+    /// with (the bot's own variables over botvisord's) and the files that exist, by variable
+    /// names only (a value is never read nor said): `source` `environment` (a variable of the
+    /// bot's own `env`), `botvisord` (one of botvisord's environment, which the agent inherits),
+    /// `file` (the CLI's credentials file: `claude /login`, `codex login`), `provider` (Codex:
+    /// a model provider that asks for no key) or `none`; with `variable`, `file`, `provider` or,
+    /// for `none`, `variables` (comma-separated) and `file` (what was looked for); and `words`,
+    /// for people. A method, not a property: it reads files, so it is asked for, not sent with
+    /// every `GetManagedObjects`. No options are defined yet. Errors: InvalidArgument (an
+    /// unknown option), NotFound.
+    #[zbus(out_args("login"))]
+    async fn get_login(
+        &self,
+        options: Options,
+    ) -> Result<std::collections::BTreeMap<String, String>> {
+        OptionReader::new("GetLogin", &options).finish()?;
+        self.handle.check_alive()?;
+        Ok(self.handle.login().to_map())
+    }
+
     /// Renames the bot (`Name`), with a name checked as `CreateBot` checks one: at most 200
     /// characters, unique among the bots as a terminal shows them, without control, invisible or
     /// text-direction characters, blank ends, or 4 to 32 hexadecimal digits. Recorded before
@@ -375,8 +395,10 @@ impl BotObject {
     /// `updated_input` (s, a JSON object: the input the tool runs with, for `allow`), `message`
     /// (s, what the model is told, for `deny`), `scope` (s, for `allow`: `once`, the default,
     /// this request only; `session`, this and the requests the CLI takes as the same while its
-    /// process runs; `always`, the same kept beyond it as the CLI offers; the request's
-    /// `permission_request` chat item lists its `scopes`), `client` (s, a name for people of the
+    /// process runs; `always`, the same kept beyond it as the CLI offers; `program`, every use of
+    /// the command's program, kept beyond it (Codex); the request's `permission_request` chat
+    /// item lists its `scopes`, and its `reach` says what each lets run), `client` (s, a name
+    /// for people of the
     /// answering program; default: its process name, where the bus can tell). The first answer
     /// wins; it is recorded in the chat with its scope and the answering client's bus name and
     /// name. Errors: NotFound (unknown or already answered request), InvalidArgument (a scope
@@ -832,7 +854,7 @@ fn permission_answer(
         None => Scope::Once,
         Some(text) => Scope::parse(text).ok_or_else(|| {
             BotError::InvalidArgument(format!(
-                "option `scope` must be `once`, `session` or `always`, got `{text}`"
+                "option `scope` must be `once`, `session`, `always` or `program`, got `{text}`"
             ))
         })?,
     };
@@ -911,7 +933,7 @@ mod tests {
         assert!(refused("deny", None, Some("{}")).contains("`updated_input` goes with `allow`"));
         assert!(
             refused_with("allow", None, None, Some("forever"))
-                .contains("`once`, `session` or `always`, got `forever`")
+                .contains("`once`, `session`, `always` or `program`, got `forever`")
         );
         assert!(
             refused_with("deny", None, None, Some("session")).contains("`scope` goes with `allow`")

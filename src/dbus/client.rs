@@ -89,6 +89,13 @@ pub trait Bot {
     fn set_permission_mode(&self, mode: &str) -> zbus::Result<()>;
     /// Set the model.
     fn set_model(&self, model: &str) -> zbus::Result<()>;
+    /// Where the bot's agent takes its login from: `source` (`environment`, `botvisord`, `file`,
+    /// `provider`, `none`), `variable`, `file`, `provider`, `variables`, `words` (options: none
+    /// yet).
+    fn get_login(
+        &self,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<std::collections::BTreeMap<String, String>>;
     /// Rename the bot (options: none yet).
     fn set_name(&self, name: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
     /// Set the bot's budget, US dollars (0: none).

@@ -13,6 +13,7 @@ pub mod codex;
 pub mod event;
 pub mod json_line;
 pub mod jsonl;
+pub mod login;
 pub mod protocol;
 
 pub use event::{LimitReport, LimitState, ResultOutcome, RuntimeEvent};
@@ -201,24 +202,29 @@ pub enum Scope {
     Session,
     /// This request, and those the CLI would take as the same, kept beyond the process (Claude
     /// Code: a suggested permission mode, which botvisor keeps as the bot's; Codex: the
-    /// execpolicy rule it proposed).
+    /// execpolicy rule it proposed, a prefix that is often the whole command).
     Always,
+    /// Every use of the command's program, whatever its arguments, kept beyond the process
+    /// (Codex: an execpolicy rule of the program alone, where it proposed a longer one; issue
+    /// 46).
+    Program,
 }
 
 impl Scope {
     /// Every scope, narrowest first.
-    pub const ALL: [Scope; 3] = [Scope::Once, Scope::Session, Scope::Always];
+    pub const ALL: [Scope; 4] = [Scope::Once, Scope::Session, Scope::Always, Scope::Program];
 
-    /// `once`, `session` or `always`.
+    /// `once`, `session`, `always` or `program`.
     pub fn as_str(self) -> &'static str {
         match self {
             Scope::Once => "once",
             Scope::Session => "session",
             Scope::Always => "always",
+            Scope::Program => "program",
         }
     }
 
-    /// The scope named `text` (`once`, `session`, `always`), or `None`.
+    /// The scope named `text` (`once`, `session`, `always`, `program`), or `None`.
     pub fn parse(text: &str) -> Option<Scope> {
         Scope::ALL.into_iter().find(|s| s.as_str() == text)
     }
@@ -299,6 +305,12 @@ pub trait Runtime: Send + Sync + 'static {
     /// What an allow of `request` with `scope` (one of [`Runtime::scopes`]) tells the CLI.
     fn grant(&self, _request: &serde_json::Value, _scope: Scope) -> Grant {
         Grant::default()
+    }
+    /// What an allow of `request` with `scope` (one of [`Runtime::scopes`]) lets run without
+    /// asking, and for how long, in words for the person who answers (the `permission_request`
+    /// item's `reach`; issue 46): one phrase, no newline.
+    fn reach(&self, _request: &serde_json::Value, _scope: Scope) -> String {
+        "this request, this time".to_owned()
     }
     /// The CLI binary, checked to exist and be executable now.
     fn binary(&self) -> Result<PathBuf, RuntimeError>;
@@ -487,6 +499,25 @@ pub trait Runtime: Send + Sync + 'static {
     /// expired waits for it to change); `None` when the runtime has none or `env` does not say.
     fn credentials_file(&self, _env: &BTreeMap<String, String>) -> Option<PathBuf> {
         None
+    }
+    /// Where a CLI started with `env` (botvisord's environment with the bot's own, `own`, over
+    /// it) takes its login from (`GetLogin`): judged from the names of the variables set and
+    /// the files that exist, never from a value. By default its credentials file, if it exists.
+    fn login(
+        &self,
+        _own: &BTreeMap<String, String>,
+        env: &BTreeMap<String, String>,
+    ) -> login::Login {
+        let file = self.credentials_file(env);
+        login::Login {
+            source: file
+                .clone()
+                .filter(|f| f.is_file())
+                .map_or(login::Source::None, login::Source::File),
+            variables: Vec::new(),
+            file,
+            how: self.login_hint(env),
+        }
     }
 }
 

@@ -52,6 +52,11 @@ pub fn append(
     let turn_id = turn_id.or(asked_in.as_deref());
     let tagged = turn_id.and_then(|t| with_turn_id(payload, t));
     let payload = tagged.as_deref().unwrap_or(payload);
+    let timed = match (kind, turn_id) {
+        ("turn_finished", Some(t)) => with_duration(conn, bot_id, t, payload, &time)?,
+        _ => None,
+    };
+    let payload = timed.as_deref().unwrap_or(payload);
     let served = if payload.len() > MAX_ITEM_BYTES {
         // The turn id is kept first, whatever else the preview has room for.
         let extra = turn_id.map(|t| ("turn_id", serde_json::Value::from(t)));
@@ -106,6 +111,46 @@ fn with_turn_id(payload: &str, turn_id: &str) -> Option<String> {
             }
         }
     }
+}
+
+/// A `turn_finished` payload with `duration_ms`: how long the turn `turn_id` took, in
+/// milliseconds, from its message's `user` item (the `Send`) to `now` (this item's time), every
+/// wait included (the queue, a usage limit, a login, the CLI's retries); the CLI's own
+/// `duration_ms` counts only its last attempt. `None` when the turn's message is not in the
+/// chat, or the payload is not a JSON object.
+fn with_duration(
+    conn: &Connection,
+    bot_id: &str,
+    turn_id: &str,
+    payload: &str,
+    now: &str,
+) -> rusqlite::Result<Option<String>> {
+    let sent: Option<String> = conn
+        .prepare_cached(
+            "SELECT c.time FROM turns t JOIN chat_items c ON c.bot_id = t.bot_id AND c.seq = t.chat_seq
+             WHERE t.id = ?1 AND t.bot_id = ?2",
+        )?
+        .query_row(params![turn_id, bot_id], |r| r.get(0))
+        .optional()?;
+    let (Some(sent), Ok(now)) = (sent, humantime::parse_rfc3339(now)) else {
+        return Ok(None);
+    };
+    let Ok(sent) = humantime::parse_rfc3339(&sent) else {
+        return Ok(None);
+    };
+    let ms = now.duration_since(sent).map_or(0, |d| d.as_millis());
+    let Some(head) = payload.trim_end().strip_suffix('}') else {
+        return Ok(None);
+    };
+    if !payload.trim_start().starts_with('{') {
+        return Ok(None);
+    }
+    let sep = if head.trim_end().ends_with('{') {
+        ""
+    } else {
+        ","
+    };
+    Ok(Some(format!("{head}{sep}\"duration_ms\":{ms}}}")))
 }
 
 /// The turn of the `permission_request` that a `permission_answer` payload answers.
@@ -388,6 +433,48 @@ mod tests {
             store.read(|c| read(c, "b", 1, u64::MAX, 4)).unwrap(),
             Some((vec![], whole.len() as u64))
         );
+    }
+
+    #[test]
+    fn a_turns_end_says_how_long_it_took_since_its_message() {
+        let store = store_with_bot();
+        let user = store
+            .tx(|tx| {
+                let item = append(tx, "b", "user", Some("t1"), r#"{"text":"hi"}"#)?;
+                crate::store::turns::insert(tx, "b", "t1", item.seq)?;
+                Ok(item)
+            })
+            .unwrap();
+        let end = store
+            .tx(|tx| {
+                append(
+                    tx,
+                    "b",
+                    "turn_finished",
+                    Some("t1"),
+                    r#"{"outcome":"success","reason":"success","text":""}"#,
+                )
+            })
+            .unwrap();
+        let p: Value = serde_json::from_str(&end.payload).unwrap();
+        let at = |t: &str| humantime::parse_rfc3339(t).unwrap();
+        let took = at(&end.time).duration_since(at(&user.time)).unwrap();
+        assert_eq!(p["duration_ms"], took.as_millis() as u64, "{p}");
+        assert_eq!(p["outcome"], "success");
+        // A turn whose message is not in the chat says nothing of its time.
+        let other = store
+            .tx(|tx| {
+                append(
+                    tx,
+                    "b",
+                    "turn_finished",
+                    Some("t9"),
+                    r#"{"outcome":"error"}"#,
+                )
+            })
+            .unwrap();
+        let p: Value = serde_json::from_str(&other.payload).unwrap();
+        assert!(p.get("duration_ms").is_none(), "{p}");
     }
 
     #[test]

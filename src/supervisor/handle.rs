@@ -526,6 +526,15 @@ impl BotHandle {
         Ok(true)
     }
 
+    /// Where the bot's agent takes its login from (`GetLogin`), judged now from the environment
+    /// it launches with (botvisord's, as config `env_allowlist` lets it through, with the
+    /// bot's own over it) and the files that exist: variables by name only, never a value.
+    pub fn login(&self) -> crate::runtime::login::Login {
+        let record = self.view_guard().record.clone();
+        let env = super::bot::bot_env(&self.shared.config, &record);
+        self.shared.runtime.login(&record.env, &env)
+    }
+
     /// The bot's current view, read in place: hold it for no longer than a copy would take
     /// (the actor waits to change it meanwhile), and across no `.await`.
     pub fn view_guard(&self) -> std::sync::RwLockReadGuard<'_, BotView> {

@@ -65,6 +65,17 @@ impl Drop for AppServer {
 
 impl AppServer {
     fn spawn(bin: &Path, codex_home: &Path, cwd: &Path, marker: &str) -> AppServer {
+        AppServer::spawn_with(bin, codex_home, cwd, marker, &[])
+    }
+
+    /// As [`AppServer::spawn`], with `extra` variables in its environment.
+    fn spawn_with(
+        bin: &Path,
+        codex_home: &Path,
+        cwd: &Path,
+        marker: &str,
+        extra: &[(&str, &str)],
+    ) -> AppServer {
         let mut child = tokio::process::Command::new(bin)
             .arg("app-server")
             .env_clear()
@@ -73,6 +84,7 @@ impl AppServer {
             .env("CODEX_HOME", codex_home)
             .env("FAKE_API_KEY", "sk-test")
             .env("BOTVISOR_TEST_RUN", marker)
+            .envs(extra.iter().copied())
             .current_dir(cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -1886,4 +1898,154 @@ async fn an_accept_for_session_is_not_asked_again() {
             "acceptForSession ends with its process; an accepted execpolicy rule outlives it"
         )
     );
+}
+
+/// Issue 46: how far each decision reaches for a command with other arguments. 0.171.0:
+/// `acceptForSession` covers only the exact command (`touch` on another file asks again in the
+/// same process); an execpolicy rule of the program alone (`["touch"]`, a prefix shorter than the
+/// proposed one) is taken, covers the program with any arguments, and outlives the process
+/// (written to `$CODEX_HOME/rules/`).
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_of_the_program_alone_covers_its_other_arguments() {
+    let Some(s) = Setup::start(support::responses_api::shell_script()).await else {
+        return;
+    };
+    let file = |n: &str| s.env.work.join(n);
+    let settings = json!({"cwd": s.env.work.to_str().unwrap(), "approvalPolicy": "on-request",
+                          "sandbox": "workspace-write"});
+    // Runs `touch NAME` escalated; answers a request with `decision(params)`; says whether it
+    // was asked.
+    async fn touch(
+        codex: &mut AppServer,
+        thread: &str,
+        path: &Path,
+        decision: impl Fn(&Value) -> Value,
+    ) -> bool {
+        codex
+            .start_turn(thread, &format!("run escalated: touch {}", path.display()))
+            .await;
+        let next = codex
+            .until("a request or the turn's end", |v| {
+                v["method"] == "item/commandExecution/requestApproval"
+                    || v["method"] == "turn/completed"
+            })
+            .await;
+        let asked = next["method"] == "item/commandExecution/requestApproval";
+        if asked {
+            println!("asked: {}", next["params"]);
+            codex
+                .write(json!({"id": next["id"], "result": {"decision": decision(&next["params"])}}))
+                .await;
+            codex.turn_completed().await;
+        }
+        assert!(path.exists(), "touch {} ran", path.display());
+        asked
+    }
+    use botvisor::runtime::Scope;
+    use botvisor::runtime::codex::scopes;
+    // What botvisor sends for a scope, as RespondPermission would.
+    let decided = |scope: Scope| {
+        move |params: &Value| {
+            scopes::grant(&json!({"codex": params}), scope)
+                .permissions
+                .unwrap_or(json!("accept"))
+        }
+    };
+    let mut codex = s.opened().await;
+    let thread = codex.start_thread(settings.clone()).await;
+    let a = touch(&mut codex, &thread, &file("a"), decided(Scope::Session)).await;
+    let b = touch(&mut codex, &thread, &file("b"), decided(Scope::Program)).await;
+    let c = touch(&mut codex, &thread, &file("c"), decided(Scope::Once)).await;
+    codex.close().await;
+    let mut codex = s.opened().await;
+    let thread = codex.start_thread(settings.clone()).await;
+    let d = touch(&mut codex, &thread, &file("d"), decided(Scope::Once)).await;
+    codex.close().await;
+    let rules =
+        std::fs::read_to_string(s.codex_home.join("rules/default.rules")).unwrap_or_default();
+    println!(
+        "asked: a {a}, b after a session allow of a {b}, c after the program's rule {c}, d in \
+         the next process {d}; rules: {rules}"
+    );
+    assert!(
+        a && b,
+        "{}",
+        changed(
+            &s.bin,
+            "acceptForSession covers the exact command only: touch on another file asks again"
+        )
+    );
+    assert!(
+        !c && !d,
+        "{}",
+        changed(
+            &s.bin,
+            "an execpolicy rule of the program alone covers it with any arguments, beyond the \
+             process"
+        )
+    );
+    assert!(
+        rules.contains(r#"prefix_rule(pattern=["touch"], decision="allow")"#),
+        "{}: {rules}",
+        changed(
+            &s.bin,
+            "the rule is kept in $CODEX_HOME/rules/default.rules"
+        )
+    );
+}
+
+/// Issue 46 (`GetLogin`, `botvisorctl doctor`): the built-in `openai` provider takes its key from
+/// Codex's own login (`$CODEX_HOME/auth.json`, `codex login`), not from `OPENAI_API_KEY` in its
+/// environment: with only that variable, the request to the model goes without `Authorization`.
+/// So a Codex bot's login is `auth.json`, or the variable its model provider's `env_key` names
+/// (runtime::codex::config::ProviderKey).
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builtin_provider_takes_no_key_from_the_environment() {
+    let Some(bin) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    let api = ResponsesApi::start(echo_script()).await;
+    let home = env.home.join("codex-home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "openai_base_url = \"{}\"\ncheck_for_update_on_startup = false\n\
+             [analytics]\nenabled = false\n",
+            api.base_url
+        ),
+    )
+    .unwrap();
+    let mut codex = AppServer::spawn_with(
+        &bin,
+        &home,
+        &env.work,
+        &env.marker,
+        &[("OPENAI_API_KEY", "sk-from-the-environment")],
+    );
+    codex.handshake(true).await;
+    let thread = codex
+        .start_thread(json!({"cwd": env.work.to_str().unwrap()}))
+        .await;
+    codex.start_turn(&thread, "hello").await;
+    api.wait_for(|_| true, WAIT).await;
+    let credentials: Vec<Option<String>> =
+        api.requests().into_iter().map(|r| r.credential).collect();
+    println!("the requests' credentials: {credentials:?}");
+    assert!(
+        credentials.iter().all(Option::is_none),
+        "{}: {credentials:?}",
+        changed(
+            &bin,
+            "OPENAI_API_KEY in the environment is not the built-in provider's key"
+        )
+    );
+    codex.kill().await;
 }

@@ -193,6 +193,10 @@ async fn probe(conn: &Connection, bot: &str) -> Vec<(String, String)> {
         "GetChat",
         outcome(conn, bot, b, "GetChat", &(0u64, 0u32)).await,
     );
+    note(
+        "GetLogin",
+        outcome(conn, bot, b, "GetLogin", &(&none,)).await,
+    );
     for p in [
         "Id",
         "Name",

@@ -33,6 +33,19 @@ async fn run(bus: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// A `[done: …]` line with its time (the turn's own, which varies) as `TIME`; other lines as
+/// they are.
+fn untimed(line: &str) -> String {
+    match line.strip_suffix(']').and_then(|l| l.rsplit_once(", ")) {
+        Some((head, time))
+            if line.starts_with("[done: ") && (time.ends_with(" ms") || time.ends_with(" s")) =>
+        {
+            format!("{head}, TIME]")
+        }
+        _ => line.to_owned(),
+    }
+}
+
 /// `botvisorctl create` of a bot named `name` run by the fake CLI with `plan`, in `cwd`.
 async fn create(s: &FakeSetup, name: &str, cwd: &Path, plan: Value) -> String {
     let env = fake_env(&s.env.home, &s.state, plan, &s.env.marker);
@@ -94,8 +107,9 @@ async fn concurrent_senders_each_see_exactly_their_own_turn() {
                 if !as_json {
                     let want = [
                         format!("fake: {text}"),
-                        "[done: success, $0.0000 this turn, 1 ms]".into(),
+                        "[done: success, $0.0000 this turn, TIME]".into(),
                     ];
+                    let lines: Vec<String> = lines.iter().map(|l| untimed(l)).collect();
                     if lines != want {
                         wrong.push(format!("{text}: printed {lines:?}"));
                     }
@@ -251,13 +265,14 @@ async fn a_prompt_is_found_everywhere_and_answered_elsewhere() {
         rest.push(line);
     }
     assert!(status.success(), "{rest:?}");
+    let rest: Vec<String> = rest.iter().map(|l| untimed(l)).collect();
     assert_eq!(
         rest,
         [
             "[permission allow] request ask-0-0 by botvisorctl (".to_owned()
                 + rest[0].split(" by botvisorctl (").nth(1).unwrap_or("?"),
             "fake: first".to_owned(),
-            "[done: success, $0.0000 this turn, 1 ms]".to_owned(),
+            "[done: success, $0.0000 this turn, TIME]".to_owned(),
         ],
         "send printed other turns or missed its own"
     );
@@ -294,8 +309,8 @@ async fn a_prompt_is_found_everywhere_and_answered_elsewhere() {
         "{lines:?}"
     );
     assert_eq!(
-        lines[2..],
-        ["fake: second", "[done: success, $0.0000 this turn, 1 ms]"]
+        [lines[2].to_owned(), untimed(lines[3])],
+        ["fake: second", "[done: success, $0.0000 this turn, TIME]"]
     );
     // Who answered is named in the chat for every client.
     let (_, out, _) = run(&bus, &["--json", "chat", "asker"]).await;
@@ -1184,8 +1199,10 @@ async fn the_frictions_of_the_first_hour() {
 }
 
 /// Issue 30: `doctor` says what it found and how to fix it, and exits 0 only when every check
-/// passes. With botvisord running, the CLIs as it sees them (its environment): a Claude Code
-/// without a login fails (with `claude /login`), a Codex not installed only warns; logged in, it
+/// passes. With botvisord running, the CLIs as it sees them (its environment): without a login
+/// of its own it warns (issue 46: bots may bring their own key), a Codex not installed only
+/// warns; each bot's login is judged as botvisord judges it (`GetLogin`): a bot with a key in its
+/// own environment passes, one without fails naming itself and the fix; logged in, every bot
 /// passes. Without botvisord on the bus and no activation file, it fails saying how to start it,
 /// and a state folder open to others fails (with `chmod 700`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1205,7 +1222,7 @@ async fn doctor_names_what_fails_and_the_fix() {
     };
     let out = doctor(s.env.bus.address.clone()).output().await.unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(
         text.contains("ok   botvisord: running on the bus (pid "),
         "{text}"
@@ -1217,17 +1234,83 @@ async fn doctor_names_what_fails_and_the_fix() {
         )),
         "{text}"
     );
-    assert!(text.contains("FAIL claude login: not logged in"), "{text}");
+    assert!(
+        text.contains("warn claude login: the running botvisord gives its bots no login: no "),
+        "{text}"
+    );
     assert!(text.contains("fix: claude /login"), "{text}");
     assert!(text.contains("warn codex: "), "{text}");
+    assert!(text.contains("all checks passed"), "{text}");
+    // The README's offline path: a bot with a key in its own environment has a login; one
+    // without fails, named, with the fix.
+    let keyed = create(&s, "keyed", &s.env.work, json!([{"mode": "normal"}])).await;
+    let bare = create(&s, "bare", &s.env.work, json!([{"mode": "normal"}])).await;
+    let mut env = fake_env(
+        &s.env.home,
+        &s.state,
+        json!([{"mode": "normal"}]),
+        &s.env.marker,
+    );
+    env.insert("ANTHROPIC_API_KEY".into(), "offline".into());
+    let mut set: Vec<String> = vec!["set".into(), keyed.clone()];
+    for (k, v) in &env {
+        set.push("--env".into());
+        set.push(format!("{k}={v}"));
+    }
+    let set: Vec<&str> = set.iter().map(String::as_str).collect();
+    let (code, _, err) = run(&s.env.bus.address, &set).await;
+    assert_eq!(code, 0, "{err}");
+    let out = doctor(s.env.bus.address.clone()).output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let line = |start: &str| {
+        text.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no {start:?} in {text}"))
+            .to_owned()
+    };
+    let keyed_line = line("ok   login keyed: ");
+    let (short, said) = keyed_line["ok   login keyed: ".len()..]
+        .split_once(' ')
+        .unwrap();
+    assert!(keyed.starts_with(short), "{keyed_line}");
+    assert_eq!(said, "(claude): ANTHROPIC_API_KEY in the bot's environment");
+    assert!(
+        line("FAIL login bare: ").contains("(claude): no login: no "),
+        "{text}"
+    );
+    assert!(
+        text.contains("fix: claude /login as botvisord's user, or `botvisorctl set bare --env ANTHROPIC_API_KEY=…`"),
+        "{text}"
+    );
     assert!(text.contains("1 check(s) failed"), "{text}");
-    // Logged in as the running botvisord's user (its HOME).
+    assert!(!text.contains("offline"), "a value is never said: {text}");
+    // Logged in as the running botvisord's user (its HOME): every bot has a login.
     std::fs::create_dir_all(s.env.home.join(".claude")).unwrap();
     std::fs::write(s.env.home.join(".claude/.credentials.json"), "{}").unwrap();
     let out = doctor(s.env.bus.address.clone()).output().await.unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("all checks passed"), "{text}");
+    assert!(text.contains("ok   login bare: "), "{text}");
+    assert!(text.contains("ok   claude login: "), "{text}");
+    let bot = s
+        .env
+        .bot(&s.env.manager().await.get_bot(&bare).await.unwrap())
+        .await;
+    let login = bot
+        .get_login(std::collections::HashMap::new())
+        .await
+        .unwrap();
+    assert_eq!(login["source"], "file");
+    assert_eq!(
+        login["file"],
+        s.env
+            .home
+            .join(".claude/.credentials.json")
+            .to_str()
+            .unwrap()
+    );
 
     // A bus without botvisord, which cannot start it: this shell's view.
     let bare = PrivateBus::start(&s.env.dir.path().join("bare-bus"));
@@ -1478,5 +1561,195 @@ async fn a_fork_of_a_bot_without_a_conversation_says_so() {
     assert_eq!(
         out.trim(),
         "restarting new (it has no conversation yet to copy)"
+    );
+}
+
+/// Issue 46 §4: the time `send` shows for a turn is the turn's, from its message's `Send` (the
+/// `user` item) to its end (the `turn_finished` item), waits included, not the CLI's own
+/// `duration_ms` (the fake CLI says 1 ms, and takes 300 ms to answer); `chat` shows the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turns_time_is_from_its_message_to_its_end() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(
+        &s,
+        "slow",
+        &s.env.work,
+        json!([{"mode": "normal", "reply_after_s": 0.3}]),
+    )
+    .await;
+    let (code, out, err) = run(&bus, &["send", "slow", "hello"]).await;
+    assert_eq!(code, 0, "{err}");
+    let done = out.lines().last().unwrap_or_default().to_owned();
+    let bot = s
+        .env
+        .bot(&s.env.manager().await.get_bot("slow").await.unwrap())
+        .await;
+    let items = bot.get_chat(0, 0).await.unwrap();
+    let time = |kind: &str| {
+        let (_, _, t, _) = items.iter().find(|i| i.1 == kind).unwrap();
+        humantime::parse_rfc3339(t).unwrap()
+    };
+    let took = time("turn_finished")
+        .duration_since(time("user"))
+        .unwrap()
+        .as_millis() as u64;
+    assert!(took >= 300, "the fake answered after 300 ms: {took} ms");
+    let (_, _, _, end) = items.iter().find(|i| i.1 == "turn_finished").unwrap();
+    let end: Value = serde_json::from_str(end).unwrap();
+    assert_eq!(end["duration_ms"], took, "{end}");
+    let shown = if took >= 1000 {
+        format!("{:.1} s", took as f64 / 1000.0)
+    } else {
+        format!("{took} ms")
+    };
+    assert_eq!(done, format!("[done: success, $0.0000 this turn, {shown}]"));
+    let (_, chat, _) = run(&bus, &["chat", "slow"]).await;
+    assert!(
+        chat.contains(&format!("[turn ended: success, {shown}]")) && !chat.contains("1 ms"),
+        "{chat}"
+    );
+}
+
+/// Issue 46 §4: `delete --yes` of a bot with a turn running and messages queued deletes it, and
+/// says what that loses; an idle bot's deletion says nothing of the kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_busy_bot_says_what_is_lost() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(
+        &s,
+        "busy",
+        &s.env.work,
+        json!([{"mode": "normal", "stream_then_wait": true}]),
+    )
+    .await;
+    let bot = s
+        .env
+        .bot(&s.env.manager().await.get_bot("busy").await.unwrap())
+        .await;
+    let bot = watching(&bot).await;
+    let queued = bot.receive_queued_messages_changed().await;
+    let mut text = bot.receive_text_delta().await.unwrap();
+    for m in ["first", "second", "third"] {
+        bot.send(m, std::collections::HashMap::new()).await.unwrap();
+    }
+    // The first turn runs (its reply is streaming), the two others wait behind it.
+    bounded(
+        "the first reply streams",
+        futures_util::StreamExt::next(&mut text),
+    )
+    .await;
+    let now = bot.queued_messages().await.unwrap();
+    wait_property(queued, now, &2, "QueuedMessages").await;
+    let (code, out, err) = run(&bus, &["--json", "delete", "busy", "--yes"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        err.trim(),
+        "warning: deleting busy loses its running turn (it ends interrupted, unanswered) and \
+         2 queued messages (never sent)"
+    );
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (&v["turn_running"], &v["queued_messages"]),
+        (&json!(true), &json!(2))
+    );
+
+    create(&s, "calm", &s.env.work, json!([{"mode": "normal"}])).await;
+    let (code, out, err) = run(&bus, &["delete", "calm", "--yes"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.is_empty() && out.starts_with("deleted calm"),
+        "{out} {err}"
+    );
+}
+
+/// Issue 46 §4: `doctor` says whether a notification server is on the bus, which
+/// `botvisor-notify` needs to show anything: a warning without one (hooks still run), its name
+/// and version with one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_says_whether_a_notification_server_is_on_the_bus() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let notifications = |text: &str| {
+        text.lines()
+            .find(|l| l.contains(" notifications: "))
+            .unwrap_or_else(|| panic!("no notifications check: {text}"))
+            .to_owned()
+    };
+    let (_, out, _) = run(&bus, &["doctor"]).await;
+    assert!(
+        notifications(&out).starts_with("warn notifications: no notification server on this bus"),
+        "{out}"
+    );
+    let _server = support::desktop::StandInServer::start(&bus, &["actions", "body"]).await;
+    let (_, out, _) = run(&bus, &["doctor"]).await;
+    assert_eq!(
+        notifications(&out),
+        "ok   notifications: stand-in 1 (botvisor tests) shows botvisor-notify's notifications"
+    );
+}
+
+/// Issue 46 §4: a question that offers more than "once" says what each answer lets run, and its
+/// key answers with that scope: here Claude Code's suggestions, `s` for the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_terminal_question_says_what_each_allow_lets_run() {
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    let suggestions = json!([{"type": "addRules", "behavior": "allow", "destination": "localSettings",
+                              "rules": [{"toolName": "Bash", "ruleContent": "ls /tmp"}]}]);
+    create(
+        &s,
+        "asker",
+        &s.env.work,
+        json!([{"mode": "normal", "ask": {"tool": "Bash", "input": {"command": "ls /tmp"},
+                                          "suggestions": suggestions}}]),
+    )
+    .await;
+    let send = tokio::process::Command::new("python3")
+        .args(["-c", IN_A_TERMINAL, CTL, "send", "asker", "go"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("DBUS_SESSION_BUS_ADDRESS", &bus)
+        .env("NO_COLOR", "1")
+        .env("ANSWER", "s")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let done = tokio::time::timeout(EVENT_TIMEOUT, send.wait_with_output())
+        .await
+        .expect("send ends")
+        .unwrap();
+    let text = String::from_utf8_lossy(&done.stdout).into_owned();
+    assert!(done.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "Allow Bash {\"command\":\"ls /tmp\"}? (request ask-0-0)\r\n  y  this request, this \
+             time\r\n  s  `Bash(ls /tmp)`, without asking, while this agent runs\r\n  [y/s/N] "
+        ),
+        "{text:?}"
+    );
+    let grants = json_lines(&s.state.join("grants.jsonl"));
+    assert_eq!(
+        grants[0]["updatedPermissions"][0]["destination"], "session",
+        "{grants:?}"
+    );
+    let (_, chat, _) = run(&bus, &["--json", "chat", "asker"]).await;
+    let answer: Value = chat
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["kind"] == "permission_answer")
+        .unwrap();
+    assert_eq!(answer["payload"]["scope"], "session", "{answer}");
+    // `chat` (and `watch`) say the same under the request, as `answer`'s flags.
+    let (_, chat, _) = run(&bus, &["chat", "asker"]).await;
+    assert!(
+        chat.contains(
+            "(request ask-0-0)\n  allow once: this request, this time\n  allow --session: \
+             `Bash(ls /tmp)`, without asking, while this agent runs"
+        ),
+        "{chat}"
     );
 }

@@ -29,6 +29,7 @@ mod repeats;
 mod scopes;
 mod service;
 mod sessions;
+mod stand_ins;
 mod storage_faults;
 mod storms;
 mod supervision;

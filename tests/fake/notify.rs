@@ -79,7 +79,7 @@ async fn allow_and_deny_through_dunst_answer_the_real_cli() {
     assert!(
         lines
             .iter()
-            .any(|l| l.starts_with("#Allow (writer asks to use Write)")),
+            .any(|l| l.starts_with("#Allow once (writer asks to use Write)")),
         "{menu}"
     );
     assert!(

@@ -296,3 +296,37 @@ async fn two_hundred_requests_at_once_are_one_notification() {
     );
     assert!(notify.log_text().contains("botvisord is on the bus"));
 }
+
+/// Issue 46 §4: no notification server on the bus is a warning (on stderr, where the user looks)
+/// at start, not an INFO line once a notification is due; a server that comes is said, and one
+/// that leaves is a warning again: once per change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_notification_server_is_a_warning_at_start_and_when_it_leaves() {
+    let fake = FakeSetup::start("").await;
+    let notify = Notifier::start(&fake.env, "").await;
+    notify.wait_log("no notification server on this bus").await;
+    let warnings = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("no notification server on this bus"))
+            .map(|l| {
+                assert!(l.contains("WARN"), "a warning: {l}");
+                l.to_owned()
+            })
+            .collect::<Vec<_>>()
+    };
+    let first = warnings(&notify.log_text());
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert!(first[0].contains("has no owner"), "{first:?}");
+    let server = StandInServer::start(&fake.env.bus.address, &["actions", "body"]).await;
+    notify.wait_log("a notification server took").await;
+    server.leave().await;
+    notify
+        .wait_log("the notification server left the bus")
+        .await;
+    assert_eq!(
+        warnings(&notify.log_text()).len(),
+        2,
+        "{}",
+        notify.log_text()
+    );
+}

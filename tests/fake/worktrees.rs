@@ -112,6 +112,13 @@ async fn botvisorctl_creates_lists_and_deletes_a_bot_in_a_worktree() {
     let (code, _, err) = run(&bus, &["delete", id, "--yes", "--remove-worktree"]).await;
     assert_ne!(code, 0);
     assert!(err.contains("?? new.txt"), "{err}");
+    // The way out is the command's flag, not the D-Bus option (issue 46).
+    assert!(
+        err.contains(&format!(
+            "run `botvisorctl delete {id} --remove-worktree --force` to remove the worktree anyway"
+        )) && !err.contains("force: true"),
+        "{err}"
+    );
     assert!(Path::new(&tree).join("new.txt").is_file());
     let om = zbus::fdo::ObjectManagerProxy::builder(&s.env.conn)
         .destination("org.botvisor.Botvisor1")

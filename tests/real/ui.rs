@@ -54,7 +54,11 @@ async fn a_claude_bot_is_answered_always_and_denied_from_the_dashboard() {
     t.text(&format!("write {}: one", first.display()));
     t.keys(&["Enter"]);
     let screen = t.wait_for("asks: Write").await;
-    assert!(screen.contains("a always allow"), "{screen}");
+    // The key says what it lets run (issue 46).
+    assert!(
+        screen.contains("a allow every file edit without asking from now on"),
+        "{screen}"
+    );
     t.keys(&["a"]);
     assert_eq!(wait_any_turn(&mut finished).await, "success");
     assert_eq!(

@@ -12,6 +12,7 @@ pub mod repeats;
 pub mod responses_api;
 pub mod sshd;
 pub mod stand_in_api;
+pub mod stand_ins;
 pub mod terminal;
 pub mod version;
 

@@ -32,6 +32,8 @@ pub struct ResponsesRequest {
     pub function_output: Option<(String, String)>,
     /// The `model` the request names.
     pub model: String,
+    /// The credential it carried: its `Authorization` header without `Bearer ` (`None`: none).
+    pub credential: Option<String>,
     /// The whole body.
     pub body: Value,
 }
@@ -124,6 +126,35 @@ pub fn codex_limit_headers(
     .into_iter()
     .map(|(n, v)| (n.to_owned(), v))
     .collect()
+}
+
+/// What the Responses API answers a ChatGPT plan over its usage limit, which resets at `reset`
+/// (Unix seconds; `now` the time of the request): a 429 `usage_limit_reached` with the reset,
+/// and the plan's headers saying the five-hour window is used up
+/// (`facts::codex::a_usage_limit_is_an_error_that_names_its_reset`).
+pub fn usage_limit_refusal(reset: u64, now: u64) -> Reply {
+    Reply::WithHeaders {
+        headers: codex_limit_headers(100, 300, reset),
+        reply: Box::new(Reply::Status {
+            status: 429,
+            body: json!({"error": {
+                "type": "usage_limit_reached",
+                "message": "The usage limit has been reached",
+                "plan_type": "plus",
+                "resets_at": reset,
+                "resets_in_seconds": reset.saturating_sub(now),
+            }}),
+        }),
+    }
+}
+
+/// What the Responses API answers a key it refuses: 401 `invalid_api_key`.
+pub fn key_refused() -> Reply {
+    Reply::Status {
+        status: 401,
+        body: json!({"error": {"type": "invalid_request_error", "code": "invalid_api_key",
+            "message": "Incorrect API key provided."}}),
+    }
 }
 
 /// Decides the answer to a request.
@@ -337,7 +368,7 @@ fn is_context(text: &str) -> bool {
         || t.starts_with("# AGENTS.md")
 }
 
-fn request_of(body: Value) -> ResponsesRequest {
+fn request_of(body: Value, headers: &axum::http::HeaderMap) -> ResponsesRequest {
     let input: Vec<Value> = body
         .get("input")
         .and_then(Value::as_array)
@@ -377,6 +408,10 @@ fn request_of(body: Value) -> ResponsesRequest {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned(),
+        credential: headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.strip_prefix("Bearer ").unwrap_or(v).to_owned()),
         body,
     }
 }
@@ -498,11 +533,15 @@ fn sse(pieces: Vec<(Option<std::time::Duration>, String)>) -> Response {
     resp
 }
 
-async fn responses(State(shared): State<Shared>, body: Bytes) -> Response {
+async fn responses(
+    State(shared): State<Shared>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
         return (StatusCode::BAD_REQUEST, "not JSON").into_response();
     };
-    let req = request_of(body);
+    let req = request_of(body, &headers);
     let reply = (shared.script)(&req);
     shared.seen.lock().unwrap().push(req);
     shared.arrived.notify_waiters();

@@ -27,6 +27,9 @@ pub struct ApiRequest {
     pub stream: bool,
     /// Whether the request offers tools (the main conversation does; side requests don't).
     pub has_tools: bool,
+    /// The credential it carried: its `x-api-key` (an API key), else its `Authorization` header
+    /// without `Bearer ` (an OAuth token, `ANTHROPIC_AUTH_TOKEN`); `None`: none.
+    pub credential: Option<String>,
     /// The whole body.
     pub body: Value,
 }
@@ -230,7 +233,7 @@ impl ApiRequest {
     }
 }
 
-fn request_of(body: Value) -> ApiRequest {
+fn request_of(body: Value, headers: &axum::http::HeaderMap) -> ApiRequest {
     let messages: Vec<Value> = body
         .get("messages")
         .and_then(Value::as_array)
@@ -274,15 +277,24 @@ fn request_of(body: Value) -> ApiRequest {
             .get("tools")
             .and_then(Value::as_array)
             .is_some_and(|t| !t.is_empty()),
+        credential: headers
+            .get("x-api-key")
+            .or_else(|| headers.get(header::AUTHORIZATION))
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.strip_prefix("Bearer ").unwrap_or(v).to_owned()),
         body,
     }
 }
 
-async fn messages(State(shared): State<Shared>, body: Bytes) -> Response {
+async fn messages(
+    State(shared): State<Shared>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
         return (StatusCode::BAD_REQUEST, "not JSON").into_response();
     };
-    let req = request_of(body);
+    let req = request_of(body, &headers);
     // Side requests (titles, summaries) get plain text and never consume the script.
     let reply = if req.has_tools {
         (shared.script)(&req)

@@ -2,7 +2,8 @@
 
 /// Runs a command in a pseudo-terminal (stdin, stdout and stderr a terminal, as a person's) and
 /// copies what it prints to stdout; when `ANSWER` is set, types it (and Enter) once the
-/// output shows `[y/N]` (`ANSWER=^C` types Ctrl-C instead). Exits with the command's exit code.
+/// output shows a question's keys (`[y/N]`, `[y/s/a/N]`: `/N]`; `ANSWER=^C` types Ctrl-C
+/// instead). Exits with the command's exit code.
 pub const IN_A_TERMINAL: &str = r#"
 import os, pty, sys
 pid, fd = pty.fork()
@@ -20,7 +21,7 @@ while True:
     sys.stdout.buffer.write(data)
     sys.stdout.flush()
     seen += data
-    if answer is not None and b"[y/N]" in seen:
+    if answer is not None and b"/N]" in seen:
         os.write(fd, b"\x03" if answer == "^C" else answer.encode() + b"\n")
         answer = None
 _, status = os.waitpid(pid, 0)

@@ -126,6 +126,17 @@ struct Desktop {
     quiet_until: Option<Instant>,
     shown: HashMap<Key, (u32, Note)>,
     by_id: HashMap<u32, Key>,
+    /// Whether a notification server was there when last looked at (`None`: not yet known):
+    /// its absence is said as a warning once per change, not at every retry.
+    present: Option<bool>,
+}
+
+/// What is said when no notification server is on the bus (`why`: how that was found).
+fn absent_words(why: &str) -> String {
+    format!(
+        "no notification server on this bus ({why}): nothing shows on the desktop until one \
+         starts (your desktop's, or dunst, mako, …); hooks still run"
+    )
 }
 
 /// The desktop task: runs until [`Desk::close_all_and_stop`] is done, or the bus is gone. With
@@ -148,7 +159,21 @@ pub async fn run(
         quiet_until: None,
         shown: HashMap::new(),
         by_id: HashMap::new(),
+        present: None,
     };
+    if enabled {
+        // Said at start, where the user looks (stderr, or the journal under systemd): not only
+        // once a notification is due.
+        match server_on_bus(&d.conn).await {
+            Ok(true) => {}
+            Ok(false) => d.absent(&format!(
+                "{NOTIFICATIONS} has no owner and the bus cannot start one"
+            )),
+            Err(e) => {
+                tracing::warn!("cannot ask the bus whether a notification server is on it: {e}")
+            }
+        }
+    }
     loop {
         let retry = d
             .quiet_until
@@ -190,9 +215,10 @@ impl Desktop {
             ServerEvent::Owner(owner) => {
                 match &owner {
                     Some(o) => {
-                        tracing::info!(owner = %o, "a notification server took {NOTIFICATIONS}")
+                        tracing::info!(owner = %o, "a notification server took {NOTIFICATIONS}; notifications show");
+                        self.present = Some(true);
                     }
-                    None => tracing::info!("the notification server left the bus"),
+                    None => self.absent("the notification server left the bus"),
                 }
                 // Its notifications went with the old one; the new one is shown everything.
                 self.owner = owner.clone();
@@ -297,12 +323,14 @@ impl Desktop {
         let reply = match self.call("GetCapabilities", &()).await {
             Ok(r) => r,
             Err(e) => {
-                tracing::info!(
-                    "no notification server answers ({e}); trying again in {RETRY:?} or when one comes"
-                );
+                tracing::debug!("no notification server answers ({e}); trying again in {RETRY:?}");
+                self.absent(&format!(
+                    "GetCapabilities: {e}; trying again every {RETRY:?} and when one comes"
+                ));
                 return None;
             }
         };
+        self.present = Some(true);
         let names: Vec<String> = reply.body().deserialize().unwrap_or_default();
         let caps = Caps::from_names(&names);
         self.owner = reply.header().sender().map(|s| s.to_string());
@@ -320,6 +348,14 @@ impl Desktop {
         }
         self.caps = Some(caps.clone());
         Some(caps)
+    }
+
+    /// No notification server is there (`why`): a warning when that is news.
+    fn absent(&mut self, why: &str) {
+        if self.present != Some(false) {
+            tracing::warn!("{}", absent_words(why));
+        }
+        self.present = Some(false);
     }
 
     /// One call to the server, bounded by [`CALL_TIMEOUT`]; a call it did not answer leaves
@@ -351,6 +387,27 @@ impl Desktop {
             }
         }
     }
+}
+
+/// Whether a notification server is on the bus of `conn`, or can be started by it (D-Bus
+/// activation); each question bounded by [`CALL_TIMEOUT`].
+pub async fn server_on_bus(conn: &Connection) -> Result<bool, String> {
+    let dbus = zbus::fdo::DBusProxy::new(conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = zbus::names::BusName::try_from(NOTIFICATIONS).map_err(|e| e.to_string())?;
+    let owned = tokio::time::timeout(CALL_TIMEOUT, dbus.name_has_owner(name))
+        .await
+        .map_err(|_| format!("NameHasOwner was not answered within {CALL_TIMEOUT:?}"))?
+        .map_err(|e| e.to_string())?;
+    if owned {
+        return Ok(true);
+    }
+    let names = tokio::time::timeout(CALL_TIMEOUT, dbus.list_activatable_names())
+        .await
+        .map_err(|_| format!("ListActivatableNames was not answered within {CALL_TIMEOUT:?}"))?
+        .map_err(|e| e.to_string())?;
+    Ok(names.iter().any(|n| n.as_str() == NOTIFICATIONS))
 }
 
 /// Whether `e` says no server has the name (nor can be started).

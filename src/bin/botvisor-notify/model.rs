@@ -634,7 +634,9 @@ impl Model {
                 BODY_CHARS,
             )),
             actions: vec![
-                (format!("allow-{token}"), "Allow".to_owned()),
+                // Its reach said on the button (issue 46): this request only; a wider allow is
+                // `botvisorctl answer` with a scope, or `send`'s, `watch`'s and the dashboard's.
+                (format!("allow-{token}"), "Allow once".to_owned()),
                 (format!("deny-{token}"), "Deny".to_owned()),
             ],
             urgency: NORMAL,

@@ -192,14 +192,17 @@ pub enum Cmd {
         updated_input: Option<String>,
         /// Allow this and what the CLI takes as the same from now on (Claude Code: a file edit
         /// makes the bot's permission mode acceptEdits; Codex: the rule it proposed for a
-        /// command).
+        /// command, which is often the exact command). The request says what each scope lets
+        /// run (`watch`, `chat`).
         #[arg(long, conflicts_with_all = ["session", "scope"])]
         always: bool,
-        /// Allow this and what the CLI takes as the same while the agent's process runs.
+        /// Allow this and what the CLI takes as the same while the agent's process runs (Codex:
+        /// the exact command again).
         #[arg(long, conflicts_with = "scope")]
         session: bool,
-        /// How far an allow reaches: once (the default), session or always.
-        #[arg(long, value_parser = ["once", "session", "always"])]
+        /// How far an allow reaches: once (the default), session, always, or program (Codex:
+        /// every use of the command's program, whatever its arguments, from now on).
+        #[arg(long, value_parser = ["once", "session", "always", "program"])]
         scope: Option<String>,
     },
     /// Rename a bot (names are checked as `create` checks them).

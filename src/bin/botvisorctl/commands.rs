@@ -434,6 +434,7 @@ pub async fn answer(
         let reach = match scope {
             "session" => ", and the same while the agent runs (session)",
             "always" => ", and the same from now on (always)",
+            "program" => ", and its program with any arguments from now on (program)",
             _ => "",
         };
         outln!("{done} request {}{reach}", show::safe(&request));
@@ -741,7 +742,31 @@ pub async fn restart(
 /// worktree removed): the stop's grace and SIGKILL, and git's own bound of 30 s, with room.
 const REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(90);
 
-/// `delete`: asks first on a terminal unless `yes`; without a terminal `--yes` is required.
+/// What deleting the bot `name` loses of its work, as a warning: the turn it runs (ended
+/// `interrupted`, its answer never given) and the messages queued behind it (never sent); `None`
+/// when it loses neither.
+fn lost_with(name: &str, running: bool, queued: u32) -> Option<String> {
+    let mut lost = Vec::new();
+    if running {
+        lost.push("its running turn (it ends interrupted, unanswered)".to_owned());
+    }
+    match queued {
+        0 => {}
+        1 => lost.push("1 queued message (never sent)".to_owned()),
+        n => lost.push(format!("{n} queued messages (never sent)")),
+    }
+    (!lost.is_empty()).then(|| {
+        format!(
+            "warning: deleting {} loses {}",
+            show::safe(name),
+            lost.join(" and ")
+        )
+    })
+}
+
+/// `delete`: asks first on a terminal unless `yes`; without a terminal `--yes` is required. A
+/// bot with a turn running or messages queued is deleted all the same, with a warning that says
+/// what is lost (issue 46).
 pub async fn delete(
     conn: &Connection,
     spec: &str,
@@ -751,6 +776,8 @@ pub async fn delete(
 ) -> Result<u8, Failure> {
     let path = bots::path_of(conn, spec).await?;
     let info = bots::info(conn, path.as_str()).await?;
+    let running = info.state == "busy";
+    let lost = lost_with(&info.name, running, info.queued_messages);
     if !yes {
         use std::io::{IsTerminal, Write};
         if !std::io::stdin().is_terminal() {
@@ -758,6 +785,9 @@ pub async fn delete(
                 "botvisorctl delete asks first; to delete {} without asking, give --yes",
                 show::safe(&info.name)
             )));
+        }
+        if let Some(lost) = &lost {
+            anstream::eprintln!("{}", paint(super::show::WARN, lost));
         }
         anstream::eprint!(
             "Delete bot {} ({}) in {} and its whole history? [y/N] ",
@@ -772,6 +802,9 @@ pub async fn delete(
             anstream::eprintln!("nothing deleted");
             return Ok(OK);
         }
+    } else if let Some(lost) = &lost {
+        // Deleted all the same (`--yes`), but not in silence.
+        anstream::eprintln!("{}", paint(super::show::WARN, lost));
     }
     let object = path.clone();
     let bot: BotProxy<'static> = bots::proxy(conn, path).await?;
@@ -791,7 +824,14 @@ pub async fn delete(
                 ("remove_worktree", Variant::from(true)),
                 ("force", Variant::from(force)),
             ]))
-            .await?;
+            .await
+            .map_err(|e| {
+                // The refusal's way out, with this bot in it.
+                Failure::failed(super::fail::describe(&e).replace(
+                    "delete BOT --remove-worktree",
+                    &format!("delete {} --remove-worktree", shell_word(spec)),
+                ))
+            })?;
             // Bounded: the agent's stop (its grace, then SIGKILL) and git's own bound (30 s).
             let gone = tokio::time::timeout(REMOVAL_WAIT, async {
                 while let Some(sig) = removed.next().await {
@@ -816,7 +856,8 @@ pub async fn delete(
     }
     if json {
         json_line!(json!({"id": info.id, "name": info.name, "deleted": true,
-                          "worktree_removed": worktree.is_some() && !info.worktree.is_empty()}));
+                          "worktree_removed": worktree.is_some() && !info.worktree.is_empty(),
+                          "turn_running": running, "queued_messages": info.queued_messages}));
     } else {
         outln!("deleted {} ({})", show::safe(&info.name), info.short);
     }

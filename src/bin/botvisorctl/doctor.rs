@@ -33,8 +33,8 @@ pub enum Status {
 /// One check: what was looked at, what was found, and how to fix it.
 #[derive(Debug, Clone)]
 pub struct Check {
-    /// What was checked (`botvisord`, `claude`, …).
-    pub what: &'static str,
+    /// What was checked (`botvisord`, `claude`, `login demo`, …).
+    pub what: String,
     /// How it came out.
     pub status: Status,
     /// What was found, in words.
@@ -43,9 +43,9 @@ pub struct Check {
     pub fix: String,
 }
 
-fn check(what: &'static str, status: Status, found: String, fix: impl Into<String>) -> Check {
+fn check(what: impl Into<String>, status: Status, found: String, fix: impl Into<String>) -> Check {
     Check {
-        what,
+        what: what.into(),
         status,
         found,
         fix: fix.into(),
@@ -179,6 +179,7 @@ async fn bus_checks(conn: &Connection, remote: bool) -> (Vec<Check>, Option<u32>
              the bus still does not list it)",
         ));
     }
+    out.push(notifications_check(conn, &dbus).await);
     if !remote {
         let env = |k: &str| std::env::var(k).ok();
         match activation_file(&activation_dirs(&env)) {
@@ -232,6 +233,86 @@ async fn bus_checks(conn: &Connection, remote: bool) -> (Vec<Check>, Option<u32>
         }
     }
     (out, daemon_pid)
+}
+
+/// The desktop's notification server (`org.freedesktop.Notifications`), which `botvisor-notify`
+/// tells of bots that need their user (design rule 17): on the bus (its name and version, from
+/// `GetServerInformation`), or startable by it, else a warning (optional: hooks work without it).
+async fn notifications_check(conn: &Connection, dbus: &zbus::fdo::DBusProxy<'_>) -> Check {
+    const NOTIFICATIONS: &str = "org.freedesktop.Notifications";
+    const BOUND: std::time::Duration = std::time::Duration::from_secs(5);
+    let name = zbus::names::BusName::try_from(NOTIFICATIONS).expect("a bus name");
+    let owned = tokio::time::timeout(BOUND, dbus.name_has_owner(name))
+        .await
+        .is_ok_and(|r| r.unwrap_or(false));
+    if owned {
+        let info = tokio::time::timeout(
+            BOUND,
+            conn.call_method(
+                Some(NOTIFICATIONS),
+                "/org/freedesktop/Notifications",
+                Some(NOTIFICATIONS),
+                "GetServerInformation",
+                &(),
+            ),
+        )
+        .await;
+        let found = match info {
+            Ok(Ok(m)) => match m.body().deserialize::<(String, String, String, String)>() {
+                Ok((server, vendor, version, _)) => format!(
+                    "{} {} ({}) shows botvisor-notify's notifications",
+                    show::safe(&server),
+                    show::safe(&version),
+                    show::safe(&vendor)
+                ),
+                Err(_) => "a notification server is on the bus".to_owned(),
+            },
+            Ok(Err(e)) => {
+                return check(
+                    "notifications",
+                    Status::Warn,
+                    format!(
+                        "a notification server is on the bus but refuses GetServerInformation ({})",
+                        show::safe(&e.to_string())
+                    ),
+                    "restart your desktop's notification server",
+                );
+            }
+            Err(_) => {
+                return check(
+                    "notifications",
+                    Status::Warn,
+                    format!(
+                        "a notification server is on the bus but did not answer within {}s: \
+                         botvisor-notify's notifications wait for it",
+                        BOUND.as_secs()
+                    ),
+                    "restart your desktop's notification server",
+                );
+            }
+        };
+        return check("notifications", Status::Ok, found, "");
+    }
+    let activatable = tokio::time::timeout(BOUND, dbus.list_activatable_names())
+        .await
+        .is_ok_and(|r| r.is_ok_and(|names| names.iter().any(|n| n.as_str() == NOTIFICATIONS)));
+    if activatable {
+        return check(
+            "notifications",
+            Status::Ok,
+            "no notification server runs; the bus starts one at the first notification".into(),
+            "",
+        );
+    }
+    check(
+        "notifications",
+        Status::Warn,
+        "no notification server on this bus: botvisor-notify shows nothing on the desktop (its \
+         hooks still run)"
+            .into(),
+        "start your desktop's notification server (or dunst, mako, …) in this session; to use \
+         hooks alone, `[notify] desktop = false` in config.toml",
+    )
 }
 
 /// The botvisord whose view the CLI checks take: the one running on the bus (its binary, its
@@ -462,6 +543,12 @@ fn file_checks(view: &DaemonView) -> Vec<Check> {
     }
     let env = &view.env;
     let key = |name: &str| env.get(name).is_some_and(|v| !v.is_empty());
+    // What of it a bot's agent inherits (config `env_allowlist`).
+    let inherited: BTreeMap<String, String> = env
+        .iter()
+        .filter(|(k, _)| config.env_allowed(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let seen = runtimes_seen(view);
     let binary = |name: &str| seen.iter().find(|(n, _)| n == name).map(|(_, s)| s.clone());
     let mut usable = 0;
@@ -476,28 +563,25 @@ fn file_checks(view: &DaemonView) -> Vec<Check> {
                 "",
             ));
             let claude = botvisor::runtime::claude::Claude::new(None);
-            let creds = claude.credentials_file(env);
-            let logged_in = creds.as_ref().is_some_and(|c| c.is_file());
-            if logged_in || key("ANTHROPIC_API_KEY") || key("CLAUDE_CODE_OAUTH_TOKEN") {
-                let how = if logged_in {
-                    format!(
-                        "logged in ({})",
-                        show::safe(&creds.unwrap_or_default().display().to_string())
-                    )
-                } else {
-                    format!("{whose} has a key (ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN)")
-                };
-                out.push(check("claude login", Status::Ok, how, ""));
+            // botvisord's own login, which a bot without one of its own inherits: a warning
+            // when missing (bots with a key of their own answer all the same: each bot's line
+            // below judges it, issue 46).
+            let login = claude.login(&BTreeMap::new(), &inherited);
+            if login.found() {
+                out.push(check(
+                    "claude login",
+                    Status::Ok,
+                    format!("{whose}'s bots inherit: {}", show::safe(&login.words())),
+                    "",
+                ));
             } else {
                 out.push(check(
                     "claude login",
-                    Status::Fail,
+                    Status::Warn,
                     format!(
-                        "not logged in (no {}) and no ANTHROPIC_API_KEY; a bot without a key in \
-                         its own environment waits in login_required",
-                        creds.map_or("credentials file".into(), |c| show::safe(
-                            &c.display().to_string()
-                        ))
+                        "{whose} gives its bots {}: a Claude Code bot needs a key in its own \
+                         environment, or it waits in login_required",
+                        show::safe(&login.words())
                     ),
                     "claude /login (or give each bot a key: botvisorctl create --env \
                      ANTHROPIC_API_KEY=…)",
@@ -562,29 +646,27 @@ fn file_checks(view: &DaemonView) -> Vec<Check> {
                     "",
                 )),
             }
-            let home = env
-                .get("CODEX_HOME")
-                .map(PathBuf::from)
-                .or_else(|| env.get("HOME").map(|h| Path::new(h).join(".codex")));
-            let auth = home.as_ref().map(|h| h.join("auth.json"));
-            if auth.as_ref().is_some_and(|a| a.is_file()) || key("OPENAI_API_KEY") {
+            // The login of a Codex bot without a CODEX_HOME of its own (each bot's line below
+            // judges its own): only a warning, for Codex bots only.
+            let codex = botvisor::runtime::codex::Codex::new(None);
+            let login = codex.login(&BTreeMap::new(), &inherited);
+            if login.found() {
                 out.push(check(
                     "codex login",
                     Status::Ok,
-                    "logged in or given a key".into(),
+                    format!("{whose}'s bots inherit: {}", show::safe(&login.words())),
                     "",
                 ));
             } else {
-                // Codex bots only: a user of Claude Code alone is not failed for it (the
-                // runtimes line fails when no runtime can run).
                 out.push(check(
                     "codex login",
                     Status::Warn,
                     format!(
-                        "not logged in (no {}) and no OPENAI_API_KEY",
-                        auth.map_or("auth.json".into(), |a| show::safe(&a.display().to_string()))
+                        "{whose} gives its Codex bots {}",
+                        show::safe(&login.words())
                     ),
-                    "codex login (or give each Codex bot a key: --env OPENAI_API_KEY=…)",
+                    "codex login (or give each Codex bot a CODEX_HOME of its own that is logged \
+                     in, or the key its model provider's env_key names)",
                 ));
             }
         }
@@ -602,6 +684,62 @@ fn file_checks(view: &DaemonView) -> Vec<Check> {
             Status::Fail,
             format!("{whose} can run neither Claude Code nor Codex: no bot can start"),
             "install one (see the claude and codex lines above)",
+        ));
+    }
+    out
+}
+
+/// Each bot's login, as the running botvisord judges it (`GetLogin`): a bot without one fails,
+/// naming what it lacks and how to give it one; none when botvisord is not running (or too old
+/// to tell).
+async fn bot_logins(conn: &Connection) -> Vec<Check> {
+    let Ok(bots) = crate::bots::all(conn).await else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for b in bots {
+        let Ok(path) = zbus::OwnedObjectPath::try_from(b.path.as_str()) else {
+            continue;
+        };
+        let Ok(proxy) = crate::bots::proxy(conn, path).await else {
+            continue;
+        };
+        let Ok(login) = proxy.get_login(std::collections::HashMap::new()).await else {
+            continue;
+        };
+        let what = format!("login {}", show::safe(&b.name));
+        let words = show::safe(login.get("words").map_or("", String::as_str));
+        let found = format!("{} ({}): {words}", b.short, b.runtime);
+        if login.get("source").is_some_and(|s| s != "none") {
+            out.push(check(what, Status::Ok, found, ""));
+            continue;
+        }
+        let bot = crate::shell_word(&b.name);
+        let ctl = crate::hint::ctl();
+        let variables: Vec<&str> = login
+            .get("variables")
+            .map(|v| v.split(',').filter(|v| !v.is_empty()).collect())
+            .unwrap_or_default();
+        let key = match (b.runtime.as_str(), variables.as_slice()) {
+            ("claude", _) => "ANTHROPIC_API_KEY".to_owned(),
+            (_, [first, ..]) => (*first).to_owned(),
+            _ => String::new(),
+        };
+        let login_first = match b.runtime.as_str() {
+            "claude" => "claude /login as botvisord's user, or ".to_owned(),
+            "codex" if key.is_empty() => "codex login with the bot's CODEX_HOME".to_owned(),
+            _ => String::new(),
+        };
+        let give = if key.is_empty() {
+            String::new()
+        } else {
+            format!("`{ctl} set {bot} --env {key}=…` (its other variables are kept)")
+        };
+        out.push(check(
+            what,
+            Status::Fail,
+            found,
+            format!("{login_first}{give}"),
         ));
     }
     out
@@ -631,6 +769,9 @@ pub async fn run(
             .and_then(DaemonView::of_process)
             .unwrap_or_else(DaemonView::here);
         checks.extend(file_checks(&view));
+    }
+    if let Ok(conn) = &conn {
+        checks.extend(bot_logins(conn).await);
     }
     for c in &checks {
         if json {

@@ -176,6 +176,11 @@ pub fn in_ctl_words(text: &str) -> String {
             "until the next `Send` or `Restart`",
             format!("until the next `{ctl} send` or `restart`"),
         ),
+        // `DeleteWith`'s refusal of a worktree that holds work.
+        (
+            "delete with `force: true`",
+            format!("run `{ctl} delete BOT --remove-worktree --force`"),
+        ),
     ];
     let mut out = text.to_owned();
     for (from, to) in words {
@@ -236,6 +241,15 @@ mod tests {
         assert_eq!(
             in_ctl_words("give it a new token with SetEnvironment (`merge`) with `TOKEN=…` (its"),
             "give it a new token with `botvisorctl set BOT --env TOKEN=…` (its"
+        );
+        let refused = in_ctl_words(
+            "branch b has 1 commit(s) on no other branch (git log: x); commit and merge them, \
+             or delete with `force: true` to remove the worktree anyway",
+        );
+        assert!(
+            refused.contains("or run `botvisorctl delete BOT --remove-worktree --force` to remove")
+                && !refused.contains("force: true"),
+            "{refused}"
         );
     }
 }

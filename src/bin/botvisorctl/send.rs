@@ -25,8 +25,21 @@ use super::{bots, hint, shell_word, whole_payload};
 /// What `send` says, exiting 1, when the bot is deleted while it waits.
 const DELETED: &str = "the bot was deleted before the turn ended";
 
-/// A permission request of this turn waiting to be asked: `(request_id, tool, input)`.
-type Asked = (String, String, Value);
+/// A permission request of this turn waiting to be asked: `(request_id, tool, input, scopes)`,
+/// the scopes each with what it lets run ([`show::scopes`]).
+type Asked = (String, String, Value, Vec<(String, String)>);
+
+/// The key that answers with `scope` at send's question: `y` (once), `s` (session), `a`
+/// (always), `p` (program).
+fn scope_key(scope: &str) -> &'static str {
+    match scope {
+        "once" => "y",
+        "session" => "s",
+        "always" => "a",
+        "program" => "p",
+        _ => "",
+    }
+}
 
 /// Sends `text` to the bot `spec` names and follows the turn; returns the exit code.
 pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Result<u8, Failure> {
@@ -64,6 +77,7 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
         mine: HashSet::new(),
         waiting: VecDeque::new(),
         open: Vec::new(),
+        asked_scopes: Vec::new(),
         result: None,
         finished: None,
         held: false,
@@ -153,6 +167,8 @@ struct Follow<'a> {
     waiting: VecDeque<Asked>,
     /// This turn's requests not yet answered.
     open: Vec<String>,
+    /// The scopes of the request asked at the terminal.
+    asked_scopes: Vec<(String, String)>,
     /// The turn's `result` payload.
     result: Option<Value>,
     /// The turn's `turn_finished` payload.
@@ -310,14 +326,17 @@ impl Follow<'_> {
                         id,
                         v["tool"].as_str().unwrap_or("?").to_owned(),
                         v["input"].clone(),
+                        show::scopes(&v),
                     ));
                 } else {
-                    let line = format!(
-                        "{} — waiting; answer with: {} answer {} {} allow|deny",
-                        show::item_text(kind, &v, Detail::Full, ""),
-                        hint::ctl(),
-                        self.spec,
-                        show::safe(&id)
+                    let line = show::after_first_line(
+                        &show::item_text(kind, &v, Detail::Full, ""),
+                        &format!(
+                            " — waiting; answer with: {} answer {} {} allow|deny",
+                            hint::ctl(),
+                            self.spec,
+                            show::safe(&id)
+                        ),
                     );
                     self.term.line(&line);
                 }
@@ -325,7 +344,7 @@ impl Follow<'_> {
             "permission_answer" => {
                 let id = v["request_id"].as_str().unwrap_or_default().to_owned();
                 self.open.retain(|o| *o != id);
-                self.waiting.retain(|(w, _, _)| *w != id);
+                self.waiting.retain(|(w, _, _, _)| *w != id);
                 if self.json {
                     return;
                 }
@@ -360,22 +379,59 @@ impl Follow<'_> {
         if self.term.asking().is_some() {
             return;
         }
-        if let Some((id, tool, input)) = self.waiting.pop_front() {
-            let question = format!(
-                "Allow {} {}? (request {}) [y/N] ",
+        if let Some((id, tool, input, scopes)) = self.waiting.pop_front() {
+            let asks = format!(
+                "Allow {} {}? (request {})",
                 show::safe(&tool),
                 show::safe(&show::cut(&show::compact(&input), 300)),
                 show::safe(&id)
             );
+            // What each answer lets run, when there is more than one allow (issue 46).
+            let keys: Vec<(&str, &str)> = scopes
+                .iter()
+                .map(|(s, w)| (scope_key(s), w.as_str()))
+                .filter(|(k, _)| !k.is_empty())
+                .collect();
+            let question = if keys.len() > 1 {
+                let mut q = asks;
+                for (key, words) in &keys {
+                    q.push_str(&format!("\n  {key}  {}", show::safe(words)));
+                }
+                let all: Vec<&str> = keys.iter().map(|(k, _)| *k).collect();
+                format!("{q}\n  [{}/N] ", all.join("/"))
+            } else {
+                format!("{asks} [y/N] ")
+            };
+            self.asked_scopes = scopes;
             self.term.ask(&id, question);
         }
     }
 
+    /// The scope a line typed at the question gives, among those offered; `None`: deny.
+    fn scope_said(&self, line: &str) -> Option<String> {
+        let key = match line {
+            "y" | "Y" | "yes" | "Yes" | "YES" => "y",
+            other => other,
+        };
+        if key == "y" {
+            return Some("once".to_owned());
+        }
+        self.asked_scopes
+            .iter()
+            .map(|(s, _)| s)
+            .find(|s| scope_key(s) == key && *s != "once")
+            .cloned()
+    }
+
     async fn on_said(&mut self, said: Said) {
         match said {
-            Said::Answer(id, yes) => {
-                let behavior = if yes { "allow" } else { "deny" };
-                let options = HashMap::from([("client", Variant::from("botvisorctl"))]);
+            Said::Answer(id, line) => {
+                let scope = self.scope_said(&line);
+                let behavior = if scope.is_some() { "allow" } else { "deny" };
+                let mut options = HashMap::from([("client", Variant::from("botvisorctl"))]);
+                if let Some(s) = scope.filter(|s| s != "once") {
+                    options.insert("scope", Variant::from(s));
+                }
                 if let Err(e) = self.bot.respond_permission(&id, behavior, options).await {
                     self.term
                         .note(&paint(ERROR, &format!("botvisorctl: {}", describe(&e))));

@@ -186,15 +186,23 @@ pub fn item_text(kind: &str, payload: &Value, detail: Detail, read_whole: &str) 
             };
             paint(style, &format!("[tool result] {}", cut(&content, small)))
         }
-        "permission_request" => paint(
-            ASK,
-            &format!(
+        "permission_request" => {
+            let mut text = format!(
                 "[permission?] {} {} (request {})",
                 payload["tool"].as_str().unwrap_or("?"),
                 cut(&compact(&payload["input"]), small),
                 payload["request_id"].as_str().unwrap_or("?")
-            ),
-        ),
+            );
+            // What each allow lets run, when there is more than one (issue 46): as the flags
+            // of `botvisorctl answer` that give it.
+            let offered = scopes(&payload);
+            if offered.len() > 1 {
+                for (scope, words) in offered {
+                    text.push_str(&format!("\n  allow {}: {words}", scope_flag(&scope)));
+                }
+            }
+            paint(ASK, &text)
+        }
         "permission_answer" => paint(
             DIM,
             &format!(
@@ -209,12 +217,13 @@ pub fn item_text(kind: &str, payload: &Value, detail: Detail, read_whole: &str) 
             ),
         ),
         "result" => {
-            let mut parts = vec![payload["subtype"].as_str().unwrap_or("?").to_owned()];
+            // The CLI's `duration_ms` is its last attempt's, not the turn's: the turn's time is
+            // its `turn_finished` item's (issue 46).
+            let mut what = payload["subtype"].as_str().unwrap_or("?").to_owned();
             if payload["is_error"] == true {
-                parts[0] = format!("error ({})", parts[0]);
+                what = format!("error ({what})");
             }
-            parts.extend(duration(&payload));
-            let line = format!("[result: {}]", parts.join(", "));
+            let line = format!("[result: {what}]");
             paint(
                 if payload["is_error"] == true {
                     ERROR
@@ -233,6 +242,9 @@ pub fn item_text(kind: &str, payload: &Value, detail: Detail, read_whole: &str) 
             }
             if let Some(c) = payload["cost_usd"].as_f64().filter(|c| *c > 0.0) {
                 line.push_str(&format!(", ${c:.4}"));
+            }
+            for took in duration(&payload) {
+                line.push_str(&format!(", {took}"));
             }
             line.push(']');
             if !text.is_empty() {
@@ -256,6 +268,40 @@ pub fn item_text(kind: &str, payload: &Value, detail: Detail, read_whole: &str) 
     }
 }
 
+/// `text` with `tail` at the end of its first line (an item of several lines: a permission
+/// request with its scopes).
+pub fn after_first_line(text: &str, tail: &str) -> String {
+    match text.find('\n') {
+        Some(at) => format!("{}{tail}{}", &text[..at], &text[at..]),
+        None => format!("{text}{tail}"),
+    }
+}
+
+/// The scopes a `permission_request` payload offers, narrowest first, each with what it lets run
+/// (its `reach`; a botvisord before issue 46 says no words: the scope's name stands for them).
+pub fn scopes(payload: &Value) -> Vec<(String, String)> {
+    payload["scopes"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .filter_map(Value::as_str)
+        .map(|s| {
+            let words = payload["reach"][s].as_str().unwrap_or(s);
+            (s.to_owned(), words.to_owned())
+        })
+        .collect()
+}
+
+/// The flag of `botvisorctl answer … allow` that gives `scope`: `once`, `--session`,
+/// `--always`, `--scope program`.
+pub fn scope_flag(scope: &str) -> String {
+    match scope {
+        "once" => "once".to_owned(),
+        "session" | "always" => format!("--{scope}"),
+        other => format!("--scope {other}"),
+    }
+}
+
 /// Who answered a permission request: the client's name and its bus name, or `botvisord`.
 pub fn answered_by(payload: &Value) -> String {
     let by = payload["by"].as_str().unwrap_or("?");
@@ -267,7 +313,9 @@ pub fn answered_by(payload: &Value) -> String {
 
 /// A turn's cost and duration, as words: what the turn cost (its `turn_finished` item's
 /// `cost_usd`, as botvisord counts it across restarts and resumes), when the CLI tells a cost at
-/// all (its `result` has `total_cost_usd`: Claude Code, not Codex), and the result's duration.
+/// all (its `result` has `total_cost_usd`: Claude Code, not Codex), and the turn's time (its
+/// `turn_finished` item's `duration_ms`: from the message's `Send` to the turn's end, waits
+/// included; never the CLI's own `duration_ms`, which is its last attempt's).
 pub fn turn_cost(result: &Value, finished: &Value) -> Vec<String> {
     let mut parts = Vec::new();
     if result.get("total_cost_usd").is_some()
@@ -275,16 +323,21 @@ pub fn turn_cost(result: &Value, finished: &Value) -> Vec<String> {
     {
         parts.push(format!("${c:.4} this turn"));
     }
-    parts.extend(duration(result));
+    parts.extend(duration(finished));
     parts
 }
 
-/// A result's duration, as words (its cost is the turn's: [`turn_cost`]; the `result`'s
-/// `total_cost_usd` is the CLI process's running total, which starts again after a restart).
+/// A payload's `duration_ms` as words (`44 ms`, `1.5 s`, `1 min 35 s`); nothing without one.
 pub fn duration(payload: &Value) -> Vec<String> {
     let mut parts = Vec::new();
     if let Some(ms) = payload["duration_ms"].as_u64() {
-        parts.push(if ms >= 1000 {
+        parts.push(if ms >= 60_000 {
+            let s = ms / 1000;
+            match (s / 3600, s % 3600 / 60, s % 60) {
+                (0, m, s) => format!("{m} min {s} s"),
+                (h, m, _) => format!("{h} h {m} min"),
+            }
+        } else if ms >= 1000 {
             format!("{:.1} s", ms as f64 / 1000.0)
         } else {
             format!("{ms} ms")
@@ -361,6 +414,22 @@ mod tests {
         let failed = json!({"outcome": "error\u{1b}", "reason": "x\ny", "text": ""});
         let t = item_text("turn_finished", &failed, Detail::Full, "");
         assert!(!t.contains('\n') && t.contains(r"x\ny"), "{t:?}");
+    }
+
+    #[test]
+    fn a_turns_time_is_its_own_not_the_clis() {
+        let result = json!({"subtype": "success", "duration_ms": 44, "total_cost_usd": 0.01});
+        let finished = json!({"outcome": "success", "cost_usd": 0.01, "duration_ms": 95_210});
+        assert_eq!(
+            turn_cost(&result, &finished),
+            ["$0.0100 this turn", "1 min 35 s"]
+        );
+        let t = item_text("result", &result, Detail::Full, "");
+        assert!(!t.contains("44 ms"), "{t}");
+        let t = item_text("turn_finished", &finished, Detail::Full, "");
+        assert!(t.contains("1 min 35 s"), "{t}");
+        assert_eq!(duration(&json!({"duration_ms": 1500})), ["1.5 s"]);
+        assert_eq!(duration(&json!({"duration_ms": 3_725_000})), ["1 h 2 min"]);
     }
 
     #[test]

@@ -29,8 +29,8 @@ pub struct Term {
 
 /// What the person said to the open question.
 pub enum Said {
-    /// `y`/`yes` (true) or anything else (false), for this request.
-    Answer(String, bool),
+    /// The line typed (trimmed), for this request.
+    Answer(String, String),
     /// The terminal's input ended (Ctrl-D): the question is left open.
     Eof(String),
 }
@@ -148,7 +148,7 @@ impl Term {
         // The person's Enter ended the question's line.
         self.question = None;
         match line {
-            Some(l) => Said::Answer(id, matches!(l.trim(), "y" | "Y" | "yes" | "Yes" | "YES")),
+            Some(l) => Said::Answer(id, l.trim().to_owned()),
             None => {
                 self.lines = None;
                 Said::Eof(id)
@@ -180,9 +180,15 @@ fn spawn_reader() -> mpsc::UnboundedReceiver<Option<String>> {
     rx
 }
 
-/// How many screen rows `text` (one line, maybe with colour escapes) takes on a terminal `cols`
-/// columns wide: its display width, escapes left out, divided by `cols`, rounded up; at least 1.
+/// How many screen rows `text` (one line or several, maybe with colour escapes) takes on a
+/// terminal `cols` columns wide: each line's display width, escapes left out, divided by `cols`,
+/// rounded up, at least 1, summed.
 fn screen_rows(text: &str, cols: u16) -> usize {
+    text.split('\n').map(|line| line_rows(line, cols)).sum()
+}
+
+/// [`screen_rows`] of one line.
+fn line_rows(text: &str, cols: u16) -> usize {
     let mut width = 0usize;
     let mut chars = text.chars();
     while let Some(c) = chars.next() {
@@ -218,5 +224,10 @@ mod tests {
             1
         );
         assert_eq!(screen_rows(&"字".repeat(41), 80), 2);
+        // A question of several lines (the scopes an allow may have): each line's rows.
+        assert_eq!(
+            screen_rows(&format!("Allow x?\n  y  once\n{}", "a".repeat(81)), 80),
+            4
+        );
     }
 }

@@ -250,12 +250,15 @@ impl Watch {
                     show::item_text(&kind, &p, Detail::Short(WATCH_TEXT_COLUMNS), &read)
                 );
                 if kind == "permission_request" {
-                    text.push_str(&format!(
-                        " — {} answer {} {} allow|deny",
-                        super::hint::ctl(),
-                        show::safe(&l.id),
-                        show::safe(p["request_id"].as_str().unwrap_or("?"))
-                    ));
+                    text = show::after_first_line(
+                        &text,
+                        &format!(
+                            " — {} answer {} {} allow|deny",
+                            super::hint::ctl(),
+                            show::safe(&l.id),
+                            show::safe(p["request_id"].as_str().unwrap_or("?"))
+                        ),
+                    );
                 }
                 self.emit(
                     &path,

@@ -82,11 +82,12 @@ impl Runtime for Claude {
     }
 
     fn login_hint(&self, env: &BTreeMap<String, String>) -> String {
-        // The bot's own credential is what its CLI uses first: a new one is what works.
+        // The credential the CLI takes first (the order of `login` below): a new one of it is
+        // what works.
         for (name, what) in [
-            ("CLAUDE_CODE_OAUTH_TOKEN", "token"),
             ("ANTHROPIC_AUTH_TOKEN", "token"),
             ("ANTHROPIC_API_KEY", "key"),
+            ("CLAUDE_CODE_OAUTH_TOKEN", "token"),
         ] {
             if env.get(name).is_some_and(|v| !v.is_empty()) {
                 return format!(
@@ -107,6 +108,10 @@ impl Runtime for Claude {
 
     fn grant(&self, request: &serde_json::Value, scope: Scope) -> Grant {
         scopes::grant(request, scope)
+    }
+
+    fn reach(&self, request: &serde_json::Value, scope: Scope) -> String {
+        scopes::reach(request, scope)
     }
 
     fn can_resume(&self) -> bool {
@@ -277,5 +282,34 @@ impl Runtime for Claude {
 
     fn session_in_use(&self, stderr: &str) -> Option<String> {
         stderr.lines().find_map(events::session_in_use)
+    }
+
+    /// In the order Claude Code takes them: a cloud provider (`CLAUDE_CODE_USE_BEDROCK`,
+    /// `…_VERTEX`, `…_FOUNDRY`), `ANTHROPIC_AUTH_TOKEN`, `ANTHROPIC_API_KEY`,
+    /// `CLAUDE_CODE_OAUTH_TOKEN`, then the credentials file `claude /login` writes.
+    fn login(
+        &self,
+        own: &BTreeMap<String, String>,
+        env: &BTreeMap<String, String>,
+    ) -> crate::runtime::login::Login {
+        use crate::runtime::login::{Login, Source};
+        const VARIABLES: [&str; 6] = [
+            "CLAUDE_CODE_USE_BEDROCK",
+            "CLAUDE_CODE_USE_VERTEX",
+            "CLAUDE_CODE_USE_FOUNDRY",
+            "ANTHROPIC_AUTH_TOKEN",
+            "ANTHROPIC_API_KEY",
+            "CLAUDE_CODE_OAUTH_TOKEN",
+        ];
+        let file = self.credentials_file(env);
+        let source = Login::variable(&VARIABLES, own, env)
+            .or_else(|| file.clone().filter(|f| f.is_file()).map(Source::File))
+            .unwrap_or(Source::None);
+        Login {
+            source,
+            variables: VARIABLES[3..].iter().map(|v| (*v).to_owned()).collect(),
+            file,
+            how: self.login_hint(env),
+        }
     }
 }

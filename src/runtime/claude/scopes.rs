@@ -37,7 +37,7 @@ pub fn scopes(request: &Value) -> Vec<Scope> {
     if offered.is_empty() {
         vec![Scope::Once]
     } else if offered.iter().any(|s| suggested_mode(s).is_some()) {
-        Scope::ALL.to_vec()
+        vec![Scope::Once, Scope::Session, Scope::Always]
     } else {
         vec![Scope::Once, Scope::Session]
     }
@@ -72,6 +72,78 @@ pub fn grant(request: &Value, scope: Scope) -> Grant {
     }
 }
 
+/// A suggestion other than a permission mode, as a person reads it: its rules as Claude Code
+/// writes them (`Bash(ls /tmp)`, `Read(//tmp/**)`), its folders, else its type.
+fn suggestion_words(s: &Value) -> String {
+    match s.get("type").and_then(Value::as_str) {
+        Some("addRules" | "replaceRules") => s["rules"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .map(|r| {
+                let tool = r["toolName"].as_str().unwrap_or("?");
+                match r["ruleContent"].as_str() {
+                    Some(c) => format!("`{tool}({c})`"),
+                    None => format!("`{tool}`"),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        Some("addDirectories") => {
+            let dirs: Vec<&str> = s["directories"]
+                .as_array()
+                .map_or(&[][..], Vec::as_slice)
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            format!("the folder {}", dirs.join(", "))
+        }
+        Some(other) => format!("`{other}`"),
+        None => "what it suggested".to_owned(),
+    }
+}
+
+/// What an allow of `request` with `scope` lets run without asking, in words: the rules it
+/// suggested (while this agent runs: Claude Code keeps them in the process alone), and a
+/// permission mode the bot takes (kept: it becomes the bot's `PermissionMode`).
+pub fn reach(request: &Value, scope: Scope) -> String {
+    if scope == Scope::Once {
+        return "this request, this time".to_owned();
+    }
+    let g = grant(request, scope);
+    let mut parts = Vec::new();
+    let rules: Vec<String> = g
+        .permissions
+        .as_ref()
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .map(suggestion_words)
+        .filter(|w| !w.is_empty())
+        .collect();
+    if !rules.is_empty() {
+        parts.push(format!(
+            "{}, without asking, while this agent runs",
+            rules.join(" and ")
+        ));
+    }
+    if let Some(mode) = g.mode {
+        let what = if mode == "acceptEdits" {
+            "every file edit without asking"
+        } else {
+            "what it allows without asking"
+        };
+        parts.push(format!(
+            "{what} from now on: the bot's permission mode becomes `{mode}` (kept until changed)"
+        ));
+    }
+    if parts.is_empty() {
+        "this request, this time".to_owned()
+    } else {
+        parts.join("; and ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,7 +166,29 @@ mod tests {
         assert_eq!(scopes(&bash_outside()), vec![Scope::Once, Scope::Session]);
         let write = json!({"permission_suggestions": [
             {"type": "setMode", "mode": "acceptEdits", "destination": "session"}]});
-        assert_eq!(scopes(&write), Scope::ALL.to_vec());
+        assert_eq!(
+            scopes(&write),
+            vec![Scope::Once, Scope::Session, Scope::Always]
+        );
+    }
+
+    #[test]
+    fn each_scope_says_what_it_lets_run() {
+        assert_eq!(
+            reach(&bash_outside(), Scope::Once),
+            "this request, this time"
+        );
+        assert_eq!(
+            reach(&bash_outside(), Scope::Session),
+            "`Bash(ls /tmp)` and `Read(//tmp/**)`, without asking, while this agent runs"
+        );
+        let write = json!({"permission_suggestions": [
+            {"type": "setMode", "mode": "acceptEdits", "destination": "session"}]});
+        assert_eq!(
+            reach(&write, Scope::Always),
+            "every file edit without asking from now on: the bot's permission mode becomes \
+             `acceptEdits` (kept until changed)"
+        );
     }
 
     #[test]

@@ -290,16 +290,53 @@ impl Runtime for Codex {
     }
 
     fn login_hint(&self, env: &BTreeMap<String, String>) -> String {
-        if env.get("OPENAI_API_KEY").is_some_and(|v| !v.is_empty()) {
-            return "The bot logs in with its own OPENAI_API_KEY: give it a new key with \
-                    SetEnvironment (`merge`) with `OPENAI_API_KEY=…` (its other variables are \
-                    kept)."
-                .to_owned();
+        // Codex takes its key from the variable its model provider's `env_key` names (never
+        // OPENAI_API_KEY from its environment, 0.171.0), else from `codex login`.
+        let home = rollout::codex_home(env);
+        if let (_, config::ProviderKey::Variable(name)) = config::provider_key(home.as_deref()) {
+            return format!(
+                "The bot's model provider takes its key from {name}: give it a new one with \
+                 SetEnvironment (`merge`) with `{name}=…` (its other variables are kept)."
+            );
         }
-        "Log in again with `codex login` in a terminal, with the bot's CODEX_HOME, or give the \
-         bot a key with SetEnvironment (`merge`) with `OPENAI_API_KEY=…` (or the variable its \
-         provider's `env_key` names)."
+        "Log in again with `codex login` in a terminal, with the bot's CODEX_HOME (an API key: \
+         `codex login --with-api-key` reads it on stdin)."
             .to_owned()
+    }
+
+    /// Codex's login is its model provider's (`config.toml`'s `model_provider`): the variable
+    /// its `env_key` names, or for `openai` (and a provider with `requires_openai_auth`)
+    /// `$CODEX_HOME/auth.json` (`codex login`); a provider without `env_key` needs none.
+    fn login(
+        &self,
+        own: &BTreeMap<String, String>,
+        env: &BTreeMap<String, String>,
+    ) -> crate::runtime::login::Login {
+        use crate::runtime::login::{Login, Source};
+        let home = rollout::codex_home(env);
+        let file = self.credentials_file(env);
+        let (provider, key) = config::provider_key(home.as_deref());
+        let (source, variables, file) = match key {
+            config::ProviderKey::Variable(name) => (
+                Login::variable(&[name.as_str()], own, env).unwrap_or(Source::None),
+                vec![name],
+                None,
+            ),
+            config::ProviderKey::None => (Source::Provider(provider), Vec::new(), None),
+            config::ProviderKey::CodexLogin => (
+                file.clone()
+                    .filter(|f| f.is_file())
+                    .map_or(Source::None, Source::File),
+                Vec::new(),
+                file,
+            ),
+        };
+        Login {
+            source,
+            variables,
+            file,
+            how: self.login_hint(env),
+        }
     }
 
     fn scopes(&self, request: &serde_json::Value) -> Vec<crate::runtime::Scope> {
@@ -312,6 +349,10 @@ impl Runtime for Codex {
         scope: crate::runtime::Scope,
     ) -> crate::runtime::Grant {
         scopes::grant(request, scope)
+    }
+
+    fn reach(&self, request: &serde_json::Value, scope: crate::runtime::Scope) -> String {
+        scopes::reach(request, scope)
     }
 
     fn session_in_use(&self, _stderr: &str) -> Option<String> {

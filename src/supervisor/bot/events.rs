@@ -124,12 +124,12 @@ impl Facts for ActorFacts<'_> {
         self.view().state
     }
 
-    fn scopes(&self, request: &serde_json::Value) -> Vec<String> {
-        self.shared
-            .runtime
+    fn scopes(&self, request: &serde_json::Value) -> Vec<(String, String)> {
+        let runtime = &self.shared.runtime;
+        runtime
             .scopes(request)
-            .iter()
-            .map(|s| s.as_str().to_owned())
+            .into_iter()
+            .map(|s| (s.as_str().to_owned(), runtime.reach(request, s)))
             .collect()
     }
 

@@ -150,9 +150,10 @@ pub trait Facts {
     fn session_in_use(&self, stderr: &str) -> Option<String>;
     /// Whether the CLI's refusal to open a conversation says another process holds it.
     fn held_elsewhere(&self, error: &str) -> bool;
-    /// The scopes an allow of a permission request may have, narrowest first, as words
-    /// (`Runtime::scopes`: `once`, `session`, `always`).
-    fn scopes(&self, request: &serde_json::Value) -> Vec<String>;
+    /// The scopes an allow of a permission request may have, narrowest first, each with what
+    /// it reaches in words (`Runtime::scopes`: `once`, `session`, `always`, `program`;
+    /// `Runtime::reach`).
+    fn scopes(&self, request: &serde_json::Value) -> Vec<(String, String)>;
     /// What a person checks when the model API cannot be reached, one sentence in the bot's
     /// runtime's terms (`Runtime::api_hint`).
     fn api_hint(&self) -> &'static str;

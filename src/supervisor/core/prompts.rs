@@ -78,8 +78,10 @@ pub struct Asked {
     pub input: Value,
     /// The whole request (suggestions, tool use id, …).
     pub request: Value,
-    /// The scopes an allow may have (`once`, `session`, `always`: `Runtime::scopes`).
-    pub scopes: Vec<String>,
+    /// The scopes an allow may have (`once`, `session`, `always`, `program`:
+    /// `Runtime::scopes`), narrowest first, each with what it reaches in words
+    /// (`Runtime::reach`).
+    pub scopes: Vec<(String, String)>,
 }
 
 /// The CLI asks: the request is open in `book`, recorded as a `permission_request` item of
@@ -100,7 +102,12 @@ pub fn opened(book: &mut PromptBook, asked: Asked, turn_id: Option<&str>) -> Vec
         "input": asked.input,
         "suggestions": asked.request.get("permission_suggestions").cloned().unwrap_or(Value::Null),
         "tool_use_id": asked.request.get("tool_use_id").cloned().unwrap_or(Value::Null),
-        "scopes": asked.scopes,
+        "scopes": asked.scopes.iter().map(|(s, _)| s).collect::<Vec<_>>(),
+        "reach": asked
+            .scopes
+            .iter()
+            .map(|(s, w)| (s.clone(), Value::from(w.as_str())))
+            .collect::<serde_json::Map<String, Value>>(),
     })
     .to_string();
     let mut c = CommitBuilder::default();
@@ -154,7 +161,7 @@ mod tests {
             tool: "Write".into(),
             input: json!({"file_path": "/x"}),
             request: json!({"tool_use_id": "t1"}),
-            scopes: vec!["once".into()],
+            scopes: vec![("once".into(), "this request, this time".into())],
         }
     }
 
@@ -172,6 +179,30 @@ mod tests {
             matches!(&publish[1], Publish::PermissionRequested { request_id, .. } if request_id == "r1")
         );
         assert!(matches!(&effects[1], Effect::Pending(l) if l.len() == 1));
+    }
+
+    #[test]
+    fn a_request_says_each_scope_and_what_it_lets_run() {
+        let mut book = PromptBook::default();
+        let mut a = asked("r1");
+        a.scopes.push((
+            "session".into(),
+            "`touch /w/a` again, exactly, while this agent runs".into(),
+        ));
+        let effects = opened(&mut book, a, None);
+        let Effect::Commit { writes, .. } = &effects[0] else {
+            panic!("{effects:?}")
+        };
+        let Write::Chat { payload, .. } = &writes[0] else {
+            panic!("{writes:?}")
+        };
+        let p: Value = serde_json::from_str(payload).unwrap();
+        assert_eq!(p["scopes"], json!(["once", "session"]));
+        assert_eq!(
+            p["reach"],
+            json!({"once": "this request, this time",
+                   "session": "`touch /w/a` again, exactly, while this agent runs"})
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod exactly_once;
 mod mcp;
 mod once;
 mod sessions;
+mod stand_ins;
 mod supervision;
 mod usage_limits;
 mod warm_start;

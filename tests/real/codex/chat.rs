@@ -223,6 +223,96 @@ async fn a_command_approval_allowed_runs_it_and_one_declined_does_not() {
     stop_and_wait(&bot).await;
 }
 
+/// Issue 46 §4: Codex's "always" is the rule it proposed, the exact command; a request says so
+/// (`reach`), and offers the command's program beyond it (`program`): allowed so, the same
+/// program on another file runs unasked, also in the next agent process.
+#[cfg_attr(
+    botvisor_skip_codex,
+    ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_program_scope_lets_the_same_program_run_on_another_file() {
+    let Some(codex) = codex_bin() else { return };
+    let env = TestEnv::new().await;
+    let s = CodexSetup::start(&env, codex, shell_script()).await;
+    let bot = s.bot(&env, "on-request:workspace-write").await;
+    let first = env.work.join("first");
+    let mut asks = bot.receive_permission_requested().await.unwrap();
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot
+        .send(
+            &format!("run escalated: touch {}", first.display()),
+            HashMap::new(),
+        )
+        .await
+        .unwrap();
+    let ask = tokio::time::timeout(EVENT_TIMEOUT, asks.next())
+        .await
+        .expect("PermissionRequested")
+        .unwrap();
+    let request_id = ask.args().unwrap().request_id.to_owned();
+    let items = chat(&bot).await;
+    let asked = of_kind(&items, "permission_request")[0].clone();
+    assert_eq!(
+        asked["scopes"],
+        serde_json::json!(["once", "session", "always", "program"]),
+        "{asked}"
+    );
+    let reach = |scope: &str| {
+        asked["reach"][scope]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        reach("session").starts_with(&format!(
+            "`touch {}` again, exactly (not with other arguments)",
+            first.display()
+        )),
+        "{asked}"
+    );
+    assert!(
+        reach("always").starts_with(&format!(
+            "every command that starts `touch {}`",
+            first.display()
+        )),
+        "{asked}"
+    );
+    assert!(
+        reach("program").starts_with("every `touch` command, whatever its arguments"),
+        "{asked}"
+    );
+    bot.respond_permission(
+        &request_id,
+        "allow",
+        HashMap::from([("scope", Variant::from("program"))]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(wait_turns(&mut finished, &[turn]).await[0].1, "success");
+    assert!(first.exists());
+    // A new agent process: the rule outlived the last one.
+    bot.restart(HashMap::new()).await.unwrap();
+    let second = env.work.join("second");
+    let turn = bot
+        .send(
+            &format!("run escalated: touch {}", second.display()),
+            HashMap::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(wait_turns(&mut finished, &[turn]).await[0].1, "success");
+    assert!(second.exists());
+    let items = chat(&bot).await;
+    assert_eq!(
+        of_kind(&items, "permission_request").len(),
+        1,
+        "touch on another file was not asked: {items:?}"
+    );
+    assert_eq!(of_kind(&items, "permission_answer")[0]["scope"], "program");
+    stop_and_wait(&bot).await;
+}
+
 #[cfg_attr(
     botvisor_skip_codex,
     ignore = "BOTVISOR_TEST_CODEX_BIN not set: no real Codex to test"

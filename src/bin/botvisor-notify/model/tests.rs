@@ -61,6 +61,8 @@ fn a_request_is_shown_one_at_a_time_and_answered_by_its_token() {
         n.answer_line.as_deref(),
         Some("Answer: botvisorctl answer aaaabbbb r1 allow|deny")
     );
+    // The button says how far it reaches: this request only.
+    assert_eq!(n.actions[0].1, "Allow once");
     let allow = n.actions[0].0.clone();
     let key = Key::new(BOT, Kind::Permission);
     assert_eq!(

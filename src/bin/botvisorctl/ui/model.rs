@@ -42,8 +42,9 @@ pub struct Bot {
     pub partial: String,
     /// When it last said or was told something (its newest item, or a streamed piece).
     pub last_activity: Option<SystemTime>,
-    /// The scopes each open request offers (its `permission_request` item's `scopes`).
-    pub scopes: HashMap<String, Vec<String>>,
+    /// The scopes each open request offers (its `permission_request` item's `scopes`), each
+    /// with what it lets run (its `reach`).
+    pub scopes: HashMap<String, Vec<(String, String)>>,
 }
 
 /// Whether botvisord is on the bus.
@@ -234,16 +235,10 @@ impl Bot {
             return;
         }
         if item.kind == "permission_request"
-            && let (Some(id), Some(scopes)) = (
-                item.payload["request_id"].as_str(),
-                item.payload["scopes"].as_array(),
-            )
+            && let Some(id) = item.payload["request_id"].as_str()
         {
-            let scopes = scopes
-                .iter()
-                .filter_map(|s| s.as_str().map(str::to_owned))
-                .collect();
-            self.scopes.insert(id.to_owned(), scopes);
+            self.scopes
+                .insert(id.to_owned(), crate::show::scopes(&item.payload));
         }
         if item.kind == "assistant" {
             self.partial.clear();
@@ -260,11 +255,19 @@ impl Bot {
     /// The widest scope the oldest open request offers: `always`, else `session`, else `once`
     /// (or `once` while its request item is not read).
     pub fn widest_scope(&self, request: &str) -> &str {
-        let offered = self.scopes.get(request);
         ["always", "session"]
             .into_iter()
-            .find(|s| offered.is_some_and(|o| o.iter().any(|x| x == s)))
+            .find(|s| self.reach(request, s).is_some())
             .unwrap_or("once")
+    }
+
+    /// What an allow of `request` with `scope` lets run, when the request offers `scope`.
+    pub fn reach(&self, request: &str, scope: &str) -> Option<&str> {
+        self.scopes
+            .get(request)?
+            .iter()
+            .find(|(s, _)| s == scope)
+            .map(|(_, words)| words.as_str())
     }
 
     /// The oldest open request: `(request_id, tool, input_json)`.
@@ -584,6 +587,16 @@ impl Model {
                 self.mode = Mode::Compose(String::new());
             }
             KeyCode::Char('y') => return allow("once".into()),
+            KeyCode::Char('p') => {
+                // Only where the request offers it (Codex: a command's program, issue 46).
+                let offered = match (self.current(), &request) {
+                    (Some(b), Some(r)) => b.reach(r, "program").is_some(),
+                    _ => false,
+                };
+                if offered {
+                    return allow("program".into());
+                }
+            }
             KeyCode::Char('a') => {
                 let scope = match (self.current(), &request) {
                     (Some(b), Some(r)) => b.widest_scope(r).to_owned(),

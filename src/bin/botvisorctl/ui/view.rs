@@ -215,23 +215,31 @@ fn prompt_lines(b: &Bot, width: usize) -> Vec<Line<'static>> {
         show::safe(tool),
         show::safe(input)
     );
+    // Each key with what it lets run (issue 46): `a` the widest the request offers of
+    // `always` and `session`, `p` a command's program where offered.
     let widest = b.widest_scope(id);
-    let always = match widest {
-        "always" => "a always allow",
-        "session" => "a allow for the session",
-        _ => "a allow (nothing wider is offered)",
+    let said = |scope: &str| {
+        b.reach(id, scope)
+            .map_or_else(|| scope.to_owned(), show::safe)
     };
-    let keys = format!("y allow · {always} · n deny · request {}", show::safe(id));
+    let mut keys = vec![format!("y allow {}", said("once"))];
+    match widest {
+        "once" => keys.push("a allow (nothing wider is offered)".to_owned()),
+        w => keys.push(format!("a allow {}", said(w))),
+    }
+    if b.reach(id, "program").is_some() {
+        keys.push(format!("p allow {}", said("program")));
+    }
+    keys.push(format!("n deny · request {}", show::safe(id)));
     let ask = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
     let mut lines: Vec<Line<'static>> = wrap(&asks, width)
         .into_iter()
         .take(3)
         .map(|l| Line::styled(l, ask))
         .collect();
-    lines.push(Line::styled(
-        fit(&keys, width),
-        Style::new().fg(Color::Yellow),
-    ));
+    for k in keys {
+        lines.push(Line::styled(fit(&k, width), Style::new().fg(Color::Yellow)));
+    }
     lines
 }
 
@@ -242,7 +250,11 @@ pub const HELP: &[(&str, &str)] = &[
     ("y", "allow its open prompt, once"),
     (
         "a",
-        "allow always (or for the session: the widest the CLI offers)",
+        "allow always (or for the session: the widest the CLI offers); the prompt says what it lets run",
+    ),
+    (
+        "p",
+        "allow the command's program, any arguments, from now on (Codex, where offered)",
     ),
     (
         "n",
@@ -459,7 +471,7 @@ fn draw_status(frame: &mut Frame<'_>, area: Rect, m: &Model) {
         ),
         None => Line::styled(
             fit(
-                "Enter write · y allow · a always · n deny · x interrupt · S stop · R restart · ? keys · q quit",
+                "Enter write · y allow · a always · p program · n deny · x interrupt · S stop · R restart · ? keys · q quit",
                 width,
             ),
             Style::new().add_modifier(Modifier::DIM),

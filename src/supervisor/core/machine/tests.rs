@@ -103,8 +103,8 @@ impl Facts for Told {
     fn state(&self) -> super::super::State {
         self.state.unwrap_or(State::Idle)
     }
-    fn scopes(&self, _request: &serde_json::Value) -> Vec<String> {
-        vec!["once".into()]
+    fn scopes(&self, _request: &serde_json::Value) -> Vec<(String, String)> {
+        vec![("once".into(), "this request, this time".into())]
     }
     fn api_hint(&self) -> &'static str {
         "Check the stand-in."

@@ -95,6 +95,47 @@ fn the_always_key_takes_the_widest_scope_the_request_offers() {
     );
 }
 
+/// Issue 46: a Codex command's request offers its program from now on (`p`), and says what
+/// each key lets run; `p` does nothing where it is not offered.
+#[test]
+fn the_program_key_allows_the_commands_program_where_offered() {
+    let mut m = Model::default();
+    let mut a = info("/a", "a");
+    a.pending = vec![("r1".into(), "commandExecution".into(), "{}".into())];
+    m.outcome(Outcome::Bots(vec![a]));
+    assert_eq!(
+        m.key(key('p')),
+        Vec::new(),
+        "not offered (its item not read)"
+    );
+    let asked = Item::new(
+        4,
+        "permission_request",
+        "",
+        r#"{"request_id":"r1","scopes":["once","session","always","program"],
+            "reach":{"once":"this command, this time","program":"every `touch` command"}}"#,
+    );
+    m.signal(Signal::Item("/a".into(), asked), SystemTime::now());
+    let b = m.current().unwrap();
+    assert_eq!(b.reach("r1", "program"), Some("every `touch` command"));
+    assert_eq!(
+        b.reach("r1", "session"),
+        Some("session"),
+        "no words: its name"
+    );
+    assert_eq!(b.widest_scope("r1"), "always");
+    assert_eq!(
+        m.key(key('p')),
+        vec![Action::Call(Call::Answer {
+            bot: "/a".into(),
+            request: "r1".into(),
+            behavior: "allow",
+            scope: "program".into(),
+            message: String::new(),
+        })]
+    );
+}
+
 #[test]
 fn writing_a_message_sends_it_and_escape_drops_it() {
     let mut m = Model::default();

@@ -13,6 +13,7 @@ pub mod responses_api;
 pub mod sshd;
 pub mod stand_in_api;
 pub mod terminal;
+pub mod user_manager;
 pub mod version;
 
 pub use version::{claude_version, fact};

@@ -14,6 +14,7 @@ pub mod sshd;
 pub mod stand_in_api;
 pub mod stand_ins;
 pub mod terminal;
+pub mod user_manager;
 pub mod version;
 
 pub use version::{claude_version, fact};

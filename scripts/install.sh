@@ -179,7 +179,7 @@ if [ "$mode" = uninstall ]; then
       systemctl --user disable --now botvisord.service 2>/dev/null || true ;;
   esac
   stop_running
-  rm -f "$unit_dir/botvisord.service" "$unit_dir/botvisor-notify.service" \
+  rm -f "$unit_dir/botvisord.service" "$unit_dir/botvisor-notify.service" "$unit_dir/botvisor.slice" \
     "$dbus_dir/org.botvisor.Botvisor1.service" "$autostart_file" "$notify_autostart" \
     "$apps_dir/botvisor-notify.desktop"
   [ "$manager" = systemd ] && { systemctl --user daemon-reload || echo "install.sh: systemctl --user daemon-reload failed" >&2; }
@@ -261,6 +261,7 @@ case "$manager" in
   systemd)
     install -d "$unit_dir" "$dbus_dir"
     fill packaging/systemd/botvisord.service "$unit_dir/botvisord.service"
+    fill packaging/systemd/botvisor.slice "$unit_dir/botvisor.slice"
     fill packaging/systemd/botvisor-notify.service "$unit_dir/botvisor-notify.service"
     fill packaging/dbus/org.botvisor.Botvisor1.service "$dbus_dir/org.botvisor.Botvisor1.service"
     if [ "$scope" = user ]; then

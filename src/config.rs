@@ -122,6 +122,11 @@ pub struct Config {
     /// transcript), beside the database in `conversations/`, and puts it back when the CLI's is
     /// gone before a resume (default true; `supervisor::keep`).
     pub keep_conversations: bool,
+    /// Whether the agents outlive botvisord's own restarts, upgrades and crashes where it runs
+    /// as a systemd user unit with a file descriptor store (issue 47, `systemd::life`; default
+    /// true; elsewhere a restart ends the running turns, and the next botvisord asks each taken
+    /// message again).
+    pub survive_restarts: bool,
     /// How many times a message the conversation took and never answered (the agent or
     /// botvisord died first) is asked again, each time by a resume that drops the unanswered
     /// attempt (issue 25; default 3; 0: never, such a turn ends `taken_not_answered`).
@@ -216,6 +221,7 @@ impl Default for Config {
             budget_usd: None,
             continue_after_limit: false,
             keep_conversations: true,
+            survive_restarts: true,
             redo_limit: 3,
             agent_max_depth: 2,
             agent_max_bots: 10,

@@ -20,6 +20,7 @@ pub mod process;
 pub mod runtime;
 pub mod store;
 pub mod supervisor;
+pub mod systemd;
 pub mod text;
 pub mod time;
 pub mod worktree;

@@ -116,8 +116,11 @@ fn cgroup_text(killed: &[u32], left: &[u32]) -> String {
 /// bots' cgroups are emptied; each bot's chat says so. Bots a Delete marked are then deleted
 /// (not when this failed: their process records would go with them, and the next start could
 /// not find what is left). Returns how many processes were alive.
-pub(super) async fn stop_all(supervisor: &Supervisor) -> Result<usize, BotError> {
-    let result = stop_recorded(supervisor).await;
+pub(super) async fn stop_all(
+    supervisor: &Supervisor,
+    kept: &BTreeSet<String>,
+) -> Result<usize, BotError> {
+    let result = stop_recorded(supervisor, kept).await;
     if result.is_ok() {
         match supervisor.store().tx(|tx| store::bots::purge_deleting(tx)) {
             Ok(0) => {}
@@ -128,12 +131,20 @@ pub(super) async fn stop_all(supervisor: &Supervisor) -> Result<usize, BotError>
     result
 }
 
-async fn stop_recorded(supervisor: &Supervisor) -> Result<usize, BotError> {
+/// Every recorded process but those of the bots in `kept` (agents handed over to this run,
+/// issue 47: taken over, not stopped).
+async fn stop_recorded(
+    supervisor: &Supervisor,
+    kept: &BTreeSet<String>,
+) -> Result<usize, BotError> {
     let store = supervisor.store();
     let publisher = supervisor.publisher();
     let deleting: BTreeSet<String> = store.read(store::bots::deleting)?.into_iter().collect();
     let mut by_bot: BTreeMap<String, Vec<ProcessRecord>> = BTreeMap::new();
     for r in store.read(store::processes::all)? {
+        if kept.contains(&r.bot_id) {
+            continue;
+        }
         by_bot.entry(r.bot_id.clone()).or_default().push(r);
     }
     // Without cgroups, what the previous run never recorded (a double fork after its last
@@ -141,7 +152,12 @@ async fn stop_recorded(supervisor: &Supervisor) -> Result<usize, BotError> {
     // Only after a crash: a run that stopped its agents cleared their records, and then nothing
     // of it can be left to find (no /proc scan at every start).
     if !by_bot.is_empty() && crate::process::cgroup::subtree().is_none() {
-        let mut ids: BTreeSet<String> = supervisor.list().iter().map(|h| h.id.clone()).collect();
+        let mut ids: BTreeSet<String> = supervisor
+            .list()
+            .iter()
+            .map(|h| h.id.clone())
+            .filter(|id| !kept.contains(id))
+            .collect();
         ids.extend(deleting.iter().cloned());
         add_marked(&mut by_bot, crate::process::marked::marked(&ids));
     }

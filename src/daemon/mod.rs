@@ -50,9 +50,11 @@ pub async fn run(config: Config, database: PathBuf) -> Result<(), DaemonError> {
     })?;
     let _locks = locks.with_database(&database)?;
     tracing::info!(database = %database.display(), "starting");
-    // 2. From here a SIGTERM stops us gently, even while we start up.
+    // 2. From here a SIGTERM stops us gently, even while we start up. What the service manager
+    //    passed back (the agents a previous run handed over, issue 47) is taken at once.
     let mut signals = StopSignals::install()
         .map_err(|e| ServiceError::Bus(zbus::Error::Failure(e.to_string())))?;
+    let passed = crate::systemd::fdstore::take_passed();
     // 3. The runtimes, and containment settled before anything can read it (the bots'
     //    objects and the Manager's Containment property read it).
     let config = Arc::new(config);
@@ -64,6 +66,25 @@ pub async fn run(config: Config, database: PathBuf) -> Result<(), DaemonError> {
     let supervisor = Supervisor::new(Arc::new(store), config, runtimes, publications_tx);
     let mut service = Service::connect(supervisor.clone()).await?;
     service.follow_clients().await?;
+    // Whether the agents outlive this daemon's restarts (issue 47): settled before any starts.
+    let survival = crate::systemd::life::settle(
+        crate::systemd::life::detect(supervisor.config().survive_restarts).await,
+    );
+    match survival {
+        crate::systemd::life::Survival::Keep(k) => tracing::info!(
+            unit = %k.unit,
+            boot_id = crate::systemd::life::boot_id(),
+            invocation = crate::systemd::life::invocation(),
+            "the agents outlive botvisord's restarts: each runs in a scope of its own, its pipes in the unit's store"
+        ),
+        crate::systemd::life::Survival::Off(why) => tracing::info!(
+            boot_id = crate::systemd::life::boot_id(),
+            invocation = crate::systemd::life::invocation(),
+            "the agents end with botvisord: {why}"
+        ),
+    }
+    supervisor.give_passed(passed);
+    let taken_over = supervisor.taken_over();
     let handles = supervisor.load()?;
     let count = handles.len();
     service.serve_bots(handles).await?;
@@ -87,7 +108,7 @@ pub async fn run(config: Config, database: PathBuf) -> Result<(), DaemonError> {
         before.remove_new(&database);
         return Err(e.into());
     }
-    match left_processes::stop_all(&supervisor).await {
+    match left_processes::stop_all(&supervisor, &taken_over).await {
         Ok(0) => {}
         Ok(n) => tracing::warn!(count = n, "stopped processes left by the previous run"),
         Err(e) => tracing::error!(error = %e, "cannot check processes left by the previous run"),
@@ -111,7 +132,18 @@ pub async fn run(config: Config, database: PathBuf) -> Result<(), DaemonError> {
         task.abort();
     }
     supervisor.store().closing();
-    supervisor.shutdown().await;
+    // A restart of the unit (its queued job, issue 47) hands the agents over to the next
+    // botvisord; a stop, the session's end, a bus that went away: every bot stopped.
+    let restarting = match (crate::systemd::life::keeper(), &end) {
+        (Some(k), End::Asked) => k.restarting().await,
+        _ => false,
+    };
+    if restarting {
+        tracing::info!("botvisord's unit restarts: the agents are handed over");
+        supervisor.hand_over().await;
+    } else {
+        supervisor.shutdown().await;
+    }
     service.leave().await;
     tracing::info!("botvisord stopped");
     match end {

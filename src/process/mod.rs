@@ -1,6 +1,7 @@
 //! Agent processes: spawn one in its own process group, read its stdout line by line, watch its
 //! exit, know its descendants by identity, stop it gently and prove what is gone.
 
+pub mod attach;
 pub mod cgroup;
 pub mod identity;
 pub mod launch_error;

@@ -81,6 +81,55 @@ fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
     }
 }
 
+/// How the process of the pidfd `fd` ended, from the kernel (`PIDFD_GET_INFO` with
+/// `PIDFD_INFO_EXIT`, Linux 6.15 and later): also for a process that is not this one's child,
+/// such as an agent a previous botvisord started (issue 47). `None` where the kernel does not
+/// tell it, or before the process exited.
+pub fn pidfd_exit_info(fd: &std::os::fd::OwnedFd) -> Option<super::ExitInfo> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        /// `struct pidfd_info` as far as `exit_code` (its first published size, 64 bytes).
+        #[repr(C)]
+        #[derive(Default)]
+        struct PidfdInfo {
+            mask: u64,
+            cgroupid: u64,
+            ids: [u32; 11],
+            exit_code: i32,
+        }
+        const PIDFD_INFO_EXIT: u64 = 1 << 3;
+        // _IOWR(0xFF, 11, struct pidfd_info) with its 64 bytes.
+        const PIDFD_GET_INFO: libc::c_ulong = (3 << 30) | (64 << 16) | (0xFF << 8) | 11;
+        let mut info = PidfdInfo {
+            mask: PIDFD_INFO_EXIT,
+            ..PidfdInfo::default()
+        };
+        // SAFETY: the ioctl fills a struct of the size its number encodes, given a pointer to one.
+        let rc = unsafe { libc::ioctl(fd.as_raw_fd(), PIDFD_GET_INFO as _, &mut info) };
+        if rc != 0 || info.mask & PIDFD_INFO_EXIT == 0 {
+            return None;
+        }
+        let status = info.exit_code;
+        Some(if libc::WIFEXITED(status) {
+            super::ExitInfo {
+                code: Some(libc::WEXITSTATUS(status)),
+                signal: None,
+            }
+        } else {
+            super::ExitInfo {
+                code: None,
+                signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
+            }
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = fd;
+        None
+    }
+}
+
 /// What a signalling syscall's return code means.
 fn outcome(rc: i64) -> Signalled {
     if rc == 0 {

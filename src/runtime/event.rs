@@ -166,7 +166,7 @@ impl RuntimeEvent {
 
 /// Where a plan's usage limit stands, as a CLI told it (docs/cli-versions.md has what each
 /// version prints).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LimitReport {
     /// Whether the plan takes requests now.
     pub state: LimitState,
@@ -180,7 +180,7 @@ pub struct LimitReport {
 }
 
 /// [`LimitReport::state`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LimitState {
     /// Requests are taken (Claude Code: `allowed`).
     Allowed,

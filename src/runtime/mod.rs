@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// How a process starts its conversation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SessionStart {
     /// A new conversation with this id, chosen by botvisor (`--session-id` for Claude Code).
     New(String),
@@ -468,6 +468,12 @@ pub trait Runtime: Send + Sync + 'static {
     /// answers. Empty by default.
     fn added_since(&self, _file: &Path, _from: u64, _own: &[String]) -> Vec<ChatPayload> {
         Vec::new()
+    }
+    /// The protocol object of a process another botvisord started and handed over (issue 47):
+    /// its state as [`Protocol::save`] gave it; `None` when it cannot be read (the process is
+    /// then not taken over).
+    fn restore(&self, _saved: &serde_json::Value) -> Option<Box<dyn Protocol>> {
+        None
     }
     /// A new conversation as this runtime starts one: [`SessionStart::New`] with a fresh id
     /// when botvisor names it (Claude Code), [`SessionStart::Fresh`] when the CLI does (Codex).

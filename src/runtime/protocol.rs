@@ -63,4 +63,8 @@ pub trait Protocol: Send {
     fn refuse(&mut self, request_id: &str, message: &str) -> Vec<String>;
     /// Reads one stdout line (without the newline).
     fn read_line(&mut self, line: &[u8]) -> Read;
+    /// Its whole state (request ids both ways, the conversation and turn, a handshake's step),
+    /// for the next botvisord to read on with the same process (issue 47,
+    /// [`super::Runtime::restore`]).
+    fn save(&self) -> serde_json::Value;
 }

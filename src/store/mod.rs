@@ -9,6 +9,7 @@ pub mod bots;
 pub mod chat;
 pub mod deliveries;
 pub mod fault;
+pub mod handovers;
 pub mod processes;
 pub mod schema;
 pub mod spend;
@@ -280,7 +281,7 @@ impl Store {
         then: &mut Option<impl FnOnce(&R)>,
     ) -> Result<R, rusqlite::Error> {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        self.attempt_on(&mut conn, f, then)
+        self.attempt_on(&mut conn, false, f, then)
     }
 
     /// The first attempt of any write, on the calling thread: only when the connection is free
@@ -290,6 +291,7 @@ impl Store {
     /// as a plain commit.
     fn fast_attempt<R>(
         &self,
+        durable: bool,
         f: &mut impl FnMut(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
         then: &mut Option<impl FnOnce(&R)>,
     ) -> Option<Result<R, rusqlite::Error>> {
@@ -301,7 +303,7 @@ impl Store {
         if conn.busy_timeout(std::time::Duration::ZERO).is_err() {
             return None;
         }
-        let r = self.attempt_on(&mut conn, f, then);
+        let r = self.attempt_on(&mut conn, durable, f, then);
         let _ = conn.busy_timeout(fault::ATTEMPT_BUSY_WAIT);
         match r {
             Err(e) if fault::is_transient(&e) => None,
@@ -312,12 +314,26 @@ impl Store {
     fn attempt_on<R>(
         &self,
         conn: &mut Connection,
+        durable: bool,
         f: &mut impl FnMut(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
         then: &mut Option<impl FnOnce(&R)>,
     ) -> Result<R, rusqlite::Error> {
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let r = f(&tx)?;
-        tx.commit()?;
+        // A promise to a client is durable before it is made (issue 47): its commit syncs the
+        // WAL (`synchronous = FULL` for it alone); the others stay NORMAL, which a power loss
+        // may roll back, never corrupt.
+        if durable {
+            conn.pragma_update(None, "synchronous", "FULL")?;
+        }
+        let committed = (|| -> Result<R, rusqlite::Error> {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let r = f(&tx)?;
+            tx.commit()?;
+            Ok(r)
+        })();
+        if durable {
+            let _ = conn.pragma_update(None, "synchronous", "NORMAL");
+        }
+        let r = committed?;
         self.health.succeeded();
         if let Some(then) = then.take() {
             then(&r);
@@ -348,7 +364,7 @@ impl Store {
     ) -> Result<R, StoreError> {
         let mut then = Some(then);
         if self.retrying.load(std::sync::atomic::Ordering::SeqCst) == 0
-            && let Some(r) = self.fast_attempt(&mut f, &mut then)
+            && let Some(r) = self.fast_attempt(false, &mut f, &mut then)
         {
             return r.map_err(StoreError::from);
         }
@@ -407,6 +423,35 @@ impl Store {
     /// Like [`Store::tx_now`], and runs `then` after the commit as [`Store::tx_then`] does.
     pub fn tx_now_then<R>(
         &self,
+        f: impl FnMut(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
+        then: impl FnOnce(&R),
+    ) -> Result<R, StoreError> {
+        self.tx_now_then_as(false, f, then)
+    }
+
+    /// Like [`Store::tx_now_then`], the commit durable before it returns (`synchronous = FULL`
+    /// for it alone: the WAL is synced): for what makes a promise to a client, a message
+    /// accepted, a permission answered, a bot created or deleted (issue 47: a power loss never
+    /// takes back what a reply said).
+    pub fn tx_durable_then<R>(
+        &self,
+        f: impl FnMut(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
+        then: impl FnOnce(&R),
+    ) -> Result<R, StoreError> {
+        self.tx_now_then_as(true, f, then)
+    }
+
+    /// Like [`Store::tx_now`], durable before it returns ([`Store::tx_durable_then`]).
+    pub fn tx_durable<R>(
+        &self,
+        f: impl FnMut(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
+    ) -> Result<R, StoreError> {
+        self.tx_now_then_as(true, f, |_| {})
+    }
+
+    fn tx_now_then_as<R>(
+        &self,
+        durable: bool,
         mut f: impl FnMut(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
         then: impl FnOnce(&R),
     ) -> Result<R, StoreError> {
@@ -417,13 +462,13 @@ impl Store {
             return Err(StoreError::Unavailable(why));
         }
         let mut then = Some(then);
-        if let Some(r) = self.fast_attempt(&mut f, &mut then) {
+        if let Some(r) = self.fast_attempt(durable, &mut f, &mut then) {
             return r.map_err(StoreError::from);
         }
         tokio::task::block_in_place(|| {
             let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
             let _ = conn.busy_timeout(fault::CLIENT_BUSY_WAIT);
-            let r = self.attempt_on(&mut conn, &mut f, &mut then);
+            let r = self.attempt_on(&mut conn, durable, &mut f, &mut then);
             let _ = conn.busy_timeout(fault::ATTEMPT_BUSY_WAIT);
             drop(conn);
             match r {

@@ -190,6 +190,21 @@ pub const MIGRATIONS: &[&str] = &[
     WHERE cost_nanos > 0 OR input_tokens > 0 OR output_tokens > 0 OR cost_session != ''
     ORDER BY created_at, id;
     "#,
+    // 16: an agent handed over to the next botvisord (issue 47): its root process by identity,
+    // the invocation that handed it over, its protocol's and its process's state (JSON), and
+    // what was read of its stdout and not handled; taken (deleted) by the botvisord that takes
+    // the agent over, or finds it gone.
+    r#"
+    CREATE TABLE handovers (
+        bot_id      TEXT PRIMARY KEY REFERENCES bots(id) ON DELETE CASCADE,
+        pid         INTEGER NOT NULL,
+        start_time  INTEGER NOT NULL,
+        boot_id     TEXT NOT NULL,
+        invocation  TEXT NOT NULL,
+        state       TEXT NOT NULL,
+        leftover    BLOB NOT NULL
+    );
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version

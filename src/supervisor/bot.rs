@@ -11,6 +11,7 @@ mod effects;
 mod events;
 mod exit;
 mod group_commit;
+mod handover;
 mod held;
 mod idle;
 mod keep;
@@ -64,6 +65,8 @@ pub const TEXT_DELTA_INTERVAL: Duration = Duration::from_millis(50);
 struct Proc {
     handle: ProcessHandle,
     stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// The task that writes what `stdin` is sent ([`spawn_writer`]).
+    writer: Option<tokio::task::JoinHandle<()>>,
     /// Its protocol: lines in and out, request ids, the conversation it holds.
     protocol: Box<dyn crate::runtime::Protocol>,
     /// Its descendants when the turn in flight began (its replay): what an interrupted turn
@@ -125,6 +128,9 @@ struct Actor {
     last_commit_ok: bool,
     /// The core ended the bot's supervision ([`super::core::Effect::End`]): the actor stops.
     ended: bool,
+    /// The cgroup folder of the agent's scope, once the user manager made it (issue 47): the
+    /// stop's proof reads it.
+    scope_dir: Arc<std::sync::Mutex<Option<std::path::PathBuf>>>,
     /// The core asked to clean up what an exited process left
     /// ([`crate::supervisor::core::Effect::CleanUp`]): done once the input's other effects are.
     clean_up_asked: Option<StopReason>,
@@ -170,17 +176,29 @@ pub(crate) fn forget_session(handle: &BotHandle, reason: &str) -> Result<(), Bot
     Ok(())
 }
 
-/// Starts the actor of a bot. With `loaded` (daemon start), turns the previous daemon left
-/// running are settled as `interrupted` and queued messages are delivered.
+/// How a bot's actor begins.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The bot was loaded at the daemon's start (not created): what the previous daemon left is
+    /// recovered, or its agent taken over.
+    pub loaded: bool,
+    /// Its agent's descriptors the service manager passed back (issue 47).
+    pub passed: Option<BTreeMap<crate::systemd::fdstore::Role, std::os::fd::OwnedFd>>,
+}
+
+/// Starts the actor of a bot. Loaded at the daemon's start, the agent the previous daemon
+/// handed over is taken over (issue 47); otherwise the turns it left are settled once or
+/// delivered once ([`super::core::left_turns`]).
 pub fn spawn_actor(
     record: BotRecord,
     runtime: Arc<dyn Runtime>,
     store: Arc<Store>,
     config: Arc<Config>,
     publisher: Publisher,
-    loaded: bool,
+    begin: Loaded,
     gate: tokio::sync::watch::Receiver<bool>,
 ) -> BotHandle {
+    let Loaded { loaded, passed } = begin;
     let (tx, rx) = mpsc::unbounded_channel();
     let (proc_tx, proc_rx) = mpsc::unbounded_channel();
     let id = record.id.clone();
@@ -248,6 +266,7 @@ pub fn spawn_actor(
         last_commit_ok: true,
         ended: false,
         clean_up_asked: None,
+        scope_dir: Default::default(),
         group: group_commit::Group::default(),
     };
     let span = tracing::info_span!("bot", bot_id = %id);
@@ -256,7 +275,7 @@ pub fn spawn_actor(
         let publisher = shared.publisher.clone();
         let id = id.clone();
         async move {
-            let run = std::panic::AssertUnwindSafe(actor.run(rx, loaded, gate));
+            let run = std::panic::AssertUnwindSafe(actor.run(rx, loaded, passed, gate));
             if let Err(panic) = futures_util::FutureExt::catch_unwind(run).await {
                 let what = panic
                     .downcast_ref::<&str>()
@@ -340,12 +359,16 @@ impl Actor {
         mut self,
         mut rx: mpsc::UnboundedReceiver<Command>,
         loaded: bool,
+        passed: Option<BTreeMap<crate::systemd::fdstore::Role, std::os::fd::OwnedFd>>,
         mut gate: tokio::sync::watch::Receiver<bool>,
     ) {
         if gate.wait_for(|open| *open).await.is_err() {
             return;
         }
-        if loaded && let Err(e) = self.recover() {
+        if loaded
+            && !self.take_over(passed)
+            && let Err(e) = self.recover()
+        {
             tracing::error!(bot_id = %self.id, error = %e, "cannot recover the bot's turns");
         }
         self.core.attempt_recorded(self.record().attempt_cut);
@@ -399,15 +422,19 @@ pub(crate) fn bot_env(config: &Config, record: &BotRecord) -> BTreeMap<String, S
 }
 
 /// A task that owns a process's stdin and writes what it is sent; dropping the sender closes
-/// stdin.
-fn spawn_writer(mut stdin: tokio::process::ChildStdin) -> mpsc::UnboundedSender<Vec<u8>> {
+/// stdin (a stored duplicate of it, issue 47, keeps the pipe open).
+/// Returns the sender and the task, which ends once the sender is dropped and every line it was
+/// given is written (or the pipe broke).
+fn spawn_writer(
+    mut stdin: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
+) -> (mpsc::UnboundedSender<Vec<u8>>, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         while let Some(bytes) = rx.recv().await {
             if stdin.write_all(&bytes).await.is_err() || stdin.flush().await.is_err() {
                 break;
             }
         }
     });
-    tx
+    (tx, task)
 }

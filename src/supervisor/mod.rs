@@ -171,6 +171,9 @@ pub enum Command {
     Delete(Option<core::worktree::Removal>),
     /// Stop the process for daemon shutdown and end the actor.
     Shutdown(oneshot::Sender<()>),
+    /// botvisord's unit restarts (issue 47): hand the running agent over to the next botvisord
+    /// and end the actor (an agent that cannot be handed over is stopped as at a shutdown).
+    HandOver(oneshot::Sender<()>),
     /// Apply a setting (already persisted) to the running process, if any.
     ApplyLive(ControlRequest),
     /// Stop and start again, on the conversation, a new one or a copy.
@@ -253,6 +256,9 @@ pub struct Supervisor {
     /// conversation). Other calls are not held: a create runs in a task of its own
     /// (`dbus::guard::Detached`).
     creating: tokio::sync::Mutex<()>,
+    /// The agents' descriptors the service manager passed back at start, by bot id (issue 47):
+    /// each bot's actor takes its own over, once.
+    passed: Mutex<BTreeMap<String, BTreeMap<crate::systemd::fdstore::Role, std::os::fd::OwnedFd>>>,
 }
 
 impl Supervisor {
@@ -272,6 +278,7 @@ impl Supervisor {
             publisher,
             gate: tokio::sync::watch::Sender::new(false),
             creating: tokio::sync::Mutex::new(()),
+            passed: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -354,13 +361,21 @@ impl Supervisor {
     }
 
     fn start_actor(&self, record: BotRecord, runtime: Arc<dyn Runtime>, loaded: bool) -> BotHandle {
+        let passed = loaded
+            .then(|| {
+                self.passed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&record.id)
+            })
+            .flatten();
         let handle = bot::spawn_actor(
             record,
             runtime,
             self.store.clone(),
             self.config.clone(),
             self.publisher.clone(),
-            loaded,
+            bot::Loaded { loaded, passed },
             self.gate.subscribe(),
         );
         let created_at = handle.view_guard().record.created_at.clone();
@@ -406,6 +421,73 @@ impl Supervisor {
                 tracing::info!(bot_id = %h.id, client, "lease ended: the client left the bus");
             }
         }
+    }
+
+    /// The descriptors the service manager passed back at start (issue 47), before [`load`]:
+    /// each bot's are its actor's; those of no bot are closed and taken out of the store.
+    ///
+    /// [`load`]: Supervisor::load
+    pub fn give_passed(&self, passed: crate::systemd::fdstore::Passed) {
+        let known: std::collections::BTreeSet<String> = self
+            .store
+            .read(store::bots::load_all)
+            .map(|all| all.into_iter().map(|r| r.id).collect())
+            .unwrap_or_default();
+        let mut mine = self.passed.lock().unwrap_or_else(|p| p.into_inner());
+        for (bot, fds) in passed.bots {
+            if known.contains(&bot) {
+                mine.insert(bot, fds);
+            } else {
+                drop(fds);
+                crate::process::spawn::unstore_descriptors(&bot);
+            }
+        }
+        for (name, fd) in passed.other {
+            drop(fd);
+            if let Err(e) = crate::systemd::fdstore::remove(&name) {
+                tracing::warn!(name, error = %e, "cannot take a stored descriptor out of the store");
+            }
+        }
+    }
+
+    /// The bots whose agent the previous botvisord handed over and that this one will take
+    /// over (issue 47): its descriptors passed back, its hand-over recorded, the same process
+    /// alive. Their recorded processes are not stopped at start.
+    pub fn taken_over(&self) -> std::collections::BTreeSet<String> {
+        let passed = self.passed.lock().unwrap_or_else(|p| p.into_inner());
+        passed
+            .keys()
+            .filter(|id| {
+                self.store
+                    .read(|c| store::handovers::get(c, id))
+                    .ok()
+                    .flatten()
+                    .is_some_and(|h| {
+                        crate::process::identity::liveness(&h.identity)
+                            == crate::process::identity::Liveness::Alive
+                    })
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// botvisord's unit restarts (issue 47): every running agent is handed over to the next
+    /// botvisord; what cannot be is stopped as at a [`shutdown`](Supervisor::shutdown).
+    pub async fn hand_over(&self) {
+        let mut handles = self.list();
+        handles.extend(
+            self.deleting
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain(..),
+        );
+        let waits = handles.into_iter().map(|h| async move {
+            let (tx, rx) = oneshot::channel();
+            if h.tx.send(Command::HandOver(tx)).is_ok() {
+                let _ = rx.await;
+            }
+        });
+        futures_util::future::join_all(waits).await;
     }
 
     /// Stops every bot gently and in parallel, for daemon shutdown; waits too for the actors of

@@ -403,10 +403,19 @@ pub async fn after_stop(
     bot_id: &str,
 ) -> Option<Vec<(super::identity::ProcessIdentity, super::identity::Liveness)>> {
     let dir = subtree()?.bot_dir(bot_id);
+    after_stop_in(bot_id, &dir).await
+}
+
+/// [`after_stop`] for the cgroup folder `dir` of bot `bot_id`'s agent (its scope's, issue 47;
+/// the scope goes by itself once empty).
+pub async fn after_stop_in(
+    bot_id: &str,
+    dir: &Path,
+) -> Option<Vec<(super::identity::ProcessIdentity, super::identity::Liveness)>> {
     if !dir.exists() {
         return None;
     }
-    match empty_out(&dir, KILL_WAIT).await {
+    match empty_out(dir, KILL_WAIT).await {
         Ok(e) => {
             if !e.killed.is_empty() {
                 tracing::info!(bot_id, pids = ?e.killed, "killed what was left in the bot's cgroup");

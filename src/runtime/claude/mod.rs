@@ -243,6 +243,12 @@ impl Runtime for Claude {
         transcript_of(env, cwd, session_id).and_then(|path| taken::read(&path, text, since))
     }
 
+    fn restore(&self, saved: &serde_json::Value) -> Option<Box<dyn Protocol>> {
+        serde_json::from_value::<protocol::ClaudeProtocol>(saved.clone())
+            .ok()
+            .map(|p| Box::new(p) as Box<dyn Protocol>)
+    }
+
     fn added_since(&self, file: &Path, from: u64, own: &[String]) -> Vec<ChatPayload> {
         conversations::added_since(file, from, own)
     }

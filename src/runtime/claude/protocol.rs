@@ -8,7 +8,7 @@ use crate::runtime::protocol::{Protocol, Read, Sent};
 use crate::runtime::{ControlRequest, PermissionAnswer, SessionStart};
 
 /// The protocol object of one Claude Code process.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ClaudeProtocol {
     session: Option<String>,
     seq: u64,
@@ -69,6 +69,10 @@ impl Protocol for ClaudeProtocol {
 
     fn read_line(&mut self, line: &[u8]) -> Read {
         Read::events(events::parse_line(line))
+    }
+
+    fn save(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
     }
 }
 

@@ -166,6 +166,12 @@ impl Runtime for Codex {
             .unwrap_or_default()
     }
 
+    fn restore(&self, saved: &serde_json::Value) -> Option<Box<dyn crate::runtime::Protocol>> {
+        serde_json::from_value::<protocol::CodexProtocol>(saved.clone())
+            .ok()
+            .map(|p| Box::new(p) as Box<dyn crate::runtime::Protocol>)
+    }
+
     fn added_since(&self, file: &Path, from: u64, own: &[String]) -> Vec<ChatPayload> {
         conversations::added_since(file, from, own)
     }

@@ -33,7 +33,7 @@ pub const INVALID_SESSION_ID: &str = "invalid session id";
 pub const UNREADABLE_ROLLOUT: &str = "failed to read thread";
 
 /// How far the handshake is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Phase {
     /// `initialize` (this id) sent.
     Initializing(u64),
@@ -48,7 +48,7 @@ enum Phase {
 }
 
 /// The protocol object of one `codex app-server` process.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CodexProtocol {
     start: SessionStart,
     /// With a resume: the turn whose unanswered attempt is dropped before the thread is ready.
@@ -422,6 +422,10 @@ fn failed_to_open(text: &str) -> RuntimeEvent {
 }
 
 impl Protocol for CodexProtocol {
+    fn save(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+
     fn opening(&mut self) -> Vec<String> {
         let id = self.id();
         self.phase = Phase::Initializing(id);

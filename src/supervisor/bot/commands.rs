@@ -72,6 +72,16 @@ impl Actor {
                 }
                 !self.ended
             }
+            Command::HandOver(reply) => {
+                if self.hand_over().await {
+                    let _ = reply.send(());
+                    return false;
+                }
+                self.handle(Input::Command(Cmd::Shutdown));
+                self.stop_if_asked().await;
+                let _ = reply.send(());
+                !self.ended
+            }
             Command::Shutdown(reply) => {
                 self.handle(Input::Command(Cmd::Shutdown));
                 self.stop_if_asked().await;

@@ -13,6 +13,9 @@ impl Actor {
         let Some(proc) = self.proc.take() else {
             return;
         };
+        if crate::systemd::life::keeper().is_some() {
+            crate::process::spawn::unstore_descriptors(&self.id);
+        }
         let root_pid = proc.handle.pid;
         self.handle(Input::Exited {
             status: info,

@@ -167,14 +167,24 @@ impl Actor {
         let cmd = self.shared.runtime.command(program, &spec);
         let mut protocol = self.shared.runtime.open(&spec);
         self.generation += 1;
-        let cgroup = self.launch_cgroup();
-        match process::spawn::spawn_in(
-            &cmd,
-            cgroup.as_deref(),
-            self.generation,
-            self.proc_tx.clone(),
-        ) {
+        // Issue 47: under a user manager the agent runs in a scope of its own, held at its gate
+        // until it is in it, and its pipes wait in the service's store for the next botvisord.
+        let keeper = crate::systemd::life::keeper();
+        let cgroup = match keeper {
+            Some(_) => None,
+            None => self.launch_cgroup(),
+        };
+        let start = process::spawn::Start {
+            cgroup: cgroup.as_deref(),
+            gated: keeper.is_some(),
+            store_as: keeper.map(|_| self.id.as_str()),
+        };
+        *self.scope_dir.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        match process::spawn::spawn_with(&cmd, start, self.generation, self.proc_tx.clone()) {
             Ok(mut handle) => {
+                if let (Some(keeper), Some(gate)) = (keeper, handle.gate.take()) {
+                    self.move_to_scope(keeper, handle.pid, gate, &record);
+                }
                 tracing::info!(
                     bot_id = %self.id,
                     pid = handle.pid,
@@ -182,7 +192,7 @@ impl Actor {
                     resume = matches!(decision.start, SessionStart::Resume(_)),
                     "agent started"
                 );
-                let stdin = handle.stdin.take().map(spawn_writer);
+                let (stdin, writer) = handle.stdin.take().map(spawn_writer).unzip();
                 let protocol_opening = protocol.opening();
                 let pid = handle.pid;
                 self.known.clear();
@@ -193,6 +203,7 @@ impl Actor {
                 self.proc = Some(Proc {
                     handle,
                     stdin,
+                    writer,
                     protocol,
                     before_turn: None,
                     usage: self.watch_usage(pid, cgroup),
@@ -210,6 +221,40 @@ impl Actor {
                 self.start_refused(text, None);
             }
         }
+    }
+
+    /// Moves the agent `pid`, held at `gate`, into its own scope (issue 47), then lets it run;
+    /// a scope that cannot be made is said in the journal, and the agent runs without one (a
+    /// restart of botvisord then ends it, as without a user manager).
+    fn move_to_scope(
+        &self,
+        keeper: &'static crate::systemd::life::Keeper,
+        pid: u32,
+        gate: process::spawn::Gate,
+        record: &BotRecord,
+    ) {
+        let id = self.id.clone();
+        let memory = crate::supervisor::memory_max::in_force(
+            record.memory_max,
+            self.shared.config.memory_max,
+            process::cgroup::containment(),
+        );
+        let scope_dir = self.scope_dir.clone();
+        tokio::spawn(async move {
+            match keeper.scope(&id, pid, memory).await {
+                Ok(cgroup) => {
+                    tracing::info!(bot_id = %id, pid, %cgroup, "the agent runs in its own scope");
+                    *scope_dir.lock().unwrap_or_else(|p| p.into_inner()) =
+                        crate::systemd::life::Keeper::cgroup_dir(&cgroup);
+                }
+                Err(e) => {
+                    tracing::warn!(bot_id = %id, pid, error = %e, "the agent runs without a scope of its own: a restart of botvisord ends it")
+                }
+            }
+            if let Err(e) = gate.release() {
+                tracing::warn!(bot_id = %id, pid, error = %e, "the agent's gate cannot be opened");
+            }
+        });
     }
 
     /// The agent cannot start (`Input::LaunchFailed`).

@@ -11,6 +11,25 @@ impl Actor {
     /// At daemon start, after the previous run's processes were stopped: every turn it left
     /// open is settled or delivered once ([`left_turns::recover`]).
     pub(super) fn recover(&mut self) -> Result<(), BotError> {
+        let left = self.left()?;
+        let record = self.record();
+        let env = self.build_env(&record);
+        let runtime = self.shared.runtime.clone();
+        let effects = self.core.recover(
+            left,
+            record.session_id.as_deref(),
+            self.shared.config.redo_limit,
+            |turn: &crate::supervisor::core::QueuedTurn, session: &str, since| {
+                runtime.taken_turn(&env, Path::new(&record.cwd), session, &turn.text, since)
+            },
+        );
+        self.apply(effects);
+        Ok(())
+    }
+
+    /// What the previous run left of this bot's turns in the store: its open requests, its
+    /// turns `running` and `queued` (with where each was delivered).
+    pub(super) fn left(&self) -> Result<Left, BotError> {
         let open_prompts = self
             .shared
             .store
@@ -48,18 +67,6 @@ impl Actor {
                 })
                 .collect(),
         };
-        let record = self.record();
-        let env = self.build_env(&record);
-        let runtime = self.shared.runtime.clone();
-        let effects = self.core.recover(
-            left,
-            record.session_id.as_deref(),
-            self.shared.config.redo_limit,
-            |turn: &crate::supervisor::core::QueuedTurn, session: &str, since| {
-                runtime.taken_turn(&env, Path::new(&record.cwd), session, &turn.text, since)
-            },
-        );
-        self.apply(effects);
-        Ok(())
+        Ok(left)
     }
 }

@@ -123,6 +123,10 @@ impl Protocol for ScriptedProtocol {
             None => Read::events(vec![RuntimeEvent::Ignored]),
         }
     }
+
+    fn save(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
 }
 
 /// The CLI began the turn (its replay of the message).

@@ -115,7 +115,16 @@ impl Actor {
         }
         // Design rule 10: where the bot has a cgroup, it is killed whole and read empty.
         let mut proof = PROOF;
-        if let Some(left) = process::cgroup::after_stop(&self.id).await {
+        let scope = self
+            .scope_dir
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let left = match &scope {
+            Some(dir) => process::cgroup::after_stop_in(&self.id, dir).await,
+            None => process::cgroup::after_stop(&self.id).await,
+        };
+        if let Some(left) = left {
             observed.extend(left);
             proof = Proof::Cgroup;
         }
@@ -192,6 +201,10 @@ impl Actor {
     pub(super) async fn stop_process(&mut self, why: StopReason) -> Option<StopVerdict> {
         self.snapshot_descendants();
         let proc = self.proc.as_mut()?;
+        // A stored duplicate of stdin would keep the agent from seeing its end (issue 47).
+        if crate::systemd::life::keeper().is_some() {
+            process::spawn::unstore_descriptors(&self.id);
+        }
         proc.stdin = None;
         self.core.stopping();
         let pid = proc.handle.pid;

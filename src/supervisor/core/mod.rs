@@ -100,6 +100,7 @@ pub mod limits;
 pub mod machine;
 pub mod prompts;
 pub mod pump;
+pub mod reattach;
 pub mod records;
 pub mod retry;
 pub mod run;

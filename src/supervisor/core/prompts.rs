@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::effect::{CommitBuilder, Effect, Publish};
 
 /// An open permission request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Prompt {
     /// The tool, for example `Write`.
     pub tool: String,

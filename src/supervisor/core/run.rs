@@ -6,7 +6,7 @@ use super::effect::{CommitBuilder, Effect, Publish, Write};
 use crate::runtime::{Cut, SessionStart};
 
 /// What one process of the bot showed, from its launch to its end.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Run {
     /// How it was launched: a resume of a recorded conversation, or a new one.
     pub start: SessionStart,

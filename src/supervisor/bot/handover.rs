@@ -1,0 +1,235 @@
+//! A running turn survives botvisord itself (issue 47): at a restart of its unit the agent is
+//! handed over to the next botvisord, which takes it over, same process, same pipes, the stream
+//! read on from where it stands.
+//!
+//! Handing over ([`Actor::hand_over`]): the agent's stdout is no longer read; what was read is
+//! handled (committed and published, as always); what was read and not yet a line, the
+//! protocol's state, the process as the core knew it, the environment it runs with and the
+//! permission requests open are recorded (`handovers`, in the same database); the stdin writer
+//! finishes its writes. The agent runs on in its own scope, its descriptors in the service's
+//! store. Taking over ([`Actor::take_over`]): with the descriptors the manager passed back, the
+//! record, and the same process alive (pid, start time and boot), the agent is attached again
+//! and its turn goes on; otherwise what was passed is let go and the bot recovers as after a
+//! daemon crash.
+
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{Actor, Proc, spawn_writer};
+use crate::process;
+use crate::process::identity::{Liveness, identify, liveness};
+use crate::store::{self, handovers::Handover};
+use crate::supervisor::Property;
+use crate::supervisor::core::Effect;
+use crate::supervisor::core::lifecycle::Run;
+use crate::supervisor::core::prompts::Prompt;
+use crate::systemd::fdstore::Role;
+
+/// How long the stdin writer may take to finish its writes at a hand-over (a CLI that stopped
+/// reading its stdin: what is left is written by nobody, and the next botvisord does not know).
+const WRITER_FINISH: Duration = Duration::from_secs(5);
+
+impl Actor {
+    /// botvisord's unit restarts: hands the running agent over to the next botvisord. Returns
+    /// `false` (and hands nothing over) when there is none to hand over, or it cannot be: then
+    /// the caller stops it as at a shutdown.
+    pub(super) async fn hand_over(&mut self) -> bool {
+        if crate::systemd::life::keeper().is_none() || self.stop_asked.is_some() {
+            return false;
+        }
+        let Some(proc) = self.proc.as_mut() else {
+            return false;
+        };
+        let pid = proc.handle.pid;
+        let Ok(identity) = identify(pid) else {
+            return false;
+        };
+        // 1. This botvisord reads no more of its stdout; what it read is handled.
+        let leftover = proc.handle.hand_over().await;
+        while let Ok(ev) = self.proc_rx.try_recv() {
+            let _ = self.on_proc_event(ev);
+        }
+        if self.stop_asked.is_some() || self.proc.is_none() {
+            // A line handled asked for a stop (or the agent ended): no hand-over.
+            return false;
+        }
+        // 2. The stdin writer finishes what it was given.
+        if let Some(proc) = self.proc.as_mut()
+            && let Some(writer) = proc.stdin.take()
+        {
+            drop(writer);
+            if let Some(task) = proc.writer.take()
+                && tokio::time::timeout(WRITER_FINISH, task).await.is_err()
+            {
+                tracing::warn!(bot_id = %self.id, pid, "the agent's stdin was not written to the end before the hand-over");
+            }
+        }
+        // 3. Recorded for the next botvisord, durably.
+        let Some(proc) = self.proc.as_ref() else {
+            return false;
+        };
+        let prompts: BTreeMap<String, Prompt> = self
+            .shared
+            .prompts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .open
+            .clone();
+        let state = json!({
+            "protocol": proc.protocol.save(),
+            "run": self.core.handed_over(),
+            "env": proc.env,
+            "forked_from": proc.forked_from,
+            "prompts": prompts,
+        });
+        let handover = Handover {
+            identity,
+            invocation: crate::systemd::life::invocation().to_owned(),
+            state,
+            leftover,
+        };
+        let stored = self
+            .shared
+            .store
+            .tx_durable(|tx| store::handovers::put(tx, &self.id, &handover));
+        if let Err(e) = stored {
+            tracing::error!(bot_id = %self.id, error = %e, "cannot record the hand-over; the agent is stopped");
+            return false;
+        }
+        tracing::info!(bot_id = %self.id, pid, leftover = handover.leftover.len(), "the agent is handed over to the next botvisord");
+        self.proc = None;
+        true
+    }
+
+    /// At the actor's start: takes over the agent the previous botvisord handed over, with the
+    /// descriptors the manager passed back (`passed`). Returns whether it did; when not, what
+    /// was passed is closed and taken out of the store, and a hand-over record is forgotten.
+    pub(super) fn take_over(&mut self, passed: Option<BTreeMap<Role, OwnedFd>>) -> bool {
+        let record = match self
+            .shared
+            .store
+            .read(|c| store::handovers::get(c, &self.id))
+        {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(bot_id = %self.id, error = %e, "cannot read the hand-over record");
+                None
+            }
+        };
+        let had = passed.is_some();
+        let taken = match (passed, record.clone()) {
+            (Some(fds), Some(h)) => self.attach(fds, h),
+            (_, Some(h)) => {
+                tracing::info!(bot_id = %self.id, pid = h.identity.pid, "a hand-over without the agent's descriptors (a reboot, or the unit was stopped): the bot recovers as after a crash");
+                false
+            }
+            _ => false,
+        };
+        if record.is_some()
+            && let Err(e) = self
+                .shared
+                .store
+                .tx_now(|tx| store::handovers::take(tx, &self.id))
+        {
+            tracing::warn!(bot_id = %self.id, error = %e, "cannot forget the hand-over record");
+        }
+        if had && !taken {
+            process::spawn::unstore_descriptors(&self.id);
+        }
+        taken
+    }
+
+    fn attach(&mut self, mut fds: BTreeMap<Role, OwnedFd>, h: Handover) -> bool {
+        let pid = h.identity.pid;
+        if liveness(&h.identity) != Liveness::Alive {
+            tracing::info!(bot_id = %self.id, pid, "the handed-over agent is gone");
+            return false;
+        }
+        let runtime = self.shared.runtime.clone();
+        let (Some(protocol), Ok(run)) = (
+            runtime.restore(&h.state["protocol"]),
+            serde_json::from_value::<Run>(h.state["run"].clone()),
+        ) else {
+            tracing::warn!(bot_id = %self.id, pid, "the hand-over record cannot be read; the agent is stopped");
+            return false;
+        };
+        let (Some(stdin), Some(stdout)) = (fds.remove(&Role::Stdin), fds.remove(&Role::Stdout))
+        else {
+            tracing::warn!(bot_id = %self.id, pid, "the agent's pipes were not passed back");
+            return false;
+        };
+        let descriptors = process::attach::Descriptors {
+            stdin,
+            stdout,
+            stderr: fds.remove(&Role::Stderr),
+            pidfd: fds.remove(&Role::Pid),
+        };
+        self.generation += 1;
+        let (handle, stdin) = match process::attach::attach(
+            pid,
+            descriptors,
+            h.leftover,
+            false,
+            self.generation,
+            self.proc_tx.clone(),
+        ) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(bot_id = %self.id, pid, error = %e, "cannot take the agent over; it is stopped");
+                return false;
+            }
+        };
+        let env = serde_json::from_value(h.state["env"].clone()).unwrap_or_default();
+        let forked_from = h.state["forked_from"].as_str().map(str::to_owned);
+        let (writer, task) = spawn_writer(stdin);
+        self.proc = Some(Proc {
+            handle,
+            stdin: Some(writer),
+            writer: Some(task),
+            protocol,
+            before_turn: None,
+            usage: self.watch_usage(pid, None),
+            env,
+            forked_from,
+        });
+        self.update(vec![Property::ProcessId], |v| v.process_id = pid);
+        // The permission requests it asked and nobody answered are open again.
+        let prompts: BTreeMap<String, Prompt> =
+            serde_json::from_value(h.state["prompts"].clone()).unwrap_or_default();
+        if !prompts.is_empty() {
+            let list = self.with_prompts(|book| {
+                book.open.extend(prompts);
+                vec![Effect::Pending(book.list())]
+            });
+            self.apply(list);
+        }
+        let left = match self.left() {
+            Ok(left) => left,
+            Err(e) => {
+                tracing::warn!(bot_id = %self.id, error = %e, "cannot read the bot's turns");
+                Default::default()
+            }
+        };
+        let session = self
+            .record()
+            .session_id
+            .or_else(|| run.start.session_id().map(str::to_owned))
+            .unwrap_or_default();
+        let effects = self.core.reattached(run, left, &session);
+        self.apply(effects);
+        if let Some(keeper) = crate::systemd::life::keeper() {
+            let (id, scope_dir) = (self.id.clone(), self.scope_dir.clone());
+            tokio::spawn(async move {
+                if let Some(cgroup) = keeper.scope_cgroup(&id).await {
+                    *scope_dir.lock().unwrap_or_else(|p| p.into_inner()) =
+                        crate::systemd::life::Keeper::cgroup_dir(&cgroup);
+                }
+            });
+        }
+        tracing::info!(bot_id = %self.id, pid, invocation = %h.invocation, "took over the agent the previous botvisord handed over");
+        true
+    }
+}

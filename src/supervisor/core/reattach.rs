@@ -1,0 +1,71 @@
+//! An agent taken over from the previous botvisord (issue 47), with no I/O: the process as the
+//! core knew it and the turn it was answering go on as they were, instead of being settled as
+//! after a daemon crash ([`super::left_turns`]).
+
+use super::bot_core::{BotCore, Process};
+use super::control::Controls;
+use super::effect::Effect;
+use super::left_turns::Left;
+use super::lifecycle::Run;
+use super::state::State;
+use super::turns::Inflight;
+
+impl BotCore {
+    /// What the previous botvisord knew of its running process, for the next one
+    /// ([`BotCore::reattached`]); `None` with no process.
+    pub fn handed_over(&self) -> Option<Run> {
+        self.process.as_ref().map(|p| p.run.clone())
+    }
+
+    /// The agent the previous botvisord handed over runs on as `run` in conversation `session`:
+    /// the turn it had begun (`left.running`, at most one) is in flight again, its answer's
+    /// items in the chat counted; else a message written to it and not yet replayed (the first
+    /// of `left.queued` with a delivery) is in flight, unreplayed; every other waiting message
+    /// waits, in order. Nothing is settled and nothing is said: for the user nothing happened.
+    pub fn reattached(&mut self, run: Run, left: Left, session: &str) -> Vec<Effect> {
+        self.process = Some(Process {
+            run,
+            controls: Controls::default(),
+        });
+        // A message a client sent while the daemon started may be queued already: once, after.
+        let sent_meanwhile: Vec<_> = self.turns.queue.drain(..).collect();
+        let mut inflight = left.running.into_iter().next().map(|r| Inflight {
+            turn: r.turn,
+            replayed: true,
+            session: session.to_owned(),
+            written: r.sent_at,
+            worked: r.worked,
+            answer_items: r.in_chat,
+        });
+        for (turn, sent) in left.queued {
+            match (&inflight, sent) {
+                (None, Some((to, at))) => {
+                    inflight = Some(Inflight {
+                        turn,
+                        replayed: false,
+                        session: to,
+                        written: at,
+                        worked: false,
+                        answer_items: 0,
+                    })
+                }
+                _ => self.turns.queue.push_back(turn),
+            }
+        }
+        let known = |id: &str| {
+            self.turns.queue.iter().any(|t| t.id == id)
+                || inflight.as_ref().is_some_and(|i| i.turn.id == id)
+        };
+        let meanwhile: Vec<_> = sent_meanwhile
+            .into_iter()
+            .filter(|t| !known(&t.id))
+            .collect();
+        self.turns.queue.extend(meanwhile);
+        let busy = inflight.is_some();
+        self.turns.inflight = inflight;
+        vec![
+            Effect::State(if busy { State::Busy } else { State::Idle }),
+            Effect::Queued(self.turns.waiting()),
+        ]
+    }
+}

@@ -475,6 +475,19 @@ pub trait Runtime: Send + Sync + 'static {
     fn restore(&self, _saved: &serde_json::Value) -> Option<Box<dyn Protocol>> {
         None
     }
+    /// The protocol object of a process a previous botvisord started and did not hand over (it
+    /// was killed, issue 47): rebuilt from what is known, `spec` (its conversation), the turn
+    /// it answers as its conversation's file names it (`turn`: the cut of its attempt) and the
+    /// permission requests open (`open`, ids as this runtime gave them). `None` when this
+    /// runtime cannot (the process is then stopped, and its turn recovered as after a crash).
+    fn reopen(
+        &self,
+        _spec: &LaunchSpec<'_>,
+        _turn: Option<&Cut>,
+        _open: &[String],
+    ) -> Option<Box<dyn Protocol>> {
+        None
+    }
     /// A new conversation as this runtime starts one: [`SessionStart::New`] with a fresh id
     /// when botvisor names it (Claude Code), [`SessionStart::Fresh`] when the CLI does (Codex).
     fn fresh_start(&self) -> SessionStart;

@@ -354,6 +354,26 @@ pub(crate) fn move_big_payloads(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// The payloads of the permission requests of `bot_id` no answer followed, oldest first (as
+/// [`unanswered_permission_requests`]).
+pub fn unanswered_permission_payloads(
+    conn: &Connection,
+    bot_id: &str,
+) -> rusqlite::Result<Vec<serde_json::Value>> {
+    let mut st = conn.prepare_cached(
+        "SELECT q.payload FROM chat_items q
+         WHERE q.bot_id = ?1 AND q.kind = 'permission_request'
+           AND NOT EXISTS (
+             SELECT 1 FROM chat_items a
+             WHERE a.bot_id = ?1 AND a.kind = 'permission_answer' AND a.seq > q.seq
+               AND json_extract(a.payload, '$.request_id') = json_extract(q.payload, '$.request_id'))
+         ORDER BY q.seq",
+    )?;
+    st.query_map([bot_id], |r| r.get::<_, String>(0))?
+        .map(|p| Ok(serde_json::from_str(&p?).unwrap_or_default()))
+        .collect()
+}
+
 /// The permission requests of a bot that were never answered: `(request_id, tool)`, oldest
 /// first (a daemon that died while the agent asked leaves them so).
 pub fn unanswered_permission_requests(

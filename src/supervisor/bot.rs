@@ -366,7 +366,7 @@ impl Actor {
             return;
         }
         if loaded
-            && !self.take_over(passed)
+            && !self.take_over(passed).await
             && let Err(e) = self.recover()
         {
             tracing::error!(bot_id = %self.id, error = %e, "cannot recover the bot's turns");

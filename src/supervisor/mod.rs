@@ -450,22 +450,30 @@ impl Supervisor {
         }
     }
 
-    /// The bots whose agent the previous botvisord handed over and that this one will take
-    /// over (issue 47): its descriptors passed back, its hand-over recorded, the same process
-    /// alive. Their recorded processes are not stopped at start.
+    /// The bots whose agent the previous botvisord left running and that this one will take
+    /// over (issue 47): its descriptors passed back, and the process it handed over, or else
+    /// the root recorded at its launch (a killed botvisord), alive. Their recorded processes are
+    /// not stopped at start.
     pub fn taken_over(&self) -> std::collections::BTreeSet<String> {
+        use crate::process::identity::{Liveness, liveness};
+        let roots = self.store.read(store::processes::all).unwrap_or_default();
         let passed = self.passed.lock().unwrap_or_else(|p| p.into_inner());
         passed
             .keys()
             .filter(|id| {
-                self.store
+                let handed = self
+                    .store
                     .read(|c| store::handovers::get(c, id))
                     .ok()
                     .flatten()
-                    .is_some_and(|h| {
-                        crate::process::identity::liveness(&h.identity)
-                            == crate::process::identity::Liveness::Alive
-                    })
+                    .map(|h| h.identity);
+                let root = roots
+                    .iter()
+                    .find(|r| &r.bot_id == *id && r.role == "root")
+                    .map(|r| r.identity.clone());
+                handed
+                    .or(root)
+                    .is_some_and(|identity| liveness(&identity) == Liveness::Alive)
             })
             .cloned()
             .collect()

@@ -4,8 +4,8 @@
 //! in flight. Each test prints `skipped: …` where no user manager can run (not root, no systemd,
 //! no dbus-user-session), and fails there instead with `BOTVISOR_TEST_REQUIRE_SYSTEMD` set.
 //!
-//! The issue-47 tests are ignored while they show today's behaviour, which the issue changes:
-//! `cargo test --test fake user_manager:: -- --ignored` runs them.
+//! Issue 47: a restart or a crash of the unit keeps the agent and its turn in flight (each agent
+//! in its own scope, its pipes in the unit's file descriptor store).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -211,10 +211,10 @@ async fn the_first_call_starts_the_installed_unit_and_a_stop_of_the_unit_ends_it
 /// does it to the unit; `crash` says that it is a crash, which `Restart=on-failure` undoes
 /// (`NRestarts` 1), rather than a restart job (`NRestarts` 0).
 ///
-/// Today (0b697c4) the agent does not survive either: at a restart botvisord stops it, at a
-/// crash systemd kills it with the unit (`KillMode=mixed`); the next botvisord launches the CLI
-/// again, which is asked the message again and answers it, so the turn still ends `success`,
-/// once, but from a second agent (launch 1).
+/// Before issue 47 (0b697c4) the agent did not survive either: at a restart botvisord stopped
+/// it, at a crash systemd killed it with the unit (`KillMode=mixed`); the next botvisord
+/// launched the CLI again, which was asked the message again and answered it, so the turn still
+/// ended `success`, once, but from a second agent (launch 1): both tests failed so.
 async fn a_turn_in_flight_survives(disrupt: impl FnOnce(&UserManager), crash: bool) {
     let Some((env, um)) = installed().await else {
         return;
@@ -294,7 +294,6 @@ async fn a_restart_of_the_unit_keeps_the_agent_and_its_turn_in_flight() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 47: today a crash of botvisord kills the agent; a new one is asked again"]
 async fn a_crash_of_the_daemon_keeps_the_agent_and_its_turn_in_flight() {
     a_turn_in_flight_survives(
         |um| {

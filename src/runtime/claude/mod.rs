@@ -243,6 +243,16 @@ impl Runtime for Claude {
         transcript_of(env, cwd, session_id).and_then(|path| taken::read(&path, text, since))
     }
 
+    fn reopen(
+        &self,
+        spec: &LaunchSpec<'_>,
+        _turn: Option<&super::Cut>,
+        _open: &[String],
+    ) -> Option<Box<dyn Protocol>> {
+        spec.start.session_id()?;
+        Some(Box::new(protocol::ClaudeProtocol::reopened(spec.start)))
+    }
+
     fn restore(&self, saved: &serde_json::Value) -> Option<Box<dyn Protocol>> {
         serde_json::from_value::<protocol::ClaudeProtocol>(saved.clone())
             .ok()

@@ -7,6 +7,9 @@ use super::{events, stdin};
 use crate::runtime::protocol::{Protocol, Read, Sent};
 use crate::runtime::{ControlRequest, PermissionAnswer, SessionStart};
 
+/// Where the request ids of a reopened process start ([`ClaudeProtocol::reopened`]).
+const REOPENED_SEQ: u64 = 1_000_000_000;
+
 /// The protocol object of one Claude Code process.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ClaudeProtocol {
@@ -20,6 +23,16 @@ impl ClaudeProtocol {
         ClaudeProtocol {
             session: start.session_id().map(str::to_owned),
             seq: 0,
+        }
+    }
+
+    /// For a process a previous botvisord started on `start` and was killed before it handed
+    /// it over (issue 47): its own control requests get ids that never meet that botvisord's
+    /// (answers to those come with ids this one does not know, and are stepped over).
+    pub fn reopened(start: &SessionStart) -> ClaudeProtocol {
+        ClaudeProtocol {
+            session: start.session_id().map(str::to_owned),
+            seq: REOPENED_SEQ,
         }
     }
 

@@ -166,6 +166,22 @@ impl Runtime for Codex {
             .unwrap_or_default()
     }
 
+    fn reopen(
+        &self,
+        spec: &LaunchSpec<'_>,
+        turn: Option<&crate::runtime::Cut>,
+        open: &[String],
+    ) -> Option<Box<dyn crate::runtime::Protocol>> {
+        let thread = spec.start.session_id()?.to_owned();
+        let turn = match turn {
+            Some(crate::runtime::Cut::BeforeTurn { turn_id }) => Some(turn_id.clone()),
+            _ => None,
+        };
+        Some(Box::new(protocol::CodexProtocol::reopened(
+            spec, thread, turn, open,
+        )))
+    }
+
     fn restore(&self, saved: &serde_json::Value) -> Option<Box<dyn crate::runtime::Protocol>> {
         serde_json::from_value::<protocol::CodexProtocol>(saved.clone())
             .ok()

@@ -32,6 +32,9 @@ pub const INVALID_SESSION_ID: &str = "invalid session id";
 /// empty` (code -32603). The conversation is as lost as without a rollout.
 pub const UNREADABLE_ROLLOUT: &str = "failed to read thread";
 
+/// Where the request ids of a reopened process start ([`CodexProtocol::reopened`]).
+const REOPENED_ID: u64 = 1_000_000_000;
+
 /// How far the handshake is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Phase {
@@ -111,6 +114,36 @@ impl CodexProtocol {
             retries: 0,
             limit: None,
         }
+    }
+
+    /// For a process a previous botvisord started on `spec`'s thread `thread` and was killed
+    /// before it handed it over (issue 47): the thread open, the turn it answers (`turn`, as its
+    /// rollout names it), Codex's requests still waiting for an answer (`open`: ids as
+    /// [`CodexProtocol`] exposes them, `<turn id>/<Codex's id>`), and ids of its own that never
+    /// meet that botvisord's (answers to those are stepped over).
+    pub fn reopened(
+        spec: &LaunchSpec<'_>,
+        thread: String,
+        turn: Option<String>,
+        open: &[String],
+    ) -> CodexProtocol {
+        let mut p = CodexProtocol::new(spec);
+        p.phase = Phase::Open;
+        p.thread = Some(thread);
+        p.turn = turn;
+        p.next_id = REOPENED_ID;
+        p.drop_turn = None;
+        for exposed in open {
+            let Some((_, id)) = exposed.rsplit_once('/') else {
+                continue;
+            };
+            let id = id
+                .parse::<u64>()
+                .map(Value::from)
+                .unwrap_or_else(|_| Value::from(id));
+            p.asked.insert(exposed.clone(), id);
+        }
+        p
     }
 
     /// `model` from `config.toml`: what an empty model means (at the open, and live).

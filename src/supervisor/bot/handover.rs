@@ -107,7 +107,7 @@ impl Actor {
     /// At the actor's start: takes over the agent the previous botvisord handed over, with the
     /// descriptors the manager passed back (`passed`). Returns whether it did; when not, what
     /// was passed is closed and taken out of the store, and a hand-over record is forgotten.
-    pub(super) fn take_over(&mut self, passed: Option<BTreeMap<Role, OwnedFd>>) -> bool {
+    pub(super) async fn take_over(&mut self, passed: Option<BTreeMap<Role, OwnedFd>>) -> bool {
         let record = match self
             .shared
             .store
@@ -122,6 +122,7 @@ impl Actor {
         let had = passed.is_some();
         let taken = match (passed, record.clone()) {
             (Some(fds), Some(h)) => self.attach(fds, h),
+            (Some(fds), None) => self.attach_after_crash(fds),
             (_, Some(h)) => {
                 tracing::info!(bot_id = %self.id, pid = h.identity.pid, "a hand-over without the agent's descriptors (a reboot, or the unit was stopped): the bot recovers as after a crash");
                 false
@@ -138,8 +139,186 @@ impl Actor {
         }
         if had && !taken {
             process::spawn::unstore_descriptors(&self.id);
+            // Not taken over: the agent the previous botvisord left is stopped here, gently, with
+            // what it started (design rule 9), before the bot recovers.
+            let left = record.map(|h| h.identity).or_else(|| {
+                self.shared
+                    .store
+                    .read(store::processes::all)
+                    .ok()?
+                    .into_iter()
+                    .find(|r| r.bot_id == self.id && r.role == "root")
+                    .map(|r| r.identity)
+            });
+            if let Some(identity) = left.filter(|id| liveness(id) == Liveness::Alive) {
+                let mut targets = vec![identity.clone()];
+                targets.extend(process::tree::descendants(identity.pid));
+                tracing::info!(bot_id = %self.id, pid = identity.pid, "stopping the agent the previous botvisord left, which is not taken over");
+                process::stop::stop_by_identity(&targets, self.shared.config.stop_grace()).await;
+            }
         }
         taken
+    }
+
+    /// Takes over the agent a killed botvisord left running with no hand-over (issue 47): its
+    /// root process as recorded at its launch, alive; its protocol rebuilt from what is on
+    /// record ([`crate::runtime::Runtime::reopen`]); its stream read on from the next whole line
+    /// (what the killed botvisord read and did not handle is lost from it, and read back from
+    /// the conversation's file when the turn ends silent:
+    /// [`crate::supervisor::core::BotCore::reattached_after_crash`]).
+    fn attach_after_crash(&mut self, mut fds: BTreeMap<Role, OwnedFd>) -> bool {
+        if crate::systemd::life::keeper().is_none() {
+            return false;
+        }
+        let root = match self.shared.store.read(store::processes::all) {
+            Ok(all) => all
+                .into_iter()
+                .find(|r| r.bot_id == self.id && r.role == "root")
+                .map(|r| r.identity),
+            Err(_) => None,
+        };
+        let Some(identity) = root.filter(|id| liveness(id) == Liveness::Alive) else {
+            return false;
+        };
+        let pid = identity.pid;
+        let record = self.record();
+        let Some(session) = record.session_id.clone() else {
+            tracing::info!(bot_id = %self.id, pid, "the agent left by a killed botvisord had no turn on record; it is stopped");
+            return false;
+        };
+        let left = match self.left() {
+            Ok(left) => left,
+            Err(e) => {
+                tracing::warn!(bot_id = %self.id, error = %e, "cannot read the bot's turns");
+                return false;
+            }
+        };
+        let env = self.build_env(&record);
+        let cwd = std::path::PathBuf::from(&record.cwd);
+        // The turn it answers, as its conversation's file names it (Codex's turn id).
+        let asked = left
+            .running
+            .first()
+            .map(|r| (r.turn.text.clone(), r.sent_at))
+            .or_else(|| {
+                left.queued
+                    .iter()
+                    .find_map(|(t, sent)| sent.as_ref().map(|(_, at)| (t.text.clone(), *at)))
+            });
+        let taken = asked.and_then(|(text, since)| {
+            self.shared
+                .runtime
+                .taken_turn(&env, &cwd, &session, &text, since)
+        });
+        let open_payloads = self
+            .shared
+            .store
+            .read(|c| store::chat::unanswered_permission_payloads(c, &self.id))
+            .unwrap_or_default();
+        let open: Vec<String> = open_payloads
+            .iter()
+            .filter_map(|p| p["request_id"].as_str().map(str::to_owned))
+            .collect();
+        let start = crate::runtime::SessionStart::Resume(session.clone());
+        let spec = crate::runtime::LaunchSpec {
+            cwd: &cwd,
+            model: &record.model,
+            permission_mode: &record.permission_mode,
+            env: &env,
+            start: &start,
+            cut: None,
+            fork: false,
+        };
+        let Some(protocol) =
+            self.shared
+                .runtime
+                .reopen(&spec, taken.as_ref().and_then(|t| t.cut.as_ref()), &open)
+        else {
+            return false;
+        };
+        let (Some(stdin), Some(stdout)) = (fds.remove(&Role::Stdin), fds.remove(&Role::Stdout))
+        else {
+            return false;
+        };
+        let descriptors = process::attach::Descriptors {
+            stdin,
+            stdout,
+            stderr: fds.remove(&Role::Stderr),
+            pidfd: fds.remove(&Role::Pid),
+        };
+        self.generation += 1;
+        let (handle, stdin) = match process::attach::attach(
+            pid,
+            descriptors,
+            Vec::new(),
+            true,
+            self.generation,
+            self.proc_tx.clone(),
+        ) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(bot_id = %self.id, pid, error = %e, "cannot take the agent over; it is stopped");
+                return false;
+            }
+        };
+        let (writer, task) = spawn_writer(stdin);
+        self.proc = Some(Proc {
+            handle,
+            stdin: Some(writer),
+            writer: Some(task),
+            protocol,
+            before_turn: None,
+            usage: self.watch_usage(pid, None),
+            env,
+            forked_from: None,
+        });
+        self.update(vec![Property::ProcessId], |v| v.process_id = pid);
+        // The permission requests it asked and nobody answered are open again.
+        let prompts: BTreeMap<String, Prompt> = open_payloads
+            .iter()
+            .filter_map(|p| {
+                Some((
+                    p["request_id"].as_str()?.to_owned(),
+                    Prompt {
+                        tool: p["tool"].as_str().unwrap_or_default().to_owned(),
+                        input: p["input"].to_string(),
+                        request: json!({
+                            "permission_suggestions": p["suggestions"],
+                            "tool_use_id": p["tool_use_id"],
+                        }),
+                    },
+                ))
+            })
+            .collect();
+        if !prompts.is_empty() {
+            let list = self.with_prompts(|book| {
+                book.open.extend(prompts);
+                vec![Effect::Pending(book.list())]
+            });
+            self.apply(list);
+        }
+        let mut run = Run::new(start);
+        run.turn_began = !left.running.is_empty();
+        let effects =
+            self.core
+                .reattached_after_crash(std::time::Instant::now(), run, left, &session);
+        self.apply(effects);
+        self.find_scope();
+        tracing::info!(bot_id = %self.id, pid, "took over the agent a killed botvisord left running");
+        true
+    }
+
+    /// The cgroup of the agent's scope, for the stop's proof, once the user manager says it.
+    fn find_scope(&self) {
+        if let Some(keeper) = crate::systemd::life::keeper() {
+            let (id, scope_dir) = (self.id.clone(), self.scope_dir.clone());
+            tokio::spawn(async move {
+                if let Some(cgroup) = keeper.scope_cgroup(&id).await {
+                    *scope_dir.lock().unwrap_or_else(|p| p.into_inner()) =
+                        crate::systemd::life::Keeper::cgroup_dir(&cgroup);
+                }
+            });
+        }
     }
 
     fn attach(&mut self, mut fds: BTreeMap<Role, OwnedFd>, h: Handover) -> bool {
@@ -220,15 +399,7 @@ impl Actor {
             .unwrap_or_default();
         let effects = self.core.reattached(run, left, &session);
         self.apply(effects);
-        if let Some(keeper) = crate::systemd::life::keeper() {
-            let (id, scope_dir) = (self.id.clone(), self.scope_dir.clone());
-            tokio::spawn(async move {
-                if let Some(cgroup) = keeper.scope_cgroup(&id).await {
-                    *scope_dir.lock().unwrap_or_else(|p| p.into_inner()) =
-                        crate::systemd::life::Keeper::cgroup_dir(&cgroup);
-                }
-            });
-        }
+        self.find_scope();
         tracing::info!(bot_id = %self.id, pid, invocation = %h.invocation, "took over the agent the previous botvisord handed over");
         true
     }

@@ -38,6 +38,9 @@ pub enum Due {
     /// A moment to look whether the process that holds the conversation is still there
     /// ([`super::held`]).
     LookAtHolder,
+    /// An agent taken over after botvisord was killed stayed silent with a turn in flight: its
+    /// conversation's file says whether the turn ended ([`super::reattach`]).
+    LookAfterCrash,
 }
 
 /// The running process, as the core knows it: what it showed ([`Run`]) and the control
@@ -100,6 +103,9 @@ pub struct BotCore {
     /// A failed attempt the conversation holds, which the next start resumes without (issue
     /// 45, [`super::attempt`]).
     pub(super) attempt: Option<crate::runtime::Cut>,
+    /// While an agent taken over after a crash has a turn in flight: when its conversation's
+    /// file is read for the turn's end, unless it speaks first ([`super::reattach`]).
+    pub(super) crash_look: Option<Instant>,
     /// A failed attempt whose agent is being stopped, so that its cut is read once it is.
     pub(super) recut: Option<super::turns::Inflight>,
     /// Effects of the inputs handled, not yet given to the shell ([`BotCore::poll_effect`]).
@@ -132,6 +138,7 @@ impl BotCore {
             after_clean_up: None,
             attempt: None,
             recut: None,
+            crash_look: None,
             effects: std::collections::VecDeque::new(),
         }
     }
@@ -146,6 +153,7 @@ impl BotCore {
             self.idle_at,
             self.limit_until,
             self.held.as_ref().map(|h| h.look_at),
+            self.crash_look,
         ]
         .into_iter()
         .flatten()
@@ -178,6 +186,10 @@ impl BotCore {
         if let Some(h) = self.held.as_mut().filter(|h| h.look_at <= now) {
             h.look_at = now + super::held::LOOK_EVERY;
             due.push(Due::LookAtHolder);
+        }
+        if self.crash_look.is_some_and(|t| t <= now) {
+            self.crash_look = None;
+            due.push(Due::LookAfterCrash);
         }
         if self.idle_at.is_some_and(|t| t <= now) {
             self.idle_at = None;

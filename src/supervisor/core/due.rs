@@ -60,6 +60,7 @@ impl BotCore {
                     self.emit(held::released(&h));
                 }
             }
+            Due::LookAfterCrash => self.look_after_crash(now, facts),
             Due::LimitLifted => {
                 tracing::info!("usage limit over; the waiting messages go");
                 let (cost, budget, _) = facts.spend();

@@ -29,6 +29,7 @@ impl BotCore {
     pub(super) fn runtime_event(&mut self, now: Instant, event: RuntimeEvent, facts: &dyn Facts) {
         if event.is_sign_of_life() {
             self.watch.sign_of_life();
+            self.crash_spoke(now);
         }
         match event {
             RuntimeEvent::Init { .. } | RuntimeEvent::Opened { .. } | RuntimeEvent::Ignored => {}

@@ -2,13 +2,23 @@
 //! core knew it and the turn it was answering go on as they were, instead of being settled as
 //! after a daemon crash ([`super::left_turns`]).
 
+use std::time::{Duration, Instant};
+
 use super::bot_core::{BotCore, Process};
 use super::control::Controls;
+use super::decide;
 use super::effect::Effect;
 use super::left_turns::Left;
 use super::lifecycle::Run;
+use super::machine::Facts;
 use super::state::State;
+use super::taken;
 use super::turns::Inflight;
+
+/// How long an agent taken over after botvisord was killed may be silent, with a turn in flight,
+/// before its conversation's file is read for the turn's end: the killed botvisord may have read
+/// the turn's last lines and never handled them.
+pub const CRASH_LOOK: Duration = Duration::from_secs(5);
 
 impl BotCore {
     /// What the previous botvisord knew of its running process, for the next one
@@ -67,5 +77,55 @@ impl BotCore {
             Effect::State(if busy { State::Busy } else { State::Idle }),
             Effect::Queued(self.turns.waiting()),
         ]
+    }
+
+    /// [`BotCore::reattached`] for an agent a killed botvisord left (issue 47): what that one read
+    /// and did not handle is lost from the stream, so while the turn goes on silent the
+    /// conversation's file is looked at every [`CRASH_LOOK`] ([`BotCore::look_after_crash`]).
+    pub fn reattached_after_crash(
+        &mut self,
+        now: Instant,
+        run: Run,
+        left: Left,
+        session: &str,
+    ) -> Vec<Effect> {
+        let effects = self.reattached(run, left, session);
+        if self.turns.inflight.is_some() {
+            self.crash_look = Some(now + CRASH_LOOK);
+        }
+        effects
+    }
+
+    /// The agent spoke: the look after a crash waits again, or ends with the turn.
+    pub(super) fn crash_spoke(&mut self, now: Instant) {
+        if self.crash_look.is_some() {
+            self.crash_look = self.turns.inflight.is_some().then(|| now + CRASH_LOOK);
+        }
+    }
+
+    /// The agent taken over after a crash stayed silent: when its conversation's file holds the
+    /// turn's whole answer, the turn ended before the killed botvisord handled it: what the chat
+    /// lacks of it is recorded (`recovered: true`) and it ends `success` (reason `recovered`),
+    /// once; otherwise it is looked at again later.
+    pub(super) fn look_after_crash(&mut self, now: Instant, facts: &dyn Facts) {
+        let Some(inf) = self.turns.inflight.clone() else {
+            return;
+        };
+        match facts.taken_turn(&inf) {
+            Some(t) if t.answered && inf.replayed => {
+                tracing::info!(turn_id = %inf.turn.id, "the turn had ended before botvisord was killed: its answer is read back");
+                let (missing, _) = decide::reconcile(&t, inf.answer_items);
+                self.turns.inflight = None;
+                let mut effects: Vec<Effect> = taken::recovered_items(&inf.turn.id, missing)
+                    .into_iter()
+                    .collect();
+                effects.push(taken::recovered_end(&inf.turn.id, None));
+                effects.push(Effect::TurnEnded(inf.turn.id.clone()));
+                effects.push(Effect::State(State::Idle));
+                effects.push(Effect::Queued(self.turns.waiting()));
+                self.emit(effects);
+            }
+            _ => self.crash_look = Some(now + CRASH_LOOK),
+        }
     }
 }

@@ -207,6 +207,7 @@ pub fn spawn_with(
         super::cgroup::join_before_exec(command.as_std_mut(), dir)?;
     }
     command
+        .current_dir(&cmd.cwd)
         .env_clear()
         .envs(&cmd.env)
         .stdin(Stdio::piped())
@@ -319,6 +320,8 @@ pub(super) async fn read_stdout(
     let mut skipping = resync;
     let mut exit: Option<ExitInfo> = None;
     let mut drain_deadline: Option<tokio::time::Instant> = None;
+    // False once the handle that could ask for a hand-over is gone.
+    let mut can_hand_over = true;
     loop {
         tokio::select! {
             read = lines.read_until(b'\n', &mut buf) => {
@@ -343,7 +346,7 @@ pub(super) async fn read_stdout(
                 let _ = exit_tx.send(Some(status));
                 drain_deadline = Some(tokio::time::Instant::now() + STDOUT_DRAIN_AFTER_EXIT);
             }
-            asked = &mut hand_over => {
+            asked = &mut hand_over, if can_hand_over => {
                 if let Ok(answer) = asked {
                     let mut rest = std::mem::take(&mut buf);
                     rest.extend_from_slice(lines.buffer());
@@ -351,7 +354,7 @@ pub(super) async fn read_stdout(
                     return;
                 }
                 // The handle was dropped without asking: read on.
-                hand_over = oneshot::channel().1;
+                can_hand_over = false;
             }
             _ = sleep_until_opt(drain_deadline) => break,
         }

@@ -75,6 +75,15 @@ pub trait Manager {
     /// How bots are contained: `cgroup` or `process-tree`.
     #[zbus(property)]
     fn containment(&self) -> zbus::Result<String>;
+    /// The kernel's boot id; it changes only at a reboot.
+    #[zbus(property, name = "BootId")]
+    fn boot_id(&self) -> zbus::Result<String>;
+    /// This botvisord's invocation; it changes at each of its starts.
+    #[zbus(property)]
+    fn invocation(&self) -> zbus::Result<String>;
+    /// `keep (<unit>, <slice>)` or `off: <why>`: whether the agents outlive its restarts.
+    #[zbus(property)]
+    fn survival(&self) -> zbus::Result<String>;
 }
 
 /// `org.botvisor.Botvisor1.Bot` at `/org/botvisor/Botvisor1/<id>`.

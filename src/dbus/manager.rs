@@ -459,6 +459,35 @@ impl Manager {
         crate::process::cgroup::containment().name().to_owned()
     }
 
+    /// The kernel's boot id (`/proc/sys/kernel/random/boot_id`, 36 characters with dashes;
+    /// empty where the kernel has none). A client that sees it change knows the machine
+    /// rebooted: no agent of before runs, and each bot resumes its conversation at its next
+    /// message.
+    #[zbus(property(emits_changed_signal = "const"), name = "BootId")]
+    fn boot_id(&self) -> String {
+        crate::systemd::life::boot_id().to_owned()
+    }
+
+    /// This botvisord's invocation: systemd's `INVOCATION_ID` when it runs as a unit, else one
+    /// of its own (32 hexadecimal digits either way). It changes at every start of botvisord, a
+    /// restart included; with `BootId` unchanged and `Survival` `keep …`, the agents and their
+    /// turns went on through the restart. A dropped connection with the same invocation is the
+    /// bus, not botvisord.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn invocation(&self) -> String {
+        crate::systemd::life::invocation().to_owned()
+    }
+
+    /// Whether the agents outlive botvisord's own restarts: `keep (<unit>, <slice>)` (each
+    /// agent in a scope of its own under the slice, its pipes in the unit's file descriptor
+    /// store: a restart, an upgrade or a crash of botvisord leaves the turns running) or
+    /// `off: <why>` (a restart ends the running turns, and the next botvisord answers each
+    /// taken message once). Settled at start.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn survival(&self) -> String {
+        crate::systemd::life::survival().describe()
+    }
+
     /// The runtimes bots can be created with, for example `["claude", "codex"]`.
     #[zbus(property(emits_changed_signal = "const"))]
     fn runtimes(&self) -> Vec<String> {

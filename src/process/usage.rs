@@ -44,7 +44,7 @@ impl Default for Usage {
 }
 
 /// Where a bot's usage is read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Source {
     /// The bot's cgroup folder, with the controllers enabled for it.
     Cgroup {
@@ -54,6 +54,18 @@ pub enum Source {
         memory: bool,
         /// `pids.current` is there.
         pids: bool,
+    },
+    /// The agent's systemd scope (issue 47) once the user manager has made it and `dir` says
+    /// its cgroup folder: read as [`Source::Cgroup`], each controller used where its file is
+    /// there (the user manager enables `memory` and `pids` for a scope where it has them);
+    /// until then, and where the folder is gone, as [`Source::Tree`] of `root`.
+    Scope {
+        /// The scope's cgroup folder, set by whoever learns it from the manager.
+        dir: std::sync::Arc<std::sync::Mutex<Option<PathBuf>>>,
+        /// The agent's pid.
+        root: u32,
+        /// The bot id (the marker).
+        bot_id: String,
     },
     /// The processes of the tree rooted at this pid, plus the orphans the daemon adopted that
     /// carry this bot's marker.
@@ -91,6 +103,19 @@ impl Sampler {
     pub fn sample(&mut self, source: &Source) -> Usage {
         match source {
             Source::Cgroup { dir, memory, pids } => self.sample_cgroup(dir, *memory, *pids),
+            Source::Scope { dir, root, bot_id } => {
+                let dir = dir.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                match dir.filter(|d| d.join("cgroup.procs").exists()) {
+                    Some(d) => {
+                        let (memory, pids) = (
+                            d.join("memory.current").exists(),
+                            d.join("pids.current").exists(),
+                        );
+                        self.sample_cgroup(&d, memory, pids)
+                    }
+                    None => self.sample_pids(&tree_pids(*root, bot_id)),
+                }
+            }
             Source::Tree { root, bot_id } => {
                 let pids = tree_pids(*root, bot_id);
                 self.sample_pids(&pids)

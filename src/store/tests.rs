@@ -95,3 +95,21 @@ fn the_wal_is_checkpointed_off_the_commit_path() {
         .unwrap();
     assert_eq!(count, 2 * CHECKPOINT_EVERY as i64);
 }
+
+/// Issue 47: a commit that makes a promise to a client syncs the WAL (`synchronous = FULL`
+/// while it commits); every other commit, before and after it, stays on NORMAL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promise_commits_with_full_sync_and_nothing_else_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("t.db")).unwrap();
+    let sync = |tx: &rusqlite::Transaction<'_>| -> rusqlite::Result<i64> {
+        tx.pragma_query_value(None, "synchronous", |r| r.get(0))
+    };
+    let (normal, full) = (1, 2);
+    assert_eq!(store.tx(|tx| sync(tx)).unwrap(), normal);
+    assert_eq!(store.tx_now(|tx| sync(tx)).unwrap(), normal);
+    assert_eq!(store.tx_durable(|tx| sync(tx)).unwrap(), full);
+    assert_eq!(store.tx_durable_then(|tx| sync(tx), |_| {}).unwrap(), full);
+    assert_eq!(store.tx(|tx| sync(tx)).unwrap(), normal, "back to NORMAL");
+    assert_eq!(store.tx_now(|tx| sync(tx)).unwrap(), normal);
+}

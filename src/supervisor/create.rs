@@ -150,7 +150,7 @@ impl Supervisor {
         };
         // The adopted conversation's earlier turns are committed with the bot, before anything
         // new, in order (design rule 1: nothing is said of them before).
-        let stored = self.store.tx_now(|tx| {
+        let stored = self.store.tx_durable(|tx| {
             store::bots::insert(tx, &record)?;
             for item in &imported {
                 store::chat::append(tx, &id, item.kind, None, &item.payload.to_string())?;

@@ -140,7 +140,8 @@ impl BotHandle {
         }
         let turn_id = uuid::Uuid::new_v4().to_string();
         let payload = serde_json::json!({"text": text, "turn_id": turn_id}).to_string();
-        self.shared.store.tx_now_then(
+        // A promise (the reply says the message is queued): durable before the reply.
+        self.shared.store.tx_durable_then(
             |tx| {
                 // The text is stored once, in the user item; the turn points at it.
                 let item = store::chat::append(tx, &self.id, "user", Some(&turn_id), &payload)?;
@@ -489,7 +490,7 @@ impl BotHandle {
         }
         let payload = payload.to_string();
         let pending = book.list();
-        let recorded = self.shared.store.tx_now_then(
+        let recorded = self.shared.store.tx_durable_then(
             |tx| store::chat::append(tx, &self.id, "permission_answer", None, &payload),
             |item| bot::publish_item(&self.shared.publisher, &self.id, item),
         );

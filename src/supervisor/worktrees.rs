@@ -40,7 +40,8 @@ impl Supervisor {
         removal: Option<core::worktree::Removal>,
     ) -> Result<(), BotError> {
         let handle = self.get(id)?;
-        self.store.tx_now(|tx| store::bots::mark_deleting(tx, id))?;
+        self.store
+            .tx_durable(|tx| store::bots::mark_deleting(tx, id))?;
         handle.command(Command::Delete(removal))?;
         handle
             .shared

@@ -28,13 +28,17 @@ pub fn boot_id() -> &'static str {
     crate::process::identity::boot_id()
 }
 
-/// This daemon's invocation: systemd's `INVOCATION_ID` when it runs as a unit, else one of its
-/// own, made once per process (32 hexadecimal digits either way).
+/// This daemon's invocation: systemd's `INVOCATION_ID` when it runs as a unit's main process
+/// (with the unit's `NOTIFY_SOCKET` beside it), else one of its own, made once per process (32
+/// hexadecimal digits either way). `INVOCATION_ID` alone is not enough: a shell of a terminal
+/// that runs as a service (GNOME's `gnome-terminal-server.service`) passes its unit's on to
+/// every program started from it, so two botvisords started there would share it.
 pub fn invocation() -> &'static str {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ID.get_or_init(|| {
         std::env::var("INVOCATION_ID")
             .ok()
+            .filter(|_| std::env::var_os("NOTIFY_SOCKET").is_some())
             .filter(|v| v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit()))
             .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
     })
@@ -253,6 +257,9 @@ impl Keeper {
             ("Slice", Value::from(SLICE)),
             ("Description", Value::from(description.as_str())),
             ("CollectMode", Value::from("inactive-or-failed")),
+            // Stopped after botvisord's unit when both are (the session ends): botvisord
+            // stops the agent itself, gently and proven, and the manager finds the scope empty.
+            ("Before", Value::from(vec![self.unit.as_str()])),
         ];
         if let Some(bytes) = memory_max {
             properties.push(("MemoryMax", Value::from(bytes)));

@@ -570,3 +570,32 @@ async fn a_bus_name_left_by_a_run_that_just_ended_is_taken_once_released() {
         .unwrap();
     assert_eq!(owner, pid, "{}", daemon.log_text());
 }
+
+/// Issue 47: the Manager says the kernel's boot, this botvisord's invocation (a new one at each
+/// start) and whether its agents outlive its restarts: run from a terminal (no user manager)
+/// they do not, and `Survival` says why. A client tells a restart (same `BootId`, another
+/// `Invocation`) from a reboot (another `BootId`) and from a dropped connection (the same
+/// both).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manager_says_its_boot_its_invocation_and_whether_agents_outlive_a_restart() {
+    let mut fake = FakeSetup::start("").await;
+    let manager = fake.env.manager().await;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(manager.boot_id().await.unwrap(), boot.trim());
+    let first = manager.invocation().await.unwrap();
+    assert!(
+        first.len() == 32 && first.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{first}"
+    );
+    let survival = manager.survival().await.unwrap();
+    assert!(
+        survival.starts_with("off: botvisord does not run as a systemd user unit"),
+        "{survival}"
+    );
+    assert!(fake.daemon.terminate().await.success());
+    let _daemon = Daemon::start(&fake.cfg, &fake.env.conn).await;
+    let manager = fake.env.manager().await;
+    let second = manager.invocation().await.unwrap();
+    assert_ne!(second, first, "a new start is a new invocation");
+    assert_eq!(manager.boot_id().await.unwrap(), boot.trim());
+}

@@ -718,3 +718,116 @@ async fn a_shutdown_right_after_a_delete_still_ends_the_deleted_bots_agent() {
     assert!(fake.daemon.terminate().await.success());
     fake.env.assert_no_leftovers();
 }
+
+/// Issue 47's reboot rule (design rule 9): a record from another boot never names a process.
+/// The agent's process, its hand-over record and its process rows name a live process of
+/// another program with the same pid and start time, only the boot id differs (as after a
+/// reboot, when pids and start times begin again): botvisord signals nothing, forgets the
+/// records, and the bot resumes its conversation once and answers the message the lost agent
+/// had taken, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_reboot_no_recorded_pid_is_signalled_and_each_bot_resumes_once() {
+    let mut fake = start_fake().await;
+    let bot = fake
+        .bot(json!([
+            {"mode": "normal"},
+            {"mode": "normal", "reply_after_s": 300},
+            {"mode": "normal"}
+        ]))
+        .await;
+    assert_eq!(send_and_wait(&bot, "first").await.outcome, "success");
+    let bot_id = bot.id().await.unwrap();
+    let path: zbus::OwnedObjectPath = bot.inner().path().to_owned().into();
+    // A second launch takes the next message and is still answering when the machine goes
+    // down: the daemon and the agent die at once.
+    bot.restart(HashMap::new()).await.unwrap();
+    let turn = bot.send("in flight", HashMap::new()).await.unwrap();
+    let deadline = std::time::Instant::now() + EVENT_TIMEOUT;
+    while taken(&fake, "in flight") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent takes the message"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    fake.daemon.kill();
+    for (pid, _) in fake.env.leftovers() {
+        // SAFETY: kill(2) on the test's own marked agent.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    // After the boot, another program runs with the recorded pid and start time.
+    let mut other = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
+    let id = botvisor::process::identity::identify(other.id()).unwrap();
+    let db = rusqlite::Connection::open(&fake.cfg.database).unwrap();
+    db.execute_batch(&format!(
+        "DELETE FROM processes WHERE bot_id = '{bot_id}';
+         INSERT INTO processes (bot_id, pid, start_time, boot_id, role)
+           VALUES ('{bot_id}', {pid}, {start}, 'another boot', 'root');
+         INSERT OR REPLACE INTO handovers
+           (bot_id, pid, start_time, boot_id, invocation, state, leftover)
+           VALUES ('{bot_id}', {pid}, {start}, 'another boot', 'before', '{{}}', x'');",
+        pid = id.pid,
+        start = id.start_time,
+    ))
+    .unwrap();
+    drop(db);
+
+    let _daemon = Daemon::start(&fake.cfg, &fake.env.conn).await;
+    let bot = fake.env.bot(&path).await;
+    let ends = wait_turn_ends(&bot, &turn).await;
+    assert_eq!(ends, ["success"], "the message in flight is answered once");
+    assert!(
+        other.try_wait().unwrap().is_none(),
+        "botvisord signalled another program's process, named only by a record of another boot"
+    );
+    let launches = json_lines(&fake.state.join("launches.jsonl"));
+    assert_eq!(
+        launches.len(),
+        3,
+        "one launch after the reboot: {launches:?}"
+    );
+    let session = bot.session_id().await.unwrap();
+    let argv: Vec<String> = serde_json::from_value(launches[2]["argv"].clone()).unwrap();
+    assert!(
+        argv.windows(2)
+            .any(|w| w[0] == "--resume" && w[1] == session),
+        "the bot resumes its conversation: {argv:?}"
+    );
+    let db = rusqlite::Connection::open(&fake.cfg.database).unwrap();
+    let left: i64 = db
+        .query_row(
+            "SELECT (SELECT COUNT(*) FROM processes WHERE pid = ?1)
+                  + (SELECT COUNT(*) FROM handovers WHERE pid = ?1)",
+            [id.pid],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(left, 0, "the records of the other boot are forgotten");
+    other.kill().unwrap();
+    other.wait().unwrap();
+}
+
+/// The outcomes of every `turn_finished` item of `turn`, once there is one (polls the stored
+/// chat every 50 ms, at most [`EVENT_TIMEOUT`]).
+async fn wait_turn_ends(
+    bot: &botvisor::dbus::client::BotProxy<'static>,
+    turn: &str,
+) -> Vec<String> {
+    let deadline = std::time::Instant::now() + EVENT_TIMEOUT;
+    loop {
+        let ends: Vec<String> = chat(bot)
+            .await
+            .into_iter()
+            .filter(|(_, kind, p)| kind == "turn_finished" && p["turn_id"] == turn)
+            .map(|(_, _, p)| p["outcome"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        if !ends.is_empty() {
+            return ends;
+        }
+        assert!(std::time::Instant::now() < deadline, "turn {turn} ends");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

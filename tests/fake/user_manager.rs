@@ -249,6 +249,14 @@ async fn a_turn_in_flight_survives(disrupt: impl FnOnce(&UserManager), crash: bo
     assert_ne!(agent, 0);
     let agent_start = started_at(agent).expect("the agent runs");
     let main = um.main_pid(UNIT);
+    let manager = ManagerProxy::new(&conn).await.unwrap();
+    let survival = manager.survival().await.unwrap();
+    assert!(
+        survival.starts_with("keep (botvisord.service, botvisor.slice)"),
+        "{survival}"
+    );
+    let before = manager.invocation().await.unwrap();
+    assert_eq!(before, um.unit_property(UNIT, "InvocationID"));
 
     let disrupted = Instant::now();
     disrupt(&um);
@@ -261,6 +269,23 @@ async fn a_turn_in_flight_survives(disrupt: impl FnOnce(&UserManager), crash: bo
         back[1],
         disrupted.elapsed()
     );
+    // The new botvisord answers (org.freedesktop.DBus.Peer.Ping; the time is row 13 of the
+    // benchmark), with the unit's new invocation and the same boot.
+    let peer = zbus::fdo::PeerProxy::builder(&conn)
+        .destination(BUS_NAME)
+        .path(botvisor::dbus::ROOT_PATH)
+        .build()
+        .await
+        .unwrap();
+    bounded("Ping", peer.ping()).await.unwrap();
+    eprintln!(
+        "Ping answered {:?} after the disruption",
+        disrupted.elapsed()
+    );
+    let manager = ManagerProxy::new(&conn).await.unwrap();
+    let after = manager.invocation().await.unwrap();
+    assert_ne!(after, before, "a new invocation");
+    assert_eq!(after, um.unit_property(UNIT, "InvocationID"));
     let n_restarts = um.unit_property(UNIT, "NRestarts");
     assert_eq!(n_restarts, if crash { "1" } else { "0" }, "NRestarts");
     let survived = started_at(agent) == Some(agent_start);
@@ -302,4 +327,77 @@ async fn a_crash_of_the_daemon_keeps_the_agent_and_its_turn_in_flight() {
         true,
     )
     .await;
+}
+
+/// The session ends (a logout: the user manager stops every unit, then exits): botvisord stops
+/// each agent itself, gently and proven (its stop sequence, `why=shutdown`, verdict `clean`),
+/// before the user manager stops the agents' scopes, which are ordered after botvisord's unit
+/// for that (`Before=botvisord.service` on each scope). One bot is in a turn, one idle.
+///
+/// Without that order the manager sent SIGTERM to the agents and to botvisord at once: the
+/// agents' ends were not botvisord's stops (seen before the change: no `stop verdict` with
+/// `why=shutdown` for either bot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_ending_stops_every_agent_through_botvisord() {
+    let Some((env, mut um)) = installed().await else {
+        return;
+    };
+    let conn = um.connect().await;
+    let busy = fake_bot(
+        &env,
+        &conn,
+        json!([{"mode": "normal", "reply_after_s": 60}]),
+    )
+    .await;
+    let idle = fake_bot(&env, &conn, json!([{"mode": "normal"}])).await;
+    let mut finished = idle.receive_turn_finished().await.unwrap();
+    let turn = bounded("Send", idle.send("hello", HashMap::new()))
+        .await
+        .unwrap();
+    bounded("TurnFinished", async {
+        while let Some(s) = futures_util::StreamExt::next(&mut finished).await {
+            if s.args().unwrap().turn_id == turn {
+                return;
+            }
+        }
+    })
+    .await;
+    bounded("Send", busy.send("a long turn", HashMap::new()))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    while json_lines(&state(&env).join("messages.jsonl")).len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the busy bot's agent takes its message"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ids = [busy.id().await.unwrap(), idle.id().await.unwrap()];
+    for id in &ids {
+        assert!(
+            um.unit_property(&format!("botvisor-bot-{id}.scope"), "Before")
+                .split_whitespace()
+                .any(|u| u == UNIT),
+            "the scope is ordered before botvisord's unit"
+        );
+    }
+    drop(conn);
+    assert!(um.end_session(), "the user manager exits");
+    let journal = um.journal_text();
+    for id in &ids {
+        let verdicts: Vec<&str> = journal
+            .lines()
+            .filter(|l| l.contains(": stop verdict") && l.contains(&format!("F_BOT_ID={id}")))
+            .collect();
+        assert!(
+            verdicts.len() == 1
+                && verdicts[0].contains("F_WHY=shutdown")
+                && verdicts[0].contains("F_VERDICT=clean"),
+            "bot {id}'s agent is stopped by botvisord at the session's end, once, proven: \
+             {verdicts:?}\n{}",
+            um.log_text()
+        );
+    }
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
 }

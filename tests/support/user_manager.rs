@@ -643,6 +643,15 @@ exec "$SYSTEMD" --user --log-target=journal --log-level=info
         )
     }
 
+    /// Ends the session as a logout does: SIGTERM to the manager, which stops every unit and
+    /// exits. Returns whether it exited within [`MANAGER_STOP_TIMEOUT`] (else it was killed).
+    /// The journal stays readable.
+    pub fn end_session(&mut self) -> bool {
+        self.manager
+            .take()
+            .is_none_or(|child| stop(child, MANAGER_STOP_TIMEOUT))
+    }
+
     /// The pids in the manager's cgroup subtree (`user@0.service` and below).
     pub fn processes(&self) -> Vec<u32> {
         let mut pids = Vec::new();

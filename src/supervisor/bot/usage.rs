@@ -34,7 +34,8 @@ impl Actor {
         }
     }
 
-    /// Starts sampling the resource use of the agent `pid` (in `cgroup` when it has one).
+    /// Starts sampling the resource use of the agent `pid` (in `cgroup` when it has one; in its
+    /// scope under a user manager, once the scope is known).
     pub(super) fn watch_usage(
         &self,
         pid: u32,
@@ -46,6 +47,11 @@ impl Actor {
                 dir,
                 memory: s.has("memory"),
                 pids: s.has("pids"),
+            },
+            _ if crate::systemd::life::keeper().is_some() => Source::Scope {
+                dir: self.scope_dir.clone(),
+                root: pid,
+                bot_id: self.id.clone(),
             },
             _ => Source::Tree {
                 root: pid,

@@ -1240,6 +1240,18 @@ async fn doctor_names_what_fails_and_the_fix() {
     );
     assert!(text.contains("fix: claude /login"), "{text}");
     assert!(text.contains("warn codex: "), "{text}");
+    // Run from a terminal (issue 47): a restart ends the turns, said with the way to keep them.
+    assert!(
+        text.contains(
+            "warn restarts: a restart of botvisord ends the running turns (each taken message is \
+             answered once by the next one): botvisord does not run as a systemd user unit"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("fix: run botvisord as the systemd user unit (scripts/install.sh)"),
+        "{text}"
+    );
     assert!(text.contains("all checks passed"), "{text}");
     // The README's offline path: a bot with a key in its own environment has a login; one
     // without fails, named, with the fix.

@@ -256,6 +256,21 @@ async fn a_turn_in_flight_survives(disrupt: impl FnOnce(&UserManager), crash: bo
         "{survival}"
     );
     let before = manager.invocation().await.unwrap();
+    let (_, doctor, _) = um.run(
+        user_manager::bin_dir()
+            .join("botvisorctl")
+            .to_str()
+            .unwrap(),
+        &["doctor"],
+        &[],
+    );
+    assert!(
+        doctor.contains(
+            "ok   restarts: a restart, an upgrade or a crash of botvisord leaves the running turns \
+             going on (botvisord.service, botvisor.slice)"
+        ),
+        "{doctor:?}"
+    );
     assert_eq!(before, um.unit_property(UNIT, "InvocationID"));
 
     let disrupted = Instant::now();

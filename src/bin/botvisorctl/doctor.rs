@@ -145,10 +145,13 @@ async fn bus_checks(conn: &Connection, remote: bool) -> (Vec<Check>, Option<u32>
             .and_then(|p| std::fs::read_link(format!("/proc/{p}/exe")).ok())
             .map(|p| format!(", {}", show::safe(&p.display().to_string())))
             .unwrap_or_default();
-        let version = botvisor::dbus::client::ManagerProxy::new(conn).await.ok();
-        let version = match version {
-            Some(m) => m.version().await.unwrap_or_default(),
-            None => String::new(),
+        let manager = botvisor::dbus::client::ManagerProxy::new(conn).await.ok();
+        let (version, survival) = match &manager {
+            Some(m) => (
+                m.version().await.unwrap_or_default(),
+                m.survival().await.ok(),
+            ),
+            None => (String::new(), None),
         };
         let pid = pid.map_or(String::new(), |p| format!("pid {p}"));
         out.push(check(
@@ -160,6 +163,9 @@ async fn bus_checks(conn: &Connection, remote: bool) -> (Vec<Check>, Option<u32>
             ),
             "",
         ));
+        if let Some(survival) = survival {
+            out.push(restarts_check(&survival));
+        }
     } else if activatable {
         out.push(check(
             "botvisord",
@@ -233,6 +239,40 @@ async fn bus_checks(conn: &Connection, remote: bool) -> (Vec<Check>, Option<u32>
         }
     }
     (out, daemon_pid)
+}
+
+/// Whether the running turns outlive a restart of botvisord (an upgrade, a crash), from the
+/// Manager's `Survival` (issue 47): `keep (…)` is fine; `off: <why>` is a warning whose fix says
+/// how to get it.
+fn restarts_check(survival: &str) -> Check {
+    match survival.strip_prefix("off: ") {
+        None => check(
+            "restarts",
+            Status::Ok,
+            format!(
+                "a restart, an upgrade or a crash of botvisord leaves the running turns going on \
+                 {}",
+                show::safe(survival.trim_start_matches("keep "))
+            ),
+            "",
+        ),
+        Some(why) => check(
+            "restarts",
+            Status::Warn,
+            format!(
+                "a restart of botvisord ends the running turns (each taken message is answered \
+                 once by the next one): {}",
+                show::safe(why)
+            ),
+            if why.contains("survive_restarts") {
+                "survive_restarts = true in the configuration, then systemctl --user restart \
+                 botvisord"
+            } else {
+                "run botvisord as the systemd user unit (scripts/install.sh), where a user \
+                 manager runs"
+            },
+        ),
+    }
 }
 
 /// The desktop's notification server (`org.freedesktop.Notifications`), which `botvisor-notify`

@@ -33,7 +33,8 @@ use crate::systemd::fdstore::Role;
 const WRITER_FINISH: Duration = Duration::from_secs(5);
 
 impl Actor {
-    /// botvisord's unit restarts: hands the running agent over to the next botvisord. Returns
+    /// Design rule 18, this botvisord's half: its unit restarts, so the running agent is handed
+    /// over to the next botvisord. Returns
     /// `false` (and hands nothing over) when there is none to hand over, or it cannot be: then
     /// the caller stops it as at a shutdown.
     pub(super) async fn hand_over(&mut self) -> bool {
@@ -104,7 +105,8 @@ impl Actor {
         true
     }
 
-    /// At the actor's start: takes over the agent the previous botvisord handed over, with the
+    /// Design rule 18, the next botvisord's half: at the actor's start, takes over the agent the
+    /// previous botvisord handed over (or left running at a crash), with the
     /// descriptors the manager passed back (`passed`). Returns whether it did; when not, what
     /// was passed is closed and taken out of the store, and a hand-over record is forgotten.
     pub(super) async fn take_over(&mut self, passed: Option<BTreeMap<Role, OwnedFd>>) -> bool {

@@ -1678,6 +1678,222 @@ fn selected(n: u32) -> bool {
     }
 }
 
+/// 13: what a promise costs (issue 47): `Send`'s commit (its user item and its turn) made
+/// durable before the reply (`synchronous = FULL` for it: the WAL is synced) beside the very same
+/// commit on `NORMAL`, alternating in one database so that both meet the same disk.
+async fn promise_commit(rows: &mut Vec<Row>) {
+    use botvisor::store::{self, BotRecord, Store};
+    let n = if quick() { 300 } else { 2000 };
+    let dir = tempfile::tempdir().unwrap();
+    let db = Store::open(&dir.path().join("promise.db")).unwrap();
+    db.tx(|tx| store::bots::insert(tx, &BotRecord::new("b", "b", "/", "claude")))
+        .unwrap();
+    let send = |tx: &rusqlite::Transaction<'_>, i: usize| {
+        let turn = format!("turn-{i}");
+        let payload = format!("{{\"text\":\"message {i}\",\"turn_id\":\"{turn}\"}}");
+        let item = store::chat::append(tx, "b", "user", Some(&turn), &payload)?;
+        store::turns::insert(tx, "b", &turn, item.seq)
+    };
+    let (mut normal, mut full) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let t = Instant::now();
+        db.tx_now(|tx| send(tx, 2 * i)).unwrap();
+        normal.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        db.tx_durable(|tx| send(tx, 2 * i + 1)).unwrap();
+        full.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let (normal, full) = (stats(normal), stats(full));
+    rows.push(Row {
+        name: format!("13. A promise's commit (Send: user item + turn), durable, {n} commits"),
+        goal: "measured (issue 47): the cost of a promise surviving a power loss".into(),
+        figure: format!(
+            "synchronous FULL: median {:.0} µs, p99 {:.0} µs",
+            full.median, full.p99
+        ),
+        baseline: format!(
+            "the same commit on NORMAL: median {:.0} µs, p99 {:.0} µs",
+            normal.median, normal.p99
+        ),
+        verdict: format!("+{:.0} µs median", full.median - normal.median),
+    });
+}
+
+/// 14: a restart of botvisord under a real systemd user manager (issue 47): from
+/// `systemctl --user restart botvisord` to the new botvisord answering `Ping`
+/// (`org.freedesktop.DBus.Peer`), and to each of 10 bots answering a message on the agent it
+/// had before (same pid). Baselines in the same run: the same restart with no bot, and with the
+/// 10 bots under `survive_restarts = false`, where the restart ends the agents and each message
+/// starts its agent again (resumed).
+async fn restart_time(rows: &mut Vec<Row>) {
+    use support::user_manager::{self, UserManager};
+    let name = "14. systemctl --user restart botvisord → Ping; → 10 bots answer".to_owned();
+    if !user_manager::usable() {
+        rows.push(Row {
+            name,
+            goal: "Ping < 1 s after the restart (issue 47)".into(),
+            figure: "skipped: no user manager here (see above)".into(),
+            baseline: String::new(),
+            verdict: "skipped".into(),
+        });
+        return;
+    }
+    let rounds = if quick() { 3 } else { 10 };
+    let env = TestEnv::new().await;
+    let um = UserManager::start(&env);
+    um.install(
+        &user_manager::bin_dir(),
+        &[("CLAUDE_BIN", fake_cli().to_str().unwrap())],
+    );
+    let conn = um.connect().await;
+    let state = env.dir.path().join("fake-state");
+    let empty: Vec<(f64, f64)> = {
+        let mut v = Vec::new();
+        for _ in 0..rounds {
+            v.push(restart_round(&um, &conn, &[]).await);
+        }
+        v
+    };
+    let manager = botvisor::dbus::client::ManagerProxy::new(&conn)
+        .await
+        .unwrap();
+    let work = env.work.to_str().unwrap().to_owned();
+    let mut paths = Vec::new();
+    for _ in 0..10 {
+        let bot_env = fake_env(
+            &env.home,
+            &state,
+            serde_json::json!([{"mode": "normal"}]),
+            &env.marker,
+        );
+        paths.push(
+            manager
+                .create_bot(create_options(&work, &bot_env))
+                .await
+                .unwrap(),
+        );
+    }
+    answer_all(&conn, &paths).await;
+    let kept = {
+        let mut v = Vec::new();
+        for _ in 0..rounds {
+            let pids = agent_pids(&conn, &paths).await;
+            v.push(restart_round(&um, &conn, &paths).await);
+            assert_eq!(
+                agent_pids(&conn, &paths).await,
+                pids,
+                "the same agents answer"
+            );
+        }
+        v
+    };
+    let config = env.home.join(".config/botvisor/config.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap_or_default();
+    text.push_str("\nsurvive_restarts = false\n");
+    std::fs::write(&config, text).unwrap();
+    restart_round(&um, &conn, &paths).await;
+    let ended = {
+        let mut v = Vec::new();
+        for _ in 0..rounds {
+            v.push(restart_round(&um, &conn, &paths).await);
+        }
+        v
+    };
+    let ping = |v: &[(f64, f64)]| stats(v.iter().map(|r| r.0).collect());
+    let all = |v: &[(f64, f64)]| stats(v.iter().map(|r| r.1).collect());
+    let (kept_ping, kept_all, empty_ping, ended_all) =
+        (ping(&kept), all(&kept), ping(&empty), all(&ended));
+    rows.push(Row {
+        name,
+        goal: "Ping < 1 s after the restart (issue 47)".into(),
+        figure: format!(
+            "10 agents kept: Ping median {:.0} ms, p99 {:.0} ms; all 10 answered (same pids) median {:.0} ms",
+            kept_ping.median / 1000.0,
+            kept_ping.p99 / 1000.0,
+            kept_all.median / 1000.0
+        ),
+        baseline: format!(
+            "no bot: Ping median {:.0} ms; survive_restarts = false: all 10 answered (started again) median {:.0} ms",
+            empty_ping.median / 1000.0,
+            ended_all.median / 1000.0
+        ),
+        verdict: if kept_ping.p99 < 1_000_000.0 {
+            "met".into()
+        } else {
+            "missed".into()
+        },
+    });
+}
+
+/// One restart of botvisord: (µs to `Ping` answered, µs until each bot of `paths` answered a
+/// message), both from the restart command.
+async fn restart_round(
+    um: &support::user_manager::UserManager,
+    conn: &zbus::Connection,
+    paths: &[zbus::OwnedObjectPath],
+) -> (f64, f64) {
+    // The unit's start rate limit (systemd's default: 5 starts in 10 s) would refuse rounds
+    // this close together: its counter is reset first, outside the time.
+    let _ = um.systemctl(&["reset-failed", "botvisord"]);
+    let t = Instant::now();
+    um.systemctl_ok(&["restart", "botvisord"]);
+    let peer = zbus::fdo::PeerProxy::builder(conn)
+        .destination(botvisor::dbus::BUS_NAME)
+        .path(botvisor::dbus::ROOT_PATH)
+        .build()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    while tokio::time::timeout(Duration::from_millis(200), peer.ping())
+        .await
+        .map_or(true, |r| r.is_err())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "botvisord answers Ping after its restart"
+        );
+    }
+    let ping = t.elapsed().as_secs_f64() * 1e6;
+    answer_all(conn, paths).await;
+    (ping, t.elapsed().as_secs_f64() * 1e6)
+}
+
+/// Sends a message to each bot of `paths` at once and waits for every turn to finish.
+async fn answer_all(conn: &zbus::Connection, paths: &[zbus::OwnedObjectPath]) {
+    let turns = paths.iter().map(|path| async move {
+        let bot = BotProxy::builder(conn)
+            .path(path.clone())
+            .build()
+            .await
+            .unwrap();
+        let mut finished = bot.receive_turn_finished().await.unwrap();
+        let turn = bot.send("ping", HashMap::new()).await.unwrap();
+        while let Some(s) = finished.next().await {
+            if s.args().unwrap().turn_id == turn {
+                return;
+            }
+        }
+    });
+    tokio::time::timeout(EVENT_TIMEOUT, futures_util::future::join_all(turns))
+        .await
+        .expect("every bot answers");
+}
+
+/// The agent pid of each bot of `paths`, read past the proxies' caches.
+async fn agent_pids(conn: &zbus::Connection, paths: &[zbus::OwnedObjectPath]) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for path in paths {
+        let bot = BotProxy::builder(conn)
+            .path(path.clone())
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .unwrap();
+        pids.push(bot.process_id().await.unwrap());
+    }
+    pids
+}
+
 fn main() {
     // `cargo bench` passes --bench; nothing else is accepted.
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -1720,6 +1936,12 @@ fn main() {
         if selected(12) {
             memory_pressure(&mut rows).await;
             memory_pressure_psi(&mut rows).await;
+        }
+        if selected(13) {
+            promise_commit(&mut rows).await;
+        }
+        if selected(14) {
+            restart_time(&mut rows).await;
         }
         println!();
         println!("| measure | goal | figure | baseline (same run) | against the goal |");

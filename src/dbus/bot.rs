@@ -671,7 +671,8 @@ impl BotObject {
         bounds::last_error(v.storage_error.as_deref().unwrap_or(&v.record.last_error))
     }
 
-    /// Messages sent and not yet taken by the agent.
+    /// Messages sent and not yet written to the agent; the one written is the turn in flight
+    /// (`State` `busy`), even before the CLI shows it took it.
     #[zbus(property)]
     fn queued_messages(&self) -> u32 {
         self.view().queued

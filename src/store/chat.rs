@@ -399,6 +399,23 @@ pub fn unanswered_permission_requests(
     .collect()
 }
 
+/// The time (RFC 3339) of bot `bot_id`'s last chat item of `kind` whose payload's `reason` is
+/// `reason`; `None` when there is none.
+pub fn last_time_of(
+    conn: &Connection,
+    bot_id: &str,
+    kind: &str,
+    reason: &str,
+) -> rusqlite::Result<Option<String>> {
+    conn.prepare_cached(
+        "SELECT time FROM chat_items
+         WHERE bot_id = ?1 AND kind = ?2 AND json_extract(payload, '$.reason') = ?3
+         ORDER BY seq DESC LIMIT 1",
+    )?
+    .query_row(params![bot_id, kind, reason], |r| r.get(0))
+    .optional()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -113,6 +113,9 @@ struct Actor {
     left_by_interrupt: Option<(String, Vec<ProcessIdentity>)>,
     /// The watch on the CLI's credentials file while the bot waits for its login.
     credentials: Option<credentials::Watch>,
+    /// The environment the last agent was launched with (or taken over with): a login hold that
+    /// begins after the bot's login variables changed since goes on at once.
+    launched_env: Option<BTreeMap<String, String>>,
     /// The actor's own command queue, for what it hears from outside the bus (the credentials
     /// watch).
     commands: mpsc::UnboundedSender<Command>,
@@ -260,6 +263,7 @@ pub fn spawn_actor(
         known: Vec::new(),
         left_by_interrupt: None,
         credentials: None,
+        launched_env: None,
         commands: tx.clone(),
         copy_failing: false,
         stop_asked: None,

@@ -27,7 +27,7 @@ pub enum Property {
     ProcessId,
     /// The last error, or why the database cannot be written.
     LastError,
-    /// Messages sent and not yet taken.
+    /// Messages sent and not yet written to the agent.
     QueuedMessages,
     /// Clients holding the bot.
     Holders,
@@ -70,7 +70,7 @@ pub struct BotView {
     pub state: State,
     /// The root process's pid, 0 when none.
     pub process_id: u32,
-    /// Messages sent and not yet taken by the CLI (not replayed).
+    /// Messages sent and not yet written to the agent.
     pub queued: u32,
     /// Clients holding the bot (leases).
     pub holders: u32,

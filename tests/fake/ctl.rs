@@ -772,8 +772,13 @@ async fn a_send_whose_bot_is_deleted_fails_with_exit_code_1() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Taken: nothing queued any more.
-    read_until(&mut watched, |v| v["changed"]["QueuedMessages"] == 0).await;
+    // Taken: the CLI replayed it, and the turn began in a conversation now on record.
+    read_until(&mut watched, |v| {
+        v["changed"]["SessionId"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty())
+    })
+    .await;
     let (code, _, err) = run(&bus, &["delete", "doomed", "--yes"]).await;
     assert_eq!(code, 0, "{err}");
     let mut sent = BufReader::new(send.stdout.take().unwrap()).lines();

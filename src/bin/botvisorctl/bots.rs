@@ -61,7 +61,7 @@ pub struct BotInfo {
     pub process_id: u32,
     /// The last error a person should know of.
     pub last_error: String,
-    /// Messages not yet taken by the agent.
+    /// Messages not yet written to the agent.
     pub queued_messages: u32,
     /// Clients holding a lease.
     pub holders: u32,

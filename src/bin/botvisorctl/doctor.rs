@@ -750,12 +750,45 @@ async fn bot_logins(conn: &Connection) -> Vec<Check> {
         let what = format!("login {}", show::safe(&b.name));
         let words = show::safe(login.get("words").map_or("", String::as_str));
         let found = format!("{} ({}): {words}", b.short, b.runtime);
-        if login.get("source").is_some_and(|s| s != "none") {
+        let bot = crate::shell_word(&b.name);
+        let ctl = crate::hint::ctl();
+        let source = login.get("source").map_or("none", String::as_str);
+        if b.state == "login_required" && source != "none" {
+            // A login there is, and the model's API refused it: the bot waits for a new one.
+            let waiting = match b.queued_messages {
+                0 => String::new(),
+                1 => "; 1 message waits for it".to_owned(),
+                n => format!("; {n} messages wait for it"),
+            };
+            let variable = login.get("variable").map_or("", String::as_str);
+            let fix = match (source, b.runtime.as_str()) {
+                ("environment", _) => {
+                    format!(
+                        "`{ctl} set {bot} --env {variable}=…` with a new value (its other variables are kept)"
+                    )
+                }
+                ("botvisord", _) => format!(
+                    "a new {variable} in botvisord's environment, or `{ctl} set {bot} --env {variable}=…`"
+                ),
+                (_, "claude") => "claude /login as botvisord's user".to_owned(),
+                (_, "codex") => "codex login with the bot's CODEX_HOME".to_owned(),
+                _ => format!("`{ctl} restart {bot}` once its login is renewed"),
+            };
+            out.push(check(
+                what,
+                Status::Fail,
+                format!(
+                    "{} ({}): the model's API refused its login ({words}){waiting}",
+                    b.short, b.runtime
+                ),
+                fix,
+            ));
+            continue;
+        }
+        if source != "none" {
             out.push(check(what, Status::Ok, found, ""));
             continue;
         }
-        let bot = crate::shell_word(&b.name);
-        let ctl = crate::hint::ctl();
         let variables: Vec<&str> = login
             .get("variables")
             .map(|v| v.split(',').filter(|v| !v.is_empty()).collect())

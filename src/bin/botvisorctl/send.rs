@@ -132,9 +132,11 @@ pub async fn run(conn: &Connection, spec: &str, text: String, json: bool) -> Res
                     // What botvisord said before it left came first (`drained` keeps the order).
                     if sig.args().is_ok_and(|a| a.new_owner().is_none()) {
                         return Err(Failure::failed(format!(
-                            "botvisord went away before the turn ended. When it runs again it \
-                             sends the message to the agent unless the agent had taken it \
-                             already, and ends the turn either way (follow it with `{} chat {}`)",
+                            "botvisord went away before the turn ended; do not send the message \
+                             again: when it runs again the turn ends once, answered (the agent \
+                             kept, its answer read back, or the message asked again without the \
+                             unanswered attempt) unless the agent had begun its work (follow it \
+                             with `{} chat {}`)",
                             hint::ctl(),
                             follow.spec
                         )));

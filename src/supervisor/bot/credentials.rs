@@ -152,12 +152,47 @@ impl Actor {
         if self.credentials.is_some() {
             return;
         }
+        if self.login_given_since_refused() {
+            // Renewed before the hold began (while the failing turn was still retrying, or
+            // while botvisord was not running): nothing more will change, so it goes on now.
+            tracing::info!(bot_id = %self.id, "the login was renewed since the agent's login was refused");
+            let _ = self.commands.send(Command::CredentialsChanged);
+            return;
+        }
         let Some(file) = self.credentials_file() else {
             tracing::warn!(bot_id = %self.id, "no credentials file to watch for the login");
             return;
         };
         tracing::info!(bot_id = %self.id, file = %file.display(), "waiting for the login's credentials to change");
         self.credentials = Some(watch(&file, self.commands.clone()));
+    }
+
+    /// Whether the bot has a login its refused agent did not: one of the runtime's login
+    /// variables (or the credentials file's place) differs from what that agent was launched
+    /// with, or the credentials file was written after the refusal was recorded (its
+    /// `login_required` item: the one time on record across botvisord's restarts; not the
+    /// launch, as the CLI may write the file itself while it runs).
+    fn login_given_since_refused(&self) -> bool {
+        let record = self.record();
+        let now = self.build_env(&record);
+        let login = self.shared.runtime.login(&record.env, &now);
+        if let Some(then) = &self.launched_env
+            && (login.variables.iter().any(|v| then.get(v) != now.get(v))
+                || self.shared.runtime.credentials_file(then) != login.file)
+        {
+            return true;
+        }
+        let refused = self
+            .shared
+            .store
+            .read(|c| crate::store::chat::last_time_of(c, &self.id, "system", "login_required"))
+            .ok()
+            .flatten()
+            .and_then(|t| humantime::parse_rfc3339(&t).ok());
+        let written = login
+            .file
+            .and_then(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok());
+        matches!((refused, written), (Some(r), Some(w)) if w > r)
     }
 
     /// The credentials changed, or a client changed the bot's environment: a login hold is

@@ -264,6 +264,7 @@ impl Actor {
             }
         };
         let (writer, task) = spawn_writer(stdin);
+        self.launched_env = Some(env.clone());
         self.proc = Some(Proc {
             handle,
             stdin: Some(writer),
@@ -363,7 +364,9 @@ impl Actor {
                 return false;
             }
         };
-        let env = serde_json::from_value(h.state["env"].clone()).unwrap_or_default();
+        let env: BTreeMap<String, String> =
+            serde_json::from_value(h.state["env"].clone()).unwrap_or_default();
+        self.launched_env = Some(env.clone());
         let forked_from = h.state["forked_from"].as_str().map(str::to_owned);
         let (writer, task) = spawn_writer(stdin);
         self.proc = Some(Proc {

@@ -200,6 +200,7 @@ impl Actor {
                     .fork
                     .then(|| decision.start.session_id().map(str::to_owned))
                     .flatten();
+                self.launched_env = Some(env.clone());
                 self.proc = Some(Proc {
                     handle,
                     stdin,

@@ -105,6 +105,8 @@ pub struct BotCore {
     pub(super) attempt: Option<crate::runtime::Cut>,
     /// While an agent taken over after a crash has a turn in flight: when its conversation's
     /// file is read for the turn's end, unless it speaks first ([`super::reattach`]).
+    /// A client's Stop is to be said in the chat (`stopped_with_queue`) once it ended.
+    pub(super) stop_note_due: bool,
     pub(super) crash_look: Option<Instant>,
     /// A failed attempt whose agent is being stopped, so that its cut is read once it is.
     pub(super) recut: Option<super::turns::Inflight>,
@@ -139,6 +141,7 @@ impl BotCore {
             attempt: None,
             recut: None,
             crash_look: None,
+            stop_note_due: false,
             effects: std::collections::VecDeque::new(),
         }
     }

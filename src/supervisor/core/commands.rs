@@ -154,10 +154,10 @@ impl BotCore {
             Cmd::Delete => self.emit([Effect::Pause, Effect::Stop(StopReason::Delete)]),
             Cmd::Shutdown => self.emit([Effect::Pause, Effect::Stop(StopReason::Shutdown)]),
             Cmd::Stop => {
-                // Said first, so a client that sees `stopped` finds it in the chat.
-                if !facts.parked() {
-                    self.emit(records::stopped_with_queue(&self.turns.waiting_ids()));
-                }
+                // Said once the stop ended (the message in flight settled: ended, or waiting
+                // again), before the bot shows `stopped`, so that a client that sees `stopped`
+                // finds it in the chat ([`BotCore::stopped`]).
+                self.stop_note_due = !facts.parked();
                 self.restart_at = None;
                 self.emit([Effect::Park(true), Effect::RestartTimer(None)]);
                 if self.held.take().is_some() {
@@ -217,7 +217,12 @@ impl BotCore {
         // read now (issue 45).
         self.recut(facts);
         match why {
-            StopReason::Stop => self.emit(Lifecycle::stop_ended(facts.state())),
+            StopReason::Stop => {
+                if std::mem::take(&mut self.stop_note_due) {
+                    self.emit(records::stopped_with_queue(&self.turns.waiting_ids()));
+                }
+                self.emit(Lifecycle::stop_ended(facts.state()))
+            }
             // Deleted whatever the stop's verdict: the client asked for the bot to be gone (a
             // root that survived SIGKILL is named in the journal by the stop).
             StopReason::Delete => {

@@ -212,7 +212,7 @@ pub enum Effect {
         /// What to say once they are durable.
         publish: Vec<Publish>,
     },
-    /// The `QueuedMessages` property: messages sent and not yet taken by the CLI.
+    /// The `QueuedMessages` property: messages sent and not yet written to the agent.
     Queued(u32),
     /// The `HeldBy` property: the process outside botvisor that holds the conversation (empty:
     /// none; `core::held`).

@@ -155,20 +155,17 @@ pub fn turn_finished_payload(
 }
 
 impl Turns {
-    /// The turn ids of the messages [`Turns::waiting`] counts, the one in flight first.
+    /// The turn ids of the messages [`Turns::waiting`] counts, in order.
     pub fn waiting_ids(&self) -> Vec<String> {
-        self.inflight
-            .iter()
-            .filter(|i| !i.replayed)
-            .map(|i| i.turn.id.clone())
-            .chain(self.queue.iter().map(|t| t.id.clone()))
-            .collect()
+        self.queue.iter().map(|t| t.id.clone()).collect()
     }
 
-    /// Messages sent and not yet taken by the CLI: the queue and an in-flight message not yet
-    /// replayed (`QueuedMessages`).
+    /// Messages sent and not yet written to an agent (`QueuedMessages`). A message written is
+    /// the turn in flight, even before the CLI replays it: Claude Code replays it only once the
+    /// model's answer begins (seen on 2.1.328 with a stand-in that answers slowly), and the
+    /// model has it meanwhile.
     pub fn waiting(&self) -> u32 {
-        self.queue.len() as u32 + self.inflight.as_ref().map_or(0, |i| u32::from(!i.replayed))
+        self.queue.len() as u32
     }
 
     /// The turn what the CLI says now belongs to: the message in flight, once it is answered

@@ -186,3 +186,86 @@ async fn after_an_api_error_the_next_message_goes_without_the_failed_attempt() {
         ]
     );
 }
+
+/// A client's Stop while the model answers a message: Claude Code replays a message only once
+/// the model's answer begins, so botvisor has not seen it taken yet. That message's turn ends
+/// `interrupted` (reason `stopped`), once, and is never asked again (it stays in the
+/// conversation, as an interrupted message does); the chat's note counts only the message never
+/// written, which goes at the Restart, once. Before the fix (a hostile run of
+/// issues 45 and 46) the stopped message ended `taken_not_answered` while the note (and `send`)
+/// said it waited to go at the next message or a Restart, which never sent it.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_while_the_model_answers_ends_that_turn_and_only_what_waits_goes_later() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    const SLOW: &str = "a slow question";
+    const NEXT: &str = "then this one";
+    let script: Script = Arc::new(|req: &ApiRequest| {
+        let reply = Reply::Text(format!("Hello! You said: {}", req.last_user_text));
+        if req.has_tools && req.last_user_text.contains(SLOW) {
+            return Reply::Delayed {
+                after: std::time::Duration::from_secs(60),
+                reply: Box::new(reply),
+            };
+        }
+        reply
+    });
+    let setup = RealSetup::start(&env, claude, script).await;
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    assert_eq!(send_and_wait(&bot, "warm up").await.outcome, "success");
+    let slow = bot.send(SLOW, HashMap::new()).await.unwrap();
+    let next = bot.send(NEXT, HashMap::new()).await.unwrap();
+    let deadline = std::time::Instant::now() + EVENT_TIMEOUT;
+    while !setup
+        .api
+        .requests()
+        .iter()
+        .any(|r| r.has_tools && r.last_user_text.contains(SLOW))
+    {
+        assert!(std::time::Instant::now() < deadline, "the model is asked");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    bot.stop().await.unwrap();
+    wait_state(&bot, "stopped").await;
+    let items = chat(&bot).await;
+    let ends: Vec<(String, String)> = of_kind(&items, "turn_finished")
+        .iter()
+        .filter(|p| p["turn_id"] == slow.as_str())
+        .map(|p| {
+            (
+                p["outcome"].as_str().unwrap().to_owned(),
+                p["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        [("interrupted".to_owned(), "stopped".to_owned())],
+        "the stopped message's turn"
+    );
+    let notes: Vec<&serde_json::Value> = of_kind(&items, "system")
+        .into_iter()
+        .filter(|p| p["reason"] == "stopped_with_queue")
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(notes[0]["turn_ids"], serde_json::json!([next]), "{notes:?}");
+    assert_eq!(bot.queued_messages().await.unwrap(), 1);
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    bot.restart(HashMap::new()).await.unwrap();
+    assert_eq!(
+        wait_turns(&mut finished, std::slice::from_ref(&next)).await,
+        [(next.clone(), "success".to_owned())]
+    );
+    // No request holds either twice; the stopped one stays in the conversation, as an
+    // interrupted message does, so the next request holds it once too (before `NEXT`).
+    assert!(held_once_in_each(&setup, SLOW) >= 1);
+    assert_eq!(held_once_in_each(&setup, NEXT), 1);
+    assert_eq!(
+        answers(&bot).await,
+        ["Hello! You said: warm up", "Hello! You said: then this one"]
+    );
+}

@@ -697,6 +697,23 @@ async fn the_login_hint_followed_as_given_answers_every_waiting_message_once() {
         notes[0]
     );
     assert!(!notes[0].contains(".."), "{}", notes[0]);
+    // `doctor`, where the README sends a user when something fails, fails this bot's login with
+    // the same fix (a hostile run found it `ok`, as the token is in the bot's environment).
+    let doctor = std::process::Command::new(env!("CARGO_BIN_EXE_botvisorctl"))
+        .env("DBUS_SESSION_BUS_ADDRESS", &env.bus.address)
+        .env("HOME", &env.home)
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    let name = bot.name().await.unwrap();
+    assert_eq!(doctor.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!("FAIL login {name}: "))
+            && text.contains("the model's API refused its login (CLAUDE_CODE_OAUTH_TOKEN in the bot's environment); 2 messages wait for it")
+            && text.contains(&format!("fix: `botvisorctl set {name} --env CLAUDE_CODE_OAUTH_TOKEN=…` with a new value")),
+        "{text}"
+    );
     expired.store(false, std::sync::atomic::Ordering::SeqCst);
     let id = bot.id().await.unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_botvisorctl"))
@@ -744,4 +761,121 @@ async fn the_login_hint_followed_as_given_answers_every_waiting_message_once() {
         ],
         "each answered once, in order"
     );
+}
+
+/// A new token given while the refused turn is still being retried by the CLI (the first
+/// `[retry] … 401` invites exactly that): the bot does not wait in `login_required` for a change
+/// already made; the message is answered once, with the new token. The stand-in refuses the old
+/// token only, each refusal after 3 s, so that the change lands while the CLI retries. Before the
+/// fix (a hostile run of issues 45 and 46) the bot waited in `login_required` with the new token
+/// on record until the same command was given a second time.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_renewed_while_the_refused_turn_retries_is_taken_without_asking_again() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    const OLD: &str = "sk-ant-oat01-stand-in";
+    let script: Script = Arc::new(|req: &ApiRequest| {
+        if req.credential.as_deref() == Some(OLD) {
+            return Reply::Delayed {
+                after: std::time::Duration::from_secs(3),
+                reply: Box::new(support::stand_in_api::login_expired()),
+            };
+        }
+        Reply::Text(format!("Hello! You said: {}", req.last_user_text))
+    });
+    let mut setup = RealSetup::start(&env, claude, script).await;
+    let bot = subscription_bot(&mut setup, &env).await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send("hello", HashMap::new()).await.unwrap();
+    let deadline = std::time::Instant::now() + EVENT_TIMEOUT;
+    while !setup
+        .api
+        .requests()
+        .iter()
+        .any(|r| r.has_tools && r.credential.as_deref() == Some(OLD))
+    {
+        assert!(std::time::Instant::now() < deadline, "the model is asked");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        bot.state().await.unwrap(),
+        "busy",
+        "the refused turn still runs"
+    );
+    let id = bot.id().await.unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_botvisorctl"))
+        .env("DBUS_SESSION_BUS_ADDRESS", &env.bus.address)
+        .args([
+            "set",
+            &id,
+            "--env",
+            "CLAUDE_CODE_OAUTH_TOKEN=sk-ant-oat01-renewed",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        wait_turns(&mut finished, std::slice::from_ref(&turn)).await,
+        [(turn, "success".to_owned())]
+    );
+    let answered: Vec<ApiRequest> = setup
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.has_tools && r.credential.as_deref() == Some("sk-ant-oat01-renewed"))
+        .collect();
+    assert_eq!(answered.len(), 1, "asked once with the new token");
+    assert_eq!(
+        support::repeats::occurrences("hello", &answered[0].user_texts()),
+        1
+    );
+}
+
+/// The credentials file renewed while botvisord was not running (`claude /login` while it was
+/// stopped): the next botvisord does not wait for a change already made; the waiting message
+/// goes at its start, once. Before the fix (a hostile run of issues 45 and 46) it kept waiting
+/// "for the login's credentials to change" until a Restart.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_renewed_while_botvisord_was_stopped_let_the_message_go_at_its_start() {
+    if claude_bin().is_none() {
+        return;
+    }
+    let env = TestEnv::new().await;
+    let (mut setup, bot, expired, turn, _) = expired_login_bot(&env).await;
+    let path = bot.inner().path().to_owned();
+    assert!(setup.daemon.terminate().await.success());
+    expired.store(false, std::sync::atomic::Ordering::SeqCst);
+    std::fs::create_dir_all(env.home.join(".claude")).unwrap();
+    std::fs::write(
+        env.home.join(".claude/.credentials.json"),
+        r#"{"claudeAiOauth":{"accessToken":"sk-ant-oat01-fresh"}}"#,
+    )
+    .unwrap();
+    setup.daemon = Daemon::start(&setup.cfg, &env.conn).await;
+    let bot = env.bot(&path.into()).await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    if !of_kind(&chat(&bot).await, "turn_finished")
+        .iter()
+        .any(|p| p["turn_id"] == turn.as_str())
+    {
+        wait_turns(&mut finished, std::slice::from_ref(&turn)).await;
+    }
+    let ends: Vec<String> = of_kind(&chat(&bot).await, "turn_finished")
+        .iter()
+        .filter(|p| p["turn_id"] == turn.as_str())
+        .map(|p| p["outcome"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(ends, ["success"]);
 }

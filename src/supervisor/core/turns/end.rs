@@ -156,8 +156,9 @@ impl Turns {
     /// The process of the turn in flight is gone. A turn that began ends with `outcome` (and
     /// `text` in an `error` item for a crash, a `system` item otherwise). A message not yet
     /// replayed goes back to the head of the queue, unless the conversation it went to holds it
-    /// already: then it ends `taken_not_answered` and is never sent again (design rule 8,
-    /// [`decide::unreplayed_message`]). `holds` answers whether the conversation holds it.
+    /// already: then it is never sent again (design rule 8, [`decide::unreplayed_message`]),
+    /// and ends as a turn that began when its end was asked for (`interrupted`), else
+    /// `taken_not_answered`. `holds` answers whether the conversation holds it.
     pub fn settle(
         &mut self,
         outcome: TurnOutcome,
@@ -174,6 +175,15 @@ impl Turns {
                 UnreplayedFate::Resend => {
                     self.queue.push_front(inf.turn);
                     (Settled::Requeued, vec![Effect::Queued(self.waiting())])
+                }
+                // An end a client asked for (a Stop, a Delete; a stop that gave up) ends a message
+                // the conversation took as it ends a turn that began: the model had it, and
+                // the turn is what was stopped (Claude Code replays a message only once the
+                // answer begins).
+                UnreplayedFate::Taken { adopt } if outcome == TurnOutcome::Interrupted => {
+                    let item = (!text.is_empty()).then(|| ("system", json!({ "text": text })));
+                    let end = Turns::finish(&inf.turn.id, outcome, reason, item, adopt.as_deref());
+                    (Settled::Ended, vec![end, Effect::Queued(self.waiting())])
                 }
                 UnreplayedFate::Taken { adopt } => {
                     let end =

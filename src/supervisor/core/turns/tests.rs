@@ -352,6 +352,33 @@ fn rule_8_a_crash_before_the_replay_never_resends_a_message_the_conversation_hol
     );
 }
 
+/// A client's Stop while the model answers a message Claude Code has not replayed yet (it
+/// replays only once the answer begins): the conversation holds it, so it is never sent again,
+/// and its turn ends as the stop ends a turn that began, `interrupted` (reason `stopped`), not
+/// as a message nobody asked to end (hostile run of issues 45/46: it ended
+/// `taken_not_answered` while `send` said it waited).
+#[test]
+fn rule_8_a_stop_before_the_replay_ends_the_taken_message_interrupted() {
+    let mut t = queued(&["a", "b"]);
+    t.deliver("s", std::time::SystemTime::UNIX_EPOCH);
+    let (settled, effects) = t.settle(
+        TurnOutcome::Interrupted,
+        "stopped",
+        "The agent was stopped before the turn finished.".into(),
+        Some("s"),
+        |_| true,
+    );
+    assert_eq!(settled, Settled::Ended);
+    assert_eq!(t.waiting_ids(), ["b"], "only the one never written waits");
+    let c = commits(&effects);
+    assert!(c[0].0.contains(&Write::TurnFinished {
+        turn_id: "a".into(),
+        outcome: TurnOutcome::Interrupted
+    }));
+    assert_eq!(chat_kinds(c[0].0), ["system", "turn_finished"]);
+    assert!(effects.contains(&Effect::Queued(1)));
+}
+
 #[test]
 fn rule_8_a_crash_after_the_replay_ends_the_turn_crashed_with_its_words() {
     let mut t = queued(&["a"]);
@@ -478,7 +505,7 @@ fn a_written_message_makes_the_bot_busy_and_an_unwritten_one_waits_first() {
         t.wrote(true),
         [
             Effect::State(crate::supervisor::core::State::Busy),
-            Effect::Queued(2)
+            Effect::Queued(1)
         ]
     );
     assert!(t.wrote(false).is_empty());

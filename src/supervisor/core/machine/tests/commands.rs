@@ -19,16 +19,36 @@ fn rule_9_a_stop_says_what_waits_parks_ends_a_wait_then_stops_and_shows_stopped_
     core.restart_at = Some(t0);
     core.handle(t0, Input::Command(Cmd::Stop), &Told::default());
     let stop = drain(&mut core);
-    assert!(says(&stop, "stopped_with_queue"), "{stop:?}");
-    let park = stop
+    // What waits is said once the stop ended (the message in flight settled by then), before
+    // the bot shows `stopped`.
+    assert!(!says(&stop, "stopped_with_queue"), "{stop:?}");
+    assert!(stop.contains(&Effect::Park(true)), "parked: {stop:?}");
+    let stopping = Told {
+        state: Some(State::Stopping),
+        parked: true,
+        ..Told::default()
+    };
+    core.handle(
+        t0,
+        Input::Stopped {
+            why: StopReason::Stop,
+            released: true,
+        },
+        &stopping,
+    );
+    let ended = drain(&mut core);
+    let told = ended
         .iter()
-        .position(|e| *e == Effect::Park(true))
-        .expect("parked");
-    let told = stop
-        .iter()
-        .position(|e| matches!(e, Effect::Commit { .. }))
+        .position(|e| {
+            matches!(e, Effect::Commit { .. })
+                && says(std::slice::from_ref(e), "stopped_with_queue")
+        })
         .expect("the waiting message told");
-    assert!(told < park, "said before the bot shows parked: {stop:?}");
+    let shown = ended
+        .iter()
+        .position(|e| *e == Effect::State(State::Stopped))
+        .expect("stopped");
+    assert!(told < shown, "said before the bot shows stopped: {ended:?}");
     assert!(
         stop.contains(&Effect::HeldBy(String::new())),
         "the wait ends"
@@ -80,6 +100,14 @@ fn rule_9_a_stop_says_what_waits_parks_ends_a_wait_then_stops_and_shows_stopped_
         ..Told::default()
     };
     again.handle(t0, Input::Command(Cmd::Stop), &parked);
+    again.handle(
+        t0,
+        Input::Stopped {
+            why: StopReason::Stop,
+            released: true,
+        },
+        &parked,
+    );
     let twice = drain(&mut again);
     assert!(!says(&twice, "stopped_with_queue"), "{twice:?}");
 }

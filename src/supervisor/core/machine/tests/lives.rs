@@ -284,10 +284,10 @@ fn rule_8_a_message_is_written_only_once_where_it_goes_is_durable() {
         })]
     );
     core.handle(now, Input::Written { ok: true }, &facts);
-    // Both still wait: a message counts as taken at its replay (rule 8).
+    // The one written is the turn in flight; the other waits.
     assert_eq!(
         drain(&mut core),
-        [Effect::State(State::Busy), Effect::Queued(2)]
+        [Effect::State(State::Busy), Effect::Queued(1)]
     );
     // One message in flight at a time (rule 7).
     assert!(deliver(&mut core).is_empty());

@@ -552,10 +552,12 @@ async fn problems_of(
     // The agent works in the bot's folder (its files, and the CLI's record of the conversation,
     // which belongs to that folder).
     let cwd = bounded("Cwd", s.bot.cwd()).await.unwrap();
-    let agent_cwd = std::fs::read_link(format!("/proc/{pid}/cwd"));
-    if agent_cwd.as_ref().ok() != Some(&PathBuf::from(&cwd)) {
+    if let Ok(agent_cwd) = std::fs::read_link(format!("/proc/{pid}/cwd"))
+        && agent_cwd != Path::new(&cwd)
+    {
         wrong.push(format!(
-            "the agent works in {agent_cwd:?}, not in the bot's folder {cwd}"
+            "the agent works in {}, not in the bot's folder {cwd}",
+            agent_cwd.display()
         ));
     }
     let now_pid = bounded("ProcessId", s.bot.process_id()).await.unwrap();

@@ -6,8 +6,13 @@
 //! is checked: every turn ends `success` once, answered by the same agent process (pid and start
 //! time), the model asked each message once, every answer in the chat once and in order, a
 //! tool's process left running, a permission prompt still answerable, and after a stop nothing
-//! left running, stored or scoped. A crash of the daemon (SIGKILL, `Restart=on-failure`) is not
-//! tested here yet (its hand-over is being built).
+//! left running, stored or scoped.
+//!
+//! Not here yet: issue 47's crash sweep (SIGKILL of botvisord's main process at seeded moments
+//! of a streaming turn, 30 times, `Restart=on-failure` bringing it back; every turn on the same
+//! pid, the model never asked twice). A SIGKILL is not handed over today (the take-over after a
+//! crash is being built); it belongs in this file, beside
+//! `fake::user_manager::a_crash_of_the_daemon_keeps_the_agent_and_its_turn_in_flight`.
 //!
 //! Each test prints `skipped: …` where no user manager can run (not root, no systemd, no
 //! dbus-user-session) and fails there instead with `BOTVISOR_TEST_REQUIRE_SYSTEMD` set; without

@@ -19,6 +19,9 @@ use botvisor::dbus::client::{BotProxy, ManagerProxy};
 
 const UNIT: &str = "botvisord.service";
 
+/// How long the unit's store and the agents' scopes may take to settle after the last stop.
+const SETTLE: Duration = Duration::from_secs(10);
+
 /// A test's environment and a user manager into which botvisor is installed, with the fake
 /// CLI recorded as `claude_bin`; `None` when no user manager can run here (after the skip line).
 /// The manager is dropped before the environment (the tuple's order).
@@ -415,4 +418,78 @@ async fn the_session_ending_stops_every_agent_through_botvisord() {
         );
     }
     assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+}
+
+/// Issue 47: 200 bots created, their agents run (each answers a message) and deleted, four at a
+/// time, under the user manager. While four run, the unit's fd store holds their four
+/// descriptors each and the manager has a scope per agent; once every bot is deleted the store
+/// is empty (`NFileDescriptorStore=0`) and no `botvisor-bot-*.scope` is left, and
+/// `systemctl --user stop botvisord` leaves nothing running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_bots_run_and_deleted_leave_no_stored_fd_and_no_scope() {
+    const BOTS: usize = 200;
+    const AT_ONCE: usize = 4;
+    let Some((env, um)) = installed().await else {
+        return;
+    };
+    let conn = um.connect().await;
+    let began = Instant::now();
+    for round in 0..BOTS / AT_ONCE {
+        let bots = futures_util::future::join_all(
+            (0..AT_ONCE).map(|_| fake_bot(&env, &conn, json!([{"mode": "normal"}]))),
+        )
+        .await;
+        let turns =
+            futures_util::future::join_all(bots.iter().enumerate().map(|(i, b)| async move {
+                send_and_wait(b, &format!("hello {round}.{i}")).await
+            }))
+            .await;
+        for t in &turns {
+            assert_eq!(t.outcome, "success", "round {round}: {:?}", t.items);
+        }
+        if round == 0 {
+            assert_eq!(
+                um.unit_property(UNIT, "NFileDescriptorStore"),
+                (4 * AT_ONCE).to_string(),
+                "each running agent's stdin, stdout, stderr and pidfd are stored"
+            );
+            let scopes = um.units("botvisor-bot-*");
+            assert_eq!(
+                scopes.len(),
+                AT_ONCE,
+                "a scope per running agent: {scopes:?}"
+            );
+        }
+        for b in &bots {
+            bounded("Delete", b.delete())
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: Delete: {e}"));
+        }
+    }
+    eprintln!(
+        "{BOTS} bots created, run and deleted, {AT_ONCE} at a time, in {:?}",
+        began.elapsed()
+    );
+    // A delete answers once the bot is gone from the API; its agent's stop may end just after,
+    // and the manager then drops an empty scope within milliseconds.
+    let deadline = Instant::now() + SETTLE;
+    let (stored, scopes) = loop {
+        let stored = um.unit_property(UNIT, "NFileDescriptorStore");
+        let scopes = um.units("botvisor-bot-*");
+        if (stored == "0" && scopes.is_empty()) || Instant::now() > deadline {
+            break (stored, scopes);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        stored, "0",
+        "descriptors left in the unit's store after every bot was deleted"
+    );
+    assert!(
+        scopes.is_empty(),
+        "{} scope(s) left after every bot was deleted (botvisord's journal below):\n{}",
+        scopes.len(),
+        um.describe_units(&scopes)
+    );
+    stop_and_check(&env, &um);
 }

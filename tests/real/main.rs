@@ -6,8 +6,11 @@
 //! and with `BOTVISOR_TEST_REQUIRE_CLAUDE`/`…_CODEX` set (CI) they fail instead.
 //!
 //! `cargo test --test real claude::` runs what CI runs on every pinned Claude Code version;
-//! `cargo test --test real codex::` the Codex ones; `ui` needs both.
+//! `cargo test --test real codex::` the Codex ones; `ui` needs both, and so does most of
+//! `survival` (issue 47: turns through restarts, upgrades and stops of the installed unit, in a
+//! real `systemd --user` of the test's own).
 
 mod claude;
 mod codex;
+mod survival;
 mod ui;

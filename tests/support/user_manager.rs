@@ -540,6 +540,57 @@ exec "$SYSTEMD" --user --log-target=journal --log-level=info
         }
     }
 
+    /// The loaded units whose names match `pattern` (`botvisor-bot-*`), whatever their state, as
+    /// `systemctl --user list-units --all` lists them: `name load active sub` each.
+    pub fn units(&self, pattern: &str) -> Vec<String> {
+        self.systemctl_ok(&[
+            "list-units",
+            "--all",
+            "--plain",
+            "--no-legend",
+            "--no-pager",
+            pattern,
+        ])
+        .lines()
+        .map(|l| l.split_whitespace().take(4).collect::<Vec<_>>().join(" "))
+        .filter(|l| !l.is_empty())
+        .collect()
+    }
+
+    /// For each of `units` (as [`UserManager::units`] lists them: the name first), its state and
+    /// its cgroup (`ControlGroup`) in each hierarchy: the folder's processes, or that the folder
+    /// is gone. One line per unit, for a failure's message.
+    pub fn describe_units(&self, units: &[String]) -> String {
+        let mut text = String::new();
+        for line in units {
+            let unit = line.split_whitespace().next().unwrap_or_default();
+            let cgroup = self.unit_property(unit, "ControlGroup");
+            let state = self.unit_property(unit, "SubState");
+            let folders: Vec<String> = self
+                .hierarchies
+                .all()
+                .into_iter()
+                .map(|h| {
+                    let dir = h.join(cgroup.trim_start_matches('/'));
+                    match std::fs::read_to_string(dir.join("cgroup.procs")) {
+                        Ok(procs) => format!(
+                            "{}: processes {:?}",
+                            h.display(),
+                            procs.split_whitespace().collect::<Vec<_>>()
+                        ),
+                        Err(_) if !dir.exists() => format!("{}: folder gone", h.display()),
+                        Err(e) => format!("{}: {e}", h.display()),
+                    }
+                })
+                .collect();
+            text.push_str(&format!(
+                "{unit} ({state}), ControlGroup {cgroup}: {}\n",
+                folders.join("; ")
+            ));
+        }
+        text
+    }
+
     /// Runs `scripts/install.sh --bin-dir bin_dir` (usually [`bin_dir`]) in the manager's
     /// namespace with the session's environment plus `extra_env` (`CLAUDE_BIN` to record, for
     /// instance): it finds the manager (`systemctl --user show-environment`), installs into

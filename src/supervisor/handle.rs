@@ -137,6 +137,16 @@ impl BotHandle {
             // shown before this message (issue 46).
             let env = bot::bot_env(&self.shared.config, &view.record);
             super::imported::import_added(&self.shared, &self.id, &view.record, &env);
+        } else if view.state == State::Idle {
+            // The agent runs between turns, and a terminal may have continued the conversation
+            // meanwhile (`claude -p --resume` exits within a second: nothing held it when this
+            // message came). What it added is shown before this message, and the agent, which
+            // knows nothing of it, starts again on the conversation first (issue 46; a hostile
+            // run found the terminal's turn lost from the conversation).
+            let env = bot::bot_env(&self.shared.config, &view.record);
+            if super::imported::import_added(&self.shared, &self.id, &view.record, &env) > 0 {
+                self.command(Command::ConversationChangedElsewhere)?;
+            }
         }
         let turn_id = uuid::Uuid::new_v4().to_string();
         let payload = serde_json::json!({"text": text, "turn_id": turn_id}).to_string();

@@ -193,6 +193,11 @@ pub enum Command {
     /// A client changed the bot's environment (already recorded): applied at the next launch; a
     /// running agent with no turn in flight is restarted on the same conversation now.
     EnvironmentChanged,
+    /// Another process continued the bot's conversation while its agent ran between turns
+    /// (`claude -p --resume` in a terminal), and what it added was imported: the agent, which
+    /// knows nothing of it, starts again on the conversation before the next message goes (at
+    /// once with no turn in flight, else once it ends).
+    ConversationChangedElsewhere,
     /// The bot's own budget, nano-dollars (`Some(0)`: none), validated: recorded, and a budget
     /// hold lifted if the cost is now under it.
     SetBudget(Option<u64>),

@@ -37,7 +37,21 @@ impl Actor {
                     }
                 } else if self.proc.is_some() {
                     // A turn runs: the agent takes the environment once it ends.
-                    self.handle(Input::Command(Cmd::EnvironmentChanged));
+                    self.handle(Input::Command(Cmd::RestartWhenIdle));
+                }
+                true
+            }
+            Command::ConversationChangedElsewhere => {
+                if self.proc.is_some() && !self.core.in_flight() {
+                    // The running agent knows nothing of what the other process added: it
+                    // starts again on its conversation, before the next message goes.
+                    self.handle(Input::Command(Cmd::Restart {
+                        mode: RestartMode::Resume,
+                        by_client: false,
+                    }));
+                    self.stop_if_asked().await;
+                } else if self.proc.is_some() {
+                    self.handle(Input::Command(Cmd::RestartWhenIdle));
                 }
                 true
             }

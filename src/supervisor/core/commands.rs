@@ -38,10 +38,11 @@ pub enum Cmd {
         /// What the client answered.
         answer: crate::runtime::PermissionAnswer,
     },
-    /// The bot's environment changed while a turn was in flight (`SetEnvironment`): the agent
-    /// takes it once that turn ends, an interrupt included (issue 46: applied when the output
-    /// says it is), restarted on its conversation with the waiting messages carried on.
-    EnvironmentChanged,
+    /// Something the running agent takes only at its launch changed while a turn was in flight
+    /// (its environment, `SetEnvironment`; its conversation, continued by another process): the
+    /// agent takes it once that turn ends, an interrupt included (issue 46: applied when the
+    /// output says it is), restarted on its conversation with the waiting messages carried on.
+    RestartWhenIdle,
     /// Start the agent again (design rule 5 for a fresh start): the running process, if any,
     /// is stopped first. `by_client`: a client's Restart, which also tries again at once
     /// whatever limit, login or budget the bot waited for and ends a wait for another holder;
@@ -136,7 +137,7 @@ impl BotCore {
             Cmd::Respond { request_id, answer } => {
                 self.emit([Effect::Send(Request::Permission { request_id, answer })]);
             }
-            Cmd::EnvironmentChanged => self.environment_changed(),
+            Cmd::RestartWhenIdle => self.restart_when_idle(),
             Cmd::Restart { mode, by_client } => {
                 if by_client {
                     if self.limit_until.take().is_some() || facts.hold().is_some() {
@@ -177,9 +178,9 @@ impl BotCore {
         }
     }
 
-    /// A changed environment waits for the turn in flight to end ([`Cmd::EnvironmentChanged`]);
+    /// A change taken at launch waits for the turn in flight to end ([`Cmd::RestartWhenIdle`]);
     /// with none in flight, the agent restarts with it now.
-    fn environment_changed(&mut self) {
+    fn restart_when_idle(&mut self) {
         if self.process.is_none() {
             return;
         }
@@ -198,7 +199,7 @@ impl BotCore {
             return;
         }
         self.life.restart_when_idle = false;
-        tracing::info!("the agent restarts on its conversation to take the new environment");
+        tracing::info!("the agent restarts on its conversation to take what changed");
         self.restart_at = None;
         self.restarting = Some(RestartMode::Resume);
         self.emit([Effect::Stop(StopReason::Restart)]);

@@ -267,3 +267,73 @@ async fn what_a_terminal_adds_is_imported_and_a_turn_costs_only_itself() {
         "{again:?}"
     );
 }
+
+/// Issue 46 §2 while the bot's agent runs between turns (`idle`, the state after every turn): a
+/// terminal's `claude -p --resume` exits within a second, so nothing holds the conversation when
+/// the bot's next message comes. That message finds the terminal's exchange in its chat first
+/// (imported, once), and the agent, which knew nothing of it, starts again on the conversation,
+/// so that the model sees the terminal's turn before the bot's. Before the fix (a hostile run of
+/// issue 46) the message went to the idle agent: the terminal's turn was in no later request
+/// and not in the chat.
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_terminal_adds_while_the_agent_idles_reaches_the_chat_and_the_model() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let setup = RealSetup::start(&env, claude.clone(), echo_script()).await;
+    let bot = setup.create_bot(&env, &env.work, &[]).await;
+    assert_eq!(send_and_wait(&bot, "first").await.outcome, "success");
+    wait_state(&bot, "idle").await;
+    let agent = bot.process_id().await.unwrap();
+    assert_ne!(agent, 0);
+    let session = bot.session_id().await.unwrap();
+    bare_cli(
+        &env,
+        &setup,
+        &claude,
+        &["--resume", &session, "TERMINAL turn"],
+    )
+    .await;
+    assert_eq!(send_and_wait(&bot, "second").await.outcome, "success");
+    let items = chat(&bot).await;
+    let at = |kind: &str, text: &str| {
+        items
+            .iter()
+            .position(|(_, k, p)| k == kind && p["text"].as_str().is_some_and(|t| t == text))
+    };
+    let (Some(theirs), Some(answer), Some(mine)) = (
+        at("user", "TERMINAL turn"),
+        at("assistant", "Hello! You said: TERMINAL turn"),
+        at("user", "second"),
+    ) else {
+        panic!("the terminal's exchange is in the chat: {items:?}");
+    };
+    assert!(theirs < answer && answer < mine, "in order: {items:?}");
+    assert_eq!(items[theirs].2["imported"], true);
+    let last = setup
+        .api
+        .requests()
+        .into_iter()
+        .rfind(|r| r.has_tools)
+        .unwrap();
+    let texts = last.user_texts();
+    let pos = |t: &str| texts.iter().position(|x| x.contains(t));
+    assert!(
+        matches!((pos("TERMINAL turn"), pos("second")), (Some(a), Some(b)) if a < b),
+        "the model sees the terminal's turn before the bot's: {texts:?}"
+    );
+    assert_eq!(support::repeats::occurrences("TERMINAL turn", &texts), 1);
+    assert_ne!(
+        bot.process_id().await.unwrap(),
+        agent,
+        "the agent started again on the conversation"
+    );
+    assert_eq!(
+        bot.session_id().await.unwrap(),
+        session,
+        "the same conversation"
+    );
+}

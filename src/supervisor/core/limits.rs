@@ -343,6 +343,13 @@ pub fn resumed(
         LOGIN => Resumed::Credentials,
         BUDGET if budget.is_some_and(|b| cost >= b) => Resumed::Budget,
         BUDGET => Resumed::Lift,
+        // A reset told and passed while botvisord was not running: the messages go once its
+        // margin has passed, not a whole retry after this start (a hostile run of issue 45 saw a
+        // bot held 13 minutes past its reset, a new retry at each of botvisord's restarts).
+        _ if resets_at > 0 && resets_at <= now_unix => Resumed::Wait(
+            (Duration::from_secs(resets_at) + times.margin)
+                .saturating_sub(Duration::from_secs(now_unix)),
+        ),
         _ => {
             let hold = LimitHold {
                 kind: kind.to_owned(),

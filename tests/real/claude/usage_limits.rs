@@ -879,3 +879,52 @@ async fn credentials_renewed_while_botvisord_was_stopped_let_the_message_go_at_i
         .collect();
     assert_eq!(ends, ["success"]);
 }
+
+/// A plan's reset that passes while botvisord is not running: the next botvisord lets the
+/// waiting message go once the margin has passed, not a whole `limit_retry_s` (300 s) after its
+/// own start, which each further restart began again (a hostile run of issue 45 saw a bot held
+/// 13 minutes past its reset).
+#[cfg_attr(
+    botvisor_skip_claude,
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN not set: no real Claude Code to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_that_passed_while_botvisord_was_stopped_lets_the_message_go_at_its_start() {
+    let Some(claude) = claude_bin() else { return };
+    let env = TestEnv::new().await;
+    let reset = unix_now() + 8;
+    let asked: Asked = Arc::default();
+    let mut setup = RealSetup::start_with_config(
+        &env,
+        claude,
+        limited_until(reset, asked.clone()),
+        "limit_margin_s = 1\n",
+    )
+    .await;
+    let bot = subscription_bot(&mut setup, &env).await;
+    let path = bot.inner().path().to_owned();
+    let turn = bot.send("first", HashMap::new()).await.unwrap();
+    wait_state(&bot, "limited").await;
+    assert_eq!(bot.limit_resets_at().await.unwrap(), reset);
+    assert!(setup.daemon.terminate().await.success());
+    // botvisord is not running when the reset and its margin pass.
+    while unix_now() <= reset + 1 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    setup.daemon = Daemon::start(&setup.cfg, &env.conn).await;
+    let bot = env.bot(&path.into()).await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    if !of_kind(&chat(&bot).await, "turn_finished")
+        .iter()
+        .any(|p| p["turn_id"] == turn.as_str())
+    {
+        wait_turns(&mut finished, std::slice::from_ref(&turn)).await;
+    }
+    let ends: Vec<String> = of_kind(&chat(&bot).await, "turn_finished")
+        .iter()
+        .filter(|p| p["turn_id"] == turn.as_str())
+        .map(|p| p["outcome"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(ends, ["success"]);
+    assert_eq!(bot.limit_resets_at().await.unwrap(), 0);
+}

@@ -54,6 +54,20 @@ fn after_a_restart_only_a_plans_limit_gets_a_timer() {
         Resumed::Wait(TIMES.retry),
         "a reset not known is retried, not waited for forever"
     );
+    // A reset that passed while botvisord was not running: the margin's rest, then it goes,
+    // however often botvisord starts again (not a new retry from each start).
+    assert_eq!(
+        resumed("five_hour", 398, 400, TIMES, 0, None),
+        Resumed::Wait(Duration::from_secs(3))
+    );
+    assert_eq!(
+        resumed("five_hour", 100, 400, TIMES, 0, None),
+        Resumed::Wait(Duration::ZERO)
+    );
+    assert_eq!(
+        resumed("five_hour", 400, 400, TIMES, 0, None),
+        Resumed::Wait(TIMES.margin)
+    );
     assert_eq!(
         resumed(LOGIN, 0, 400, TIMES, 0, None),
         Resumed::Credentials,

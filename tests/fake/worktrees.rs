@@ -115,7 +115,7 @@ async fn botvisorctl_creates_lists_and_deletes_a_bot_in_a_worktree() {
     // The way out is the command's flag, not the D-Bus option (issue 46).
     assert!(
         err.contains(&format!(
-            "run `botvisorctl delete {id} --remove-worktree --force` to remove the worktree anyway"
+            "run `botvisorctl delete {id} --yes --remove-worktree --force` to remove the worktree anyway"
         )) && !err.contains("force: true"),
         "{err}"
     );

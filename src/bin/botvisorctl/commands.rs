@@ -210,7 +210,7 @@ pub async fn chat(
                 outln!(
                     "{} {}",
                     paint(DIM, &format!("#{seq_i}")),
-                    show::item_text(&kind, &payload, Detail::Full, "")
+                    show::bot_words(&show::item_text(&kind, &payload, Detail::Full, ""), spec)
                 );
             }
             after = seq_i;
@@ -828,8 +828,8 @@ pub async fn delete(
             .map_err(|e| {
                 // The refusal's way out, with this bot in it.
                 Failure::failed(super::fail::describe(&e).replace(
-                    "delete BOT --remove-worktree",
-                    &format!("delete {} --remove-worktree", shell_word(spec)),
+                    "delete BOT --yes --remove-worktree",
+                    &format!("delete {} --yes --remove-worktree", shell_word(spec)),
                 ))
             })?;
             // Bounded: the agent's stop (its grace, then SIGKILL) and git's own bound (30 s).

@@ -173,13 +173,17 @@ pub fn in_ctl_words(text: &str) -> String {
         ),
         ("with RespondPermission", format!("with `{ctl} answer`")),
         (
+            "Restart with fork continues",
+            format!("`{ctl} restart BOT --fork` continues"),
+        ),
+        (
             "until the next `Send` or `Restart`",
             format!("until the next `{ctl} send` or `restart`"),
         ),
         // `DeleteWith`'s refusal of a worktree that holds work.
         (
             "delete with `force: true`",
-            format!("run `{ctl} delete BOT --remove-worktree --force`"),
+            format!("run `{ctl} delete BOT --yes --remove-worktree --force`"),
         ),
     ];
     let mut out = text.to_owned();
@@ -247,8 +251,9 @@ mod tests {
              or delete with `force: true` to remove the worktree anyway",
         );
         assert!(
-            refused.contains("or run `botvisorctl delete BOT --remove-worktree --force` to remove")
-                && !refused.contains("force: true"),
+            refused.contains(
+                "or run `botvisorctl delete BOT --yes --remove-worktree --force` to remove"
+            ) && !refused.contains("force: true"),
             "{refused}"
         );
     }

@@ -372,7 +372,10 @@ impl Follow<'_> {
                     self.term.line(&show::item_text(kind, &v, Detail::Full, ""));
                 }
             }
-            _ => self.term.line(&show::item_text(kind, &v, Detail::Full, "")),
+            _ => self.term.line(&show::bot_words(
+                &show::item_text(kind, &v, Detail::Full, ""),
+                &self.spec,
+            )),
         }
     }
 

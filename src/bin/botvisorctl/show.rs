@@ -260,7 +260,9 @@ pub fn item_text(kind: &str, payload: &Value, detail: Detail, read_whole: &str) 
             ),
         ),
         "system" if payload["reason"] == "api_retry" => paint(WARN, &format!("[retry] {text}")),
-        "system" => paint(DIM, &format!("[note] {text}")),
+        // botvisord's notes speak of its D-Bus methods; here they are this program's commands
+        // (`BOT` stands for the bot where the caller does not name it: `bot_words`).
+        "system" => paint(DIM, &format!("[note] {}", super::fail::in_ctl_words(&text))),
         other => format!(
             "[{other}] {}",
             long_text(text, detail, whole_size, read_whole)
@@ -438,4 +440,9 @@ mod tests {
         let t = item_text("result", &p, Detail::Full, "");
         assert!(t.contains("error (success)"), "{t}");
     }
+}
+
+/// `text` (an item's words from [`item_text`]) with the bot `spec` for the `BOT` of its commands.
+pub fn bot_words(text: &str, spec: &str) -> String {
+    text.replace(" BOT ", &format!(" {} ", super::shell_word(spec)))
 }

@@ -130,8 +130,9 @@ fn redo(turn: &QueuedTurn, adopt: Option<&str>) -> Effect {
         Some(&turn.id),
         json!({
             "text": format!(
-                "The agent stopped after this message reached the conversation and before it was \
-                 answered; botvisor asks it again {how}."
+                "The agent stopped after the message \u{201c}{}\u{201d} reached the conversation \
+                 and before it was answered; botvisor asks it again {how}.",
+                quoted(&turn.text)
             ),
             "reason": "redo",
             "redo": turn.redos,
@@ -139,6 +140,18 @@ fn redo(turn: &QueuedTurn, adopt: Option<&str>) -> Effect {
         .to_string(),
     );
     c.build().expect("a redo writes rows")
+}
+
+/// How a note names a message (it may stand after later ones in the chat): its first line, at
+/// most 60 characters, `…` where cut.
+fn quoted(text: &str) -> String {
+    const MOST: usize = 60;
+    let line = text.trim().lines().next().unwrap_or_default();
+    let mut out: String = line.chars().take(MOST).collect();
+    if line.chars().count() > MOST || text.trim().lines().nth(1).is_some() {
+        out.push('…');
+    }
+    out
 }
 
 /// The end of a turn whose message the conversation holds unanswered and is not asked again for
@@ -298,5 +311,28 @@ mod tests {
             turn_id: "t".into(),
             outcome: TurnOutcome::Success
         }));
+    }
+
+    /// A redo's note names its message (it may stand after later messages in the chat: a
+    /// hostile run of issue 45 read "this message" under another one).
+    #[test]
+    fn a_redo_note_names_its_message_by_its_first_line() {
+        let turn = QueuedTurn::new("t", "SIGT msg 02\nand more");
+        let Effect::Commit { writes, .. } = redo(&turn, None) else {
+            panic!("a commit");
+        };
+        let said = writes
+            .iter()
+            .find_map(|w| match w {
+                Write::Chat { payload, .. } => Some(payload.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert!(
+            said.contains("the message \u{201c}SIGT msg 02…\u{201d} reached"),
+            "{said}"
+        );
+        assert_eq!(quoted(&"x".repeat(61)), format!("{}…", "x".repeat(60)));
+        assert_eq!(quoted("short"), "short");
     }
 }

@@ -262,7 +262,7 @@ pub fn item_text(kind: &str, payload: &Value, detail: Detail, read_whole: &str) 
         "system" if payload["reason"] == "api_retry" => paint(WARN, &format!("[retry] {text}")),
         // botvisord's notes speak of its D-Bus methods; here they are this program's commands
         // (`BOT` stands for the bot where the caller does not name it: `bot_words`).
-        "system" => paint(DIM, &format!("[note] {}", super::fail::in_ctl_words(&text))),
+        "system" => paint(DIM, &format!("[note] {}", super::fail::in_ctl_words(text))),
         other => format!(
             "[{other}] {}",
             long_text(text, detail, whole_size, read_whole)

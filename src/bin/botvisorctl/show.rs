@@ -368,6 +368,11 @@ pub fn terminal_width() -> Option<u16> {
     terminal_size::terminal_size().map(|(w, _)| w.0)
 }
 
+/// `text` (an item's words from [`item_text`]) with the bot `spec` for the `BOT` of its commands.
+pub fn bot_words(text: &str, spec: &str) -> String {
+    text.replace(" BOT ", &format!(" {} ", super::shell_word(spec)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,9 +445,4 @@ mod tests {
         let t = item_text("result", &p, Detail::Full, "");
         assert!(t.contains("error (success)"), "{t}");
     }
-}
-
-/// `text` (an item's words from [`item_text`]) with the bot `spec` for the `BOT` of its commands.
-pub fn bot_words(text: &str, spec: &str) -> String {
-    text.replace(" BOT ", &format!(" {} ", super::shell_word(spec)))
 }

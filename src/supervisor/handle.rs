@@ -244,6 +244,7 @@ impl BotHandle {
     /// NotFound (deleted), StorageUnavailable; either changes nothing.
     pub fn set_environment(&self, env: BTreeMap<String, String>) -> Result<(), BotError> {
         self.check_alive()?;
+        let changed = self.snapshot().record.env != env;
         self.shared.store.tx_now_then(
             |tx| store::bots::set_env(tx, &self.id, &env),
             |_| {
@@ -252,7 +253,7 @@ impl BotHandle {
                 })
             },
         )?;
-        self.command(Command::EnvironmentChanged)
+        self.command(Command::EnvironmentChanged { changed })
     }
 
     /// Records `name` (checked by `Supervisor::rename`) and publishes `Name`. Errors: NotFound

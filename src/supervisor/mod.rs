@@ -190,9 +190,14 @@ pub enum Command {
     Interrupt,
     /// The CLI's credentials file changed (a bot waiting for its login).
     CredentialsChanged,
-    /// A client changed the bot's environment (already recorded): applied at the next launch; a
-    /// running agent with no turn in flight is restarted on the same conversation now.
-    EnvironmentChanged,
+    /// A client set the bot's environment (already recorded): applied at the next launch; a
+    /// running agent with no turn in flight is restarted on the same conversation now, when it
+    /// `changed`. Set again unchanged, it still lets a bot waiting for its login go on (the user
+    /// renewed the key where it comes from).
+    EnvironmentChanged {
+        /// Whether the environment differs from the one recorded before.
+        changed: bool,
+    },
     /// Another process continued the bot's conversation while its agent ran between turns
     /// (`claude -p --resume` in a terminal), and what it added was imported: the agent, which
     /// knows nothing of it, starts again on the conversation before the next message goes (at

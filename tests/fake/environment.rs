@@ -90,6 +90,13 @@ async fn one_variable_is_set_or_unset_and_the_rest_kept() {
     );
     assert_eq!(send_and_wait(&bot, "two").await.outcome, "success");
     assert_eq!(bot.process_id().await.unwrap(), agent, "nothing changed");
+    // A variable that is not set, unset: nothing changes, and the idle agent runs on (a hostile
+    // run saw it restarted for nothing). The next message goes to the same agent.
+    let options = HashMap::from([("unset", Variant::from(vec!["NOPE_NOT_SET"]))]);
+    bot.set_environment(HashMap::new(), options).await.unwrap();
+    assert_eq!(send_and_wait(&bot, "three").await.outcome, "success");
+    assert_eq!(bot.process_id().await.unwrap(), agent, "not restarted");
+    assert_eq!(fake.launches().len(), 2, "{:?}", fake.launches());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

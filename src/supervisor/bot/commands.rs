@@ -18,9 +18,11 @@ impl Actor {
                 self.login_back().await;
                 true
             }
-            Command::EnvironmentChanged => {
+            Command::EnvironmentChanged { changed } => {
                 if self.limit_holds_login() {
                     self.login_back().await;
+                } else if !changed {
+                    // Nothing the agent would take at a launch changed: it runs on.
                 } else if self.proc.is_some() && !self.core.in_flight() {
                     if self.limit_holds() {
                         // A plan's limit or the budget holds on: no agent is started for it, so

@@ -380,23 +380,11 @@ pub fn unanswered_permission_requests(
     conn: &Connection,
     bot_id: &str,
 ) -> rusqlite::Result<Vec<(String, String)>> {
-    let mut st = conn.prepare_cached(
-        "SELECT json_extract(q.payload, '$.request_id'), json_extract(q.payload, '$.tool')
-         FROM chat_items q
-         WHERE q.bot_id = ?1 AND q.kind = 'permission_request'
-           AND NOT EXISTS (
-             SELECT 1 FROM chat_items a
-             WHERE a.bot_id = ?1 AND a.kind = 'permission_answer' AND a.seq > q.seq
-               AND json_extract(a.payload, '$.request_id') = json_extract(q.payload, '$.request_id'))
-         ORDER BY q.seq",
-    )?;
-    st.query_map([bot_id], |r| {
-        Ok((
-            r.get::<_, Option<String>>(0)?.unwrap_or_default(),
-            r.get::<_, Option<String>>(1)?.unwrap_or_default(),
-        ))
-    })?
-    .collect()
+    let text = |p: &serde_json::Value, k: &str| p[k].as_str().unwrap_or_default().to_owned();
+    Ok(unanswered_permission_payloads(conn, bot_id)?
+        .iter()
+        .map(|p| (text(p, "request_id"), text(p, "tool")))
+        .collect())
 }
 
 /// The time (RFC 3339) of bot `bot_id`'s last chat item of `kind` whose payload's `reason` is

@@ -492,26 +492,20 @@ impl Supervisor {
     /// botvisord's unit restarts (issue 47): every running agent is handed over to the next
     /// botvisord; what cannot be is stopped as at a [`shutdown`](Supervisor::shutdown).
     pub async fn hand_over(&self) {
-        let mut handles = self.list();
-        handles.extend(
-            self.deleting
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .drain(..),
-        );
-        let waits = handles.into_iter().map(|h| async move {
-            let (tx, rx) = oneshot::channel();
-            if h.tx.send(Command::HandOver(tx)).is_ok() {
-                let _ = rx.await;
-            }
-        });
-        futures_util::future::join_all(waits).await;
+        self.to_every_actor(Command::HandOver).await;
     }
 
     /// Stops every bot gently and in parallel, for daemon shutdown; waits too for the actors of
     /// deleted bots still stopping their agents (each ends when its stop is done, which drops
     /// the reply channel).
     pub async fn shutdown(&self) {
+        self.to_every_actor(Command::Shutdown).await;
+    }
+
+    /// Sends `command` (with its answer's channel) to every bot's actor, those of deleted bots
+    /// still stopping their agents included, in parallel, and waits until each answered or
+    /// ended (an actor that ends drops the channel).
+    async fn to_every_actor(&self, command: fn(oneshot::Sender<()>) -> Command) {
         let mut handles = self.list();
         handles.extend(
             self.deleting
@@ -521,7 +515,7 @@ impl Supervisor {
         );
         let waits = handles.into_iter().map(|h| async move {
             let (tx, rx) = oneshot::channel();
-            if h.tx.send(Command::Shutdown(tx)).is_ok() {
+            if h.tx.send(command(tx)).is_ok() {
                 let _ = rx.await;
             }
         });

@@ -23,38 +23,19 @@ impl Actor {
                     self.login_back().await;
                 } else if !changed {
                     // Nothing the agent would take at a launch changed: it runs on.
-                } else if self.proc.is_some() && !self.core.in_flight() {
-                    if self.limit_holds() {
-                        // A plan's limit or the budget holds on: no agent is started for it, so
-                        // the one running, with the old environment, stops as an idle one does;
-                        // the launch at the hold's end takes what is in force.
-                        self.stop_process(StopReason::Idle).await;
-                    } else {
-                        // Taken at launch: the running agent starts again on its conversation.
-                        self.handle(Input::Command(Cmd::Restart {
-                            mode: RestartMode::Resume,
-                            by_client: false,
-                        }));
-                        self.stop_if_asked().await;
-                    }
-                } else if self.proc.is_some() {
-                    // A turn runs: the agent takes the environment once it ends.
-                    self.handle(Input::Command(Cmd::RestartWhenIdle));
+                } else if self.proc.is_some() && !self.core.in_flight() && self.limit_holds() {
+                    // A plan's limit or the budget holds on: no agent is started for it, so the
+                    // one running, with the old environment, stops as an idle one does; the
+                    // launch at the hold's end takes what is in force.
+                    self.stop_process(StopReason::Idle).await;
+                } else {
+                    self.restart_to_take_it().await;
                 }
                 true
             }
             Command::ConversationChangedElsewhere => {
-                if self.proc.is_some() && !self.core.in_flight() {
-                    // The running agent knows nothing of what the other process added: it
-                    // starts again on its conversation, before the next message goes.
-                    self.handle(Input::Command(Cmd::Restart {
-                        mode: RestartMode::Resume,
-                        by_client: false,
-                    }));
-                    self.stop_if_asked().await;
-                } else if self.proc.is_some() {
-                    self.handle(Input::Command(Cmd::RestartWhenIdle));
-                }
+                // The running agent knows nothing of what the other process added.
+                self.restart_to_take_it().await;
                 true
             }
             Command::SetBudget(own) => {
@@ -160,6 +141,25 @@ impl Actor {
         if let Some(s) = shown {
             self.set_state(s);
         }
+    }
+
+    /// Something the running agent takes only at its launch changed (its environment, its
+    /// conversation): it starts again on its conversation now when no turn is in flight, else
+    /// once the turn ends ([`Cmd::RestartWhenIdle`]). Nothing without an agent: the next launch
+    /// takes it.
+    async fn restart_to_take_it(&mut self) {
+        if self.proc.is_none() {
+            return;
+        }
+        if self.core.in_flight() {
+            self.handle(Input::Command(Cmd::RestartWhenIdle));
+            return;
+        }
+        self.handle(Input::Command(Cmd::Restart {
+            mode: RestartMode::Resume,
+            by_client: false,
+        }));
+        self.stop_if_asked().await;
     }
 }
 

@@ -168,7 +168,7 @@ impl Actor {
     /// (what the killed botvisord read and did not handle is lost from it, and read back from
     /// the conversation's file when the turn ends silent:
     /// [`crate::supervisor::core::BotCore::reattached_after_crash`]).
-    fn attach_after_crash(&mut self, mut fds: BTreeMap<Role, OwnedFd>) -> bool {
+    fn attach_after_crash(&mut self, fds: BTreeMap<Role, OwnedFd>) -> bool {
         if crate::systemd::life::keeper().is_none() {
             return false;
         }
@@ -238,44 +238,6 @@ impl Actor {
         else {
             return false;
         };
-        let (Some(stdin), Some(stdout)) = (fds.remove(&Role::Stdin), fds.remove(&Role::Stdout))
-        else {
-            return false;
-        };
-        let descriptors = process::attach::Descriptors {
-            stdin,
-            stdout,
-            stderr: fds.remove(&Role::Stderr),
-            pidfd: fds.remove(&Role::Pid),
-        };
-        self.generation += 1;
-        let (handle, stdin) = match process::attach::attach(
-            pid,
-            descriptors,
-            Vec::new(),
-            true,
-            self.generation,
-            self.proc_tx.clone(),
-        ) {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(bot_id = %self.id, pid, error = %e, "cannot take the agent over; it is stopped");
-                return false;
-            }
-        };
-        let (writer, task) = spawn_writer(stdin);
-        self.launched_env = Some(env.clone());
-        self.proc = Some(Proc {
-            handle,
-            stdin: Some(writer),
-            writer: Some(task),
-            protocol,
-            before_turn: None,
-            usage: self.watch_usage(pid, None),
-            env,
-            forked_from: None,
-        });
-        self.update(vec![Property::ProcessId], |v| v.process_id = pid);
         // The permission requests it asked and nobody answered are open again.
         let prompts: BTreeMap<String, Prompt> = open_payloads
             .iter()
@@ -293,12 +255,17 @@ impl Actor {
                 ))
             })
             .collect();
-        if !prompts.is_empty() {
-            let list = self.with_prompts(|book| {
-                book.open.extend(prompts);
-                vec![Effect::Pending(book.list())]
-            });
-            self.apply(list);
+        let taken = Taken {
+            pid,
+            leftover: Vec::new(),
+            mid_line: true,
+            protocol,
+            env,
+            forked_from: None,
+            prompts,
+        };
+        if !self.install(fds, taken) {
+            return false;
         }
         let mut run = Run::new(start);
         run.turn_began = !left.running.is_empty();
@@ -324,7 +291,7 @@ impl Actor {
         }
     }
 
-    fn attach(&mut self, mut fds: BTreeMap<Role, OwnedFd>, h: Handover) -> bool {
+    fn attach(&mut self, fds: BTreeMap<Role, OwnedFd>, h: Handover) -> bool {
         let pid = h.identity.pid;
         if liveness(&h.identity) != Liveness::Alive {
             tracing::info!(bot_id = %self.id, pid, "the handed-over agent is gone");
@@ -338,57 +305,18 @@ impl Actor {
             tracing::warn!(bot_id = %self.id, pid, "the hand-over record cannot be read; the agent is stopped");
             return false;
         };
-        let (Some(stdin), Some(stdout)) = (fds.remove(&Role::Stdin), fds.remove(&Role::Stdout))
-        else {
-            tracing::warn!(bot_id = %self.id, pid, "the agent's pipes were not passed back");
-            return false;
-        };
-        let descriptors = process::attach::Descriptors {
-            stdin,
-            stdout,
-            stderr: fds.remove(&Role::Stderr),
-            pidfd: fds.remove(&Role::Pid),
-        };
-        self.generation += 1;
-        let (handle, stdin) = match process::attach::attach(
+        let taken = Taken {
             pid,
-            descriptors,
-            h.leftover,
-            false,
-            self.generation,
-            self.proc_tx.clone(),
-        ) {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(bot_id = %self.id, pid, error = %e, "cannot take the agent over; it is stopped");
-                return false;
-            }
-        };
-        let env: BTreeMap<String, String> =
-            serde_json::from_value(h.state["env"].clone()).unwrap_or_default();
-        self.launched_env = Some(env.clone());
-        let forked_from = h.state["forked_from"].as_str().map(str::to_owned);
-        let (writer, task) = spawn_writer(stdin);
-        self.proc = Some(Proc {
-            handle,
-            stdin: Some(writer),
-            writer: Some(task),
+            leftover: h.leftover,
+            mid_line: false,
             protocol,
-            before_turn: None,
-            usage: self.watch_usage(pid, None),
-            env,
-            forked_from,
-        });
-        self.update(vec![Property::ProcessId], |v| v.process_id = pid);
-        // The permission requests it asked and nobody answered are open again.
-        let prompts: BTreeMap<String, Prompt> =
-            serde_json::from_value(h.state["prompts"].clone()).unwrap_or_default();
-        if !prompts.is_empty() {
-            let list = self.with_prompts(|book| {
-                book.open.extend(prompts);
-                vec![Effect::Pending(book.list())]
-            });
-            self.apply(list);
+            env: serde_json::from_value(h.state["env"].clone()).unwrap_or_default(),
+            forked_from: h.state["forked_from"].as_str().map(str::to_owned),
+            // The permission requests it asked and nobody answered are open again.
+            prompts: serde_json::from_value(h.state["prompts"].clone()).unwrap_or_default(),
+        };
+        if !self.install(fds, taken) {
+            return false;
         }
         let left = match self.left() {
             Ok(left) => left,
@@ -408,4 +336,76 @@ impl Actor {
         tracing::info!(bot_id = %self.id, pid, invocation = %h.invocation, "took over the agent the previous botvisord handed over");
         true
     }
+
+    /// Makes `taken` the bot's running agent, reading and writing the descriptors the manager
+    /// passed back (`fds`, by role): false (said in the journal) when its pipes are missing or
+    /// it cannot be attached, and nothing changed.
+    fn install(&mut self, mut fds: BTreeMap<Role, OwnedFd>, taken: Taken) -> bool {
+        let pid = taken.pid;
+        let (Some(stdin), Some(stdout)) = (fds.remove(&Role::Stdin), fds.remove(&Role::Stdout))
+        else {
+            tracing::warn!(bot_id = %self.id, pid, "the agent's pipes were not passed back");
+            return false;
+        };
+        let descriptors = process::attach::Descriptors {
+            stdin,
+            stdout,
+            stderr: fds.remove(&Role::Stderr),
+            pidfd: fds.remove(&Role::Pid),
+        };
+        self.generation += 1;
+        let (handle, stdin) = match process::attach::attach(
+            pid,
+            descriptors,
+            taken.leftover,
+            taken.mid_line,
+            self.generation,
+            self.proc_tx.clone(),
+        ) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(bot_id = %self.id, pid, error = %e, "cannot take the agent over; it is stopped");
+                return false;
+            }
+        };
+        let (writer, task) = spawn_writer(stdin);
+        self.launched_env = Some(taken.env.clone());
+        self.proc = Some(Proc {
+            handle,
+            stdin: Some(writer),
+            writer: Some(task),
+            protocol: taken.protocol,
+            before_turn: None,
+            usage: self.watch_usage(pid, None),
+            env: taken.env,
+            forked_from: taken.forked_from,
+        });
+        self.update(vec![Property::ProcessId], |v| v.process_id = pid);
+        if !taken.prompts.is_empty() {
+            let list = self.with_prompts(|book| {
+                book.open.extend(taken.prompts);
+                vec![Effect::Pending(book.list())]
+            });
+            self.apply(list);
+        }
+        true
+    }
+}
+
+/// An agent to take over from the previous botvisord ([`Actor::install`]).
+struct Taken {
+    /// Its root process.
+    pid: u32,
+    /// What the previous botvisord read of its stdout and did not handle, read first.
+    leftover: Vec<u8>,
+    /// Whether the stream may stand mid-line (after a crash): read on from the next whole line.
+    mid_line: bool,
+    /// Its protocol, restored or rebuilt.
+    protocol: Box<dyn crate::runtime::Protocol>,
+    /// The environment it runs with.
+    env: BTreeMap<String, String>,
+    /// The conversation it forked from, if it did.
+    forked_from: Option<String>,
+    /// The permission requests it asked and nobody answered.
+    prompts: BTreeMap<String, Prompt>,
 }

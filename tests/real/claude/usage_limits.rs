@@ -698,7 +698,15 @@ async fn the_login_hint_followed_as_given_answers_every_waiting_message_once() {
     );
     assert!(!notes[0].contains(".."), "{}", notes[0]);
     // `doctor`, where the README sends a user when something fails, fails this bot's login with
-    // the same fix (a hostile run found it `ok`, as the token is in the bot's environment).
+    // the same fix (a hostile run found it `ok`, as the token is in the bot's environment). The
+    // agent that held the refused attempt is stopped first (`stopping` meanwhile).
+    {
+        let shown = watching(&bot).await;
+        let changes = shown.receive_process_id_changed().await;
+        let now = shown.process_id().await.unwrap();
+        wait_property(changes, now, &0, "ProcessId").await;
+    }
+    wait_state(&bot, "login_required").await;
     let doctor = std::process::Command::new(env!("CARGO_BIN_EXE_botvisorctl"))
         .env("DBUS_SESSION_BUS_ADDRESS", &env.bus.address)
         .env("HOME", &env.home)

@@ -293,11 +293,22 @@ impl Exit {
     }
 }
 
+/// Whether `first`, what stood before the first newline where another reader stopped (a killed
+/// botvisord), is a whole line rather than the end of one it began: every line both CLIs
+/// write is one JSON object, and no proper end of a JSON object's text is one (its last `}`
+/// closes the object the reader began; a piece of a string holds escaped quotes). A reader
+/// killed between two lines, the usual case, so loses nothing (a crash sweep of issue 47 saw
+/// the turn's answer dropped when it was that line).
+fn a_whole_line(first: &[u8]) -> bool {
+    first.first() == Some(&b'{')
+        && serde_json::from_slice::<serde_json::Value>(first).is_ok_and(|v| v.is_object())
+}
+
 /// Reads the agent's stdout (after `leftover`, bytes read before from it by another reader:
 /// a previous botvisord's) line by line into `events` until the root process `exit`s and
 /// stdout ends (or [`STDOUT_DRAIN_AFTER_EXIT`] passes), then sends [`ProcEvent::Exited`].
 /// `resync`: the stream may begin within a line another reader took the start of: what comes
-/// before the first newline is dropped. A request on `hand_over` ends the reading at once, with
+/// before the first newline is dropped, unless it is a whole line ([`a_whole_line`]). A request on `hand_over` ends the reading at once, with
 /// no `Exited`, and is answered with what was read and not yet sent as a line (issue 47: the
 /// next botvisord reads on from there).
 #[allow(clippy::too_many_arguments)]
@@ -332,7 +343,7 @@ pub(super) async fn read_stdout(
                         if whole {
                             buf.pop();
                         }
-                        if std::mem::take(&mut skipping) && whole {
+                        if std::mem::take(&mut skipping) && whole && !a_whole_line(&buf) {
                             tracing::debug!(pid, bytes = buf.len(), "dropped the part of a line another reader began");
                             buf.clear();
                             continue;
@@ -492,5 +503,28 @@ pub(super) async fn read_stderr(
             t.pop_front();
         }
         t.push_back(line.chars().take(2000).collect());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::a_whole_line;
+
+    /// After a crash the first piece is kept only when it is a whole line: a JSON object, which
+    /// no proper end of one is.
+    #[test]
+    fn only_a_whole_json_line_is_kept_after_a_crash() {
+        let line = br#"{"type":"assistant","message":{"content":[{"type":"text","text":"a {\"b\":1} c"}]}}"#;
+        assert!(a_whole_line(line));
+        for cut in 1..line.len() {
+            assert!(
+                !a_whole_line(&line[cut..]),
+                "{}",
+                String::from_utf8_lossy(&line[cut..])
+            );
+        }
+        assert!(!a_whole_line(b""));
+        assert!(!a_whole_line(b"[1]"));
+        assert!(!a_whole_line(b"not json"));
     }
 }

@@ -13,7 +13,9 @@
 //! process SIGKILLed at seeded random moments of a Claude Code and a Codex turn streaming at
 //! once, 30 times, `Restart=on-failure` bringing it back; every turn ends once on the same
 //! agent, the model asked each message once, every answer in the chat once. It prints its seed;
-//! `BOTVISOR_TEST_SEED=<seed>` replays the same moments.
+//! `BOTVISOR_TEST_SEED=<seed>` replays the same moments. Its most telling moment, a SIGKILL
+//! when every piece of an answer was handled and its end has not come, is made certain by
+//! `a_sigkill_between_the_last_piece_and_the_end_keeps_the_answer`.
 //!
 //! Each test prints `skipped: …` where no user manager can run (not root, no systemd, no
 //! dbus-user-session) and fails there instead with `BOTVISOR_TEST_REQUIRE_SYSTEMD` set; without
@@ -53,19 +55,29 @@ const BRISK_PIECES: u32 = 12;
 const BRISK_EVERY: Duration = Duration::from_millis(250);
 const BRISK_ANSWER: Duration = BRISK_EVERY.saturating_mul(BRISK_PIECES);
 
+/// A message that starts with this is answered in [`HELD_PIECES`] pieces, one every
+/// [`HELD_EVERY`], and then the answer's end is held back for [`HELD_END`]: every piece is out,
+/// the answer not yet whole.
+const HELD: &str = "held";
+const HELD_PIECES: u32 = 4;
+const HELD_EVERY: Duration = Duration::from_millis(100);
+const HELD_END: Duration = Duration::from_secs(6);
+
 /// The most a `Ping` may take to answer after the new botvisord's unit is active.
 const PING_WITHIN: Duration = Duration::from_secs(1);
 
 /// When each message reached a stand-in (its text, the moment).
 type Arrivals = Arc<Mutex<Vec<(String, Instant)>>>;
 
-/// How a stand-in streams the answer to `text`: its pieces and the pause before each ([`SLOW`]
-/// and [`BRISK`] messages), or `None` for a message answered at once.
+/// How a stand-in streams the answer to `text`: its pieces and the pause before each ([`SLOW`],
+/// [`BRISK`] and [`HELD`] messages), or `None` for a message answered at once.
 fn streamed(text: &str) -> Option<(Vec<String>, Duration)> {
     let (pieces, every) = if text.starts_with(SLOW) {
         (PIECES, PIECE_EVERY)
     } else if text.starts_with(BRISK) {
         (BRISK_PIECES, BRISK_EVERY)
+    } else if text.starts_with(HELD) {
+        (HELD_PIECES, HELD_EVERY)
     } else {
         return None;
     };
@@ -84,8 +96,9 @@ fn answer_to(text: &str) -> String {
 }
 
 /// The Messages stand-in's script: a message beginning with [`SLOW`] is answered in
-/// [`PIECES`] pieces over [`ANSWER`], one beginning with [`BRISK`] over [`BRISK_ANSWER`]; any
-/// other is echoed at once. Each arrival is noted.
+/// [`PIECES`] pieces over [`ANSWER`], one beginning with [`BRISK`] over [`BRISK_ANSWER`], one
+/// beginning with [`HELD`] in pieces and then its end after [`HELD_END`]; any other is echoed
+/// at once. Each arrival is noted.
 fn claude_script(arrivals: Arrivals) -> stand_in_api::Script {
     Arc::new(move |req: &stand_in_api::ApiRequest| {
         use stand_in_api::Reply;
@@ -98,6 +111,11 @@ fn claude_script(arrivals: Arrivals) -> stand_in_api::Script {
             .unwrap()
             .push((text.clone(), Instant::now()));
         match streamed(&text) {
+            Some((chunks, every)) if text.starts_with(HELD) => Reply::SlowTextEndingLate {
+                chunks,
+                every,
+                end_after: HELD_END,
+            },
             Some((chunks, every)) => Reply::SlowText { chunks, every },
             None => Reply::Text(answer_to(&text)),
         }
@@ -117,6 +135,11 @@ fn codex_script(arrivals: Arrivals) -> responses_api::Script {
             .unwrap()
             .push((text.clone(), Instant::now()));
         match streamed(&text) {
+            Some((chunks, every)) if text.starts_with(HELD) => Reply::SlowTextEndingLate {
+                chunks,
+                every,
+                end_after: HELD_END,
+            },
             Some((chunks, every)) => Reply::SlowText { chunks, every },
             None => Reply::Text(answer_to(&text)),
         }
@@ -1579,5 +1602,140 @@ async fn thirty_sigkills_mid_stream_keep_every_agent_and_answer_each_turn_once()
         "premise (seed {seed}): only {inside} of {KILLS} kills landed while both answers \
          streamed (the messages reach the stand-ins too far apart: the machine is too slow for \
          this test)"
+    );
+}
+
+/// A Claude Code and a Codex bot each stream an answer whose pieces are all out and whose end
+/// the model holds back ([`HELD_END`]); botvisord shows every piece (`PartialText`), is
+/// SIGKILLed and comes back (`Restart=on-failure`) before the end comes. Nothing of the answer
+/// was read and not handled when it died, so the next botvisord reads the whole end from the
+/// agent's stdout: each turn ends `success` once on the same agent, its answer in the chat once,
+/// the model asked once. Where the crash sweep lands at random, this is its most telling moment
+/// made certain: the stream stands between two lines when botvisord dies.
+#[cfg_attr(
+    any(botvisor_skip_claude, botvisor_skip_codex),
+    ignore = "BOTVISOR_TEST_CLAUDE_BIN or BOTVISOR_TEST_CODEX_BIN not set: no real CLIs to test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_between_the_last_piece_and_the_end_keeps_the_answer() {
+    let Some(claude) = claude_bin() else { return };
+    let Some(codex) = codex_bin() else { return };
+    let Some((env, um)) = installed(&claude, Some(&codex)).await else {
+        return;
+    };
+    let stand_ins = StandIns::start(&env).await;
+    let conn = um.connect().await;
+    let mut subjects = Vec::new();
+    for cli in [Cli::Claude, Cli::Codex] {
+        let label = format!("{cli:?}").to_lowercase();
+        let bot = stand_ins.bot(&env, &conn, cli, &label).await;
+        subjects.push(Subject {
+            warm: format!("hello, {label}"),
+            slow: format!("{HELD}, {label}"),
+            label,
+            cli,
+            bot,
+        });
+    }
+    let warm = futures_util::future::join_all(
+        subjects
+            .iter()
+            .map(|s| bounded("Send", s.bot.send(&s.warm, HashMap::new()))),
+    )
+    .await;
+    let warm: Vec<String> = warm.into_iter().map(|t| t.expect("Send")).collect();
+    let waits: Vec<(&str, &BotProxy<'_>, &str)> = subjects
+        .iter()
+        .zip(&warm)
+        .map(|(s, t)| (s.label.as_str(), &s.bot, t.as_str()))
+        .collect();
+    wait_ends(&waits, "the first turns").await;
+    let mut agents = Vec::new();
+    for s in &subjects {
+        let pid = bounded("ProcessId", s.bot.process_id()).await.unwrap();
+        assert_ne!(pid, 0, "{}'s agent runs after its first turn", s.label);
+        agents.push((pid, started_at(pid).expect("the agent runs")));
+    }
+
+    let turns = futures_util::future::join_all(
+        subjects
+            .iter()
+            .map(|s| bounded("Send", s.bot.send(&s.slow, HashMap::new()))),
+    )
+    .await;
+    let turns: Vec<String> = turns.into_iter().map(|t| t.expect("Send")).collect();
+    let texts: Vec<String> = subjects.iter().map(|s| s.slow.clone()).collect();
+    let arrived = arrivals(&stand_ins, &texts).await;
+    // Every piece is shown: botvisord read and handled each line up to the last piece's.
+    poll(
+        "every piece of both answers shown (PartialText)",
+        || async {
+            for s in &subjects {
+                let partial = bounded("PartialText", s.bot.partial_text()).await.unwrap();
+                if partial.trim() != answer_to(&s.slow) {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    let main = tokio::task::block_in_place(|| um.main_pid(UNIT)).to_string();
+    tokio::task::block_in_place(|| {
+        um.systemctl_ok(&["kill", "--kill-whom=main", "-s", "SIGKILL", "botvisord"])
+    });
+    let killed = Instant::now();
+    // No bus call until the unit is back, so that D-Bus activation does not race systemd.
+    tokio::task::block_in_place(|| {
+        um.wait_unit(
+            UNIT,
+            &["ActiveState", "MainPID"],
+            "botvisord back after the SIGKILL",
+            |v| v[0] == "active" && v[1] != "0" && v[1] != main,
+        )
+    });
+    let back = Instant::now();
+    let ends_at = *arrived.iter().min().unwrap() + HELD_EVERY * HELD_PIECES + HELD_END;
+    eprintln!(
+        "SIGKILL {:?} and {:?} after the messages reached the stand-ins; botvisord back {:?} \
+         later, {:?} before the earlier answer's end",
+        killed - arrived[0],
+        killed - arrived[1],
+        back - killed,
+        ends_at.saturating_duration_since(back),
+    );
+    assert!(
+        back < ends_at,
+        "premise: botvisord must be back before the answers end, but it came back {:?} after \
+         the earlier one's end (the machine is too slow for this test)",
+        back - ends_at
+    );
+    let waits: Vec<(&str, &BotProxy<'_>, &str)> = subjects
+        .iter()
+        .zip(&turns)
+        .map(|(s, t)| (s.label.as_str(), &s.bot, t.as_str()))
+        .collect();
+    let ends = wait_ends(&waits, "the held turns after the SIGKILL").await;
+    let mut report = Vec::new();
+    for (((s, turn), end), (pid, start)) in subjects.iter().zip(&turns).zip(&ends).zip(&agents) {
+        let wrong = problems_of(s, &stand_ins, turn, end, *pid, *start).await;
+        if !wrong.is_empty() {
+            report.push(format!("{} (pid {pid}): {}", s.label, wrong.join("; ")));
+        }
+    }
+    for line in &report {
+        eprintln!("  {line}");
+    }
+    report.extend(stand_ins.repeats(&env));
+    let pids: Vec<(String, u32)> = subjects
+        .iter()
+        .zip(&agents)
+        .map(|(s, (pid, _))| (s.label.clone(), *pid))
+        .collect();
+    stop_unit_and_check(&env, &um, &pids).await;
+    assert!(
+        report.is_empty(),
+        "issue 47: after a SIGKILL of botvisord between an answer's last piece and its end:\n{}",
+        report.join("\n")
     );
 }

@@ -51,6 +51,17 @@ pub enum Reply {
         /// The pause before each piece.
         every: std::time::Duration,
     },
+    /// [`Reply::SlowText`], then a pause of `end_after` before the message is done
+    /// (`response.output_item.done`, then `response.completed`): every piece is out and the
+    /// answer is not yet whole.
+    SlowTextEndingLate {
+        /// The pieces.
+        chunks: Vec<String>,
+        /// The pause before each piece.
+        every: std::time::Duration,
+        /// The pause after the last piece, before the end.
+        end_after: std::time::Duration,
+    },
     /// A call of Codex's shell tool `exec_command` with `cmd`. With `escalate`, the call asks to
     /// run outside the sandbox (`"sandbox_permissions":"require_escalated"` and a
     /// `justification`): under the approval policy `on-request` and a sandbox, Codex asks the
@@ -568,6 +579,21 @@ async fn responses(
     resp
 }
 
+/// `chunks` streamed one every `every`, then the message done after `end_after` (none: at once).
+fn slow_text(
+    chunks: &[String],
+    every: std::time::Duration,
+    end_after: Option<std::time::Duration>,
+) -> Response {
+    let id = next_id("msg");
+    let text = chunks.concat();
+    let mut pieces = vec![(None, created()), (None, message_added(&id))];
+    pieces.extend(chunks.iter().map(|c| (Some(every), delta(&id, c))));
+    pieces.push((end_after, message_done(&id, &text)));
+    pieces.push((None, completed()));
+    sse(pieces)
+}
+
 /// The HTTP answer of `reply` (neither delayed nor with headers of its own).
 fn answer(reply: Reply) -> Response {
     match reply {
@@ -595,15 +621,12 @@ fn answer(reply: Reply) -> Response {
                 (None, completed()),
             ])
         }
-        Reply::SlowText { chunks, every } => {
-            let id = next_id("msg");
-            let text = chunks.concat();
-            let mut pieces = vec![(None, created()), (None, message_added(&id))];
-            pieces.extend(chunks.iter().map(|c| (Some(every), delta(&id, c))));
-            pieces.push((None, message_done(&id, &text)));
-            pieces.push((None, completed()));
-            sse(pieces)
-        }
+        Reply::SlowText { chunks, every } => slow_text(&chunks, every, None),
+        Reply::SlowTextEndingLate {
+            chunks,
+            every,
+            end_after,
+        } => slow_text(&chunks, every, Some(end_after)),
         Reply::Exec { cmd, escalate } => sse(vec![
             (None, created()),
             (None, exec_call(&cmd, escalate)),

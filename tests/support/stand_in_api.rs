@@ -47,6 +47,17 @@ pub enum Reply {
         /// The pause before each piece.
         every: std::time::Duration,
     },
+    /// [`Reply::SlowText`], then a pause of `end_after` before the text's block ends
+    /// (`content_block_stop`, then `message_delta` and `message_stop`): every piece is out and
+    /// the answer is not yet whole.
+    SlowTextEndingLate {
+        /// The pieces.
+        chunks: Vec<String>,
+        /// The pause before each piece.
+        every: std::time::Duration,
+        /// The pause after the last piece, before the end.
+        end_after: std::time::Duration,
+    },
     /// An HTTP error: `status` with the JSON `body` (the API's error shape).
     Status {
         /// The HTTP status, for example 403.
@@ -339,8 +350,19 @@ fn answer(model: &str, stream: bool, reply: &Reply) -> Response {
         let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         return (code, axum::Json(body.clone())).into_response();
     }
-    if let (true, Reply::SlowText { chunks, every }) = (stream, reply) {
-        return slow_text(model, chunks.clone(), *every);
+    match (stream, reply) {
+        (true, Reply::SlowText { chunks, every }) => {
+            return slow_text(model, chunks.clone(), *every, None);
+        }
+        (
+            true,
+            Reply::SlowTextEndingLate {
+                chunks,
+                every,
+                end_after,
+            },
+        ) => return slow_text(model, chunks.clone(), *every, Some(*end_after)),
+        _ => {}
     }
     if stream {
         let mut resp = sse_body(model, reply).into_response();
@@ -430,7 +452,13 @@ pub fn unified_limit_headers(status: &str, reset: u64, claim: &str) -> Vec<(Stri
 }
 
 /// Streams `chunks` as text deltas, one every `every`.
-fn slow_text(model: &str, chunks: Vec<String>, every: std::time::Duration) -> Response {
+/// `chunks` streamed one every `every`, then the end after `end_after` (none: at once).
+fn slow_text(
+    model: &str,
+    chunks: Vec<String>,
+    every: std::time::Duration,
+    end_after: Option<std::time::Duration>,
+) -> Response {
     let mut head = String::new();
     event(
         &mut head,
@@ -456,7 +484,7 @@ fn slow_text(model: &str, chunks: Vec<String>, every: std::time::Duration) -> Re
         json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 7}}),
     );
     event(&mut tail, "message_stop", json!({"type": "message_stop"}));
-    let pieces: Vec<(bool, String)> = std::iter::once((false, head))
+    let pieces: Vec<(Option<std::time::Duration>, String)> = std::iter::once((None, head))
         .chain(chunks.into_iter().map(|c| {
             let mut e = String::new();
             event(
@@ -464,14 +492,14 @@ fn slow_text(model: &str, chunks: Vec<String>, every: std::time::Duration) -> Re
                 "content_block_delta",
                 json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": c}}),
             );
-            (true, e)
+            (Some(every), e)
         }))
-        .chain(std::iter::once((false, tail)))
+        .chain(std::iter::once((end_after, tail)))
         .collect();
     let stream = futures_util::stream::unfold(pieces.into_iter(), move |mut it| async move {
         let (wait, piece) = it.next()?;
-        if wait {
-            tokio::time::sleep(every).await;
+        if let Some(wait) = wait {
+            tokio::time::sleep(wait).await;
         }
         Some((Ok::<_, std::convert::Infallible>(piece), it))
     });
@@ -490,7 +518,7 @@ fn usage() -> Value {
 fn json_message(model: &str, reply: &Reply) -> Value {
     let (content, stop) = match reply {
         Reply::Text(t) => (json!([{"type": "text", "text": t}]), "end_turn"),
-        Reply::SlowText { chunks, .. } => (
+        Reply::SlowText { chunks, .. } | Reply::SlowTextEndingLate { chunks, .. } => (
             json!([{"type": "text", "text": chunks.concat()}]),
             "end_turn",
         ),
@@ -528,7 +556,9 @@ fn sse_body(model: &str, reply: &Reply) -> String {
             "content": [], "stop_reason": null, "stop_sequence": null, "usage": usage()}}),
     );
     let stop = match reply {
-        Reply::SlowText { .. } => unreachable!("streamed by slow_text"),
+        Reply::SlowText { .. } | Reply::SlowTextEndingLate { .. } => {
+            unreachable!("streamed by slow_text")
+        }
         Reply::Status { .. } | Reply::Delayed { .. } | Reply::WithHeaders { .. } => {
             unreachable!("answered before")
         }

@@ -1530,27 +1530,32 @@ async fn send_of_a_message_a_stop_left_waiting_ends_saying_so() {
     let bot = s.env.bot(&path).await;
     let mut first = ctl(&bus).args(["send", "slow", "one"]).spawn().unwrap();
     wait_state(&bot, "busy").await;
+    let shown = watching(&bot).await;
+    let changes = shown.receive_queued_messages_changed().await;
+    let mut items = bot.receive_chat_item_added().await.unwrap();
     let second = ctl(&bus)
         .args(["send", "slow", "two"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The second message sent (its item is in the chat) and waiting behind the first.
-    let items = bot.receive_chat_item_added().await.unwrap();
+    // The second message sent (its item in the chat) and waiting behind the first
+    // (`QueuedMessages` 1); both watched from before it was sent, so neither change is missed.
+    let now = shown.queued_messages().await.unwrap();
+    wait_property(changes, now, &1, "QueuedMessages").await;
     tokio::time::timeout(EVENT_TIMEOUT, async {
-        let mut items = items;
-        let sent = |chat: &[(u64, String, String, String)]| {
-            chat.iter()
-                .any(|(_, k, _, p)| k == "user" && p.contains("\"two\""))
-        };
-        while !sent(&bot.get_chat(0, 0).await.unwrap()) || bot.queued_messages().await.unwrap() < 1
+        while !bot
+            .get_chat(0, 0)
+            .await
+            .unwrap()
+            .iter()
+            .any(|(_, k, _, p)| k == "user" && p.contains("\"two\""))
         {
             futures_util::StreamExt::next(&mut items).await;
         }
     })
     .await
-    .expect("the second message waits");
+    .expect("the second message is in the chat");
     let (code, _, err) = run(&bus, &["stop", "slow"]).await;
     assert_eq!(code, 0, "{err}");
     let out = tokio::time::timeout(EVENT_TIMEOUT, second.wait_with_output())

@@ -148,7 +148,19 @@ async fn a_history_over_64_mib_is_paged_and_every_item_reads_back_whole() {
         .filter(|l| !l.is_empty())
         .map(|l| serde_json::from_slice(l).unwrap())
         .collect();
-    assert_eq!(printed.len(), items.len());
+    assert_eq!(
+        printed.len(),
+        items.len(),
+        "{:?}",
+        printed
+            .iter()
+            .map(|l| (
+                l["seq"].clone(),
+                l["kind"].clone(),
+                l["payload"]["reason"].clone()
+            ))
+            .collect::<Vec<_>>()
+    );
     for line in &printed {
         let seq = line["seq"].as_u64().unwrap();
         if let Some(want) = expected.get(&seq) {

@@ -114,6 +114,12 @@ fn normalized(shown: &str, text: &str, request: &str) -> String {
             if l.starts_with("(turn ") {
                 return "(turn ID)".to_owned();
             }
+            // The turn's own time differs from one turn to the next.
+            if let Some(head) = l.strip_prefix("[done: ")
+                && let Some((before, _)) = head.rsplit_once(", ")
+            {
+                return format!("[done: {before}, TIME]");
+            }
             match l.split_once("by botvisorctl (:") {
                 Some((head, tail)) => {
                     let rest = tail.split_once(')').map_or("", |(_, r)| r);

@@ -330,6 +330,32 @@ pub struct DaemonConfig {
     pub read_only_cgroup2: Option<PathBuf>,
 }
 
+/// The daemon's config file, made to ignore the host's memory pressure unless the test speaks of
+/// memory pressure itself: a test daemon stopping an idle bot because the machine running the
+/// tests is short of memory adds a `memory_pressure` item no test expects (seen in CI). The line
+/// goes first in the file, where it is a top-level key whatever tables follow; a test's config
+/// is read once at start, so changing its file is seen by nothing else.
+fn host_pressure_off(cfg: &DaemonConfig) -> PathBuf {
+    const OFF: &str = "stop_idle_on_memory_pressure = false\n";
+    let default = cfg.home.join(".config/botvisor/config.toml");
+    let path = match &cfg.config {
+        Some(path) => path.clone(),
+        None if default.exists() => default,
+        None => {
+            let path = cfg.home.join("botvisord-test.toml");
+            std::fs::write(&path, OFF).unwrap();
+            return path;
+        }
+    };
+    // A file that cannot be read is left for the daemon to refuse.
+    if let Ok(text) = std::fs::read_to_string(&path)
+        && !text.contains("memory_pressure")
+    {
+        std::fs::write(&path, format!("{OFF}{text}")).unwrap();
+    }
+    path
+}
+
 impl Daemon {
     /// Spawns the daemon without waiting for it.
     pub fn spawn(cfg: &DaemonConfig, log_name: &str) -> Daemon {
@@ -354,9 +380,7 @@ impl Daemon {
         if let Some(bin) = &cfg.codex_bin {
             cmd.env("BOTVISOR_CODEX_BIN", bin);
         }
-        if let Some(config) = &cfg.config {
-            cmd.arg("--config").arg(config);
-        }
+        cmd.arg("--config").arg(host_pressure_off(cfg));
         if let Some(dir) = &cfg.cgroup {
             botvisor::process::cgroup::join_before_exec(&mut cmd, dir).expect("join the cgroup");
         }

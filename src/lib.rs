@@ -2,7 +2,8 @@
 //! them over D-Bus as `org.botvisor.Botvisor1`.
 //!
 //! "Design rule N" and "rule N", wherever they are cited, are the numbered rules of
-//! `docs/design.md`; `docs/architecture.md` says where each is decided and carried out.
+//! `docs/design.md`. The code that keeps a rule begins its doc comment with `Design rule N`, and
+//! `docs/architecture.md` lists those places (a test holds the two together).
 //!
 //! The data flows one way (see `docs/architecture.md` and the design):
 //! D-Bus call → [`dbus`] → [`supervisor`] (one actor per bot) → [`runtime`] (argv, resume

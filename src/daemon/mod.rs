@@ -39,7 +39,7 @@ pub enum DaemonError {
 /// until the bus goes away: `Ok`; or drops us while it runs: [`DaemonError::Dropped`], so that
 /// the service manager restarts it). Must run inside a tokio runtime with I/O and time.
 pub async fn run(config: Config, database: PathBuf) -> Result<(), DaemonError> {
-    // 1. One daemon per database (design rule 5), in folders that are the user's alone.
+    // 1. One daemon per database (design rule 7), in folders that are the user's alone.
     let before = single_instance::Created::before(&database);
     let locks = single_instance::lock(&database)?;
     let store = Store::open(&database).map_err(|e| {

@@ -1,4 +1,4 @@
-//! One botvisord per database (design rule 5: one owner per conversation on the whole machine),
+//! One botvisord per database (design rule 7: one owner per conversation on the whole machine),
 //! whatever bus it is on: a lock under `$XDG_RUNTIME_DIR` by the database's path, one beside
 //! the database, and, once the database is open, one on the file itself and one by its inode.
 //! The state and runtime folders are the user's alone (0700), the lock files too (0600).

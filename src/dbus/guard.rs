@@ -36,6 +36,8 @@ pub trait DescriptorMethods {
         None
     }
 
+    /// Design rule 15 (never off the bus): no call waits behind another client's slow one.
+    ///
     /// The work of `msg`, a call of `name` on `conn`, when it may take long: run after the
     /// caller check in a task of its own, so that the object server answers other calls
     /// meanwhile (design rule 15: a slow git in one client's `CreateBot` holds no other client);

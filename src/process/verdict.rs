@@ -70,6 +70,9 @@ pub enum StopVerdict {
     RootAlive,
 }
 
+/// Design rule 9 (stop gently, prove, then release): what a stop proved, and whether the bot
+/// is released.
+///
 /// Turns an observation into the verdict.
 pub fn verdict(obs: &StopObservation) -> StopVerdict {
     if !obs.root_exited {

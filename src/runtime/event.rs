@@ -41,6 +41,8 @@ pub enum RuntimeEvent {
     /// `thread/revert` answered with an error; Claude Code refuses by exiting instead): the
     /// conversation is open whole, holding the message that was to be asked again once,
     /// unanswered, and the process goes on (issue 25).
+    ///
+    /// [`Cut`]: super::Cut
     CutRefused {
         /// A sentence saying who refused, in which words (`Codex said: …`, or botvisor's own
         /// reason when it did not ask the CLI).

@@ -354,6 +354,8 @@ impl Store {
         self.tx_then(f, |_| {})
     }
 
+    /// Design rule 1 (persist, then publish), where it is kept for every commit.
+    ///
     /// Like [`Store::tx`], and runs `then` with the result after the commit while still holding
     /// the connection, so that what `then` publishes is published in commit order (rule 1 and a
     /// single order of chat items for every client).

@@ -17,6 +17,7 @@ mod codegen;
 mod contract;
 mod costs;
 mod ctl;
+mod doc_names;
 mod environment;
 mod group_commit;
 mod install;

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use serde_json::json;
 use support::*;
 use zbus::Variant;
@@ -34,23 +34,34 @@ async fn wait_launches(fake: &FakeSetup, n: usize) -> Vec<Vec<String>> {
     .expect("the fake CLI starts")
 }
 
-/// `call` starts no agent: `State` stays `stopped` (watched from before the call) for `within`.
+/// `call` starts no agent: `State` stays `stopped`. Calls on one bot are applied in order
+/// (design rule 7) and what they change is published in that order (rule 1), so a `SetModel`
+/// made after `call` is a fence: once its `Model` change is heard, whatever `call` started would
+/// have shown in `State` before it. No time is waited for something not to happen.
 async fn starts_nothing(
     bot: &botvisor::dbus::client::BotProxy<'static>,
     call: impl std::future::Future<Output = zbus::Result<()>>,
 ) {
-    let mut states = bot.receive_state_changed().await;
+    let shown = watching(bot).await;
+    let mut states = shown.receive_state_changed().await;
+    let models = shown.receive_model_changed().await;
+    let model = shown.model().await.unwrap();
     call.await.unwrap();
-    let changed = tokio::time::timeout(Duration::from_secs(2), async {
-        loop {
-            let s = states.next().await.unwrap().get().await.unwrap();
-            if s != "stopped" {
-                return s;
-            }
-        }
-    })
-    .await;
-    assert!(changed.is_err(), "the state became {changed:?}");
+    let fence = if model == "fence-a" {
+        "fence-b"
+    } else {
+        "fence-a"
+    };
+    bot.set_model(fence).await.unwrap();
+    wait_property(models, model, &fence.to_owned(), "Model").await;
+    let mut seen = Vec::new();
+    while let Some(Some(change)) = states.next().now_or_never() {
+        seen.push(change.get().await.unwrap());
+    }
+    assert!(
+        seen.iter().all(|s| s == "stopped"),
+        "the call started the agent: State went {seen:?}"
+    );
     assert_eq!(bot.process_id().await.unwrap(), 0);
 }
 

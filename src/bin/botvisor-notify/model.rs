@@ -563,7 +563,8 @@ impl Model {
         }
     }
 
-    /// What `path` should show as its notification of `kind` now; `None`: nothing.
+    /// Design rule 17 (tell the user): what `path` should show as its notification of `kind`
+    /// now; `None`: nothing.
     pub fn note(&self, path: &str, kind: Kind) -> Option<Note> {
         let bot = self.bots.get(path)?;
         if !self.config.desktop || (bot.held() && !self.config.when_held) {

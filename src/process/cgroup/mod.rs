@@ -152,6 +152,8 @@ pub fn subtree() -> Option<&'static Subtree> {
     containment().subtree()
 }
 
+/// Design rule 10 (contain where the system allows it): which containment this daemon has.
+///
 /// Sets the daemon's containment up once (see the module doc), before any bot runs, and says
 /// which one in the journal with the reason for a fallback. Later calls return the first result.
 pub fn init() -> &'static Containment {
@@ -327,6 +329,8 @@ pub fn populated(dir: &Path) -> std::io::Result<bool> {
         .ok_or_else(|| std::io::Error::other(format!("no `populated` in {}", dir.display())))
 }
 
+/// Design rule 10 (contain where the system allows it): a bot's cgroup is killed whole.
+///
 /// Kills every process in a cgroup and below at once (`cgroup.kill`, Linux 5.14). On an older
 /// kernel, SIGKILLs the pids `cgroup.procs` lists (the cgroup's own processes cannot leave it).
 pub fn kill(dir: &Path) -> std::io::Result<()> {

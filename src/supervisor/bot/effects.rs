@@ -145,7 +145,8 @@ impl Actor {
         }
     }
 
-    /// Commits `writes` in one transaction, then publishes `publish` in order (design rule 1).
+    /// Design rule 1 (persist, then publish): commits `writes` in one transaction, then
+    /// publishes `publish` in order.
     pub(super) fn commit(
         &self,
         writes: &[Write],

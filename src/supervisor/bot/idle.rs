@@ -15,9 +15,11 @@ impl Actor {
     }
 
     /// After every event: an idle bot gets a fresh deadline, a busy one none
-    /// ([`idle::idle_deadline`]); the view keeps what the bot does and when it was last used,
+    /// ([`idle_deadline`]); the view keeps what the bot does and when it was last used,
     /// for the supervisor's order under memory pressure (issue 31, `core::evict`), written only
     /// when it changed.
+    ///
+    /// [`idle_deadline`]: crate::supervisor::core::idle::idle_deadline
     pub(super) fn rearm_idle(&mut self) {
         let activity = self.core.activity(&self.facts());
         self.core

@@ -17,7 +17,7 @@ use std::path::Path;
 
 impl Actor {
     /// Starts a process when messages wait, and feeds it the next message when it is free
-    /// ([`pump::pump`] decides).
+    /// ([`pump`](crate::supervisor::core::pump::pump) decides).
     pub(super) async fn pump(&mut self) {
         let plan = self.core.pump_plan(PumpShell {
             parked: self.parked,

@@ -1,5 +1,5 @@
 //! Start-up recovery after a daemon crash: the shell reads what the previous run left and carries
-//! out [`left_turns::recover`] (design rule 8).
+//! out [`left_turns::recover`](crate::supervisor::core::left_turns::recover) (design rule 8).
 
 use super::Actor;
 use crate::store;
@@ -10,6 +10,8 @@ use std::path::Path;
 impl Actor {
     /// At daemon start, after the previous run's processes were stopped: every turn it left
     /// open is settled or delivered once ([`left_turns::recover`]).
+    ///
+    /// [`left_turns::recover`]: crate::supervisor::core::left_turns::recover
     pub(super) fn recover(&mut self) -> Result<(), BotError> {
         let left = self.left()?;
         let record = self.record();

@@ -13,6 +13,8 @@ use super::state::State;
 /// The `LimitKind` of a bot whose cost reached its budget.
 pub const BUDGET: &str = "budget";
 
+/// Design rule 16 (conditions are states, not errors): a budget reached.
+///
 /// The bot's `cost` (nano-dollars) is at its `budget`: it holds (`limited`, kind [`BUDGET`], no
 /// reset) until the budget is raised or `Restart`, with a `system` item (`reason`
 /// `limit_reached`, `kind` `budget`, `cost_usd`, `budget_usd`). Nothing running is stopped: no

@@ -146,6 +146,8 @@ impl Controls {
         Some(self.pending.remove(at))
     }
 
+    /// Design rule 6 (change what can change live; a property says what is in force).
+    ///
     /// The CLI answered `request_id`: a setting it took is recorded, published and said in a
     /// `system` item (reason `setting_applied`; `late` when its watchdog had reported it
     /// unanswered); a refused one changes nothing and is said in an `error` item (reason

@@ -2,8 +2,9 @@
 //!
 //! Pure functions from what was observed (a recorded session id, what a transcript holds, how a
 //! process exited, how long it lived) to what happens next. No I/O, no clock, no process: the
-//! actor ([`super::bot`]) reads the world, asks here, and carries the answer out. Each function
-//! carries one case of a design rule of `docs/design.md`; `docs/architecture.md` maps rule → function.
+//! actor ([`crate::supervisor::bot`]) reads the world, asks here, and carries the answer out.
+//! Each function carries one case of a design rule of `docs/design.md`; the one that keeps a
+//! rule says `Design rule N` first (`docs/architecture.md` lists them).
 
 use std::time::Duration;
 

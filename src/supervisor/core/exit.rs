@@ -201,7 +201,7 @@ impl Lifecycle {
             }
             ExitPlan::Ended { settle, clean } => {
                 let settled = ended_turn(turns, exit, settle, recorded, look, &mut now);
-                now.extend(forget_after_early_exit(run, exit, recorded, settled));
+                now.extend(forget_at_early_exit(run, exit, recorded, settled));
                 if clean {
                     now.push(Effect::State(State::Stopped));
                     return ExitSteps::exited(now);
@@ -259,10 +259,10 @@ fn ended_turn(
     settled
 }
 
-/// Design rule 4's fallback: a CLI resumed on the recorded conversation that exited by its own
-/// choice soon after its launch, without beginning a turn or taking a message, could not resume:
-/// the conversation is forgotten (reason `died_after_launch`).
-fn forget_after_early_exit(
+/// The effect of design rule 4's fallback: a CLI resumed on the recorded conversation that
+/// exited by its own choice soon after its launch, without beginning a turn or taking a message,
+/// could not resume: the conversation is forgotten (reason `died_after_launch`).
+fn forget_at_early_exit(
     run: &Run,
     exit: &Exit<'_>,
     recorded: Option<&str>,

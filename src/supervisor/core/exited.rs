@@ -1,7 +1,9 @@
 //! The running process's end as an input of the machine (issue 27): what it was, decided by
 //! [`Lifecycle::exited`]; the clean-up of what is left of its tree is the shell's
 //! ([`Effect::CleanUp`]), after which the rest follows ([`super::Input::CleanedUp`]), a crash's
-//! backoff or crash loop last ([`Lifecycle::crashed`]).
+//! backoff or crash loop last ([`Lifecycle::crashed`](super::lifecycle::Lifecycle::crashed)).
+//!
+//! [`Lifecycle::exited`]: super::lifecycle::Lifecycle::exited
 
 use std::time::{Duration, Instant};
 

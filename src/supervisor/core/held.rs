@@ -39,6 +39,9 @@ impl Held {
     }
 }
 
+/// Design rule 7 (one owner per conversation) on the whole machine: a conversation another
+/// process holds is not resumed beside it.
+///
 /// A start found the conversation held by `held`: the bot says so (a `system` item, reason
 /// `held_elsewhere`, with `session_id`, `pid`, `what`, `command`), shows `HeldBy` and waits in
 /// state `held_elsewhere`; no process starts.

@@ -237,6 +237,8 @@ impl Lifecycle {
         self.warm_start = false;
     }
 
+    /// Design rule 5 (a fresh restart forgets for good) and rule 7's "never a second process".
+    ///
     /// A client's Restart, once its old process, if any, was stopped: `released` says its root
     /// is proven gone. A root that survived SIGKILL keeps the bot as it is: never a second process
     /// beside it (design rule 7), and `None` is returned. Otherwise, with [`RestartMode::Fresh`],
@@ -348,6 +350,8 @@ impl Lifecycle {
         cut_refused(turns, why)
     }
 
+    /// Design rule 4 (a lost conversation is not a turn).
+    ///
     /// The CLI could not find the conversation `session_id` it was resumed on (design rule 4): the
     /// process takes no message any more, a message not yet replayed waits again first, the
     /// record is forgotten (reason `conversation_not_found`) so the next start begins a new

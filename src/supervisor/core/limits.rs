@@ -116,6 +116,8 @@ fn text_told(hold: &LimitHold, believed: bool) -> String {
     )
 }
 
+/// Design rule 16 (conditions are states, not errors): a usage limit.
+///
 /// The turn in flight, which the CLI ended with an error after `report` said the limit is
 /// reached: the bot holds (`limited`), its hold recorded and published, then the state. A
 /// message the limit refused before the agent worked on it has not reached the model: it goes
@@ -161,6 +163,8 @@ pub fn refused(
 /// empty: it is no plan's limit).
 pub const LOGIN: &str = "login";
 
+/// Design rule 16 (conditions are states, not errors): an expired login.
+///
 /// The turn in flight ended with an error that says the login expired or was refused (`words`:
 /// the CLI's; `hint`: what works for this bot, `Runtime::login_hint`): the bot holds
 /// (`login_required`) as for a limit ([`refused`]): a message not worked on waits at the head

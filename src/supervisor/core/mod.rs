@@ -74,7 +74,7 @@
 //! configuration), no tokio, no file system, no process and no clock; time is always an
 //! argument. The vocabulary it shares with the runtimes (`crate::runtime`'s events and
 //! requests), a process's exit status and identity, and `crate::text` are the only other parts
-//! of the crate it names. [`tests::the_core_names_no_shell`] holds it to that.
+//! of the crate it names. `tests::the_core_names_no_shell` holds it to that.
 
 pub mod adopt;
 pub mod attempt;

@@ -51,6 +51,9 @@ pub struct PumpPlan {
     pub write: bool,
 }
 
+/// Design rule 7 (one owner per conversation) inside botvisord: one process, one message in
+/// flight.
+///
 /// The plan (see [`PumpPlan`]): one message in flight at a time (rule 7); none to a process that
 /// lost its conversation (rule 4); no start during a crash backoff (rule 11), while parked or
 /// while a usage limit holds (issue 24).

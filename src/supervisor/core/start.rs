@@ -47,6 +47,8 @@ pub fn with_cut(
 /// conversation, `fresh()` ([`Runtime::fresh_start`]), and the old record is to be forgotten.
 ///
 /// `transcript_exists` is only asked when the other two conditions hold.
+///
+/// [`Runtime::fresh_start`]: crate::runtime::Runtime::fresh_start
 pub fn decide_start(
     recorded: Option<&str>,
     can_resume: bool,

@@ -92,6 +92,8 @@ pub enum StopStep {
     GiveUp,
 }
 
+/// Design rule 9 (stop gently, prove, then release): the steps of one stop.
+///
 /// One stop of one process.
 #[derive(Debug, Clone, Copy)]
 pub struct StopPlan<T> {

@@ -20,6 +20,8 @@ pub enum Expired {
     Control(String),
 }
 
+/// Design rule 15 (never stuck): the deadlines of one bot's current process.
+///
 /// The deadlines of one bot's current process.
 #[derive(Debug, Clone)]
 pub struct Watchdogs<T> {

@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 pub mod mcp;
 pub mod notify;
+pub mod values;
 
 /// Environment variables a bot's CLI inherits from the daemon. An entry ending in `*` is a prefix.
 /// Everything else in the daemon's environment stays out; a bot's own `env` option is added on top.
@@ -174,23 +175,6 @@ pub const MAX_AGENT_DEPTH: u32 = 16;
 
 /// The most `redo_limit` may be: each redo is one more request to the model.
 pub const MAX_REDO_LIMIT: u32 = 20;
-
-impl Config {
-    /// `budget_usd` in nano-dollars (none, or 0: no budget).
-    pub fn budget_nanos(&self) -> Option<u64> {
-        self.budget_usd
-            .map(crate::supervisor::core::spend::nanos)
-            .filter(|n| *n > 0)
-    }
-
-    /// The waits around a usage limit's reset (`limit_margin_s`, `limit_retry_s`).
-    pub fn limit_times(&self) -> crate::supervisor::core::limits::LimitTimes {
-        crate::supervisor::core::limits::LimitTimes {
-            margin: std::time::Duration::from_secs_f64(self.limit_margin_s),
-            retry: std::time::Duration::from_secs_f64(self.limit_retry_s),
-        }
-    }
-}
 
 impl Default for Config {
     fn default() -> Self {
@@ -380,7 +364,7 @@ impl Config {
             ));
         }
         if let Some(model) = &self.default_model
-            && !crate::supervisor::checks::is_model_name(model)
+            && !values::is_model_name(model)
         {
             return Err(format!(
                 "key `default_model`: `{}` is not a model name (at most 200 characters, no blank \
@@ -400,7 +384,7 @@ impl Config {
             ));
         }
         if let Some(bytes) = self.memory_max {
-            crate::supervisor::memory_max::check_range("key `memory_max`", bytes)?;
+            values::check_memory_max("key `memory_max`", bytes)?;
         }
         if self.redo_limit > MAX_REDO_LIMIT {
             return Err(format!(

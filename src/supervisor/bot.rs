@@ -233,7 +233,10 @@ pub fn spawn_actor(
         partial_text: String::new(),
         storage_error: None,
         stop_proof: String::new(),
-        budget_default: config.budget_nanos(),
+        budget_default: config
+            .budget_usd
+            .map(crate::supervisor::core::spend::nanos)
+            .filter(|n| *n > 0),
         plan_limit: None,
         usage: Default::default(),
         held_by: String::new(),
@@ -315,6 +318,15 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+/// The waits around a usage limit's reset the configuration sets (`limit_margin_s`,
+/// `limit_retry_s`).
+fn limit_times(config: &Config) -> crate::supervisor::core::limits::LimitTimes {
+    crate::supervisor::core::limits::LimitTimes {
+        margin: Duration::from_secs_f64(config.limit_margin_s),
+        retry: Duration::from_secs_f64(config.limit_retry_s),
     }
 }
 

@@ -25,7 +25,7 @@ pub const MAX_NAME_CHARS: usize = 200;
 /// The error quotes the name with its control characters escaped, and names models of the
 /// bot's runtime (see [`model_examples`]).
 pub fn check_model(runtime: &dyn Runtime, model: &str) -> Result<(), BotError> {
-    if !is_model_name(model) {
+    if !crate::config::values::is_model_name(model) {
         return Err(BotError::InvalidArgument(format!(
             "invalid model name `{}`: {}",
             crate::text::escape(model, false),
@@ -33,15 +33,6 @@ pub fn check_model(runtime: &dyn Runtime, model: &str) -> Result<(), BotError> {
         )));
     }
     Ok(())
-}
-
-/// Whether `model` can be a model name (empty: the CLI's default): at most 200 bytes, no blank
-/// or control character, not beginning with `-`. A model is handed to the CLI as an argument of
-/// its own: one that begins with `-` would be read as a flag (`--dangerously-skip-permissions`).
-pub fn is_model_name(model: &str) -> bool {
-    model.len() <= 200
-        && !model.starts_with('-')
-        && !model.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 /// What an invalid model's error suggests, for the runtime named `runtime`.

@@ -10,16 +10,7 @@ use crate::store::BotRecord;
 
 use super::BotError;
 
-/// The smallest limit accepted, in bytes (1 MiB): less could not even load the agent.
-pub const MIN_MEMORY_MAX: u64 = 1 << 20;
-
-/// The largest limit accepted other than "none", in bytes (the database keeps a signed 64-bit
-/// integer).
-pub const MAX_MEMORY_MAX: u64 = i64::MAX as u64;
-
-/// "No limit", as the `MemoryMax` property and the `memory_max` option spell it (systemd's
-/// `infinity`).
-pub const NO_LIMIT: u64 = u64::MAX;
+pub use crate::config::values::{MAX_MEMORY_MAX, MIN_MEMORY_MAX, NO_LIMIT};
 
 /// Whether `containment` lets botvisord limit a bot's memory: `Ok` when each bot has its own
 /// cgroup with the `memory` controller enabled, else why not (for an error or the journal).
@@ -39,21 +30,6 @@ pub fn memory_controller(containment: &Containment) -> Result<(), String> {
     }
 }
 
-/// Checks a value of `memory_max` in bytes (`what` names where it came from): `None` for
-/// [`NO_LIMIT`], else the limit when it is in range. Errors: out of range, in words.
-pub fn check_range(what: &str, bytes: u64) -> Result<Option<u64>, String> {
-    if bytes == NO_LIMIT {
-        return Ok(None);
-    }
-    if !(MIN_MEMORY_MAX..=MAX_MEMORY_MAX).contains(&bytes) {
-        return Err(format!(
-            "{what} must be a number of bytes from {MIN_MEMORY_MAX} (1 MiB) to {MAX_MEMORY_MAX}, \
-             or {NO_LIMIT} for no limit; got {bytes}"
-        ));
-    }
-    Ok(Some(bytes))
-}
-
 /// Decides `CreateBot`'s `memory_max` (bytes): `Ok(None)` without a limit, `Ok(Some(bytes))` to
 /// store with the bot. Errors: `InvalidArgument` out of range, `NotSupported` (saying why) where
 /// the memory controller is not delegated.
@@ -61,8 +37,8 @@ pub fn decide(requested: Option<u64>, containment: &Containment) -> Result<Optio
     let Some(bytes) = requested else {
         return Ok(None);
     };
-    let Some(bytes) =
-        check_range("option `memory_max`", bytes).map_err(BotError::InvalidArgument)?
+    let Some(bytes) = crate::config::values::check_memory_max("option `memory_max`", bytes)
+        .map_err(BotError::InvalidArgument)?
     else {
         return Ok(None);
     };

@@ -522,7 +522,10 @@ fn a_name_that_is_not_in_the_code_is_found_and_markers_are_read() {
     assert_eq!(marker_rules("Design rules 12 and 13 with no I/O"), [12, 13]);
     assert_eq!(marker_rules("Design rule 3 with rule 2's caution"), [3]);
     assert_eq!(marker_rules("Design rule 4's fallback"), [4]);
-    assert!(marker_rules("design rule 4").is_empty(), "a cross-reference keeps nothing");
+    assert!(
+        marker_rules("design rule 4").is_empty(),
+        "a cross-reference keeps nothing"
+    );
     let lines = [
         "impl<T: Ord> Watch<T> {",
         "    /// Design rule 9.",

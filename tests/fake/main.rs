@@ -21,6 +21,7 @@ mod doc_names;
 mod environment;
 mod group_commit;
 mod install;
+mod layers;
 mod limits;
 mod mcp;
 mod memory;

@@ -76,7 +76,7 @@ impl Facts for ActorFacts<'_> {
         let own = self.view().record.continue_after_limit;
         (
             own.unwrap_or(self.shared.config.continue_after_limit),
-            self.shared.config.limit_times(),
+            super::limit_times(&self.shared.config),
         )
     }
 

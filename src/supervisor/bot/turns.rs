@@ -34,7 +34,7 @@ impl Actor {
             let v = self.view.read().unwrap_or_else(|p| p.into_inner());
             (v.record.spend.cost_nanos, v.budget())
         };
-        let times = self.shared.config.limit_times();
+        let times = super::limit_times(&self.shared.config);
         match limits::resumed(&kind, resets_at, unix_now(), times, cost, budget) {
             limits::Resumed::Wait(wait) => {
                 self.core.limit_for(wait, std::time::Instant::now());

@@ -800,7 +800,7 @@ async fn cold_start(rows: &mut Vec<Row>) {
 /// biggest served whole, so every page is full), against the same pages read straight from
 /// SQLite.
 async fn big_chat(rows: &mut Vec<Row>) {
-    use botvisor::limits::MAX_ITEM_BYTES;
+    use botvisor::sizes::MAX_ITEM_BYTES;
     let count = if quick() { 1_000 } else { 10_000 };
     let env = TestEnv::new().await;
     let cfg = env.daemon_config(Some(fake_fast()));
@@ -863,8 +863,8 @@ async fn big_chat(rows: &mut Vec<Row>) {
             &conn,
             &bot_id,
             after,
-            botvisor::limits::MAX_PAGE_ITEMS,
-            botvisor::limits::MAX_PAGE_BYTES,
+            botvisor::sizes::MAX_PAGE_ITEMS,
+            botvisor::sizes::MAX_PAGE_BYTES,
         )
         .unwrap();
         let took = t.elapsed().as_secs_f64() * 1e6;

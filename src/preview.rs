@@ -2,7 +2,7 @@
 //! object, and cuts of text on character boundaries.
 //!
 //! A preview is what a client gets instead of a chat item payload (or a tool input) larger than
-//! [`MAX_ITEM_BYTES`](crate::limits::MAX_ITEM_BYTES). It is a JSON object:
+//! [`MAX_ITEM_BYTES`](crate::sizes::MAX_ITEM_BYTES). It is a JSON object:
 //!
 //! ```json
 //! {"truncated": true, "size": 12582933, "preview_of": "text", "preview": "The first…",
@@ -30,7 +30,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::limits::{
+use crate::sizes::{
     KEPT_BYTES, KEPT_MEMBER_BYTES, MAX_PREVIEW_OBJECT_BYTES, MAX_PROPERTY_BYTES, PREVIEW_BYTES,
 };
 

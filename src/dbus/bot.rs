@@ -11,7 +11,7 @@ use super::error::{Error, Result};
 use super::guard::{DescriptorCall, DescriptorMethods, Detached, Guarded};
 use super::options::{OptionReader, Options};
 use super::service::Ctx;
-use crate::limits::{MAX_PAGE_BYTES, MAX_PAGE_ITEMS, MAX_READ_BYTES, MAX_SEND_BYTES};
+use crate::sizes::{MAX_PAGE_BYTES, MAX_PAGE_ITEMS, MAX_READ_BYTES, MAX_SEND_BYTES};
 use crate::store;
 use crate::supervisor::{Answer, BotError, BotHandle};
 
@@ -185,7 +185,7 @@ impl BotObject {
     async fn send(&self, text: String, options: Options) -> Result<String> {
         OptionReader::new("Send", &options).finish()?;
         if text.len() > MAX_SEND_BYTES {
-            return Err(Error::InvalidArgument(crate::limits::send_too_long(
+            return Err(Error::InvalidArgument(crate::sizes::send_too_long(
                 text.len(),
             )));
         }

@@ -1,13 +1,13 @@
 //! What the D-Bus layer serves of values that grow with an agent's output, bounded so that no
 //! reply or signal exceeds what the bus accepts (design rule 15; the sizes are in
-//! [`crate::limits`]). Chat item payloads are bounded where they are stored
+//! [`crate::sizes`]). Chat item payloads are bounded where they are stored
 //! ([`crate::store::chat`]); this file bounds the rest: streamed text, permission inputs and the
 //! properties that carry them.
 
 use serde_json::Value;
 
-use crate::limits::{MAX_ITEM_BYTES, MAX_PROPERTY_BYTES};
 use crate::preview;
+use crate::sizes::{MAX_ITEM_BYTES, MAX_PROPERTY_BYTES};
 use crate::store::{self, Store};
 
 /// `PartialText`: at most the last [`MAX_PROPERTY_BYTES`] of the text streamed so far, so that

@@ -11,7 +11,7 @@
 //! serial for a while, and [`watch_refusals`] answers the call again, with
 //! `org.botvisor.Botvisor1.Error.NotSupported` naming `ReadChatItem`, when the bus refuses the
 //! first answer. dbus-daemon passes that second answer on: it still awaits one for the call, as
-//! the refused answer never reached the caller (tests/fake/limits.rs
+//! the refused answer never reached the caller (tests/fake/sizes.rs
 //! `open_chat_item_to_a_client_without_descriptors_is_a_named_error`).
 
 use std::collections::VecDeque;

@@ -3,7 +3,7 @@
 
 use std::os::fd::OwnedFd;
 
-use crate::limits::MAX_READ_BYTES;
+use crate::sizes::MAX_READ_BYTES;
 use crate::store::{self, Store};
 
 /// Why no descriptor was made.

@@ -13,7 +13,7 @@ use super::guard::{DescriptorMethods, Detached, Guarded};
 use super::options::{OptionReader, Options};
 use super::paths::bot_path;
 use super::service::Ctx;
-use crate::limits::{MAX_PAGE_BYTES, MAX_SPEND_ROWS};
+use crate::sizes::{MAX_PAGE_BYTES, MAX_SPEND_ROWS};
 use crate::supervisor::NewBot;
 
 /// The Manager object.

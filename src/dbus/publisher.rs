@@ -17,7 +17,7 @@ use super::bounds;
 use super::guard::Guarded;
 use super::paths::bot_path;
 use super::service::Ctx;
-use crate::limits::MAX_ITEM_BYTES;
+use crate::sizes::MAX_ITEM_BYTES;
 use crate::supervisor::{Property, PropertyValue, Publication};
 
 /// Asks the publisher to send every publication queued so far; the answer comes once they are

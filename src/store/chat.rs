@@ -8,7 +8,7 @@
 
 use rusqlite::{Connection, MAIN_DB, OptionalExtension, params};
 
-use crate::limits::MAX_ITEM_BYTES;
+use crate::sizes::MAX_ITEM_BYTES;
 use crate::time::now_rfc3339;
 
 /// One recorded event of a bot's chat, as `GetChat` returns it.

@@ -210,8 +210,8 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
         Cmd::Send { bot, text } => {
             let text = if text == "-" { read_stdin()? } else { text };
             // Checked here: a message over the bus's own limits would cost the connection.
-            if text.len() > botvisor::limits::MAX_SEND_BYTES {
-                return Err(Failure::usage(botvisor::limits::send_too_long(text.len())));
+            if text.len() > botvisor::sizes::MAX_SEND_BYTES {
+                return Err(Failure::usage(botvisor::sizes::send_too_long(text.len())));
             }
             send::run(conn, &bot, text, json).await
         }
@@ -322,8 +322,8 @@ fn read_stdin() -> Result<String, Failure> {
             s.pop();
         }
     }
-    if s.len() > botvisor::limits::MAX_SEND_BYTES {
-        return Err(Failure::usage(botvisor::limits::send_too_long(s.len())));
+    if s.len() > botvisor::sizes::MAX_SEND_BYTES {
+        return Err(Failure::usage(botvisor::sizes::send_too_long(s.len())));
     }
     String::from_utf8(s).map_err(|_| Failure::usage("the message on stdin is not UTF-8 text"))
 }

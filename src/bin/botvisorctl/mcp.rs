@@ -397,8 +397,8 @@ impl BotvisorMcp {
         if a.text.trim().is_empty() {
             return Err("text is empty: there is nothing to send".into());
         }
-        if a.text.len() > botvisor::limits::MAX_SEND_BYTES {
-            return Err(botvisor::limits::send_too_long(a.text.len()));
+        if a.text.len() > botvisor::sizes::MAX_SEND_BYTES {
+            return Err(botvisor::sizes::send_too_long(a.text.len()));
         }
         let bot = self.bot(&a.bot).await?;
         let path = bot.inner().path().to_owned();

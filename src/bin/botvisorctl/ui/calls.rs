@@ -100,8 +100,8 @@ async fn make(conn: &Connection, call: Call) -> Outcome {
             Outcome::Chat(path, kept.into())
         }
         Call::Send { bot, text } => {
-            if text.len() > botvisor::limits::MAX_SEND_BYTES {
-                return Outcome::Failed(botvisor::limits::send_too_long(text.len()));
+            if text.len() > botvisor::sizes::MAX_SEND_BYTES {
+                return Outcome::Failed(botvisor::sizes::send_too_long(text.len()));
             }
             let proxy = match proxy(conn, &bot).await {
                 Ok(b) => b,

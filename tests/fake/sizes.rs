@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 
 use botvisor::dbus::BUS_NAME;
 use botvisor::dbus::client::{BotProxy, read_whole_item};
-use botvisor::limits::{MAX_ITEM_BYTES, MAX_PAGE_BYTES, MAX_PROPERTY_BYTES};
 use botvisor::preview::is_preview;
+use botvisor::sizes::{MAX_ITEM_BYTES, MAX_PAGE_BYTES, MAX_PROPERTY_BYTES};
 use support::*;
 
 const MIB: usize = 1 << 20;
@@ -211,7 +211,7 @@ async fn a_send_over_the_maximum_is_refused_and_changes_nothing() {
     assert!(setup.launches().is_empty(), "no agent started");
 
     // The largest message taken: stored once, delivered whole, read back whole.
-    let most = "y".repeat(botvisor::limits::MAX_SEND_BYTES);
+    let most = "y".repeat(botvisor::sizes::MAX_SEND_BYTES);
     let seen = send_and_wait(&bot, &most).await;
     assert_eq!(seen.outcome, "success");
     assert_eq!(setup.messages(), [(0, most.clone())]);
@@ -422,7 +422,7 @@ async fn permission_inputs_streamed_text_and_properties_stay_bounded() {
     let pending = bot_uncached.pending_permissions().await.unwrap();
     assert_eq!(pending, signalled, "the property and its change agree");
     assert_eq!(pending.len(), 1);
-    assert!(pending[0].2.len() <= botvisor::limits::MAX_PREVIEW_OBJECT_BYTES);
+    assert!(pending[0].2.len() <= botvisor::sizes::MAX_PREVIEW_OBJECT_BYTES);
     assert_eq!(
         serde_json::from_str::<Value>(&pending[0].2).unwrap()["seq"],
         seq

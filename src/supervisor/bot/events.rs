@@ -10,7 +10,7 @@ use super::{Actor, BotView, Next, Proc, Shared, bot_env};
 use crate::process::ProcEvent;
 use crate::process::identity::{Liveness, ProcessIdentity, liveness};
 use crate::runtime::{LimitReport, TakenTurn};
-use crate::supervisor::core::exited::ExitSettings;
+use crate::supervisor::core::exit::ExitSettings;
 use crate::supervisor::core::lifecycle::CrashLimits;
 use crate::supervisor::core::limits::LimitTimes;
 use crate::supervisor::core::{Bounds, Facts, Inflight, Input};

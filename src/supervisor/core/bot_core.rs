@@ -94,7 +94,7 @@ pub struct BotCore {
     pub(super) plan_limit: Option<LimitReport>,
     /// Background tasks the CLI reports as running (design rule 12).
     pub(super) background_tasks: usize,
-    /// What follows an exit's clean-up: its effects, and a crash's text ([`super::exited`]).
+    /// What follows an exit's clean-up: its effects, and a crash's text ([`super::exit`]).
     pub(super) after_clean_up: Option<(Vec<super::effect::Effect>, Option<String>)>,
     /// The turn an interrupt is being sent for (until the request is written).
     pub(super) interrupting: Option<String>,

@@ -164,7 +164,7 @@ pub trait Facts {
     /// The bot's state as clients see it now.
     fn state(&self) -> super::State;
     /// What an exit asks of the configuration.
-    fn exit_settings(&self) -> super::exited::ExitSettings;
+    fn exit_settings(&self) -> super::exit::ExitSettings;
 }
 
 impl BotCore {

@@ -27,9 +27,9 @@
 //! - [`crash`]: after a crash, a restart with a growing backoff or, in a crash loop, none
 //!   (design rule 11).
 //! - [`exit`]: what a process's exit means: released after a stop, a conversation that never
-//!   started (lost, or an id in use), a clean end or a crash (design rules 4, 8, 11).
-//! - [`exited`]: the running process's end as an input: decided, the tree cleaned up by the
-//!   shell, then what follows and a crash's backoff (issue 27).
+//!   started (lost, or an id in use), a clean end or a crash (design rules 4, 8, 11); and the
+//!   exit as an input of the machine: decided, the tree cleaned up by the shell, then what
+//!   follows and a crash's backoff (issue 27).
 //! - [`lifecycle`]: what the bot keeps between processes, and what an exit, a lost
 //!   conversation, a stop, a crash, a Restart or a turn's result
 //!   means for the turn, the session record, the state and the next start (design rules 3, 4, 8,
@@ -89,7 +89,6 @@ pub mod effect;
 pub mod events;
 pub mod evict;
 pub mod exit;
-pub mod exited;
 pub mod held;
 pub mod idle;
 pub mod interrupt;

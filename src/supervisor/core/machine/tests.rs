@@ -112,8 +112,8 @@ impl Facts for Told {
     fn login_hint(&self) -> String {
         "Log in again.".to_owned()
     }
-    fn exit_settings(&self) -> super::super::exited::ExitSettings {
-        super::super::exited::ExitSettings {
+    fn exit_settings(&self) -> super::super::exit::ExitSettings {
+        super::super::exit::ExitSettings {
             fresh_window: Duration::from_secs(15),
             redo_limit: 3,
             crash_limits: super::super::lifecycle::CrashLimits {

@@ -3,72 +3,23 @@
 //! Each function takes the core's state and one input (a client's command, a runtime event, a
 //! process's exit, a deadline) and returns the state's next value plus a list of [`Effect`]s:
 //! commit these rows then publish these items, update this property. The async shell
-//! (`supervisor::bot`) executes the effects in order and feeds their results back; it holds no
-//! decision. The shape follows the sans-I/O cores of `quinn-proto` and `rustls` (a core that is
+//! (`supervisor::bot`) executes the effects in order and feeds their results back. The shape follows the sans-I/O cores of `quinn-proto` and `rustls` (a core that is
 //! driven, never drives) and Horust's `handle_event`, which returns events instead of acting.
 //!
-//! - [`adopt`]: whether a conversation begun elsewhere may be adopted (issue 28, rules 2
-//!   and 7).
-//! - [`worktree`]: a bot's git worktree: its default branch and whether `DeleteWith` may
-//!   remove it (issue 28).
-//! - [`bot_core`]: one bot's core state and timers, with the one next deadline of them all.
-//! - [`machine`]: the driven machine: [`Input`] in through `BotCore::handle`, effects out through
-//!   `BotCore::poll_effect`, what only the shell can read asked through [`Facts`] (issue 27).
-//! - [`due`]: a deadline that came: streamed text, a look after a tool, a watchdog, the
-//!   backoff, the idle deadline, a limit's end, a look at a holder.
-//! - [`events`]: what the running CLI says, read by the core: a chat line, a replay, a result
-//!   (a usage limit, an expired login, a turn's end), a control answer, streamed text.
-//! - [`turns`]: the queue, the message in flight, and what a replay, a result, a crash or a lost
-//!   conversation means for them (design rules 3, 4, 7, 8).
-//! - [`commands`]: a client's commands that change no process's life: a message queued, a
-//!   budget, a live setting, an interrupt (issue 27).
-//! - [`control`]: live settings sent to the CLI and what their answer, refusal or silence means
-//!   (design rules 6 and 15).
-//! - [`crash`]: after a crash, a restart with a growing backoff or, in a crash loop, none
-//!   (design rule 11).
-//! - [`exit`]: what a process's exit means: released after a stop, a conversation that never
-//!   started (lost, or an id in use), a clean end or a crash (design rules 4, 8, 11); and the
-//!   exit as an input of the machine: decided, the tree cleaned up by the shell, then what
-//!   follows and a crash's backoff (issue 27).
-//! - [`lifecycle`]: what the bot keeps between processes, and what an exit, a lost
-//!   conversation, a stop, a crash, a Restart or a turn's result
-//!   means for the turn, the session record, the state and the next start (design rules 3, 4, 8,
-//!   9, 11).
-//! - [`run`]: one process as the core knows it: how it was launched and what it showed.
-//! - [`records`]: the records and items the lifecycle writes (a conversation forgotten, an error
-//!   said, a bot that failed).
-//! - [`spend`]: what a turn cost (nano-dollars, tokens) from what the CLI tells, and the budget's
-//!   steps (issue 24).
-//! - [`limits`]: a plan's usage limit or an expired login as a state (`limited`,
-//!   `login_required`): the refused message waits, the reset or new credentials let it go
-//!   (issue 24).
-//! - [`budget`]: the bot's budget as a hold once its cost reaches it (issue 24).
-//! - [`left_turns`]: what the previous run left after a daemon crash: ended once or delivered once
-//!   (design rule 8).
-//! - [`taken`]: a message the conversation took and botvisor did not see answered: its answer
-//!   read back, the message asked again without the unanswered attempt, or ended unanswered
-//!   (issue 25, design rule 8).
-//! - [`attempt`]: a failed attempt (a usage limit, an expired login, an API error) dropped
-//!   from the conversation before the next message goes (issue 45, design rule 8).
-//! - [`timeouts`]: what a watchdog's end or a refused handshake means (design rule 15).
-//! - [`held`]: a conversation another process holds: named, waited for, never a crash
-//!   (design rule 7, issue 25).
-//! - [`idle`]: when a bot is idle and whether its idle deadline stops it (design rules 12, 13).
-//! - [`evict`]: under memory pressure, which idle bots may be stopped and in which order (least
-//!   recently used first), and what a bot asked to stop does (issue 31, rules 12, 13).
-//! - [`prompts`]: a permission request recorded before it is signalled, and closed as denied
-//!   when nobody can answer it any more.
-//! - [`pump`]: after every input, whether to start the agent and write it the next message.
-//! - [`snapshots`]: when to look for descendants again after a tool (design rule 9).
-//! - [`stop`]: the stop sequence: SIGTERM, the grace, SIGKILL, the bounded wait (design rule 9).
-//! - [`stream`]: streamed text let out at most once per interval.
-//! - [`effect`]: what the core asks of its shell.
-//! - [`decide`]: the single decisions the others share (how a turn ended, what becomes of a
-//!   message not replayed, which conversation to record, whether an exit was the CLI's choice).
-//! - [`start`]: design rule 2, the resume decision every launch goes through.
-//! - [`state`]: the bot's [`State`].
-//! - [`watchdogs`]: the deadlines of rule 15 (a launch, an interrupt, a control request).
-//! - [`retry`]: what a person is told when the CLI retries a model request, and how often.
+//! Where to start reading: [`machine`] (the machine's [`Input`]s and what it asks the shell
+//! through [`Facts`]), [`bot_core`] (one bot's core state and its one next deadline) and
+//! [`effect`] (what it asks of the shell). The other modules are one concept each, named for it;
+//! each says what it decides in its own first line, which rustdoc's module list shows. They fall
+//! in four groups: a turn's life (`turns`, `events`, `attempt`, `taken`, `left_turns`, `decide`,
+//! `prompts`, `stream`, `retry`); a process's life (`start`, `pump`, `exit`, `crash`, `stop`,
+//! `snapshots`, `watchdogs`, `timeouts`, `held`, `idle`, `evict`, `lifecycle`, `run`,
+//! `records`, `due`); what a client changes (`commands`, `control`, `adopt`, `worktree`); and
+//! conditions that hold a bot (`limits`, `budget`, `spend`, `state`).
+//!
+//! Not yet one door (issue 48): beside [`BotCore::handle`] the shell still calls `steps.rs`'s
+//! methods and some free functions (`decide`, `limits`, `spend`) and applies their results
+//! itself, and three of its places set the state themselves (`docs/architecture.md`, "Where a
+//! bot's state changes").
 //!
 //! The core is self-contained: it names no shell (`supervisor::bot`, the store, D-Bus, the
 //! configuration), no tokio, no file system, no process and no clock; time is always an

@@ -4,7 +4,6 @@
 use super::Actor;
 use crate::supervisor::Command;
 use crate::supervisor::core::Input;
-use crate::supervisor::core::State;
 use crate::supervisor::core::commands::Cmd;
 use crate::supervisor::core::lifecycle::RestartMode;
 use crate::supervisor::core::stop::StopReason;
@@ -131,16 +130,8 @@ impl Actor {
             self.update(vec![], |v| v.record.parked = parked);
         }
         self.parked = parked;
-        // `limited` or `stopped`: what a held bot shows depends on the park.
-        let shown = match self.state() {
-            State::Limited | State::LoginRequired if self.proc.is_some() => Some(State::Idle),
-            State::Limited | State::LoginRequired => Some(State::Stopped),
-            s @ (State::Idle | State::Stopped) => Some(s),
-            _ => None,
-        };
-        if let Some(s) = shown {
-            self.set_state(s);
-        }
+        let running = self.proc.is_some();
+        self.handle(Input::ParkChanged { running });
     }
 
     /// Something the running agent takes only at its launch changed (its environment, its

@@ -15,7 +15,7 @@ use crate::process::verdict::Proof;
 use crate::process::verdict::StopObservation;
 use crate::process::verdict::StopVerdict;
 use crate::process::verdict::verdict;
-use crate::supervisor::core::State;
+use crate::supervisor::core::Input;
 use crate::supervisor::core::stop::{StopPlan, StopReason, StopStep};
 use crate::supervisor::core::{Publish, Write};
 use serde_json::json;
@@ -206,11 +206,10 @@ impl Actor {
             process::spawn::unstore_descriptors(&self.id);
         }
         proc.stdin = None;
-        self.core.stopping();
         let pid = proc.handle.pid;
         let generation = proc.handle.generation;
         let exited = proc.handle.exited().is_some();
-        self.set_state(State::Stopping);
+        self.handle(Input::Stopping);
         tracing::info!(bot_id = %self.id, pid, why = why.as_str(), "stopping agent");
         // The sequence is decided in core::stop; here it is carried out.
         let (mut plan, first) = StopPlan::begin(
@@ -275,7 +274,7 @@ impl Actor {
         );
         self.apply(effects);
         let v = self.clean_up_after_exit(pid, why).await;
-        self.set_state(State::Stopped);
+        self.handle(Input::StopEnded);
         Some(v)
     }
 }

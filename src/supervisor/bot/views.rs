@@ -45,36 +45,6 @@ impl Actor {
         update_view(&self.view, &self.shared.publisher, &self.id, names, f);
     }
 
-    /// Sets `State`. A change into or out of `failed` is durable first (design rule 1): it
-    /// goes through [`Actor::commit`] and is published only once committed; when the commit
-    /// fails, `State` keeps saying what is recorded, and the journal says why.
-    pub(super) fn set_state(&self, state: State) {
-        // While a usage limit holds, a bot with nothing to do says it waits for it; one a
-        // client stopped says it is stopped (nothing goes at the reset).
-        let record = self.record();
-        let hold = record.limit.as_ref().map(|(k, _)| k.as_str());
-        let state = state.while_held(hold.filter(|_| !self.parked));
-        let before = self.view.read().unwrap_or_else(|p| p.into_inner()).state;
-        if before == state {
-            return;
-        }
-        tracing::debug!(bot_id = %self.id, state = state.as_str(), "state");
-        if before == State::Failed || state == State::Failed {
-            let failed = state == State::Failed;
-            if let Err(e) = self.commit(&[Write::Failed(failed)], &[Publish::State(state)]) {
-                tracing::error!(
-                    bot_id = %self.id,
-                    error = %e,
-                    state = state.as_str(),
-                    "cannot record the state; State stays {}",
-                    before.as_str()
-                );
-            }
-            return;
-        }
-        self.update(vec![Property::State], |v| v.state = state);
-    }
-
     pub(super) fn state(&self) -> State {
         self.view.read().unwrap_or_else(|p| p.into_inner()).state
     }

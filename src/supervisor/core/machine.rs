@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::bot_core::BotCore;
 use super::effect::Effect;
 use super::limits::LimitTimes;
+use super::state::State;
 use super::turns::Inflight;
 use crate::runtime::{LimitReport, LimitState, RuntimeEvent, TakenTurn};
 
@@ -30,6 +31,19 @@ pub enum Input {
         stderr: String,
         /// How long it lived.
         lived: std::time::Duration,
+    },
+    /// The shell begins a stop of the running process: it takes no message from now on, and
+    /// the bot shows `stopping`.
+    Stopping,
+    /// A stop's sequence and its clean-up ended: the bot shows `stopped` until what follows
+    /// ([`Input::Stopped`] for a stop the core asked for) says otherwise.
+    StopEnded,
+    /// A client's Stop parked the bot, or a Send or Restart unparked it (the shell records the
+    /// park; [`Facts::parked`]). What a held bot shows depends on the park: `limited` and
+    /// `login_required` show as `idle` with an agent and `stopped` without.
+    ParkChanged {
+        /// Whether an agent process runs.
+        running: bool,
     },
     /// The stop the core asked for ([`super::effect::Effect::Stop`]) ended, the process gone or
     /// given up on.
@@ -195,6 +209,22 @@ impl BotCore {
                 stderr,
                 lived,
             } => self.exited(now, status, &stderr, lived, facts),
+            Input::Stopping => {
+                if let Some(p) = self.process.as_mut() {
+                    p.run.stopping = true;
+                }
+                self.emit([Effect::State(State::Stopping)]);
+            }
+            Input::StopEnded => self.emit([Effect::State(State::Stopped)]),
+            Input::ParkChanged { running } => {
+                let shown = match facts.state() {
+                    State::Limited | State::LoginRequired if running => Some(State::Idle),
+                    State::Limited | State::LoginRequired => Some(State::Stopped),
+                    s @ (State::Idle | State::Stopped) => Some(s),
+                    _ => None,
+                };
+                self.emit(shown.map(Effect::State));
+            }
             Input::Stopped { why, released } => self.stopped(why, released, facts),
             Input::Committed { awaited, ok } => self.committed(awaited, ok),
             Input::CleanedUp => self.cleaned_up(now, facts),

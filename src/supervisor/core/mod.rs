@@ -18,8 +18,8 @@
 //!
 //! Not yet one door (issue 48): beside [`BotCore::handle`] the shell still calls `steps.rs`'s
 //! methods and some free functions (`decide`, `limits`, `spend`) and applies their results
-//! itself, and three of its places set the state themselves (`docs/architecture.md`, "Where a
-//! bot's state changes").
+//! itself. The state is the core's alone (`docs/architecture.md`, "Where a bot's state
+//! changes").
 //!
 //! The core is self-contained: it names no shell (`supervisor::bot`, the store, D-Bus, the
 //! configuration), no tokio, no file system, no process and no clock; time is always an

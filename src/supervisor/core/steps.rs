@@ -187,13 +187,6 @@ impl BotCore {
             && (busy || self.background_tasks > 0)
     }
 
-    /// The process is being stopped: it takes no message from now on.
-    pub fn stopping(&mut self) {
-        if let Some(p) = self.process.as_mut() {
-            p.run.stopping = true;
-        }
-    }
-
     /// A stop gave up on a process that would not exit ([`Lifecycle::stop_gave_up`]).
     pub fn stop_gave_up(
         &mut self,

@@ -322,3 +322,58 @@ fn a_delete_stops_first_then_marks_the_bot_deleted_and_ends_and_a_shutdown_just_
     down.handle(t0, stopped(StopReason::Shutdown, true), &facts);
     assert_eq!(drain(&mut down), [Effect::End], "the record stays as it is");
 }
+
+/// A stop shows `stopping` as it begins and `stopped` once its clean-up ended, and a process
+/// being stopped takes no message: the state of a stop is the core's, not the shell's.
+#[test]
+fn a_stop_shows_stopping_then_stopped_and_the_process_takes_no_message_meanwhile() {
+    let t0 = Instant::now();
+    let mut core = running();
+    core.handle(t0, Input::Stopping, &Told::default());
+    assert!(matches!(
+        drain(&mut core)[..],
+        [Effect::State(State::Stopping)]
+    ));
+    assert!(core.process.as_ref().unwrap().run.stopping);
+    core.handle(t0, Input::StopEnded, &Told::default());
+    assert!(matches!(
+        drain(&mut core)[..],
+        [Effect::State(State::Stopped)]
+    ));
+}
+
+/// What a held bot shows follows its park: `limited` and `login_required` show as `idle` with
+/// an agent and `stopped` without; `idle` and `stopped` are said again; any other state stays.
+#[test]
+fn a_park_shows_a_held_bot_idle_with_an_agent_and_stopped_without() {
+    let t0 = Instant::now();
+    let cases = [
+        (State::Limited, true, Some(State::Idle)),
+        (State::LoginRequired, false, Some(State::Stopped)),
+        (State::Idle, true, Some(State::Idle)),
+        (State::Stopped, false, Some(State::Stopped)),
+        (State::Busy, true, None),
+        (State::Failed, false, None),
+    ];
+    for (state, running, shown) in cases {
+        let mut core = BotCore::new(Duration::from_millis(50));
+        let told = Told {
+            state: Some(state),
+            ..Told::default()
+        };
+        core.handle(t0, Input::ParkChanged { running }, &told);
+        let effects = drain(&mut core);
+        let states: Vec<State> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::State(s) => Some(*s),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            states,
+            Vec::from_iter(shown),
+            "{state:?}, running {running}"
+        );
+    }
+}

@@ -21,7 +21,7 @@ pub struct Delivery {
 }
 
 /// Records that `turn_id`'s message is written to the process of `session_id` at `at` (kept to
-/// the millisecond, RFC 3339).
+/// the millisecond, RFC 3339), not yet whole ([`written_whole`]).
 pub fn record(
     conn: &Connection,
     bot_id: &str,
@@ -31,11 +31,27 @@ pub fn record(
 ) -> rusqlite::Result<()> {
     let at = humantime::format_rfc3339_millis(at).to_string();
     conn.prepare_cached(
-        "INSERT OR REPLACE INTO deliveries (bot_id, turn_id, session_id, written_at)
-         VALUES (?1, ?2, ?3, ?4)",
+        "INSERT OR REPLACE INTO deliveries (bot_id, turn_id, session_id, written_at, whole)
+         VALUES (?1, ?2, ?3, ?4, 0)",
     )?
     .execute(params![bot_id, turn_id, session_id, at])?;
     Ok(())
+}
+
+/// The line of bot `bot_id`'s message in flight reached its agent's stdin whole (one message is
+/// in flight at a time, so every delivery of the bot not yet whole is that one).
+pub fn written_whole(conn: &Connection, bot_id: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE deliveries SET whole = 1 WHERE bot_id = ?1 AND whole = 0")?
+        .execute([bot_id])?;
+    Ok(())
+}
+
+/// Whether a message of bot `bot_id` was being written to its agent's stdin and is not on
+/// record as written whole: a botvisord killed meanwhile may have left part of its line in the
+/// pipe (issue 47).
+pub fn partly_written(conn: &Connection, bot_id: &str) -> rusqlite::Result<bool> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM deliveries WHERE bot_id = ?1 AND whole = 0)")?
+        .query_row([bot_id], |r| r.get(0))
 }
 
 /// Forgets the deliveries of turns that ended.
@@ -84,5 +100,25 @@ mod tests {
         assert_eq!(all["t1"].written_at, second, "kept to the millisecond");
         store.tx(|tx| forget(tx, "b", "t1")).unwrap();
         assert!(store.read(|c| of_bot(c, "b")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_delivery_is_partly_written_until_its_line_is_whole_and_again_when_redone() {
+        let store = Store::open_in_memory().unwrap();
+        store
+            .tx(|tx| bots::insert(tx, &BotRecord::new("b", "b", "/", "claude")))
+            .unwrap();
+        let partly = || store.read(|c| partly_written(c, "b")).unwrap();
+        assert!(!partly(), "nothing written");
+        let at = SystemTime::UNIX_EPOCH;
+        store.tx(|tx| record(tx, "b", "t1", "s1", at)).unwrap();
+        assert!(partly());
+        store.tx(|tx| written_whole(tx, "b")).unwrap();
+        assert!(!partly());
+        store.tx(|tx| record(tx, "b", "t1", "s1", at)).unwrap();
+        assert!(
+            partly(),
+            "a message written again is partly written until whole again"
+        );
     }
 }

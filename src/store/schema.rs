@@ -205,6 +205,12 @@ pub const MIGRATIONS: &[&str] = &[
         leftover    BLOB NOT NULL
     );
     "#,
+    // 17: whether a message's line reached the agent's stdin whole (issue 47): a botvisord
+    // killed while it wrote a big message leaves part of the line in the pipe, and the agent,
+    // which waits for the rest, cannot be taken over. Rows from before were written whole.
+    r#"
+    ALTER TABLE deliveries ADD COLUMN whole INTEGER NOT NULL DEFAULT 1;
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version

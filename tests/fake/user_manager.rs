@@ -331,6 +331,106 @@ async fn a_turn_in_flight_survives(disrupt: impl FnOnce(&UserManager), crash: bo
     stop_and_check(&env, &um);
 }
 
+/// A botvisord killed while it writes a big message to its agent leaves part of the message's
+/// line in the agent's stdin, and the agent waits for the rest for ever: the next botvisord does
+/// not take that agent over (the message is not on record as written whole) but stops it, and
+/// the message goes once to a new agent, which answers it (a helper's hostile run of issue 47:
+/// SIGKILL 50 ms after a 1 MiB `Send` left the turn `busy` for ever and every later message
+/// behind it). Here the first agent reads nothing after its first answer, so the 1 MiB line
+/// stays cut at the pipe's 64 KiB whatever the timing.
+///
+/// Before the change the next botvisord took the stalled agent over and the turn never ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_while_a_big_message_is_written_stops_that_agent_and_the_message_goes_once() {
+    let Some((env, um)) = installed().await else {
+        return;
+    };
+    let conn = um.connect().await;
+    let bot = fake_bot(
+        &env,
+        &conn,
+        json!([{"mode": "normal", "stop_reading_after": 1}, {"mode": "normal"}]),
+    )
+    .await;
+    let first = bounded("Send", bot.send("first", HashMap::new()))
+        .await
+        .unwrap();
+    assert_eq!(
+        turn_end(&bot, &first).await,
+        [("success".to_owned(), "success".to_owned())]
+    );
+    let agent = bot.process_id().await.unwrap();
+    let big = format!("big {}", "B".repeat(1_000_000));
+    let second = bounded("Send", bot.send(&big, HashMap::new()))
+        .await
+        .unwrap();
+    // Its delivery on record: the line is being written (and, the agent reading nothing, stays
+    // cut in the pipe).
+    let database = env.home.join(".local/state/botvisor/botvisor.db");
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    loop {
+        let delivered: i64 = rusqlite::Connection::open(&database)
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM deliveries WHERE turn_id = ?1",
+                [&second],
+                |r| r.get(0),
+            )
+            .unwrap();
+        if delivered == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the big message is delivered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let main = um.main_pid(UNIT);
+    um.systemctl_ok(&["kill", "--kill-whom=main", "-s", "SIGKILL", "botvisord"]);
+    um.wait_unit(UNIT, &["ActiveState", "MainPID"], "botvisord back", |v| {
+        v[0] == "active" && v[1] != "0" && v[1] != main.to_string()
+    });
+    let ends = turn_end(&bot, &second).await;
+    let asked: Vec<(u64, usize)> = json_lines(&state(&env).join("messages.jsonl"))
+        .iter()
+        .map(|m| {
+            (
+                m["launch"].as_u64().unwrap(),
+                m["text"].as_str().unwrap().len(),
+            )
+        })
+        .collect();
+    assert!(
+        ends == [("success".to_owned(), "success".to_owned())]
+            && asked == [(0, "first".len()), (1, big.len())]
+            && started_at(agent).is_none(),
+        "the cut message's turn ended {ends:?} (wanted once, success); the agents read \
+         (launch, bytes) {asked:?} (wanted the big message once, by the second agent); the \
+         first agent (pid {agent}) is {}\n{}",
+        if started_at(agent).is_some() {
+            "still running"
+        } else {
+            "gone"
+        },
+        um.log_text()
+    );
+    stop_and_check(&env, &um);
+}
+
+/// Eight restarts in a row keep the agent and its turn: systemd's default start limit (5 starts
+/// in 10 s) failed the unit at the sixth, and the failed unit's fd store was emptied (a helper's
+/// hostile run of issue 47: the agent died mid-stream and its message was asked twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_restarts_in_a_row_keep_the_agent_and_its_turn_in_flight() {
+    a_turn_in_flight_survives(
+        |um| {
+            for _ in 0..8 {
+                um.systemctl_ok(&["restart", "botvisord"]);
+            }
+        },
+        false,
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_of_the_unit_keeps_the_agent_and_its_turn_in_flight() {
     a_turn_in_flight_survives(|um| drop(um.systemctl_ok(&["restart", "botvisord"])), false).await;

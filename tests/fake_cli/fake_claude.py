@@ -38,6 +38,8 @@ Environment:
   "no_cost": true (results tell no "total_cost_usd" at all, as a CLI that tells tokens only),
   "burst": N (before the reply, N assistant messages "burst 0" … in one write),
   "stream_reply": true (the reply is streamed as one text delta before its assistant message),
+  "stop_reading_after": N (after answering N messages, read nothing more: stdin's pipe fills,
+  as a CLI that stopped reading, and a big message written to it stays cut),
   "ignore_control": true (control requests other than `initialize` get no answer),
   "ignore_term": true (SIGTERM ignored), "not_found_on_term": true (on
   SIGTERM, print the "No conversation found" result and linger, ignoring SIGTERM), "reply": "text", and
@@ -307,6 +309,9 @@ for line in sys.stdin:
     out({"type": "assistant", "session_id": reported, "message": {"role": "assistant", "content": [
         {"type": "text", "text": reply}]}})
     result()
+    answered = globals().get("answered", 0) + 1
+    if answered == step.get("stop_reading_after"):
+        time.sleep(600)
 
 if mode == "silent":
     # Like the real CLI with work left: it does not end when stdin closes.

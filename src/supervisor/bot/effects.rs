@@ -74,7 +74,7 @@ impl Actor {
                         Some(proc) => {
                             proc.before_turn = None;
                             let lines = proc.protocol.user_message(&text);
-                            self.write_lines(lines)
+                            self.write_message(lines)
                         }
                         None => false,
                     };

@@ -122,6 +122,19 @@ impl Actor {
             }
         };
         let had = passed.is_some();
+        // A message whose line is not on record as written whole may be cut in the agent's
+        // stdin (a botvisord killed while it wrote a big one, or a writer that could not finish
+        // at a hand-over): the agent waits for the rest of the line for ever, so it is not
+        // taken over but stopped, and the message goes again once (design rule 8).
+        let partly = self
+            .shared
+            .store
+            .read(|c| store::deliveries::partly_written(c, &self.id))
+            .unwrap_or(false);
+        if partly && had {
+            tracing::info!(bot_id = %self.id, "the message in flight may be cut in the agent's stdin; the agent is not taken over, and the message goes again");
+        }
+        let passed = passed.filter(|_| !partly);
         let taken = match (passed, record.clone()) {
             (Some(fds), Some(h)) => self.attach(fds, h),
             (Some(fds), None) => self.attach_after_crash(fds),
@@ -368,7 +381,7 @@ impl Actor {
                 return false;
             }
         };
-        let (writer, task) = spawn_writer(stdin);
+        let (writer, task) = spawn_writer(stdin, self.message_whole());
         self.launched_env = Some(taken.env.clone());
         self.proc = Some(Proc {
             handle,

@@ -192,7 +192,12 @@ impl Actor {
                     resume = matches!(decision.start, SessionStart::Resume(_)),
                     "agent started"
                 );
-                let (stdin, writer) = handle.stdin.take().map(spawn_writer).unzip();
+                let whole = self.message_whole();
+                let (stdin, writer) = handle
+                    .stdin
+                    .take()
+                    .map(|stdin| spawn_writer(stdin, whole))
+                    .unzip();
                 let protocol_opening = protocol.opening();
                 let pid = handle.pid;
                 self.known.clear();

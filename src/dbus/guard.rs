@@ -87,6 +87,7 @@ impl<I: Interface + DescriptorMethods> Guarded<I> {
     fn checked<'c>(&'c self, msg: &'c Message, r: DispatchResult<'c>) -> DispatchResult<'c> {
         match r {
             DispatchResult::Async(f) => DispatchResult::Async(Box::pin(async move {
+                let _running = self.ctx.replies.begin();
                 let hdr = msg.header();
                 self.ctx
                     .caller
@@ -222,6 +223,7 @@ impl<I: Interface + DescriptorMethods> Interface for Guarded<I> {
                 let permit = self.ctx.detached.clone().acquire_owned().await;
                 let (ctx, msg) = (self.ctx.clone(), msg.clone());
                 tokio::spawn(async move {
+                    let _running = ctx.replies.begin();
                     work.await;
                     ctx.replies.sent(&msg.header());
                     drop(permit);
@@ -231,6 +233,7 @@ impl<I: Interface + DescriptorMethods> Interface for Guarded<I> {
         }
         if let Some(work) = self.inner.descriptor_call(msg, &name) {
             return DispatchResult::Async(Box::pin(async move {
+                let _running = self.ctx.replies.begin();
                 let hdr = msg.header();
                 self.check(&hdr)
                     .await

@@ -63,6 +63,10 @@ fn bus() -> zbus::connection::Builder<'static> {
 /// How long the publisher may take at shutdown to send what the bots published last.
 const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long botvisord, leaving the bus, waits for the calls it is running to be answered: a
+/// `Send` waits at most for its durable commit (bounded by the store's closing wait).
+const ANSWERS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How long a new connection may take to tell whether the bus still runs.
 const BUS_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -332,6 +336,11 @@ impl Service {
     /// their last changes before the owner change, then releases the name (within
     /// [`NAME_CALL_TIMEOUT`]).
     pub async fn leave(self) {
+        if !self.ctx.replies.all_sent(ANSWERS_TIMEOUT).await {
+            tracing::warn!(
+                "calls were still running after {ANSWERS_TIMEOUT:?}; their callers get no answer"
+            );
+        }
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         if let Some(flush) = &self.flush
             && flush.send(done_tx).is_ok()

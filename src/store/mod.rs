@@ -260,6 +260,11 @@ impl Store {
         let _ = self.closing_until.set(until);
     }
 
+    /// Whether the daemon is stopping (or restarting): [`Store::closing`] was called.
+    pub fn is_closing(&self) -> bool {
+        self.closing_until.get().is_some()
+    }
+
     fn closing_expired(&self) -> bool {
         self.closing_until
             .get()

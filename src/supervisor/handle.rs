@@ -97,6 +97,14 @@ impl BotHandle {
             .load(std::sync::atomic::Ordering::SeqCst)
         {
             Err(self.gone())
+        } else if self.tx.is_closed() && self.shared.store.is_closing() {
+            // The bot's actor ended because botvisord stops, or restarts and handed its agent
+            // over (issue 47): nothing was done, and the next botvisord takes the call.
+            Err(BotError::Busy(
+                "botvisord is stopping or restarting: nothing was done; call again once it is \
+                 back"
+                    .to_owned(),
+            ))
         } else if self.tx.is_closed() {
             Err(BotError::Failed(format!(
                 "the supervisor of bot {} stopped after an internal error (see the journal); \
@@ -160,11 +168,19 @@ impl BotHandle {
             },
             |item| bot::publish_item(&self.shared.publisher, &self.id, item),
         )?;
-        self.command(Command::Queued(super::core::QueuedTurn::new(
+        let queued = self.command(Command::Queued(super::core::QueuedTurn::new(
             turn_id.clone(),
             text,
-        )))?;
-        Ok(turn_id)
+        )));
+        match queued {
+            Ok(()) => Ok(turn_id),
+            // botvisord stopped or handed its agent over (issue 47) between the check above and
+            // now: the message is on record, queued, and the next botvisord delivers it once, so
+            // the caller is told it is taken. An error would make a client that sends it again
+            // send it twice (a hostile run found refused sends answered all the same).
+            Err(BotError::Busy(_)) if self.shared.store.is_closing() => Ok(turn_id),
+            Err(e) => Err(e),
+        }
     }
 
     /// Whether an agent could be started now: its working directory is a folder the daemon can

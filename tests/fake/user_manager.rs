@@ -415,6 +415,86 @@ async fn a_crash_while_a_big_message_is_written_stops_that_agent_and_the_message
     stop_and_check(&env, &um);
 }
 
+/// Sends made while botvisord restarts, from four clients at once: every `Send` that was
+/// answered with a turn id is answered by the agent once, and every one answered with an
+/// error left nothing in the chat, so that a client may send it again without a duplicate (a
+/// helper's hostile run of issue 47: 2 of 440 sends were committed and later answered while
+/// their callers were told "Message recipient disconnected from message bus without
+/// replying"; botvisord now waits for the calls it runs to be answered before it leaves).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_during_restarts_are_answered_once_or_refused_with_nothing_done() {
+    let Some((env, um)) = installed().await else {
+        return;
+    };
+    let conn = um.connect().await;
+    let bot = fake_bot(&env, &conn, json!([{"mode": "normal"}])).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for c in 0..4 {
+        let (bot, stop) = (bot.clone(), stop.clone());
+        clients.push(tokio::spawn(async move {
+            let mut results = Vec::new();
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let text = format!("c{c} m{i}");
+                let r = tokio::time::timeout(EVENT_TIMEOUT, bot.send(&text, HashMap::new()))
+                    .await
+                    .expect("a Send is answered within its bound");
+                results.push((text, r.map_err(|e| e.to_string())));
+                i += 1;
+            }
+            results
+        }));
+    }
+    for _ in 0..3 {
+        um.systemctl_ok(&["restart", "botvisord"]);
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut results = Vec::new();
+    for c in clients {
+        results.extend(c.await.unwrap());
+    }
+    let sent: Vec<&(String, Result<String, String>)> =
+        results.iter().filter(|(_, r)| r.is_ok()).collect();
+    for (_, r) in &sent {
+        let ends = turn_end(&bot, r.as_ref().unwrap()).await;
+        assert_eq!(ends.len(), 1, "a sent message's turn ends once: {ends:?}");
+    }
+    let users: Vec<String> = of_kind(&bounded("GetChat", chat(&bot)).await, "user")
+        .iter()
+        .map(|p| p["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let refused: Vec<&(String, Result<String, String>)> =
+        results.iter().filter(|(_, r)| r.is_err()).collect();
+    let done_anyway: Vec<_> = refused
+        .iter()
+        .filter(|(text, _)| users.contains(text))
+        .collect();
+    let words: std::collections::BTreeSet<&str> = refused
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().err().map(String::as_str))
+        .collect();
+    eprintln!(
+        "{} sends during 3 restarts: {} taken, {} refused: {words:?}",
+        results.len(),
+        sent.len(),
+        refused.len()
+    );
+    assert!(
+        done_anyway.is_empty(),
+        "sends told they failed were taken anyway (a retry would send them twice): \
+         {done_anyway:?}"
+    );
+    for (text, _) in &sent {
+        assert_eq!(
+            users.iter().filter(|u| *u == text).count(),
+            1,
+            "{text} is in the chat once"
+        );
+    }
+    stop_and_check(&env, &um);
+}
+
 /// Eight restarts in a row keep the agent and its turn: systemd's default start limit (5 starts
 /// in 10 s) failed the unit at the sixth, and the failed unit's fd store was emptied (a helper's
 /// hostile run of issue 47: the agent died mid-stream and its message was asked twice).

@@ -131,6 +131,10 @@ struct Actor {
     last_commit_ok: bool,
     /// The core ended the bot's supervision ([`super::core::Effect::End`]): the actor stops.
     ended: bool,
+    /// What carrying out effects told (a commit's outcome, a write's), for the core once the
+    /// effects before it are carried out: [`Actor::handle`] feeds them, so the core is never
+    /// entered from inside [`Actor::apply`].
+    told: std::collections::VecDeque<super::core::Input>,
     /// The cgroup folder of the agent's scope, once the user manager made it (issue 47): the
     /// stop's proof reads it.
     scope_dir: Arc<std::sync::Mutex<Option<std::path::PathBuf>>>,
@@ -272,6 +276,7 @@ pub fn spawn_actor(
         stop_asked: None,
         last_commit_ok: true,
         ended: false,
+        told: Default::default(),
         clean_up_asked: None,
         scope_dir: Default::default(),
         group: group_commit::Group::default(),

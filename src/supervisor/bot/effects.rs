@@ -8,8 +8,7 @@ use crate::store;
 use crate::supervisor::Property;
 use crate::supervisor::Publication;
 use crate::supervisor::core::effect::{Request, Streamed};
-use crate::supervisor::core::{Effect, Publish, Setting, State, Write};
-use std::time::Instant;
+use crate::supervisor::core::{Effect, Input, Publish, Setting, State, Write};
 
 impl Actor {
     /// Executes `effects` in order.
@@ -28,7 +27,7 @@ impl Actor {
                 },
                 Effect::ReportCommit(awaited) => {
                     let ok = self.last_commit_ok;
-                    self.handle(crate::supervisor::core::Input::Committed { awaited, ok });
+                    self.told.push_back(Input::Committed { awaited, ok });
                 }
                 Effect::ForgetKept => self.forget_kept(),
                 Effect::End => self.ended = true,
@@ -40,12 +39,8 @@ impl Actor {
                 }
                 Effect::State(state) => self.set_state(state),
                 Effect::HeldBy(by) => self.update(vec![Property::HeldBy], |v| v.held_by = by),
-                Effect::TurnEnded(turn) => self.core.turn_ended(&turn),
                 Effect::Pending(list) => {
                     self.update(vec![Property::PendingPermissions], |v| v.pending = list)
-                }
-                Effect::RestartTimer(after) => {
-                    self.core.restart_after(after, Instant::now());
                 }
                 Effect::Park(parked) => self.park(parked),
                 Effect::Pause => self.parked = true,
@@ -58,7 +53,7 @@ impl Actor {
                         .and_then(|p| p.protocol.control(&request));
                     let request_id =
                         sent.and_then(|s| self.write_lines(s.lines).then_some(s.request_id));
-                    self.handle(crate::supervisor::core::Input::ControlWritten {
+                    self.told.push_back(Input::ControlWritten {
                         request,
                         request_id,
                     });
@@ -78,7 +73,7 @@ impl Actor {
                         }
                         None => false,
                     };
-                    self.handle(crate::supervisor::core::Input::Written { ok });
+                    self.told.push_back(Input::Written { ok });
                 }
                 Effect::Send(Request::Refuse {
                     request_id,

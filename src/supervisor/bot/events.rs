@@ -220,6 +220,12 @@ impl Actor {
 
     /// Hands `input` to the core and carries out every effect it gives, in order.
     pub(super) fn handle(&mut self, input: Input) {
+        self.feed(input);
+        self.run_effects();
+    }
+
+    /// Hands `input` to the core; its effects wait for [`Actor::run_effects`].
+    fn feed(&mut self, input: Input) {
         // The fields one by one: the core changes while the facts are read.
         let facts = ActorFacts {
             id: &self.id,
@@ -230,13 +236,20 @@ impl Actor {
             parked: self.parked,
         };
         self.core.handle(Instant::now(), input, &facts);
-        self.run_effects();
     }
 
-    /// Carries out what the core asked and has not been done yet.
+    /// Carries out what the core asked and has not been done yet, in order, then hands the core
+    /// what carrying them out told ([`Actor::told`]) and carries out what that asks, until
+    /// nothing is left: the one loop that drains the core's effects.
     pub(super) fn run_effects(&mut self) {
-        while let Some(effect) = self.core.poll_effect() {
-            self.group_or_apply(effect);
+        loop {
+            while let Some(effect) = self.core.poll_effect() {
+                self.group_or_apply(effect);
+            }
+            let Some(input) = self.told.pop_front() else {
+                return;
+            };
+            self.feed(input);
         }
     }
 

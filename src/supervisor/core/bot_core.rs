@@ -63,7 +63,8 @@ pub struct BotCore {
     /// What the bot keeps from one process to the next: crashes, a forced resume, a pending
     /// restart.
     pub(super) life: Lifecycle,
-    /// When a crashed agent may start again (`Effect::RestartTimer`); `None`: no backoff.
+    /// When a crashed agent may start again (design rule 11: set after a crash's clean-up,
+    /// cleared by a client's Stop or Restart); `None`: no backoff.
     pub(super) restart_at: Option<Instant>,
     /// When the bot stops for idleness, if it stays idle.
     pub(super) idle_at: Option<Instant>,

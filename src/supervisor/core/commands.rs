@@ -160,7 +160,7 @@ impl BotCore {
                 // finds it in the chat ([`BotCore::stopped`]).
                 self.stop_note_due = !facts.parked();
                 self.restart_at = None;
-                self.emit([Effect::Park(true), Effect::RestartTimer(None)]);
+                self.emit([Effect::Park(true)]);
                 if self.held.take().is_some() {
                     self.emit(held::dropped());
                 }
@@ -273,6 +273,9 @@ impl BotCore {
                 } else if mode == RestartMode::Fresh {
                     self.emit([Effect::ForgetKept]);
                 }
+                // A backoff after a crash no longer stands: the client restarted, or the bot
+                // is parked.
+                self.restart_at = None;
                 let effects = self.life.restart_recorded(ok);
                 self.emit(effects);
             }

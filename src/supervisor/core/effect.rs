@@ -219,12 +219,8 @@ pub enum Effect {
     HeldBy(String),
     /// The bot's `State`.
     State(State),
-    /// The turn's watchdogs stop (it ended or went back to the queue).
-    TurnEnded(String),
     /// The `PendingPermissions` property: `(request_id, tool, input_json)` of each open prompt.
     Pending(Vec<(String, String, String)>),
-    /// Start the agent again after this backoff (design rule 11); `None` cancels a backoff.
-    RestartTimer(Option<std::time::Duration>),
     /// Park the bot (`true`: waiting messages wait for a client's Send or Restart) or let it go;
     /// recorded, so a daemon restart keeps it.
     Park(bool),

@@ -87,7 +87,7 @@ impl BotCore {
                 self.conversation_not_found(&session_id)
             }
             RuntimeEvent::CutRefused { error } => self.cut_refused(&error),
-            RuntimeEvent::OpenFailed { error } => self.open_failed(&error, facts),
+            RuntimeEvent::OpenFailed { error } => self.open_failed(now, &error, facts),
             RuntimeEvent::SessionInUse { session_id } => {
                 if let Some(p) = self.process.as_mut() {
                     tracing::info!(%session_id, "session id already in use");
@@ -203,7 +203,7 @@ impl BotCore {
     }
 
     /// The CLI could not open its conversation.
-    fn open_failed(&mut self, error: &str, facts: &dyn Facts) {
+    fn open_failed(&mut self, now: Instant, error: &str, facts: &dyn Facts) {
         if facts.held_elsewhere(error) {
             // Another process took the conversation between the look for a holder and this
             // open (design rule 7): the message waits, and the next start finds the holder
@@ -212,9 +212,9 @@ impl BotCore {
             tracing::info!(%error, "the conversation is open in another process");
             self.turns.unwritten();
             let waiting = self.turns.waiting();
+            self.restart_at = Some(now + super::held::LOOK_EVERY * 2);
             self.emit([
                 Effect::Queued(waiting),
-                Effect::RestartTimer(Some(super::held::LOOK_EVERY * 2)),
                 Effect::Stop(StopReason::OpenFailed),
             ]);
             return;

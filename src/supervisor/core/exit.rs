@@ -452,8 +452,11 @@ impl BotCore {
         if let Some(text) = crashed {
             let (holders, _) = facts.watchers();
             let limits = facts.exit_settings().crash_limits;
-            let effects = self.life.crashed(now, limits, &self.turns, holders, &text);
-            self.emit(effects);
+            let crashed = self.life.crashed(now, limits, &self.turns, holders, &text);
+            if let Some(after) = crashed.backoff {
+                self.restart_at = Some(now + after);
+            }
+            self.emit(crashed.effects);
         }
     }
 }

@@ -127,6 +127,15 @@ pub enum RestartMode {
     Fork,
 }
 
+/// What follows a crash's clean-up ([`Lifecycle::crashed`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Crashed {
+    /// What is said and shown.
+    pub effects: Vec<Effect>,
+    /// The agent starts again after this backoff (design rule 11); `None`: it does not.
+    pub backoff: Option<std::time::Duration>,
+}
+
 /// What the bot keeps from one process to the next.
 #[derive(Debug, Clone, Default)]
 pub struct Lifecycle {
@@ -288,7 +297,7 @@ impl Lifecycle {
     /// client sends or restarts, begins a new conversation and forgets the old one then (rule 5).
     pub fn restart_recorded(&mut self, committed: bool) -> Vec<Effect> {
         if !committed {
-            return vec![Effect::RestartTimer(None), Effect::Park(true)];
+            return vec![Effect::Park(true)];
         }
         self.forget_pending = None;
         self.crashes.clear();
@@ -300,7 +309,6 @@ impl Lifecycle {
             .then(Publish::LastError(String::new()));
         let mut effects: Vec<Effect> = c.build().into_iter().collect();
         effects.extend([
-            Effect::RestartTimer(None),
             Effect::Park(false),
             Effect::State(State::Stopped),
             Effect::Start,
@@ -421,7 +429,7 @@ impl Lifecycle {
         turns: &Turns,
         holders: usize,
         text: &str,
-    ) -> Vec<Effect> {
+    ) -> Crashed {
         let needed = !turns.queue.is_empty() || holders > 0;
         let waiting = turns.waiting();
         match self
@@ -436,7 +444,10 @@ impl Lifecycle {
                 );
                 let mut effects = vec![said_error(&text, Some("crash_loop"))];
                 effects.extend(failed(waiting));
-                effects
+                Crashed {
+                    effects,
+                    backoff: None,
+                }
             }
             AfterCrash::Restart { backoff, count } => {
                 self.restart_pending = true;
@@ -454,9 +465,12 @@ impl Lifecycle {
                         "in_s": backoff.as_secs_f64(),
                     }),
                 );
-                vec![Effect::RestartTimer(Some(backoff)), note]
+                Crashed {
+                    effects: vec![note],
+                    backoff: Some(backoff),
+                }
             }
-            AfterCrash::Wait => Vec::new(),
+            AfterCrash::Wait => Crashed::default(),
         }
     }
 }

@@ -228,7 +228,7 @@ fn held(
     let inflight = turns.inflight.take()?;
     let turn_id = inflight.turn.id.clone();
     let limit = Some((hold.kind.clone(), hold.resets_at));
-    let mut effects = vec![Effect::TurnEnded(turn_id.clone())];
+    let mut effects = Vec::new();
     // The hold is recorded with the requeued turn, in one commit: a message never goes back to
     // the queue without the hold that keeps it from being sent into the limit again.
     let mut c = CommitBuilder::default();

@@ -245,6 +245,9 @@ impl BotCore {
                 request_id,
             } => self.control_written(now, request, request_id, facts),
         }
+        // A turn's watchdogs end with the turn, whichever input ended it.
+        self.watch
+            .in_flight(self.turns.inflight.as_ref().map(|i| i.turn.id.as_str()));
     }
 
     /// The next effect to carry out, in order; `None` when all were given.

@@ -120,7 +120,6 @@ impl BotCore {
                     .into_iter()
                     .collect();
                 effects.push(taken::recovered_end(&inf.turn.id, None));
-                effects.push(Effect::TurnEnded(inf.turn.id.clone()));
                 effects.push(Effect::State(State::Idle));
                 effects.push(Effect::Queued(self.turns.waiting()));
                 self.emit(effects);

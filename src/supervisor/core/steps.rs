@@ -153,19 +153,9 @@ impl BotCore {
         self.held = Some(held);
     }
 
-    /// A crash's backoff: the agent may start again `after` from `now` (`None`: no backoff).
-    pub fn restart_after(&mut self, after: Option<Duration>, now: Instant) {
-        self.restart_at = after.map(|d| now + d);
-    }
-
     /// A usage limit recorded by an earlier run holds again for `wait` from `now`.
     pub fn limit_for(&mut self, wait: Duration, now: Instant) {
         self.limit_until = Some(now + wait);
-    }
-
-    /// The turn `turn` ended: its watchdogs end with it.
-    pub fn turn_ended(&mut self, turn: &str) {
-        self.watch.turn_ended(turn);
     }
 
     /// What the conversation had cost when the CLI last told it (`None`: never told), so that it

@@ -57,9 +57,14 @@ impl<T: Copy + Ord> Watchdogs<T> {
         self.interrupt = deadline.map(|d| (turn.to_owned(), d));
     }
 
-    /// A turn ended (any outcome): an interrupt sent for it is settled.
-    pub fn turn_ended(&mut self, turn: &str) {
-        if self.interrupt.as_ref().is_some_and(|(t, _)| t == turn) {
+    /// The turn in flight is now `in_flight` (`None`: none): an interrupt sent for a turn that
+    /// is no longer in flight (it ended, any outcome, or went back to the queue) is settled.
+    pub fn in_flight(&mut self, in_flight: Option<&str>) {
+        if self
+            .interrupt
+            .as_ref()
+            .is_some_and(|(t, _)| Some(t.as_str()) != in_flight)
+        {
             self.interrupt = None;
         }
     }
@@ -141,15 +146,18 @@ mod tests {
     }
 
     #[test]
-    fn an_interrupt_is_settled_by_its_own_turn_only() {
+    fn an_interrupt_is_settled_once_its_turn_is_no_longer_in_flight() {
         let mut w = Watchdogs::default();
         w.interrupt_sent("t1", Some(5));
-        w.turn_ended("t0");
+        w.in_flight(Some("t1"));
         assert_eq!(w.next(), Some(5));
         assert_eq!(w.expired(5), vec![Expired::Interrupt("t1".into())]);
         w.interrupt_sent("t2", Some(8));
-        w.turn_ended("t2");
+        w.in_flight(None);
         assert!(w.expired(100).is_empty());
+        w.interrupt_sent("t3", Some(9));
+        w.in_flight(Some("t4"));
+        assert!(w.expired(100).is_empty(), "another turn is in flight");
     }
 
     #[test]

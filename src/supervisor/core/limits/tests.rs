@@ -138,7 +138,7 @@ fn the_refused_message_goes_back_first_and_the_bot_holds() {
     assert!(t.inflight.is_none());
     let ids: Vec<&str> = t.queue.iter().map(|q| q.id.as_str()).collect();
     assert_eq!(ids, ["a", "b"], "in the order sent, the refused one first");
-    let Effect::Commit { writes, publish } = &effects[1] else {
+    let Effect::Commit { writes, publish } = &effects[0] else {
         panic!("{effects:?}");
     };
     assert_eq!(writes[0], Write::TurnRequeued("a".into()));
@@ -150,8 +150,8 @@ fn the_refused_message_goes_back_first_and_the_bot_holds() {
     );
     assert!(writes.contains(&Write::Limit(Some(("five_hour".into(), 1_796_200_214)))));
     assert!(publish.contains(&Publish::Limit(Some(("five_hour".into(), 1_796_200_214)))));
-    assert_eq!(effects[2], Effect::State(State::Limited));
-    assert_eq!(effects[3], Effect::Queued(2));
+    assert_eq!(effects[1], Effect::State(State::Limited));
+    assert_eq!(effects[2], Effect::Queued(2));
     assert!(
         refused(&mut t, &report, false, NOW, 0, TIMES).is_none(),
         "nothing in flight"

@@ -98,11 +98,7 @@ impl Turns {
                 outcome,
             });
         }
-        let mut effects = Vec::new();
-        if let Some(t) = &turn_id {
-            effects.push(Effect::TurnEnded(t.clone()));
-        }
-        effects.extend(c.build());
+        let mut effects: Vec<Effect> = c.build().into_iter().collect();
         effects.push(Effect::Queued(self.waiting()));
         Ended {
             effects,

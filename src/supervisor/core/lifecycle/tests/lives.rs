@@ -8,38 +8,30 @@ fn rule_11_a_needed_agent_restarts_after_a_backoff_and_a_crash_loop_fails_the_bo
     let t0 = Instant::now();
     let waiting = in_flight(false);
     let first = life.crashed(t0, LIMITS, &waiting, 0, "boom");
-    assert!(first.contains(&Effect::RestartTimer(Some(Duration::from_millis(250)))));
-    assert!(has_item(&first, "system", "restart_pending"));
+    assert_eq!(first.backoff, Some(Duration::from_millis(250)));
+    assert!(has_item(&first.effects, "system", "restart_pending"));
     assert!(life.restart_pending);
     life.started();
     assert!(!life.restart_pending);
     life.crashed(t0 + Duration::from_secs(1), LIMITS, &waiting, 0, "boom");
     let loop_ = life.crashed(t0 + Duration::from_secs(2), LIMITS, &waiting, 0, "boom");
-    assert!(has_item(&loop_, "error", "crash_loop"));
-    assert!(has_item(&loop_, "system", "failed_with_queue"));
-    assert_eq!(states(&loop_), [State::Failed]);
-    assert!(
-        !loop_
-            .iter()
-            .any(|e| matches!(e, Effect::RestartTimer(Some(_))))
-    );
+    assert!(has_item(&loop_.effects, "error", "crash_loop"));
+    assert!(has_item(&loop_.effects, "system", "failed_with_queue"));
+    assert_eq!(states(&loop_.effects), [State::Failed]);
+    assert_eq!(loop_.backoff, None);
 }
 
 #[test]
 fn rule_11_an_agent_nobody_needs_is_not_restarted_after_a_crash() {
     let mut life = Lifecycle::default();
     let none = Turns::default();
-    assert!(
-        life.crashed(Instant::now(), LIMITS, &none, 0, "boom")
-            .is_empty()
+    assert_eq!(
+        life.crashed(Instant::now(), LIMITS, &none, 0, "boom"),
+        Crashed::default()
     );
     assert!(!life.restart_pending);
     let held = life.crashed(Instant::now(), LIMITS, &none, 1, "boom");
-    assert!(
-        held.iter()
-            .any(|e| matches!(e, Effect::RestartTimer(Some(_)))),
-        "a bot a client holds is restarted"
-    );
+    assert!(held.backoff.is_some(), "a bot a client holds is restarted");
 }
 
 #[test]
@@ -54,7 +46,7 @@ fn rule_11_a_succeeded_turn_restarts_the_backoff_from_its_first_step() {
         [Effect::State(State::Idle)]
     );
     let next = life.crashed(t0, LIMITS, &none, 1, "boom");
-    assert!(next.contains(&Effect::RestartTimer(Some(Duration::from_millis(250)))));
+    assert_eq!(next.backoff, Some(Duration::from_millis(250)));
 }
 
 #[test]
@@ -337,7 +329,6 @@ fn a_restart_clears_the_crash_count_and_a_fresh_one_forgets_the_conversation_fir
     assert_eq!(
         then[1..],
         [
-            Effect::RestartTimer(None),
             Effect::Park(false),
             Effect::State(State::Stopped),
             Effect::Start

@@ -365,15 +365,10 @@ impl Actor {
         next
     }
 
-    /// A plan's limit or the login no longer holds: the bot goes on, unless its cost is at the
-    /// budget in force ([`super::core::budget::hold_over`]).
+    /// A plan's limit or the login no longer holds (`Input::HoldLifted`).
     fn hold_over(&mut self) {
-        let (cost, budget) = {
-            let v = self.view.read().unwrap_or_else(|p| p.into_inner());
-            (v.record.spend.cost_nanos, v.budget())
-        };
         let running = self.proc.is_some();
-        self.apply(super::core::budget::hold_over(running, cost, budget));
+        self.handle(super::core::Input::HoldLifted { running });
     }
 
     async fn run(
@@ -392,12 +387,13 @@ impl Actor {
         {
             tracing::error!(bot_id = %self.id, error = %e, "cannot recover the bot's turns");
         }
-        self.core.attempt_recorded(self.record().attempt_cut);
-        self.resume_limit();
+        let record = self.record();
+        self.handle(super::core::Input::Began {
+            attempt_cut: record.attempt_cut,
+            conversation_cost: record.conversation_cost,
+            running: self.proc.is_some(),
+        });
         self.follow_credentials();
-        // What the conversation had cost when last told: not counted again (core::spend).
-        self.core
-            .conversation_cost_known(self.record().conversation_cost);
         self.pump().await;
         loop {
             tokio::select! {

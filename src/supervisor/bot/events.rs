@@ -64,6 +64,31 @@ impl Facts for ActorFacts<'_> {
         )
     }
 
+    fn conversation_holds(&self, inf: &Inflight) -> bool {
+        let record = self.view().record.clone();
+        let env = bot_env(&self.shared.config, &record);
+        self.shared.runtime.conversation_has_message(
+            &env,
+            Path::new(&record.cwd),
+            &inf.session,
+            &inf.turn.text,
+            inf.written,
+        )
+    }
+
+    fn left_taken(
+        &self,
+        turn: &crate::supervisor::core::QueuedTurn,
+        session: &str,
+        since: std::time::SystemTime,
+    ) -> Option<TakenTurn> {
+        let record = self.view().record.clone();
+        let env = bot_env(&self.shared.config, &record);
+        self.shared
+            .runtime
+            .taken_turn(&env, Path::new(&record.cwd), session, &turn.text, since)
+    }
+
     fn fatal_reason(&self, text: &str) -> Option<&'static str> {
         self.shared.runtime.fatal_reason(text)
     }

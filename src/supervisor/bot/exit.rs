@@ -5,7 +5,6 @@
 use super::Actor;
 use crate::process::ExitInfo;
 use crate::supervisor::core::Input;
-use std::time::Instant;
 
 impl Actor {
     /// The process exited without being asked to.
@@ -26,12 +25,5 @@ impl Actor {
             self.clean_up_after_exit(root_pid, why).await;
             self.handle(Input::CleanedUp);
         }
-    }
-
-    /// What every end of a process means for the actor, whatever the exit
-    /// ([`crate::supervisor::core::BotCore::process_gone`]).
-    pub(super) fn process_gone(&mut self) {
-        self.core.process_gone(Instant::now());
-        self.run_effects();
     }
 }

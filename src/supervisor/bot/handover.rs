@@ -24,6 +24,7 @@ use crate::process::identity::{Liveness, identify, liveness};
 use crate::store::{self, handovers::Handover};
 use crate::supervisor::Property;
 use crate::supervisor::core::Effect;
+use crate::supervisor::core::Input;
 use crate::supervisor::core::lifecycle::Run;
 use crate::supervisor::core::prompts::Prompt;
 use crate::systemd::fdstore::Role;
@@ -180,7 +181,7 @@ impl Actor {
     /// record ([`crate::runtime::Runtime::reopen`]); its stream read on from the next whole line
     /// (what the killed botvisord read and did not handle is lost from it, and read back from
     /// the conversation's file when the turn ends silent:
-    /// [`crate::supervisor::core::BotCore::reattached_after_crash`]).
+    /// [`crate::supervisor::core::Input::TakenOver`], `crashed`).
     fn attach_after_crash(&mut self, fds: BTreeMap<Role, OwnedFd>) -> bool {
         if crate::systemd::life::keeper().is_none() {
             return false;
@@ -282,10 +283,12 @@ impl Actor {
         }
         let mut run = Run::new(start);
         run.turn_began = !left.running.is_empty();
-        let effects =
-            self.core
-                .reattached_after_crash(std::time::Instant::now(), run, left, &session);
-        self.apply(effects);
+        self.handle(Input::TakenOver {
+            run,
+            left,
+            session,
+            crashed: true,
+        });
         self.find_scope();
         tracing::info!(bot_id = %self.id, pid, "took over the agent a killed botvisord left running");
         true
@@ -343,8 +346,12 @@ impl Actor {
             .session_id
             .or_else(|| run.start.session_id().map(str::to_owned))
             .unwrap_or_default();
-        let effects = self.core.reattached(run, left, &session);
-        self.apply(effects);
+        self.handle(Input::TakenOver {
+            run,
+            left,
+            session,
+            crashed: false,
+        });
         self.find_scope();
         tracing::info!(bot_id = %self.id, pid, invocation = %h.invocation, "took over the agent the previous botvisord handed over");
         true

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::Actor;
 use crate::runtime::Holder;
+use crate::supervisor::core::Input;
 use crate::supervisor::core::held::{self, Held};
 
 impl Actor {
@@ -22,8 +23,6 @@ impl Actor {
             command: holder.command,
             look_at: Instant::now() + held::LOOK_EVERY,
         };
-        let effects = held::held(&h);
-        self.core.hold(h);
-        self.apply(effects);
+        self.handle(Input::HolderFound(h));
     }
 }

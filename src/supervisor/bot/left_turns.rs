@@ -5,7 +5,6 @@ use super::Actor;
 use crate::store;
 use crate::supervisor::BotError;
 use crate::supervisor::core::left_turns::{Left, LeftRunning};
-use std::path::Path;
 
 impl Actor {
     /// At daemon start, after the previous run's processes were stopped: every turn it left
@@ -14,18 +13,7 @@ impl Actor {
     /// [`left_turns::recover`]: crate::supervisor::core::left_turns::recover
     pub(super) fn recover(&mut self) -> Result<(), BotError> {
         let left = self.left()?;
-        let record = self.record();
-        let env = self.build_env(&record);
-        let runtime = self.shared.runtime.clone();
-        let effects = self.core.recover(
-            left,
-            record.session_id.as_deref(),
-            self.shared.config.redo_limit,
-            |turn: &crate::supervisor::core::QueuedTurn, session: &str, since| {
-                runtime.taken_turn(&env, Path::new(&record.cwd), session, &turn.text, since)
-            },
-        );
-        self.apply(effects);
+        self.handle(crate::supervisor::core::Input::Recover(left));
         Ok(())
     }
 

@@ -251,28 +251,12 @@ impl Actor {
                 proof: PROOF,
             });
             self.read_verdict(pid, why, &v);
-            let recorded = self.record().session_id;
-            let holds = self.conversation_holds();
-            let effects = self.core.stop_gave_up(recorded.as_deref(), holds);
-            self.apply(effects);
+            self.handle(Input::StopGaveUp);
             return Some(v);
         };
         tracing::info!(bot_id = %self.id, pid, status = %info, "agent stopped");
         self.proc.take()?;
-        let mut core_proc = self.core.take_process()?;
-        self.process_gone();
-        self.apply(std::mem::take(&mut core_proc.controls).at_exit());
-        let recorded = self.record().session_id;
-        let (exists, look) = (self.transcript_check(), self.conversation_look());
-        let effects = self.core.stopped_process(
-            &core_proc.run,
-            why,
-            recorded.as_deref(),
-            exists,
-            look,
-            self.shared.config.redo_limit,
-        );
-        self.apply(effects);
+        self.handle(Input::ProcessStopped { why });
         let v = self.clean_up_after_exit(pid, why).await;
         self.handle(Input::StopEnded);
         Some(v)

@@ -59,11 +59,6 @@ impl BotCore {
         self.attempt.clone()
     }
 
-    /// The failed attempt recorded by an earlier run (`bots.attempt_cut`), at the actor's start.
-    pub fn attempt_recorded(&mut self, cut: Option<Cut>) {
-        self.attempt = cut;
-    }
-
     /// A process started with `launched` (its resume's cut, `None` for none) and `resumed`
     /// (whether it resumes the recorded conversation): a start that is not a resume leaves the
     /// attempt in a conversation no longer used, so it ends.

@@ -389,7 +389,7 @@ const AGENT_STOPPED: &str = "The agent stopped before this request was answered.
 impl BotCore {
     /// What every end of a process means, whatever the exit: no watchdog, no `ProcessId`, no open
     /// prompt, no streamed message, no interrupt under way, no limit seen.
-    pub fn process_gone(&mut self, now: Instant) {
+    pub(super) fn process_gone(&mut self, now: Instant) {
         self.watch.process_gone();
         self.emit([
             Effect::ProcessGone,

@@ -14,7 +14,7 @@ use crate::supervisor::core::QueuedTurn;
 use crate::supervisor::core::decide::{self, LeftTurn, TurnOutcome, UnreplayedFate};
 
 /// What the previous run left in the store for one bot.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Left {
     /// Permission requests it left unanswered: `(request_id, tool)`.
     pub open_prompts: Vec<(String, String)>,
@@ -26,7 +26,7 @@ pub struct Left {
 }
 
 /// A turn the previous run left `running`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LeftRunning {
     /// The turn and its text.
     pub turn: QueuedTurn,

@@ -91,6 +91,53 @@ pub enum Input {
         /// Its name, when it has one.
         reason: Option<&'static str>,
     },
+    /// The agent the previous botvisord handed over (`crashed: false`), or one a killed
+    /// botvisord left running (`crashed: true`, issue 47), runs on as `run` in conversation
+    /// `session`; `left` is what the store holds of the bot's turns
+    /// ([`BotCore::reattached`]).
+    TakenOver {
+        /// The process as the previous botvisord knew it.
+        run: super::run::Run,
+        /// The bot's turns on record.
+        left: super::left_turns::Left,
+        /// The conversation it writes to.
+        session: String,
+        /// The previous botvisord was killed, not stopped.
+        crashed: bool,
+    },
+    /// At the daemon's start, no agent taken over: the turns the previous daemon left are
+    /// settled or delivered once ([`super::left_turns::recover`], design rule 8).
+    Recover(super::left_turns::Left),
+    /// The bot's supervision begins (after [`Input::TakenOver`] or [`Input::Recover`]): the
+    /// failed attempt on record (`bots.attempt_cut`) and what the conversation had cost when the
+    /// CLI last told it are the core's again, and a usage limit on record holds again until its
+    /// reset ([`super::limits::resumed`]); `running`: an agent runs.
+    Began {
+        /// The attempt a resume must cut (design rule 8).
+        attempt_cut: Option<crate::runtime::Cut>,
+        /// The conversation and its cost in nano-dollars (not counted again, [`super::spend`]).
+        conversation_cost: Option<(String, u64)>,
+        /// Whether an agent runs.
+        running: bool,
+    },
+    /// A start found the conversation held by another process: no process starts; the bot
+    /// waits for it (design rule 7, [`super::held`]).
+    HolderFound(super::held::Held),
+    /// A plan's limit or the login no longer holds: the bot goes on, unless its cost is at the
+    /// budget in force ([`super::budget::hold_over`]); `running`: an agent runs.
+    HoldLifted {
+        /// Whether an agent runs.
+        running: bool,
+    },
+    /// A stop gave up on a process that would not exit ([`super::lifecycle::Lifecycle::stop_gave_up`]).
+    StopGaveUp,
+    /// The process a stop ended (asked for `why`) is gone: the core forgets it, its open
+    /// control requests end, and its message in flight is settled
+    /// ([`super::lifecycle::Lifecycle::stopped`]).
+    ProcessStopped {
+        /// Why the stop was asked.
+        why: super::stop::StopReason,
+    },
     /// The message the core asked to write ([`super::effect::Request::Message`]) was written to
     /// the agent's stdin (`ok`), or could not be (the process went, its stdin closed).
     Written {
@@ -179,6 +226,17 @@ pub trait Facts {
     fn state(&self) -> super::State;
     /// What an exit asks of the configuration.
     fn exit_settings(&self) -> super::exit::ExitSettings;
+    /// Whether the conversation the message in flight went to holds it (the runtime's
+    /// transcript, written since the message was; design rule 8).
+    fn conversation_holds(&self, inflight: &Inflight) -> bool;
+    /// What the conversation `session` holds of the message of `turn`, written since `since`
+    /// (issue 25): what a turn the previous daemon left became.
+    fn left_taken(
+        &self,
+        turn: &super::turns::QueuedTurn,
+        session: &str,
+        since: std::time::SystemTime,
+    ) -> Option<TakenTurn>;
 }
 
 impl BotCore {
@@ -244,6 +302,53 @@ impl BotCore {
                 request,
                 request_id,
             } => self.control_written(now, request, request_id, facts),
+            Input::TakenOver {
+                run,
+                left,
+                session,
+                crashed,
+            } => {
+                let effects = self.reattached(run, left, &session);
+                if crashed && self.turns.inflight.is_some() {
+                    self.crash_look = Some(now + super::reattach::CRASH_LOOK);
+                }
+                self.emit(effects);
+            }
+            Input::Recover(left) => {
+                let recorded = facts.recorded();
+                let redo_limit = facts.exit_settings().redo_limit;
+                let effects = super::left_turns::recover(
+                    &mut self.turns,
+                    left,
+                    recorded.as_deref(),
+                    redo_limit,
+                    |turn, session, since| facts.left_taken(turn, session, since),
+                );
+                self.emit(effects);
+            }
+            Input::Began {
+                attempt_cut,
+                conversation_cost,
+                running,
+            } => self.began(now, attempt_cut, conversation_cost, running, facts),
+            Input::HolderFound(held) => {
+                self.emit(super::held::held(&held));
+                self.held = Some(held);
+            }
+            Input::HoldLifted { running } => {
+                let (cost, budget, _) = facts.spend();
+                self.emit(super::budget::hold_over(running, cost, budget));
+            }
+            Input::StopGaveUp => {
+                let recorded = facts.recorded();
+                let effects = super::lifecycle::Lifecycle::stop_gave_up(
+                    &mut self.turns,
+                    recorded.as_deref(),
+                    |i| facts.conversation_holds(i),
+                );
+                self.emit(effects);
+            }
+            Input::ProcessStopped { why } => self.process_stopped(now, why, facts),
         }
         // A turn's watchdogs end with the turn, whichever input ended it.
         self.watch

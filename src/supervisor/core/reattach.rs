@@ -18,7 +18,7 @@ use super::turns::Inflight;
 /// How long an agent taken over after botvisord was killed may be silent, with a turn in flight,
 /// before its conversation's file is read for the turn's end: the killed botvisord may have read
 /// the turn's last lines and never handled them.
-pub const CRASH_LOOK: Duration = Duration::from_secs(5);
+pub(super) const CRASH_LOOK: Duration = Duration::from_secs(5);
 
 impl BotCore {
     /// What the previous botvisord knew of its running process, for the next one
@@ -32,7 +32,7 @@ impl BotCore {
     /// items in the chat counted; else a message written to it and not yet replayed (the first
     /// of `left.queued` with a delivery) is in flight, unreplayed; every other waiting message
     /// waits, in order. Nothing is settled and nothing is said: for the user nothing happened.
-    pub fn reattached(&mut self, run: Run, left: Left, session: &str) -> Vec<Effect> {
+    pub(super) fn reattached(&mut self, run: Run, left: Left, session: &str) -> Vec<Effect> {
         self.process = Some(Process {
             run,
             controls: Controls::default(),
@@ -77,23 +77,6 @@ impl BotCore {
             Effect::State(if busy { State::Busy } else { State::Idle }),
             Effect::Queued(self.turns.waiting()),
         ]
-    }
-
-    /// [`BotCore::reattached`] for an agent a killed botvisord left (issue 47): what that one read
-    /// and did not handle is lost from the stream, so while the turn goes on silent the
-    /// conversation's file is looked at every [`CRASH_LOOK`] ([`BotCore::look_after_crash`]).
-    pub fn reattached_after_crash(
-        &mut self,
-        now: Instant,
-        run: Run,
-        left: Left,
-        session: &str,
-    ) -> Vec<Effect> {
-        let effects = self.reattached(run, left, session);
-        if self.turns.inflight.is_some() {
-            self.crash_look = Some(now + CRASH_LOOK);
-        }
-        effects
     }
 
     /// The agent spoke: the look after a crash waits again, or ends with the turn.

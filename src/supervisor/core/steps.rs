@@ -1,26 +1,25 @@
-//! The steps the shell carries out between inputs that still ask the core on the way: a launch
-//! (which conversation, then the process as the core knows it), a delivery (the next message,
-//! where it goes on record first, whether it was written), the end of a stop, recovery at the
-//! daemon's start, and the deadlines the shell sets from what it read. Each is a method of
-//! [`BotCore`], so the shell names what it does and never reaches into the core's state.
+//! The steps the shell still carries out between inputs and asks the core on the way (issue 48
+//! has them become inputs): the pump's plan, a launch (which conversation, then the process as
+//! the core knows it), a delivery (the next message, where it goes on record first, whether it
+//! was written) and the idle deadline; with the handlers of [`super::Input::Began`] and
+//! [`super::Input::ProcessStopped`]. Each is a method of [`BotCore`], so the shell names what it
+//! does and never reaches into the core's state.
 
 use std::time::{Duration, Instant, SystemTime};
 
 use super::bot_core::{BotCore, Process};
 use super::control::Controls;
 use super::effect::{Awaited, CommitBuilder, Effect, Request, Write};
-use super::held::Held;
 use super::idle::{self, Activity};
-use super::left_turns::{self, Left};
 use super::lifecycle::{Lifecycle, Run};
+use super::limits;
 use super::machine::{Bounds, Facts};
 use super::pump::{self, ProcessNow, PumpFacts, PumpPlan};
 use super::start::StartDecision;
 use super::state::State;
 use super::stop::StopReason;
-use super::turns::{Inflight, QueuedTurn};
 use crate::process::identity::ProcessIdentity;
-use crate::runtime::{SessionStart, TakenTurn};
+use crate::runtime::SessionStart;
 
 /// What only the shell knows when it asks for the pump's plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,16 +147,6 @@ impl BotCore {
         }
     }
 
-    /// Another process holds the conversation: the bot waits for it ([`super::held`]).
-    pub fn hold(&mut self, held: Held) {
-        self.held = Some(held);
-    }
-
-    /// A usage limit recorded by an earlier run holds again for `wait` from `now`.
-    pub fn limit_for(&mut self, wait: Duration, now: Instant) {
-        self.limit_until = Some(now + wait);
-    }
-
     /// What the conversation had cost when the CLI last told it (`None`: never told), so that it
     /// is not counted again ([`super::spend`]).
     pub fn conversation_cost_known(&mut self, cost: Option<(String, u64)>) {
@@ -177,49 +166,49 @@ impl BotCore {
             && (busy || self.background_tasks > 0)
     }
 
-    /// A stop gave up on a process that would not exit ([`Lifecycle::stop_gave_up`]).
-    pub fn stop_gave_up(
+    /// [`Input::Began`](super::Input::Began).
+    pub(super) fn began(
         &mut self,
-        recorded: Option<&str>,
-        holds: impl FnOnce(&Inflight) -> bool,
-    ) -> Vec<Effect> {
-        Lifecycle::stop_gave_up(&mut self.turns, recorded, holds)
+        now: Instant,
+        attempt_cut: Option<crate::runtime::Cut>,
+        conversation_cost: Option<(String, u64)>,
+        running: bool,
+        facts: &dyn Facts,
+    ) {
+        self.attempt = attempt_cut;
+        self.turns.meter.conversation = conversation_cost;
+        let Some((kind, resets_at)) = facts.hold() else {
+            return;
+        };
+        let (cost, budget, _) = facts.spend();
+        let (_, times) = facts.limit_settings();
+        match limits::resumed(&kind, resets_at, facts.unix_now(), times, cost, budget) {
+            limits::Resumed::Wait(wait) => self.limit_until = Some(now + wait),
+            limits::Resumed::Credentials | limits::Resumed::Budget => {}
+            limits::Resumed::Lift => self.emit(limits::lifted(running)),
+        }
     }
 
-    /// The stopped process as the core knew it, taken: it is gone.
-    pub fn take_process(&mut self) -> Option<Process> {
-        self.process.take()
-    }
-
-    /// What a process that was stopped for `why` leaves ([`Lifecycle::stopped`]).
-    pub fn stopped_process(
-        &mut self,
-        run: &Run,
-        why: StopReason,
-        recorded: Option<&str>,
-        transcript_exists: impl Fn(&str) -> bool,
-        look: impl FnOnce(&Inflight) -> Option<TakenTurn>,
-        redo_limit: u32,
-    ) -> Vec<Effect> {
-        Lifecycle::stopped(
-            run,
+    /// [`Input::ProcessStopped`](super::Input::ProcessStopped): what every end of a process
+    /// means ([`BotCore::process_gone`]), its control requests ended, then what the process left
+    /// ([`Lifecycle::stopped`]).
+    pub(super) fn process_stopped(&mut self, now: Instant, why: StopReason, facts: &dyn Facts) {
+        let process = self.process.take();
+        self.process_gone(now);
+        let Some(mut process) = process else {
+            return;
+        };
+        self.emit(std::mem::take(&mut process.controls).at_exit());
+        let recorded = facts.recorded();
+        let effects = Lifecycle::stopped(
+            &process.run,
             &mut self.turns,
             why,
-            recorded,
-            transcript_exists,
-            look,
-            redo_limit,
-        )
-    }
-
-    /// At the daemon's start: the turns the previous daemon left ([`left_turns::recover`]).
-    pub fn recover(
-        &mut self,
-        left: Left,
-        recorded: Option<&str>,
-        redo_limit: u32,
-        look: impl FnMut(&QueuedTurn, &str, SystemTime) -> Option<TakenTurn>,
-    ) -> Vec<Effect> {
-        left_turns::recover(&mut self.turns, left, recorded, redo_limit, look)
+            recorded.as_deref(),
+            |id| facts.transcript_exists(id),
+            |i| facts.taken_turn(i),
+            facts.exit_settings().redo_limit,
+        );
+        self.emit(effects);
     }
 }

@@ -51,6 +51,17 @@ impl Facts for Told {
     fn taken_turn(&self, _: &Inflight) -> Option<TakenTurn> {
         None
     }
+    fn conversation_holds(&self, _: &Inflight) -> bool {
+        false
+    }
+    fn left_taken(
+        &self,
+        _: &crate::supervisor::core::QueuedTurn,
+        _: &str,
+        _: std::time::SystemTime,
+    ) -> Option<TakenTurn> {
+        None
+    }
     fn fatal_reason(&self, _: &str) -> Option<&'static str> {
         self.fatal
     }

@@ -354,14 +354,13 @@ fn issue_31_a_lease_asking_a_warm_start_launches_a_stopped_agent_once() {
     };
     assert!(!core.pump_plan(ready).start);
     // Once: the agent that stops later is not started again by the same lease.
-    core.take_process();
+    stopped(&mut core, &facts);
     assert!(!core.pump_plan(shell).start, "started once");
 
     // Asked while an agent runs: nothing to warm.
     let mut core = running();
     lease(&mut core, 1, true);
-    core.take_process();
-    assert!(!core.pump_plan(shell).start);
+    assert!(!core.life.warm_start, "nothing to warm");
 
     // The last lease ends before the start: dropped.
     let mut core = BotCore::new(Duration::from_millis(50));
@@ -377,4 +376,16 @@ fn issue_31_a_lease_asking_a_warm_start_launches_a_stopped_agent_once() {
     core.handle(now, Input::Command(Cmd::Stop), &facts);
     drain(&mut core);
     assert!(!core.pump_plan(shell).start);
+}
+
+/// A stop the shell carried out ended: the process is gone.
+fn stopped(core: &mut BotCore, facts: &Told) {
+    core.handle(
+        Instant::now(),
+        Input::ProcessStopped {
+            why: StopReason::Stop,
+        },
+        facts,
+    );
+    drain(core);
 }

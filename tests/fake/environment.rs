@@ -10,16 +10,28 @@ use zbus::Variant;
 use support::*;
 
 /// The environment of process `pid`, as `/proc/PID/environ` has it.
-fn environ(pid: u32) -> HashMap<String, String> {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .unwrap_or_default()
-        .split(|b| *b == 0)
-        .filter_map(|kv| {
-            let kv = String::from_utf8_lossy(kv);
-            kv.split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        })
-        .collect()
+async fn environ(pid: u32) -> HashMap<String, String> {
+    // The agent's own program may still be in its exec (the fake CLI is a script that execs its
+    // interpreter): its environment reads empty until the exec is done. Read again until it is
+    // there.
+    bounded("the agent's environment", async {
+        loop {
+            let env: HashMap<String, String> = std::fs::read(format!("/proc/{pid}/environ"))
+                .unwrap_or_default()
+                .split(|b| *b == 0)
+                .filter_map(|kv| {
+                    let kv = String::from_utf8_lossy(kv);
+                    kv.split_once('=')
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                })
+                .collect();
+            if !env.is_empty() {
+                return env;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await
 }
 
 /// Waits until the bot's agent is another process than `old` (0: any), and returns its pid.
@@ -66,7 +78,7 @@ async fn one_variable_is_set_or_unset_and_the_rest_kept() {
         .unwrap();
     // An idle agent takes it at once: restarted on its conversation.
     let agent = new_agent(&bot, first).await;
-    let seen = environ(agent);
+    let seen = environ(agent).await;
     assert_eq!(seen.get("TOKEN").map(String::as_str), Some("new"));
     assert_eq!(
         seen.get("KEEP").map(String::as_str),
@@ -140,7 +152,7 @@ async fn a_busy_agent_takes_a_new_environment_once_its_turn_is_interrupted() {
     let now = bot.process_id().await.unwrap();
     assert_ne!(now, agent, "the agent restarted once its turn ended");
     assert_eq!(
-        environ(now).get("ROTATED").map(String::as_str),
+        environ(now).await.get("ROTATED").map(String::as_str),
         Some("1"),
         "with the new environment"
     );

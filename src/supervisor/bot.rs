@@ -135,6 +135,8 @@ struct Actor {
     /// effects before it are carried out: [`Actor::handle`] feeds them, so the core is never
     /// entered from inside [`Actor::apply`].
     told: std::collections::VecDeque<super::core::Input>,
+    /// Effects are being carried out ([`Actor::run_effects`]): an input waits in `told`.
+    applying: bool,
     /// The cgroup folder of the agent's scope, once the user manager made it (issue 47): the
     /// stop's proof reads it.
     scope_dir: Arc<std::sync::Mutex<Option<std::path::PathBuf>>>,
@@ -277,6 +279,7 @@ pub fn spawn_actor(
         last_commit_ok: true,
         ended: false,
         told: Default::default(),
+        applying: false,
         clean_up_asked: None,
         scope_dir: Default::default(),
         group: group_commit::Group::default(),

@@ -27,7 +27,7 @@ impl Actor {
                 },
                 Effect::ReportCommit(awaited) => {
                     let ok = self.last_commit_ok;
-                    self.told.push_back(Input::Committed { awaited, ok });
+                    self.handle(Input::Committed { awaited, ok });
                 }
                 Effect::ForgetKept => self.forget_kept(),
                 Effect::End => self.ended = true,
@@ -45,6 +45,7 @@ impl Actor {
                 Effect::Park(parked) => self.park(parked),
                 Effect::Pause => self.parked = true,
                 Effect::Start => self.start(),
+                Effect::Spawn(decision) => self.spawn(decision),
                 Effect::Send(Request::Control(request)) => {
                     let sent = self
                         .proc
@@ -53,7 +54,7 @@ impl Actor {
                         .and_then(|p| p.protocol.control(&request));
                     let request_id =
                         sent.and_then(|s| self.write_lines(s.lines).then_some(s.request_id));
-                    self.told.push_back(Input::ControlWritten {
+                    self.handle(Input::ControlWritten {
                         request,
                         request_id,
                     });
@@ -73,7 +74,7 @@ impl Actor {
                         }
                         None => false,
                     };
-                    self.told.push_back(Input::Written { ok });
+                    self.handle(Input::Written { ok });
                 }
                 Effect::Send(Request::Refuse {
                     request_id,

@@ -243,8 +243,15 @@ impl Actor {
         }
     }
 
-    /// Hands `input` to the core and carries out every effect it gives, in order.
+    /// Hands `input` to the core and carries out every effect it gives, in order. Called while
+    /// effects are being carried out (an effect's own step told something: a launch, a park),
+    /// `input` waits in [`Actor::told`] for the effects before it: the core is never entered
+    /// from inside an effect.
     pub(super) fn handle(&mut self, input: Input) {
+        if self.applying {
+            self.told.push_back(input);
+            return;
+        }
         self.feed(input);
         self.run_effects();
     }
@@ -267,15 +274,20 @@ impl Actor {
     /// what carrying them out told ([`Actor::told`]) and carries out what that asks, until
     /// nothing is left: the one loop that drains the core's effects.
     pub(super) fn run_effects(&mut self) {
+        if self.applying {
+            return;
+        }
+        self.applying = true;
         loop {
             while let Some(effect) = self.core.poll_effect() {
                 self.group_or_apply(effect);
             }
             let Some(input) = self.told.pop_front() else {
-                return;
+                break;
             };
             self.feed(input);
         }
+        self.applying = false;
     }
 
     /// The `PlanLimit` the CLI told, shown to clients.

@@ -8,7 +8,7 @@ use crate::runtime::LaunchSpec;
 use crate::runtime::SessionStart;
 use crate::store::BotRecord;
 use crate::supervisor::Property;
-use crate::supervisor::core::lifecycle;
+use crate::supervisor::core::start::StartDecision;
 use crate::supervisor::core::steps::PumpShell;
 use crate::supervisor::core::stop::StopReason;
 use crate::supervisor::core::{Input, State};
@@ -103,20 +103,30 @@ impl Actor {
             self.start_refused(format!("cannot start the agent: {e}"), Some(reason));
             return;
         }
+        self.restore_conversation(&env, Path::new(&record.cwd));
+        let runtime = &self.shared.runtime;
+        self.handle(Input::LaunchChecked {
+            can_resume: runtime.can_resume(),
+            fresh: runtime.fresh_start(),
+            runtime: runtime.name(),
+        });
+    }
+
+    /// Launches the agent on the conversation `decision` names ([`Effect::Spawn`]).
+    ///
+    /// [`Effect::Spawn`]: crate::supervisor::core::Effect::Spawn
+    pub(super) fn spawn(&mut self, decision: StartDecision) {
+        let record = self.record();
+        let program = match self.shared.runtime.binary() {
+            Ok(p) => p,
+            Err(e) => {
+                self.start_refused(format!("cannot start the agent: {e}"), None);
+                return;
+            }
+        };
+        let env = self.build_env(&record);
         let cwd = Path::new(&record.cwd);
-        self.restore_conversation(&env, cwd);
         let runtime = self.shared.runtime.clone();
-        let decision = self.core.start_decision(
-            record.session_id.as_deref(),
-            runtime.can_resume(),
-            |id| runtime.transcript_exists(&env, cwd, id),
-            || runtime.fresh_start(),
-        );
-        if let Some((old, reason)) = &decision.forget {
-            let effect = lifecycle::forget_at_start(old, reason, self.shared.runtime.name());
-            let committed = self.apply(vec![effect]);
-            self.core.start_forgot(committed);
-        }
         // One writer per conversation on the whole machine (rule 7): a conversation another
         // process holds is waited for; a fork leaves it alone.
         if let SessionStart::Resume(id) = &decision.start
@@ -154,16 +164,21 @@ impl Actor {
         };
         // What the conversation had cost when its last process ended: the process counts on
         // from it, so a turn's cost is only its own (issue 46; a new conversation from 0).
-        if let Some(session) = decision.start.session_id().filter(|_| !decision.fork) {
-            let baseline = match &decision.start {
-                SessionStart::Resume(id) => runtime.cost_baseline(&env, cwd, id),
-                _ => None,
-            };
-            self.core.conversation_cost_known(Some((
-                session.to_owned(),
-                baseline.map_or(0, crate::supervisor::core::spend::nanos),
-            )));
-        }
+        let conversation_cost =
+            decision
+                .start
+                .session_id()
+                .filter(|_| !decision.fork)
+                .map(|session| {
+                    let baseline = match &decision.start {
+                        SessionStart::Resume(id) => runtime.cost_baseline(&env, cwd, id),
+                        _ => None,
+                    };
+                    (
+                        session.to_owned(),
+                        baseline.map_or(0, crate::supervisor::core::spend::nanos),
+                    )
+                });
         let cmd = self.shared.runtime.command(program, &spec);
         let mut protocol = self.shared.runtime.open(&spec);
         self.generation += 1;
@@ -218,7 +233,11 @@ impl Actor {
                 });
                 self.update(vec![Property::ProcessId], |v| v.process_id = pid);
                 let identity = identify(pid).ok();
-                self.handle(Input::Launched { decision, identity });
+                self.handle(Input::Launched {
+                    decision,
+                    identity,
+                    conversation_cost,
+                });
                 self.write_lines(protocol_opening);
             }
             Err(e) => {

@@ -58,6 +58,8 @@ pub struct Process {
 pub struct BotCore {
     /// The running process, if one runs (the shell holds its handle, pipes and protocol).
     pub(super) process: Option<Process>,
+    /// A launch decided and waiting for its forget's commit ([`super::effect::Awaited::Forget`]).
+    pub(super) launching: Option<super::start::StartDecision>,
     /// The queue and the message in flight.
     pub(super) turns: Turns,
     /// What the bot keeps from one process to the next: crashes, a forced resume, a pending
@@ -124,6 +126,7 @@ impl BotCore {
             turns: Turns::default(),
             life: Lifecycle::default(),
             restart_at: None,
+            launching: None,
             idle_at: None,
             last_used: None,
             snapshots: Snapshots::default(),

@@ -258,6 +258,12 @@ impl BotCore {
     pub(super) fn committed(&mut self, awaited: Awaited, ok: bool) {
         match awaited {
             Awaited::Delivery => self.delivery_committed(ok),
+            Awaited::Forget => {
+                self.life.start_forgot(ok);
+                if let Some(decision) = self.launching.take() {
+                    self.emit([Effect::Spawn(decision)]);
+                }
+            }
             Awaited::Delete => {
                 if ok {
                     tracing::info!("bot deleted");

@@ -229,6 +229,11 @@ pub enum Effect {
     Pause,
     /// Start the agent now (a client's Restart).
     Start,
+    /// Launch the agent on the conversation `decision` names (design rule 2): the shell looks
+    /// for another process holding a resumed conversation (then [`super::Input::HolderFound`]),
+    /// readies the conversation's files, spawns the CLI, and answers
+    /// [`super::Input::Launched`] or [`super::Input::LaunchFailed`].
+    Spawn(super::start::StartDecision),
     /// Write this to the running CLI.
     Send(Request),
     /// Stop the running process (design rule 9), once the input's other effects are carried out.
@@ -286,6 +291,9 @@ pub enum Awaited {
     /// Where the message in flight goes (`Write::Delivery`): once durable it is written, never
     /// before (design rule 8).
     Delivery,
+    /// A launch's forget of the conversation it leaves (design rule 5): the launch goes on
+    /// either way ([`super::Input::LaunchChecked`]).
+    Forget,
 }
 
 /// Builds the effects of one commit: collects writes and publications in order.

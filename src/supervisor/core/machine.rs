@@ -74,6 +74,19 @@ pub enum Input {
         /// The wall clock now.
         now: std::time::SystemTime,
     },
+    /// The agent may be launched: its binary, environment and sandbox were checked and
+    /// botvisor's copy of the conversation put back. The core decides which conversation it
+    /// starts or resumes (design rule 2, `BotCore::start_decision`); a conversation it leaves is
+    /// forgotten on record first ([`super::effect::Awaited::Forget`]); then
+    /// [`super::effect::Effect::Spawn`].
+    LaunchChecked {
+        /// Whether the runtime can resume a conversation.
+        can_resume: bool,
+        /// How the runtime starts a new conversation (`Runtime::fresh_start`).
+        fresh: crate::runtime::SessionStart,
+        /// The runtime's name, for the words of a forget.
+        runtime: &'static str,
+    },
     /// The agent was launched as `decision` said (its root is `identity`, when it could be read):
     /// the process as the core knows it begins, on record by identity (design rule 9), with its
     /// start watchdog, and the bot is `idle`.
@@ -82,6 +95,10 @@ pub enum Input {
         decision: super::start::StartDecision,
         /// The root process, by identity.
         identity: Option<crate::process::identity::ProcessIdentity>,
+        /// The conversation and what it had cost when its last process ended, in nano-dollars:
+        /// the process counts on from it, so a turn's cost is only its own (issue 46; `None`: a
+        /// fork or a conversation the CLI names).
+        conversation_cost: Option<(String, u64)>,
     },
     /// The agent could not be launched (`text` says why in words; `reason` names it, as
     /// `bubblewrap_missing`): said, and the bot pauses until a client sends or restarts.
@@ -287,8 +304,20 @@ impl BotCore {
             Input::Committed { awaited, ok } => self.committed(awaited, ok),
             Input::CleanedUp => self.cleaned_up(now, facts),
             Input::Deliver { session, now } => self.deliver(&session, now),
-            Input::Launched { decision, identity } => {
+            Input::LaunchChecked {
+                can_resume,
+                fresh,
+                runtime,
+            } => self.launch_checked(can_resume, fresh, runtime, facts),
+            Input::Launched {
+                decision,
+                identity,
+                conversation_cost,
+            } => {
                 self.used(now);
+                if conversation_cost.is_some() {
+                    self.turns.meter.conversation = conversation_cost;
+                }
                 self.launched(now, decision, identity, facts)
             }
             Input::LaunchFailed { text, reason } => {

@@ -69,10 +69,38 @@ impl BotCore {
         self.turns.inflight.is_some()
     }
 
+    /// [`Input::LaunchChecked`](super::Input::LaunchChecked): which conversation the launch
+    /// starts or resumes, and the forget of one it leaves, committed before the spawn.
+    pub(super) fn launch_checked(
+        &mut self,
+        can_resume: bool,
+        fresh: SessionStart,
+        runtime: &str,
+        facts: &dyn Facts,
+    ) {
+        let recorded = facts.recorded();
+        let decision = self.start_decision(
+            recorded.as_deref(),
+            can_resume,
+            |id| facts.transcript_exists(id),
+            || fresh.clone(),
+        );
+        match &decision.forget {
+            Some((old, reason)) => {
+                self.emit([
+                    super::records::forget_at_start(old, reason, runtime),
+                    Effect::ReportCommit(Awaited::Forget),
+                ]);
+                self.launching = Some(decision);
+            }
+            None => self.emit([Effect::Spawn(decision)]),
+        }
+    }
+
     /// Which conversation a launch starts or resumes (design rule 2,
     /// [`Lifecycle::start_decision`]); the first waiting message, when it is asked again, cuts
     /// its unanswered attempt out (issue 25).
-    pub fn start_decision(
+    pub(super) fn start_decision(
         &mut self,
         recorded: Option<&str>,
         can_resume: bool,
@@ -87,11 +115,6 @@ impl BotCore {
             .or_else(|| self.attempt_cut());
         self.life
             .start_decision(recorded, can_resume, transcript_exists, fresh, cut.as_ref())
-    }
-
-    /// The forget a start decision asked for was carried out (`committed`: durably).
-    pub fn start_forgot(&mut self, committed: bool) {
-        self.life.start_forgot(committed);
     }
 
     /// `Input::Launched`: a new process as the core knows it, its root on record by identity,
@@ -145,12 +168,6 @@ impl BotCore {
             let text = i.turn.text.clone();
             self.emit([Effect::Send(Request::Message { text })]);
         }
-    }
-
-    /// What the conversation had cost when the CLI last told it (`None`: never told), so that it
-    /// is not counted again ([`super::spend`]).
-    pub fn conversation_cost_known(&mut self, cost: Option<(String, u64)>) {
-        self.turns.meter.conversation = cost;
     }
 
     /// After every input: an idle bot (`activity`, [`BotCore::activity`]) gets a fresh idle

@@ -172,6 +172,7 @@ fn launched_on_s(identity: Option<crate::process::identity::ProcessIdentity>) ->
             fork: false,
         },
         identity,
+        conversation_cost: None,
     }
 }
 

@@ -389,3 +389,60 @@ fn stopped(core: &mut BotCore, facts: &Told) {
     );
     drain(core);
 }
+
+#[test]
+fn rule_5_a_launch_that_leaves_a_conversation_spawns_only_once_its_forget_was_committed() {
+    let now = Instant::now();
+    let facts = Told {
+        recorded: Some("s".into()),
+        ..Told::default()
+    };
+    let checked = || Input::LaunchChecked {
+        can_resume: false,
+        fresh: SessionStart::New("n".into()),
+        runtime: "codex",
+    };
+    let mut core = BotCore::new(Duration::from_millis(50));
+    core.handle(now, checked(), &facts);
+    let first = drain(&mut core);
+    assert!(
+        matches!(&first[..], [Effect::Commit { writes, .. }, Effect::ReportCommit(Awaited::Forget)]
+            if writes.first() == Some(&Write::Session(None))),
+        "the forget is committed and awaited first: {first:?}"
+    );
+    for ok in [false, true] {
+        let mut core = BotCore::new(Duration::from_millis(50));
+        core.handle(now, checked(), &facts);
+        drain(&mut core);
+        core.handle(
+            now,
+            Input::Committed {
+                awaited: Awaited::Forget,
+                ok,
+            },
+            &facts,
+        );
+        let then = drain(&mut core);
+        assert!(
+            matches!(&then[..], [Effect::Spawn(d)]
+                if d.start == SessionStart::New("n".into()) && d.forget.is_some()),
+            "the launch goes on, forget committed or not ({ok}): {then:?}"
+        );
+    }
+    // Nothing to leave: the spawn at once.
+    let mut core = BotCore::new(Duration::from_millis(50));
+    core.handle(
+        now,
+        Input::LaunchChecked {
+            can_resume: true,
+            fresh: SessionStart::New("n".into()),
+            runtime: "claude",
+        },
+        &facts,
+    );
+    let at_once = drain(&mut core);
+    assert!(
+        matches!(&at_once[..], [Effect::Spawn(d)] if d.start == SessionStart::Resume("s".into())),
+        "{at_once:?}"
+    );
+}

@@ -320,7 +320,7 @@ impl BotObject {
     /// Errors: Busy (the working directory is gone), RuntimeUnavailable, InvalidArgument (`fresh`
     /// and `fork` together), NotSupported (`fork` on a runtime that cannot fork).
     async fn restart(&self, options: Options) -> Result<()> {
-        use crate::supervisor::core::lifecycle::RestartMode;
+        use crate::supervisor::core::RestartMode;
         let mut r = OptionReader::new("Restart", &options);
         let fresh = r.boolean("fresh")?.unwrap_or(false);
         let fork = r.boolean("fork")?.unwrap_or(false);

@@ -4,7 +4,7 @@
 //! process it opens a [`Protocol`] object ([`protocol`]) that reads and writes that process's
 //! stdin/stdout and keeps its correlation state. Everything specific to one CLI lives in that
 //! CLI's folder ([`claude`]); the supervisor only sees [`RuntimeEvent`]s. The resume decision of design rule 2
-//! is [`crate::supervisor::core::start::decide_start`], the one function every launch goes
+//! is `crate::supervisor::core::start::decide_start`, the one function every launch goes
 //! through.
 
 pub mod binary;
@@ -56,7 +56,7 @@ pub enum ForgetReason {
     OnlyUnanswered,
     /// A client's fresh Restart asked to leave it, and its forget is not on record yet
     /// (`supervisor::core::lifecycle::Lifecycle::start_decision`; never from
-    /// [`crate::supervisor::core::start::decide_start`]).
+    /// `crate::supervisor::core::start::decide_start`).
     FreshRestart,
 }
 

@@ -35,7 +35,6 @@ use tokio::sync::mpsc;
 
 use super::core::BotCore;
 pub use super::core::State;
-use super::core::lifecycle;
 use super::core::stop::StopReason;
 pub use super::view::{BotView, update_view};
 use super::{BotError, BotHandle, Command, Publication, Publisher, Shared};
@@ -70,7 +69,7 @@ struct Proc {
     /// Its protocol: lines in and out, request ids, the conversation it holds.
     protocol: Box<dyn crate::runtime::Protocol>,
     /// Its descendants when the turn in flight began (its replay): what an interrupted turn
-    /// started is what is new since ([`crate::supervisor::core::interrupt`]). `None` before
+    /// started is what is new since (`crate::supervisor::core::interrupt`). `None` before
     /// the replay: what the agent starts at launch (MCP servers) is not the turn's.
     before_turn: Option<Vec<ProcessIdentity>>,
     /// Samples its resource use while the bot is active; dropped with it.
@@ -164,7 +163,7 @@ pub(crate) fn forget_session(handle: &BotHandle, reason: &str) -> Result<(), Bot
     let Some(old) = handle.snapshot().record.session_id else {
         return Ok(());
     };
-    let payload = lifecycle::forget_payload(&old, reason, &lifecycle::fresh_restart_text(&old));
+    let payload = super::core::forget_payload(&old, reason, &super::core::fresh_restart_text(&old));
     let shared = &handle.shared;
     shared.store.tx_now_then(
         |tx| {
@@ -197,7 +196,7 @@ pub struct Loaded {
 
 /// Starts the actor of a bot. Loaded at the daemon's start, the agent the previous daemon
 /// handed over is taken over (issue 47); otherwise the turns it left are settled once or
-/// delivered once ([`super::core::left_turns`]).
+/// delivered once (`super::core::left_turns`).
 pub fn spawn_actor(
     record: BotRecord,
     runtime: Arc<dyn Runtime>,
@@ -331,8 +330,8 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 
 /// The waits around a usage limit's reset the configuration sets (`limit_margin_s`,
 /// `limit_retry_s`).
-fn limit_times(config: &Config) -> crate::supervisor::core::limits::LimitTimes {
-    crate::supervisor::core::limits::LimitTimes {
+fn limit_times(config: &Config) -> crate::supervisor::core::LimitTimes {
+    crate::supervisor::core::LimitTimes {
         margin: Duration::from_secs_f64(config.limit_margin_s),
         retry: Duration::from_secs_f64(config.limit_retry_s),
     }

@@ -2,7 +2,7 @@
 //! (design rule 1), and queue a command for the bot's actor, which applies them in order
 //! (rule 7). Its methods never wait for the actor.
 
-use super::core::lifecycle::RestartMode;
+use super::core::RestartMode;
 use crate::supervisor::Property;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};

@@ -177,9 +177,9 @@ pub enum Command {
     /// Apply a setting (already persisted) to the running process, if any.
     ApplyLive(ControlRequest),
     /// Stop and start again, on the conversation, a new one or a copy.
-    Restart(core::lifecycle::RestartMode),
+    Restart(core::RestartMode),
     /// The set of clients holding the bot changed, or a client holding it asked again; `warm`:
-    /// the lease asked for a warm start (issue 31, [`core::commands::Cmd::Leases`]).
+    /// the lease asked for a warm start (issue 31, [`core::Cmd::Leases`]).
     HoldersChanged {
         /// A warm start was asked.
         warm: bool,

@@ -95,11 +95,11 @@ pub struct BotView {
     /// The agent's resource use, last sampled ([`process::usage::Usage::UNKNOWN`] when none).
     pub usage: process::usage::Usage,
     /// The process outside botvisor that holds the conversation while the bot waits for it
-    /// (`core::held::Held::describe`; empty: none).
+    /// (`core::Held::describe`; empty: none).
     pub held_by: String,
     /// What the bot does, as far as idleness goes, as its actor saw it after its last input
     /// (not published: the supervisor's order under memory pressure reads it, issue 31).
-    pub activity: crate::supervisor::core::idle::Activity,
+    pub activity: crate::supervisor::core::Activity,
     /// When the bot was last used (`core::evict`; `None`: not in this daemon run).
     pub last_used: Option<std::time::Instant>,
 }
@@ -109,7 +109,7 @@ impl BotView {
     /// `State` says `login_required`).
     pub fn limit_kind(&self) -> &str {
         match &self.record.limit {
-            Some((k, _)) if k != crate::supervisor::core::limits::LOGIN => k,
+            Some((k, _)) if k != crate::supervisor::core::LOGIN => k,
             _ => "",
         }
     }

@@ -3,9 +3,9 @@
 
 use super::Actor;
 use crate::supervisor::Command;
+use crate::supervisor::core::Cmd;
 use crate::supervisor::core::Input;
-use crate::supervisor::core::commands::Cmd;
-use crate::supervisor::core::lifecycle::RestartMode;
+use crate::supervisor::core::RestartMode;
 use crate::supervisor::core::stop::StopReason;
 use crate::supervisor::core::{Publish, Write};
 

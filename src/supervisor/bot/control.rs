@@ -1,5 +1,5 @@
 //! Lines to the running CLI's stdin: messages, control requests (design rule 6, decided in
-//! [`crate::supervisor::core::control`]) and answers.
+//! `crate::supervisor::core::control`) and answers.
 
 use super::Actor;
 

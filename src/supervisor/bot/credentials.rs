@@ -16,7 +16,6 @@ use tokio::sync::mpsc;
 
 use super::Actor;
 use crate::supervisor::Command;
-use crate::supervisor::core::limits;
 
 /// How often the credentials file is looked at without an inotify event.
 pub const POLL: Duration = Duration::from_secs(2);
@@ -144,7 +143,7 @@ impl Actor {
         let held = self
             .record()
             .limit
-            .is_some_and(|(kind, _)| kind == limits::LOGIN);
+            .is_some_and(|(kind, _)| kind == crate::supervisor::core::LOGIN);
         if !held {
             self.credentials = None;
             return;
@@ -202,7 +201,7 @@ impl Actor {
         let held = self
             .record()
             .limit
-            .is_some_and(|(kind, _)| kind == limits::LOGIN);
+            .is_some_and(|(kind, _)| kind == crate::supervisor::core::LOGIN);
         if !held {
             return;
         }
@@ -210,7 +209,7 @@ impl Actor {
         self.credentials = None;
         self.hold_over();
         if self.proc.is_some() {
-            use crate::supervisor::core::{Input, commands::Cmd, lifecycle::RestartMode};
+            use crate::supervisor::core::{Cmd, Input, RestartMode};
             self.handle(Input::Command(Cmd::Restart {
                 mode: RestartMode::Resume,
                 by_client: false,

@@ -7,8 +7,8 @@ use super::Actor;
 use crate::store;
 use crate::supervisor::Property;
 use crate::supervisor::Publication;
-use crate::supervisor::core::effect::{Request, Streamed};
 use crate::supervisor::core::{Effect, Input, Publish, Setting, State, Write};
+use crate::supervisor::core::{Request, Streamed};
 
 impl Actor {
     /// Executes `effects` in order.
@@ -97,7 +97,7 @@ impl Actor {
                 Effect::InterruptEnded(turn) => {
                     if let Some(before) = self.proc.as_mut().and_then(|p| p.before_turn.take()) {
                         let now = self.agent_descendants();
-                        let left = crate::supervisor::core::interrupt::left_by_turn(&before, now);
+                        let left = crate::supervisor::core::left_by_turn(&before, now);
                         if !left.is_empty() {
                             self.left_by_interrupt = Some((turn, left));
                         }

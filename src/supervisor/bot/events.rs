@@ -10,9 +10,9 @@ use super::{Actor, BotView, Next, Proc, Shared, bot_env};
 use crate::process::ProcEvent;
 use crate::process::identity::{Liveness, ProcessIdentity, liveness};
 use crate::runtime::{LimitReport, TakenTurn};
-use crate::supervisor::core::exit::ExitSettings;
-use crate::supervisor::core::lifecycle::CrashLimits;
-use crate::supervisor::core::limits::LimitTimes;
+use crate::supervisor::core::CrashLimits;
+use crate::supervisor::core::ExitSettings;
+use crate::supervisor::core::LimitTimes;
 use crate::supervisor::core::{Bounds, Facts, Inflight, Input};
 
 /// What the core asks while it handles an input, answered from the bot's view, its shared

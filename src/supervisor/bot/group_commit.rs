@@ -10,7 +10,7 @@
 //! follows it is read as before, one line at a time.
 
 use super::Actor;
-use crate::supervisor::core::effect::Streamed;
+use crate::supervisor::core::Streamed;
 use crate::supervisor::core::{Effect, Publish, Write};
 
 /// The most stdout lines read into one group: the actor's commands wait meanwhile.

@@ -25,7 +25,7 @@ use crate::store::{self, handovers::Handover};
 use crate::supervisor::Property;
 use crate::supervisor::core::Effect;
 use crate::supervisor::core::Input;
-use crate::supervisor::core::lifecycle::Run;
+use crate::supervisor::core::Run;
 use crate::supervisor::core::prompts::Prompt;
 use crate::systemd::fdstore::Role;
 

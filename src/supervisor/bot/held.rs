@@ -1,13 +1,13 @@
 //! A conversation another process holds (design rule 7, issue 25): the shell finds the holder
 //! before a resume ([`crate::runtime::Runtime::holder`]), watches it by identity, and carries out
-//! what [`held`] says.
+//! what `held` says.
 
 use std::time::Instant;
 
 use super::Actor;
 use crate::runtime::Holder;
+use crate::supervisor::core::Held;
 use crate::supervisor::core::Input;
-use crate::supervisor::core::held::{self, Held};
 
 impl Actor {
     /// A start found `session_id` held by `holder`: no process starts; the bot waits for it.
@@ -21,7 +21,7 @@ impl Actor {
             identity: holder.identity,
             what: holder.what,
             command: holder.command,
-            look_at: Instant::now() + held::LOOK_EVERY,
+            look_at: Instant::now() + crate::supervisor::core::LOOK_EVERY,
         };
         self.handle(Input::HolderFound(h));
     }

@@ -1,4 +1,4 @@
-//! Idle stop (design rules 12 and 13; decided in [`crate::supervisor::core::idle`], the deadline
+//! Idle stop (design rules 12 and 13; decided in `crate::supervisor::core::idle`, the deadline
 //! handled by the core as a timeout).
 
 use super::Actor;
@@ -15,11 +15,10 @@ impl Actor {
     }
 
     /// After every event: an idle bot gets a fresh deadline, a busy one none
-    /// ([`idle_deadline`]); the view keeps what the bot does and when it was last used,
+    /// (`idle_deadline`); the view keeps what the bot does and when it was last used,
     /// for the supervisor's order under memory pressure (issue 31, `core::evict`), written only
     /// when it changed.
     ///
-    /// [`idle_deadline`]: crate::supervisor::core::idle::idle_deadline
     pub(super) fn rearm_idle(&mut self) {
         let activity = self.core.activity(&self.facts());
         self.core

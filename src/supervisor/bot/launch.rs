@@ -8,8 +8,8 @@ use crate::runtime::LaunchSpec;
 use crate::runtime::SessionStart;
 use crate::store::BotRecord;
 use crate::supervisor::Property;
-use crate::supervisor::core::start::StartDecision;
-use crate::supervisor::core::steps::PumpShell;
+use crate::supervisor::core::PumpShell;
+use crate::supervisor::core::StartDecision;
 use crate::supervisor::core::stop::StopReason;
 use crate::supervisor::core::{Input, State};
 use std::collections::BTreeMap;
@@ -17,7 +17,7 @@ use std::path::Path;
 
 impl Actor {
     /// Starts a process when messages wait, and feeds it the next message when it is free
-    /// ([`pump`](crate::supervisor::core::pump::pump) decides).
+    /// (`pump` decides).
     pub(super) async fn pump(&mut self) {
         let plan = self.core.pump_plan(PumpShell {
             parked: self.parked,

@@ -1,16 +1,15 @@
 //! Start-up recovery after a daemon crash: the shell reads what the previous run left and carries
-//! out [`left_turns::recover`](crate::supervisor::core::left_turns::recover) (design rule 8).
+//! out `left_turns::recover` (design rule 8).
 
 use super::Actor;
 use crate::store;
 use crate::supervisor::BotError;
-use crate::supervisor::core::left_turns::{Left, LeftRunning};
+use crate::supervisor::core::{Left, LeftRunning};
 
 impl Actor {
     /// At daemon start, after the previous run's processes were stopped: every turn it left
-    /// open is settled or delivered once ([`left_turns::recover`]).
+    /// open is settled or delivered once (`left_turns::recover`).
     ///
-    /// [`left_turns::recover`]: crate::supervisor::core::left_turns::recover
     pub(super) fn recover(&mut self) -> Result<(), BotError> {
         let left = self.left()?;
         self.handle(crate::supervisor::core::Input::Recover(left));

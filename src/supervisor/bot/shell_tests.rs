@@ -314,7 +314,7 @@ async fn a_fresh_restart_forgets_the_conversation_before_the_next_agent_starts()
     sh.until("turn success", &[]).await;
     assert_eq!(sh.bot.snapshot().record.session_id.as_deref(), Some("s1"));
     sh.bot
-        .restart(crate::supervisor::core::lifecycle::RestartMode::Fresh)
+        .restart(crate::supervisor::core::RestartMode::Fresh)
         .unwrap();
     sh.bot.send("second".into()).unwrap();
     let seen = sh

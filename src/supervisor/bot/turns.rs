@@ -4,7 +4,6 @@
 use super::Actor;
 use crate::process;
 use crate::process::identity::ProcessIdentity;
-use crate::supervisor::core::interrupt;
 use std::time::Duration;
 
 impl Actor {
@@ -15,7 +14,7 @@ impl Actor {
         tracing::info!(bot_id = %self.id, turn_id = %turn, count = left.len(), "stopping what the interrupted turn left running");
         let grace = Duration::from_secs_f64(self.shared.config.stop_grace_s);
         let stopped = process::stop::stop_by_identity(&left, grace).await;
-        let note = interrupt::stopped_note(&stopped);
+        let note = crate::supervisor::core::stopped_note(&stopped);
         if note["survivors"].as_array().is_some_and(|s| !s.is_empty()) {
             tracing::warn!(bot_id = %self.id, turn_id = %turn, "{}", note["text"]);
         }

@@ -22,7 +22,7 @@ impl Actor {
             .is_some()
     }
 
-    /// The bot waits for its login (a hold of kind `core::limits::LOGIN`).
+    /// The bot waits for its login (a hold of kind `core::LOGIN`).
     pub(super) fn limit_holds_login(&self) -> bool {
         self.view
             .read()
@@ -30,7 +30,7 @@ impl Actor {
             .record
             .limit
             .as_ref()
-            .is_some_and(|(k, _)| k == crate::supervisor::core::limits::LOGIN)
+            .is_some_and(|(k, _)| k == crate::supervisor::core::LOGIN)
     }
 
     pub(super) fn record(&self) -> BotRecord {

@@ -45,11 +45,13 @@ impl Crashes {
     }
 
     /// How many crashes are remembered.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.at.len()
     }
 
     /// Whether none is.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.at.is_empty()
     }

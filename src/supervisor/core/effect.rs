@@ -339,6 +339,7 @@ impl CommitBuilder {
 }
 
 /// Every row the commits among `effects` write, in order.
+#[cfg(test)]
 pub fn writes(effects: &[Effect]) -> impl Iterator<Item = &Write> {
     effects
         .iter()
@@ -350,6 +351,7 @@ pub fn writes(effects: &[Effect]) -> impl Iterator<Item = &Write> {
 }
 
 /// The turns `effects` end, with their outcomes, in order (`Write::TurnFinished`).
+#[cfg(test)]
 pub fn finished_turns(effects: &[Effect]) -> Vec<(String, TurnOutcome)> {
     writes(effects)
         .filter_map(|w| match w {

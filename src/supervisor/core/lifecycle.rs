@@ -10,10 +10,7 @@ use serde_json::json;
 
 use super::crash::{AfterCrash, Crashes};
 use super::effect::{CommitBuilder, Effect, Publish, Write};
-pub use super::records::{
-    failed, forget, forget_at_start, forget_payload, fresh_restart_text, item, said_error,
-    start_refused,
-};
+use super::records::{failed, forget, fresh_restart_text, item, said_error};
 pub use super::run::Run;
 use super::start::{StartDecision, decide_start, with_cut};
 use super::stop::StopReason;

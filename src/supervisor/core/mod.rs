@@ -16,10 +16,17 @@
 //! `records`, `due`); what a client changes (`commands`, `control`, `adopt`, `worktree`); and
 //! conditions that hold a bot (`limits`, `budget`, `spend`, `state`).
 //!
-//! Not yet one door (issue 48): beside [`BotCore::handle`] the shell still calls `steps.rs`'s
-//! methods and some free functions (`decide`, `limits`, `spend`) and applies their results
-//! itself. The state is the core's alone (`docs/architecture.md`, "Where a bot's state
-//! changes").
+//! One door (issue 48): the modules are private, and what the rest of the crate may name is the
+//! list of `pub use` below: the machine ([`BotCore`], [`Input`], [`Effect`], [`Facts`],
+//! [`State`], [`Cmd`]), what its inputs and effects carry, the questions that change nothing
+//! (`steps.rs`: the pump's plan, the bot's activity), and two pure decisions on what only the
+//! shell sees (what an interrupt left running). Every change to the bot's core state is an input
+//! to [`BotCore::handle`], but the idle deadline ([`BotCore::rearm_idle`], re-armed once per
+//! turn of the actor's loop). Six modules stay public because the rest of the crate decides
+//! with them outside any one bot's machine: [`spend`] (money and tokens, also the store's),
+//! [`prompts`] (the prompt book clients answer through), [`stop`] (the stop sequence the shell
+//! carries out), [`worktree`] and [`adopt`] (at a bot's creation and deletion) and [`evict`]
+//! (which bot the supervisor stops under memory pressure).
 //!
 //! The core is self-contained: it names no shell (`supervisor::bot`, the store, D-Bus, the
 //! configuration), no tokio, no file system, no process and no clock; time is always an
@@ -28,50 +35,70 @@
 //! of the crate it names. `tests::the_core_names_no_shell` holds it to that.
 
 pub mod adopt;
-pub mod attempt;
-pub mod bot_core;
-pub mod budget;
-pub mod commands;
-pub mod control;
-pub mod crash;
-pub mod decide;
-pub mod due;
-pub mod effect;
-pub mod events;
+mod attempt;
+mod bot_core;
+mod budget;
+mod commands;
+mod control;
+mod crash;
+mod decide;
+mod due;
+mod effect;
+mod events;
 pub mod evict;
-pub mod exit;
-pub mod held;
-pub mod idle;
-pub mod interrupt;
-pub mod left_turns;
-pub mod lifecycle;
-pub mod limit_warning;
-pub mod limits;
-pub mod machine;
+mod exit;
+mod held;
+mod idle;
+mod interrupt;
+mod left_turns;
+mod lifecycle;
+mod limit_warning;
+mod limits;
+mod machine;
 pub mod prompts;
-pub mod pump;
-pub mod reattach;
-pub mod records;
-pub mod retry;
-pub mod run;
-pub mod snapshots;
+mod pump;
+mod reattach;
+mod records;
+mod retry;
+mod run;
+mod snapshots;
 pub mod spend;
-pub mod start;
-pub mod state;
-pub mod steps;
+mod start;
+mod state;
+mod steps;
 pub mod stop;
-pub mod stream;
-pub mod taken;
-pub mod timeouts;
-pub mod turns;
-pub mod watchdogs;
+mod stream;
+mod taken;
+mod timeouts;
+mod turns;
+mod watchdogs;
 pub mod worktree;
 
+// The door: the machine, what goes in and what comes out. Nothing else of the modules above
+// is reachable from outside the core; the compiler keeps the shell to this list.
 pub use bot_core::{BotCore, Due, Process};
-pub use effect::{CommitBuilder, Effect, Publish, Setting, Write};
+pub use commands::Cmd;
+pub use effect::{Awaited, CommitBuilder, Effect, Publish, Request, Setting, Streamed, Write};
 pub use machine::{Bounds, Facts, Input};
 pub use state::State;
-pub use turns::{Ended, Inflight, QueuedTurn, Replayed, Settled, Turns};
+// What the inputs and effects carry, and the questions the shell asks between inputs
+// (`steps.rs`).
+pub use exit::ExitSettings;
+pub use held::{Held, LOOK_EVERY};
+pub use idle::Activity;
+pub use left_turns::{Left, LeftRunning};
+pub use lifecycle::{CrashLimits, RestartMode, Run};
+pub use limits::{CONTINUE_TEXT, LOGIN, LimitTimes};
+pub use pump::PumpPlan;
+pub use start::StartDecision;
+pub use steps::PumpShell;
+pub use turns::{Inflight, QueuedTurn};
+// Pure decisions on what only the shell sees: what an interrupt left running, and the words
+// said of it.
+pub use interrupt::{left_by_turn, stopped_note};
+// The words of a conversation forgotten, for the one said outside a launch (a fresh Restart
+// before the bot's actor runs).
+pub use records::{forget_payload, fresh_restart_text};
 
 #[cfg(test)]
 mod tests {

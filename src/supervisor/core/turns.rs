@@ -223,11 +223,12 @@ impl Turns {
     /// millisecond as the `deliveries` table keeps it. It is written once the commit is durable
     /// ([`Turns::delivery_recorded`]). The process was launched without a cut: see
     /// [`Turns::deliver_cut`].
+    #[cfg(test)]
     pub fn deliver(&mut self, session: &str, now: SystemTime) -> Option<(QueuedTurn, Vec<Effect>)> {
         self.deliver_cut(session, now, None)
     }
 
-    /// [`Turns::deliver`] by a process launched to resume without what `launched_cut` drops. A
+    /// `Turns::deliver` by a process launched to resume without what `launched_cut` drops. A
     /// message asked again whose cut this process did not make goes without it from now on
     /// (its unanswered attempt is in a conversation this one does not resume, or is gone), so
     /// that a later resume does not cut a conversation that never held it (issue 25).
@@ -263,7 +264,7 @@ impl Turns {
         Some((turn, c.build().into_iter().collect()))
     }
 
-    /// The commit of [`Turns::deliver`] ended: `committed`, the message is to be written now
+    /// The commit of `Turns::deliver` ended: `committed`, the message is to be written now
     /// (`true`). Not committed, where it would go is not on record: it is not written (a daemon
     /// crash could deliver it twice, rule 8) and waits again, first.
     pub fn delivery_recorded(&mut self, committed: bool) -> bool {

@@ -600,7 +600,7 @@ async fn with_continue_after_limit_a_cut_turn_continues_at_the_reset() {
         .collect();
     assert_eq!(
         after,
-        [&botvisor::supervisor::core::limits::CONTINUE_TEXT.to_owned()],
+        [&botvisor::supervisor::core::CONTINUE_TEXT.to_owned()],
         "at the reset the agent is asked to continue, not sent the message again: {asked:?}"
     );
 }

@@ -238,10 +238,7 @@ pub fn spawn_actor(
         partial_text: String::new(),
         storage_error: None,
         stop_proof: String::new(),
-        budget_default: config
-            .budget_usd
-            .map(crate::supervisor::core::spend::nanos)
-            .filter(|n| *n > 0),
+        budget_default: budget_default(&config),
         plan_limit: None,
         usage: Default::default(),
         held_by: String::new(),
@@ -266,7 +263,7 @@ pub fn spawn_actor(
         generation: 0,
         proc_tx,
         proc_rx,
-        core: BotCore::new(TEXT_DELTA_INTERVAL),
+        core: BotCore::new(core_settings(&config, shared.runtime.as_ref())),
         parked,
         known: Vec::new(),
         left_by_interrupt: None,
@@ -328,13 +325,42 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
     }
 }
 
-/// The waits around a usage limit's reset the configuration sets (`limit_margin_s`,
-/// `limit_retry_s`).
-fn limit_times(config: &Config) -> crate::supervisor::core::LimitTimes {
-    crate::supervisor::core::LimitTimes {
-        margin: Duration::from_secs_f64(config.limit_margin_s),
-        retry: Duration::from_secs_f64(config.limit_retry_s),
+/// What the core's rules read of the configuration and the runtime ([`core::Settings`]).
+///
+/// [`core::Settings`]: super::core::Settings
+fn core_settings(config: &Config, runtime: &dyn crate::runtime::Runtime) -> super::core::Settings {
+    use super::core::{Bounds, CrashLimits, ExitSettings, LimitTimes};
+    super::core::Settings {
+        text_interval: TEXT_DELTA_INTERVAL,
+        bounds: Bounds {
+            start_s: config.start_timeout_s,
+            interrupt_grace_s: config.interrupt_grace_s,
+            control_s: config.control_timeout_s,
+        },
+        exit: ExitSettings {
+            fresh_window: Duration::from_secs_f64(config.fresh_start_if_dies_within_s),
+            redo_limit: config.redo_limit,
+            crash_limits: CrashLimits {
+                window: Duration::from_secs(config.crash_loop_window_s),
+                limit: config.crash_loop_limit,
+            },
+        },
+        limit_times: LimitTimes {
+            margin: Duration::from_secs_f64(config.limit_margin_s),
+            retry: Duration::from_secs_f64(config.limit_retry_s),
+        },
+        continue_after_limit: config.continue_after_limit,
+        budget_default: budget_default(config),
+        api_hint: runtime.api_hint(),
     }
+}
+
+/// The daemon's budget (`budget_usd`) in nano-dollars; `None` for none or 0.
+fn budget_default(config: &Config) -> Option<u64> {
+    config
+        .budget_usd
+        .map(crate::supervisor::core::spend::nanos)
+        .filter(|n| *n > 0)
 }
 
 impl Actor {

@@ -2,7 +2,7 @@
 //! (design rule 1), and queue a command for the bot's actor, which applies them in order
 //! (rule 7). Its methods never wait for the actor.
 
-use super::core::RestartMode;
+use super::core::{Cmd, RestartMode};
 use crate::supervisor::Property;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -153,7 +153,9 @@ impl BotHandle {
             // run found the terminal's turn lost from the conversation).
             let env = bot::bot_env(&self.shared.config, &view.record);
             if super::imported::import_added(&self.shared, &self.id, &view.record, &env) > 0 {
-                self.command(Command::ConversationChangedElsewhere)?;
+                self.command(Command::Core(Cmd::LaunchInputsChanged {
+                    held_waits: false,
+                }))?;
             }
         }
         let turn_id = uuid::Uuid::new_v4().to_string();
@@ -168,10 +170,10 @@ impl BotHandle {
             },
             |item| bot::publish_item(&self.shared.publisher, &self.id, item),
         )?;
-        let queued = self.command(Command::Queued(super::core::QueuedTurn::new(
+        let queued = self.command(Command::Core(Cmd::Queued(super::core::QueuedTurn::new(
             turn_id.clone(),
             text,
-        )));
+        ))));
         match queued {
             Ok(()) => Ok(turn_id),
             // botvisord stopped or handed its agent over (issue 47) between the check above and
@@ -228,7 +230,7 @@ impl BotHandle {
 
     /// Asks the actor to stop the process gently; `State` shows the progress.
     pub fn stop(&self) -> Result<(), BotError> {
-        self.command(Command::Stop)
+        self.command(Command::Core(Cmd::Stop))
     }
 
     /// Asks for a permission mode: the running agent is asked to take it (control protocol),
@@ -240,7 +242,9 @@ impl BotHandle {
         self.check_alive()?;
         check_permission_mode(self.shared.runtime.as_ref(), &mode)?;
         self.check_writable()?;
-        self.command(Command::ApplyLive(ControlRequest::SetPermissionMode(mode)))
+        self.command(Command::Core(Cmd::ApplyLive(
+            ControlRequest::SetPermissionMode(mode),
+        )))
     }
 
     /// Asks for a model, as [`BotHandle::set_permission_mode`] asks for a mode. Empty is the
@@ -251,7 +255,9 @@ impl BotHandle {
         self.check_alive()?;
         check_model(self.shared.runtime.as_ref(), &model)?;
         self.check_writable()?;
-        self.command(Command::ApplyLive(ControlRequest::SetModel(model)))
+        self.command(Command::Core(Cmd::ApplyLive(ControlRequest::SetModel(
+            model,
+        ))))
     }
 
     /// Replaces the bot's extra environment (validated by the caller), recorded before this
@@ -298,7 +304,7 @@ impl BotHandle {
         self.check_alive()?;
         let budget = super::checks::budget_nanos(budget_usd)?;
         self.check_writable()?;
-        self.command(Command::SetBudget(Some(budget)))
+        self.command(Command::Core(Cmd::SetBudget(Some(budget))))
     }
 
     /// StorageUnavailable while the database is known not to take writes: a setting the actor
@@ -341,7 +347,10 @@ impl BotHandle {
                 |v| v.state = State::Stopped,
             );
         }
-        self.command(Command::Restart(mode))
+        self.command(Command::Core(Cmd::Restart {
+            mode,
+            by_client: true,
+        }))
     }
 
     /// Adds a lease for `client` (a unique bus name); holding twice is one lease. `warm`: start
@@ -534,11 +543,16 @@ impl BotHandle {
             |v| v.pending = pending,
         );
         drop(book);
-        self.command(Command::Respond(request_id.to_owned(), answer))?;
+        self.command(Command::Core(Cmd::Respond {
+            request_id: request_id.to_owned(),
+            answer,
+        }))?;
         if let Some(mode) = grant.mode {
             // The mode the CLI suggested is the bot's from now on: live, recorded once the
             // agent took it (`setting_applied`), and at every later start.
-            self.command(Command::ApplyLive(ControlRequest::SetPermissionMode(mode)))?;
+            self.command(Command::Core(Cmd::ApplyLive(
+                ControlRequest::SetPermissionMode(mode),
+            )))?;
         }
         Ok(())
     }
@@ -550,7 +564,7 @@ impl BotHandle {
         if self.snapshot().state != State::Busy {
             return Ok(false);
         }
-        self.command(Command::Interrupt)?;
+        self.command(Command::Core(Cmd::Interrupt))?;
         Ok(true)
     }
 

@@ -10,7 +10,7 @@
 //! `imported_elsewhere`), in order, once: the copy then follows the files. It is looked for
 //! when a message is sent to a bot whose agent does not run or runs between turns (so the items
 //! come before the new message; a running agent is then started again on the conversation:
-//! `Command::ConversationChangedElsewhere`) and at every resume; one look at a time per bot. It needs botvisor's copy
+//! `Cmd::LaunchInputsChanged`) and at every resume; one look at a time per bot. It needs botvisor's copy
 //! (`keep_conversations`, on by default).
 
 use std::collections::BTreeMap;

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Config;
-use crate::runtime::{ControlRequest, PermissionAnswer, Runtime};
+use crate::runtime::Runtime;
 use crate::store::{self, BotRecord, Store};
 
 pub use bot::State;
@@ -162,10 +162,10 @@ pub type Publisher = mpsc::UnboundedSender<Publication>;
 /// arrived, and the actor applies them in that order (design rule 7).
 #[derive(Debug)]
 pub enum Command {
-    /// A message already committed by [`BotHandle::send`], for the queue.
-    Queued(core::QueuedTurn),
-    /// Stop the process gently.
-    Stop,
+    /// A command for the bot's core, handed to it as it is ([`core::Cmd`]: a message queued, a
+    /// Stop, a Restart, a live setting, a permission answer, an interrupt, a budget, something
+    /// the agent takes at launch changed); a stop it asks for is carried out at once.
+    Core(core::Cmd),
     /// Stop, then delete the bot with its history; with a removal, its git worktree goes once
     /// the agent is stopped (as [`core::worktree::removal`] allowed at the call).
     Delete(Option<core::worktree::Removal>),
@@ -174,20 +174,13 @@ pub enum Command {
     /// botvisord's unit restarts (issue 47): hand the running agent over to the next botvisord
     /// and end the actor (an agent that cannot be handed over is stopped as at a shutdown).
     HandOver(oneshot::Sender<()>),
-    /// Apply a setting (already persisted) to the running process, if any.
-    ApplyLive(ControlRequest),
-    /// Stop and start again, on the conversation, a new one or a copy.
-    Restart(core::RestartMode),
     /// The set of clients holding the bot changed, or a client holding it asked again; `warm`:
-    /// the lease asked for a warm start (issue 31, [`core::Cmd::Leases`]).
+    /// the lease asked for a warm start (issue 31, [`core::Cmd::Leases`], with the count of
+    /// holders the actor reads when it handles it).
     HoldersChanged {
         /// A warm start was asked.
         warm: bool,
     },
-    /// A client answered a permission request (already recorded): pass it to the CLI.
-    Respond(String, PermissionAnswer),
-    /// End the running turn.
-    Interrupt,
     /// The CLI's credentials file changed (a bot waiting for its login).
     CredentialsChanged,
     /// A client set the bot's environment (already recorded): applied at the next launch; a
@@ -198,14 +191,6 @@ pub enum Command {
         /// Whether the environment differs from the one recorded before.
         changed: bool,
     },
-    /// Another process continued the bot's conversation while its agent ran between turns
-    /// (`claude -p --resume` in a terminal), and what it added was imported: the agent, which
-    /// knows nothing of it, starts again on the conversation before the next message goes (at
-    /// once with no turn in flight, else once it ends).
-    ConversationChangedElsewhere,
-    /// The bot's own budget, nano-dollars (`Some(0)`: none), validated: recorded, and a budget
-    /// hold lifted if the cost is now under it.
-    SetBudget(Option<u64>),
     /// The machine is under memory pressure and this bot was found the least recently used idle
     /// one: it stops if it still may (`core::evict`), and answers once its stop ended, `true`,
     /// or at once, `false`, when it may not (issue 31).

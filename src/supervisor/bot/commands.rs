@@ -5,7 +5,6 @@ use super::Actor;
 use crate::supervisor::Command;
 use crate::supervisor::core::Cmd;
 use crate::supervisor::core::Input;
-use crate::supervisor::core::RestartMode;
 use crate::supervisor::core::stop::StopReason;
 use crate::supervisor::core::{Publish, Write};
 
@@ -20,33 +19,17 @@ impl Actor {
             Command::EnvironmentChanged { changed } => {
                 if self.limit_holds_login() {
                     self.login_back().await;
-                } else if !changed {
-                    // Nothing the agent would take at a launch changed: it runs on.
-                } else if self.proc.is_some() && !self.core.in_flight() && self.limit_holds() {
-                    // A plan's limit or the budget holds on: no agent is started for it, so the
-                    // one running, with the old environment, stops as an idle one does; the
-                    // launch at the hold's end takes what is in force.
-                    self.stop_process(StopReason::Idle).await;
-                } else {
-                    self.restart_to_take_it().await;
+                } else if changed {
+                    // (Unchanged, nothing the agent takes at a launch changed: it runs on.)
+                    self.handle(Input::Command(Cmd::LaunchInputsChanged {
+                        held_waits: true,
+                    }));
+                    self.stop_if_asked().await;
                 }
                 true
             }
-            Command::ConversationChangedElsewhere => {
-                // The running agent knows nothing of what the other process added.
-                self.restart_to_take_it().await;
-                true
-            }
-            Command::SetBudget(own) => {
-                self.handle(Input::Command(Cmd::SetBudget(own)));
-                true
-            }
-            Command::Queued(turn) => {
-                self.handle(Input::Command(Cmd::Queued(turn)));
-                true
-            }
-            Command::Stop => {
-                self.handle(Input::Command(Cmd::Stop));
+            Command::Core(cmd) => {
+                self.handle(Input::Command(cmd));
                 self.stop_if_asked().await;
                 true
             }
@@ -84,18 +67,6 @@ impl Actor {
                 let _ = reply.send(());
                 !self.ended
             }
-            Command::ApplyLive(request) => {
-                self.handle(Input::Command(Cmd::ApplyLive(request)));
-                true
-            }
-            Command::Restart(mode) => {
-                self.handle(Input::Command(Cmd::Restart {
-                    mode,
-                    by_client: true,
-                }));
-                self.stop_if_asked().await;
-                true
-            }
             Command::HoldersChanged { warm } => {
                 let holders = self.shared.holder_count();
                 self.handle(Input::Command(Cmd::Leases { holders, warm }));
@@ -106,14 +77,6 @@ impl Actor {
                 let stops = self.stop_asked == Some(StopReason::MemoryPressure);
                 self.stop_if_asked().await;
                 let _ = reply.send(stops);
-                true
-            }
-            Command::Respond(request_id, answer) => {
-                self.handle(Input::Command(Cmd::Respond { request_id, answer }));
-                true
-            }
-            Command::Interrupt => {
-                self.handle(Input::Command(Cmd::Interrupt));
                 true
             }
         }
@@ -132,25 +95,6 @@ impl Actor {
         self.parked = parked;
         let running = self.proc.is_some();
         self.handle(Input::ParkChanged { running });
-    }
-
-    /// Something the running agent takes only at its launch changed (its environment, its
-    /// conversation): it starts again on its conversation now when no turn is in flight, else
-    /// once the turn ends ([`Cmd::RestartWhenIdle`]). Nothing without an agent: the next launch
-    /// takes it.
-    async fn restart_to_take_it(&mut self) {
-        if self.proc.is_none() {
-            return;
-        }
-        if self.core.in_flight() {
-            self.handle(Input::Command(Cmd::RestartWhenIdle));
-            return;
-        }
-        self.handle(Input::Command(Cmd::Restart {
-            mode: RestartMode::Resume,
-            by_client: false,
-        }));
-        self.stop_if_asked().await;
     }
 }
 

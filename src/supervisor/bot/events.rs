@@ -10,10 +10,7 @@ use super::{Actor, BotView, Next, Proc, Shared, bot_env};
 use crate::process::ProcEvent;
 use crate::process::identity::{Liveness, ProcessIdentity, liveness};
 use crate::runtime::{LimitReport, TakenTurn};
-use crate::supervisor::core::CrashLimits;
-use crate::supervisor::core::ExitSettings;
-use crate::supervisor::core::LimitTimes;
-use crate::supervisor::core::{Bounds, Facts, Inflight, Input};
+use crate::supervisor::core::{Facts, Inflight, Input};
 
 /// What the core asks while it handles an input, answered from the bot's view, its shared
 /// handles and its process: each answer read only when asked.
@@ -97,21 +94,8 @@ impl Facts for ActorFacts<'_> {
         super::turns::unix_now()
     }
 
-    fn limit_settings(&self) -> (bool, LimitTimes) {
-        let own = self.view().record.continue_after_limit;
-        (
-            own.unwrap_or(self.shared.config.continue_after_limit),
-            super::limit_times(&self.shared.config),
-        )
-    }
-
-    fn bounds(&self) -> Bounds {
-        let c = &self.shared.config;
-        Bounds {
-            start_s: c.start_timeout_s,
-            interrupt_grace_s: c.interrupt_grace_s,
-            control_s: c.control_timeout_s,
-        }
+    fn continue_after_limit(&self) -> Option<bool> {
+        self.view().record.continue_after_limit
     }
 
     fn watchers(&self) -> (usize, usize) {
@@ -158,10 +142,6 @@ impl Facts for ActorFacts<'_> {
             .collect()
     }
 
-    fn api_hint(&self) -> &'static str {
-        self.shared.runtime.api_hint()
-    }
-
     fn login_hint(&self) -> String {
         let record = self.view().record.clone();
         let env = match self.proc {
@@ -175,24 +155,8 @@ impl Facts for ActorFacts<'_> {
         self.shared.runtime.session_in_use(stderr)
     }
 
-    fn exit_settings(&self) -> ExitSettings {
-        let c = &self.shared.config;
-        ExitSettings {
-            fresh_window: std::time::Duration::from_secs_f64(c.fresh_start_if_dies_within_s),
-            redo_limit: c.redo_limit,
-            crash_limits: CrashLimits {
-                window: std::time::Duration::from_secs(c.crash_loop_window_s),
-                limit: c.crash_loop_limit,
-            },
-        }
-    }
-
     fn hold(&self) -> Option<(String, u64)> {
         self.view().record.limit.clone()
-    }
-
-    fn budget_default(&self) -> Option<u64> {
-        self.view().budget_default
     }
 
     fn spend(&self) -> (u64, Option<u64>, bool) {

@@ -10,7 +10,6 @@ use crate::store::BotRecord;
 use crate::supervisor::Property;
 use crate::supervisor::core::PumpShell;
 use crate::supervisor::core::StartDecision;
-use crate::supervisor::core::stop::StopReason;
 use crate::supervisor::core::{Input, State};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -72,8 +71,8 @@ impl Actor {
             bot_id = %self.id, session_id = %session, pid = holder.identity.pid,
             "another process opened the conversation; the idle agent makes way"
         );
-        self.stop_process(StopReason::HeldElsewhere).await;
         self.hold_elsewhere(holder, &session);
+        self.stop_if_asked().await;
         true
     }
 

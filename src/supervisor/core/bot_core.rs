@@ -56,6 +56,8 @@ pub struct Process {
 /// One bot's core state and timers.
 #[derive(Debug)]
 pub struct BotCore {
+    /// What the rules read of the configuration and the runtime.
+    pub(super) settings: Settings,
     /// The running process, if one runs (the shell holds its handle, pipes and protocol).
     pub(super) process: Option<Process>,
     /// A launch decided and waiting for its forget's commit ([`super::effect::Awaited::Forget`]).
@@ -117,11 +119,65 @@ pub struct BotCore {
     pub(super) effects: std::collections::VecDeque<super::effect::Effect>,
 }
 
+/// What the core's rules read of botvisord's configuration and the bot's runtime: fixed for the
+/// daemon's run, given at [`BotCore::new`]. What can change while it runs (the bot's own
+/// settings, its record) is asked through [`super::Facts`] or comes as an input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// Streamed text is let out at most once per this interval (issue 31).
+    pub text_interval: Duration,
+    /// The watchdogs' bounds (design rule 15).
+    pub bounds: super::Bounds,
+    /// What an exit asks: the fresh-start window, how often a message is asked again, the
+    /// crash-loop limit (design rules 4, 8 and 11).
+    pub exit: super::exit::ExitSettings,
+    /// The waits around a usage limit's reset (`limit_margin_s`, `limit_retry_s`).
+    pub limit_times: super::limits::LimitTimes,
+    /// `continue_after_limit` for a bot that sets none of its own.
+    pub continue_after_limit: bool,
+    /// The daemon's budget (`budget_usd`) in nano-dollars, in force for a bot without one.
+    pub budget_default: Option<u64>,
+    /// What a person checks when the model API cannot be reached, one sentence in the
+    /// runtime's terms (`Runtime::api_hint`).
+    pub api_hint: &'static str,
+}
+
+#[cfg(test)]
+impl Settings {
+    /// The settings the core's tests run with, streamed text paced at `text_interval`.
+    pub(crate) fn test(text_interval: Duration) -> Settings {
+        Settings {
+            text_interval,
+            bounds: super::Bounds {
+                start_s: 60.0,
+                interrupt_grace_s: 10.0,
+                control_s: 10.0,
+            },
+            exit: super::exit::ExitSettings {
+                fresh_window: Duration::from_secs(15),
+                redo_limit: 3,
+                crash_limits: super::lifecycle::CrashLimits {
+                    window: Duration::from_secs(120),
+                    limit: 5,
+                },
+            },
+            limit_times: super::limits::LimitTimes {
+                margin: Duration::from_secs(5),
+                retry: Duration::from_secs(300),
+            },
+            continue_after_limit: false,
+            budget_default: None,
+            api_hint: "Check the stand-in.",
+        }
+    }
+}
+
 impl BotCore {
-    /// A bot with nothing queued and no timer, whose streamed text is let out at most once
-    /// per `text_interval`.
-    pub fn new(text_interval: Duration) -> BotCore {
+    /// A bot with nothing queued and no timer, ruled by `settings`.
+    pub fn new(settings: Settings) -> BotCore {
         BotCore {
+            deltas: DeltaPacer::new(settings.text_interval),
+            settings,
             process: None,
             turns: Turns::default(),
             life: Lifecycle::default(),
@@ -130,7 +186,6 @@ impl BotCore {
             idle_at: None,
             last_used: None,
             snapshots: Snapshots::default(),
-            deltas: DeltaPacer::new(text_interval),
             watch: Watchdogs::default(),
             retry_notes: RetryNotes::default(),
             limit_until: None,
@@ -215,7 +270,9 @@ mod tests {
     #[test]
     fn one_deadline_is_the_earliest_of_every_timer() {
         let t0 = Instant::now();
-        let mut core = BotCore::new(Duration::from_millis(50));
+        let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+            Duration::from_millis(50),
+        ));
         assert_eq!(core.poll_timeout(), None, "no timer: no deadline");
         core.idle_at = Some(t0 + 30 * S);
         core.restart_at = Some(t0 + 20 * S);
@@ -231,7 +288,9 @@ mod tests {
     #[test]
     fn what_came_is_reported_once_in_order_and_cleared() {
         let t0 = Instant::now();
-        let mut core = BotCore::new(Duration::from_millis(50));
+        let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+            Duration::from_millis(50),
+        ));
         core.idle_at = Some(t0 + 2 * S);
         core.restart_at = Some(t0 + S);
         core.watch.launched(Some(t0 + S));

@@ -38,6 +38,17 @@ pub enum Cmd {
         /// What the client answered.
         answer: crate::runtime::PermissionAnswer,
     },
+    /// Something the running agent takes only at its launch changed (its environment,
+    /// `SetEnvironment`; its conversation, continued by another process). With an idle agent it
+    /// starts again on its conversation now (a Restart that is not a client's); with a turn in
+    /// flight, once that turn ends ([`Cmd::RestartWhenIdle`]); with no agent nothing happens:
+    /// the next launch takes it. `held_waits`: while a hold is on record (a plan's limit, the
+    /// budget) an idle agent is stopped instead, as an idle one is: no agent starts for a held
+    /// bot, and the launch at the hold's end takes what is in force.
+    LaunchInputsChanged {
+        /// A hold on record stops the idle agent instead of restarting it.
+        held_waits: bool,
+    },
     /// Something the running agent takes only at its launch changed while a turn was in flight
     /// (its environment, `SetEnvironment`; its conversation, continued by another process): the
     /// agent takes it once that turn ends, an interrupt included (issue 46: applied when the
@@ -109,7 +120,7 @@ impl BotCore {
             }
             Cmd::SetBudget(own) => {
                 let (cost, _, _) = facts.spend();
-                let in_force = spend::in_force(own, facts.budget_default());
+                let in_force = spend::in_force(own, self.settings.budget_default);
                 let held = match facts.hold() {
                     None => Held::Nothing,
                     Some((k, _)) if k == budget::BUDGET => Held::ByBudget,
@@ -127,17 +138,36 @@ impl BotCore {
             }
             // Shown once in force (design rule 6): taken by the running agent, or, with no agent
             // to take it, recorded for the next start now.
-            Cmd::ApplyLive(request) => self.send_control(now, request, facts),
+            Cmd::ApplyLive(request) => self.send_control(now, request),
             Cmd::Interrupt => {
                 if let Some(turn) = self.turns.to_interrupt() {
                     self.interrupting = Some(turn);
-                    self.send_control(now, ControlRequest::Interrupt, facts);
+                    self.send_control(now, ControlRequest::Interrupt);
                 }
             }
             Cmd::Respond { request_id, answer } => {
                 self.emit([Effect::Send(Request::Permission { request_id, answer })]);
             }
             Cmd::RestartWhenIdle => self.restart_when_idle(),
+            Cmd::LaunchInputsChanged { held_waits } => {
+                if self.process.is_none() {
+                    return;
+                }
+                if self.turns.inflight.is_some() {
+                    self.restart_when_idle();
+                } else if held_waits && facts.hold().is_some() {
+                    self.emit([Effect::Stop(StopReason::Idle)]);
+                } else {
+                    self.command(
+                        now,
+                        Cmd::Restart {
+                            mode: RestartMode::Resume,
+                            by_client: false,
+                        },
+                        facts,
+                    );
+                }
+            }
             Cmd::Restart { mode, by_client } => {
                 if by_client {
                     if self.limit_until.take().is_some() || facts.hold().is_some() {
@@ -234,6 +264,13 @@ impl BotCore {
                 self.emit([Effect::ReportCommit(Awaited::Delete)]);
             }
             StopReason::Shutdown => self.emit([Effect::End]),
+            // An idle agent made way for another process that opened its conversation (design
+            // rule 7): the bot waits for that one now.
+            StopReason::HeldElsewhere => {
+                if let Some(held) = &self.held {
+                    self.emit(held::held(held));
+                }
+            }
             StopReason::Restart => {
                 let mode = self.restarting.take().unwrap_or(RestartMode::Resume);
                 let recorded = facts.recorded();
@@ -290,11 +327,11 @@ impl BotCore {
 
     /// Sends `request` to the running agent, unless none can take it (none runs, or it is being
     /// stopped): then it is what [`BotCore::control_written`] does with a request not written.
-    fn send_control(&mut self, now: Instant, request: ControlRequest, facts: &dyn Facts) {
+    fn send_control(&mut self, now: Instant, request: ControlRequest) {
         if self.process.as_ref().is_some_and(|p| !p.run.stopping) {
             self.emit([Effect::Send(Request::Control(request))]);
         } else {
-            self.control_written(now, request, None, facts);
+            self.control_written(now, request, None);
         }
     }
 
@@ -307,9 +344,8 @@ impl BotCore {
         now: Instant,
         request: ControlRequest,
         request_id: Option<String>,
-        facts: &dyn Facts,
     ) {
-        let bounds = facts.bounds();
+        let bounds = self.settings.bounds;
         let after = |s: f64| Bounds::deadline(now, s);
         match request_id {
             Some(id) => {

@@ -72,7 +72,7 @@ impl BotCore {
     /// A watchdog caught a CLI that stopped answering: said (chat item, `LastError`, journal),
     /// the turn ended, the process stopped (design rule 15).
     fn watchdog(&mut self, expired: Expired, facts: &dyn Facts) {
-        let bounds = facts.bounds();
+        let bounds = self.settings.bounds;
         match expired {
             Expired::Start => {
                 tracing::warn!("the agent printed nothing within start_timeout_s; stopping it");

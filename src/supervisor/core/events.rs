@@ -67,7 +67,7 @@ impl BotCore {
                     attempt,
                     max_retries,
                     delay_ms,
-                    hint: facts.api_hint(),
+                    hint: self.settings.api_hint,
                 };
                 self.api_retry(now, &retry, facts);
             }
@@ -449,7 +449,12 @@ impl BotCore {
         attempt: Option<super::turns::Inflight>,
     ) {
         self.emit([Effect::ClosePrompts(TURN_ENDED.into())]);
-        let (continue_cut, times) = facts.limit_settings();
+        let (continue_cut, times) = (
+            facts
+                .continue_after_limit()
+                .unwrap_or(self.settings.continue_after_limit),
+            self.settings.limit_times,
+        );
         let now_unix = facts.unix_now();
         let strikes = self.limit_strikes;
         let Some((hold, effects)) = limits::refused(

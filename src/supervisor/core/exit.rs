@@ -416,7 +416,7 @@ impl BotCore {
         self.process_gone(now);
         self.emit(std::mem::take(&mut p.controls).at_exit());
         tracing::info!(%status, "agent exited");
-        let settings = facts.exit_settings();
+        let settings = self.settings.exit;
         let recorded = facts.recorded();
         let exit = Exit {
             status,
@@ -451,7 +451,7 @@ impl BotCore {
         self.emit(then);
         if let Some(text) = crashed {
             let (holders, _) = facts.watchers();
-            let limits = facts.exit_settings().crash_limits;
+            let limits = self.settings.exit.crash_limits;
             let crashed = self.life.crashed(now, limits, &self.turns, holders, &text);
             if let Some(after) = crashed.backoff {
                 self.restart_at = Some(now + after);

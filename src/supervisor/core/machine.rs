@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use super::bot_core::BotCore;
 use super::effect::Effect;
-use super::limits::LimitTimes;
 use super::state::State;
 use super::turns::Inflight;
 use crate::runtime::{LimitReport, LimitState, RuntimeEvent, TakenTurn};
@@ -137,8 +136,9 @@ pub enum Input {
         /// Whether an agent runs.
         running: bool,
     },
-    /// A start found the conversation held by another process: no process starts; the bot
-    /// waits for it (design rule 7, [`super::held`]).
+    /// Another process holds the conversation (design rule 7, [`super::held`]): found by a
+    /// start (no process starts), or, before a message goes, by the idle agent's shell (the
+    /// agent is stopped first). The bot waits for it.
     HolderFound(super::held::Held),
     /// A plan's limit or the login no longer holds: the bot goes on, unless its cost is at the
     /// budget in force ([`super::budget::hold_over`]); `running`: an agent runs.
@@ -205,13 +205,11 @@ pub trait Facts {
     fn fatal_reason(&self, text: &str) -> Option<&'static str>;
     /// The wall clock, in Unix seconds (a plan's reset is told so).
     fn unix_now(&self) -> u64;
-    /// `continue_after_limit` in force for the bot, and the limit's margin and retry.
-    fn limit_settings(&self) -> (bool, LimitTimes);
+    /// The bot's own `continue_after_limit` (`None`: the daemon's is in force).
+    fn continue_after_limit(&self) -> Option<bool>;
     /// What the bot cost so far (nano-dollars), its budget in force, and whether a hold (a
     /// limit, a login, the budget) is on record.
     fn spend(&self) -> (u64, Option<u64>, bool);
-    /// The watchdogs' bounds.
-    fn bounds(&self) -> Bounds;
     /// Clients holding the bot (leases), and permission requests open.
     fn watchers(&self) -> (usize, usize);
     /// Whether a descendant of the agent lives now (reads `/proc`; asked only when every other
@@ -221,8 +219,6 @@ pub trait Facts {
     fn alive(&self, id: &crate::process::identity::ProcessIdentity) -> bool;
     /// The hold on record (a limit's kind or `login` or `budget`, and its reset in Unix seconds).
     fn hold(&self) -> Option<(String, u64)>;
-    /// The daemon's budget (config `budget_usd`), nano-dollars, in force for a bot without one.
-    fn budget_default(&self) -> Option<u64>;
     /// The runtime's reading of a process's stderr: a new conversation refused because this id
     /// is in use.
     fn session_in_use(&self, stderr: &str) -> Option<String>;
@@ -232,17 +228,12 @@ pub trait Facts {
     /// it reaches in words (`Runtime::scopes`: `once`, `session`, `always`, `program`;
     /// `Runtime::reach`).
     fn scopes(&self, request: &serde_json::Value) -> Vec<(String, String)>;
-    /// What a person checks when the model API cannot be reached, one sentence in the bot's
-    /// runtime's terms (`Runtime::api_hint`).
-    fn api_hint(&self) -> &'static str;
     /// How a person logs the bot's CLI in again, one sentence (`Runtime::login_hint`).
     fn login_hint(&self) -> String;
     /// Whether a client's Stop parked the bot (its messages wait for a Send or Restart).
     fn parked(&self) -> bool;
     /// The bot's state as clients see it now.
     fn state(&self) -> super::State;
-    /// What an exit asks of the configuration.
-    fn exit_settings(&self) -> super::exit::ExitSettings;
     /// Whether the conversation the message in flight went to holds it (the runtime's
     /// transcript, written since the message was; design rule 8).
     fn conversation_holds(&self, inflight: &Inflight) -> bool;
@@ -318,7 +309,7 @@ impl BotCore {
                 if conversation_cost.is_some() {
                     self.turns.meter.conversation = conversation_cost;
                 }
-                self.launched(now, decision, identity, facts)
+                self.launched(now, decision, identity)
             }
             Input::LaunchFailed { text, reason } => {
                 self.emit(super::records::start_refused(&text, reason))
@@ -330,7 +321,7 @@ impl BotCore {
             Input::ControlWritten {
                 request,
                 request_id,
-            } => self.control_written(now, request, request_id, facts),
+            } => self.control_written(now, request, request_id),
             Input::TakenOver {
                 run,
                 left,
@@ -345,7 +336,7 @@ impl BotCore {
             }
             Input::Recover(left) => {
                 let recorded = facts.recorded();
-                let redo_limit = facts.exit_settings().redo_limit;
+                let redo_limit = self.settings.exit.redo_limit;
                 let effects = super::left_turns::recover(
                     &mut self.turns,
                     left,
@@ -361,7 +352,13 @@ impl BotCore {
                 running,
             } => self.began(now, attempt_cut, conversation_cost, running, facts),
             Input::HolderFound(held) => {
-                self.emit(super::held::held(&held));
+                // An idle agent makes way first; the wait is said once it is gone
+                // (`BotCore::stopped`).
+                if self.process.is_some() {
+                    self.emit([Effect::Stop(super::stop::StopReason::HeldElsewhere)]);
+                } else {
+                    self.emit(super::held::held(&held));
+                }
                 self.held = Some(held);
             }
             Input::HoldLifted { running } => {

@@ -19,8 +19,8 @@
 //! One door (issue 48): the modules are private, and what the rest of the crate may name is the
 //! list of `pub use` below: the machine ([`BotCore`], [`Input`], [`Effect`], [`Facts`],
 //! [`State`], [`Cmd`]), what its inputs and effects carry, the questions that change nothing
-//! (`steps.rs`: the pump's plan, the bot's activity), and two pure decisions on what only the
-//! shell sees (what an interrupt left running). Every change to the bot's core state is an input
+//! (`steps.rs`: the pump's plan, the bot's activity), two pure decisions on what only the shell
+//! sees (what an interrupt left running, and its words) and the words of a forget. Every change to the bot's core state is an input
 //! to [`BotCore::handle`], but the idle deadline ([`BotCore::rearm_idle`], re-armed once per
 //! turn of the actor's loop). Six modules stay public because the rest of the crate decides
 //! with them outside any one bot's machine: [`spend`] (money and tokens, also the store's),
@@ -76,7 +76,7 @@ pub mod worktree;
 
 // The door: the machine, what goes in and what comes out. Nothing else of the modules above
 // is reachable from outside the core; the compiler keeps the shell to this list.
-pub use bot_core::{BotCore, Due, Process};
+pub use bot_core::{BotCore, Due, Process, Settings};
 pub use commands::Cmd;
 pub use effect::{Awaited, CommitBuilder, Effect, Publish, Request, Setting, Streamed, Write};
 pub use machine::{Bounds, Facts, Input};

@@ -124,7 +124,6 @@ impl BotCore {
         now: Instant,
         decision: StartDecision,
         identity: Option<ProcessIdentity>,
-        facts: &dyn Facts,
     ) {
         self.life.started();
         self.life.restart_when_idle = false;
@@ -135,7 +134,7 @@ impl BotCore {
             controls: Controls::default(),
         });
         self.watch
-            .launched(Bounds::deadline(now, facts.bounds().start_s));
+            .launched(Bounds::deadline(now, self.settings.bounds.start_s));
         if let Some(identity) = identity {
             let mut c = CommitBuilder::default();
             c.write(Write::Process {
@@ -198,7 +197,7 @@ impl BotCore {
             return;
         };
         let (cost, budget, _) = facts.spend();
-        let (_, times) = facts.limit_settings();
+        let times = self.settings.limit_times;
         match limits::resumed(&kind, resets_at, facts.unix_now(), times, cost, budget) {
             limits::Resumed::Wait(wait) => self.limit_until = Some(now + wait),
             limits::Resumed::Credentials | limits::Resumed::Budget => {}
@@ -224,7 +223,7 @@ impl BotCore {
             recorded.as_deref(),
             |id| facts.transcript_exists(id),
             |i| facts.taken_turn(i),
-            facts.exit_settings().redo_limit,
+            self.settings.exit.redo_limit,
         );
         self.emit(effects);
     }

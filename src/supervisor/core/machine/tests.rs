@@ -68,24 +68,11 @@ impl Facts for Told {
     fn unix_now(&self) -> u64 {
         1_000_000
     }
-    fn limit_settings(&self) -> (bool, LimitTimes) {
-        (
-            false,
-            LimitTimes {
-                margin: Duration::from_secs(5),
-                retry: Duration::from_secs(300),
-            },
-        )
+    fn continue_after_limit(&self) -> Option<bool> {
+        None
     }
     fn spend(&self) -> (u64, Option<u64>, bool) {
         self.spend
-    }
-    fn bounds(&self) -> Bounds {
-        Bounds {
-            start_s: 60.0,
-            interrupt_grace_s: 10.0,
-            control_s: 10.0,
-        }
     }
     fn watchers(&self) -> (usize, usize) {
         (self.holders, self.prompts)
@@ -98,9 +85,6 @@ impl Facts for Told {
     }
     fn hold(&self) -> Option<(String, u64)> {
         self.limit.clone()
-    }
-    fn budget_default(&self) -> Option<u64> {
-        None
     }
     fn session_in_use(&self, _: &str) -> Option<String> {
         None
@@ -117,27 +101,16 @@ impl Facts for Told {
     fn scopes(&self, _request: &serde_json::Value) -> Vec<(String, String)> {
         vec![("once".into(), "this request, this time".into())]
     }
-    fn api_hint(&self) -> &'static str {
-        "Check the stand-in."
-    }
     fn login_hint(&self) -> String {
         "Log in again.".to_owned()
-    }
-    fn exit_settings(&self) -> super::super::exit::ExitSettings {
-        super::super::exit::ExitSettings {
-            fresh_window: Duration::from_secs(15),
-            redo_limit: 3,
-            crash_limits: super::super::lifecycle::CrashLimits {
-                window: Duration::from_secs(120),
-                limit: 5,
-            },
-        }
     }
 }
 
 /// A core with a running process that took `hello` (turn `t`) in the conversation `s`.
 fn running() -> BotCore {
-    let mut core = BotCore::new(Duration::from_millis(50));
+    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
     core.process = Some(Process {
         run: Run::new(SessionStart::Resume("s".into())),
         controls: Controls::default(),

@@ -356,7 +356,9 @@ fn a_park_shows_a_held_bot_idle_with_an_agent_and_stopped_without() {
         (State::Failed, false, None),
     ];
     for (state, running, shown) in cases {
-        let mut core = BotCore::new(Duration::from_millis(50));
+        let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+            Duration::from_millis(50),
+        ));
         let told = Told {
             state: Some(state),
             ..Told::default()
@@ -375,5 +377,91 @@ fn a_park_shows_a_held_bot_idle_with_an_agent_and_stopped_without() {
             Vec::from_iter(shown),
             "{state:?}, running {running}"
         );
+    }
+}
+
+/// A bot whose agent was launched on conversation `s` and waits for a message.
+fn idle_agent(now: Instant) -> BotCore {
+    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
+    core.handle(now, launched_on_s(None), &Told::default());
+    drain(&mut core);
+    core
+}
+
+#[test]
+fn rule_7_an_idle_agent_makes_way_for_another_holder_and_the_wait_is_said_once_it_is_gone() {
+    let t0 = Instant::now();
+    let facts = Told::default();
+    let mut core = idle_agent(t0);
+    core.handle(t0, Input::HolderFound(held_by_a_terminal(t0)), &facts);
+    assert_eq!(
+        drain(&mut core),
+        [Effect::Stop(StopReason::HeldElsewhere)],
+        "the agent stops first; nothing is said yet"
+    );
+    core.handle(t0, stopped_input(StopReason::HeldElsewhere), &facts);
+    let after = drain(&mut core);
+    assert!(after.contains(&Effect::HeldBy(
+        "pid 7: Claude Code in a terminal: claude".into()
+    )));
+    assert_eq!(after.last(), Some(&Effect::State(State::HeldElsewhere)));
+
+    // Found by a start, with no agent: the wait is said at once.
+    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
+    core.handle(t0, Input::HolderFound(held_by_a_terminal(t0)), &facts);
+    let at_once = drain(&mut core);
+    assert!(!at_once.iter().any(|e| matches!(e, Effect::Stop(_))));
+    assert_eq!(at_once.last(), Some(&Effect::State(State::HeldElsewhere)));
+}
+
+#[test]
+fn rule_6_what_an_agent_takes_at_launch_restarts_it_when_idle_waits_for_its_turn_or_a_hold() {
+    let t0 = Instant::now();
+    let changed = |held_waits| Input::Command(Cmd::LaunchInputsChanged { held_waits });
+    let stops = |e: &[Effect]| {
+        e.iter()
+            .filter_map(|e| match e {
+                Effect::Stop(why) => Some(*why),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    // Idle, nothing held: restarted on its conversation now.
+    let mut core = idle_agent(t0);
+    core.handle(t0, changed(true), &Told::default());
+    assert_eq!(stops(&drain(&mut core)), [StopReason::Restart]);
+    // A limit on record: the idle agent stops as an idle one does; none starts for it.
+    let limited = Told {
+        limit: Some(("five_hour".into(), 0)),
+        ..Told::default()
+    };
+    let mut core = idle_agent(t0);
+    core.handle(t0, changed(true), &limited);
+    assert_eq!(stops(&drain(&mut core)), [StopReason::Idle]);
+    // A conversation continued elsewhere restarts it, limit or not.
+    let mut core = idle_agent(t0);
+    core.handle(t0, changed(false), &limited);
+    assert_eq!(stops(&drain(&mut core)), [StopReason::Restart]);
+    // A turn in flight: nothing now, the restart once it ends.
+    let mut core = running();
+    core.handle(t0, changed(true), &Told::default());
+    assert!(stops(&drain(&mut core)).is_empty());
+    assert!(core.life.restart_when_idle);
+    // No agent: the next launch takes it.
+    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
+    core.handle(t0, changed(true), &Told::default());
+    assert!(drain(&mut core).is_empty());
+}
+
+fn stopped_input(why: StopReason) -> Input {
+    Input::Stopped {
+        why,
+        released: true,
     }
 }

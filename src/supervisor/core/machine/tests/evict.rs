@@ -8,7 +8,9 @@ const S: Duration = Duration::from_secs(1);
 
 /// A core whose agent runs with nothing to do.
 fn idle_agent() -> BotCore {
-    let mut core = BotCore::new(Duration::from_millis(50));
+    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
     core.process = Some(Process {
         run: Run::new(SessionStart::Resume("s".into())),
         controls: Controls::default(),
@@ -93,7 +95,9 @@ fn issue_31_never_a_turn_a_queue_a_prompt_a_task_a_descendant_a_holder_or_no_age
         ),
         (
             "no agent",
-            BotCore::new(Duration::from_millis(50)),
+            BotCore::new(crate::supervisor::core::Settings::test(
+                Duration::from_millis(50),
+            )),
             Told::default(),
         ),
         ("an agent being stopped", stopping, Told::default()),
@@ -107,7 +111,9 @@ fn issue_31_never_a_turn_a_queue_a_prompt_a_task_a_descendant_a_holder_or_no_age
 fn issue_31_used_is_a_launch_a_clients_command_or_a_turns_end() {
     let t0 = Instant::now();
     let facts = Told::default();
-    let mut core = BotCore::new(Duration::from_millis(50));
+    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
     assert_eq!(core.last_used(), None, "never used in this run");
     core.handle(t0, launched_on_s(None), &facts);
     drain(&mut core);

@@ -11,7 +11,9 @@ fn timeout(core: &mut BotCore, now: Instant, facts: &Told) -> Vec<Effect> {
 #[test]
 fn rule_12_the_idle_deadline_stops_an_idle_agent_unless_a_client_or_a_descendant_is_there() {
     let t0 = Instant::now();
-    let mut core = BotCore::new(Duration::from_millis(50));
+    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
     core.process = Some(Process {
         run: Run::new(SessionStart::Resume("s".into())),
         controls: Controls::default(),
@@ -60,7 +62,9 @@ fn rule_15_a_start_that_prints_nothing_fails_its_turn_and_stops_the_agent() {
 #[test]
 fn rule_7_the_holders_exit_is_seen_at_a_look_and_lets_the_messages_go() {
     let t0 = Instant::now();
-    let mut core = BotCore::new(Duration::from_millis(50));
+    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
     core.held = Some(held_by_a_terminal(t0));
     assert_eq!(timeout(&mut core, t0, &Told::default()), [], "still there");
     assert!(core.held.is_some());
@@ -107,7 +111,9 @@ fn rule_6_a_live_setting_goes_to_the_agent_or_is_recorded_for_the_next_start() {
             .is_some_and(|t| t <= t0 + Duration::from_secs(10))
     );
     // No agent to take it: recorded for the next start.
-    let mut stopped = BotCore::new(Duration::from_millis(50));
+    let mut stopped = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
     let recorded = ask(
         &mut stopped,
         Cmd::ApplyLive(ControlRequest::SetModel("opus".into())),
@@ -225,7 +231,9 @@ fn rule_8_a_message_is_written_only_once_where_it_goes_is_durable() {
     let facts = Told::default();
     let now = Instant::now();
     let wall = std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(5);
-    let mut core = BotCore::new(Duration::from_millis(50));
+    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
     core.process = Some(Process {
         run: Run::new(SessionStart::Resume("s".into())),
         controls: Controls::default(),
@@ -293,7 +301,9 @@ fn rule_8_a_message_is_written_only_once_where_it_goes_is_durable() {
 fn rule_9_a_launched_agent_is_on_record_by_identity_idle_and_watched_from_its_start() {
     let facts = Told::default();
     let now = Instant::now();
-    let mut core = BotCore::new(Duration::from_millis(50));
+    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
     let root = crate::process::identity::ProcessIdentity {
         pid: 42,
         start_time: 9,
@@ -338,7 +348,9 @@ fn issue_31_a_lease_asking_a_warm_start_launches_a_stopped_agent_once() {
         core.handle(now, Input::Command(Cmd::Leases { holders, warm }), &facts);
         drain(core)
     };
-    let mut core = BotCore::new(Duration::from_millis(50));
+    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
     assert!(!core.pump_plan(shell).start, "nothing waits, nothing asked");
     assert!(lease(&mut core, 1, false).is_empty());
     assert!(!core.pump_plan(shell).start, "a lease alone starts nothing");
@@ -363,7 +375,9 @@ fn issue_31_a_lease_asking_a_warm_start_launches_a_stopped_agent_once() {
     assert!(!core.life.warm_start, "nothing to warm");
 
     // The last lease ends before the start: dropped.
-    let mut core = BotCore::new(Duration::from_millis(50));
+    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
     lease(&mut core, 2, true);
     lease(&mut core, 1, false);
     assert!(core.pump_plan(shell).start, "another client still holds it");
@@ -371,7 +385,9 @@ fn issue_31_a_lease_asking_a_warm_start_launches_a_stopped_agent_once() {
     assert!(!core.pump_plan(shell).start, "no lease left");
 
     // A client's Stop drops it too.
-    let mut core = BotCore::new(Duration::from_millis(50));
+    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
     lease(&mut core, 1, true);
     core.handle(now, Input::Command(Cmd::Stop), &facts);
     drain(&mut core);
@@ -402,7 +418,9 @@ fn rule_5_a_launch_that_leaves_a_conversation_spawns_only_once_its_forget_was_co
         fresh: SessionStart::New("n".into()),
         runtime: "codex",
     };
-    let mut core = BotCore::new(Duration::from_millis(50));
+    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
     core.handle(now, checked(), &facts);
     let first = drain(&mut core);
     assert!(
@@ -411,7 +429,9 @@ fn rule_5_a_launch_that_leaves_a_conversation_spawns_only_once_its_forget_was_co
         "the forget is committed and awaited first: {first:?}"
     );
     for ok in [false, true] {
-        let mut core = BotCore::new(Duration::from_millis(50));
+        let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+            Duration::from_millis(50),
+        ));
         core.handle(now, checked(), &facts);
         drain(&mut core);
         core.handle(
@@ -430,7 +450,9 @@ fn rule_5_a_launch_that_leaves_a_conversation_spawns_only_once_its_forget_was_co
         );
     }
     // Nothing to leave: the spawn at once.
-    let mut core = BotCore::new(Duration::from_millis(50));
+    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
+        Duration::from_millis(50),
+    ));
     core.handle(
         now,
         Input::LaunchChecked {

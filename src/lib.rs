@@ -11,6 +11,7 @@
 //! back: [`runtime`] parse → [`supervisor`] → [`store`] commit → [`dbus`] signal.
 
 pub mod config;
+pub mod cost;
 pub mod daemon;
 pub mod dbus;
 pub mod files;

@@ -803,7 +803,7 @@ impl BotObject {
     /// before); always 0 for Codex, which tells no cost.
     #[zbus(property, name = "CostUSD")]
     fn cost_usd(&self) -> f64 {
-        crate::supervisor::core::spend::usd(self.view().record.spend.cost_nanos)
+        crate::cost::usd(self.view().record.spend.cost_nanos)
     }
 
     /// Tokens the model read for the bot since its creation (input, cache writes and cache
@@ -825,7 +825,7 @@ impl BotObject {
     /// `Restart`; at 80 % a `system` item (`reason` `budget_warning`) says so.
     #[zbus(property, name = "BudgetUSD")]
     fn budget_usd(&self) -> f64 {
-        crate::supervisor::core::spend::usd(self.view().budget().unwrap_or(0))
+        crate::cost::usd(self.view().budget().unwrap_or(0))
     }
 }
 

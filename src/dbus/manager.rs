@@ -374,7 +374,7 @@ impl Manager {
             .into_iter()
             .map(|r| {
                 let usd = if r.cost_told {
-                    crate::supervisor::core::spend::usd(r.spend.cost_nanos)
+                    crate::cost::usd(r.spend.cost_nanos)
                 } else {
                     -1.0
                 };

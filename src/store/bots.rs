@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use crate::supervisor::core::spend::Spend;
+use crate::cost::Spend;
 
 /// A bot as stored.
 #[derive(Debug, Clone, PartialEq)]

@@ -343,8 +343,8 @@ mod tests {
 
     #[test]
     fn version_9_sums_what_a_bot_costs_and_keeps_its_budget() {
+        use crate::cost::Spend;
         use crate::store::{BotRecord, bots};
-        use crate::supervisor::core::spend::Spend;
         let mut conn = Connection::open_in_memory().unwrap();
         for sql in &MIGRATIONS[..8] {
             conn.execute_batch(sql).unwrap();
@@ -385,8 +385,8 @@ mod tests {
     /// and no cost, Codex, has its cost not told), and later spend is added by day.
     #[test]
     fn version_15_puts_what_bots_spent_before_in_the_ledger() {
+        use crate::cost::Spend;
         use crate::store::{bots, spend};
-        use crate::supervisor::core::spend::Spend;
         let mut conn = Connection::open_in_memory().unwrap();
         for sql in &MIGRATIONS[..14] {
             conn.execute_batch(sql).unwrap();

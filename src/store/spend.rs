@@ -5,7 +5,7 @@
 
 use rusqlite::{Connection, params};
 
-use crate::supervisor::core::spend::Spend;
+use crate::cost::Spend;
 
 /// One bot's spend on one UTC day.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -357,10 +357,7 @@ fn core_settings(config: &Config, runtime: &dyn crate::runtime::Runtime) -> supe
 
 /// The daemon's budget (`budget_usd`) in nano-dollars; `None` for none or 0.
 fn budget_default(config: &Config) -> Option<u64> {
-    config
-        .budget_usd
-        .map(crate::supervisor::core::spend::nanos)
-        .filter(|n| *n > 0)
+    config.budget_usd.map(crate::cost::nanos).filter(|n| *n > 0)
 }
 
 impl Actor {

@@ -82,7 +82,7 @@ pub fn budget_nanos(budget_usd: f64) -> Result<u64, BotError> {
             crate::config::MAX_BUDGET_USD
         )));
     }
-    Ok(crate::supervisor::core::spend::nanos(budget_usd))
+    Ok(crate::cost::nanos(budget_usd))
 }
 
 #[cfg(test)]

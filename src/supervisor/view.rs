@@ -1,7 +1,7 @@
 //! What clients may read of a bot without asking its actor ([`BotView`]), and the one way it
 //! changes with its properties published in the order of the changes ([`update_view`]).
 
-use crate::supervisor::core::spend::usd;
+use crate::cost::usd;
 use std::sync::RwLock;
 
 use super::core::State;

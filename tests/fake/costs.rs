@@ -252,7 +252,7 @@ fn write_old_spend(db: &Path) {
     schema::migrate(&mut conn).unwrap();
     let id = "0123456789abcdef0123456789abcdef";
     bots::insert(&conn, &BotRecord::new(id, "ancient", "/", "claude")).unwrap();
-    let spent = botvisor::supervisor::core::spend::Spend {
+    let spent = botvisor::cost::Spend {
         cost_nanos: 2_000_000_000,
         input_tokens: 5,
         output_tokens: 1,

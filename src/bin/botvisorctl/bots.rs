@@ -7,9 +7,9 @@ use serde_json::{Value, json};
 use zbus::OwnedVariant as OwnedValue;
 use zbus::{Connection, OwnedObjectPath};
 
+pub use botvisor::cost::dollars;
 use botvisor::dbus::client::{BotProxy, ManagerProxy};
 use botvisor::dbus::{BOT_INTERFACE, BUS_NAME, ROOT_PATH};
-pub use botvisor::supervisor::core::spend::dollars;
 pub use botvisor::time::local_time;
 
 use super::fail::{Failure, describe, error_name};

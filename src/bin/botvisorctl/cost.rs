@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 use zbus::{Connection, Variant};
 
+use botvisor::cost::{nanos, usd};
 use botvisor::dbus::client::ManagerProxy;
-use botvisor::supervisor::core::spend::{nanos, usd};
 
 use super::bots::{self, dollars};
 use super::fail::{Failure, OK};

@@ -173,10 +173,7 @@ impl Actor {
                         SessionStart::Resume(id) => runtime.cost_baseline(&env, cwd, id),
                         _ => None,
                     };
-                    (
-                        session.to_owned(),
-                        baseline.map_or(0, crate::supervisor::core::spend::nanos),
-                    )
+                    (session.to_owned(), baseline.map_or(0, crate::cost::nanos))
                 });
         let cmd = self.shared.runtime.command(program, &spec);
         let mut protocol = self.shared.runtime.open(&spec);

@@ -104,8 +104,9 @@ pub use records::{forget_payload, fresh_restart_text};
 mod tests {
     /// What a core file may name of the rest of the crate: the core itself, the runtimes'
     /// vocabulary (events, requests, how a session starts), a process's exit and identity (data,
-    /// not the functions that read `/proc`), and text helpers.
+    /// not the functions that read `/proc`), text helpers, and the units of cost.
     const ALLOWED: &[&str] = &[
+        "crate::cost",
         "crate::supervisor::core",
         "crate::runtime::{",
         "crate::runtime::ResultOutcome",

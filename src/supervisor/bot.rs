@@ -136,6 +136,9 @@ struct Actor {
     told: std::collections::VecDeque<super::core::Input>,
     /// Effects are being carried out ([`Actor::run_effects`]): an input waits in `told`.
     applying: bool,
+    /// The binary and environment a launch checked (`Actor::start`), for the spawn the core
+    /// asks for next (`Effect::Spawn`).
+    checked: Option<(std::path::PathBuf, BTreeMap<String, String>)>,
     /// The cgroup folder of the agent's scope, once the user manager made it (issue 47): the
     /// stop's proof reads it.
     scope_dir: Arc<std::sync::Mutex<Option<std::path::PathBuf>>>,
@@ -276,6 +279,7 @@ pub fn spawn_actor(
         ended: false,
         told: Default::default(),
         applying: false,
+        checked: None,
         clean_up_asked: None,
         scope_dir: Default::default(),
         group: group_commit::Group::default(),

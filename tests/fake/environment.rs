@@ -9,31 +9,6 @@ use zbus::Variant;
 
 use support::*;
 
-/// The environment of process `pid`, as `/proc/PID/environ` has it.
-async fn environ(pid: u32) -> HashMap<String, String> {
-    // The agent's own program may still be in its exec (the fake CLI is a script that execs its
-    // interpreter): its environment reads empty until the exec is done. Read again until it is
-    // there.
-    bounded("the agent's environment", async {
-        loop {
-            let env: HashMap<String, String> = std::fs::read(format!("/proc/{pid}/environ"))
-                .unwrap_or_default()
-                .split(|b| *b == 0)
-                .filter_map(|kv| {
-                    let kv = String::from_utf8_lossy(kv);
-                    kv.split_once('=')
-                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                })
-                .collect();
-            if !env.is_empty() {
-                return env;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-    })
-    .await
-}
-
 /// Waits until the bot's agent is another process than `old` (0: any), and returns its pid.
 async fn new_agent(bot: &botvisor::dbus::client::BotProxy<'_>, old: u32) -> u32 {
     let shown = watching(bot).await;

@@ -70,8 +70,12 @@ async fn the_dashboard_sends_answers_and_quits_cleanly() {
     t.wait_for("to beta>").await;
     t.text("hello there");
     t.keys(&["Enter"]);
-    let screen = t.wait_for("beta asks: Write").await;
-    assert!(screen.contains("y allow"), "{screen}");
+    // One frame may be caught half drawn: the prompt is waited for with its keys.
+    let screen = t
+        .wait("the prompt with its keys", |s| {
+            s.contains("beta asks: Write") && s.contains("y allow")
+        })
+        .await;
     assert!(
         screen.contains("> hello there"),
         "the message is in the chat: {screen}"

@@ -724,6 +724,31 @@ pub async fn create_bot_in(env: &TestEnv, bot_env: &HashMap<String, String>) -> 
     bounded("the bot's proxy", env.bot(&path)).await
 }
 
+/// The environment of process `pid`, as `/proc/PID/environ` has it.
+pub async fn environ(pid: u32) -> HashMap<String, String> {
+    // The agent's own program may still be in its exec (the fake CLI is a script that execs its
+    // interpreter): its environment reads empty until the exec is done. Read again until it is
+    // there.
+    bounded("the agent's environment", async {
+        loop {
+            let env: HashMap<String, String> = std::fs::read(format!("/proc/{pid}/environ"))
+                .unwrap_or_default()
+                .split(|b| *b == 0)
+                .filter_map(|kv| {
+                    let kv = String::from_utf8_lossy(kv);
+                    kv.split_once('=')
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                })
+                .collect();
+            if !env.is_empty() {
+                return env;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await
+}
+
 /// `call`, or a panic that names it after [`EVENT_TIMEOUT`]: a client call that never returns
 /// fails its test instead of holding up the whole run (seen once in many runs: a CreateBot that
 /// the daemon never received, on a bus that answered every other call).

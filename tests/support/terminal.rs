@@ -127,13 +127,15 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
-    /// Waits until the screen satisfies `want` and returns it; fails naming `what`, with the
-    /// screen as it was, after [`SCREEN_TIMEOUT`]. The screen is looked at every 20 ms.
+    /// Waits until the screen satisfies `want`, read the same twice in a row (not a frame caught
+    /// half drawn), and returns it; fails naming `what`, with the screen as it was, after
+    /// [`SCREEN_TIMEOUT`]. The screen is looked at every 20 ms.
     pub async fn wait(&self, what: &str, want: impl Fn(&str) -> bool) -> String {
         let end = std::time::Instant::now() + SCREEN_TIMEOUT;
         loop {
             let screen = self.screen();
-            if want(&screen) {
+            // A frame can be caught half drawn: a screen counts once it reads the same twice.
+            if want(&screen) && self.screen() == screen {
                 return screen;
             }
             if std::time::Instant::now() > end {

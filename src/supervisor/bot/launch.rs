@@ -80,6 +80,10 @@ impl Actor {
         bot_env(&self.shared.config, record)
     }
 
+    /// Checks that the agent can be launched (its binary, its environment, its sandbox), puts
+    /// botvisor's copy of the conversation back, and hands the core `Input::LaunchChecked`; a
+    /// check that fails is `Input::LaunchFailed`. The checked binary and environment wait in
+    /// [`Actor::checked`] for the spawn the core asks for.
     pub(super) fn start(&mut self) {
         let record = self.record();
         let program = match self.shared.runtime.binary() {
@@ -103,6 +107,7 @@ impl Actor {
             return;
         }
         self.restore_conversation(&env, Path::new(&record.cwd));
+        self.checked = Some((program, env));
         let runtime = &self.shared.runtime;
         self.handle(Input::LaunchChecked {
             can_resume: runtime.can_resume(),
@@ -116,14 +121,13 @@ impl Actor {
     /// [`Effect::Spawn`]: crate::supervisor::core::Effect::Spawn
     pub(super) fn spawn(&mut self, decision: StartDecision) {
         let record = self.record();
-        let program = match self.shared.runtime.binary() {
-            Ok(p) => p,
-            Err(e) => {
-                self.start_refused(format!("cannot start the agent: {e}"), None);
-                return;
-            }
+        let Some((program, env)) = self.checked.take() else {
+            self.start_refused(
+                "cannot start the agent: its launch was not checked".into(),
+                None,
+            );
+            return;
         };
-        let env = self.build_env(&record);
         let cwd = Path::new(&record.cwd);
         let runtime = self.shared.runtime.clone();
         // One writer per conversation on the whole machine (rule 7): a conversation another

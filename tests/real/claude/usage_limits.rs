@@ -648,19 +648,6 @@ async fn a_limit_hit_again_after_its_reset_holds_again() {
     );
 }
 
-/// The environment of process `pid`, as `/proc/PID/environ` has it.
-fn environ(pid: u32) -> HashMap<String, String> {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .unwrap_or_default()
-        .split(|b| *b == 0)
-        .filter_map(|kv| {
-            let kv = String::from_utf8_lossy(kv);
-            kv.split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        })
-        .collect()
-}
-
 /// Issue 46 §1: botvisor's own advice works when followed. A subscription bot (its own
 /// `CLAUDE_CODE_OAUTH_TOKEN`, and `ANTHROPIC_BASE_URL`) whose token expired holds two messages;
 /// the `login_required` note names what works for this bot (a new token through
@@ -747,7 +734,7 @@ async fn the_login_hint_followed_as_given_answers_every_waiting_message_once() {
         [(turn, "success".to_owned()), (second, "success".to_owned())]
     );
     let pid = bot.process_id().await.unwrap();
-    let agent = environ(pid);
+    let agent = environ(pid).await;
     assert_eq!(
         agent.get("CLAUDE_CODE_OAUTH_TOKEN").map(String::as_str),
         Some("sk-ant-oat01-renewed")

@@ -7,14 +7,12 @@ use serde_json::json;
 use super::*;
 use crate::runtime::SessionStart;
 use crate::runtime::{ChatPayload, ControlRequest, LimitReport, LimitState, ResultOutcome};
+use crate::supervisor::core::State;
 use crate::supervisor::core::commands::Cmd;
-use crate::supervisor::core::control::Controls;
 use crate::supervisor::core::effect::{Awaited, Request, Streamed, Write};
 use crate::supervisor::core::lifecycle::RestartMode;
-use crate::supervisor::core::lifecycle::Run;
 use crate::supervisor::core::stop::StopReason;
 use crate::supervisor::core::turns::QueuedTurn;
-use crate::supervisor::core::{Process, State};
 
 /// Facts as a test sets them.
 #[derive(Default)]
@@ -106,17 +104,44 @@ impl Facts for Told {
     }
 }
 
-/// A core with a running process that took `hello` (turn `t`) in the conversation `s`.
-fn running() -> BotCore {
+/// A core whose agent was launched on conversation `s` and opened it (a sign of life: no start
+/// watchdog), with nothing to do: driven by inputs, as the shell drives it.
+fn launched() -> BotCore {
     let mut core = BotCore::new(crate::supervisor::core::Settings::test(
         Duration::from_millis(50),
     ));
-    core.process = Some(Process {
-        run: Run::new(SessionStart::Resume("s".into())),
-        controls: Controls::default(),
-    });
-    core.turns.queue(QueuedTurn::new("t", "hello"));
-    core.turns.deliver("s", std::time::SystemTime::UNIX_EPOCH);
+    let (now, facts) = (Instant::now(), Told::default());
+    core.handle(now, launched_on_s(None), &facts);
+    core.handle(
+        now,
+        Input::Runtime(RuntimeEvent::Opened {
+            session_id: "s".into(),
+        }),
+        &facts,
+    );
+    drain(&mut core);
+    core
+}
+
+/// A core with a running process to which `hello` (turn `t`) goes in the conversation `s`: its
+/// delivery is on record, and it is in flight.
+fn running() -> BotCore {
+    let mut core = launched();
+    let (now, facts) = (Instant::now(), Told::default());
+    core.handle(
+        now,
+        Input::Command(Cmd::Queued(QueuedTurn::new("t", "hello"))),
+        &facts,
+    );
+    core.handle(
+        now,
+        Input::Deliver {
+            session: "s".into(),
+            now: std::time::SystemTime::UNIX_EPOCH,
+        },
+        &facts,
+    );
+    drain(&mut core);
     core
 }
 

@@ -8,14 +8,7 @@ const S: Duration = Duration::from_secs(1);
 
 /// A core whose agent runs with nothing to do.
 fn idle_agent() -> BotCore {
-    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-        Duration::from_millis(50),
-    ));
-    core.process = Some(Process {
-        run: Run::new(SessionStart::Resume("s".into())),
-        controls: Controls::default(),
-    });
-    core
+    launched()
 }
 
 fn pressure(core: &mut BotCore, now: Instant, facts: &Told) -> Vec<Effect> {

@@ -11,13 +11,7 @@ fn timeout(core: &mut BotCore, now: Instant, facts: &Told) -> Vec<Effect> {
 #[test]
 fn rule_12_the_idle_deadline_stops_an_idle_agent_unless_a_client_or_a_descendant_is_there() {
     let t0 = Instant::now();
-    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-        Duration::from_millis(50),
-    ));
-    core.process = Some(Process {
-        run: Run::new(SessionStart::Resume("s".into())),
-        controls: Controls::default(),
-    });
+    let mut core = launched();
     core.idle_at = Some(t0);
     let held = Told {
         holders: 1,
@@ -65,7 +59,15 @@ fn rule_7_the_holders_exit_is_seen_at_a_look_and_lets_the_messages_go() {
     let mut core = BotCore::new(crate::supervisor::core::Settings::test(
         Duration::from_millis(50),
     ));
-    core.held = Some(held_by_a_terminal(t0));
+    core.handle(
+        t0,
+        Input::HolderFound(held_by_a_terminal(t0)),
+        &Told::default(),
+    );
+    assert_eq!(
+        drain(&mut core).last(),
+        Some(&Effect::State(State::HeldElsewhere))
+    );
     assert_eq!(timeout(&mut core, t0, &Told::default()), [], "still there");
     assert!(core.held.is_some());
     let gone = Told {
@@ -231,15 +233,15 @@ fn rule_8_a_message_is_written_only_once_where_it_goes_is_durable() {
     let facts = Told::default();
     let now = Instant::now();
     let wall = std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(5);
-    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-        Duration::from_millis(50),
-    ));
-    core.process = Some(Process {
-        run: Run::new(SessionStart::Resume("s".into())),
-        controls: Controls::default(),
-    });
-    core.turns.queue(QueuedTurn::new("t", "hello"));
-    core.turns.queue(QueuedTurn::new("u", "again"));
+    let mut core = launched();
+    for (id, text) in [("t", "hello"), ("u", "again")] {
+        core.handle(
+            now,
+            Input::Command(Cmd::Queued(QueuedTurn::new(id, text))),
+            &facts,
+        );
+    }
+    drain(&mut core);
 
     // Where it goes is committed, and awaited, before anything is written.
     let deliver = |core: &mut BotCore| {

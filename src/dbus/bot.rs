@@ -7,10 +7,10 @@ use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 
 use super::bounds;
+use super::ctx::Ctx;
 use super::error::{Error, Result};
 use super::guard::{DescriptorCall, DescriptorMethods, Detached, Guarded};
 use super::options::{OptionReader, Options};
-use super::service::Ctx;
 use crate::sizes::{MAX_PAGE_BYTES, MAX_PAGE_ITEMS, MAX_READ_BYTES, MAX_SEND_BYTES};
 use crate::store;
 use crate::supervisor::{Answer, BotError, BotHandle};

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
-use super::service::Ctx;
+use super::ctx::Ctx;
 
 /// Starts following `changes` (the daemon's `NameOwnerChanged` stream, subscribed before the
 /// bus was asked who is on it). Returns at once; the tasks end with the stream.

@@ -144,7 +144,7 @@ async fn not_supported(conn: &Connection, call: &Message) -> zbus::Result<()> {
 /// Errors: the bus's, when it refuses the match rule.
 pub async fn watch_refusals(
     conn: &Connection,
-    ctx: std::sync::Arc<super::service::Ctx>,
+    descriptors: std::sync::Arc<DescriptorReplies>,
 ) -> zbus::Result<()> {
     let rule = MatchRule::builder()
         .msg_type(Type::Error)
@@ -160,7 +160,7 @@ pub async fn watch_refusals(
             }
             let Some(call) = hdr
                 .reply_serial()
-                .and_then(|s| ctx.descriptors.refused(s.get()))
+                .and_then(|s| descriptors.refused(s.get()))
             else {
                 continue;
             };

@@ -21,7 +21,7 @@ use zbus::names::{InterfaceName, MemberName};
 use zbus::object_server::{DispatchResult, Interface, SignalEmitter};
 use zbus::{BoxDBusError, Connection, ObjectServer, OwnedVariant, Variant};
 
-use super::service::Ctx;
+use super::ctx::Ctx;
 
 /// The methods of an interface whose answer is a file descriptor: botvisord sends those answers
 /// itself ([`super::descriptors`]), so that a client that cannot take one is told so.

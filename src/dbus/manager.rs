@@ -8,11 +8,11 @@ use zbus::object_server::ObjectServer;
 use zbus::{Connection, OwnedObjectPath, interface};
 
 use super::bot::BotObject;
+use super::ctx::Ctx;
 use super::error::{Error, Result};
 use super::guard::{DescriptorMethods, Detached, Guarded};
 use super::options::{OptionReader, Options};
 use super::paths::bot_path;
-use super::service::Ctx;
 use crate::sizes::{MAX_PAGE_BYTES, MAX_SPEND_ROWS};
 use crate::supervisor::NewBot;
 

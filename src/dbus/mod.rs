@@ -14,6 +14,7 @@ pub mod bounds;
 pub mod caller;
 pub mod client;
 pub mod clients;
+pub mod ctx;
 pub mod descriptors;
 pub mod error;
 pub mod guard;

@@ -18,10 +18,10 @@ use zbus::{Connection, ObjectServer, Variant, interface};
 
 use super::BOT_INTERFACE;
 use super::bot::{BotObject, ManagedBots};
+use super::ctx::Ctx;
 use super::error::Result;
 use super::guard::{DescriptorMethods, Guarded};
 use super::paths::bot_path;
-use super::service::Ctx;
 
 /// The ObjectManager of the bots.
 pub struct BotObjects {

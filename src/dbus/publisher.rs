@@ -14,9 +14,9 @@ use zbus::object_server::SignalEmitter;
 use super::BOT_INTERFACE;
 use super::bot::BotObject;
 use super::bounds;
+use super::ctx::Ctx;
 use super::guard::Guarded;
 use super::paths::bot_path;
-use super::service::Ctx;
 use crate::sizes::MAX_ITEM_BYTES;
 use crate::supervisor::{Property, PropertyValue, Publication};
 

@@ -11,29 +11,13 @@ use zbus::fdo::{RequestNameFlags, RequestNameReply};
 use super::audience::Audience;
 use super::bot::BotObject;
 use super::caller::CallerCheck;
+use super::ctx::Ctx;
 use super::lookup::BusLookup;
 use super::manager::Manager;
 use super::objects::BotObjects;
 use super::paths::bot_path;
 use super::{BUS_NAME, ROOT_PATH};
 use crate::supervisor::{BotHandle, Supervisor};
-
-/// What every object of the service shares.
-pub struct Ctx {
-    /// The bots.
-    pub supervisor: Arc<Supervisor>,
-    /// The caller check of design rule 14: who each connection on the bus is.
-    pub caller: Arc<CallerCheck>,
-    /// Who hears the signals (design rule 14 for signals).
-    pub audience: Audience,
-    /// The calls not yet answered whose effects wait for their answer: a deleted bot's object
-    /// goes (with `InterfacesRemoved`) only once its `Delete` was answered.
-    pub replies: super::replies::Replies,
-    /// The answers carrying a file descriptor, until the bus could refuse them.
-    pub descriptors: super::descriptors::DescriptorReplies,
-    /// Permits for the calls that run in a task of their own ([`super::guard::Detached`]).
-    pub detached: Arc<tokio::sync::Semaphore>,
-}
 
 /// Why the service could not connect or own its name.
 #[derive(Debug, thiserror::Error)]
@@ -198,7 +182,7 @@ impl Service {
         super::clients::learn_present(&self.ctx)
             .await
             .map_err(zbus::Error::from)?;
-        super::descriptors::watch_refusals(&self.conn, self.ctx.clone()).await?;
+        super::descriptors::watch_refusals(&self.conn, self.ctx.descriptors.clone()).await?;
         Ok(())
     }
 

@@ -1,6 +1,8 @@
 //! The module graph has no circle where the design says one layer sits below another (issue
 //! 48): the configuration is read by the supervisor, the daemon and the D-Bus layer, and names
-//! none of them; the store and the runtimes sit below the supervisor. (The core's own boundary is `supervisor::core`'s `the_core_names_no_shell`.)
+//! none of them; the store and the runtimes sit below the supervisor; the D-Bus objects sit
+//! below the service that serves them. (The core's own boundary is `supervisor::core`'s
+//! `the_core_names_no_shell`.)
 
 use std::path::PathBuf;
 
@@ -76,6 +78,23 @@ fn the_store_and_the_runtimes_name_no_supervisor_but_a_queued_message() {
     assert!(
         found.is_empty(),
         "the store or a runtime names a layer above it:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_d_bus_objects_name_the_service_that_serves_them_nowhere() {
+    // What every object shares is `dbus::ctx::Ctx`; the service makes it and serves the objects,
+    // so an object that named the service would close a circle.
+    let found: Vec<_> = code_of("", "dbus")
+        .into_iter()
+        .filter(|(file, _, _)| file != "dbus/service.rs" && file != "dbus/mod.rs")
+        .filter(|(_, _, line)| line.contains("super::service") || line.contains("dbus::service"))
+        .map(|(file, n, line)| format!("src/{file}:{n}: {}", line.trim()))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "a D-Bus object names the service:\n{}",
         found.join("\n")
     );
 }

@@ -1,9 +1,10 @@
-//! The steps the shell still carries out between inputs and asks the core on the way (issue 48
-//! has them become inputs): the pump's plan, a launch (which conversation, then the process as
-//! the core knows it), a delivery (the next message, where it goes on record first, whether it
-//! was written) and the idle deadline; with the handlers of [`super::Input::Began`] and
-//! [`super::Input::ProcessStopped`]. Each is a method of [`BotCore`], so the shell names what it
-//! does and never reaches into the core's state.
+//! What the shell asks the core between inputs, and the handlers of the inputs of a launch, a
+//! delivery, the actor's start and a stopped process. The questions change nothing: the pump's
+//! plan (start the agent, write the next message), whether messages wait or one is in flight,
+//! whether the agent works. The one change made outside [`BotCore::handle`] is the idle
+//! deadline ([`BotCore::rearm_idle`], once per turn of the actor's loop). The handlers are
+//! [`super::Input::LaunchChecked`], [`super::Input::Launched`], [`super::Input::Deliver`] with
+//! its commit, [`super::Input::Began`] and [`super::Input::ProcessStopped`].
 
 use std::time::{Duration, Instant, SystemTime};
 

@@ -178,6 +178,7 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     })
     .await
     .expect("the agent restarts with the new environment");
+    let env_agent = restarted.process_id().await.unwrap();
     let shown: Value = serde_json::from_str(out.trim()).unwrap();
     assert!(
         shown["env"].as_array().unwrap().contains(&"ROTATED".into()),
@@ -196,12 +197,21 @@ async fn a_conversation_with_a_permission_prompt_from_two_terminals() {
     // botvisord still restarts could see the restart's own passing `stopped`). The fresh
     // restart's agent is the one idle with no conversation: the `set --env` above restarts the
     // agent on its conversation too, and its `idle` may come first.
+    // Its agent is a new process: `SessionId` may be heard empty (the forget's commit) before
+    // the previous agent's `stopping`, so an idle state and an empty conversation alone could
+    // still be the previous agent's.
     let changes = restarted.receive_state_changed().await;
     tokio::time::timeout(EVENT_TIMEOUT, async {
         let mut changes = changes;
-        while restarted.state().await.unwrap() != "idle"
-            || !restarted.session_id().await.unwrap().is_empty()
-        {
+        loop {
+            let pid = restarted.process_id().await.unwrap();
+            if restarted.state().await.unwrap() == "idle"
+                && restarted.session_id().await.unwrap().is_empty()
+                && pid != 0
+                && pid != env_agent
+            {
+                break;
+            }
             futures_util::StreamExt::next(&mut changes).await;
         }
     })

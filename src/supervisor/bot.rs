@@ -33,9 +33,9 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use super::core::BotCore;
 pub use super::core::State;
 use super::core::stop::StopReason;
+use super::core::{BotCore, Standing};
 pub use super::view::{BotView, update_view};
 use super::{BotError, BotHandle, Command, Publication, Publisher, Shared};
 use crate::config::Config;
@@ -104,7 +104,6 @@ struct Actor {
     /// The bot's core state and timers: its turns, what it keeps between processes, and every
     /// deadline it has ([`BotCore`]).
     core: BotCore,
-    parked: bool,
     /// Known descendants of the current (or last) process, by identity.
     known: Vec<ProcessIdentity>,
     /// What an interrupted turn left running, to stop once the event is handled: the turn and
@@ -128,6 +127,9 @@ struct Actor {
     ///
     /// [`Effect::ReportCommit`]: super::core::Effect::ReportCommit
     last_commit_ok: bool,
+    /// A commit the core asked for failed: the core is told what stands on record before its
+    /// next input ([`crate::supervisor::core::Input::Recorded`]).
+    recorded_due: bool,
     /// The core ended the bot's supervision ([`super::core::Effect::End`]): the actor stops.
     ended: bool,
     /// What carrying out effects told (a commit's outcome, a write's), for the core once the
@@ -213,15 +215,9 @@ pub fn spawn_actor(
     let (tx, rx) = mpsc::unbounded_channel();
     let (proc_tx, proc_rx) = mpsc::unbounded_channel();
     let id = record.id.clone();
-    let state = if record.failed {
-        State::Failed
-    } else if record.parked {
-        State::Stopped
-    } else {
-        State::Stopped.while_held(record.limit.as_ref().map(|(k, _)| k.as_str()))
-    };
+    let standing = Standing::loaded(views::on_record(&record));
+    let state = standing.state();
     let stop_verdict = record.stop_verdict.clone();
-    let parked = record.parked;
     // A loaded bot's waiting messages count from the start, while the daemon still recovers.
     let queued = if loaded {
         store
@@ -266,8 +262,7 @@ pub fn spawn_actor(
         generation: 0,
         proc_tx,
         proc_rx,
-        core: BotCore::new(core_settings(&config, shared.runtime.as_ref())),
-        parked,
+        core: BotCore::new(core_settings(&config, shared.runtime.as_ref()), standing),
         known: Vec::new(),
         left_by_interrupt: None,
         credentials: None,
@@ -276,6 +271,7 @@ pub fn spawn_actor(
         copy_failing: false,
         stop_asked: None,
         last_commit_ok: true,
+        recorded_due: false,
         ended: false,
         told: Default::default(),
         applying: false,

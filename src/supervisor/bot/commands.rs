@@ -6,7 +6,6 @@ use crate::supervisor::Command;
 use crate::supervisor::core::Cmd;
 use crate::supervisor::core::Input;
 use crate::supervisor::core::stop::StopReason;
-use crate::supervisor::core::{Publish, Write};
 
 impl Actor {
     /// Returns false when the actor must end.
@@ -80,21 +79,6 @@ impl Actor {
                 true
             }
         }
-    }
-
-    /// A client's Stop parks the bot (waiting messages wait for its next Send or Restart);
-    /// recorded so that a daemon restart keeps it parked.
-    pub(super) fn park(&mut self, parked: bool) {
-        if self.record().parked != parked
-            && let Err(e) = self.commit(&[Write::Parked(parked)], &[Publish::Parked(parked)])
-        {
-            tracing::error!(bot_id = %self.id, error = %e, "cannot record the stop");
-            // The actor goes on as asked; the view says so (a daemon restart does not).
-            self.update(vec![], |v| v.record.parked = parked);
-        }
-        self.parked = parked;
-        let running = self.proc.is_some();
-        self.handle(Input::ParkChanged { running });
     }
 }
 

@@ -7,7 +7,7 @@ use super::Actor;
 use crate::store;
 use crate::supervisor::Property;
 use crate::supervisor::Publication;
-use crate::supervisor::core::{Effect, Input, Publish, Setting, State, Write};
+use crate::supervisor::core::{Effect, Input, Publish, Setting, Write};
 use crate::supervisor::core::{Request, Streamed};
 
 impl Actor {
@@ -23,6 +23,7 @@ impl Actor {
                         tracing::error!(bot_id = %self.id, error = %e, ?writes, "cannot commit");
                         committed = false;
                         self.last_commit_ok = false;
+                        self.recorded_due = true;
                     }
                 },
                 Effect::ReportCommit(awaited) => {
@@ -37,13 +38,16 @@ impl Actor {
                         self.update(vec![Property::QueuedMessages], |v| v.queued = n);
                     }
                 }
-                Effect::State(state) => self.set_state(state),
+                Effect::State(state) => self.update(vec![Property::State], |v| v.state = state),
                 Effect::HeldBy(by) => self.update(vec![Property::HeldBy], |v| v.held_by = by),
                 Effect::Pending(list) => {
                     self.update(vec![Property::PendingPermissions], |v| v.pending = list)
                 }
-                Effect::Park(parked) => self.park(parked),
-                Effect::Pause => self.parked = true,
+                Effect::Park(_) => {
+                    let running = self.proc.is_some();
+                    self.handle(Input::ParkChanged { running });
+                }
+                Effect::Pause => {}
                 Effect::Start => self.start(),
                 Effect::Spawn(decision) => self.spawn(decision),
                 Effect::Send(Request::Control(request)) => {
@@ -331,39 +335,5 @@ impl Actor {
                 self.publish_turn(turn_id, outcome.as_str())
             }
         }
-    }
-}
-
-impl Actor {
-    /// Sets `State`, for [`Effect::State`] only (private to this file: the compiler keeps every
-    /// other part of the shell from setting the state itself). A change into or out of
-    /// `failed` is durable first (design rule 1): it
-    /// goes through [`Actor::commit`] and is published only once committed; when the commit
-    /// fails, `State` keeps saying what is recorded, and the journal says why.
-    fn set_state(&self, state: State) {
-        // While a usage limit holds, a bot with nothing to do says it waits for it; one a
-        // client stopped says it is stopped (nothing goes at the reset).
-        let record = self.record();
-        let hold = record.limit.as_ref().map(|(k, _)| k.as_str());
-        let state = state.while_held(hold.filter(|_| !self.parked));
-        let before = self.view.read().unwrap_or_else(|p| p.into_inner()).state;
-        if before == state {
-            return;
-        }
-        tracing::debug!(bot_id = %self.id, state = state.as_str(), "state");
-        if before == State::Failed || state == State::Failed {
-            let failed = state == State::Failed;
-            if let Err(e) = self.commit(&[Write::Failed(failed)], &[Publish::State(state)]) {
-                tracing::error!(
-                    bot_id = %self.id,
-                    error = %e,
-                    state = state.as_str(),
-                    "cannot record the state; State stays {}",
-                    before.as_str()
-                );
-            }
-            return;
-        }
-        self.update(vec![Property::State], |v| v.state = state);
     }
 }

@@ -1,6 +1,7 @@
 //! The CLI's stdout, read as runtime events and handed to the core ([`crate::supervisor::core::BotCore::handle`]), which
 //! decides; the shell answers what the core asks ([`ActorFacts`]) and carries out its effects.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -21,13 +22,18 @@ pub(super) struct ActorFacts<'a> {
     pub(super) proc: Option<&'a Proc>,
     /// The agent's descendants known by identity.
     pub(super) known: &'a [ProcessIdentity],
-    /// Whether a client's Stop parked the bot.
-    pub(super) parked: bool,
 }
 
 impl ActorFacts<'_> {
     fn view(&self) -> std::sync::RwLockReadGuard<'_, BotView> {
         self.view.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The environment the bot's CLI runs with (`bot_env`: the daemon's, the bot's own, its
+    /// login's) and its working directory: where the runtime's files of its conversations are.
+    fn env_and_cwd(&self) -> (BTreeMap<String, String>, String) {
+        let record = self.view().record.clone();
+        (bot_env(&self.shared.config, &record), record.cwd)
     }
 }
 
@@ -42,19 +48,17 @@ impl Facts for ActorFacts<'_> {
     }
 
     fn transcript_exists(&self, session_id: &str) -> bool {
-        let record = self.view().record.clone();
-        let env = bot_env(&self.shared.config, &record);
+        let (env, cwd) = self.env_and_cwd();
         self.shared
             .runtime
-            .transcript_exists(&env, Path::new(&record.cwd), session_id)
+            .transcript_exists(&env, Path::new(&cwd), session_id)
     }
 
     fn taken_turn(&self, inf: &Inflight) -> Option<TakenTurn> {
-        let record = self.view().record.clone();
-        let env = bot_env(&self.shared.config, &record);
+        let (env, cwd) = self.env_and_cwd();
         self.shared.runtime.taken_turn(
             &env,
-            Path::new(&record.cwd),
+            Path::new(&cwd),
             &inf.session,
             &inf.turn.text,
             inf.written,
@@ -62,11 +66,10 @@ impl Facts for ActorFacts<'_> {
     }
 
     fn conversation_holds(&self, inf: &Inflight) -> bool {
-        let record = self.view().record.clone();
-        let env = bot_env(&self.shared.config, &record);
+        let (env, cwd) = self.env_and_cwd();
         self.shared.runtime.conversation_has_message(
             &env,
-            Path::new(&record.cwd),
+            Path::new(&cwd),
             &inf.session,
             &inf.turn.text,
             inf.written,
@@ -79,11 +82,10 @@ impl Facts for ActorFacts<'_> {
         session: &str,
         since: std::time::SystemTime,
     ) -> Option<TakenTurn> {
-        let record = self.view().record.clone();
-        let env = bot_env(&self.shared.config, &record);
+        let (env, cwd) = self.env_and_cwd();
         self.shared
             .runtime
-            .taken_turn(&env, Path::new(&record.cwd), session, &turn.text, since)
+            .taken_turn(&env, Path::new(&cwd), session, &turn.text, since)
     }
 
     fn fatal_reason(&self, text: &str) -> Option<&'static str> {
@@ -92,10 +94,6 @@ impl Facts for ActorFacts<'_> {
 
     fn unix_now(&self) -> u64 {
         super::turns::unix_now()
-    }
-
-    fn continue_after_limit(&self) -> Option<bool> {
-        self.view().record.continue_after_limit
     }
 
     fn watchers(&self) -> (usize, usize) {
@@ -125,14 +123,6 @@ impl Facts for ActorFacts<'_> {
         self.shared.runtime.held_elsewhere(error)
     }
 
-    fn parked(&self) -> bool {
-        self.parked
-    }
-
-    fn state(&self) -> crate::supervisor::core::State {
-        self.view().state
-    }
-
     fn scopes(&self, request: &serde_json::Value) -> Vec<(String, String)> {
         let runtime = &self.shared.runtime;
         runtime
@@ -153,19 +143,6 @@ impl Facts for ActorFacts<'_> {
 
     fn session_in_use(&self, stderr: &str) -> Option<String> {
         self.shared.runtime.session_in_use(stderr)
-    }
-
-    fn hold(&self) -> Option<(String, u64)> {
-        self.view().record.limit.clone()
-    }
-
-    fn spend(&self) -> (u64, Option<u64>, bool) {
-        let v = self.view();
-        (
-            v.record.spend.cost_nanos,
-            v.budget(),
-            v.record.limit.is_some(),
-        )
     }
 }
 
@@ -203,7 +180,6 @@ impl Actor {
             shared: &self.shared,
             proc: self.proc.as_ref(),
             known: &self.known,
-            parked: self.parked,
         }
     }
 
@@ -229,7 +205,6 @@ impl Actor {
             shared: &self.shared,
             proc: self.proc.as_ref(),
             known: &self.known,
-            parked: self.parked,
         };
         self.core.handle(Instant::now(), input, &facts);
     }
@@ -245,6 +220,11 @@ impl Actor {
         loop {
             while let Some(effect) = self.core.poll_effect() {
                 self.group_or_apply(effect);
+            }
+            if std::mem::take(&mut self.recorded_due) {
+                let (state, record) = self.on_record();
+                self.feed(Input::Recorded { state, record });
+                continue;
             }
             let Some(input) = self.told.pop_front() else {
                 break;

@@ -8,9 +8,8 @@ use crate::runtime::LaunchSpec;
 use crate::runtime::SessionStart;
 use crate::store::BotRecord;
 use crate::supervisor::Property;
-use crate::supervisor::core::PumpShell;
+use crate::supervisor::core::Input;
 use crate::supervisor::core::StartDecision;
-use crate::supervisor::core::{Input, State};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -18,12 +17,9 @@ impl Actor {
     /// Starts a process when messages wait, and feeds it the next message when it is free
     /// (`pump` decides).
     pub(super) async fn pump(&mut self) {
-        let plan = self.core.pump_plan(PumpShell {
-            parked: self.parked,
-            failed_or_stopping: matches!(self.state(), State::Failed | State::Stopping),
-            process_ready: self.proc.as_ref().map(|p| p.protocol.ready()),
-            limit_recorded: self.limit_holds(),
-        });
+        let plan = self
+            .core
+            .pump_plan(self.proc.as_ref().map(|p| p.protocol.ready()));
         if plan.start {
             self.start();
         }

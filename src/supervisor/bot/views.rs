@@ -7,19 +7,17 @@ use crate::store::ChatItem;
 use crate::supervisor::Property;
 use crate::supervisor::Publication;
 use crate::supervisor::core::Effect;
-use crate::supervisor::core::State;
 use crate::supervisor::core::{CommitBuilder, Publish, Write};
+use crate::supervisor::core::{OnRecord, State};
 use serde_json::Value;
 
 impl Actor {
-    /// A usage limit or the budget holds (recorded, shown in `LimitKind`).
-    pub(super) fn limit_holds(&self) -> bool {
-        self.view
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .record
-            .limit
-            .is_some()
+    /// What stands on record, as the view shows it (only what is durable, design rule 1):
+    /// the state shown and the record's fields the core keeps
+    /// ([`crate::supervisor::core::Input::Recorded`]).
+    pub(super) fn on_record(&self) -> (State, OnRecord) {
+        let v = self.view.read().unwrap_or_else(|p| p.into_inner());
+        (v.state, on_record(&v.record))
     }
 
     /// The bot waits for its login (a hold of kind `core::LOGIN`).
@@ -82,5 +80,17 @@ impl Actor {
         if let Err(e) = self.commit(&[write], &[publish]) {
             tracing::error!(bot_id = %self.id, error = %e, "cannot record the last error");
         }
+    }
+}
+
+/// The fields of `record` the core keeps ([`OnRecord`]).
+pub(super) fn on_record(record: &BotRecord) -> OnRecord {
+    OnRecord {
+        failed: record.failed,
+        parked: record.parked,
+        hold: record.limit.clone(),
+        cost_nanos: record.spend.cost_nanos,
+        budget: record.budget,
+        continue_after_limit: record.continue_after_limit,
     }
 }

@@ -58,6 +58,9 @@ pub struct Process {
 pub struct BotCore {
     /// What the rules read of the configuration and the runtime.
     pub(super) settings: Settings,
+    /// Where the bot stands: its state, its park, and its record's hold, spend and budget
+    /// (kept by [`BotCore::emit`] from the effects that change them).
+    pub(super) standing: super::state::Standing,
     /// The running process, if one runs (the shell holds its handle, pipes and protocol).
     pub(super) process: Option<Process>,
     /// A launch decided and waiting for its forget's commit ([`super::effect::Awaited::Forget`]).
@@ -174,10 +177,11 @@ impl Settings {
 
 impl BotCore {
     /// A bot with nothing queued and no timer, ruled by `settings`.
-    pub fn new(settings: Settings) -> BotCore {
+    pub fn new(settings: Settings, standing: super::state::Standing) -> BotCore {
         BotCore {
             deltas: DeltaPacer::new(settings.text_interval),
             settings,
+            standing,
             process: None,
             turns: Turns::default(),
             life: Lifecycle::default(),
@@ -270,9 +274,10 @@ mod tests {
     #[test]
     fn one_deadline_is_the_earliest_of_every_timer() {
         let t0 = Instant::now();
-        let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-            Duration::from_millis(50),
-        ));
+        let mut core = BotCore::new(
+            crate::supervisor::core::Settings::test(Duration::from_millis(50)),
+            crate::supervisor::core::Standing::loaded(Default::default()),
+        );
         assert_eq!(core.poll_timeout(), None, "no timer: no deadline");
         core.idle_at = Some(t0 + 30 * S);
         core.restart_at = Some(t0 + 20 * S);
@@ -288,9 +293,10 @@ mod tests {
     #[test]
     fn what_came_is_reported_once_in_order_and_cleared() {
         let t0 = Instant::now();
-        let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-            Duration::from_millis(50),
-        ));
+        let mut core = BotCore::new(
+            crate::supervisor::core::Settings::test(Duration::from_millis(50)),
+            crate::supervisor::core::Standing::loaded(Default::default()),
+        );
         core.idle_at = Some(t0 + 2 * S);
         core.restart_at = Some(t0 + S);
         core.watch.launched(Some(t0 + S));

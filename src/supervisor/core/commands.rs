@@ -14,6 +14,7 @@ use super::lifecycle::{Lifecycle, RestartMode};
 use super::limits::{self, LimitHold};
 use super::machine::{Bounds, Facts};
 use super::spend;
+use super::state::State;
 use super::stop::StopReason;
 use super::turns::QueuedTurn;
 use super::{held, records};
@@ -112,16 +113,16 @@ impl BotCore {
                 let effects = self.turns.queue(turn);
                 self.emit(effects);
                 // Sent while a usage limit holds: it says when it will go.
-                if let Some((kind, resets_at)) = facts.hold()
+                if let Some((kind, resets_at)) = self.standing.record.hold.clone()
                     && !known
                 {
                     self.emit([limits::waiting(&LimitHold { kind, resets_at }, &id)]);
                 }
             }
             Cmd::SetBudget(own) => {
-                let (cost, _, _) = facts.spend();
+                let (cost, _) = self.spend();
                 let in_force = spend::in_force(own, self.settings.budget_default);
-                let held = match facts.hold() {
+                let held = match &self.standing.record.hold {
                     None => Held::Nothing,
                     Some((k, _)) if k == budget::BUDGET => Held::ByBudget,
                     Some(_) => Held::ByOther,
@@ -155,7 +156,7 @@ impl BotCore {
                 }
                 if self.turns.inflight.is_some() {
                     self.restart_when_idle();
-                } else if held_waits && facts.hold().is_some() {
+                } else if held_waits && self.standing.record.hold.is_some() {
                     self.emit([Effect::Stop(StopReason::Idle)]);
                 } else {
                     self.command(
@@ -170,7 +171,13 @@ impl BotCore {
             }
             Cmd::Restart { mode, by_client } => {
                 if by_client {
-                    if self.limit_until.take().is_some() || facts.hold().is_some() {
+                    // The handle recorded and showed the end of `failed` before it asked
+                    // (a Send right after the Restart is taken, not refused).
+                    if self.standing.state == State::Failed {
+                        self.standing.state = State::Stopped;
+                        self.standing.record.failed = false;
+                    }
+                    if self.limit_until.take().is_some() || self.standing.record.hold.is_some() {
                         self.emit(limits::lifted(self.process.is_some()));
                     }
                     // The start that follows looks for a holder again.
@@ -188,7 +195,7 @@ impl BotCore {
                 // Said once the stop ended (the message in flight settled: ended, or waiting
                 // again), before the bot shows `stopped`, so that a client that sees `stopped`
                 // finds it in the chat ([`BotCore::stopped`]).
-                self.stop_note_due = !facts.parked();
+                self.stop_note_due = !self.standing.parked;
                 self.restart_at = None;
                 self.emit([Effect::Park(true)]);
                 if self.held.take().is_some() {
@@ -252,7 +259,7 @@ impl BotCore {
                 if std::mem::take(&mut self.stop_note_due) {
                     self.emit(records::stopped_with_queue(&self.turns.waiting_ids()));
                 }
-                self.emit(Lifecycle::stop_ended(facts.state()))
+                self.emit(Lifecycle::stop_ended(self.standing.state))
             }
             // Deleted whatever the stop's verdict: the client asked for the bot to be gone (a
             // root that survived SIGKILL is named in the journal by the stop).

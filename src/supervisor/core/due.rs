@@ -63,7 +63,7 @@ impl BotCore {
             Due::LookAfterCrash => self.look_after_crash(now, facts),
             Due::LimitLifted => {
                 tracing::info!("usage limit over; the waiting messages go");
-                let (cost, budget, _) = facts.spend();
+                let (cost, budget) = self.spend();
                 self.emit(budget::hold_over(self.process.is_some(), cost, budget));
             }
         }

@@ -217,15 +217,20 @@ pub enum Effect {
     /// The `HeldBy` property: the process outside botvisor that holds the conversation (empty:
     /// none; `core::held`).
     HeldBy(String),
-    /// The bot's `State`.
+    /// The bot's `State`: a change, shown as it is (the core keeps it in
+    /// [`super::state::Standing`]; a change into or out of `failed` comes as a commit instead).
     State(State),
     /// The `PendingPermissions` property: `(request_id, tool, input_json)` of each open prompt.
     Pending(Vec<(String, String, String)>),
-    /// Park the bot (`true`: waiting messages wait for a client's Send or Restart) or let it go;
-    /// recorded, so a daemon restart keeps it.
+    /// The bot was parked (`true`: waiting messages wait for a client's Send or Restart) or let
+    /// go; the core keeps it, and its commit comes before when the record changes. The shell
+    /// answers [`super::Input::ParkChanged`] with whether an agent runs.
     Park(bool),
     /// The agent cannot start now: nothing starts again until a client sends or restarts. Not
-    /// recorded: a daemon restart tries once more.
+    /// recorded: a daemon restart tries once more. The core's own: [`BotCore::emit`] keeps it
+    /// in [`super::state::Standing`], and the shell never gets it.
+    ///
+    /// [`BotCore::emit`]: super::BotCore
     Pause,
     /// Start the agent now (a client's Restart).
     Start,

@@ -429,7 +429,7 @@ impl BotCore {
                     .turn_result(&mut p.run, &self.turns, &ended, fatal),
             );
         }
-        effects.extend(budget_after(&ended.spend, facts));
+        effects.extend(self.budget_after(&ended.spend));
         self.emit(effects);
         // A failure, not an interrupt: a message the user interrupted stays as the CLI keeps it.
         let failed = outcome == ResultOutcome::Error && ended.error.is_some();
@@ -450,8 +450,9 @@ impl BotCore {
     ) {
         self.emit([Effect::ClosePrompts(TURN_ENDED.into())]);
         let (continue_cut, times) = (
-            facts
-                .continue_after_limit()
+            self.standing
+                .record
+                .continue_after_limit
                 .unwrap_or(self.settings.continue_after_limit),
             self.settings.limit_times,
         );
@@ -519,14 +520,27 @@ impl BotCore {
     }
 }
 
-/// What a turn's `spend` did to the budget ([`spend::budget_step`]): a warning item at 80 %, the
-/// budget hold at 100 %.
-fn budget_after(turn: &Spend, facts: &dyn Facts) -> Vec<Effect> {
-    let (before, budget, held) = facts.spend();
-    let after = before.saturating_add(turn.cost_nanos);
-    match (spend::budget_step(before, after, budget), budget) {
-        (spend::BudgetStep::Warning, Some(b)) => vec![budget::warning(after, b)],
-        (spend::BudgetStep::Reached, Some(b)) if !held => budget::reached(after, b),
-        _ => Vec::new(),
+impl BotCore {
+    /// What a turn's `spend` did to the budget ([`spend::budget_step`]): a warning item at 80 %,
+    /// the budget hold at 100 %. Asked before the turn's spend is committed.
+    fn budget_after(&self, turn: &Spend) -> Vec<Effect> {
+        let (before, budget) = self.spend();
+        let held = self.standing.record.hold.is_some();
+        let after = before.saturating_add(turn.cost_nanos);
+        match (spend::budget_step(before, after, budget), budget) {
+            (spend::BudgetStep::Warning, Some(b)) => vec![budget::warning(after, b)],
+            (spend::BudgetStep::Reached, Some(b)) if !held => budget::reached(after, b),
+            _ => Vec::new(),
+        }
+    }
+
+    /// What the bot cost so far (nano-dollars, as recorded) and the budget in force
+    /// ([`spend::in_force`]: its own, else the daemon's).
+    pub(super) fn spend(&self) -> (u64, Option<u64>) {
+        let record = &self.standing.record;
+        (
+            record.cost_nanos,
+            spend::in_force(record.budget, self.settings.budget_default),
+        )
     }
 }

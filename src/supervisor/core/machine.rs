@@ -37,9 +37,19 @@ pub enum Input {
     /// A stop's sequence and its clean-up ended: the bot shows `stopped` until what follows
     /// ([`Input::Stopped`] for a stop the core asked for) says otherwise.
     StopEnded,
-    /// A client's Stop parked the bot, or a Send or Restart unparked it (the shell records the
-    /// park; [`Facts::parked`]). What a held bot shows depends on the park: `limited` and
-    /// `login_required` show as `idle` with an agent and `stopped` without.
+    /// A commit the core asked for failed: what stands on record, as the shell's view shows
+    /// it once every effect before was carried out (the view only ever shows what is durable,
+    /// design rule 1), replaces what the core kept ([`super::state::Standing`]).
+    Recorded {
+        /// The state shown.
+        state: State,
+        /// The record.
+        record: super::state::OnRecord,
+    },
+    /// The park the core asked for ([`super::effect::Effect::Park`]) was carried out: a client's
+    /// Stop parked the bot, or a Send or Restart unparked it. What a held bot shows depends on
+    /// the park: `limited` and `login_required` show as `idle` with an agent and `stopped`
+    /// without.
     ParkChanged {
         /// Whether an agent process runs.
         running: bool,
@@ -64,7 +74,7 @@ pub enum Input {
     /// The clean-up the core asked for ([`super::effect::Effect::CleanUp`]) is done.
     CleanedUp,
     /// The running process is ready for the next message and writes to conversation `session`
-    /// (the pump said to write, [`super::steps::PumpShell`]); `now` is the wall clock. The next
+    /// (the pump said to write, [`BotCore::pump_plan`]); `now` is the wall clock. The next
     /// waiting message is put on record with where it goes, then written
     /// ([`super::effect::Request::Message`]).
     Deliver {
@@ -205,11 +215,6 @@ pub trait Facts {
     fn fatal_reason(&self, text: &str) -> Option<&'static str>;
     /// The wall clock, in Unix seconds (a plan's reset is told so).
     fn unix_now(&self) -> u64;
-    /// The bot's own `continue_after_limit` (`None`: the daemon's is in force).
-    fn continue_after_limit(&self) -> Option<bool>;
-    /// What the bot cost so far (nano-dollars), its budget in force, and whether a hold (a
-    /// limit, a login, the budget) is on record.
-    fn spend(&self) -> (u64, Option<u64>, bool);
     /// Clients holding the bot (leases), and permission requests open.
     fn watchers(&self) -> (usize, usize);
     /// Whether a descendant of the agent lives now (reads `/proc`; asked only when every other
@@ -217,8 +222,6 @@ pub trait Facts {
     fn descendant_lives(&self) -> bool;
     /// Whether the process `id` names still lives (one that cannot be checked counts as alive).
     fn alive(&self, id: &crate::process::identity::ProcessIdentity) -> bool;
-    /// The hold on record (a limit's kind or `login` or `budget`, and its reset in Unix seconds).
-    fn hold(&self) -> Option<(String, u64)>;
     /// The runtime's reading of a process's stderr: a new conversation refused because this id
     /// is in use.
     fn session_in_use(&self, stderr: &str) -> Option<String>;
@@ -230,10 +233,6 @@ pub trait Facts {
     fn scopes(&self, request: &serde_json::Value) -> Vec<(String, String)>;
     /// How a person logs the bot's CLI in again, one sentence (`Runtime::login_hint`).
     fn login_hint(&self) -> String;
-    /// Whether a client's Stop parked the bot (its messages wait for a Send or Restart).
-    fn parked(&self) -> bool;
-    /// The bot's state as clients see it now.
-    fn state(&self) -> super::State;
     /// Whether the conversation the message in flight went to holds it (the runtime's
     /// transcript, written since the message was; design rule 8).
     fn conversation_holds(&self, inflight: &Inflight) -> bool;
@@ -282,8 +281,16 @@ impl BotCore {
                 self.emit([Effect::State(State::Stopping)]);
             }
             Input::StopEnded => self.emit([Effect::State(State::Stopped)]),
+            Input::Recorded { state, record } => {
+                tracing::warn!(
+                    state = state.as_str(),
+                    "a commit failed; the bot stands as recorded"
+                );
+                self.standing.state = state;
+                self.standing.record = record;
+            }
             Input::ParkChanged { running } => {
-                let shown = match facts.state() {
+                let shown = match self.standing.state {
                     State::Limited | State::LoginRequired if running => Some(State::Idle),
                     State::Limited | State::LoginRequired => Some(State::Stopped),
                     s @ (State::Idle | State::Stopped) => Some(s),
@@ -362,7 +369,7 @@ impl BotCore {
                 self.held = Some(held);
             }
             Input::HoldLifted { running } => {
-                let (cost, budget, _) = facts.spend();
+                let (cost, budget) = self.spend();
                 self.emit(super::budget::hold_over(running, cost, budget));
             }
             Input::StopGaveUp => {
@@ -386,9 +393,53 @@ impl BotCore {
         self.effects.pop_front()
     }
 
-    /// Queues effects for [`BotCore::poll_effect`].
+    /// Queues effects for [`BotCore::poll_effect`], keeping [`BotCore::standing`] with them:
+    /// the one place where the bot's state, its park and its record's hold, spend and budget
+    /// change. A state asked for is shown as [`Standing::shown`](super::state::Standing) says,
+    /// and only when it changes; a change into or out of `failed` is recorded first (design
+    /// rule 1), so it comes as a commit that publishes it. [`Effect::Pause`] is the core's own
+    /// (nothing of it reaches the shell); a commit's publications are noted as it is asked for.
     pub(super) fn emit(&mut self, effects: impl IntoIterator<Item = Effect>) {
-        self.effects.extend(effects);
+        for effect in effects {
+            match effect {
+                Effect::State(asked) => {
+                    let state = self.standing.shown(asked);
+                    let before = self.standing.state;
+                    if state == before {
+                        continue;
+                    }
+                    tracing::debug!(state = state.as_str(), "state");
+                    if before == State::Failed || state == State::Failed {
+                        let failed = state == State::Failed;
+                        self.emit([Effect::Commit {
+                            writes: vec![super::effect::Write::Failed(failed)],
+                            publish: vec![super::effect::Publish::State(state)],
+                        }]);
+                    } else {
+                        self.standing.state = state;
+                        self.effects.push_back(Effect::State(state));
+                    }
+                }
+                Effect::Pause => self.standing.parked = true,
+                Effect::Park(parked) => {
+                    self.standing.parked = parked;
+                    if self.standing.record.parked != parked {
+                        self.emit([Effect::Commit {
+                            writes: vec![super::effect::Write::Parked(parked)],
+                            publish: vec![super::effect::Publish::Parked(parked)],
+                        }]);
+                    }
+                    self.effects.push_back(Effect::Park(parked));
+                }
+                Effect::Commit { writes, publish } => {
+                    for p in &publish {
+                        self.standing.note(p);
+                    }
+                    self.effects.push_back(Effect::Commit { writes, publish });
+                }
+                other => self.effects.push_back(other),
+            }
+        }
     }
 }
 

@@ -80,7 +80,7 @@ pub use bot_core::{BotCore, Due, Process, Settings};
 pub use commands::Cmd;
 pub use effect::{Awaited, CommitBuilder, Effect, Publish, Request, Setting, Streamed, Write};
 pub use machine::{Bounds, Facts, Input};
-pub use state::State;
+pub use state::{OnRecord, Standing, State};
 // What the inputs and effects carry, and the questions the shell asks between inputs
 // (`steps.rs`).
 pub use exit::ExitSettings;
@@ -91,7 +91,6 @@ pub use lifecycle::{CrashLimits, RestartMode, Run};
 pub use limits::{CONTINUE_TEXT, LOGIN, LimitTimes};
 pub use pump::PumpPlan;
 pub use start::StartDecision;
-pub use steps::PumpShell;
 pub use turns::{Inflight, QueuedTurn};
 // Pure decisions on what only the shell sees: what an interrupt left running, and the words
 // said of it.

@@ -22,27 +22,16 @@ use super::stop::StopReason;
 use crate::process::identity::ProcessIdentity;
 use crate::runtime::SessionStart;
 
-/// What only the shell knows when it asks for the pump's plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PumpShell {
-    /// Nothing starts until a client sends or restarts.
-    pub parked: bool,
-    /// The bot is `failed` or `stopping`.
-    pub failed_or_stopping: bool,
-    /// A process runs (`Some`), and its protocol is past its handshake (`true`).
-    pub process_ready: Option<bool>,
-    /// A usage limit recorded on the bot holds (besides the one the core waits for).
-    pub limit_recorded: bool,
-}
-
 impl BotCore {
     /// Whether to start the agent and whether to write it the next message now ([`pump::pump`]
-    /// decides from the core's state and `shell`).
-    pub fn pump_plan(&self, shell: PumpShell) -> PumpPlan {
+    /// decides from the core's state and `process_ready`, which only the shell knows: whether a
+    /// process runs (`Some`) and its protocol is past its handshake (`true`)).
+    pub fn pump_plan(&self, process_ready: Option<bool>) -> PumpPlan {
+        let standing = &self.standing;
         pump::pump(&PumpFacts {
-            parked: shell.parked,
-            failed_or_stopping: shell.failed_or_stopping,
-            process: match shell.process_ready {
+            parked: standing.parked,
+            failed_or_stopping: matches!(standing.state, State::Failed | State::Stopping),
+            process: match process_ready {
                 None => ProcessNow::None,
                 Some(_) if !self.process.as_ref().is_some_and(|p| p.run.usable()) => {
                     ProcessNow::Unusable
@@ -55,7 +44,7 @@ impl BotCore {
             warm_start: self.life.warm_start,
             backoff_running: self.restart_at.is_some(),
             in_flight: self.turns.inflight.is_some(),
-            limited: self.limit_until.is_some() || shell.limit_recorded,
+            limited: self.limit_until.is_some() || standing.record.hold.is_some(),
             held: self.held.is_some(),
         })
     }
@@ -194,10 +183,10 @@ impl BotCore {
     ) {
         self.attempt = attempt_cut;
         self.turns.meter.conversation = conversation_cost;
-        let Some((kind, resets_at)) = facts.hold() else {
+        let Some((kind, resets_at)) = self.standing.record.hold.clone() else {
             return;
         };
-        let (cost, budget, _) = facts.spend();
+        let (cost, budget) = self.spend();
         let times = self.settings.limit_times;
         match limits::resumed(&kind, resets_at, facts.unix_now(), times, cost, budget) {
             limits::Resumed::Wait(wait) => self.limit_until = Some(now + wait),

@@ -11,6 +11,7 @@ use crate::supervisor::core::State;
 use crate::supervisor::core::commands::Cmd;
 use crate::supervisor::core::effect::{Awaited, Request, Streamed, Write};
 use crate::supervisor::core::lifecycle::RestartMode;
+use crate::supervisor::core::state::OnRecord;
 use crate::supervisor::core::stop::StopReason;
 use crate::supervisor::core::turns::QueuedTurn;
 
@@ -19,7 +20,6 @@ use crate::supervisor::core::turns::QueuedTurn;
 struct Told {
     recorded: Option<String>,
     fatal: Option<&'static str>,
-    spend: (u64, Option<u64>, bool),
     /// Clients holding the bot.
     holders: usize,
     /// Permission requests open.
@@ -28,12 +28,6 @@ struct Told {
     descendant: bool,
     /// The process that holds the conversation exited.
     holder_gone: bool,
-    /// A client's Stop parked the bot already.
-    parked: bool,
-    /// The state clients see (`Idle` when unset).
-    state: Option<State>,
-    /// The hold on record (a limit's kind and reset).
-    limit: Option<(String, u64)>,
 }
 
 impl Facts for Told {
@@ -66,12 +60,6 @@ impl Facts for Told {
     fn unix_now(&self) -> u64 {
         1_000_000
     }
-    fn continue_after_limit(&self) -> Option<bool> {
-        None
-    }
-    fn spend(&self) -> (u64, Option<u64>, bool) {
-        self.spend
-    }
     fn watchers(&self) -> (usize, usize) {
         (self.holders, self.prompts)
     }
@@ -81,20 +69,11 @@ impl Facts for Told {
     fn alive(&self, _: &crate::process::identity::ProcessIdentity) -> bool {
         !self.holder_gone
     }
-    fn hold(&self) -> Option<(String, u64)> {
-        self.limit.clone()
-    }
     fn session_in_use(&self, _: &str) -> Option<String> {
         None
     }
     fn held_elsewhere(&self, error: &str) -> bool {
         error.contains("active writer")
-    }
-    fn parked(&self) -> bool {
-        self.parked
-    }
-    fn state(&self) -> super::super::State {
-        self.state.unwrap_or(State::Idle)
     }
     fn scopes(&self, _request: &serde_json::Value) -> Vec<(String, String)> {
         vec![("once".into(), "this request, this time".into())]
@@ -104,12 +83,23 @@ impl Facts for Told {
     }
 }
 
+/// A core loaded from `record`, with nothing running.
+fn loaded(record: OnRecord) -> BotCore {
+    BotCore::new(
+        crate::supervisor::core::Settings::test(Duration::from_millis(50)),
+        crate::supervisor::core::Standing::loaded(record),
+    )
+}
+
 /// A core whose agent was launched on conversation `s` and opened it (a sign of life: no start
 /// watchdog), with nothing to do: driven by inputs, as the shell drives it.
 fn launched() -> BotCore {
-    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-        Duration::from_millis(50),
-    ));
+    launched_from(OnRecord::default())
+}
+
+/// [`launched`], loaded from `record`.
+fn launched_from(record: OnRecord) -> BotCore {
+    let mut core = loaded(record);
     let (now, facts) = (Instant::now(), Told::default());
     core.handle(now, launched_on_s(None), &facts);
     core.handle(
@@ -126,7 +116,12 @@ fn launched() -> BotCore {
 /// A core with a running process to which `hello` (turn `t`) goes in the conversation `s`: its
 /// delivery is on record, and it is in flight.
 fn running() -> BotCore {
-    let mut core = launched();
+    running_from(OnRecord::default())
+}
+
+/// [`running`], loaded from `record`.
+fn running_from(record: OnRecord) -> BotCore {
+    let mut core = launched_from(record);
     let (now, facts) = (Instant::now(), Told::default());
     core.handle(
         now,
@@ -433,3 +428,6 @@ mod commands;
 
 /// A stop for memory pressure at the bot, and what counts as a use (issue 31).
 mod evict;
+
+/// Where the bot stands, kept by the core: its state, its park, its hold, spend and budget.
+mod standing;

@@ -23,11 +23,9 @@ fn rule_9_a_stop_says_what_waits_parks_ends_a_wait_then_stops_and_shows_stopped_
     // the bot shows `stopped`.
     assert!(!says(&stop, "stopped_with_queue"), "{stop:?}");
     assert!(stop.contains(&Effect::Park(true)), "parked: {stop:?}");
-    let stopping = Told {
-        state: Some(State::Stopping),
-        parked: true,
-        ..Told::default()
-    };
+    let stopping = Told::default();
+    core.handle(t0, Input::Stopping, &stopping);
+    assert_eq!(drain(&mut core), [Effect::State(State::Stopping)]);
     core.handle(
         t0,
         Input::Stopped {
@@ -63,10 +61,8 @@ fn rule_9_a_stop_says_what_waits_parks_ends_a_wait_then_stops_and_shows_stopped_
 
     let stopped = |why, state| {
         let mut core = running();
-        let facts = Told {
-            state: Some(state),
-            ..Told::default()
-        };
+        let facts = Told::default();
+        show(&mut core, state);
         core.handle(
             t0,
             Input::Stopped {
@@ -95,20 +91,18 @@ fn rule_9_a_stop_says_what_waits_parks_ends_a_wait_then_stops_and_shows_stopped_
     // Stopped again: the waiting messages were told already.
     let mut again = running();
     again.turns.queue(QueuedTurn::new("u", "next"));
-    let parked = Told {
-        parked: true,
-        ..Told::default()
-    };
-    again.handle(t0, Input::Command(Cmd::Stop), &parked);
-    again.handle(
-        t0,
-        Input::Stopped {
+    let facts = Told::default();
+    let stop = |core: &mut BotCore| {
+        core.handle(t0, Input::Command(Cmd::Stop), &facts);
+        let stopped = Input::Stopped {
             why: StopReason::Stop,
             released: true,
-        },
-        &parked,
-    );
-    let twice = drain(&mut again);
+        };
+        core.handle(t0, stopped, &facts);
+        drain(core)
+    };
+    assert!(says(&stop(&mut again), "stopped_with_queue"));
+    let twice = stop(&mut again);
     assert!(!says(&twice, "stopped_with_queue"), "{twice:?}");
 }
 
@@ -251,12 +245,12 @@ fn rule_5_a_fresh_restart_starts_only_once_its_forget_is_durable() {
 #[test]
 fn a_clients_restart_lifts_a_hold_and_ends_a_wait_but_botvisors_own_does_not() {
     let t0 = Instant::now();
-    let held = Told {
-        limit: Some(("five_hour".into(), 0)),
-        ..Told::default()
-    };
+    let held = Told::default();
     let asked = |by_client| {
-        let mut core = running();
+        let mut core = running_from(OnRecord {
+            hold: Some(("five_hour".into(), 0)),
+            ..OnRecord::default()
+        });
         core.limit_until = Some(t0);
         core.handle(
             t0,
@@ -289,9 +283,10 @@ fn a_delete_stops_first_then_marks_the_bot_deleted_and_ends_and_a_shutdown_just_
     core.handle(t0, Input::Command(Cmd::Delete), &facts);
     assert_eq!(
         drain(&mut core),
-        [Effect::Pause, Effect::Stop(StopReason::Delete)],
-        "nothing starts again, and the agent is stopped before the rows change"
+        [Effect::Stop(StopReason::Delete)],
+        "the agent is stopped before the rows change"
     );
+    assert!(core.standing.parked, "nothing starts again");
     let stopped = |why, released| Input::Stopped { why, released };
     core.handle(t0, stopped(StopReason::Delete, false), &facts);
     let marked = drain(&mut core);
@@ -315,10 +310,8 @@ fn a_delete_stops_first_then_marks_the_bot_deleted_and_ends_and_a_shutdown_just_
 
     let mut down = running();
     down.handle(t0, Input::Command(Cmd::Shutdown), &facts);
-    assert_eq!(
-        drain(&mut down),
-        [Effect::Pause, Effect::Stop(StopReason::Shutdown)]
-    );
+    assert_eq!(drain(&mut down), [Effect::Stop(StopReason::Shutdown)]);
+    assert!(down.standing.parked, "nothing starts again");
     down.handle(t0, stopped(StopReason::Shutdown, true), &facts);
     assert_eq!(drain(&mut down), [Effect::End], "the record stays as it is");
 }
@@ -347,22 +340,19 @@ fn a_stop_shows_stopping_then_stopped_and_the_process_takes_no_message_meanwhile
 #[test]
 fn a_park_shows_a_held_bot_idle_with_an_agent_and_stopped_without() {
     let t0 = Instant::now();
+    // Idle and stopped stay as they are shown (nothing new to say).
     let cases = [
         (State::Limited, true, Some(State::Idle)),
         (State::LoginRequired, false, Some(State::Stopped)),
-        (State::Idle, true, Some(State::Idle)),
-        (State::Stopped, false, Some(State::Stopped)),
+        (State::Idle, true, None),
+        (State::Stopped, false, None),
         (State::Busy, true, None),
         (State::Failed, false, None),
     ];
-    for (state, running, shown) in cases {
-        let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-            Duration::from_millis(50),
-        ));
-        let told = Told {
-            state: Some(state),
-            ..Told::default()
-        };
+    for (state, running, then) in cases {
+        let mut core = loaded(OnRecord::default());
+        let told = Told::default();
+        show(&mut core, state);
         core.handle(t0, Input::ParkChanged { running }, &told);
         let effects = drain(&mut core);
         let states: Vec<State> = effects
@@ -372,11 +362,7 @@ fn a_park_shows_a_held_bot_idle_with_an_agent_and_stopped_without() {
                 _ => None,
             })
             .collect();
-        assert_eq!(
-            states,
-            Vec::from_iter(shown),
-            "{state:?}, running {running}"
-        );
+        assert_eq!(states, Vec::from_iter(then), "{state:?}, running {running}");
     }
 }
 
@@ -404,9 +390,7 @@ fn rule_7_an_idle_agent_makes_way_for_another_holder_and_the_wait_is_said_once_i
     assert_eq!(after.last(), Some(&Effect::State(State::HeldElsewhere)));
 
     // Found by a start, with no agent: the wait is said at once.
-    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-        Duration::from_millis(50),
-    ));
+    let mut core = loaded(OnRecord::default());
     core.handle(t0, Input::HolderFound(held_by_a_terminal(t0)), &facts);
     let at_once = drain(&mut core);
     assert!(!at_once.iter().any(|e| matches!(e, Effect::Stop(_))));
@@ -430,16 +414,18 @@ fn rule_6_what_an_agent_takes_at_launch_restarts_it_when_idle_waits_for_its_turn
     core.handle(t0, changed(true), &Told::default());
     assert_eq!(stops(&drain(&mut core)), [StopReason::Restart]);
     // A limit on record: the idle agent stops as an idle one does; none starts for it.
-    let limited = Told {
-        limit: Some(("five_hour".into(), 0)),
-        ..Told::default()
+    let limited = || {
+        launched_from(OnRecord {
+            hold: Some(("five_hour".into(), 0)),
+            ..OnRecord::default()
+        })
     };
-    let mut core = idle_agent(t0);
-    core.handle(t0, changed(true), &limited);
+    let mut core = limited();
+    core.handle(t0, changed(true), &Told::default());
     assert_eq!(stops(&drain(&mut core)), [StopReason::Idle]);
     // A conversation continued elsewhere restarts it, limit or not.
-    let mut core = idle_agent(t0);
-    core.handle(t0, changed(false), &limited);
+    let mut core = limited();
+    core.handle(t0, changed(false), &Told::default());
     assert_eq!(stops(&drain(&mut core)), [StopReason::Restart]);
     // A turn in flight: nothing now, the restart once it ends.
     let mut core = running();
@@ -447,9 +433,7 @@ fn rule_6_what_an_agent_takes_at_launch_restarts_it_when_idle_waits_for_its_turn
     assert!(stops(&drain(&mut core)).is_empty());
     assert!(core.life.restart_when_idle);
     // No agent: the next launch takes it.
-    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-        Duration::from_millis(50),
-    ));
+    let mut core = loaded(OnRecord::default());
     core.handle(t0, changed(true), &Told::default());
     assert!(drain(&mut core).is_empty());
 }
@@ -459,4 +443,10 @@ fn stopped_input(why: StopReason) -> Input {
         why,
         released: true,
     }
+}
+
+/// The rules showed `state` (as [`BotCore::emit`] shows it), its effects drained.
+fn show(core: &mut BotCore, state: State) {
+    core.emit([Effect::State(state)]);
+    drain(core);
 }

@@ -86,13 +86,7 @@ fn issue_31_never_a_turn_a_queue_a_prompt_a_task_a_descendant_a_holder_or_no_age
                 ..Told::default()
             },
         ),
-        (
-            "no agent",
-            BotCore::new(crate::supervisor::core::Settings::test(
-                Duration::from_millis(50),
-            )),
-            Told::default(),
-        ),
+        ("no agent", loaded(OnRecord::default()), Told::default()),
         ("an agent being stopped", stopping, Told::default()),
     ];
     for (what, mut core, facts) in cases {
@@ -104,9 +98,7 @@ fn issue_31_never_a_turn_a_queue_a_prompt_a_task_a_descendant_a_holder_or_no_age
 fn issue_31_used_is_a_launch_a_clients_command_or_a_turns_end() {
     let t0 = Instant::now();
     let facts = Told::default();
-    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-        Duration::from_millis(50),
-    ));
+    let mut core = loaded(OnRecord::default());
     assert_eq!(core.last_used(), None, "never used in this run");
     core.handle(t0, launched_on_s(None), &facts);
     drain(&mut core);

@@ -56,9 +56,7 @@ fn rule_15_a_start_that_prints_nothing_fails_its_turn_and_stops_the_agent() {
 #[test]
 fn rule_7_the_holders_exit_is_seen_at_a_look_and_lets_the_messages_go() {
     let t0 = Instant::now();
-    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-        Duration::from_millis(50),
-    ));
+    let mut core = loaded(OnRecord::default());
     core.handle(
         t0,
         Input::HolderFound(held_by_a_terminal(t0)),
@@ -113,9 +111,7 @@ fn rule_6_a_live_setting_goes_to_the_agent_or_is_recorded_for_the_next_start() {
             .is_some_and(|t| t <= t0 + Duration::from_secs(10))
     );
     // No agent to take it: recorded for the next start.
-    let mut stopped = BotCore::new(crate::supervisor::core::Settings::test(
-        Duration::from_millis(50),
-    ));
+    let mut stopped = loaded(OnRecord::default());
     let recorded = ask(
         &mut stopped,
         Cmd::ApplyLive(ControlRequest::SetModel("opus".into())),
@@ -303,9 +299,7 @@ fn rule_8_a_message_is_written_only_once_where_it_goes_is_durable() {
 fn rule_9_a_launched_agent_is_on_record_by_identity_idle_and_watched_from_its_start() {
     let facts = Told::default();
     let now = Instant::now();
-    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-        Duration::from_millis(50),
-    ));
+    let mut core = loaded(OnRecord::default());
     let root = crate::process::identity::ProcessIdentity {
         pid: 42,
         start_time: 9,
@@ -329,30 +323,21 @@ fn rule_9_a_launched_agent_is_on_record_by_identity_idle_and_watched_from_its_st
         &facts,
     );
     let refused = drain(&mut core);
-    assert!(matches!(
-        &refused[..],
-        [Effect::Commit { .. }, Effect::Pause]
-    ));
+    assert!(matches!(&refused[..], [Effect::Commit { .. }]));
+    assert!(core.standing.parked, "nothing starts until a client sends");
 }
 
 #[test]
 fn issue_31_a_lease_asking_a_warm_start_launches_a_stopped_agent_once() {
-    use crate::supervisor::core::steps::PumpShell;
     let facts = Told::default();
     let now = Instant::now();
-    let shell = PumpShell {
-        parked: false,
-        failed_or_stopping: false,
-        process_ready: None,
-        limit_recorded: false,
-    };
+    // No process runs.
+    let shell = None;
     let lease = |core: &mut BotCore, holders, warm| {
         core.handle(now, Input::Command(Cmd::Leases { holders, warm }), &facts);
         drain(core)
     };
-    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-        Duration::from_millis(50),
-    ));
+    let mut core = loaded(OnRecord::default());
     assert!(!core.pump_plan(shell).start, "nothing waits, nothing asked");
     assert!(lease(&mut core, 1, false).is_empty());
     assert!(!core.pump_plan(shell).start, "a lease alone starts nothing");
@@ -362,10 +347,8 @@ fn issue_31_a_lease_asking_a_warm_start_launches_a_stopped_agent_once() {
     assert!(core.pump_plan(shell).start, "a warm start");
     core.handle(now, launched_on_s(None), &facts);
     drain(&mut core);
-    let ready = PumpShell {
-        process_ready: Some(true),
-        ..shell
-    };
+    // A process runs, past its handshake.
+    let ready = Some(true);
     assert!(!core.pump_plan(ready).start);
     // Once: the agent that stops later is not started again by the same lease.
     stopped(&mut core, &facts);
@@ -377,9 +360,7 @@ fn issue_31_a_lease_asking_a_warm_start_launches_a_stopped_agent_once() {
     assert!(!core.life.warm_start, "nothing to warm");
 
     // The last lease ends before the start: dropped.
-    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-        Duration::from_millis(50),
-    ));
+    let mut core = loaded(OnRecord::default());
     lease(&mut core, 2, true);
     lease(&mut core, 1, false);
     assert!(core.pump_plan(shell).start, "another client still holds it");
@@ -387,12 +368,11 @@ fn issue_31_a_lease_asking_a_warm_start_launches_a_stopped_agent_once() {
     assert!(!core.pump_plan(shell).start, "no lease left");
 
     // A client's Stop drops it too.
-    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-        Duration::from_millis(50),
-    ));
+    let mut core = loaded(OnRecord::default());
     lease(&mut core, 1, true);
     core.handle(now, Input::Command(Cmd::Stop), &facts);
     drain(&mut core);
+    assert!(!core.life.warm_start, "dropped by the Stop");
     assert!(!core.pump_plan(shell).start);
 }
 
@@ -420,9 +400,7 @@ fn rule_5_a_launch_that_leaves_a_conversation_spawns_only_once_its_forget_was_co
         fresh: SessionStart::New("n".into()),
         runtime: "codex",
     };
-    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-        Duration::from_millis(50),
-    ));
+    let mut core = loaded(OnRecord::default());
     core.handle(now, checked(), &facts);
     let first = drain(&mut core);
     assert!(
@@ -431,9 +409,7 @@ fn rule_5_a_launch_that_leaves_a_conversation_spawns_only_once_its_forget_was_co
         "the forget is committed and awaited first: {first:?}"
     );
     for ok in [false, true] {
-        let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-            Duration::from_millis(50),
-        ));
+        let mut core = loaded(OnRecord::default());
         core.handle(now, checked(), &facts);
         drain(&mut core);
         core.handle(
@@ -452,9 +428,7 @@ fn rule_5_a_launch_that_leaves_a_conversation_spawns_only_once_its_forget_was_co
         );
     }
     // Nothing to leave: the spawn at once.
-    let mut core = BotCore::new(crate::supervisor::core::Settings::test(
-        Duration::from_millis(50),
-    ));
+    let mut core = loaded(OnRecord::default());
     core.handle(
         now,
         Input::LaunchChecked {

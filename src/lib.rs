@@ -18,6 +18,7 @@ pub mod files;
 pub mod logging;
 pub mod preview;
 pub mod process;
+pub mod queued;
 pub mod runtime;
 pub mod sizes;
 pub mod store;

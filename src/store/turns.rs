@@ -8,8 +8,8 @@
 
 use rusqlite::{Connection, params};
 
+pub use crate::queued::QueuedTurn;
 use crate::runtime::Cut;
-pub use crate::supervisor::core::QueuedTurn;
 use crate::time::now_rfc3339;
 
 /// Adds a queued turn whose message is the `user` chat item `chat_seq` of the bot (its payload's

@@ -92,6 +92,10 @@ impl Actor {
                 Effect::Stop(why) => self.stop_asked = Some(why),
                 Effect::Stream(s) => self.stream(s),
                 Effect::LookForDescendants => self.snapshot_descendants(),
+                Effect::Look(look) => {
+                    let answer = self.look(look);
+                    self.handle(Input::Looked(answer));
+                }
                 Effect::TurnBegan => {
                     let before = self.agent_descendants();
                     if let Some(proc) = self.proc.as_mut() {

@@ -6,22 +6,17 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use super::stop::agent_descendants;
 use super::{Actor, BotView, Next, Proc, Shared, bot_env};
 use crate::process::ProcEvent;
-use crate::process::identity::{Liveness, ProcessIdentity, liveness};
 use crate::runtime::{LimitReport, TakenTurn};
 use crate::supervisor::core::{Facts, Inflight, Input};
 
 /// What the core asks while it handles an input, answered from the bot's view, its shared
 /// handles and its process: each answer read only when asked.
 pub(super) struct ActorFacts<'a> {
-    pub(super) id: &'a str,
     pub(super) view: &'a Arc<RwLock<BotView>>,
     pub(super) shared: &'a Shared,
     pub(super) proc: Option<&'a Proc>,
-    /// The agent's descendants known by identity.
-    pub(super) known: &'a [ProcessIdentity],
 }
 
 impl ActorFacts<'_> {
@@ -108,17 +103,6 @@ impl Facts for ActorFacts<'_> {
         (holders, open)
     }
 
-    fn descendant_lives(&self) -> bool {
-        self.known.iter().any(|id| liveness(id) == Liveness::Alive)
-            || self
-                .proc
-                .is_some_and(|p| !agent_descendants(self.id, p.handle.pid).is_empty())
-    }
-
-    fn alive(&self, id: &ProcessIdentity) -> bool {
-        !matches!(liveness(id), Liveness::Gone)
-    }
-
     fn held_elsewhere(&self, error: &str) -> bool {
         self.shared.runtime.held_elsewhere(error)
     }
@@ -175,11 +159,9 @@ impl Actor {
     /// What the core may ask, answered from this actor.
     pub(super) fn facts(&self) -> ActorFacts<'_> {
         ActorFacts {
-            id: &self.id,
             view: &self.view,
             shared: &self.shared,
             proc: self.proc.as_ref(),
-            known: &self.known,
         }
     }
 
@@ -200,11 +182,9 @@ impl Actor {
     fn feed(&mut self, input: Input) {
         // The fields one by one: the core changes while the facts are read.
         let facts = ActorFacts {
-            id: &self.id,
             view: &self.view,
             shared: &self.shared,
             proc: self.proc.as_ref(),
-            known: &self.known,
         };
         self.core.handle(Instant::now(), input, &facts);
     }

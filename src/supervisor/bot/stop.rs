@@ -15,8 +15,8 @@ use crate::process::verdict::Proof;
 use crate::process::verdict::StopObservation;
 use crate::process::verdict::StopVerdict;
 use crate::process::verdict::verdict;
-use crate::supervisor::core::Input;
 use crate::supervisor::core::stop::{StopPlan, StopReason, StopStep};
+use crate::supervisor::core::{Input, Look, Looked};
 use crate::supervisor::core::{Publish, Write};
 use serde_json::json;
 use std::time::Duration;
@@ -34,6 +34,23 @@ impl Actor {
         match &self.proc {
             Some(proc) => agent_descendants(&self.id, proc.handle.pid),
             None => Vec::new(),
+        }
+    }
+
+    /// Answers what the core asked to look at ([`crate::supervisor::core::Look`]): whether a
+    /// descendant of the agent lives (one known by identity, or one found now), or whether the
+    /// holder of the conversation lives (one that cannot be checked counts as alive).
+    pub(super) fn look(&self, look: Look) -> Looked {
+        match look {
+            Look::Descendants(why) => Looked::Descendants {
+                why,
+                lives: self.known.iter().any(|id| liveness(id) == Liveness::Alive)
+                    || !self.agent_descendants().is_empty(),
+            },
+            Look::Holder(identity) => Looked::Holder {
+                alive: !matches!(liveness(&identity), Liveness::Gone),
+                identity,
+            },
         }
     }
 

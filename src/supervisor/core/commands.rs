@@ -211,7 +211,7 @@ impl BotCore {
                     self.life.warm_start = true;
                 }
             }
-            Cmd::MemoryPressure => self.memory_pressure(now, facts),
+            Cmd::MemoryPressure => self.memory_pressure(facts),
         }
     }
 

@@ -8,8 +8,8 @@ use std::time::Instant;
 use super::bot_core::{BotCore, Due};
 use super::budget;
 use super::effect::Effect;
-use super::held;
-use super::idle::{self, Activity, AtIdleDeadline};
+use super::idle::Activity;
+use super::look::Look;
 use super::machine::Facts;
 use super::stop::StopReason;
 use super::timeouts;
@@ -42,22 +42,11 @@ impl BotCore {
             Due::RestartBackoffOver => {}
             Due::Idle => {
                 self.idle_at = None;
-                let activity = self.activity(facts);
-                match idle::at_idle_deadline(&activity, || facts.descendant_lives()) {
-                    AtIdleDeadline::NotIdle => {}
-                    AtIdleDeadline::DescendantLives => {
-                        tracing::debug!("idle, but a descendant lives: not stopped");
-                    }
-                    AtIdleDeadline::Stop => {
-                        tracing::info!("idle stop");
-                        self.emit([Effect::Stop(StopReason::Idle)]);
-                    }
-                }
+                self.look_before_idle_stop(StopReason::Idle, facts);
             }
             Due::LookAtHolder => {
-                if let Some(h) = self.held.take_if(|h| !facts.alive(&h.identity)) {
-                    tracing::info!(pid = h.identity.pid, "the other process exited");
-                    self.emit(held::released(&h));
+                if let Some(h) = &self.held {
+                    self.emit([Effect::Look(Look::Holder(h.identity.clone()))]);
                 }
             }
             Due::LookAfterCrash => self.look_after_crash(now, facts),

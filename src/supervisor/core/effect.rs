@@ -248,6 +248,8 @@ pub enum Effect {
     /// Look for the agent's descendants now (a tool started or ended, a background task moved;
     /// design rule 9).
     LookForDescendants,
+    /// Look at the world and answer [`super::Input::Looked`] ([`super::look`]).
+    Look(super::look::Look),
     /// A turn began: what the agent runs from now on is the turn's (an interrupt stops what it
     /// left: [`Effect::InterruptEnded`]).
     TurnBegan,

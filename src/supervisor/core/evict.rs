@@ -6,7 +6,7 @@
 //! its agent runs and is not being stopped, no turn is in flight, no message is queued, no
 //! permission prompt is open, the CLI reports no background task, no client holds it
 //! ([`Activity::looks_idle`]), and, asked at the bot when the stop is decided, no descendant of
-//! its agent lives ([`idle::at_idle_deadline`]). Its idle timeout plays no part: a bot whose
+//! its agent lives ([`super::idle::at_idle_deadline`]). Its idle timeout plays no part: a bot whose
 //! `idle_timeout_s` is 0 is never stopped for idleness but may be stopped for memory pressure;
 //! the configuration's `stop_idle_on_memory_pressure` turns it off for every bot.
 //!
@@ -28,7 +28,7 @@ use serde_json::json;
 
 use super::bot_core::BotCore;
 use super::effect::Effect;
-use super::idle::{self, Activity, AtIdleDeadline};
+use super::idle::Activity;
 use super::machine::Facts;
 use super::records::item;
 use super::stop::StopReason;
@@ -102,30 +102,25 @@ impl BotCore {
     }
 
     /// The supervisor asks this bot to stop for memory pressure: it does when it may, with
-    /// fresh facts ([`idle::at_idle_deadline`]: every sign of idleness, then no live
-    /// descendant): the `system` item ([`pressure_item`]) then the stop
-    /// ([`StopReason::MemoryPressure`]), which the shell carries out. Otherwise nothing.
-    pub(super) fn memory_pressure(&mut self, now: Instant, facts: &dyn Facts) {
-        let activity = self.activity(facts);
-        match idle::at_idle_deadline(&activity, || facts.descendant_lives()) {
-            AtIdleDeadline::NotIdle => {
-                tracing::debug!("memory pressure: not idle any more, not stopped");
-            }
-            AtIdleDeadline::DescendantLives => {
-                tracing::debug!("memory pressure: a descendant lives, not stopped");
-            }
-            AtIdleDeadline::Stop => {
-                let idle_for = self.last_used.map(|t| now.saturating_duration_since(t));
-                tracing::info!(
-                    idle_s = idle_for.map(|d| d.as_secs()),
-                    "memory pressure: stopping the least recently used idle agent"
-                );
-                self.emit([
-                    item("system", pressure_item(idle_for)),
-                    Effect::Stop(StopReason::MemoryPressure),
-                ]);
-            }
-        }
+    /// fresh facts (every sign of idleness, then no live descendant: [`super::look`]), by
+    /// [`BotCore::stop_for_memory_pressure`]. Otherwise nothing.
+    pub(super) fn memory_pressure(&mut self, facts: &dyn Facts) {
+        self.look_before_idle_stop(StopReason::MemoryPressure, facts);
+    }
+
+    /// The stop for memory pressure, the bot found idle at `now`: the `system` item
+    /// ([`pressure_item`]) then the stop ([`StopReason::MemoryPressure`]), which the shell
+    /// carries out.
+    pub(super) fn stop_for_memory_pressure(&mut self, now: Instant) {
+        let idle_for = self.last_used.map(|t| now.saturating_duration_since(t));
+        tracing::info!(
+            idle_s = idle_for.map(|d| d.as_secs()),
+            "memory pressure: stopping the least recently used idle agent"
+        );
+        self.emit([
+            item("system", pressure_item(idle_for)),
+            Effect::Stop(StopReason::MemoryPressure),
+        ]);
     }
 }
 

@@ -37,6 +37,8 @@ pub enum Input {
     /// A stop's sequence and its clean-up ended: the bot shows `stopped` until what follows
     /// ([`Input::Stopped`] for a stop the core asked for) says otherwise.
     StopEnded,
+    /// What an [`super::effect::Effect::Look`] found ([`super::look`]).
+    Looked(super::look::Looked),
     /// A commit the core asked for failed: what stands on record, as the shell's view shows
     /// it once every effect before was carried out (the view only ever shows what is durable,
     /// design rule 1), replaces what the core kept ([`super::state::Standing`]).
@@ -217,11 +219,6 @@ pub trait Facts {
     fn unix_now(&self) -> u64;
     /// Clients holding the bot (leases), and permission requests open.
     fn watchers(&self) -> (usize, usize);
-    /// Whether a descendant of the agent lives now (reads `/proc`; asked only when every other
-    /// sign says idle).
-    fn descendant_lives(&self) -> bool;
-    /// Whether the process `id` names still lives (one that cannot be checked counts as alive).
-    fn alive(&self, id: &crate::process::identity::ProcessIdentity) -> bool;
     /// The runtime's reading of a process's stderr: a new conversation refused because this id
     /// is in use.
     fn session_in_use(&self, stderr: &str) -> Option<String>;
@@ -281,6 +278,7 @@ impl BotCore {
                 self.emit([Effect::State(State::Stopping)]);
             }
             Input::StopEnded => self.emit([Effect::State(State::Stopped)]),
+            Input::Looked(answer) => self.looked(now, answer, facts),
             Input::Recorded { state, record } => {
                 tracing::warn!(
                     state = state.as_str(),

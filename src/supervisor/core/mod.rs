@@ -54,6 +54,7 @@ mod left_turns;
 mod lifecycle;
 mod limit_warning;
 mod limits;
+mod look;
 mod machine;
 pub mod prompts;
 mod pump;
@@ -79,6 +80,7 @@ pub mod worktree;
 pub use bot_core::{BotCore, Due, Process, Settings};
 pub use commands::Cmd;
 pub use effect::{Awaited, CommitBuilder, Effect, Publish, Request, Setting, Streamed, Write};
+pub use look::{Look, Looked};
 pub use machine::{Bounds, Facts, Input};
 pub use state::{OnRecord, Standing, State};
 // What the inputs and effects carry, and the questions the shell asks between inputs
@@ -106,6 +108,7 @@ mod tests {
     /// not the functions that read `/proc`), text helpers, and the units of cost.
     const ALLOWED: &[&str] = &[
         "crate::cost",
+        "crate::queued",
         "crate::supervisor::core",
         "crate::runtime::{",
         "crate::runtime::ResultOutcome",

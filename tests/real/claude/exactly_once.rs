@@ -227,7 +227,10 @@ async fn a_turn_killed_once_is_answered_once() {
             setup.daemon = Daemon::start(&setup.cfg, &env.conn).await;
         } else {
             // A proxy of the daemon running now (the last one may have been restarted).
-            let live = env.bot(&path).await;
+            // Its cache filled first (`watching`), so that the stream and the read below see one
+            // cache: seen once, a fresh proxy's wait ran out its bound while the agent that
+            // started right after the daemon's restart ran.
+            let live = watching(&env.bot(&path).await).await;
             let mut pids = live.receive_process_id_changed().await;
             let mut pid = live.process_id().await.unwrap();
             while pid == 0 {

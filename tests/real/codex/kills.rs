@@ -402,7 +402,10 @@ async fn a_codex_turn_killed_once_is_answered_once() {
             s.daemon.kill();
             s.daemon = Daemon::start(&s.cfg, &env.conn).await;
         } else {
-            let live = env.bot(&path).await;
+            // Its cache filled first (`watching`), so that the stream and the read below see one
+            // cache: seen once, a fresh proxy's wait ran out its bound while the agent that
+            // started right after the daemon's restart ran.
+            let live = watching(&env.bot(&path).await).await;
             let mut pids = live.receive_process_id_changed().await;
             let pid = agent_other_than(&live, &mut pids, 0)
                 .await

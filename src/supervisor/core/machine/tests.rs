@@ -24,9 +24,9 @@ struct Told {
     holders: usize,
     /// Permission requests open.
     prompts: usize,
-    /// A descendant of the agent lives.
+    /// A descendant of the agent lives (what [`answered`] answers a look with).
     descendant: bool,
-    /// The process that holds the conversation exited.
+    /// The process that holds the conversation exited (likewise).
     holder_gone: bool,
 }
 
@@ -62,12 +62,6 @@ impl Facts for Told {
     }
     fn watchers(&self) -> (usize, usize) {
         (self.holders, self.prompts)
-    }
-    fn descendant_lives(&self) -> bool {
-        self.descendant
-    }
-    fn alive(&self, _: &crate::process::identity::ProcessIdentity) -> bool {
-        !self.holder_gone
     }
     fn session_in_use(&self, _: &str) -> Option<String> {
         None
@@ -171,6 +165,36 @@ fn launched_on_s(identity: Option<crate::process::identity::ProcessIdentity>) ->
 
 fn drain(core: &mut BotCore) -> Vec<Effect> {
     std::iter::from_fn(|| core.poll_effect()).collect()
+}
+
+/// The effects, each [`Effect::Look`] among them answered as the shell would from `facts` (its
+/// `descendant` and `holder_gone`): the look, then what its answer gave.
+fn answered(core: &mut BotCore, now: Instant, facts: &Told, effects: Vec<Effect>) -> Vec<Effect> {
+    let mut out = Vec::new();
+    for effect in effects {
+        let answer = match &effect {
+            Effect::Look(crate::supervisor::core::Look::Descendants(why)) => {
+                Some(crate::supervisor::core::Looked::Descendants {
+                    why: *why,
+                    lives: facts.descendant,
+                })
+            }
+            Effect::Look(crate::supervisor::core::Look::Holder(identity)) => {
+                Some(crate::supervisor::core::Looked::Holder {
+                    identity: identity.clone(),
+                    alive: !facts.holder_gone,
+                })
+            }
+            _ => None,
+        };
+        out.push(effect);
+        if let Some(answer) = answer {
+            core.handle(now, Input::Looked(answer), facts);
+            let after = drain(core);
+            out.extend(answered(core, now, facts, after));
+        }
+    }
+    out
 }
 
 fn event(core: &mut BotCore, now: Instant, facts: &Told, e: RuntimeEvent) -> Vec<Effect> {

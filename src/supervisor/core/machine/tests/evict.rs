@@ -11,9 +11,15 @@ fn idle_agent() -> BotCore {
     launched()
 }
 
+/// What memory pressure did to the bot, its look for descendants answered from `facts` and
+/// left out.
 fn pressure(core: &mut BotCore, now: Instant, facts: &Told) -> Vec<Effect> {
     core.handle(now, Input::Command(Cmd::MemoryPressure), facts);
-    drain(core)
+    let effects = drain(core);
+    answered(core, now, facts, effects)
+        .into_iter()
+        .filter(|e| !matches!(e, Effect::Look(_)))
+        .collect()
 }
 
 /// The `system` items the effects commit.

@@ -3,9 +3,11 @@
 
 use super::*;
 
+/// The deadlines that came at `now`, looks answered from `facts` ([`answered`]).
 fn timeout(core: &mut BotCore, now: Instant, facts: &Told) -> Vec<Effect> {
     core.handle(now, Input::Timeout, facts);
-    drain(core)
+    let effects = drain(core);
+    answered(core, now, facts, effects)
 }
 
 #[test]
@@ -23,12 +25,24 @@ fn rule_12_the_idle_deadline_stops_an_idle_agent_unless_a_client_or_a_descendant
         descendant: true,
         ..Told::default()
     };
-    assert_eq!(timeout(&mut core, t0, &working), [], "a descendant works");
+    let look = Effect::Look(crate::supervisor::core::Look::Descendants(StopReason::Idle));
+    let effects = timeout(&mut core, t0, &working);
+    assert_eq!(effects, std::slice::from_ref(&look), "a descendant works");
     core.idle_at = Some(t0);
     assert_eq!(
         timeout(&mut core, t0, &Told::default()),
-        [Effect::Stop(StopReason::Idle)]
+        [look.clone(), Effect::Stop(StopReason::Idle)]
     );
+    // A client came between the look and its answer: not stopped.
+    core.idle_at = Some(t0);
+    core.handle(t0, Input::Timeout, &Told::default());
+    assert_eq!(drain(&mut core), [look]);
+    let answer = crate::supervisor::core::Looked::Descendants {
+        why: StopReason::Idle,
+        lives: false,
+    };
+    core.handle(t0, Input::Looked(answer), &held);
+    assert_eq!(drain(&mut core), [], "the answer is judged on what is now");
     assert_eq!(core.poll_timeout(), None, "the deadline is gone");
 }
 
@@ -66,7 +80,14 @@ fn rule_7_the_holders_exit_is_seen_at_a_look_and_lets_the_messages_go() {
         drain(&mut core).last(),
         Some(&Effect::State(State::HeldElsewhere))
     );
-    assert_eq!(timeout(&mut core, t0, &Told::default()), [], "still there");
+    let look = Effect::Look(crate::supervisor::core::Look::Holder(
+        held_by_a_terminal(t0).identity,
+    ));
+    assert_eq!(
+        timeout(&mut core, t0, &Told::default()),
+        [look],
+        "still there"
+    );
     assert!(core.held.is_some());
     let gone = Told {
         holder_gone: true,

@@ -5,23 +5,18 @@
 //! there is never more than one live process per bot, hence per conversation.
 
 mod commands;
-mod control;
 mod credentials;
 mod effects;
 mod events;
-mod exit;
 mod group_commit;
 mod handover;
-mod held;
-mod idle;
 mod keep;
 mod launch;
-mod left_turns;
-mod prompts;
+mod recover;
 #[cfg(test)]
 mod shell_tests;
+mod stdin;
 mod stop;
-mod turns;
 mod usage;
 mod views;
 

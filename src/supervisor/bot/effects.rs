@@ -1,12 +1,15 @@
 //! The shell's half of the lifecycle core (`supervisor::core`): executes the effects the core
 //! returns, in order, and feeds their results back. Design rule 1 (persist, then publish) lives
 //! here, in [`Actor::commit`]: nothing of a commit is published unless it is durable, and every
-//! durable change the actor makes to its bot's rows is a [`Write`] that passes through it.
+//! durable change the actor makes to its bot's rows is a [`Write`] that passes through it. The
+//! prompt book is changed here too, under the lock clients answer through (the first answer
+//! wins, [`crate::supervisor::core::prompts`]).
 
 use super::Actor;
 use crate::store;
 use crate::supervisor::Property;
 use crate::supervisor::Publication;
+use crate::supervisor::core::prompts;
 use crate::supervisor::core::{Effect, Input, Publish, Setting, Write};
 use crate::supervisor::core::{Request, Streamed};
 
@@ -339,5 +342,28 @@ impl Actor {
                 self.publish_turn(turn_id, outcome.as_str())
             }
         }
+    }
+}
+
+impl Actor {
+    /// `f` on the prompt book, under the lock clients answer through.
+    pub(super) fn with_prompts<R>(
+        &self,
+        f: impl FnOnce(&mut crate::supervisor::PromptBook) -> R,
+    ) -> R {
+        let mut book = self
+            .shared
+            .prompts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        f(&mut book)
+    }
+
+    /// Every open request is closed as denied by botvisord, with `message` in the chat: when the
+    /// agent stops, or when its turn ends (an interrupt) while it was asking
+    /// ([`prompts::close_all`]).
+    pub(super) fn close_open_prompts(&mut self, message: &str) {
+        let effects = self.with_prompts(|book| prompts::close_all(book, message));
+        self.apply(effects);
     }
 }

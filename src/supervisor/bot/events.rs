@@ -1,5 +1,8 @@
-//! The CLI's stdout, read as runtime events and handed to the core ([`crate::supervisor::core::BotCore::handle`]), which
-//! decides; the shell answers what the core asks ([`ActorFacts`]) and carries out its effects.
+//! The door to the core: the CLI's stdout, read as runtime events and handed to the core
+//! ([`crate::supervisor::core::BotCore::handle`]), which decides; the shell answers what the core
+//! asks ([`ActorFacts`], the wall clock) and carries out its effects ([`Actor::run_effects`]);
+//! after each turn of the actor's loop the idle deadline is set again from what the bot does
+//! ([`Actor::rearm_idle`]; design rules 12 and 13).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,6 +13,7 @@ use super::{Actor, BotView, Next, Proc, Shared, bot_env};
 use crate::process::ProcEvent;
 use crate::runtime::{LimitReport, TakenTurn};
 use crate::supervisor::core::{Facts, Inflight, Input};
+use std::time::Duration;
 
 /// What the core asks while it handles an input, answered from the bot's view, its shared
 /// handles and its process: each answer read only when asked.
@@ -88,7 +92,7 @@ impl Facts for ActorFacts<'_> {
     }
 
     fn unix_now(&self) -> u64 {
-        super::turns::unix_now()
+        unix_now()
     }
 
     fn watchers(&self) -> (usize, usize) {
@@ -219,5 +223,44 @@ impl Actor {
         self.update(vec![crate::supervisor::Property::PlanLimit], |v| {
             v.plan_limit = Some(report)
         });
+    }
+}
+
+/// Now, in Unix seconds.
+pub(super) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Actor {
+    pub(super) fn idle_timeout(&self) -> Option<Duration> {
+        let s = self
+            .record()
+            .idle_timeout_s
+            .unwrap_or(self.shared.config.idle_timeout_s);
+        (s > 0).then(|| Duration::from_secs(s))
+    }
+
+    /// After every event: an idle bot gets a fresh deadline, a busy one none
+    /// (`idle_deadline`); the view keeps what the bot does and when it was last used,
+    /// for the supervisor's order under memory pressure (issue 31, `core::evict`), written only
+    /// when it changed.
+    ///
+    pub(super) fn rearm_idle(&mut self) {
+        let activity = self.core.activity(&self.facts());
+        self.core
+            .rearm_idle(&activity, self.idle_timeout(), Instant::now());
+        let last_used = self.core.last_used();
+        let shown = {
+            let v = self.view.read().unwrap_or_else(|p| p.into_inner());
+            (v.activity, v.last_used)
+        };
+        if shown != (activity, last_used) {
+            self.update(vec![], |v| {
+                v.activity = activity;
+                v.last_used = last_used;
+            });
+        }
     }
 }

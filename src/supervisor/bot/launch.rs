@@ -1,17 +1,21 @@
-//! Starting the CLI (design rule 2 decides the conversation) and writing it the next message
-//! (design rule 8: where it goes is recorded first).
+//! Starting the CLI (design rule 2 decides the conversation; a conversation another process
+//! holds is waited for, design rule 7, [`crate::supervisor::core::Input::HolderFound`]) and
+//! writing it the next message (design rule 8: where it goes is recorded first).
 
 use super::{Actor, Proc, bot_env, spawn_writer};
 use crate::process;
 use crate::process::identity::identify;
+use crate::runtime::Holder;
 use crate::runtime::LaunchSpec;
 use crate::runtime::SessionStart;
 use crate::store::BotRecord;
 use crate::supervisor::Property;
+use crate::supervisor::core::Held;
 use crate::supervisor::core::Input;
 use crate::supervisor::core::StartDecision;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Instant;
 
 impl Actor {
     /// Starts a process when messages wait, and feeds it the next message when it is free
@@ -300,5 +304,23 @@ impl Actor {
             session,
             now: std::time::SystemTime::now(),
         });
+    }
+}
+
+impl Actor {
+    /// A start found `session_id` held by `holder`: no process starts; the bot waits for it.
+    pub(super) fn hold_elsewhere(&mut self, holder: Holder, session_id: &str) {
+        tracing::info!(
+            bot_id = %self.id, session_id, pid = holder.identity.pid, what = %holder.what,
+            "the conversation is open in another process; waiting for it to exit"
+        );
+        let h = Held {
+            session_id: session_id.to_owned(),
+            identity: holder.identity,
+            what: holder.what,
+            command: holder.command,
+            look_at: Instant::now() + crate::supervisor::core::LOOK_EVERY,
+        };
+        self.handle(Input::HolderFound(h));
     }
 }

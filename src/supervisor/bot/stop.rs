@@ -1,8 +1,12 @@
-//! Descendants and proof (design rule 9): known descendants by identity, the gentle stop with
-//! escalation, and the one place a stop verdict is read.
+//! A process's end (design rule 9): known descendants by identity, the gentle stop with
+//! escalation and the one place a stop verdict is read; an exit nobody asked for, handed to the
+//! core ([`crate::supervisor::core::Input::Exited`]) and cleaned up when it asks
+//! ([`crate::supervisor::core::Input::CleanedUp`]); what an interrupted turn left running,
+//! stopped; and the looks the core asks for ([`crate::supervisor::core::Look`]).
 
 use super::{Actor, DESCENDANT_GRACE, KILL_WAIT, PROOF};
 use crate::process;
+use crate::process::ExitInfo;
 use crate::process::ProcEvent;
 use crate::process::identity::Liveness;
 use crate::process::identity::ProcessIdentity;
@@ -288,4 +292,42 @@ pub(super) fn agent_descendants(bot_id: &str, root: u32) -> Vec<ProcessIdentity>
         found.extend(identify(pid).into_iter().chain(tree::descendants(pid)));
     }
     found
+}
+
+impl Actor {
+    /// Stops what an interrupted turn left running, by identity (SIGTERM, `stop_grace_s`,
+    /// SIGKILL), and says in the chat what was stopped and what survived (reason
+    /// `interrupted_processes`).
+    pub(super) async fn stop_left_by_interrupt(&mut self, turn: &str, left: Vec<ProcessIdentity>) {
+        tracing::info!(bot_id = %self.id, turn_id = %turn, count = left.len(), "stopping what the interrupted turn left running");
+        let grace = Duration::from_secs_f64(self.shared.config.stop_grace_s);
+        let stopped = process::stop::stop_by_identity(&left, grace).await;
+        let note = crate::supervisor::core::stopped_note(&stopped);
+        if note["survivors"].as_array().is_some_and(|s| !s.is_empty()) {
+            tracing::warn!(bot_id = %self.id, turn_id = %turn, "{}", note["text"]);
+        }
+        self.add_item("system", Some(turn), note);
+    }
+}
+
+impl Actor {
+    /// The process exited without being asked to.
+    pub(super) async fn on_exit(&mut self, info: ExitInfo) {
+        let Some(proc) = self.proc.take() else {
+            return;
+        };
+        if crate::systemd::life::keeper().is_some() {
+            crate::process::spawn::unstore_descriptors(&self.id);
+        }
+        let root_pid = proc.handle.pid;
+        self.handle(Input::Exited {
+            status: info,
+            stderr: proc.handle.stderr_text(),
+            lived: proc.handle.started.elapsed(),
+        });
+        if let Some(why) = self.clean_up_asked.take() {
+            self.clean_up_after_exit(root_pid, why).await;
+            self.handle(Input::CleanedUp);
+        }
+    }
 }

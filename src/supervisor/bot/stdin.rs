@@ -1,5 +1,5 @@
-//! Lines to the running CLI's stdin: messages, control requests (design rule 6, decided in
-//! `crate::supervisor::core::control`) and answers.
+//! Lines to the running CLI's stdin, through its writer task: messages, control requests
+//! (design rule 6, decided in `crate::supervisor::core::control`) and answers.
 
 use super::Actor;
 

@@ -257,7 +257,11 @@ pub fn spawn_actor(
         generation: 0,
         proc_tx,
         proc_rx,
-        core: BotCore::new(core_settings(&config, shared.runtime.as_ref()), standing),
+        core: BotCore::new(
+            core_settings(&config, shared.runtime.as_ref()),
+            Box::new(RuntimeWords(shared.runtime.clone())),
+            standing,
+        ),
         known: Vec::new(),
         left_by_interrupt: None,
         credentials: None,
@@ -503,5 +507,37 @@ impl Actor {
                 tracing::warn!(bot_id = %id, error = %e, "cannot record that the message was written whole");
             }
         }
+    }
+}
+
+/// The bot's runtime's reading of what its CLI says, as the core reads it
+/// ([`super::core::Words`]).
+struct RuntimeWords(Arc<dyn Runtime>);
+
+impl std::fmt::Debug for RuntimeWords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RuntimeWords")
+    }
+}
+
+impl super::core::Words for RuntimeWords {
+    fn fatal_reason(&self, text: &str) -> Option<&'static str> {
+        self.0.fatal_reason(text)
+    }
+
+    fn session_in_use(&self, stderr: &str) -> Option<String> {
+        self.0.session_in_use(stderr)
+    }
+
+    fn held_elsewhere(&self, error: &str) -> bool {
+        self.0.held_elsewhere(error)
+    }
+
+    fn scopes(&self, request: &serde_json::Value) -> Vec<(String, String)> {
+        self.0
+            .scopes(request)
+            .into_iter()
+            .map(|s| (s.as_str().to_owned(), self.0.reach(request, s)))
+            .collect()
     }
 }

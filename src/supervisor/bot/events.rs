@@ -87,10 +87,6 @@ impl Facts for ActorFacts<'_> {
             .taken_turn(&env, Path::new(&cwd), session, &turn.text, since)
     }
 
-    fn fatal_reason(&self, text: &str) -> Option<&'static str> {
-        self.shared.runtime.fatal_reason(text)
-    }
-
     fn unix_now(&self) -> u64 {
         unix_now()
     }
@@ -107,19 +103,6 @@ impl Facts for ActorFacts<'_> {
         (holders, open)
     }
 
-    fn held_elsewhere(&self, error: &str) -> bool {
-        self.shared.runtime.held_elsewhere(error)
-    }
-
-    fn scopes(&self, request: &serde_json::Value) -> Vec<(String, String)> {
-        let runtime = &self.shared.runtime;
-        runtime
-            .scopes(request)
-            .into_iter()
-            .map(|s| (s.as_str().to_owned(), runtime.reach(request, s)))
-            .collect()
-    }
-
     fn login_hint(&self) -> String {
         let record = self.view().record.clone();
         let env = match self.proc {
@@ -127,10 +110,6 @@ impl Facts for ActorFacts<'_> {
             None => bot_env(&self.shared.config, &record),
         };
         self.shared.runtime.login_hint(&env)
-    }
-
-    fn session_in_use(&self, stderr: &str) -> Option<String> {
-        self.shared.runtime.session_in_use(stderr)
     }
 }
 

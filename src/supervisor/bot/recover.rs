@@ -19,22 +19,15 @@ impl Actor {
     /// What the previous run left of this bot's turns in the store: its open requests, its
     /// turns `running` and `queued` (with where each was delivered).
     pub(super) fn left(&self) -> Result<Left, BotError> {
-        let open_prompts = self
-            .shared
-            .store
-            .read(|c| store::chat::unanswered_permission_requests(c, &self.id))?;
-        let running = self
-            .shared
-            .store
-            .read(|c| store::turns::running(c, &self.id))?;
-        let queued = self
-            .shared
-            .store
-            .read(|c| store::turns::queued(c, &self.id))?;
-        let deliveries = self
-            .shared
-            .store
-            .read(|c| store::deliveries::of_bot(c, &self.id))?;
+        // One read: the four as one moment left them.
+        let (open_prompts, running, queued, deliveries) = self.shared.store.read(|c| {
+            Ok((
+                store::chat::unanswered_permission_requests(c, &self.id)?,
+                store::turns::running(c, &self.id)?,
+                store::turns::queued(c, &self.id)?,
+                store::deliveries::of_bot(c, &self.id)?,
+            ))
+        })?;
         let left = Left {
             open_prompts,
             running: running

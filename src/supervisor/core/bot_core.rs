@@ -58,6 +58,8 @@ pub struct Process {
 pub struct BotCore {
     /// What the rules read of the configuration and the runtime.
     pub(super) settings: Settings,
+    /// The runtime's reading of what its CLI says.
+    pub(super) words: Box<dyn super::Words>,
     /// Where the bot stands: its state, its park, and its record's hold, spend and budget
     /// (kept by [`BotCore::emit`] from the effects that change them).
     pub(super) standing: super::state::Standing,
@@ -177,10 +179,15 @@ impl Settings {
 
 impl BotCore {
     /// A bot with nothing queued and no timer, ruled by `settings`.
-    pub fn new(settings: Settings, standing: super::state::Standing) -> BotCore {
+    pub fn new(
+        settings: Settings,
+        words: Box<dyn super::Words>,
+        standing: super::state::Standing,
+    ) -> BotCore {
         BotCore {
             deltas: DeltaPacer::new(settings.text_interval),
             settings,
+            words,
             standing,
             process: None,
             turns: Turns::default(),
@@ -276,6 +283,7 @@ mod tests {
         let t0 = Instant::now();
         let mut core = BotCore::new(
             crate::supervisor::core::Settings::test(Duration::from_millis(50)),
+            Box::new(crate::supervisor::core::machine::tests::TestWords),
             crate::supervisor::core::Standing::loaded(Default::default()),
         );
         assert_eq!(core.poll_timeout(), None, "no timer: no deadline");
@@ -295,6 +303,7 @@ mod tests {
         let t0 = Instant::now();
         let mut core = BotCore::new(
             crate::supervisor::core::Settings::test(Duration::from_millis(50)),
+            Box::new(crate::supervisor::core::machine::tests::TestWords),
             crate::supervisor::core::Standing::loaded(Default::default()),
         );
         core.idle_at = Some(t0 + 2 * S);

@@ -357,6 +357,18 @@ pub fn writes(effects: &[Effect]) -> impl Iterator<Item = &Write> {
         .flatten()
 }
 
+/// The states `effects` show, in order.
+#[cfg(test)]
+pub fn states(effects: &[Effect]) -> Vec<State> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::State(s) => Some(*s),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The turns `effects` end, with their outcomes, in order (`Write::TurnFinished`).
 #[cfg(test)]
 pub fn finished_turns(effects: &[Effect]) -> Vec<(String, TurnOutcome)> {

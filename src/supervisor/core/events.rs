@@ -42,7 +42,7 @@ impl BotCore {
                 tool,
                 input,
                 request,
-            } => self.permission_asked(request_id, tool, input, request, facts),
+            } => self.permission_asked(request_id, tool, input, request),
             RuntimeEvent::ControlResponse { request_id, result } => {
                 self.control_answered(&request_id, result)
             }
@@ -69,7 +69,7 @@ impl BotCore {
                     delay_ms,
                     hint: self.settings.api_hint,
                 };
-                self.api_retry(now, &retry, facts);
+                self.api_retry(now, &retry);
             }
             RuntimeEvent::TurnResult {
                 outcome,
@@ -100,17 +100,10 @@ impl BotCore {
 
     /// The CLI asks before it uses a tool: the turn asked for one (a message taken but not
     /// answered is then not asked again), and the prompt opens with the scopes an allow can have.
-    fn permission_asked(
-        &mut self,
-        request_id: String,
-        tool: String,
-        input: Value,
-        request: Value,
-        facts: &dyn Facts,
-    ) {
+    fn permission_asked(&mut self, request_id: String, tool: String, input: Value, request: Value) {
         self.turns.asked_for_a_tool();
         let turn_id = self.turns.answering().map(str::to_owned);
-        let scopes = facts.scopes(&request);
+        let scopes = self.words.scopes(&request);
         self.emit([Effect::OpenPrompt {
             asked: Asked {
                 request_id,
@@ -204,7 +197,7 @@ impl BotCore {
 
     /// The CLI could not open its conversation.
     fn open_failed(&mut self, now: Instant, error: &str, facts: &dyn Facts) {
-        if facts.held_elsewhere(error) {
+        if self.words.held_elsewhere(error) {
             // Another process took the conversation between the look for a holder and this
             // open (design rule 7): the message waits, and the next start finds the holder
             // and waits for it (`core::held`). Not before a moment: a holder the look
@@ -367,7 +360,7 @@ impl BotCore {
             self.limit_refused(now, &report, facts, attempt);
             return;
         }
-        let fatal = error.as_deref().and_then(|w| facts.fatal_reason(w));
+        let fatal = error.as_deref().and_then(|w| self.words.fatal_reason(w));
         // The same limit hit again in the same process: Claude Code 2.1.328 prints no new
         // `rate_limit_event` when nothing changed, only its error result's words ("You've hit
         // your 5-hour limit · resets …"). The last report tells the window; its reset, if past,
@@ -418,7 +411,7 @@ impl BotCore {
             self.emit([Effect::InterruptEnded(turn)]);
         }
         let fatal = ended.error.as_deref().and_then(|e| {
-            facts
+            self.words
                 .fatal_reason(e)
                 .map(|kind| format!("{kind} error: {e}"))
         });
@@ -480,8 +473,8 @@ impl BotCore {
 
     /// The CLI retries a model request: `LastError` says so each time, and a rate-limited
     /// `system` item (`reason` `api_retry`) of the turn waiting for it ([`super::retry`]).
-    fn api_retry(&mut self, now: Instant, retry: &Retry<'_>, facts: &dyn Facts) {
-        let text = match facts.fatal_reason(retry.error) {
+    fn api_retry(&mut self, now: Instant, retry: &Retry<'_>) {
+        let text = match self.words.fatal_reason(retry.error) {
             Some(kind) => format!(
                 "The model API refused the request ({kind} error: {}, HTTP {}); the agent \
                  retries ({} of {}). Check the credentials or the plan.",

@@ -421,8 +421,8 @@ impl BotCore {
         let exit = Exit {
             status,
             stderr,
-            stderr_fatal: facts.fatal_reason(stderr),
-            stderr_in_use: facts.session_in_use(stderr),
+            stderr_fatal: self.words.fatal_reason(stderr),
+            stderr_in_use: self.words.session_in_use(stderr),
             lived,
             fresh_window: settings.fresh_window,
             recorded: recorded.as_deref(),

@@ -201,6 +201,22 @@ impl Bounds {
     }
 }
 
+/// The runtime's reading of what its CLI says, fixed for the bot's runtime and given at
+/// [`BotCore::new`] (the shell's is `Runtime`'s own: `fatal_reason`, `session_in_use`,
+/// `held_elsewhere`, `scopes` with `reach`); reading changes nothing.
+pub trait Words: std::fmt::Debug + Send + Sync {
+    /// An error's words read as a failure restarting cannot fix, by kind (`authentication`,
+    /// `usage limit`, …), or `None`.
+    fn fatal_reason(&self, text: &str) -> Option<&'static str>;
+    /// A process's stderr read as a new conversation refused because its id is in use: the id.
+    fn session_in_use(&self, stderr: &str) -> Option<String>;
+    /// Whether the CLI's refusal to open a conversation says another process holds it.
+    fn held_elsewhere(&self, error: &str) -> bool;
+    /// The scopes an allow of a permission request may have, narrowest first, each with what
+    /// it reaches in words (`once`, `session`, `always`, `program`).
+    fn scopes(&self, request: &serde_json::Value) -> Vec<(String, String)>;
+}
+
 /// What the core may ask the world while it handles an input; nothing asked changes anything.
 pub trait Facts {
     /// The bot's recorded conversation.
@@ -212,22 +228,10 @@ pub trait Facts {
     fn transcript_exists(&self, session_id: &str) -> bool;
     /// What the conversation the message in flight went to holds of it (issue 25).
     fn taken_turn(&self, inflight: &Inflight) -> Option<TakenTurn>;
-    /// The runtime's reading of an error's words: a failure restarting cannot fix, by kind
-    /// (`authentication`, `usage limit`, …).
-    fn fatal_reason(&self, text: &str) -> Option<&'static str>;
     /// The wall clock, in Unix seconds (a plan's reset is told so).
     fn unix_now(&self) -> u64;
     /// Clients holding the bot (leases), and permission requests open.
     fn watchers(&self) -> (usize, usize);
-    /// The runtime's reading of a process's stderr: a new conversation refused because this id
-    /// is in use.
-    fn session_in_use(&self, stderr: &str) -> Option<String>;
-    /// Whether the CLI's refusal to open a conversation says another process holds it.
-    fn held_elsewhere(&self, error: &str) -> bool;
-    /// The scopes an allow of a permission request may have, narrowest first, each with what
-    /// it reaches in words (`Runtime::scopes`: `once`, `session`, `always`, `program`;
-    /// `Runtime::reach`).
-    fn scopes(&self, request: &serde_json::Value) -> Vec<(String, String)>;
     /// How a person logs the bot's CLI in again, one sentence (`Runtime::login_hint`).
     fn login_hint(&self) -> String;
     /// Whether the conversation the message in flight went to holds it (the runtime's
@@ -452,4 +456,4 @@ pub(super) fn reached_unknown() -> LimitReport {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -81,7 +81,7 @@ pub use bot_core::{BotCore, Due, Process, Settings};
 pub use commands::Cmd;
 pub use effect::{Awaited, CommitBuilder, Effect, Publish, Request, Setting, Streamed, Write};
 pub use look::{Look, Looked};
-pub use machine::{Bounds, Facts, Input};
+pub use machine::{Bounds, Facts, Input, Words};
 pub use state::{OnRecord, Standing, State};
 // What the inputs and effects carry, and the questions the shell asks between inputs
 // (`steps.rs`).

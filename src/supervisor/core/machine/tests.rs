@@ -19,7 +19,6 @@ use crate::supervisor::core::turns::QueuedTurn;
 #[derive(Default)]
 struct Told {
     recorded: Option<String>,
-    fatal: Option<&'static str>,
     /// Clients holding the bot.
     holders: usize,
     /// Permission requests open.
@@ -54,14 +53,27 @@ impl Facts for Told {
     ) -> Option<TakenTurn> {
         None
     }
-    fn fatal_reason(&self, _: &str) -> Option<&'static str> {
-        self.fatal
-    }
     fn unix_now(&self) -> u64 {
         1_000_000
     }
     fn watchers(&self) -> (usize, usize) {
         (self.holders, self.prompts)
+    }
+    fn login_hint(&self) -> String {
+        "Log in again.".to_owned()
+    }
+}
+
+/// The runtime's words as a test reads them: an expired OAuth token is an authentication
+/// failure, an "active writer" refusal a conversation held elsewhere, and a permission's one
+/// scope `once`.
+#[derive(Debug)]
+pub(crate) struct TestWords;
+
+impl crate::supervisor::core::Words for TestWords {
+    fn fatal_reason(&self, text: &str) -> Option<&'static str> {
+        text.contains("OAuth token has expired")
+            .then_some("authentication")
     }
     fn session_in_use(&self, _: &str) -> Option<String> {
         None
@@ -72,15 +84,13 @@ impl Facts for Told {
     fn scopes(&self, _request: &serde_json::Value) -> Vec<(String, String)> {
         vec![("once".into(), "this request, this time".into())]
     }
-    fn login_hint(&self) -> String {
-        "Log in again.".to_owned()
-    }
 }
 
 /// A core loaded from `record`, with nothing running.
 fn loaded(record: OnRecord) -> BotCore {
     BotCore::new(
         crate::supervisor::core::Settings::test(Duration::from_millis(50)),
+        Box::new(TestWords),
         crate::supervisor::core::Standing::loaded(record),
     )
 }
@@ -291,10 +301,7 @@ fn issue_24_a_reached_limit_makes_the_error_result_a_refusal_and_the_message_wai
 #[test]
 fn issue_24_an_expired_login_holds_the_message_and_watches_the_credentials() {
     let t0 = Instant::now();
-    let facts = Told {
-        fatal: Some("authentication"),
-        ..Told::default()
-    };
+    let facts = Told::default();
     let mut core = running();
     event(&mut core, t0, &facts, replay());
     let ended = event(

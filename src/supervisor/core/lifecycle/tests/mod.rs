@@ -85,15 +85,7 @@ pub(super) fn has_item(effects: &[Effect], kind: &str, reason: &str) -> bool {
     items(effects).iter().any(|(k, r)| k == kind && r == reason)
 }
 
-pub(super) fn states(effects: &[Effect]) -> Vec<State> {
-    effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::State(s) => Some(*s),
-            _ => None,
-        })
-        .collect()
-}
+pub(super) use crate::supervisor::core::effect::states;
 
 pub(super) use crate::supervisor::core::effect::finished_turns as finished;
 

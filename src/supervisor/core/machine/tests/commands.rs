@@ -354,15 +354,8 @@ fn a_park_shows_a_held_bot_idle_with_an_agent_and_stopped_without() {
         let told = Told::default();
         show(&mut core, state);
         core.handle(t0, Input::ParkChanged { running }, &told);
-        let effects = drain(&mut core);
-        let states: Vec<State> = effects
-            .iter()
-            .filter_map(|e| match e {
-                Effect::State(s) => Some(*s),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(states, Vec::from_iter(then), "{state:?}, running {running}");
+        let shown = crate::supervisor::core::effect::states(&drain(&mut core));
+        assert_eq!(shown, Vec::from_iter(then), "{state:?}, running {running}");
     }
 }
 

@@ -7,16 +7,7 @@ use super::*;
 use crate::supervisor::core::effect::Publish;
 use crate::supervisor::core::state::Standing;
 
-/// The `State` effects among `effects`.
-fn states(effects: &[Effect]) -> Vec<State> {
-    effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::State(s) => Some(*s),
-            _ => None,
-        })
-        .collect()
-}
+use crate::supervisor::core::effect::states;
 
 #[test]
 fn a_state_is_shown_once_and_failed_is_recorded_before_it_is_shown() {

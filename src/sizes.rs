@@ -63,3 +63,14 @@ pub const KEPT_BYTES: usize = 16 << 10;
 /// No preview object is longer than this, whatever it previews: the preview, the kept members
 /// and the marker members. 34 KiB.
 pub const MAX_PREVIEW_OBJECT_BYTES: usize = PREVIEW_BYTES + KEPT_BYTES + 2 * KEPT_MEMBER_BYTES;
+
+/// Why `text` cannot go as a D-Bus string, if it cannot: it holds a NUL byte (U+0000), which
+/// the D-Bus wire format cannot carry (asked to send one, a client library fails and drops its
+/// connection to the bus, so a client refuses it first, in words).
+pub fn unsendable(text: &str) -> Option<String> {
+    text.contains('\0').then(|| {
+        "the message holds a NUL byte (U+0000), which D-Bus cannot carry; remove it and send \
+         again"
+            .to_owned()
+    })
+}

@@ -2,7 +2,8 @@
 //! reply or signal exceeds what the bus accepts (design rule 15; the sizes are in
 //! [`crate::sizes`]). Chat item payloads are bounded where they are stored
 //! ([`crate::store::chat`]); this file bounds the rest: streamed text, permission inputs and the
-//! properties that carry them.
+//! properties that carry them. Text the CLI wrote is made a D-Bus string on the way out
+//! ([`bus_text`]): a NUL in it would make the bus drop botvisord's connection.
 
 use serde_json::Value;
 
@@ -10,14 +11,27 @@ use crate::preview;
 use crate::sizes::{MAX_ITEM_BYTES, MAX_PROPERTY_BYTES};
 use crate::store::{self, Store};
 
-/// `PartialText`: at most the last [`MAX_PROPERTY_BYTES`] of the text streamed so far, so that
-/// the `TextDelta`s that follow continue it.
-pub fn partial_text(text: &str) -> String {
-    preview::tail(text, MAX_PROPERTY_BYTES).to_owned()
+/// `text` as a D-Bus string may be: each NUL (U+0000), which the wire format cannot carry (the
+/// bus drops a connection that sends one), is U+FFFD. Same length in chars; borrowed when there
+/// is none.
+pub fn bus_text(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        std::borrow::Cow::Owned(text.replace('\0', "\u{FFFD}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
 }
 
-/// `LastError`: at most [`MAX_PROPERTY_BYTES`]; a longer text is cut and ends with `…`.
+/// `PartialText`: at most the last [`MAX_PROPERTY_BYTES`] of the text streamed so far, so that
+/// the `TextDelta`s that follow continue it ([`bus_text`]).
+pub fn partial_text(text: &str) -> String {
+    bus_text(preview::tail(text, MAX_PROPERTY_BYTES)).into_owned()
+}
+
+/// `LastError`: at most [`MAX_PROPERTY_BYTES`]; a longer text is cut and ends with `…`
+/// ([`bus_text`]).
 pub fn last_error(text: &str) -> String {
+    let text = &*bus_text(text);
     if text.len() <= MAX_PROPERTY_BYTES {
         return text.to_owned();
     }
@@ -63,7 +77,7 @@ pub fn pending(
     open.into_iter()
         .map(|(id, tool, json)| {
             let json = input(store, bot_id, &id, &json, MAX_PROPERTY_BYTES);
-            (id, tool, json)
+            (id, bus_text(&tool).into_owned(), json)
         })
         .collect()
 }
@@ -73,6 +87,17 @@ mod tests {
     use super::*;
     use crate::store::{BotRecord, bots, chat};
     use serde_json::json;
+
+    #[test]
+    fn a_nul_never_goes_on_the_bus() {
+        assert_eq!(bus_text("a\0b\0"), "a\u{FFFD}b\u{FFFD}");
+        assert!(matches!(
+            bus_text("plain"),
+            std::borrow::Cow::Borrowed("plain")
+        ));
+        assert_eq!(last_error("x\0y"), "x\u{FFFD}y");
+        assert_eq!(partial_text("\0"), "\u{FFFD}");
+    }
 
     #[test]
     fn texts_are_cut_to_their_bounds() {

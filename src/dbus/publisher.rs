@@ -114,9 +114,9 @@ fn bounded(ctx: &Ctx, p: Publication) -> Publication {
             input,
         } => Publication::PermissionRequested {
             input: bounds::requested_input(store, &bot_id, &request_id, &input),
+            tool: bounds::bus_text(&tool).into_owned(),
             bot_id,
             request_id,
-            tool,
         },
         Publication::PropertiesChanged { bot_id, changed } => {
             let changed = changed
@@ -155,7 +155,8 @@ async fn publish(emitter: &SignalEmitter<'_>, p: &Publication) -> zbus::Result<(
             ..
         } => BotObject::permission_requested(emitter, request_id, tool, input).await,
         Publication::TextDelta { turn_id, text, .. } => {
-            for piece in bounds::text_delta_pieces(text) {
+            let text = bounds::bus_text(text);
+            for piece in bounds::text_delta_pieces(&text) {
                 BotObject::text_delta(emitter, turn_id, piece).await?;
             }
             Ok(())

@@ -882,6 +882,35 @@ async fn an_oversized_message_is_refused_before_it_is_sent() {
     assert!(s.messages().is_empty(), "{:?}", s.messages());
 }
 
+/// A message holding a NUL byte, which D-Bus cannot carry, is refused by botvisorctl in words
+/// with the exit code of a usage error; before, the bus library dropped the connection
+/// ("the connection to the bus … was lost", exit 1). Nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_with_a_nul_byte_is_refused_before_it_is_sent() {
+    use tokio::io::AsyncWriteExt;
+    let s = FakeSetup::start("").await;
+    let bus = s.env.bus.address.clone();
+    create(&s, "small", &s.env.work, json!([{"mode": "normal"}])).await;
+    let mut send = ctl(&bus)
+        .args(["send", "small", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = send.stdin.take().unwrap();
+    stdin.write_all(b"a\0b").await.unwrap();
+    drop(stdin);
+    let out = tokio::time::timeout(EVENT_TIMEOUT, send.wait_with_output())
+        .await
+        .expect("send ends")
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("NUL byte (U+0000)"), "{err}");
+    assert!(s.messages().is_empty(), "{:?}", s.messages());
+}
+
 /// `create --memory-max` passes the limit to `CreateBot` in bytes (2G is 2 GiB, as systemd's
 /// `MemoryMax=` reads it): the bot's `memory_max` is that, or, where botvisord has no memory
 /// controller, `CreateBot` answers NotSupported; a size that is not one is a usage error.

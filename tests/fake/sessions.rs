@@ -110,6 +110,25 @@ async fn an_unrecognised_lost_conversation_fails_the_turn_then_starts_fresh() {
     );
 }
 
+/// A CLI's error in words that hold a NUL (U+0000), which D-Bus cannot carry: botvisord stays on
+/// the bus, and clients read the error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_whose_words_hold_a_nul_keeps_botvisord_on_the_bus() {
+    let fake = start_fake().await;
+    let bot = fake
+        .bot(json!([
+            {"mode": "unrecognized_error", "code": 1, "text": "broken\u{0}words"},
+            {"mode": "normal"}
+        ]))
+        .await;
+    let one = send_and_wait(&bot, "one").await;
+    assert_eq!(one.outcome, "error", "{one:?}");
+    let error = bot.last_error().await.unwrap();
+    assert!(error.contains("broken"), "{error:?}");
+    let two = send_and_wait(&bot, "two").await;
+    assert_eq!(two.outcome, "success", "{two:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_cli_that_dies_at_launch_without_a_failed_turn_keeps_its_conversation() {
     // A broken install or a failing wrapper: exit 7 at once, no result. The transcript exists, so

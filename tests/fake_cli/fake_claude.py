@@ -12,8 +12,8 @@ Environment:
     {"mode": "in_use"}             print "Error: Session ID X is already in use." on stderr, exit 1
     {"mode": "die_before_replay", "code": C}   read one message, exit C without a replay
     {"mode": "die_after_replay", "code": C}    replay one message, exit C
-    {"mode": "unrecognized_error", "code": C}  at start, an error result in words the daemon
-                                   does not know (a future CLI's "not found"), then exit C
+    {"mode": "unrecognized_error", "code": C, "text": T}  at start, an error result in words the
+                                   daemon does not know (T, else a future CLI's "not found"), then exit C
     {"mode": "garbage"}            print lines that are not the protocol, then behave normally
     {"mode": "die_at_start", "code": C}        exit C at once
     {"mode": "auth_error"}         replay, then an authentication error result, then exit 1
@@ -170,7 +170,7 @@ if mode == "hook_then_hang":
 if mode == "die_at_start":
     sys.exit(step.get("code", 1))
 if mode == "unrecognized_error":
-    result("error_during_execution", ["The conversation %s went missing" % session])
+    result("error_during_execution", [step.get("text", "The conversation %s went missing" % session)])
     sys.exit(step.get("code", 1))
 if mode == "in_use":
     # On stderr, as Claude Code 2.1.284 to 2.1.332 print it (tests/facts/claude.rs).

@@ -325,7 +325,12 @@ fn read_stdin() -> Result<String, Failure> {
     if s.len() > botvisor::sizes::MAX_SEND_BYTES {
         return Err(Failure::usage(botvisor::sizes::send_too_long(s.len())));
     }
-    String::from_utf8(s).map_err(|_| Failure::usage("the message on stdin is not UTF-8 text"))
+    let text = String::from_utf8(s)
+        .map_err(|_| Failure::usage("the message on stdin is not UTF-8 text"))?;
+    match botvisor::sizes::unsendable(&text) {
+        Some(why) => Err(Failure::usage(why)),
+        None => Ok(text),
+    }
 }
 
 /// A chat item's payload to show: a preview (an item over 1 MiB) is replaced by the whole item,

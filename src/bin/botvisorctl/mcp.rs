@@ -400,6 +400,9 @@ impl BotvisorMcp {
         if a.text.len() > botvisor::sizes::MAX_SEND_BYTES {
             return Err(botvisor::sizes::send_too_long(a.text.len()));
         }
+        if let Some(why) = botvisor::sizes::unsendable(&a.text) {
+            return Err(why);
+        }
         let bot = self.bot(&a.bot).await?;
         let path = bot.inner().path().to_owned();
         let id = bot.id().await.map_err(|e| dbus_error(&e))?;

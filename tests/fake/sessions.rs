@@ -123,8 +123,16 @@ async fn an_error_whose_words_hold_a_nul_keeps_botvisord_on_the_bus() {
         .await;
     let one = send_and_wait(&bot, "one").await;
     assert_eq!(one.outcome, "error", "{one:?}");
+    // `LastError` said the words (then, as likely as not, the exit's): readable either way.
     let error = bot.last_error().await.unwrap();
-    assert!(error.contains("broken"), "{error:?}");
+    assert!(!error.contains('\0'), "{error:?}");
+    let items = chat(&bot).await;
+    assert!(
+        of_kind(&items, "result")
+            .iter()
+            .any(|p| p["errors"][0] == "broken\u{0}words"),
+        "the chat keeps the words whole: {items:?}"
+    );
     let two = send_and_wait(&bot, "two").await;
     assert_eq!(two.outcome, "success", "{two:?}");
 }

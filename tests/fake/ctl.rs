@@ -835,40 +835,49 @@ async fn top_waits_through_a_daemon_restart() {
     top.kill().await.unwrap();
 }
 
+/// `botvisorctl send BOT -` with `bytes` written to its stdin by a task of its own, 1 MiB at a
+/// time (the writer stops when botvisorctl closes stdin early); its output once it ends.
+async fn send_from_stdin(
+    bus: &str,
+    bot: &str,
+    bytes: impl Iterator<Item = u8> + Send + 'static,
+) -> std::process::Output {
+    use tokio::io::AsyncWriteExt;
+    let mut send = ctl(bus)
+        .args(["send", bot, "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = send.stdin.take().unwrap();
+    let writer = tokio::spawn(async move {
+        let mut bytes = bytes.peekable();
+        while bytes.peek().is_some() {
+            let chunk: Vec<u8> = bytes.by_ref().take(1 << 20).collect();
+            if stdin.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+    });
+    let out = tokio::time::timeout(EVENT_TIMEOUT, send.wait_with_output())
+        .await
+        .expect("send ends")
+        .unwrap();
+    writer.await.unwrap();
+    out
+}
+
 /// A message longer than `Send` takes (1 MiB) is refused by botvisorctl before it sends, with
 /// the daemon's words and the exit code of a usage error, whatever its size: 200,000,000 bytes
 /// used to meet the bus's own limit first (`botvisorctl: excess data`, exit 1). Nothing is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_message_is_refused_before_it_is_sent() {
-    use tokio::io::AsyncWriteExt;
     let s = FakeSetup::start("").await;
     let bus = s.env.bus.address.clone();
     create(&s, "small", &s.env.work, json!([{"mode": "normal"}])).await;
     for size in [2_000_000usize, 200_000_000] {
-        let mut send = ctl(&bus)
-            .args(["send", "small", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = send.stdin.take().unwrap();
-        let writer = tokio::spawn(async move {
-            let chunk = vec![b'x'; 1 << 20];
-            let mut left = size;
-            while left > 0 {
-                let n = left.min(chunk.len());
-                if stdin.write_all(&chunk[..n]).await.is_err() {
-                    return;
-                }
-                left -= n;
-            }
-        });
-        let out = tokio::time::timeout(EVENT_TIMEOUT, send.wait_with_output())
-            .await
-            .expect("send ends")
-            .unwrap();
-        writer.await.unwrap();
+        let out = send_from_stdin(&bus, "small", std::iter::repeat_n(b'x', size)).await;
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{size}: {err}");
         assert!(
@@ -887,24 +896,10 @@ async fn an_oversized_message_is_refused_before_it_is_sent() {
 /// ("the connection to the bus … was lost", exit 1). Nothing is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_with_a_nul_byte_is_refused_before_it_is_sent() {
-    use tokio::io::AsyncWriteExt;
     let s = FakeSetup::start("").await;
     let bus = s.env.bus.address.clone();
     create(&s, "small", &s.env.work, json!([{"mode": "normal"}])).await;
-    let mut send = ctl(&bus)
-        .args(["send", "small", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = send.stdin.take().unwrap();
-    stdin.write_all(b"a\0b").await.unwrap();
-    drop(stdin);
-    let out = tokio::time::timeout(EVENT_TIMEOUT, send.wait_with_output())
-        .await
-        .expect("send ends")
-        .unwrap();
+    let out = send_from_stdin(&bus, "small", b"a\0b".iter().copied()).await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("NUL byte (U+0000)"), "{err}");

@@ -57,10 +57,12 @@ pub fn attach(
         )
     }?;
     let stderr_tail = Arc::new(Mutex::new(std::collections::VecDeque::new()));
+    let mut stderr_read = None;
     if let Some(fd) = fds.stderr {
         match pipe::Receiver::from_owned_fd(fd) {
             Ok(r) => {
-                tokio::spawn(super::spawn::read_stderr(r, pid, stderr_tail.clone()));
+                let tail = stderr_tail.clone();
+                stderr_read = Some(tokio::spawn(super::spawn::read_stderr(r, pid, tail)));
             }
             Err(e) => tracing::warn!(pid, error = %e, "the agent's stderr cannot be read on"),
         }
@@ -72,6 +74,7 @@ pub fn attach(
         leftover,
         resync,
         Exit::Pidfd(watch_fd),
+        stderr_read,
         pid,
         generation,
         events,

@@ -229,7 +229,7 @@ pub fn spawn_with(
         store_descriptors(bot_id, stdin.as_ref(), &stdout, &stderr, pidfd.as_ref());
     }
     let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
-    tokio::spawn(read_stderr(stderr, pid, stderr_tail.clone()));
+    let stderr_read = tokio::spawn(read_stderr(stderr, pid, stderr_tail.clone()));
 
     let (exit_tx, exit_rx) = watch::channel(None);
     let (hand_tx, hand_rx) = oneshot::channel();
@@ -238,6 +238,7 @@ pub fn spawn_with(
         Vec::new(),
         false,
         Exit::Child(child),
+        Some(stderr_read),
         pid,
         generation,
         events,
@@ -306,7 +307,10 @@ fn a_whole_line(first: &[u8]) -> bool {
 
 /// Reads the agent's stdout (after `leftover`, bytes read before from it by another reader:
 /// a previous botvisord's) line by line into `events` until the root process `exit`s and
-/// stdout ends (or [`STDOUT_DRAIN_AFTER_EXIT`] passes), then sends [`ProcEvent::Exited`].
+/// stdout ends (or [`STDOUT_DRAIN_AFTER_EXIT`] passes), then, once `stderr_read` (its stderr's
+/// reader) has read to the end too, within the same bound, sends [`ProcEvent::Exited`]: the
+/// exit is judged on every word the agent wrote (an `Invalid API key` on stderr makes it
+/// `failed`, not a crash to restart; CI saw the exit come first once).
 /// `resync`: the stream may begin within a line another reader took the start of: what comes
 /// before the first newline is dropped, unless it is a whole line ([`a_whole_line`]). A request on `hand_over` ends the reading at once, with
 /// no `Exited`, and is answered with what was read and not yet sent as a line (issue 47: the
@@ -317,6 +321,7 @@ pub(super) async fn read_stdout(
     leftover: Vec<u8>,
     resync: bool,
     mut exit_source: Exit,
+    stderr_read: Option<tokio::task::JoinHandle<()>>,
     pid: u32,
     generation: u64,
     events: mpsc::UnboundedSender<ProcEvent>,
@@ -381,6 +386,12 @@ pub(super) async fn read_stdout(
             info
         }
     };
+    if let Some(read) = stderr_read {
+        // Bounded as stdout's drain is: a descendant that keeps stderr open holds nothing up.
+        let deadline =
+            drain_deadline.unwrap_or_else(|| tokio::time::Instant::now() + STDOUT_DRAIN_AFTER_EXIT);
+        let _ = tokio::time::timeout_at(deadline, read).await;
+    }
     super::subreaper::unprotect(pid);
     let _ = events.send(ProcEvent::Exited(generation, info));
 }
@@ -508,7 +519,39 @@ pub(super) async fn read_stderr(
 
 #[cfg(test)]
 mod tests {
-    use super::a_whole_line;
+    use super::*;
+
+    /// The exit is told only once stderr was read to its end: here the root exits at once and
+    /// closes stdout, and a descendant writes the stderr line a moment later (the order in which
+    /// CI once saw an `Invalid API key` arrive after the exit, and the bot restart instead of
+    /// failing).
+    #[tokio::test]
+    async fn the_exit_is_told_after_the_last_stderr_line() {
+        let cmd = LaunchCommand {
+            program: "/bin/sh".into(),
+            args: vec![
+                "-c".into(),
+                "exec >/dev/null; (sleep 0.3; echo 'Invalid API key' >&2) & exit 1".into(),
+            ],
+            cwd: std::env::temp_dir(),
+            env: [("PATH".to_owned(), "/usr/bin:/bin".to_owned())].into(),
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let handle = spawn(&cmd, 1, tx).unwrap();
+        let exited = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match rx.recv().await {
+                    Some(ProcEvent::Exited(_, info)) => break info,
+                    Some(ProcEvent::Line(..)) => continue,
+                    None => panic!("the reader ended without an exit"),
+                }
+            }
+        })
+        .await
+        .expect("the exit is told within its bound");
+        assert_eq!(exited.code, Some(1));
+        assert_eq!(handle.stderr_text(), "Invalid API key");
+    }
 
     /// After a crash the first piece is kept only when it is a whole line: a JSON object, which
     /// no proper end of one is.

@@ -20,6 +20,7 @@ pub mod preview;
 pub mod process;
 pub mod queued;
 pub mod runtime;
+pub mod schedule;
 pub mod sizes;
 pub mod store;
 pub mod supervisor;

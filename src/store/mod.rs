@@ -11,6 +11,7 @@ pub mod deliveries;
 pub mod fault;
 pub mod handovers;
 pub mod processes;
+pub mod schedules;
 pub mod schema;
 pub mod spend;
 pub mod turns;

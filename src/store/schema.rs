@@ -211,6 +211,35 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE deliveries ADD COLUMN whole INTEGER NOT NULL DEFAULT 1;
     "#,
+    // 18: scheduled prompts (issue 49): a bot's schedule, a calendar expression in systemd's
+    // normalized form, the prompt, what a fire into a busy bot does (`when_busy`), the timer's
+    // random delay, whether it is paused; `last_due` (Unix seconds) is the due time of the last
+    // fire claimed (a fire claims a due time after it, in one transaction, or none: exactly
+    // once), `last_fired_at` when that claim was made. `schedule_fires` keeps the latest fires
+    // of each schedule, by due time: what became of each.
+    r#"
+    CREATE TABLE schedules (
+        id             TEXT PRIMARY KEY,
+        bot_id         TEXT NOT NULL REFERENCES bots(id) ON DELETE CASCADE,
+        calendar       TEXT NOT NULL,
+        prompt         TEXT NOT NULL,
+        when_busy      TEXT NOT NULL DEFAULT 'queue' CHECK (when_busy IN ('queue', 'skip')),
+        random_delay_s INTEGER NOT NULL DEFAULT 0,
+        paused         INTEGER NOT NULL DEFAULT 0,
+        last_due       INTEGER NOT NULL DEFAULT 0,
+        last_fired_at  INTEGER NOT NULL DEFAULT 0,
+        created_at     TEXT NOT NULL
+    );
+    CREATE INDEX schedules_of_bot ON schedules (bot_id);
+    CREATE TABLE schedule_fires (
+        schedule_id TEXT NOT NULL REFERENCES schedules(id) ON DELETE CASCADE,
+        due         INTEGER NOT NULL,
+        fired_at    INTEGER NOT NULL,
+        outcome     TEXT NOT NULL,
+        turn_id     TEXT,
+        PRIMARY KEY (schedule_id, due)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version

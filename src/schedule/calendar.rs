@@ -1,0 +1,308 @@
+//! Calendar expressions as the user manager reads them: every question is asked of systemd's own
+//! parser, `systemd-analyze calendar` (systemd's `systemd.time(7)` syntax: `Mon..Fri 09:00`,
+//! `*:0/15`, `daily`, with an optional time zone at the end), so that what botvisor accepts is
+//! exactly what the timer it writes will do. Times are Unix seconds; the program runs with
+//! `TZ=UTC` so that it prints them in UTC (a time zone in the expression still counts).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The longest calendar expression taken, in bytes.
+pub const MAX_CALENDAR_BYTES: usize = 256;
+
+/// How many due times one run of `systemd-analyze` is asked for.
+const ITERATIONS: usize = 64;
+
+/// Why a calendar expression is not taken, or could not be asked about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CalendarError {
+    /// systemd's parser refused it (its words).
+    #[error("`{expr}` is not a calendar expression systemd takes: {why}")]
+    Invalid {
+        /// The expression, escaped.
+        expr: String,
+        /// What `systemd-analyze` said.
+        why: String,
+    },
+    /// It parses, and never comes again.
+    #[error("`{0}` never comes again: a schedule would never fire")]
+    Never(String),
+    /// No `systemd-analyze` to ask (no systemd on this machine).
+    #[error("no systemd-analyze to read calendar expressions with: {0}")]
+    NoParser(String),
+}
+
+/// A calendar expression systemd took.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Calendar {
+    /// Its normalized form (`Mon..Fri *-*-* 09:00:00`), which the timer unit is written with.
+    pub normalized: String,
+    /// Its next due time after now, in Unix seconds.
+    pub next: i64,
+}
+
+fn program() -> PathBuf {
+    std::env::var_os("BOTVISOR_SYSTEMD_ANALYZE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "systemd-analyze".into())
+}
+
+/// What `systemd-analyze calendar` prints for `expr` (after `base`, Unix seconds, when given),
+/// asked for `iterations` due times. Errors: the expression's (`Invalid`), or no program.
+fn analyze(expr: &str, base: Option<i64>, iterations: usize) -> Result<String, CalendarError> {
+    let shown = crate::text::escape(expr, false).into_owned();
+    if expr.len() > MAX_CALENDAR_BYTES {
+        return Err(CalendarError::Invalid {
+            expr: shown.chars().take(64).collect::<String>() + "…",
+            why: format!("longer than {MAX_CALENDAR_BYTES} bytes"),
+        });
+    }
+    if expr.trim().is_empty() || expr.chars().any(char::is_control) {
+        return Err(CalendarError::Invalid {
+            expr: shown,
+            why: "empty, or holds a control character".into(),
+        });
+    }
+    let mut cmd = Command::new(program());
+    cmd.env("TZ", "UTC")
+        .env("LC_ALL", "C")
+        .env("SYSTEMD_COLORS", "0")
+        .arg("calendar")
+        .arg(format!("--iterations={iterations}"));
+    if let Some(b) = base {
+        cmd.arg(format!("--base-time=@{b}"));
+    }
+    cmd.arg("--").arg(expr);
+    let out =
+        run(cmd).map_err(|e| CalendarError::NoParser(format!("{}: {e}", program().display())))?;
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        let why = why
+            .rsplit_once(": ")
+            .map(|(_, w)| w.to_owned())
+            .unwrap_or(why);
+        return Err(CalendarError::Invalid { expr: shown, why });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// How long one run of `systemd-analyze` may take (it answers in milliseconds).
+const RUN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs `cmd` to its end, its output read, within [`RUN_TIMEOUT`] (killed past it): registered
+/// with botvisord's subreaper meanwhile, which would otherwise reap it before it is waited for.
+fn run(mut cmd: Command) -> std::io::Result<std::process::Output> {
+    use std::io::Read;
+    use std::process::Stdio;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (mut child, pid) = crate::process::subreaper::spawn_protected(|| {
+        let child = cmd.spawn()?;
+        let pid = child.id();
+        Ok((child, pid))
+    })?;
+    let deadline = std::time::Instant::now() + RUN_TIMEOUT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Ok(status),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("did not answer within {} s", RUN_TIMEOUT.as_secs()),
+                ));
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    crate::process::subreaper::unprotect(pid);
+    let status = status?;
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    if let Some(mut o) = child.stdout.take() {
+        o.read_to_end(&mut stdout)?;
+    }
+    if let Some(mut e) = child.stderr.take() {
+        e.read_to_end(&mut stderr)?;
+    }
+    Ok(std::process::Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+/// The normalized form and the due times (Unix seconds) in `systemd-analyze calendar`'s output;
+/// `None` for `Next elapse: never`.
+pub fn parse_output(out: &str) -> (Option<String>, Vec<Option<i64>>) {
+    let mut normalized = None;
+    let mut times = Vec::new();
+    for line in out.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let (key, value) = (key.trim(), value.trim());
+        if key == "Normalized form" {
+            normalized = Some(value.to_owned());
+        } else if key == "Next elapse" || key.starts_with("Iter. #") {
+            times.push(parse_time(value));
+        }
+    }
+    (normalized, times)
+}
+
+/// `Mon 2026-12-07 09:00:00 UTC` (what `systemd-analyze` prints with `TZ=UTC`) in Unix seconds;
+/// `None` for `never` or anything else.
+fn parse_time(value: &str) -> Option<i64> {
+    let mut words = value.split_whitespace();
+    let (_, date, time) = (words.next()?, words.next()?, words.next()?);
+    if words.next() != Some("UTC") {
+        return None;
+    }
+    let stamp = humantime::parse_rfc3339_weak(&format!("{date} {time}")).ok()?;
+    let secs = stamp.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+    i64::try_from(secs).ok()
+}
+
+/// Checks `expr` with systemd's parser: its normalized form and next due time. Errors:
+/// [`CalendarError`] (refused, never comes, or no parser).
+pub fn check(expr: &str) -> Result<Calendar, CalendarError> {
+    let (normalized, times) = parse_output(&analyze(expr, None, 1)?);
+    let normalized = normalized.unwrap_or_else(|| expr.to_owned());
+    match times.first() {
+        Some(Some(next)) => Ok(Calendar {
+            normalized,
+            next: *next,
+        }),
+        _ => Err(CalendarError::Never(
+            crate::text::escape(expr, false).into_owned(),
+        )),
+    }
+}
+
+/// The due times of `expr` after `base` (Unix seconds, strictly after), at most `n`, in order.
+pub fn after(expr: &str, base: i64, n: usize) -> Result<Vec<i64>, CalendarError> {
+    let (_, times) = parse_output(&analyze(expr, Some(base), n.max(1))?);
+    Ok(times.into_iter().map_while(|t| t).collect())
+}
+
+/// The latest due time of `expr` at or before `now` (Unix seconds), looking back at most to
+/// `since` (exclusive); `None` when there is none in that span. Asks for the due times after
+/// `now - d` with `d` doubling from 1 s (one run per doubling, [`ITERATIONS`] due times each),
+/// so a schedule every few seconds and one every year take a few runs each.
+pub fn latest_due(expr: &str, now: i64, since: i64) -> Result<Option<i64>, CalendarError> {
+    let mut back: i64 = 1;
+    loop {
+        let base = (now - back).max(since);
+        let times = after(expr, base, ITERATIONS)?;
+        let mut latest = None;
+        for t in &times {
+            if *t <= now {
+                latest = Some(*t);
+            }
+        }
+        match latest {
+            // Every due time asked for was at or before now: more may follow before now.
+            Some(t) if times.len() == ITERATIONS && times.iter().all(|x| *x <= now) => {
+                return latest_after(expr, t, now).map(Some);
+            }
+            Some(t) => return Ok(Some(t)),
+            None if base <= since => return Ok(None),
+            None => back = back.saturating_mul(2),
+        }
+    }
+}
+
+/// From the due time `t` at or before `now`, the last one at or before `now`.
+fn latest_after(expr: &str, mut t: i64, now: i64) -> Result<i64, CalendarError> {
+    loop {
+        let times = after(expr, t, ITERATIONS)?;
+        let before: Vec<i64> = times.iter().copied().filter(|x| *x <= now).collect();
+        match before.last() {
+            Some(last) if before.len() == ITERATIONS => t = *last,
+            Some(last) => return Ok(*last),
+            None => return Ok(t),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEEN: &str = "  Original form: *:*:0/10
+Normalized form: *-*-* *:*:00/10
+    Next elapse: Mon 2026-12-07 02:35:50 UTC
+       From now: 164ms left
+       Iter. #2: Mon 2026-12-07 02:36:00 UTC
+       From now: 10s left
+";
+
+    /// What systemd 252 printed is read as the normalized form and two due times.
+    #[test]
+    fn the_output_of_systemd_analyze_is_read() {
+        let (normalized, times) = parse_output(SEEN);
+        assert_eq!(normalized.as_deref(), Some("*-*-* *:*:00/10"));
+        assert_eq!(times, vec![Some(1_796_610_950), Some(1_796_610_960)]);
+        let (_, never) =
+            parse_output("Normalized form: 2020-01-01 00:00:00\n    Next elapse: never\n");
+        assert_eq!(never, vec![None]);
+    }
+
+    /// Skipped (said) where no systemd-analyze runs; CI installs systemd.
+    fn analyzer() -> bool {
+        let ok = Command::new(program()).arg("--version").output().is_ok();
+        if !ok {
+            eprintln!("skipped: no systemd-analyze on this machine");
+        }
+        ok
+    }
+
+    /// systemd's parser decides: a bad expression is refused in its words, one in the past
+    /// never comes, a good one is normalized.
+    #[test]
+    fn the_managers_parser_decides() {
+        if !analyzer() {
+            return;
+        }
+        let ok = check("Mon..Fri 9:00").unwrap();
+        assert_eq!(ok.normalized, "Mon..Fri *-*-* 09:00:00");
+        assert!(matches!(check("bogus"), Err(CalendarError::Invalid { .. })));
+        assert!(matches!(
+            check("--help"),
+            Err(CalendarError::Invalid { .. })
+        ));
+        assert!(matches!(
+            check("9:00\n--x"),
+            Err(CalendarError::Invalid { .. })
+        ));
+        assert!(matches!(check("2020-01-01"), Err(CalendarError::Never(_))));
+    }
+
+    /// The latest due time at or before a moment: on a slot, between slots, after a long gap,
+    /// and none before the first.
+    #[test]
+    fn the_latest_due_time_is_found() {
+        if !analyzer() {
+            return;
+        }
+        // 2026-12-07 00:00:00 UTC.
+        let day = 1_796_601_600;
+        assert_eq!(latest_due("*:*:0/10", day + 25, 0).unwrap(), Some(day + 20));
+        assert_eq!(latest_due("*:*:0/10", day + 20, 0).unwrap(), Some(day + 20));
+        assert_eq!(latest_due("*:*:0/10", day + 20, day + 20).unwrap(), None);
+        assert_eq!(
+            latest_due("*-*-* 09:00", day + 3 * 86_400 + 3_600, 0).unwrap(),
+            Some(day + 2 * 86_400 + 9 * 3_600)
+        );
+        // Every second for a day: more due times than one run asks for.
+        assert_eq!(
+            latest_due("*:*:*", day + 1_000, day).unwrap(),
+            Some(day + 1_000)
+        );
+    }
+}

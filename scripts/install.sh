@@ -176,7 +176,14 @@ if [ "$mode" = uninstall ]; then
       rm -f "$agents/org.botvisor.botvisord.plist" ;;
     systemd)
       systemctl --user disable --now botvisor-notify.service 2>/dev/null || true
-      systemctl --user disable --now botvisord.service 2>/dev/null || true ;;
+      systemctl --user disable --now botvisord.service 2>/dev/null || true
+      # The schedules' timers (botvisord writes them again from its database when it is back).
+      schedule_dir="${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user"
+      for timer in "$schedule_dir"/botvisor-schedule-*.timer; do
+        [ -e "$timer" ] || continue
+        systemctl --user disable --now "$(basename "$timer")" 2>/dev/null || true
+      done
+      rm -f "$schedule_dir"/botvisor-schedule-*.timer "$schedule_dir"/botvisor-schedule-*.service ;;
   esac
   stop_running
   rm -f "$unit_dir/botvisord.service" "$unit_dir/botvisor-notify.service" "$unit_dir/botvisor.slice" \

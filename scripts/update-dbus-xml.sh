@@ -58,6 +58,7 @@ QT_TYPES = {
     '(ssdt)': 'BotvisorPlanLimit',
     'a(ssxsa{sv})': 'BotvisorConversationList',
     'a(ssssdtt)': 'BotvisorSpendList',
+    'aa{sv}': 'BotvisorScheduleList',
 }
 GLIB_FD_METHODS = {'OpenChatItem'}
 def codegen(block):
@@ -94,8 +95,8 @@ print('''<!DOCTYPE node PUBLIC "-//freedesktop//DTD D-BUS Object Introspection 1
   botvisor D-Bus API, version 1: the contract.
 
   Bus: the session bus. Name: org.botvisor.Botvisor1.
-  /org/botvisor/Botvisor1 serves org.botvisor.Botvisor1.Manager and
-  org.freedesktop.DBus.ObjectManager; each bot is /org/botvisor/Botvisor1/<id> with
+  /org/botvisor/Botvisor1 serves org.botvisor.Botvisor1.Manager,
+  org.botvisor.Botvisor1.Schedules and org.freedesktop.DBus.ObjectManager; each bot is /org/botvisor/Botvisor1/<id> with
   org.botvisor.Botvisor1.Bot. Errors are org.botvisor.Botvisor1.Error.<Name>: NotFound,
   InvalidArgument, Busy, RuntimeUnavailable, AccessDenied, StorageUnavailable, NotSupported,
   LimitExceeded, Failed.
@@ -107,6 +108,7 @@ print('''<!DOCTYPE node PUBLIC "-//freedesktop//DTD D-BUS Object Introspection 1
 -->
 <node>''')
 print(codegen(docify(iface(root, 'org.botvisor.Botvisor1.Manager'))))
+print(codegen(docify(iface(root, 'org.botvisor.Botvisor1.Schedules'))))
 print(codegen(docify(iface(bot, 'org.botvisor.Botvisor1.Bot'))))
 print('</node>')
 PY

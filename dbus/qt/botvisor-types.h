@@ -65,6 +65,10 @@ typedef QMap<QString, QStringList> BotvisorPermissionModes;
 // SetEnvironment's `env`, `a{ss}`: variable names and values.
 typedef QMap<QString, QString> BotvisorEnvironment;
 
+// The Schedules property, `aa{sv}`: one dictionary per schedule (id, bot, calendar, prompt,
+// when_busy, random_delay_s, paused, next, last_fired).
+typedef QList<QVariantMap> BotvisorScheduleList;
+
 // The PlanLimit property, `(ssdt)`: state, kind, utilization (-1: not told), reset (Unix s).
 struct BotvisorPlanLimit {
     QString state;
@@ -161,6 +165,7 @@ Q_DECLARE_METATYPE(BotvisorPlanLimit)
 Q_DECLARE_METATYPE(BotvisorEnvironment)
 Q_DECLARE_METATYPE(BotvisorPermissionRequest)
 Q_DECLARE_METATYPE(BotvisorPermissionModes)
+Q_DECLARE_METATYPE(BotvisorScheduleList)
 
 // Registers the types above with QtDBus.
 inline void botvisorRegisterTypes()
@@ -175,6 +180,7 @@ inline void botvisorRegisterTypes()
     qDBusRegisterMetaType<BotvisorPermissionRequestList>();
     qDBusRegisterMetaType<BotvisorPermissionModes>();
     qDBusRegisterMetaType<BotvisorEnvironment>();
+    qDBusRegisterMetaType<BotvisorScheduleList>();
     qDBusRegisterMetaType<BotvisorPlanLimit>();
 }
 

@@ -19,10 +19,14 @@ pub const TOOLS: &[&str] = &[
     "interrupt_bot",
     "stop_bot",
     "delete_bot",
+    "list_schedules",
+    "create_schedule",
+    "delete_schedule",
 ];
 
-/// The tools served when `[mcp] tools` is not given: all but answering permission requests and
-/// deleting bots, which a person decides.
+/// The tools served when `[mcp] tools` is not given: all but answering permission requests,
+/// deleting bots and putting prompts on a calendar (a schedule outlives the agent that made it
+/// and sends with no one there), which a person decides.
 pub const DEFAULT_TOOLS: &[&str] = &[
     "list_bots",
     "create_bot",
@@ -31,6 +35,7 @@ pub const DEFAULT_TOOLS: &[&str] = &[
     "list_permission_requests",
     "interrupt_bot",
     "stop_bot",
+    "list_schedules",
 ];
 
 /// `[mcp]`. Unknown keys are an error.

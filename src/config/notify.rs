@@ -18,6 +18,9 @@ pub const EVENTS: &[&str] = &[
     "bot_removed",
     "daemon_left",
     "daemon_back",
+    "schedule_fired",
+    "schedule_skipped",
+    "schedule_failed",
 ];
 
 /// States whose entry is an event of its own, named after the state (as well as a

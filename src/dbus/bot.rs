@@ -131,7 +131,8 @@ async fn delete_with(
         None
     };
     ctx.replies.expect(hdr, &handle.id);
-    Ok(ctx.supervisor.delete_with(&handle.id, removal)?)
+    ctx.supervisor.delete_with(&handle.id, removal)?;
+    Ok(())
 }
 
 impl DescriptorMethods for BotObject {
@@ -152,6 +153,9 @@ impl DescriptorMethods for BotObject {
                 Ok(options) => delete_with(&ctx, &handle, options, &hdr).await,
                 Err(e) => Err(Error::InvalidArgument(format!("DeleteWith: {e}"))),
             };
+            if answer.is_ok() {
+                super::schedules::after_bot_deleted(ctx.clone(), conn.clone());
+            }
             super::manager::answer_with(&conn, &hdr, answer).await;
         }))
     }
@@ -344,10 +348,16 @@ impl BotObject {
     /// daemon that crashes before it is done finishes it at its next start): the bot leaves
     /// `ListBots`, its agent is stopped gently, then the object goes away (`InterfacesRemoved`).
     /// Errors: StorageUnavailable (nothing changed).
-    async fn delete(&self, #[zbus(header)] hdr: Header<'_>) -> Result<()> {
+    async fn delete(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> Result<()> {
         // Marked first: the actor may remove the object the moment it is told.
         self.ctx.replies.expect(&hdr, &self.handle.id);
-        Ok(self.ctx.supervisor.delete(&self.handle.id)?)
+        self.ctx.supervisor.delete(&self.handle.id)?;
+        super::schedules::after_bot_deleted(self.ctx.clone(), conn.clone());
+        Ok(())
     }
 
     /// `Delete` with options: `remove_worktree` (b, default false) also removes the bot's git

@@ -24,6 +24,48 @@ pub async fn read_whole_item(bot: &BotProxy<'_>, seq: u64) -> zbus::Result<Strin
         .map_err(|e| zbus::Error::Failure(format!("chat item {seq} is not UTF-8: {e}")))
 }
 
+/// `org.botvisor.Botvisor1.Schedules` at `/org/botvisor/Botvisor1` (issue 49).
+#[proxy(
+    interface = "org.botvisor.Botvisor1.Schedules",
+    default_service = "org.botvisor.Botvisor1",
+    default_path = "/org/botvisor/Botvisor1"
+)]
+pub trait Schedules {
+    /// See the service's `CreateSchedule`: the new schedule's id.
+    fn create_schedule(
+        &self,
+        bot: &zbus::ObjectPath<'_>,
+        calendar: &str,
+        prompt: &str,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<String>;
+    /// See the service's `UpdateSchedule`.
+    fn update_schedule(&self, id: &str, options: HashMap<&str, Variant<'_>>) -> zbus::Result<()>;
+    /// See the service's `PauseSchedule`.
+    fn pause_schedule(&self, id: &str, paused: bool) -> zbus::Result<()>;
+    /// See the service's `DeleteSchedule`.
+    fn delete_schedule(&self, id: &str) -> zbus::Result<()>;
+    /// See the service's `FireSchedule`: (outcome, turn id, due time in Unix seconds).
+    fn fire_schedule(
+        &self,
+        id: &str,
+        options: HashMap<&str, Variant<'_>>,
+    ) -> zbus::Result<(String, String, i64)>;
+    /// See the service's `Schedules`.
+    #[zbus(property)]
+    fn schedules(&self) -> zbus::Result<Vec<HashMap<String, zbus::OwnedVariant>>>;
+    /// See the service's `ScheduleFired`: id, bot, due time, outcome, turn id.
+    #[zbus(signal)]
+    fn schedule_fired(
+        &self,
+        id: String,
+        bot: OwnedObjectPath,
+        due: i64,
+        outcome: String,
+        turn_id: String,
+    ) -> zbus::Result<()>;
+}
+
 /// `org.botvisor.Botvisor1.Manager` at `/org/botvisor/Botvisor1`.
 #[proxy(
     interface = "org.botvisor.Botvisor1.Manager",

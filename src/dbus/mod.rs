@@ -26,6 +26,7 @@ pub mod options;
 pub mod paths;
 pub mod publisher;
 pub mod replies;
+pub mod schedules;
 pub mod service;
 
 /// The well-known bus name.

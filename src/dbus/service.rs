@@ -161,6 +161,7 @@ impl Service {
         let conn = bus()
             .serve_at(ROOT_PATH, BotObjects::guarded(ctx.clone()))
             .serve_at(ROOT_PATH, Manager::guarded(ctx.clone()))
+            .serve_at(ROOT_PATH, super::schedules::Schedules::guarded(ctx.clone()))
             .build()
             .await
             .map_err(ServiceError::Connect)?;
@@ -201,8 +202,9 @@ impl Service {
         Ok(())
     }
 
-    /// Starts the task that turns committed changes into signals (design rule 1), and the one
-    /// that says when the database cannot be written (rule 15).
+    /// Starts the task that turns committed changes into signals (design rule 1), the one
+    /// that says when the database cannot be written (rule 15), and the one that keeps the
+    /// schedules' timers (issue 49).
     pub fn publish(
         &mut self,
         publications: mpsc::UnboundedReceiver<crate::supervisor::Publication>,
@@ -216,6 +218,10 @@ impl Service {
         ));
         self.flush = Some(flush_tx);
         tokio::spawn(watch_storage(self.conn.clone(), self.ctx.clone()));
+        tokio::spawn(super::schedules::keep_timers(
+            self.conn.clone(),
+            self.ctx.clone(),
+        ));
     }
 
     /// Takes `org.botvisor.Botvisor1` with `DO_NOT_QUEUE` (and neither `ALLOW_REPLACEMENT` nor

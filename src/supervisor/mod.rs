@@ -18,6 +18,7 @@ pub mod keep;
 pub mod memory_max;
 mod names;
 mod registry;
+pub mod schedules;
 pub mod view;
 mod worktrees;
 
@@ -254,6 +255,12 @@ pub struct Supervisor {
     /// The agents' descriptors the service manager passed back at start, by bot id (issue 47):
     /// each bot's actor takes its own over, once.
     passed: Mutex<BTreeMap<String, BTreeMap<crate::systemd::fdstore::Role, std::os::fd::OwnedFd>>>,
+    /// One change of the schedules at a time, from the database to the timer units (issue 49):
+    /// the units are always written from what the database says last.
+    scheduling: tokio::sync::Mutex<()>,
+    /// Each schedule's next due time (Unix seconds), as systemd's parser last told it:
+    /// `Schedules` is read from here, never by running the parser in a client's call.
+    next_dues: Mutex<BTreeMap<String, i64>>,
 }
 
 impl Supervisor {
@@ -274,6 +281,8 @@ impl Supervisor {
             gate: tokio::sync::watch::Sender::new(false),
             creating: tokio::sync::Mutex::new(()),
             passed: Mutex::new(BTreeMap::new()),
+            scheduling: tokio::sync::Mutex::new(()),
+            next_dues: Mutex::new(BTreeMap::new()),
         })
     }
 

@@ -105,6 +105,29 @@ pub struct BotView {
 }
 
 impl BotView {
+    /// A stopped bot `b` with nothing on record, for tests of decisions taken from a view.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> BotView {
+        BotView {
+            record: BotRecord::new("b", "demo", "/tmp", "claude"),
+            state: State::Stopped,
+            process_id: 0,
+            queued: 0,
+            holders: 0,
+            stop_verdict: String::new(),
+            pending: Vec::new(),
+            partial_text: String::new(),
+            storage_error: None,
+            stop_proof: String::new(),
+            plan_limit: None,
+            budget_default: None,
+            usage: Default::default(),
+            held_by: String::new(),
+            activity: Default::default(),
+            last_used: None,
+        }
+    }
+
     /// `LimitKind`: the limit the bot holds for; empty for none and for a login hold (its
     /// `State` says `login_required`).
     pub fn limit_kind(&self) -> &str {

@@ -40,8 +40,11 @@ impl Supervisor {
         removal: Option<core::worktree::Removal>,
     ) -> Result<(), BotError> {
         let handle = self.get(id)?;
-        self.store
-            .tx_durable(|tx| store::bots::mark_deleting(tx, id))?;
+        // Its schedules go at once (their timers at the next check of the units, issue 49).
+        self.store.tx_durable(|tx| {
+            store::schedules::delete_of_bot(tx, id)?;
+            store::bots::mark_deleting(tx, id)
+        })?;
         handle.command(Command::Delete(removal))?;
         handle
             .shared

@@ -1,6 +1,6 @@
 //! The parts of systemd's D-Bus API (`org.freedesktop.systemd1`, the user manager on the
 //! session bus) botvisord uses: transient scopes for its agents, its own unit's queued job,
-//! and what its service unit was given. See systemd's `org.freedesktop.systemd1(5)`.
+//! what its service unit was given, and the schedules' timer units (reload, enable, start). See systemd's `org.freedesktop.systemd1(5)`.
 
 use zbus::proxy;
 use zbus::{OwnedObjectPath, Variant as Value};
@@ -30,6 +30,28 @@ pub trait Manager {
     ) -> zbus::Result<OwnedObjectPath>;
     /// Stops the unit `name` (`mode` `replace`); returns the job's path.
     fn stop_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
+    /// Starts the unit `name` (`mode` `replace`); returns the job's path.
+    fn start_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
+    /// Restarts the unit `name`, starting it when it is not running; returns the job's path.
+    fn restart_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
+    /// Reads the unit files again (`systemctl --user daemon-reload`); answers once done.
+    fn reload(&self) -> zbus::Result<()>;
+    /// Enables the unit files `files` (by name) as their `[Install]` says (`runtime` false: for
+    /// good; `force`: over symlinks in the way): whether they carry install information, and
+    /// the changes made as (type, file, destination).
+    #[allow(clippy::type_complexity)]
+    fn enable_unit_files(
+        &self,
+        files: &[&str],
+        runtime: bool,
+        force: bool,
+    ) -> zbus::Result<(bool, Vec<(String, String, String)>)>;
+    /// Disables the unit files `files` (by name): the changes made as (type, file, destination).
+    fn disable_unit_files(
+        &self,
+        files: &[&str],
+        runtime: bool,
+    ) -> zbus::Result<Vec<(String, String, String)>>;
     /// Asks for the manager's signals (`JobRemoved`) on this connection.
     fn subscribe(&self) -> zbus::Result<()>;
     /// A job ended: its id and path, its unit, and how (`done`, `failed`, `canceled`, …).

@@ -21,3 +21,4 @@
 pub mod api;
 pub mod fdstore;
 pub mod life;
+pub mod timers;

@@ -115,7 +115,8 @@ async fn the_xml_contract_equals_what_the_daemon_serves() {
         contract.keys().collect::<Vec<_>>(),
         vec![
             "org.botvisor.Botvisor1.Bot",
-            "org.botvisor.Botvisor1.Manager"
+            "org.botvisor.Botvisor1.Manager",
+            "org.botvisor.Botvisor1.Schedules"
         ]
     );
     for (name, shape) in &contract {

@@ -28,6 +28,7 @@ mod notify;
 mod notify_stand_in;
 mod remote;
 mod repeats;
+mod schedules;
 mod scopes;
 mod service;
 mod sessions;

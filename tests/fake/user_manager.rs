@@ -25,7 +25,7 @@ const SETTLE: Duration = Duration::from_secs(10);
 /// A test's environment and a user manager into which botvisor is installed, with the fake
 /// CLI recorded as `claude_bin`; `None` when no user manager can run here (after the skip line).
 /// The manager is dropped before the environment (the tuple's order).
-async fn installed() -> Option<(TestEnv, UserManager)> {
+pub(crate) async fn installed() -> Option<(TestEnv, UserManager)> {
     if !user_manager::usable() {
         return None;
     }
@@ -49,7 +49,7 @@ async fn installed() -> Option<(TestEnv, UserManager)> {
 
 /// Creates a bot, through `conn`, whose fake CLI follows `plan` and carries the test's marker;
 /// the fake's state folder is `fake-state/` of the test's folder.
-async fn fake_bot(
+pub(crate) async fn fake_bot(
     env: &TestEnv,
     conn: &zbus::Connection,
     plan: serde_json::Value,
@@ -68,7 +68,7 @@ async fn fake_bot(
     BotProxy::builder(conn).path(path).build().await.unwrap()
 }
 
-fn state(env: &TestEnv) -> std::path::PathBuf {
+pub(crate) fn state(env: &TestEnv) -> std::path::PathBuf {
     env.dir.path().join("fake-state")
 }
 

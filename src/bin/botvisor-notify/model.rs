@@ -425,6 +425,49 @@ impl Model {
                         let text = p["text"].as_str().unwrap_or_default().to_owned();
                         bot.finishing = Some((turn, text));
                     }
+                    "user" if p["schedule"].is_object() => {
+                        let summary = format!("{}: scheduled prompt sent", self.name(&path));
+                        let body: String = p["text"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .chars()
+                            .take(REPLY_CHARS)
+                            .collect();
+                        let h = self.bot_event(
+                            &path,
+                            "schedule_fired",
+                            summary,
+                            body,
+                            json!({"schedule": p["schedule"], "turn_id": p["turn_id"]}),
+                        );
+                        out.happenings.push(h);
+                    }
+                    "system"
+                        if matches!(
+                            p["reason"].as_str(),
+                            Some("schedule_skipped" | "schedule_failed")
+                        ) =>
+                    {
+                        let event = p["reason"].as_str().unwrap_or_default().to_owned();
+                        let summary = format!(
+                            "{}: scheduled prompt {}",
+                            self.name(&path),
+                            if event == "schedule_skipped" {
+                                "skipped"
+                            } else {
+                                "not sent"
+                            }
+                        );
+                        let body = p["text"].as_str().unwrap_or_default().to_owned();
+                        let h = self.bot_event(
+                            &path,
+                            &event,
+                            summary,
+                            body,
+                            json!({"schedule": p["schedule"]}),
+                        );
+                        out.happenings.push(h);
+                    }
                     "permission_answer" => {
                         let tool = p["tool"].as_str().unwrap_or_default().to_owned();
                         let behavior = p["behavior"].as_str().unwrap_or_default().to_owned();

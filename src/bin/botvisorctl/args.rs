@@ -31,6 +31,55 @@ pub struct Args {
     pub command: Cmd,
 }
 
+/// `schedule` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum ScheduleCmd {
+    /// Put a prompt on a calendar: BOT gets PROMPT as a message at each time of CALENDAR, a
+    /// calendar expression as systemd's timers take it (`Mon..Fri 09:00`, `hourly`, `*:0/15`,
+    /// `daily`, a time zone at the end: `09:00 Europe/Paris`; `man systemd.time`).
+    Add {
+        /// Bot id, id prefix, name or object path.
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::bot_names))]
+        bot: String,
+        /// When, in systemd's calendar syntax (quote it).
+        calendar: String,
+        /// The message each fire sends.
+        prompt: String,
+        /// Skip a fire while the bot is busy (a turn running, messages waiting, a question
+        /// open) instead of queueing it behind them.
+        #[arg(long)]
+        skip_when_busy: bool,
+        /// Spread each fire over up to this many seconds (the timer's RandomizedDelaySec=).
+        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(0..=86_400))]
+        random_delay: Option<u32>,
+    },
+    /// List the schedules: id, bot, calendar, next due time, prompt (with --json: one JSON
+    /// array of objects with id, bot, bot_path, calendar, prompt, when_busy, random_delay_s,
+    /// paused, next and last_fired, times in Unix seconds).
+    List,
+    /// Delete a schedule and its timer.
+    Rm {
+        /// Schedule id, or 4 or more of its first characters.
+        id: String,
+    },
+    /// Pause a schedule: its timer is removed, nothing fires until `schedule resume`.
+    Pause {
+        /// Schedule id, or 4 or more of its first characters.
+        id: String,
+    },
+    /// Resume a paused schedule.
+    Resume {
+        /// Schedule id, or 4 or more of its first characters.
+        id: String,
+    },
+    /// Fire a schedule now, besides its calendar (a fire made in the last 5 s is this one:
+    /// nothing more is sent).
+    RunNow {
+        /// Schedule id, or 4 or more of its first characters.
+        id: String,
+    },
+}
+
 /// When to colour the output.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq)]
 pub enum Color {
@@ -309,6 +358,20 @@ pub enum Cmd {
         /// With --remove-worktree: remove it whatever it holds (an unmerged branch is kept).
         #[arg(long, requires = "remove_worktree")]
         force: bool,
+    },
+    /// Scheduled prompts: a bot's prompt on a calendar, fired by a systemd user timer
+    /// (`botvisor-schedule-<id>.timer`, shown by `systemctl --user list-timers`), each due
+    /// time once, with no app open. See docs/schedules.md.
+    Schedule {
+        /// What to do.
+        #[command(subcommand)]
+        action: ScheduleCmd,
+    },
+    /// Fire schedule ID now, as its timer does (what the timer's service runs; a due time
+    /// already fired sends nothing). Exit 1 when the fire failed (the bot's chat says why).
+    Fire {
+        /// The schedule's id (32 hex digits).
+        id: String,
     },
     /// Check what botvisor needs, each with what was found and the command that fixes it: the
     /// bus, botvisord on it or its activation, the configuration, the state folder, each CLI and

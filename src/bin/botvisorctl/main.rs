@@ -53,6 +53,7 @@ mod fail;
 mod hint;
 mod list;
 mod mcp;
+mod schedule;
 mod send;
 mod show;
 mod term;
@@ -66,7 +67,7 @@ use clap::{CommandFactory, Parser};
 use serde_json::Value;
 use zbus::Connection;
 
-use args::{Args, Cmd, Color};
+use args::{Args, Cmd, Color, ScheduleCmd};
 use botvisor::dbus::client::BotProxy;
 use connect::Bus;
 use fail::{Failure, describe};
@@ -305,6 +306,32 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             commands::delete(conn, &bot, yes, worktree, json).await
         }
         Cmd::Mcp { config } => mcp::run(conn, config).await,
+        Cmd::Schedule { action } => match action {
+            ScheduleCmd::Add {
+                bot,
+                calendar,
+                prompt,
+                skip_when_busy,
+                random_delay,
+            } => {
+                schedule::add(
+                    conn,
+                    &bot,
+                    &calendar,
+                    &prompt,
+                    skip_when_busy,
+                    random_delay,
+                    json,
+                )
+                .await
+            }
+            ScheduleCmd::List => schedule::list(conn, json).await,
+            ScheduleCmd::Rm { id } => schedule::remove(conn, &id, json).await,
+            ScheduleCmd::Pause { id } => schedule::pause(conn, &id, true, json).await,
+            ScheduleCmd::Resume { id } => schedule::pause(conn, &id, false, json).await,
+            ScheduleCmd::RunNow { id } => schedule::fire(conn, &id, true, json).await,
+        },
+        Cmd::Fire { id } => schedule::fire(conn, &id, false, json).await,
         Cmd::Completions { .. } | Cmd::Man | Cmd::Doctor => Ok(fail::OK),
     }
 }

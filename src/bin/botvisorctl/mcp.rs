@@ -95,6 +95,27 @@ pub struct CreateArgs {
     pub branch: Option<String>,
 }
 
+/// `create_schedule`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ScheduleArgs {
+    /// The bot: its id, a unique id prefix or its name.
+    pub bot: String,
+    /// When, in systemd's calendar syntax: `Mon..Fri 09:00`, `hourly`, `*:0/15`, `daily`, with
+    /// a time zone at its end when not the machine's (`09:00 Europe/Paris`).
+    pub calendar: String,
+    /// The message each fire sends to the bot.
+    pub prompt: String,
+    /// Skip a fire while the bot is busy instead of queueing it (default false).
+    pub skip_when_busy: Option<bool>,
+}
+
+/// A schedule, by its id.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ScheduleIdArg {
+    /// The schedule's id (32 hex digits, as `list_schedules` gives it).
+    pub id: String,
+}
+
 /// `send_message`'s arguments.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct SendArgs {
@@ -622,6 +643,76 @@ impl BotvisorMcp {
         let bot = self.bot(&a.bot).await?;
         bot.stop().await.map_err(|e| dbus_error(&e))?;
         answer(json!({"stopping": bot.id().await.map_err(|e| dbus_error(&e))?}))
+    }
+
+    /// The schedules, with their next due times.
+    #[tool(
+        description = "List botvisor's scheduled prompts: id, bot, calendar (systemd's \
+                       normalized form), prompt, whether paused, next due time and last fire \
+                       (Unix seconds)."
+    )]
+    async fn list_schedules(&self) -> ToolResult {
+        self.allowed("list_schedules")?;
+        let all = super::schedule::all(&self.conn).await.map_err(failure)?;
+        let list: Vec<Value> = all
+            .iter()
+            .map(|s| {
+                json!({
+                    "id": s.id, "bot": s.bot.rsplit('/').next().unwrap_or_default(),
+                    "calendar": s.calendar, "prompt": cut(&s.prompt, 1024).0,
+                    "when_busy": s.when_busy, "paused": s.paused,
+                    "next": s.next, "last_fired": s.last_fired,
+                })
+            })
+            .collect();
+        answer(json!({ "schedules": list }))
+    }
+
+    /// Puts a prompt on a calendar (not allowed by default).
+    #[tool(
+        description = "Put a prompt on a calendar for a bot: a systemd user timer sends `prompt` \
+                       to `bot` at each time of `calendar` (systemd's syntax), once per due \
+                       time, with no one there. Returns the schedule's id and next due time. \
+                       Not allowed unless botvisor's `[mcp] tools` names it."
+    )]
+    async fn create_schedule(&self, Parameters(a): Parameters<ScheduleArgs>) -> ToolResult {
+        self.allowed("create_schedule")?;
+        let path = bots::path_of(&self.conn, &a.bot).await.map_err(failure)?;
+        let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
+        if a.skip_when_busy == Some(true) {
+            options.insert("when_busy", "skip".into());
+        }
+        let proxy = botvisor::dbus::client::SchedulesProxy::new(&self.conn)
+            .await
+            .map_err(|e| dbus_error(&e))?;
+        let id = proxy
+            .create_schedule(&path.as_ref(), &a.calendar, &a.prompt, options)
+            .await
+            .map_err(|e| dbus_error(&e))?;
+        let next = super::schedule::all(&self.conn)
+            .await
+            .map_err(failure)?
+            .into_iter()
+            .find(|s| s.id == id)
+            .map_or(0, |s| s.next);
+        answer(json!({"id": id, "next": next}))
+    }
+
+    /// Deletes a schedule (not allowed by default).
+    #[tool(
+        description = "Delete a scheduled prompt and its timer. Not allowed unless botvisor's \
+                       `[mcp] tools` names it."
+    )]
+    async fn delete_schedule(&self, Parameters(a): Parameters<ScheduleIdArg>) -> ToolResult {
+        self.allowed("delete_schedule")?;
+        let proxy = botvisor::dbus::client::SchedulesProxy::new(&self.conn)
+            .await
+            .map_err(|e| dbus_error(&e))?;
+        proxy
+            .delete_schedule(&a.id)
+            .await
+            .map_err(|e| dbus_error(&e))?;
+        answer(json!({"deleted": a.id}))
     }
 
     /// Deletes a bot (not allowed by default).

@@ -286,3 +286,43 @@ fn signals_of_unknown_bots_change_nothing() {
         None
     );
 }
+
+/// Issue 49: a scheduled prompt sent, skipped or not sent is an event for the hooks, with the
+/// schedule's id and due time; a user's own message is none.
+#[test]
+fn a_schedules_fire_skip_and_failure_are_hook_events() {
+    let mut m = model();
+    let item = |kind: &str, payload: serde_json::Value| Signal::ChatItem {
+        path: BOT.into(),
+        kind: kind.into(),
+        payload: payload.to_string(),
+    };
+    let schedule = json!({"id": "5c4e", "due": 1_796_601_600, "by": "timer"});
+    let out = m.apply(item("user", json!({"text": "hello", "turn_id": "t0"})));
+    assert!(out.happenings.is_empty());
+    let out = m.apply(item(
+        "user",
+        json!({"text": "check the deps", "turn_id": "t1", "schedule": schedule}),
+    ));
+    assert_eq!(out.happenings.len(), 1);
+    let h = &out.happenings[0];
+    assert_eq!(h.event, "schedule_fired");
+    assert_eq!(h.json["schedule"]["due"], 1_796_601_600);
+    assert_eq!(h.json["turn_id"], "t1");
+    assert_eq!(h.json["body"], "check the deps");
+    for (reason, said) in [
+        ("schedule_skipped", "skipped"),
+        ("schedule_failed", "not sent"),
+    ] {
+        let out = m.apply(item(
+            "system",
+            json!({"text": "The scheduled prompt was skipped: busy.", "reason": reason, "schedule": schedule}),
+        ));
+        assert_eq!(out.happenings.len(), 1, "{reason}");
+        assert_eq!(out.happenings[0].event, reason);
+        assert_eq!(
+            out.happenings[0].json["summary"],
+            format!("demo: scheduled prompt {said}")
+        );
+    }
+}

@@ -1,0 +1,497 @@
+//! Scheduled prompts (issue 49), as the supervisor keeps them: made, changed, paused and
+//! removed in the database first (the truth), then the timer units written from it and handed
+//! to the user manager; and fired, each due time once, as a user's message with a working
+//! day's rules.
+//!
+//! What is decided here, apart from every effect: what a fire does with the bot as it is
+//! ([`delivery`]). Which due time a fire claims is `schedule::claim`'s.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use super::{BotError, BotView, State, Supervisor};
+use crate::schedule::claim::{self, Asker, Claim};
+use crate::schedule::{Schedule, WhenBusy, calendar, units};
+use crate::store::schedules as rows;
+use crate::systemd::timers::Timers;
+
+/// The most schedules botvisord keeps (each is two unit files in the user's folder).
+pub const MAX_SCHEDULES: usize = 500;
+
+/// The longest prompt a schedule takes, in bytes (a `Send`'s bound).
+pub const MAX_PROMPT_BYTES: usize = crate::sizes::MAX_SEND_BYTES;
+
+/// A schedule asked for by a client.
+#[derive(Debug, Clone)]
+pub struct NewSchedule {
+    /// The bot it fires into.
+    pub bot_id: String,
+    /// A calendar expression (systemd's syntax).
+    pub calendar: String,
+    /// The prompt.
+    pub prompt: String,
+    /// What a fire does when the bot is busy.
+    pub when_busy: WhenBusy,
+    /// The timer's random delay, in seconds.
+    pub random_delay_s: u32,
+}
+
+/// What a fire did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fired {
+    /// The prompt was queued as turn `turn_id` for the due time `due` (Unix seconds).
+    Queued {
+        /// The due time fired.
+        due: i64,
+        /// The turn queued.
+        turn_id: String,
+    },
+    /// The fire of `due` was skipped, or could not be made (`failed`), said in the chat.
+    NotQueued {
+        /// The due time fired.
+        due: i64,
+        /// `skipped` or `failed`.
+        outcome: &'static str,
+        /// Why, in words.
+        why: String,
+    },
+    /// Nothing: the fire of `due` was claimed already (a second fire of the same moment).
+    AlreadyFired(i64),
+    /// Nothing: no due time came since the last fire, or the schedule is paused.
+    NothingDue,
+}
+
+impl Fired {
+    /// `queued`, `skipped`, `failed`, `already_fired` or `nothing_due`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Fired::Queued { .. } => "queued",
+            Fired::NotQueued { outcome, .. } => outcome,
+            Fired::AlreadyFired(_) => "already_fired",
+            Fired::NothingDue => "nothing_due",
+        }
+    }
+}
+
+/// What a fire does with its bot as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// The prompt is queued, as a user's message: behind a turn or messages waiting, held
+    /// through a usage limit or a login as they are (it goes at the reset, once).
+    Queue,
+    /// The fire is skipped, in words.
+    Skip(String),
+    /// The fire cannot be made, in words.
+    Fail(String),
+}
+
+/// What a fire does with the bot `view` under `when_busy`: a `failed` bot takes no message
+/// (fail); a bot whose budget is spent starts no turn (skip: a schedule must not pile messages
+/// behind a budget); a busy bot (a turn in flight, messages waiting, or a permission request
+/// open) skips when the schedule says so; anything else queues.
+pub fn delivery(view: &BotView, when_busy: WhenBusy) -> Delivery {
+    if view.state == State::Failed {
+        return Delivery::Fail(format!(
+            "the bot is failed and takes no message until Restart: {}",
+            view.record.last_error
+        ));
+    }
+    if let Some(budget) = view.budget()
+        && view.record.spend.cost_nanos >= budget
+    {
+        return Delivery::Skip("the bot's budget is spent (raise it with SetBudget)".into());
+    }
+    let busy = view.state == State::Busy || view.queued > 0 || !view.pending.is_empty();
+    if busy && when_busy == WhenBusy::Skip {
+        return Delivery::Skip("the bot was busy, and the schedule skips a busy bot".into());
+    }
+    Delivery::Queue
+}
+
+/// `botvisorctl` beside the running botvisord (both are installed in one folder), which the
+/// timers' services run. Errors: in words, when it is not there.
+pub fn botvisorctl() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("botvisord's own path: {e}"))?;
+    let ctl = exe.with_file_name("botvisorctl");
+    if ctl.is_file() {
+        Ok(ctl)
+    } else {
+        Err(format!(
+            "no botvisorctl beside botvisord ({}): the timers run it; install both together \
+             (scripts/install.sh)",
+            ctl.display()
+        ))
+    }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, BotError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| BotError::Failed(format!("a schedule's check failed: {e}")))
+}
+
+fn calendar_error(e: calendar::CalendarError) -> BotError {
+    match e {
+        calendar::CalendarError::NoParser(_) => BotError::NotSupported(e.to_string()),
+        e => BotError::InvalidArgument(e.to_string()),
+    }
+}
+
+impl Supervisor {
+    /// Every schedule, in the order they were made.
+    pub fn schedules(&self) -> Result<Vec<Schedule>, BotError> {
+        Ok(self.store.read(rows::all)?)
+    }
+
+    /// The schedule `id`. Errors: NotFound.
+    pub fn schedule(&self, id: &str) -> Result<Schedule, BotError> {
+        if !crate::schedule::is_id(id) {
+            return Err(BotError::NotFound(format!(
+                "no schedule {}: a schedule id is 32 hex digits",
+                crate::text::escape(id, false)
+            )));
+        }
+        self.store
+            .read(|c| rows::get(c, id))?
+            .ok_or_else(|| BotError::NotFound(format!("no schedule {id}")))
+    }
+
+    /// The next due time of each schedule (Unix seconds), as last found out
+    /// ([`Supervisor::refresh_next_dues`]); a schedule not in it has none known.
+    pub fn next_dues(&self) -> std::collections::BTreeMap<String, i64> {
+        self.next_dues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Asks systemd's parser for the next due time of every schedule whose known one has
+    /// passed (or that has none; `all`: of every schedule), off the async threads. Whether any
+    /// changed (then `Schedules` changed).
+    pub async fn refresh_next_dues(&self, all: bool) -> bool {
+        let Ok(list) = self.schedules() else {
+            return false;
+        };
+        let now = unix_now();
+        let known = self.next_dues();
+        let stale: Vec<(String, String)> = list
+            .iter()
+            .filter(|s| all || known.get(&s.id).is_none_or(|t| *t <= now))
+            .map(|s| (s.id.clone(), s.calendar.clone()))
+            .collect();
+        let ids: std::collections::BTreeSet<String> = list.into_iter().map(|s| s.id).collect();
+        let found = blocking(move || {
+            stale
+                .into_iter()
+                .filter_map(|(id, cal)| {
+                    let next = calendar::after(&cal, now, 1).ok()?.first().copied()?;
+                    Some((id, next))
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let mut dues = self.next_dues.lock().unwrap_or_else(|p| p.into_inner());
+        let before = dues.clone();
+        dues.retain(|id, _| ids.contains(id));
+        dues.extend(found);
+        *dues != before
+    }
+
+    /// Makes a schedule: the calendar checked by systemd's parser, the prompt a `Send` would
+    /// take, a user manager to run its timer; recorded, then its units written and its timer
+    /// started. Errors: InvalidArgument (a calendar systemd refuses or that never comes, an
+    /// empty or too long prompt), NotFound (no such bot), NotSupported (no systemd user manager
+    /// or parser here: botvisor runs no timer of its own), LimitExceeded ([`MAX_SCHEDULES`]),
+    /// Failed (the manager refused the timer; nothing is kept). Each changes nothing.
+    pub async fn create_schedule(&self, new: NewSchedule) -> Result<Schedule, BotError> {
+        self.get(&new.bot_id)?;
+        check_prompt(&new.prompt)?;
+        let expr = new.calendar.clone();
+        let cal = blocking(move || calendar::check(&expr))
+            .await?
+            .map_err(calendar_error)?;
+        let timers = Timers::find().await.map_err(|why| {
+            BotError::NotSupported(format!(
+                "schedules run on the systemd user manager's timers, and {why}; botvisor runs \
+                 no timer of its own"
+            ))
+        })?;
+        botvisorctl().map_err(BotError::NotSupported)?;
+        let _one = self.scheduling.lock().await;
+        if self.schedules()?.len() >= MAX_SCHEDULES {
+            return Err(BotError::LimitExceeded(format!(
+                "botvisord keeps at most {MAX_SCHEDULES} schedules; delete one first"
+            )));
+        }
+        let s = Schedule {
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            bot_id: new.bot_id,
+            calendar: cal.normalized,
+            prompt: new.prompt,
+            when_busy: new.when_busy,
+            random_delay_s: new.random_delay_s,
+            paused: false,
+            // No fire claims a due time from before the schedule was made.
+            last_due: unix_now(),
+            last_fired_at: 0,
+        };
+        self.store.tx_durable(|tx| rows::insert(tx, &s))?;
+        if let Err(why) = self.write_units(&timers, false).await {
+            self.store.tx_durable(|tx| rows::delete(tx, &s.id))?;
+            let _ = self.write_units(&timers, false).await;
+            return Err(BotError::Failed(format!(
+                "the schedule's timer could not be set up, nothing is kept: {why}"
+            )));
+        }
+        tracing::info!(schedule = %s.id, bot_id = %s.bot_id, calendar = %s.calendar, "schedule made");
+        Ok(s)
+    }
+
+    /// Changes a schedule (what `change` does to it), then its units. Errors: as
+    /// [`Supervisor::create_schedule`]; each changes nothing.
+    pub async fn update_schedule(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut Schedule),
+    ) -> Result<Schedule, BotError> {
+        let _one = self.scheduling.lock().await;
+        let mut s = self.schedule(id)?;
+        let before = s.clone();
+        change(&mut s);
+        check_prompt(&s.prompt)?;
+        if s.calendar != before.calendar {
+            let expr = s.calendar.clone();
+            s.calendar = blocking(move || calendar::check(&expr))
+                .await?
+                .map_err(calendar_error)?
+                .normalized;
+        }
+        let timers = Timers::find()
+            .await
+            .map_err(|why| BotError::NotSupported(format!("no timers: {why}")))?;
+        self.store
+            .tx_durable(|tx| rows::update(tx, &s).map(|_| ()))?;
+        if let Err(why) = self.write_units(&timers, false).await {
+            self.store
+                .tx_durable(|tx| rows::update(tx, &before).map(|_| ()))?;
+            let _ = self.write_units(&timers, false).await;
+            return Err(BotError::Failed(format!(
+                "the schedule's timer could not be changed, nothing is changed: {why}"
+            )));
+        }
+        Ok(s)
+    }
+
+    /// Deletes a schedule and its units. Errors: NotFound; StorageUnavailable.
+    pub async fn delete_schedule(&self, id: &str) -> Result<(), BotError> {
+        let _one = self.scheduling.lock().await;
+        self.schedule(id)?;
+        self.store
+            .tx_durable(|tx| rows::delete(tx, id).map(|_| ()))?;
+        if let Err(why) = self.reconcile_locked(false).await {
+            tracing::warn!(schedule = id, error = %why, "the deleted schedule's timer is removed at the next check");
+        }
+        Ok(())
+    }
+
+    /// Writes the units from the database and has the user manager run them, at start
+    /// (`at_start`: every active timer is started too) and now and then (a unit deleted or
+    /// edited by hand is written again and restarted). Errors: in words (no manager, a file or
+    /// a call that failed).
+    pub async fn reconcile_schedules(&self, at_start: bool) -> Result<(), String> {
+        let _one = self.scheduling.lock().await;
+        self.reconcile_locked(at_start).await
+    }
+
+    async fn reconcile_locked(&self, at_start: bool) -> Result<(), String> {
+        let none = self.schedules().map_err(|e| e.to_string())?.is_empty();
+        let have_units = units::unit_dir().is_some_and(|d| {
+            std::fs::read_dir(d).is_ok_and(|mut e| {
+                e.any(|f| {
+                    f.is_ok_and(|f| f.file_name().to_string_lossy().starts_with(units::PREFIX))
+                })
+            })
+        });
+        if none && !have_units {
+            return Ok(());
+        }
+        let timers = Timers::find().await?;
+        self.write_units(&timers, at_start).await
+    }
+
+    /// The units written from the database (`scheduling` held) and the manager told; with
+    /// `start_all`, every active schedule's timer started as well.
+    async fn write_units(&self, timers: &Timers, start_all: bool) -> Result<(), String> {
+        let dir = units::unit_dir().ok_or("no HOME to find the user's unit folder in")?;
+        let ctl = botvisorctl()?;
+        let wanted: Vec<(Schedule, String)> = self
+            .schedules()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|s| {
+                let name = self
+                    .get(&s.bot_id)
+                    .map(|h| h.snapshot().record.name)
+                    .unwrap_or_default();
+                (s, name)
+            })
+            .collect();
+        let active: Vec<String> = wanted
+            .iter()
+            .filter(|(s, _)| !s.paused)
+            .map(|(s, _)| units::timer_name(&s.id))
+            .collect();
+        let written = blocking(move || units::write_all(&dir, &wanted, &ctl))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("the unit files: {e}"))?;
+        timers.apply(&written).await?;
+        if start_all {
+            timers.start_all(&active).await?;
+        }
+        Ok(())
+    }
+
+    /// Fires the schedule `id` (asked by its timer, or by a person: `asker`): claims a due time
+    /// ([`claim::decide`]) and does what [`delivery`] says, the claim and the message (or the
+    /// chat item that says why not) in one transaction: each due time is fired once, whatever
+    /// fires at the same moment. Errors: NotFound (no such schedule), Failed (the calendar
+    /// cannot be read), StorageUnavailable (nothing claimed: the timer's next run, or a
+    /// `run-now`, fires it).
+    pub async fn fire_schedule(&self, id: &str, asker: Asker) -> Result<Fired, BotError> {
+        let s = self.schedule(id)?;
+        if s.paused && asker == Asker::Timer {
+            return Ok(Fired::NothingDue);
+        }
+        let now = unix_now();
+        let (expr, since) = (s.calendar.clone(), s.last_due);
+        let latest = blocking(move || calendar::latest_due(&expr, now, since))
+            .await?
+            .map_err(|e| BotError::Failed(format!("schedule {id}: {e}")))?;
+        let due = match claim::decide(asker, latest, s.last_due, s.last_fired_at, now) {
+            Claim::Fire(due) => due,
+            Claim::Fired(due) => return Ok(Fired::AlreadyFired(due)),
+            Claim::NothingDue => return Ok(Fired::NothingDue),
+        };
+        let handle = self.get(&s.bot_id)?;
+        let by = match asker {
+            Asker::Timer => "timer",
+            Asker::RunNow => "run_now",
+        };
+        let scheduled = json!({"id": s.id, "due": due, "by": by});
+        let not_queued = match delivery(&handle.snapshot(), s.when_busy) {
+            Delivery::Queue => {
+                let extra =
+                    serde_json::Map::from_iter([("schedule".to_owned(), scheduled.clone())]);
+                match handle.send_with(s.prompt.clone(), extra, |tx, turn| {
+                    rows::claim(tx, id, due, now, "queued", Some(turn))
+                }) {
+                    Ok(Some(turn_id)) => {
+                        tracing::info!(schedule = id, due, turn_id = %turn_id, "schedule fired");
+                        return Ok(Fired::Queued { due, turn_id });
+                    }
+                    Ok(None) => return Ok(Fired::AlreadyFired(due)),
+                    Err(e @ BotError::StorageUnavailable(_)) => return Err(e),
+                    Err(e) => ("failed", e.to_string()),
+                }
+            }
+            Delivery::Skip(why) => ("skipped", why),
+            Delivery::Fail(why) => ("failed", why),
+        };
+        let (outcome, why) = not_queued;
+        let text = match outcome {
+            "skipped" => format!("The scheduled prompt was skipped: {why}."),
+            _ => format!("The scheduled prompt could not be sent: {why}."),
+        };
+        let payload = json!({
+            "text": text,
+            "reason": format!("schedule_{outcome}"),
+            "schedule": scheduled,
+        });
+        let record = format!("{outcome}: {why}");
+        let noted =
+            handle.note_with(&payload, |tx| rows::claim(tx, id, due, now, &record, None))?;
+        if !noted {
+            return Ok(Fired::AlreadyFired(due));
+        }
+        tracing::info!(schedule = id, due, outcome, why = %why, "schedule fired, no message");
+        Ok(Fired::NotQueued { due, outcome, why })
+    }
+}
+
+/// A prompt a `Send` would take: not empty, within [`MAX_PROMPT_BYTES`], no NUL.
+fn check_prompt(prompt: &str) -> Result<(), BotError> {
+    if prompt.trim().is_empty() {
+        return Err(BotError::InvalidArgument(
+            "the schedule's prompt is empty; give the text each fire sends".into(),
+        ));
+    }
+    if prompt.len() > MAX_PROMPT_BYTES {
+        return Err(BotError::InvalidArgument(crate::sizes::send_too_long(
+            prompt.len(),
+        )));
+    }
+    if prompt.contains('\0') {
+        return Err(BotError::InvalidArgument(
+            "the schedule's prompt holds a NUL byte, which no CLI can be sent".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(state: State) -> BotView {
+        let mut v = BotView::for_tests();
+        v.state = state;
+        v
+    }
+
+    /// A failed bot fails the fire; a spent budget skips it; a busy bot queues it unless the
+    /// schedule skips; a limited bot queues it (it goes at the reset).
+    #[test]
+    fn what_a_fire_does_with_the_bot_as_it_is() {
+        assert!(matches!(
+            delivery(&view(State::Failed), WhenBusy::Queue),
+            Delivery::Fail(_)
+        ));
+        assert_eq!(
+            delivery(&view(State::Busy), WhenBusy::Queue),
+            Delivery::Queue
+        );
+        assert!(matches!(
+            delivery(&view(State::Busy), WhenBusy::Skip),
+            Delivery::Skip(_)
+        ));
+        let mut waiting = view(State::Idle);
+        waiting.queued = 1;
+        assert!(matches!(
+            delivery(&waiting, WhenBusy::Skip),
+            Delivery::Skip(_)
+        ));
+        assert_eq!(
+            delivery(&view(State::Limited), WhenBusy::Skip),
+            Delivery::Queue
+        );
+        let mut spent = view(State::Idle);
+        spent.record.budget = Some(10);
+        spent.record.spend.cost_nanos = 10;
+        assert!(matches!(
+            delivery(&spent, WhenBusy::Queue),
+            Delivery::Skip(_)
+        ));
+    }
+}

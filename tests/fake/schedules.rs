@@ -1,0 +1,358 @@
+//! Scheduled prompts (issue 49) on a real systemd user manager ([`support::user_manager`]),
+//! botvisor installed there by `scripts/install.sh`, the bots run by the fake CLI: the timer
+//! units botvisord writes, each due time fired once through restarts and crashes of botvisord,
+//! fires at the same moment sending the prompt once, a unit deleted by hand written again. And,
+//! with no user manager, a named refusal. The user-manager tests print `skipped: …` where none
+//! can run, and fail there with `BOTVISOR_TEST_REQUIRE_SYSTEMD` set (CI sets it).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::user_manager::UserManager;
+use support::*;
+
+use botvisor::dbus::client::{BotProxy, SchedulesProxy};
+
+use crate::user_manager::{fake_bot, installed, state};
+
+const UNIT: &str = "botvisord.service";
+
+fn timer(id: &str) -> String {
+    format!("botvisor-schedule-{id}.timer")
+}
+
+fn unit_file(env: &TestEnv, name: &str) -> std::path::PathBuf {
+    env.home.join(".config/systemd/user").join(name)
+}
+
+/// The bot's chat, or `None` while botvisord cannot answer (it restarts).
+async fn chat_now(bot: &BotProxy<'_>) -> Option<Vec<(String, serde_json::Value)>> {
+    let items = tokio::time::timeout(Duration::from_secs(10), bot.get_chat(0, 0))
+        .await
+        .ok()?
+        .ok()?;
+    Some(
+        items
+            .into_iter()
+            .map(|(_, k, _, p)| (k, serde_json::from_str(&p).unwrap()))
+            .collect(),
+    )
+}
+
+/// The scheduled messages of the bot's chat: due time → turn ids (one each, if fired once);
+/// `None` while botvisord cannot answer.
+async fn scheduled(bot: &BotProxy<'_>) -> Option<BTreeMap<i64, Vec<String>>> {
+    let mut out: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for (kind, p) in chat_now(bot).await? {
+        if kind == "user"
+            && let Some(due) = p["schedule"]["due"].as_i64()
+        {
+            out.entry(due)
+                .or_default()
+                .push(p["turn_id"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    Some(out)
+}
+
+/// [`scheduled`], asked again while botvisord restarts (each call bounded), until `done` holds
+/// (at most [`EVENT_TIMEOUT`] · 2).
+async fn wait_scheduled(
+    bot: &BotProxy<'_>,
+    what: &str,
+    done: impl Fn(&BTreeMap<i64, Vec<String>>) -> bool,
+) -> BTreeMap<i64, Vec<String>> {
+    let deadline = Instant::now() + EVENT_TIMEOUT * 2;
+    loop {
+        if let Some(now) = scheduled(bot).await
+            && done(&now)
+        {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {:?}",
+            EVENT_TIMEOUT * 2
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Every turn that ended, by turn id: its outcomes (one each, if ended once).
+async fn ends(bot: &BotProxy<'_>) -> HashMap<String, Vec<String>> {
+    let mut out: HashMap<String, Vec<String>> = HashMap::new();
+    for (kind, p) in chat_now(bot).await.unwrap_or_default() {
+        if kind == "turn_finished" {
+            out.entry(p["turn_id"].as_str().unwrap_or_default().to_owned())
+                .or_default()
+                .push(p["outcome"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    out
+}
+
+async fn schedules(conn: &zbus::Connection) -> SchedulesProxy<'static> {
+    SchedulesProxy::builder(conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// A bad calendar is refused by name and writes nothing; a good one is written as a timer the
+/// manager lists (`list-timers`), persistent, and deleting the schedule removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_is_a_timer_the_manager_lists_and_a_bad_calendar_writes_nothing() {
+    let Some((env, um)) = installed().await else {
+        return;
+    };
+    let conn = um.connect().await;
+    let bot = fake_bot(&env, &conn, json!([{"mode": "normal"}])).await;
+    let path = bot.inner().path().to_owned();
+    let s = schedules(&conn).await;
+    for bad in ["every day at nine", "2020-01-01", ""] {
+        let e = s
+            .create_schedule(&path, bad, "check", HashMap::new())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error_name(&e),
+            "org.botvisor.Botvisor1.Error.InvalidArgument",
+            "{bad:?}: {e}"
+        );
+    }
+    let folder = env.home.join(".config/systemd/user");
+    let written = |f: &std::path::Path| {
+        std::fs::read_dir(f)
+            .map(|d| {
+                d.filter_map(|e| e.ok()).any(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with("botvisor-schedule-")
+                })
+            })
+            .unwrap_or(false)
+    };
+    assert!(!written(&folder), "a refused calendar wrote a unit");
+
+    let id = bounded(
+        "CreateSchedule",
+        s.create_schedule(&path, "Mon..Fri 9:00", "check the deps", HashMap::new()),
+    )
+    .await
+    .unwrap();
+    let text = std::fs::read_to_string(unit_file(&env, &timer(&id))).unwrap();
+    assert!(
+        text.contains("OnCalendar=Mon..Fri *-*-* 09:00:00\n"),
+        "{text}"
+    );
+    assert!(text.contains("Persistent=true\n"), "{text}");
+    let listed = um.systemctl_ok(&["list-timers", "--all", "--no-pager"]);
+    assert!(listed.contains(&timer(&id)), "{listed}");
+    assert_eq!(um.unit_property(&timer(&id), "ActiveState"), "active");
+    let shown = s.schedules().await.unwrap();
+    assert_eq!(shown.len(), 1);
+    let next = i64::try_from(&*shown[0]["next"]).unwrap();
+    assert!(next > 0, "a next due time is shown");
+
+    bounded("DeleteSchedule", s.delete_schedule(&id))
+        .await
+        .unwrap();
+    assert!(!written(&folder), "the deleted schedule's units are gone");
+    let listed = um.systemctl_ok(&["list-timers", "--all", "--no-pager"]);
+    assert!(!listed.contains(&timer(&id)), "{listed}");
+}
+
+/// Issue 49's exactly once: a schedule every 2 s keeps firing through 3 restarts and 2 SIGKILLs
+/// of botvisord (each after two more fires); every due time fired is one message, asked of the
+/// CLI once and answered once, the due times only go up, and a due time missed while botvisord
+/// was down is not fired later on its own (the next fire claims the latest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_due_time_fires_once_through_restarts_and_kills_of_botvisord() {
+    let Some((env, um)) = installed().await else {
+        return;
+    };
+    let conn = um.connect().await;
+    let bot = fake_bot(&env, &conn, json!([{"mode": "normal"}])).await;
+    let path = bot.inner().path().to_owned();
+    let s = schedules(&conn).await;
+    let id = bounded(
+        "CreateSchedule",
+        s.create_schedule(&path, "*:*:0/2", "tick", HashMap::new()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", um.log_text()));
+    let disruptions = ["restart", "kill", "restart", "kill", "restart"];
+    let mut seen = 0;
+    for (i, what) in disruptions.iter().enumerate() {
+        let now = wait_scheduled(
+            &bot,
+            &format!("two fires before disruption {i} ({what})"),
+            |f| f.len() >= seen + 2,
+        )
+        .await;
+        seen = now.len();
+        eprintln!("{seen} fires, then a {what} of botvisord");
+        match *what {
+            "restart" => {
+                um.systemctl_ok(&["restart", "botvisord"]);
+            }
+            _ => {
+                um.systemctl_ok(&["kill", "--kill-whom=main", "-s", "SIGKILL", "botvisord"]);
+            }
+        }
+    }
+    wait_scheduled(&bot, "two fires after the last disruption", |f| {
+        f.len() >= seen + 2
+    })
+    .await;
+    bounded("DeleteSchedule", s.delete_schedule(&id))
+        .await
+        .unwrap();
+    assert!(!unit_file(&env, &timer(&id)).exists());
+
+    // Every fire's turn ends; then what the CLI was asked is compared with what was fired.
+    let fired = wait_scheduled(&bot, "the fires", |_| true).await;
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    let ended = loop {
+        let ended = ends(&bot).await;
+        if fired.values().flatten().all(|t| ended.contains_key(t)) {
+            break ended;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every fired turn ended: {fired:?} {ended:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for (due, turns) in &fired {
+        assert_eq!(turns.len(), 1, "due time {due} fired {} times", turns.len());
+        assert_eq!(ended[&turns[0]], ["success"], "the fire of {due}");
+    }
+    let asked = json_lines(&state(&env).join("messages.jsonl"))
+        .iter()
+        .filter(|m| m["text"] == "tick")
+        .count();
+    assert_eq!(
+        asked,
+        fired.len(),
+        "the CLI was asked the prompt once per fire ({fired:?})"
+    );
+    assert!(fired.len() >= 12, "{} fires", fired.len());
+    let restarts = um.unit_property(UNIT, "NRestarts");
+    eprintln!("{} fires, NRestarts {restarts}", fired.len());
+}
+
+/// Fires at the same moment send the prompt once: eight `run-now`s at once queue one message;
+/// a fire of the timer's kind at the same time finds it made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fires_at_the_same_moment_send_the_prompt_once() {
+    let Some((env, um)) = installed().await else {
+        return;
+    };
+    let conn = um.connect().await;
+    let bot = fake_bot(&env, &conn, json!([{"mode": "normal"}])).await;
+    let path = bot.inner().path().to_owned();
+    let s = schedules(&conn).await;
+    // Once a year: the timer itself does not fire during the test.
+    let id = bounded(
+        "CreateSchedule",
+        s.create_schedule(&path, "*-01-01 00:00:00", "once", HashMap::new()),
+    )
+    .await
+    .unwrap();
+    let mut calls = Vec::new();
+    for i in 0..9 {
+        let s = s.clone();
+        let id = id.clone();
+        calls.push(tokio::spawn(async move {
+            let options = if i < 8 {
+                HashMap::from([("now", zbus::Variant::from(true))])
+            } else {
+                HashMap::new()
+            };
+            s.fire_schedule(&id, options).await.unwrap()
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for c in calls {
+        outcomes.push(bounded("FireSchedule", c).await.unwrap().0);
+    }
+    let queued = outcomes.iter().filter(|o| *o == "queued").count();
+    assert_eq!(queued, 1, "{outcomes:?}");
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| ["queued", "already_fired", "nothing_due"].contains(&o.as_str())),
+        "{outcomes:?}"
+    );
+    let fired = wait_scheduled(&bot, "the fire", |f| !f.is_empty()).await;
+    assert_eq!(fired.len(), 1, "{fired:?}");
+}
+
+/// A timer unit deleted by hand is written again and started when botvisord starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_unit_deleted_by_hand_is_written_again() {
+    let Some((env, um)) = installed().await else {
+        return;
+    };
+    let conn = um.connect().await;
+    let bot = fake_bot(&env, &conn, json!([{"mode": "normal"}])).await;
+    let path = bot.inner().path().to_owned();
+    let s = schedules(&conn).await;
+    let id = bounded(
+        "CreateSchedule",
+        s.create_schedule(&path, "hourly", "look at CI", HashMap::new()),
+    )
+    .await
+    .unwrap();
+    let file = unit_file(&env, &timer(&id));
+    let before = std::fs::read_to_string(&file).unwrap();
+    std::fs::remove_file(&file).unwrap();
+    um.systemctl_ok(&["stop", &timer(&id)]);
+    um.systemctl_ok(&["daemon-reload"]);
+    um.systemctl_ok(&["restart", "botvisord"]);
+    // The first call after the restart is answered once the start-up check ran or runs.
+    bounded("Schedules", s.schedules()).await.unwrap();
+    wait_timer_active(&um, &timer(&id));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
+}
+
+/// Waits (bounded) until the manager shows `timer` active.
+fn wait_timer_active(um: &UserManager, timer: &str) {
+    um.wait_unit(timer, &["ActiveState"], "the timer active again", |v| {
+        v[0] == "active"
+    });
+}
+
+/// Without a systemd user manager (botvisord on a private bus), a schedule is refused by name,
+/// `NotSupported`, and nothing is written; a bad calendar is still `InvalidArgument`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_user_manager_a_schedule_is_refused_by_name() {
+    let fake = FakeSetup::start("").await;
+    let bot = fake.bot(json!([{"mode": "normal"}])).await;
+    let path = bot.inner().path().to_owned();
+    let s = schedules(&fake.env.conn).await;
+    let e = s
+        .create_schedule(&path, "*:0/15", "check", HashMap::new())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error_name(&e),
+        "org.botvisor.Botvisor1.Error.NotSupported",
+        "{e}"
+    );
+    assert!(e.to_string().contains("no timer of its own"), "{e}");
+    let e = s
+        .create_schedule(&path, "bogus", "check", HashMap::new())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error_name(&e),
+        "org.botvisor.Botvisor1.Error.InvalidArgument",
+        "{e}"
+    );
+    assert!(s.schedules().await.unwrap().is_empty());
+    assert!(!fake.env.home.join(".config/systemd/user").exists());
+}

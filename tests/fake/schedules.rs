@@ -356,3 +356,125 @@ async fn without_a_user_manager_a_schedule_is_refused_by_name() {
     assert!(s.schedules().await.unwrap().is_empty());
     assert!(!fake.env.home.join(".config/systemd/user").exists());
 }
+
+/// A fire into a bot waiting on a permission question never answers it: the prompt is queued
+/// behind the turn that asked, the question stays open, and the CLI gets the prompt only once a
+/// person answered; both turns end once. A schedule that skips a busy bot says so in the chat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
+    let Some((env, um)) = installed().await else {
+        return;
+    };
+    let conn = um.connect().await;
+    let bot = fake_bot(
+        &env,
+        &conn,
+        json!([{"mode": "normal", "ask": {"tool": "Write", "input_bytes": 10}}]),
+    )
+    .await;
+    let path = bot.inner().path().to_owned();
+    // Properties read from botvisord at each call, not from a cache.
+    let bot = BotProxy::builder(&conn)
+        .path(path.clone())
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .unwrap();
+    let first = bounded("Send", bot.send("first", HashMap::new()))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    while bot.pending_permissions().await.unwrap_or_default().len() != 1 {
+        assert!(Instant::now() < deadline, "the first turn asks");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let s = schedules(&conn).await;
+    let id = bounded(
+        "CreateSchedule",
+        s.create_schedule(&path, "*-01-01 00:00:00", "tick", HashMap::new()),
+    )
+    .await
+    .unwrap();
+    let (outcome, tick, _) = bounded(
+        "FireSchedule",
+        s.fire_schedule(&id, HashMap::from([("now", zbus::Variant::from(true))])),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome, "queued");
+    // A schedule that skips a busy bot says so in the chat, and sends nothing.
+    let skipper = bounded(
+        "CreateSchedule",
+        s.create_schedule(
+            &path,
+            "*-01-01 00:00:00",
+            "skipped tick",
+            HashMap::from([("when_busy", zbus::Variant::from("skip"))]),
+        ),
+    )
+    .await
+    .unwrap();
+    let (skipped, none, _) = bounded(
+        "FireSchedule",
+        s.fire_schedule(
+            &skipper,
+            HashMap::from([("now", zbus::Variant::from(true))]),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!((skipped.as_str(), none.as_str()), ("skipped", ""));
+    let said = chat_now(&bot).await.unwrap_or_default();
+    assert!(
+        said.iter().any(|(k, p)| k == "system"
+            && p["reason"] == "schedule_skipped"
+            && p["schedule"]["id"] == skipper.as_str()),
+        "{said:?}"
+    );
+    let pending = bot.pending_permissions().await.unwrap();
+    assert_eq!(pending.len(), 1, "the question is still open: {pending:?}");
+    assert_eq!(bot.queued_messages().await.unwrap(), 1, "the prompt waits");
+    let asked: Vec<String> = json_lines(&state(&env).join("messages.jsonl"))
+        .iter()
+        .map(|m| m["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(asked, ["first"], "the CLI has not been sent the prompt");
+    bounded(
+        "RespondPermission",
+        bot.respond_permission(&pending[0].0, "allow", HashMap::new()),
+    )
+    .await
+    .unwrap();
+    // The scheduled turn asks a question of its own (this fake asks before every answer): it
+    // waits for a person too, who answers it.
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    let second = loop {
+        let open = bot.pending_permissions().await.unwrap_or_default();
+        if let Some(q) = open.into_iter().find(|q| q.0 != pending[0].0) {
+            break q.0;
+        }
+        assert!(Instant::now() < deadline, "the scheduled turn asks");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(ends(&bot).await.contains_key(&first));
+    assert!(
+        !ends(&bot).await.contains_key(&tick),
+        "it waits for the answer"
+    );
+    bounded(
+        "RespondPermission",
+        bot.respond_permission(&second, "allow", HashMap::new()),
+    )
+    .await
+    .unwrap();
+    let ended = loop {
+        let ended = ends(&bot).await;
+        if ended.contains_key(&first) && ended.contains_key(&tick) {
+            break ended;
+        }
+        assert!(Instant::now() < deadline, "both turns end: {ended:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(ended[&first], ["success"]);
+    assert_eq!(ended[&tick], ["success"]);
+}

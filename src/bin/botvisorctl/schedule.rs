@@ -114,15 +114,13 @@ async fn resolve(conn: &Connection, spec: &str) -> Result<String, Failure> {
     }
 }
 
-/// A time in Unix seconds as the local `YYYY-MM-DD HH:MM` (UTC where no time zone is known);
-/// `-` for 0.
+/// A time in Unix seconds in local time (`HH:MM`, with the date when not within a day); `-`
+/// for 0.
 fn when(t: i64) -> String {
     if t <= 0 {
         return "-".into();
     }
-    let at = std::time::UNIX_EPOCH + Duration::from_secs(t as u64);
-    let text = humantime::format_rfc3339_seconds(at).to_string();
-    format!("{} {} UTC", &text[..10], &text[11..19])
+    botvisor::time::local_time(t as u64)
 }
 
 /// `schedule add BOT CALENDAR PROMPT`.

@@ -54,6 +54,7 @@ fn describe_call(call: &Call) -> String {
         Call::Interrupt(_) => "interrupting".into(),
         Call::Stop(_) => "stopping".into(),
         Call::Restart(_) => "restarting".into(),
+        Call::LoadSchedules => "reading the schedules".into(),
     }
 }
 
@@ -69,6 +70,19 @@ async fn make(conn: &Connection, call: Call) -> Outcome {
     let what = describe_call(&call);
     let failed = |e: zbus::Error| Outcome::Failed(format!("{what}: {}", describe(&e)));
     match call {
+        // Each bot's soonest next fire; none where schedules cannot be read (no user manager,
+        // an older botvisord): nothing to show is no failure.
+        Call::LoadSchedules => {
+            let mut next: HashMap<String, i64> = HashMap::new();
+            for s in crate::schedule::all(conn).await.unwrap_or_default() {
+                if s.paused || s.next <= 0 {
+                    continue;
+                }
+                let at = next.entry(s.bot).or_insert(s.next);
+                *at = (*at).min(s.next);
+            }
+            Outcome::Schedules(next)
+        }
         Call::LoadBots => match bots::all(conn).await {
             Ok(all) => Outcome::Bots(all),
             Err(f) if f.text == NOT_RUNNING => Outcome::Absent,

@@ -107,6 +107,9 @@ fn signal_of(msg: &zbus::Message) -> Option<Signal> {
         "PropertiesChanged" => {
             let (iface, changed, _): (String, HashMap<String, OwnedValue>, Vec<String>) =
                 body.deserialize().ok()?;
+            if iface == botvisor::dbus::schedules::SCHEDULES_INTERFACE {
+                return Some(Signal::SchedulesChanged);
+            }
             (iface == BOT_INTERFACE).then_some(Signal::Properties(path, changed))
         }
         "InterfacesAdded" if path == ROOT_PATH => {
@@ -202,6 +205,7 @@ pub async fn run(conn: &Connection) -> Result<u8, Failure> {
     let mut model = Model::default();
     let mut pending = Calls::default();
     pending.ask(conn, Call::LoadBots, &tx);
+    pending.ask(conn, Call::LoadSchedules, &tx);
     let mut tick = tokio::time::interval(TICK);
     let ctl = crate::hint::ctl();
     loop {

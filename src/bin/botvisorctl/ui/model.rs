@@ -110,6 +110,8 @@ pub enum Call {
     Stop(String),
     /// `Restart`.
     Restart(String),
+    /// Read the schedules (`Schedules`): each bot's next fire.
+    LoadSchedules,
 }
 
 /// What a [`Call`] came to.
@@ -127,6 +129,9 @@ pub enum Outcome {
     Failed(String),
     /// The bots could not be read: botvisord is not on the bus.
     Absent,
+    /// Each bot's next fire of a schedule, by bot path, in Unix seconds (a bot with none is
+    /// left out; schedules that cannot be read count as none).
+    Schedules(HashMap<String, i64>),
 }
 
 /// A signal of botvisord, read off the bus.
@@ -148,6 +153,8 @@ pub enum Signal {
     DaemonLeft,
     /// botvisord is back on the bus.
     DaemonBack,
+    /// The schedules changed (`PropertiesChanged` of `Schedules`).
+    SchedulesChanged,
 }
 
 /// What a key (or a resize) leads to.
@@ -174,6 +181,8 @@ pub struct Model {
     pub notice: Option<(String, bool)>,
     /// How many screen lines the chat is scrolled up from its end (0: it follows).
     pub scroll: usize,
+    /// Each bot's next fire of a schedule (issue 49), by bot path, in Unix seconds.
+    pub next_fires: HashMap<String, i64>,
 }
 
 impl Default for Model {
@@ -185,6 +194,7 @@ impl Default for Model {
             mode: Mode::Normal,
             notice: None,
             scroll: 0,
+            next_fires: HashMap::new(),
         }
     }
 }
@@ -387,6 +397,10 @@ impl Model {
                 self.daemon = Daemon::Away;
                 Vec::new()
             }
+            Outcome::Schedules(next) => {
+                self.next_fires = next;
+                Vec::new()
+            }
         }
     }
 
@@ -454,6 +468,7 @@ impl Model {
                 }
             }
             Signal::DaemonLeft => self.daemon = Daemon::Away,
+            Signal::SchedulesChanged => return vec![Action::Call(Call::LoadSchedules)],
             Signal::DaemonBack => {
                 self.daemon = Daemon::Loading;
                 self.notice = None;
@@ -461,7 +476,10 @@ impl Model {
                     b.loaded = false;
                     b.partial.clear();
                 }
-                return vec![Action::Call(Call::LoadBots)];
+                return vec![
+                    Action::Call(Call::LoadBots),
+                    Action::Call(Call::LoadSchedules),
+                ];
             }
         }
         Vec::new()

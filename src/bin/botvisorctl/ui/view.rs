@@ -178,8 +178,9 @@ fn chat_lines(b: &Bot, width: usize, ctl: &str) -> Vec<Line<'static>> {
 }
 
 /// The chat's header: the bot's name, runtime, folder, mode and cost (`cost not told` for a
-/// bot whose CLI tells none: unknown is not `$0`).
-fn chat_title(b: &Bot) -> String {
+/// bot whose CLI tells none: unknown is not `$0`), and its next scheduled fire (`next_fire`,
+/// Unix seconds), in local time.
+fn chat_title(b: &Bot, next_fire: Option<i64>) -> String {
     let mut parts = vec![show::safe(&b.info.runtime)];
     if !b.info.permission_mode.is_empty() {
         parts.push(show::safe(&b.info.permission_mode));
@@ -191,6 +192,12 @@ fn chat_title(b: &Bot) -> String {
     });
     if b.info.queued_messages > 0 {
         parts.push(format!("{} queued", b.info.queued_messages));
+    }
+    if let Some(t) = next_fire {
+        parts.push(format!(
+            "next fire {}",
+            botvisor::time::local_time(t.max(0) as u64)
+        ));
     }
     format!(
         " {} ({}) {} ",
@@ -395,7 +402,10 @@ fn draw_chat(frame: &mut Frame<'_>, area: Rect, m: &Model, ctl: &str) {
         frame.render_widget(Block::default().borders(Borders::ALL).title(" chat "), area);
         return;
     };
-    let title = fit(&chat_title(b), area.width.saturating_sub(4) as usize);
+    let title = fit(
+        &chat_title(b, m.next_fires.get(&b.info.path).copied()),
+        area.width.saturating_sub(4) as usize,
+    );
     let block = Block::default()
         .borders(Borders::ALL)
         .title(title.trim_end().to_owned());
@@ -556,21 +566,37 @@ mod tests {
         };
         let codex = bot("codex", 0.0);
         assert!(
-            chat_title(&codex).contains("cost not told"),
+            chat_title(&codex, None).contains("cost not told"),
             "{}",
-            chat_title(&codex)
+            chat_title(&codex, None)
         );
-        assert!(!chat_title(&codex).contains("$0"), "{}", chat_title(&codex));
+        assert!(
+            !chat_title(&codex, None).contains("$0"),
+            "{}",
+            chat_title(&codex, None)
+        );
         assert!(!line(&codex).contains("$0"), "{}", line(&codex));
         let claude = bot("claude", 0.25);
         assert!(
-            chat_title(&claude).contains("$0.25"),
+            chat_title(&claude, None).contains("$0.25"),
             "{}",
-            chat_title(&claude)
+            chat_title(&claude, None)
         );
         assert!(line(&claude).contains("$0.25"), "{}", line(&claude));
         let free = bot("claude", 0.0);
-        assert!(chat_title(&free).contains("$0"), "{}", chat_title(&free));
+        assert!(
+            chat_title(&free, None).contains("$0"),
+            "{}",
+            chat_title(&free, None)
+        );
+        // Issue 49: the next fire of the bot's schedules, in local time.
+        let soon = now.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 600;
+        let title = chat_title(&free, Some(soon as i64));
+        assert!(
+            title.contains(&format!("next fire {}", botvisor::time::local_time(soon))),
+            "{title}"
+        );
+        assert!(!chat_title(&free, None).contains("next fire"));
     }
 
     #[test]

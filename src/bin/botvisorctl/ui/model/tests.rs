@@ -186,3 +186,21 @@ fn long_texts_are_cut_for_the_screen() {
         KEPT_TEXT + 1
     );
 }
+
+/// Issue 49: a change of the schedules reads them again, and what is read is each bot's next
+/// fire; botvisord back reads them again too.
+#[test]
+fn the_schedules_are_read_again_when_they_change() {
+    let mut m = Model::default();
+    let now = SystemTime::now();
+    assert_eq!(
+        m.signal(Signal::SchedulesChanged, now),
+        vec![Action::Call(Call::LoadSchedules)]
+    );
+    m.outcome(Outcome::Schedules(HashMap::from([("/b".to_owned(), 42)])));
+    assert_eq!(m.next_fires.get("/b"), Some(&42));
+    assert!(
+        m.signal(Signal::DaemonBack, now)
+            .contains(&Action::Call(Call::LoadSchedules))
+    );
+}

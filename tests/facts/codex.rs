@@ -50,17 +50,86 @@ struct AppServer {
     next_id: u64,
     /// The process group `spawn` made (the app-server's pid).
     group: Option<u32>,
+    /// Its descendants when it was asked to close (they outlive it: they are ended at drop).
+    family: Vec<u32>,
 }
 
 impl Drop for AppServer {
-    /// Ends what is left in the app-server's process group (the plugin sync's `git`, see
-    /// `spawn`), as botvisor's stop does.
+    /// Ends the app-server and all it started (the plugin sync's `git`, its shell snapshot's
+    /// `bash -lc`, see `spawn`), as botvisor's stop does: its process group and every
+    /// descendant, then waits (at most [`WAIT`]) until none of them runs: a process SIGKILLed an
+    /// instant ago can still be seen running by the test's check for leftovers (CI saw the
+    /// shell snapshot's six processes so, under load).
     fn drop(&mut self) {
-        if let Some(group) = self.group {
-            // SAFETY: killpg takes plain integers; the group is the one `spawn` made.
-            unsafe { libc::killpg(group as libc::pid_t, libc::SIGKILL) };
+        let Some(group) = self.group else { return };
+        let mut ended = descendants(group);
+        ended.extend(std::mem::take(&mut self.family));
+        ended.push(group);
+        // SAFETY: killpg and kill take plain integers; the group is the one `spawn` made, the
+        // pids its processes, found a moment ago.
+        unsafe { libc::killpg(group as libc::pid_t, libc::SIGKILL) };
+        // Only a process that still carries a test's marker: a pid the kernel gave to another
+        // process since is left alone.
+        ended.retain(|pid| marked(*pid));
+        for pid in &ended {
+            unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+        }
+        let deadline = std::time::Instant::now() + WAIT;
+        while ended.iter().any(|p| runs(*p)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
+}
+
+/// The fields of `/proc/<pid>/stat` after the command's `)`: state, ppid, pgrp, …
+fn stat_fields(pid: u32) -> Vec<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.split_whitespace().map(str::to_owned).collect())
+        })
+        .unwrap_or_default()
+}
+
+/// Whether `pid` runs (a zombie does not: it waits only for its parent to read its status).
+fn runs(pid: u32) -> bool {
+    let fields = stat_fields(pid);
+    !fields.is_empty() && !matches!(fields[0].as_str(), "Z" | "X")
+}
+
+/// Whether `pid` carries a test's marker (`BOTVISOR_TEST_RUN`) in its environment.
+fn marked(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+        env.split(|b| *b == 0)
+            .any(|kv| kv.starts_with(b"BOTVISOR_TEST_RUN="))
+    })
+}
+
+/// Every descendant of `root`, from `/proc`.
+fn descendants(root: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+                .filter_map(|pid| Some((pid, stat_fields(pid).get(1)?.parse().ok()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found
 }
 
 impl AppServer {
@@ -115,6 +184,7 @@ impl AppServer {
             lines: rx,
             seen: Vec::new(),
             next_id: 0,
+            family: Vec::new(),
         }
     }
 
@@ -249,6 +319,9 @@ impl AppServer {
 
     /// Closes stdin and waits for the exit; what is left in its process group ends at drop.
     async fn close(mut self) -> std::process::ExitStatus {
+        if let Some(group) = self.group {
+            self.family = descendants(group);
+        }
         self.stdin = None;
         tokio::time::timeout(WAIT, self.child.wait())
             .await

@@ -220,6 +220,138 @@ mod tests {
         assert!(intervals("*-*-* *:*:00").unwrap().len() == 1);
     }
 
+    /// What Apple's property list DTD (`PropertyList-1.0.dtd`) allows, checked on `node`: a
+    /// `dict` holds `key` and value by turns, an `array` values, and a value is one of the
+    /// DTD's object elements; `integer` and `string` hold text only. Errors name the place.
+    fn check_object(node: roxmltree::Node<'_, '_>, at: &str) -> Result<(), String> {
+        const OBJECTS: [&str; 9] = [
+            "array", "data", "date", "dict", "real", "integer", "string", "true", "false",
+        ];
+        let name = node.tag_name().name();
+        if !OBJECTS.contains(&name) {
+            return Err(format!("{at}: <{name}> is no plist object"));
+        }
+        let children: Vec<_> = node.children().filter(|n| n.is_element()).collect();
+        match name {
+            "dict" => {
+                if children.len() % 2 != 0 {
+                    return Err(format!("{at}: a dict's keys and values do not pair"));
+                }
+                for pair in children.chunks(2) {
+                    if pair[0].tag_name().name() != "key" {
+                        return Err(format!(
+                            "{at}: <{}> where a key goes",
+                            pair[0].tag_name().name()
+                        ));
+                    }
+                    let key = pair[0].text().unwrap_or_default();
+                    check_object(pair[1], &format!("{at}/{key}"))?;
+                }
+            }
+            "array" => {
+                for (i, c) in children.iter().enumerate() {
+                    check_object(*c, &format!("{at}[{i}]"))?;
+                }
+            }
+            "integer" => {
+                node.text()
+                    .unwrap_or_default()
+                    .parse::<i64>()
+                    .map_err(|_| format!("{at}: an integer that is not one"))?;
+            }
+            _ if !children.is_empty() => return Err(format!("{at}: <{name}> holds elements")),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// launchd's keys for a calendar job: `Label` a string, `ProgramArguments` an array of
+    /// strings, `StartCalendarInterval` an array of dicts whose keys are launchd's five and
+    /// whose values are integers in range (launchd.plist(5)).
+    fn check_launchd(x: &str) -> Result<(), String> {
+        let doc = roxmltree::Document::parse_with_options(
+            x,
+            roxmltree::ParsingOptions {
+                allow_dtd: true,
+                ..Default::default()
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        let plist = doc.root_element();
+        if plist.tag_name().name() != "plist" || plist.attribute("version") != Some("1.0") {
+            return Err("the root is not <plist version=\"1.0\">".into());
+        }
+        let top: Vec<_> = plist.children().filter(|n| n.is_element()).collect();
+        if top.len() != 1 || top[0].tag_name().name() != "dict" {
+            return Err("a plist holds one dict".into());
+        }
+        check_object(top[0], "")?;
+        let items: Vec<_> = top[0].children().filter(|n| n.is_element()).collect();
+        let mut seen = std::collections::BTreeMap::new();
+        for pair in items.chunks(2) {
+            seen.insert(pair[0].text().unwrap_or_default().to_owned(), pair[1]);
+        }
+        let kind = |k: &str| seen.get(k).map(|n| n.tag_name().name().to_owned());
+        if kind("Label").as_deref() != Some("string") {
+            return Err("Label is not a string".into());
+        }
+        let args = seen.get("ProgramArguments").ok_or("no ProgramArguments")?;
+        if args.tag_name().name() != "array"
+            || args
+                .children()
+                .filter(|n| n.is_element())
+                .any(|n| n.tag_name().name() != "string")
+        {
+            return Err("ProgramArguments is not an array of strings".into());
+        }
+        let cal = seen
+            .get("StartCalendarInterval")
+            .ok_or("no StartCalendarInterval")?;
+        for d in cal.children().filter(|n| n.is_element()) {
+            let kv: Vec<_> = d.children().filter(|n| n.is_element()).collect();
+            for pair in kv.chunks(2) {
+                let key = pair[0].text().unwrap_or_default();
+                let range = match key {
+                    "Minute" => 0..=59,
+                    "Hour" => 0..=23,
+                    "Day" => 1..=31,
+                    "Weekday" => 0..=7,
+                    "Month" => 1..=12,
+                    other => return Err(format!("StartCalendarInterval has no key {other}")),
+                };
+                let v: i64 = pair[1].text().unwrap_or_default().parse().unwrap_or(-1);
+                if pair[1].tag_name().name() != "integer" || !range.contains(&v) {
+                    return Err(format!("{key} {v} is not an integer in {range:?}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Issue 49: the jobs of three schedules are property lists launchd takes, by the DTD's
+    /// rules and launchd's keys; a broken one is caught.
+    #[test]
+    fn three_schedules_make_plists_the_dtd_and_launchd_take() {
+        let ctl = Path::new("/Users/me/.local/bin/botvisorctl");
+        for (id, cal) in [
+            ("a1", "Mon..Fri *-*-* 09:00:00"),
+            ("b2", "*-*-* *:00/15:00"),
+            ("c3", "*-*-01 06:30:00"),
+        ] {
+            let x = plist(id, cal, ctl).unwrap();
+            check_launchd(&x).unwrap_or_else(|e| panic!("{cal}: {e}\n{x}"));
+        }
+        let broken = plist("a1", "*-*-* 09:00:00", ctl)
+            .unwrap()
+            .replace("<integer>9</integer>", "<integer>24</integer>");
+        assert!(check_launchd(&broken).is_err());
+        let unpaired =
+            plist("a1", "*-*-* 09:00:00", ctl)
+                .unwrap()
+                .replacen("<key>Label</key>", "", 1);
+        assert!(check_launchd(&unpaired).is_err());
+    }
+
     /// The property list names the job, the command and the calendar, escaped.
     #[test]
     fn the_plist_holds_the_job() {

@@ -168,7 +168,10 @@ fn a_removed_bot_moves_the_selection_and_a_returning_daemon_reloads() {
     assert_eq!(m.daemon, Daemon::Away);
     assert_eq!(
         m.signal(Signal::DaemonBack, SystemTime::now()),
-        vec![Action::Call(Call::LoadBots)]
+        vec![
+            Action::Call(Call::LoadBots),
+            Action::Call(Call::LoadSchedules)
+        ]
     );
 }
 

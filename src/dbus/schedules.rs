@@ -24,6 +24,13 @@ use crate::supervisor::schedules::{Fired, NewSchedule};
 /// The Schedules interface's name.
 pub const SCHEDULES_INTERFACE: &str = "org.botvisor.Botvisor1.Schedules";
 
+/// How long ago a `run-now` asked again may have been first asked, in seconds (botvisorctl asks
+/// again for 90 s).
+pub const MAX_RUN_NOW_AGE_S: i64 = 600;
+
+/// How many characters of a prompt `Schedules` shows.
+pub const PROMPT_SHOWN_CHARS: usize = 500;
+
 /// The longest `random_delay_s` taken: a day.
 pub const MAX_RANDOM_DELAY_S: u64 = 86_400;
 
@@ -124,12 +131,31 @@ async fn update(ctx: &Ctx, id: String, options: Options) -> Result<()> {
 
 async fn fire(ctx: &Ctx, conn: &Connection, id: String, options: Options) -> Result<FireAnswer> {
     let mut r = OptionReader::new("FireSchedule", &options);
-    let asker = if r.boolean("now")?.unwrap_or(false) {
-        Asker::RunNow
-    } else {
-        Asker::Timer
-    };
+    let now_asked = r.boolean("now")?.unwrap_or(false);
+    let at = r.number("at")?;
     r.finish()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let asker = match (now_asked, at) {
+        (false, Some(_)) => {
+            return Err(Error::InvalidArgument(
+                "FireSchedule: option `at` goes with `now`".into(),
+            ));
+        }
+        (false, None) => Asker::Timer,
+        (true, None) => Asker::RunNow { at: now },
+        (true, Some(at)) => {
+            let at = at as i64;
+            if at > now + 5 || at < now - MAX_RUN_NOW_AGE_S {
+                return Err(Error::InvalidArgument(format!(
+                    "FireSchedule: option `at` ({at}) is when the run-now was first asked: not in \
+                     the future, and at most {MAX_RUN_NOW_AGE_S} s ago"
+                )));
+            }
+            Asker::RunNow { at }
+        }
+    };
     let fired = ctx.supervisor.fire_schedule(&id, asker).await?;
     let (due, turn) = match &fired {
         Fired::Queued { due, turn_id } => (*due, turn_id.clone()),
@@ -209,6 +235,10 @@ pub(crate) async fn keep_timers(conn: Connection, ctx: Arc<Ctx>) {
     loop {
         tokio::select! {
             _ = units.tick() => {
+                if at_start && ctx.supervisor.refresh_next_dues(true).await {
+                    // The next due times first: they are what a client asks for at once.
+                    changed(&ctx, &conn).await;
+                }
                 match ctx.supervisor.reconcile_schedules(at_start).await {
                     Ok(()) => last_error.clear(),
                     Err(why) if why != last_error => {
@@ -217,7 +247,7 @@ pub(crate) async fn keep_timers(conn: Connection, ctx: Arc<Ctx>) {
                     }
                     Err(_) => {}
                 }
-                if ctx.supervisor.refresh_next_dues(at_start).await {
+                if ctx.supervisor.refresh_next_dues(false).await {
                     changed(&ctx, &conn).await;
                 }
                 at_start = false;
@@ -255,7 +285,14 @@ fn shown(s: &Schedule, next: Option<i64>) -> HashMap<String, OwnedVariant> {
     put("id", s.id.as_str().into());
     put("bot", bot_path(&s.bot_id).into());
     put("calendar", s.calendar.as_str().into());
-    put("prompt", super::bounds::bus_text(&s.prompt).as_ref().into());
+    // Its beginning only: the property holds every schedule (their prompts whole could pass
+    // what a bus message carries).
+    let (preview, cut) = match s.prompt.char_indices().nth(PROMPT_SHOWN_CHARS) {
+        Some((at, _)) => (format!("{}…", &s.prompt[..at]), true),
+        None => (s.prompt.clone(), false),
+    };
+    put("prompt", super::bounds::bus_text(&preview).as_ref().into());
+    put("prompt_cut", cut.into());
     put("when_busy", s.when_busy.as_str().into());
     put("random_delay_s", s.random_delay_s.into());
     put("paused", s.paused.into());
@@ -367,9 +404,9 @@ impl Schedules {
     /// each fire sends, as a `Send` would. Options: `when_busy` (s: `queue`, the default: a
     /// fire into a busy bot waits behind its turn; `skip`: it is skipped, said in the chat),
     /// `random_delay_s` (u: the timer's `RandomizedDelaySec=`, at most 86400). Returns the
-    /// schedule's id (32 hex digits). Its timer and service units are written under the user's
+    /// schedule's id (32 hex digits). The prompt is at most 64 KiB (65536 bytes). Its timer and service units are written under the user's
     /// `systemd/user` folder and the timer started. Errors: InvalidArgument (a calendar systemd
-    /// refuses or that never comes, an empty prompt or one over 1 MiB, a bad option), NotFound
+    /// refuses or that never comes, an empty prompt or one over 64 KiB, a bad option), NotFound
     /// (no such bot), NotSupported (no systemd user manager on this session bus, or no
     /// `systemd-analyze`: botvisor runs no timer of its own), LimitExceeded (500 schedules),
     /// Failed (the manager refused the timer; nothing is kept).
@@ -406,15 +443,19 @@ impl Schedules {
     }
 
     /// Fires the schedule `id`, as its timer does (`botvisorctl fire`), or, with option `now`
-    /// (b) true, as a person asks (`botvisorctl schedule run-now`). A fire claims a due time
+    /// (b) true, as a person asks (`botvisorctl schedule run-now`; option `at` (x), when it was
+    /// first asked in Unix seconds, at most 600 s ago: a client that asks again after no answer
+    /// gives the same, and gets the fire it made, not a second). A fire claims a due time
     /// once, in the transaction that queues its prompt: the timer's fire claims the latest due
-    /// time not yet fired (one fire for every due time missed meanwhile); `now` claims a due
-    /// time that came and was not fired, else now itself, unless a fire was made in the last
-    /// 5 s (the same moment: nothing more is sent). Answers (outcome, turn id, due time in Unix
+    /// time not yet fired (one fire for every due time missed meanwhile), and sends nothing
+    /// when a fire was claimed within 5 s of it; `now` claims a due time that came and was not
+    /// fired, else the moment it was asked, unless a fire was claimed within 5 s of it (the
+    /// same moment: nothing more is sent). Answers (outcome, turn id, due time in Unix
     /// seconds): `queued` (the turn), `skipped` or `failed` (said in the bot's chat, with
     /// reason `schedule_skipped` or `schedule_failed`), `already_fired`, `nothing_due`.
-    /// Errors: NotFound (no such schedule, or its bot is gone), Failed (its calendar cannot
-    /// be read), StorageUnavailable (nothing was claimed).
+    /// Errors: NotFound (no such schedule, or its bot is gone), Busy (`now` on a paused
+    /// schedule), InvalidArgument (a bad option), Failed (its calendar cannot be read),
+    /// StorageUnavailable (nothing was claimed).
     #[zbus(out_args("outcome", "turn_id", "due"))]
     async fn fire_schedule(
         &self,
@@ -426,7 +467,8 @@ impl Schedules {
     }
 
     /// Every schedule, in the order they were made, each a dictionary: `id` (s), `bot` (o),
-    /// `calendar` (s, systemd's normalized form), `prompt` (s), `when_busy` (s),
+    /// `calendar` (s, systemd's normalized form), `prompt` (s, its first 500 characters, `…`
+    /// after them when cut), `prompt_cut` (b), `when_busy` (s),
     /// `random_delay_s` (u), `paused` (b), `next` (x: the next due time in Unix seconds, 0 when
     /// not known or paused; the timer's random delay comes on top), `last_fired` (x: the due
     /// time of the last fire, 0 before the first). Changes are signalled as invalidated.

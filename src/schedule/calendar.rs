@@ -1,8 +1,12 @@
 //! Calendar expressions as the user manager reads them: every question is asked of systemd's own
 //! parser, `systemd-analyze calendar` (systemd's `systemd.time(7)` syntax: `Mon..Fri 09:00`,
 //! `*:0/15`, `daily`, with an optional time zone at the end), so that what botvisor accepts is
-//! exactly what the timer it writes will do. Times are Unix seconds; the program runs with
-//! `TZ=UTC` so that it prints them in UTC (a time zone in the expression still counts).
+//! exactly what the timer it writes will do. Times are Unix seconds. The program runs in
+//! botvisord's own time zone, which is the user manager's (botvisord is one of its units): a
+//! calendar without a zone is local time, as the timer reads it; each time is read from the
+//! `(in UTC)` line systemd-analyze prints under it outside UTC. (A hostile trial in
+//! `Asia/Kolkata` saw a `09:00` timer fire at 09:00 local while botvisord, then reading it in
+//! UTC, found nothing due and sent nothing.)
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -64,8 +68,7 @@ fn analyze(expr: &str, base: Option<i64>, iterations: usize) -> Result<String, C
         });
     }
     let mut cmd = Command::new(program());
-    cmd.env("TZ", "UTC")
-        .env("LC_ALL", "C")
+    cmd.env("LC_ALL", "C")
         .env("SYSTEMD_COLORS", "0")
         .arg("calendar")
         .arg(format!("--iterations={iterations}"));
@@ -150,13 +153,17 @@ pub fn parse_output(out: &str) -> (Option<String>, Vec<Option<i64>>) {
             normalized = Some(value.to_owned());
         } else if key == "Next elapse" || key.starts_with("Iter. #") {
             times.push(parse_time(value));
+        } else if key == "(in UTC)"
+            && let Some(last) = times.last_mut()
+        {
+            *last = parse_time(value);
         }
     }
     (normalized, times)
 }
 
-/// `Mon 2026-12-07 09:00:00 UTC` (what `systemd-analyze` prints with `TZ=UTC`) in Unix seconds;
-/// `None` for `never` or anything else.
+/// `Mon 2026-12-07 09:00:00 UTC` (a time as `systemd-analyze` prints it in UTC) in Unix seconds;
+/// `None` for `never`, a time in another zone, or anything else.
 fn parse_time(value: &str) -> Option<i64> {
     let mut words = value.split_whitespace();
     let (_, date, time) = (words.next()?, words.next()?, words.next()?);
@@ -242,12 +249,27 @@ Normalized form: *-*-* *:*:00/10
        From now: 10s left
 ";
 
-    /// What systemd 252 printed is read as the normalized form and two due times.
+    /// What systemd 252 printed with `TZ=Asia/Kolkata`: each time in UTC on the line under it.
+    const SEEN_IN_KOLKATA: &str = "  Original form: 09:00
+Normalized form: *-*-* 09:00:00
+    Next elapse: Mon 2026-12-07 09:00:00 IST
+       (in UTC): Mon 2026-12-07 03:30:00 UTC
+       From now: 14min ago
+       Iter. #2: Tue 2026-12-08 09:00:00 IST
+       (in UTC): Tue 2026-12-08 03:30:00 UTC
+       From now: 23h left
+";
+
+    /// What systemd 252 printed is read as the normalized form and two due times, in UTC and
+    /// in another zone (from the `(in UTC)` lines).
     #[test]
     fn the_output_of_systemd_analyze_is_read() {
         let (normalized, times) = parse_output(SEEN);
         assert_eq!(normalized.as_deref(), Some("*-*-* *:*:00/10"));
         assert_eq!(times, vec![Some(1_796_610_950), Some(1_796_610_960)]);
+        let (_, local) = parse_output(SEEN_IN_KOLKATA);
+        // 2026-12-07 03:30 UTC, and a day later.
+        assert_eq!(local, vec![Some(1_796_614_200), Some(1_796_700_600)]);
         let (_, never) =
             parse_output("Normalized form: 2020-01-01 00:00:00\n    Next elapse: never\n");
         assert_eq!(never, vec![None]);
@@ -281,6 +303,26 @@ Normalized form: *-*-* *:*:00/10
             Err(CalendarError::Invalid { .. })
         ));
         assert!(matches!(check("2020-01-01"), Err(CalendarError::Never(_))));
+    }
+
+    /// A calendar with no zone is the local time of the zone systemd-analyze runs in (the user
+    /// manager's, for botvisord): `09:00` in Kolkata is 03:30 UTC.
+    #[test]
+    fn a_calendar_without_a_zone_is_local_time() {
+        if !analyzer() {
+            return;
+        }
+        let mut cmd = Command::new(program());
+        cmd.env("TZ", "Asia/Kolkata").env("LC_ALL", "C").args([
+            "calendar",
+            "--iterations=1",
+            "--base-time=@1796601600",
+            "--",
+            "09:00",
+        ]);
+        let out = run(cmd).unwrap();
+        let (_, times) = parse_output(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(times, vec![Some(1_796_614_200)]);
     }
 
     /// The latest due time at or before a moment: on a slot, between slots, after a long gap,

@@ -34,8 +34,10 @@ pub struct Schedule {
     pub paused: bool,
     /// The due time of the last fire claimed, in Unix seconds (0: none yet).
     pub last_due: i64,
-    /// When that fire was claimed, in Unix seconds.
+    /// When that fire was claimed, in Unix seconds (0: never).
     pub last_fired_at: i64,
+    /// Whether a `run-now` claimed it (rather than the timer).
+    pub last_run_now: bool,
 }
 
 /// What a fire does when its bot is busy with a turn or has messages waiting.

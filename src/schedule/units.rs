@@ -33,15 +33,22 @@ pub fn unit_dir() -> Option<PathBuf> {
     Some(config.join("systemd").join("user"))
 }
 
-/// A value for a unit file: `%` doubled (a specifier otherwise) and `\` escaped; the words of a
-/// description only, never a path or a command.
-fn unit_value(s: &str) -> String {
+/// A bot's name as a unit's `Description=`: control characters left out, `%` doubled (a
+/// specifier otherwise), at most 200 characters, no `\\` at its end (which would join the next
+/// line).
+fn description(s: &str) -> String {
     s.chars()
         .filter(|c| !c.is_control())
         .take(200)
         .collect::<String>()
-        .replace('\\', "\\\\")
+        .trim_end_matches('\\')
         .replace('%', "%%")
+}
+
+/// A calendar as `OnCalendar=` takes it: systemd's own normalized form, whole (control
+/// characters, which systemd's parser refused anyway, left out).
+fn calendar_value(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).collect()
 }
 
 /// The timer unit's text: `OnCalendar=` the normalized calendar, `Persistent=true` (a due time
@@ -52,15 +59,16 @@ pub fn timer_text(s: &Schedule, bot_name: &str) -> String {
     let mut t = format!(
         "# Written by botvisord from its database (schedule {id}); a change here is written over.\n\
          [Unit]\n\
-         Description=botvisor schedule of bot {bot}: {cal}\n\
+         Description=botvisor schedule of bot {bot}: {shown}\n\
          \n\
          [Timer]\n\
          OnCalendar={cal}\n\
          Persistent=true\n\
          AccuracySec=1s\n",
         id = s.id,
-        bot = unit_value(bot_name),
-        cal = unit_value(&s.calendar),
+        bot = description(bot_name),
+        shown = description(&s.calendar),
+        cal = calendar_value(&s.calendar),
     );
     if s.random_delay_s > 0 {
         t.push_str(&format!("RandomizedDelaySec={}\n", s.random_delay_s));
@@ -130,14 +138,20 @@ pub fn write_all(
         keep.insert(service);
     }
     for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name().to_string_lossy().into_owned();
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
         if !name.starts_with(PREFIX) || keep.contains(&name) {
             continue;
         }
         if !(name.ends_with(".timer") || name.ends_with(".service")) {
             continue;
         }
-        std::fs::remove_file(dir.join(&name))?;
+        // Only files (and links) botvisord may have written: a folder of that name is not
+        // ours to remove, and no unit.
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        std::fs::remove_file(dir.join(&name)).map_err(|e| named(&dir.join(&name), e))?;
         out.changed = true;
         if name.ends_with(".timer") {
             out.removed.push(name);
@@ -152,10 +166,21 @@ fn write_if_differs(path: &Path, text: &str) -> std::io::Result<bool> {
     if std::fs::read_to_string(path).is_ok_and(|now| now == text) {
         return Ok(false);
     }
+    if path.is_dir() {
+        return Err(named(
+            path,
+            std::io::Error::other("a folder stands where the unit goes; move it away"),
+        ));
+    }
     let tmp = path.with_extension("botvisor-tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)?;
+    std::fs::write(&tmp, text).map_err(|e| named(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| named(path, e))?;
     Ok(true)
+}
+
+/// `e`, saying the path it is about.
+fn named(path: &Path, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -174,6 +199,7 @@ mod tests {
             paused: false,
             last_due: 0,
             last_fired_at: 0,
+            last_run_now: false,
         }
     }
 
@@ -181,13 +207,25 @@ mod tests {
     /// specifier.
     #[test]
     fn the_timer_says_the_calendar_and_persists() {
-        let t = timer_text(&schedule("a1"), "50% bot\nx");
+        let t = timer_text(&schedule("a1"), "50% b\\ot\nx\\");
         assert!(t.contains("OnCalendar=Mon..Fri *-*-* 09:00:00\n"), "{t}");
         assert!(t.contains("Persistent=true\n"));
         assert!(t.contains("RandomizedDelaySec=30\n"));
         assert!(t.contains("Unit=botvisor-schedule-a1.service\n"));
         assert!(
-            t.contains("Description=botvisor schedule of bot 50%% botx: "),
+            t.contains("Description=botvisor schedule of bot 50%% b\\otx: "),
+            "{t}"
+        );
+        // A calendar longer than a description is written whole (a hostile trial's 204 bytes
+        // were cut at 200: minutes 53 to 59 never fired).
+        let mut long = schedule("a2");
+        let hours: Vec<String> = (0..24).map(|h| h.to_string()).collect();
+        let minutes: Vec<String> = (0..60).map(|m| m.to_string()).collect();
+        long.calendar = format!("*-*-* {}:{}:00", hours.join(","), minutes.join(","));
+        assert!(long.calendar.len() > 200);
+        let t = timer_text(&long, "demo");
+        assert!(
+            t.contains(&format!("OnCalendar={}\n", long.calendar)),
             "{t}"
         );
         let s = service_text("a1", Path::new("/opt/my bin/botvisorctl"));

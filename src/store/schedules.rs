@@ -21,11 +21,12 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Schedule> {
         paused: r.get(6)?,
         last_due: r.get(7)?,
         last_fired_at: r.get(8)?,
+        last_run_now: r.get(9)?,
     })
 }
 
 const COLUMNS: &str = "id, bot_id, calendar, prompt, when_busy, random_delay_s, paused, \
-                       last_due, last_fired_at";
+                       last_due, last_fired_at, last_run_now";
 
 /// Adds `s` (its `last_due` and `last_fired_at` as given: 0 for a new schedule).
 pub fn insert(conn: &Connection, s: &Schedule) -> rusqlite::Result<()> {
@@ -99,24 +100,43 @@ pub fn all(conn: &Connection) -> rusqlite::Result<Vec<Schedule>> {
     .collect()
 }
 
-/// Claims the fire of schedule `id` due at `due` (Unix seconds), made at `now`: moves the
-/// schedule's `last_due` to `due` and records the fire with its `outcome` (and turn), only when
-/// `due` is after the last fire claimed. False, and nothing written, when it is not (another
+/// A fire as [`claim`] records it: the schedule, the due time claimed (Unix seconds), when
+/// (Unix seconds), whether a `run-now` made it, what became of it and the turn it queued.
+#[derive(Debug, Clone, Copy)]
+pub struct Claimed<'a> {
+    /// The schedule's id.
+    pub id: &'a str,
+    /// The due time claimed.
+    pub due: i64,
+    /// When the claim is made.
+    pub now: i64,
+    /// Whether a `run-now` makes it.
+    pub run_now: bool,
+    /// `queued`, `skipped: …`, `failed: …`, `coalesced: …`.
+    pub outcome: &'a str,
+    /// The turn it queued, if it did.
+    pub turn_id: Option<&'a str>,
+}
+
+/// Claims `c`: moves the schedule's `last_due` to `c.due` and records the fire, only when
+/// `c.due` is after the last fire claimed. False, and nothing written, when it is not (another
 /// fire of the same due time, or of a later one, was claimed first). Call it inside the
 /// transaction that does what the fire does, so that both are done once or not at all.
-pub fn claim(
-    conn: &Connection,
-    id: &str,
-    due: i64,
-    now: i64,
-    outcome: &str,
-    turn_id: Option<&str>,
-) -> rusqlite::Result<bool> {
+pub fn claim(conn: &Connection, c: Claimed<'_>) -> rusqlite::Result<bool> {
+    let Claimed {
+        id,
+        due,
+        now,
+        run_now,
+        outcome,
+        turn_id,
+    } = c;
     let moved = conn
         .prepare_cached(
-            "UPDATE schedules SET last_due = ?2, last_fired_at = ?3 WHERE id = ?1 AND last_due < ?2",
+            "UPDATE schedules SET last_due = ?2, last_fired_at = ?3, last_run_now = ?4
+             WHERE id = ?1 AND last_due < ?2",
         )?
-        .execute(params![id, due, now])?;
+        .execute(params![id, due, now, run_now])?;
     if moved == 0 {
         return Ok(false);
     }
@@ -195,6 +215,18 @@ mod tests {
             paused: false,
             last_due: 0,
             last_fired_at: 0,
+            last_run_now: false,
+        }
+    }
+
+    fn claimed(due: i64, now: i64) -> Claimed<'static> {
+        Claimed {
+            id: "s",
+            due,
+            now,
+            run_now: false,
+            outcome: "queued",
+            turn_id: Some("t"),
         }
     }
 
@@ -203,11 +235,7 @@ mod tests {
     fn a_due_time_is_claimed_once() {
         let store = with_bot();
         store.tx(|tx| insert(tx, &schedule())).unwrap();
-        let claim_at = |due: i64| {
-            store
-                .tx(|tx| claim(tx, "s", due, due + 1, "queued", Some("t")))
-                .unwrap()
-        };
+        let claim_at = |due: i64| store.tx(|tx| claim(tx, claimed(due, due + 1))).unwrap();
         assert!(claim_at(100));
         assert!(!claim_at(100));
         assert!(!claim_at(90));
@@ -227,9 +255,7 @@ mod tests {
         let store = with_bot();
         store.tx(|tx| insert(tx, &schedule())).unwrap();
         for due in 1..=(FIRES_KEPT + 5) {
-            store
-                .tx(|tx| claim(tx, "s", due, due, "queued", None))
-                .unwrap();
+            store.tx(|tx| claim(tx, claimed(due, due))).unwrap();
         }
         let kept = store.read(|c| fires(c, "s")).unwrap();
         assert_eq!(kept.len() as i64, FIRES_KEPT);

@@ -215,7 +215,8 @@ pub const MIGRATIONS: &[&str] = &[
     // normalized form, the prompt, what a fire into a busy bot does (`when_busy`), the timer's
     // random delay, whether it is paused; `last_due` (Unix seconds) is the due time of the last
     // fire claimed (a fire claims a due time after it, in one transaction, or none: exactly
-    // once), `last_fired_at` when that claim was made. `schedule_fires` keeps the latest fires
+    // once), `last_fired_at` when that claim was made, `last_run_now` whether a run-now made it
+    // (a timer's due time within seconds of one is taken by it). `schedule_fires` keeps the latest fires
     // of each schedule, by due time: what became of each.
     r#"
     CREATE TABLE schedules (
@@ -228,6 +229,7 @@ pub const MIGRATIONS: &[&str] = &[
         paused         INTEGER NOT NULL DEFAULT 0,
         last_due       INTEGER NOT NULL DEFAULT 0,
         last_fired_at  INTEGER NOT NULL DEFAULT 0,
+        last_run_now   INTEGER NOT NULL DEFAULT 0,
         created_at     TEXT NOT NULL
     );
     CREATE INDEX schedules_of_bot ON schedules (bot_id);

@@ -19,8 +19,10 @@ use crate::systemd::timers::Timers;
 /// The most schedules botvisord keeps (each is two unit files in the user's folder).
 pub const MAX_SCHEDULES: usize = 500;
 
-/// The longest prompt a schedule takes, in bytes (a `Send`'s bound).
-pub const MAX_PROMPT_BYTES: usize = crate::sizes::MAX_SEND_BYTES;
+/// The longest prompt a schedule takes, in bytes: 64 KiB, so that every schedule's prompt
+/// together stays far within what one bus message carries (a hostile trial with 65 prompts of
+/// 1 MiB made the `Schedules` property too big for the bus, which dropped botvisord).
+pub const MAX_PROMPT_BYTES: usize = 64 * 1024;
 
 /// A schedule asked for by a client.
 #[derive(Debug, Clone)]
@@ -155,6 +157,7 @@ impl Supervisor {
 
     /// The schedule `id`. Errors: NotFound.
     pub fn schedule(&self, id: &str) -> Result<Schedule, BotError> {
+        let id = &id.to_ascii_lowercase();
         if !crate::schedule::is_id(id) {
             return Err(BotError::NotFound(format!(
                 "no schedule {}: a schedule id is 32 hex digits",
@@ -245,6 +248,7 @@ impl Supervisor {
             // No fire claims a due time from before the schedule was made.
             last_due: unix_now(),
             last_fired_at: 0,
+            last_run_now: false,
         };
         self.store.tx_durable(|tx| rows::insert(tx, &s))?;
         if let Err(why) = self.write_units(&timers, false).await {
@@ -296,7 +300,7 @@ impl Supervisor {
     /// Deletes a schedule and its units. Errors: NotFound; StorageUnavailable.
     pub async fn delete_schedule(&self, id: &str) -> Result<(), BotError> {
         let _one = self.scheduling.lock().await;
-        self.schedule(id)?;
+        let id = &self.schedule(id)?.id;
         self.store
             .tx_durable(|tx| rows::delete(tx, id).map(|_| ()))?;
         if let Err(why) = self.reconcile_locked(false).await {
@@ -366,28 +370,74 @@ impl Supervisor {
     /// Fires the schedule `id` (asked by its timer, or by a person: `asker`): claims a due time
     /// ([`claim::decide`]) and does what [`delivery`] says, the claim and the message (or the
     /// chat item that says why not) in one transaction: each due time is fired once, whatever
-    /// fires at the same moment. Errors: NotFound (no such schedule), Failed (the calendar
-    /// cannot be read), StorageUnavailable (nothing claimed: the timer's next run, or a
-    /// `run-now`, fires it).
+    /// fires at the same moment. Errors: NotFound (no such schedule), Busy (a `run-now` of a
+    /// paused schedule), Failed (the calendar cannot be read), StorageUnavailable (nothing
+    /// claimed: the timer's next run, or a `run-now`, fires it).
     pub async fn fire_schedule(&self, id: &str, asker: Asker) -> Result<Fired, BotError> {
         let s = self.schedule(id)?;
-        if s.paused && asker == Asker::Timer {
-            return Ok(Fired::NothingDue);
+        let id = s.id.as_str();
+        if s.paused {
+            return match asker {
+                // A unit not yet removed when the schedule was paused.
+                Asker::Timer => Ok(Fired::NothingDue),
+                Asker::RunNow { .. } => Err(BotError::Busy(format!(
+                    "schedule {id} is paused and fires nothing; resume it first"
+                ))),
+            };
         }
         let now = unix_now();
         let (expr, since) = (s.calendar.clone(), s.last_due);
         let latest = blocking(move || calendar::latest_due(&expr, now, since))
             .await?
             .map_err(|e| BotError::Failed(format!("schedule {id}: {e}")))?;
-        let due = match claim::decide(asker, latest, s.last_due, s.last_fired_at, now) {
+        let last = claim::Last {
+            due: s.last_due,
+            fired_at: s.last_fired_at,
+            run_now: s.last_run_now,
+        };
+        let run_now = matches!(asker, Asker::RunNow { .. });
+        let base = rows::Claimed {
+            id,
+            due: 0,
+            now,
+            run_now,
+            outcome: "",
+            turn_id: None,
+        };
+        let due = match claim::decide(asker, latest, last) {
             Claim::Fire(due) => due,
+            Claim::Coalesce(due) => {
+                let record = "coalesced: a fire claimed a moment before stands for it";
+                self.store.tx_durable(|tx| {
+                    rows::claim(
+                        tx,
+                        rows::Claimed {
+                            due,
+                            outcome: record,
+                            turn_id: None,
+                            ..base
+                        },
+                    )
+                })?;
+                tracing::info!(
+                    schedule = id,
+                    due,
+                    "schedule due time taken by the fire just before"
+                );
+                return Ok(Fired::AlreadyFired(due));
+            }
             Claim::Fired(due) => return Ok(Fired::AlreadyFired(due)),
-            Claim::NothingDue => return Ok(Fired::NothingDue),
+            Claim::NothingDue => {
+                if asker == Asker::Timer {
+                    tracing::warn!(schedule = id, calendar = %s.calendar, "the timer fired and no due time of its calendar came since the last fire: nothing sent");
+                }
+                return Ok(Fired::NothingDue);
+            }
         };
         let handle = self.get(&s.bot_id)?;
         let by = match asker {
             Asker::Timer => "timer",
-            Asker::RunNow => "run_now",
+            Asker::RunNow { .. } => "run_now",
         };
         let scheduled = json!({"id": s.id, "due": due, "by": by});
         let not_queued = match delivery(&handle.snapshot(), s.when_busy) {
@@ -395,7 +445,15 @@ impl Supervisor {
                 let extra =
                     serde_json::Map::from_iter([("schedule".to_owned(), scheduled.clone())]);
                 match handle.send_with(s.prompt.clone(), extra, |tx, turn| {
-                    rows::claim(tx, id, due, now, "queued", Some(turn))
+                    rows::claim(
+                        tx,
+                        rows::Claimed {
+                            due,
+                            outcome: "queued",
+                            turn_id: Some(turn),
+                            ..base
+                        },
+                    )
                 }) {
                     Ok(Some(turn_id)) => {
                         tracing::info!(schedule = id, due, turn_id = %turn_id, "schedule fired");
@@ -420,8 +478,17 @@ impl Supervisor {
             "schedule": scheduled,
         });
         let record = format!("{outcome}: {why}");
-        let noted =
-            handle.note_with(&payload, |tx| rows::claim(tx, id, due, now, &record, None))?;
+        let noted = handle.note_with(&payload, |tx| {
+            rows::claim(
+                tx,
+                rows::Claimed {
+                    due,
+                    outcome: &record,
+                    turn_id: None,
+                    ..base
+                },
+            )
+        })?;
         if !noted {
             return Ok(Fired::AlreadyFired(due));
         }
@@ -438,8 +505,10 @@ fn check_prompt(prompt: &str) -> Result<(), BotError> {
         ));
     }
     if prompt.len() > MAX_PROMPT_BYTES {
-        return Err(BotError::InvalidArgument(crate::sizes::send_too_long(
-            prompt.len(),
+        return Err(BotError::InvalidArgument(format!(
+            "the schedule's prompt is {} bytes; a schedule takes at most {MAX_PROMPT_BYTES} \
+             bytes (64 KiB): put the rest in a file of the bot's folder and ask for it there",
+            prompt.len()
         )));
     }
     if prompt.contains('\0') {

@@ -36,6 +36,9 @@ pub trait Manager {
     fn restart_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
     /// Reads the unit files again (`systemctl --user daemon-reload`); answers once done.
     fn reload(&self) -> zbus::Result<()>;
+    /// Forgets that the unit `name` failed (`systemctl --user reset-failed`), so that one whose
+    /// file is gone is unloaded.
+    fn reset_failed_unit(&self, name: &str) -> zbus::Result<()>;
     /// Enables the unit files `files` (by name) as their `[Install]` says (`runtime` false: for
     /// good; `force`: over symlinks in the way): whether they carry install information, and
     /// the changes made as (type, file, destination).

@@ -69,6 +69,14 @@ impl Timers {
             .await;
         }
         bounded("Reload", manager.reload()).await?;
+        for timer in &written.removed {
+            // A timer whose files went while it was stopping can be left `failed` (a hostile
+            // trial saw `not-found failed` timers in `systemctl --user --failed`): forgotten.
+            let service = timer.replace(".timer", ".service");
+            for unit in [timer.as_str(), service.as_str()] {
+                let _ = bounded("ResetFailedUnit", manager.reset_failed_unit(unit)).await;
+            }
+        }
         for timer in &written.timers {
             bounded(
                 "EnableUnitFiles",

@@ -160,7 +160,12 @@ async fn a_schedule_is_a_timer_the_manager_lists_and_a_bad_calendar_writes_nothi
         .await
         .unwrap();
     assert!(!written(&folder), "the deleted schedule's units are gone");
-    let listed = um.systemctl_ok(&["list-timers", "--all", "--no-pager"]);
+    // Stopped (its stop job may end a moment after the call), then no more listed as a timer
+    // that runs. (`--all` may still show it, inactive, until the manager unloads it.)
+    um.wait_unit(&timer(&id), &["ActiveState"], "the timer stopped", |v| {
+        v[0] != "active"
+    });
+    let listed = um.systemctl_ok(&["list-timers", "--no-pager"]);
     assert!(!listed.contains(&timer(&id)), "{listed}");
 }
 
@@ -288,6 +293,38 @@ async fn fires_at_the_same_moment_send_the_prompt_once() {
         "{outcomes:?}"
     );
     let fired = wait_scheduled(&bot, "the fire", |f| !f.is_empty()).await;
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    // The same run-now asked again later (its answer lost: botvisord killed) is the fire it
+    // made, even past the 5 s of a moment: it says when it was first asked.
+    let first_asked = *fired.keys().next().unwrap();
+    let again = HashMap::from([
+        ("now", zbus::Variant::from(true)),
+        ("at", zbus::Variant::from(first_asked)),
+    ]);
+    let (outcome, _, due) = bounded("FireSchedule again", s.fire_schedule(&id, again))
+        .await
+        .unwrap();
+    assert_eq!((outcome.as_str(), due), ("already_fired", first_asked));
+    let future = HashMap::from([
+        ("now", zbus::Variant::from(true)),
+        ("at", zbus::Variant::from(first_asked + 3600)),
+    ]);
+    let e = s.fire_schedule(&id, future).await.unwrap_err();
+    assert_eq!(
+        error_name(&e),
+        "org.botvisor.Botvisor1.Error.InvalidArgument",
+        "{e}"
+    );
+    // A paused schedule fires nothing, not even asked to.
+    bounded("PauseSchedule", s.pause_schedule(&id, true))
+        .await
+        .unwrap();
+    let e = s
+        .fire_schedule(&id, HashMap::from([("now", zbus::Variant::from(true))]))
+        .await
+        .unwrap_err();
+    assert_eq!(error_name(&e), "org.botvisor.Botvisor1.Error.Busy", "{e}");
+    let fired = wait_scheduled(&bot, "the fires", |_| true).await;
     assert_eq!(fired.len(), 1, "{fired:?}");
 }
 

@@ -87,6 +87,7 @@ pub async fn all(conn: &Connection) -> Result<Vec<Shown>, Failure> {
 /// The schedule id `spec` names: a whole id, or a prefix of 4 or more characters that one
 /// schedule's id starts with. Errors: none or several.
 async fn resolve(conn: &Connection, spec: &str) -> Result<String, Failure> {
+    let spec = &spec.to_ascii_lowercase();
     if botvisor::schedule::is_id(spec) {
         return Ok(spec.to_owned());
     }
@@ -252,15 +253,21 @@ pub async fn fire(conn: &Connection, spec: &str, now: bool, json: bool) -> Resul
     let id = if now {
         resolve(conn, spec).await?
     } else {
-        spec.to_owned()
+        spec.to_ascii_lowercase()
     };
     let p = proxy(conn).await?;
     let deadline = Instant::now() + FIRE_TRIES_FOR;
     let mut wait = Duration::from_millis(250);
+    // The moment this run-now was asked, the same each time it is asked again: a first call
+    // whose answer was lost (botvisord killed) and that made its fire is not made twice.
+    let asked_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
     let (outcome, turn, due) = loop {
         let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
         if now {
             options.insert("now", true.into());
+            options.insert("at", asked_at.into());
         }
         match p.fire_schedule(&id, options).await {
             Ok(answer) => break answer,

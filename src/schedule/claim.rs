@@ -7,11 +7,12 @@
 //! - a timer's fire stands for the latest due time at or before now: a timer that fires twice
 //!   for one due time, a fire after botvisord restarted, and the one catch-up fire systemd makes
 //!   for the due times missed while the machine was off (`Persistent=true`) all claim the same
-//!   due time, once;
-//! - a `run-now` stands for a due time that came and was not fired yet, if there is one (a
-//!   timer firing at the same moment claims the same one); otherwise for now itself, a run of
-//!   its own, unless a fire was claimed less than [`RUN_NOW_COALESCE_S`] ago (the two are the
-//!   same moment, and the prompt goes once).
+//!   due time, once; a due time within [`COALESCE_S`] of a `run-now` is claimed with nothing
+//!   sent (the two are one);
+//! - a `run-now` stands for a due time that came and was not fired, if there is one (a timer
+//!   firing at the same moment claims the same one); otherwise for the moment it was asked, a
+//!   run of its own, unless a fire was claimed within [`COALESCE_S`] of it, or it is the same
+//!   run-now asked again after its answer was lost.
 
 /// Seconds within which two fires are one: a `run-now` this close to a fire claimed is that
 /// fire, and a timer's due time this close to a fire claimed is taken by it.

@@ -100,6 +100,48 @@ async fn schedules(conn: &zbus::Connection) -> SchedulesProxy<'static> {
         .unwrap()
 }
 
+/// A bot of the fake CLI following `plan`, on botvisor installed in a real user manager, with
+/// one schedule of `calendar` and `prompt`. Fields drop in order: the manager before the
+/// environment it runs in.
+struct Scheduled {
+    bot: BotProxy<'static>,
+    path: zbus::OwnedObjectPath,
+    s: SchedulesProxy<'static>,
+    id: String,
+    um: UserManager,
+    env: TestEnv,
+}
+
+/// [`Scheduled`]; `None` where no user manager can run (after the skip line).
+async fn with_schedule(plan: serde_json::Value, calendar: &str, prompt: &str) -> Option<Scheduled> {
+    let (env, um) = installed().await?;
+    let conn = um.connect().await;
+    let made = fake_bot(&env, &conn, plan).await;
+    let path: zbus::OwnedObjectPath = made.inner().path().to_owned().into();
+    // Properties read from botvisord at each call, not from a cache.
+    let bot = BotProxy::builder(&conn)
+        .path(path.clone())
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .unwrap();
+    let s = schedules(&conn).await;
+    let id = bounded(
+        "CreateSchedule",
+        s.create_schedule(&path, calendar, prompt, HashMap::new()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", um.log_text()));
+    Some(Scheduled {
+        bot,
+        path,
+        s,
+        id,
+        um,
+        env,
+    })
+}
+
 /// A bad calendar is refused by name and writes nothing; a good one is written as a timer the
 /// manager lists (`list-timers`), persistent, and deleting the schedule removes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,24 +217,15 @@ async fn a_schedule_is_a_timer_the_manager_lists_and_a_bad_calendar_writes_nothi
 /// was down is not fired later on its own (the next fire claims the latest).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_due_time_fires_once_through_restarts_and_kills_of_botvisord() {
-    let Some((env, um)) = installed().await else {
+    let Some(t) = with_schedule(json!([{"mode": "normal"}]), "*:*:0/2", "tick").await else {
         return;
     };
-    let conn = um.connect().await;
-    let bot = fake_bot(&env, &conn, json!([{"mode": "normal"}])).await;
-    let path = bot.inner().path().to_owned();
-    let s = schedules(&conn).await;
-    let id = bounded(
-        "CreateSchedule",
-        s.create_schedule(&path, "*:*:0/2", "tick", HashMap::new()),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", um.log_text()));
+    let (bot, s, id, um, env) = (&t.bot, &t.s, &t.id, &t.um, &t.env);
     let disruptions = ["restart", "kill", "restart", "kill", "restart"];
     let mut seen = 0;
     for (i, what) in disruptions.iter().enumerate() {
         let now = wait_scheduled(
-            &bot,
+            bot,
             &format!("two fires before disruption {i} ({what})"),
             |f| f.len() >= seen + 2,
         )
@@ -208,20 +241,20 @@ async fn each_due_time_fires_once_through_restarts_and_kills_of_botvisord() {
             }
         }
     }
-    wait_scheduled(&bot, "two fires after the last disruption", |f| {
+    wait_scheduled(bot, "two fires after the last disruption", |f| {
         f.len() >= seen + 2
     })
     .await;
-    bounded("DeleteSchedule", s.delete_schedule(&id))
+    bounded("DeleteSchedule", s.delete_schedule(id))
         .await
         .unwrap();
-    assert!(!unit_file(&env, &timer(&id)).exists());
+    assert!(!unit_file(env, &timer(id)).exists());
 
     // Every fire's turn ends; then what the CLI was asked is compared with what was fired.
-    let fired = wait_scheduled(&bot, "the fires", |_| true).await;
+    let fired = wait_scheduled(bot, "the fires", |_| true).await;
     let deadline = Instant::now() + EVENT_TIMEOUT;
     let ended = loop {
-        let ended = ends(&bot).await;
+        let ended = ends(bot).await;
         if fired.values().flatten().all(|t| ended.contains_key(t)) {
             break ended;
         }
@@ -235,7 +268,7 @@ async fn each_due_time_fires_once_through_restarts_and_kills_of_botvisord() {
         assert_eq!(turns.len(), 1, "due time {due} fired {} times", turns.len());
         assert_eq!(ended[&turns[0]], ["success"], "the fire of {due}");
     }
-    let asked = json_lines(&state(&env).join("messages.jsonl"))
+    let asked = json_lines(&state(env).join("messages.jsonl"))
         .iter()
         .filter(|m| m["text"] == "tick")
         .count();
@@ -253,20 +286,12 @@ async fn each_due_time_fires_once_through_restarts_and_kills_of_botvisord() {
 /// a fire of the timer's kind at the same time finds it made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fires_at_the_same_moment_send_the_prompt_once() {
-    let Some((env, um)) = installed().await else {
+    // Once a year: the timer itself does not fire during the test.
+    let Some(t) = with_schedule(json!([{"mode": "normal"}]), "*-01-01 00:00:00", "once").await
+    else {
         return;
     };
-    let conn = um.connect().await;
-    let bot = fake_bot(&env, &conn, json!([{"mode": "normal"}])).await;
-    let path = bot.inner().path().to_owned();
-    let s = schedules(&conn).await;
-    // Once a year: the timer itself does not fire during the test.
-    let id = bounded(
-        "CreateSchedule",
-        s.create_schedule(&path, "*-01-01 00:00:00", "once", HashMap::new()),
-    )
-    .await
-    .unwrap();
+    let (bot, s, id) = (&t.bot, &t.s, &t.id);
     let mut calls = Vec::new();
     for i in 0..9 {
         let s = s.clone();
@@ -292,7 +317,7 @@ async fn fires_at_the_same_moment_send_the_prompt_once() {
             .all(|o| ["queued", "already_fired", "nothing_due"].contains(&o.as_str())),
         "{outcomes:?}"
     );
-    let fired = wait_scheduled(&bot, "the fire", |f| !f.is_empty()).await;
+    let fired = wait_scheduled(bot, "the fire", |f| !f.is_empty()).await;
     assert_eq!(fired.len(), 1, "{fired:?}");
     // The same run-now asked again later (its answer lost: botvisord killed) is the fire it
     // made, even past the 5 s of a moment: it says when it was first asked.
@@ -301,7 +326,7 @@ async fn fires_at_the_same_moment_send_the_prompt_once() {
         ("now", zbus::Variant::from(true)),
         ("at", zbus::Variant::from(first_asked)),
     ]);
-    let (outcome, _, due) = bounded("FireSchedule again", s.fire_schedule(&id, again))
+    let (outcome, _, due) = bounded("FireSchedule again", s.fire_schedule(id, again))
         .await
         .unwrap();
     assert_eq!((outcome.as_str(), due), ("already_fired", first_asked));
@@ -309,50 +334,41 @@ async fn fires_at_the_same_moment_send_the_prompt_once() {
         ("now", zbus::Variant::from(true)),
         ("at", zbus::Variant::from(first_asked + 3600)),
     ]);
-    let e = s.fire_schedule(&id, future).await.unwrap_err();
+    let e = s.fire_schedule(id, future).await.unwrap_err();
     assert_eq!(
         error_name(&e),
         "org.botvisor.Botvisor1.Error.InvalidArgument",
         "{e}"
     );
     // A paused schedule fires nothing, not even asked to.
-    bounded("PauseSchedule", s.pause_schedule(&id, true))
+    bounded("PauseSchedule", s.pause_schedule(id, true))
         .await
         .unwrap();
     let e = s
-        .fire_schedule(&id, HashMap::from([("now", zbus::Variant::from(true))]))
+        .fire_schedule(id, HashMap::from([("now", zbus::Variant::from(true))]))
         .await
         .unwrap_err();
     assert_eq!(error_name(&e), "org.botvisor.Botvisor1.Error.Busy", "{e}");
-    let fired = wait_scheduled(&bot, "the fires", |_| true).await;
+    let fired = wait_scheduled(bot, "the fires", |_| true).await;
     assert_eq!(fired.len(), 1, "{fired:?}");
 }
 
 /// A timer unit deleted by hand is written again and started when botvisord starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timer_unit_deleted_by_hand_is_written_again() {
-    let Some((env, um)) = installed().await else {
+    let Some(t) = with_schedule(json!([{"mode": "normal"}]), "hourly", "look at CI").await else {
         return;
     };
-    let conn = um.connect().await;
-    let bot = fake_bot(&env, &conn, json!([{"mode": "normal"}])).await;
-    let path = bot.inner().path().to_owned();
-    let s = schedules(&conn).await;
-    let id = bounded(
-        "CreateSchedule",
-        s.create_schedule(&path, "hourly", "look at CI", HashMap::new()),
-    )
-    .await
-    .unwrap();
-    let file = unit_file(&env, &timer(&id));
+    let (s, id, um, env) = (&t.s, &t.id, &t.um, &t.env);
+    let file = unit_file(env, &timer(id));
     let before = std::fs::read_to_string(&file).unwrap();
     std::fs::remove_file(&file).unwrap();
-    um.systemctl_ok(&["stop", &timer(&id)]);
+    um.systemctl_ok(&["stop", &timer(id)]);
     um.systemctl_ok(&["daemon-reload"]);
     um.systemctl_ok(&["restart", "botvisord"]);
     // The first call after the restart is answered once the start-up check ran or runs.
     bounded("Schedules", s.schedules()).await.unwrap();
-    wait_timer_active(&um, &timer(&id));
+    wait_timer_active(um, &timer(id));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
 }
 
@@ -399,24 +415,11 @@ async fn without_a_user_manager_a_schedule_is_refused_by_name() {
 /// person answered; both turns end once. A schedule that skips a busy bot says so in the chat.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
-    let Some((env, um)) = installed().await else {
+    let plan = json!([{"mode": "normal", "ask": {"tool": "Write", "input_bytes": 10}}]);
+    let Some(t) = with_schedule(plan, "*-01-01 00:00:00", "tick").await else {
         return;
     };
-    let conn = um.connect().await;
-    let bot = fake_bot(
-        &env,
-        &conn,
-        json!([{"mode": "normal", "ask": {"tool": "Write", "input_bytes": 10}}]),
-    )
-    .await;
-    let path = bot.inner().path().to_owned();
-    // Properties read from botvisord at each call, not from a cache.
-    let bot = BotProxy::builder(&conn)
-        .path(path.clone())
-        .cache_properties(zbus::proxy::CacheProperties::No)
-        .build()
-        .await
-        .unwrap();
+    let (bot, path, s, id, env) = (&t.bot, &t.path, &t.s, &t.id, &t.env);
     let first = bounded("Send", bot.send("first", HashMap::new()))
         .await
         .unwrap();
@@ -425,16 +428,9 @@ async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
         assert!(Instant::now() < deadline, "the first turn asks");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let s = schedules(&conn).await;
-    let id = bounded(
-        "CreateSchedule",
-        s.create_schedule(&path, "*-01-01 00:00:00", "tick", HashMap::new()),
-    )
-    .await
-    .unwrap();
     let (outcome, tick, _) = bounded(
         "FireSchedule",
-        s.fire_schedule(&id, HashMap::from([("now", zbus::Variant::from(true))])),
+        s.fire_schedule(id, HashMap::from([("now", zbus::Variant::from(true))])),
     )
     .await
     .unwrap();
@@ -443,7 +439,7 @@ async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
     let skipper = bounded(
         "CreateSchedule",
         s.create_schedule(
-            &path,
+            path,
             "*-01-01 00:00:00",
             "skipped tick",
             HashMap::from([("when_busy", zbus::Variant::from("skip"))]),
@@ -461,7 +457,7 @@ async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
     .await
     .unwrap();
     assert_eq!((skipped.as_str(), none.as_str()), ("skipped", ""));
-    let said = chat_now(&bot).await.unwrap_or_default();
+    let said = chat_now(bot).await.unwrap_or_default();
     assert!(
         said.iter().any(|(k, p)| k == "system"
             && p["reason"] == "schedule_skipped"
@@ -471,7 +467,7 @@ async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
     let pending = bot.pending_permissions().await.unwrap();
     assert_eq!(pending.len(), 1, "the question is still open: {pending:?}");
     assert_eq!(bot.queued_messages().await.unwrap(), 1, "the prompt waits");
-    let asked: Vec<String> = json_lines(&state(&env).join("messages.jsonl"))
+    let asked: Vec<String> = json_lines(&state(env).join("messages.jsonl"))
         .iter()
         .map(|m| m["text"].as_str().unwrap_or_default().to_owned())
         .collect();
@@ -493,9 +489,9 @@ async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
         assert!(Instant::now() < deadline, "the scheduled turn asks");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert!(ends(&bot).await.contains_key(&first));
+    assert!(ends(bot).await.contains_key(&first));
     assert!(
-        !ends(&bot).await.contains_key(&tick),
+        !ends(bot).await.contains_key(&tick),
         "it waits for the answer"
     );
     bounded(
@@ -505,7 +501,7 @@ async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
     .await
     .unwrap();
     let ended = loop {
-        let ended = ends(&bot).await;
+        let ended = ends(bot).await;
         if ended.contains_key(&first) && ended.contains_key(&tick) {
             break ended;
         }

@@ -134,9 +134,7 @@ async fn fire(ctx: &Ctx, conn: &Connection, id: String, options: Options) -> Res
     let now_asked = r.boolean("now")?.unwrap_or(false);
     let at = r.number("at")?;
     r.finish()?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
+    let now = crate::time::unix_now();
     let asker = match (now_asked, at) {
         (false, Some(_)) => {
             return Err(Error::InvalidArgument(

@@ -15,6 +15,7 @@ use crate::schedule::claim::{self, Asker, Claim};
 use crate::schedule::{Schedule, WhenBusy, calendar, units};
 use crate::store::schedules as rows;
 use crate::systemd::timers::Timers;
+use crate::time::unix_now;
 
 /// The most schedules botvisord keeps (each is two unit files in the user's folder).
 pub const MAX_SCHEDULES: usize = 500;
@@ -125,13 +126,6 @@ pub fn botvisorctl() -> Result<PathBuf, String> {
             ctl.display()
         ))
     }
-}
-
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 async fn blocking<T: Send + 'static>(

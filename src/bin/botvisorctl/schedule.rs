@@ -260,9 +260,7 @@ pub async fn fire(conn: &Connection, spec: &str, now: bool, json: bool) -> Resul
     let mut wait = Duration::from_millis(250);
     // The moment this run-now was asked, the same each time it is asked again: a first call
     // whose answer was lost (botvisord killed) and that made its fire is not made twice.
-    let asked_at = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
+    let asked_at = botvisor::time::unix_now();
     let (outcome, turn, due) = loop {
         let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
         if now {

@@ -97,6 +97,16 @@ fn cgroup_of(pid: u32) -> String {
 /// The `turn_finished` chat items of `turn`, as `(outcome, reason)`, once there is one: polls
 /// the stored chat every 100 ms, at most [`EVENT_TIMEOUT`].
 async fn turn_end(bot: &BotProxy<'_>, turn: &str) -> Vec<(String, String)> {
+    let ends = turn_ended(bot, turn).await;
+    assert!(
+        !ends.is_empty(),
+        "turn {turn} did not end within {EVENT_TIMEOUT:?}"
+    );
+    ends
+}
+
+/// [`turn_end`], empty when the turn did not end within [`EVENT_TIMEOUT`].
+async fn turn_ended(bot: &BotProxy<'_>, turn: &str) -> Vec<(String, String)> {
     let deadline = Instant::now() + EVENT_TIMEOUT;
     loop {
         let ends: Vec<(String, String)> = bounded("GetChat", chat(bot))
@@ -110,13 +120,9 @@ async fn turn_end(bot: &BotProxy<'_>, turn: &str) -> Vec<(String, String)> {
                 )
             })
             .collect();
-        if !ends.is_empty() {
+        if !ends.is_empty() || Instant::now() >= deadline {
             return ends;
         }
-        assert!(
-            Instant::now() < deadline,
-            "turn {turn} did not end within {EVENT_TIMEOUT:?}"
-        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -411,6 +417,123 @@ async fn a_crash_while_a_big_message_is_written_stops_that_agent_and_the_message
             "gone"
         },
         um.log_text()
+    );
+    stop_and_check(&env, &um);
+}
+
+/// How many bytes wait unread in the pipe that is process `pid`'s stdout (`FIONREAD` on the
+/// pipe opened again through `/proc`).
+fn unread_stdout(pid: u32) -> usize {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let pipe = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/{pid}/fd/1"))
+        .expect("the agent's stdout");
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer, which lives for the call.
+    let rc = unsafe { libc::ioctl(pipe.as_raw_fd(), libc::FIONREAD, &mut n) };
+    assert_eq!(rc, 0, "FIONREAD");
+    n as usize
+}
+
+/// Polls `cond` every 20 ms until it holds, at most [`EVENT_TIMEOUT`].
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what} within {EVENT_TIMEOUT:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// botvisord killed after it read its agent's replay of a message, and the whole answer, and
+/// before it handled them (here its commits wait on a database another process holds locked,
+/// as any slow moment would): the next botvisord takes the agent over and reads on from the
+/// next line, which never comes. The turn ends once, `success`, as the conversation's file
+/// says, and the bot is idle for the next message (a helper's hostile run of issue 49: a
+/// SIGKILL 27 ms after a queued prompt was delivered left the bot `busy` for ever, every later
+/// prompt behind it).
+///
+/// Before the change the new botvisord waited for a replay that had gone with the killed one,
+/// and the turn never ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_the_killed_daemon_read_and_never_handled_still_ends_its_turn_once() {
+    let Some((env, um)) = installed().await else {
+        return;
+    };
+    let conn = um.connect().await;
+    let bot = fake_bot(
+        &env,
+        &conn,
+        json!([{"mode": "normal", "transcript_lines": true, "replay_after_s": 1}]),
+    )
+    .await;
+    let first = bounded("Send", bot.send("first", HashMap::new()))
+        .await
+        .unwrap();
+    assert_eq!(
+        turn_end(&bot, &first).await,
+        [("success".to_owned(), "success".to_owned())]
+    );
+    let agent = bot.process_id().await.unwrap();
+    let second = bounded("Send", bot.send("second", HashMap::new()))
+        .await
+        .unwrap();
+    let messages = state(&env).join("messages.jsonl");
+    let printed = state(&env).join("printed.jsonl");
+    until("the agent reads the second message", || {
+        json_lines(&messages).len() == 2
+    })
+    .await;
+    // The agent replays it a second later: by then no commit of botvisord's can land.
+    let database = env.home.join(".local/state/botvisor/botvisor.db");
+    let lock = rusqlite::Connection::open(&database).unwrap();
+    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    until("the agent prints the whole answer", || {
+        json_lines(&printed).len() == 2
+    })
+    .await;
+    until("botvisord reads all of it", || unread_stdout(agent) == 0).await;
+    let main = um.main_pid(UNIT);
+    um.systemctl_ok(&["kill", "--kill-whom=main", "-s", "SIGKILL", "botvisord"]);
+    lock.execute_batch("ROLLBACK").unwrap();
+    drop(lock);
+    um.wait_unit(UNIT, &["ActiveState", "MainPID"], "botvisord back", |v| {
+        v[0] == "active" && v[1] != "0" && v[1] != main.to_string()
+    });
+    let ends = turn_ended(&bot, &second).await;
+    let answers = bounded("GetChat", chat(&bot))
+        .await
+        .into_iter()
+        .filter(|(_, kind, p)| kind == "assistant" && p["text"] == "fake: second")
+        .count();
+    let asked: Vec<String> = json_lines(&messages)
+        .iter()
+        .map(|m| m["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        ends == [("success".to_owned(), "recovered".to_owned())]
+            && answers == 1
+            && asked == ["first", "second"]
+            && started_at(agent).is_some(),
+        "the turn ended {ends:?} (wanted once, success read back); its answer is in the chat \
+         {answers} time(s) (wanted 1); the agent read {asked:?} (wanted each once); the agent \
+         (pid {agent}) {}\n{}",
+        if started_at(agent).is_some() {
+            "runs on"
+        } else {
+            "is gone"
+        },
+        um.log_text()
+    );
+    // The bot answers the next message.
+    let third = bounded("Send", bot.send("third", HashMap::new()))
+        .await
+        .unwrap();
+    assert_eq!(
+        turn_end(&bot, &third).await,
+        [("success".to_owned(), "success".to_owned())]
     );
     stop_and_check(&env, &um);
 }

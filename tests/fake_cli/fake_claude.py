@@ -207,6 +207,17 @@ for line in sys.stdin:
         write_transcript({"type": "user", "message": {"role": "user", "content": text},
                           "timestamp": stamp})
         sys.exit(1)
+    if step.get("transcript_lines"):
+        # As Claude Code 2.1.328 keeps its transcript: the message's line (chained by uuid and
+        # parentUuid, with its time) before its replay, the answer's after the answer.
+        import uuid as uuidlib
+        prompt_uuid = str(uuidlib.uuid4())
+        write_transcript({"type": "user", "uuid": prompt_uuid,
+                          "parentUuid": globals().get("last_uuid"),
+                          "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + ".000Z",
+                          "message": {"role": "user", "content": text}})
+        last_uuid = prompt_uuid
+    time.sleep(step.get("replay_after_s", 0))
     out({"type": "system", "subtype": "init", "session_id": reported, "model": "fake",
          "permissionMode": "default", "cwd": os.getcwd(), "tools": []})
     out({"type": "user", "isReplay": True, "session_id": reported,
@@ -308,7 +319,16 @@ for line in sys.stdin:
         sys.stdout.flush()
     out({"type": "assistant", "session_id": reported, "message": {"role": "assistant", "content": [
         {"type": "text", "text": reply}]}})
+    if step.get("transcript_lines"):
+        answer_uuid = str(uuidlib.uuid4())
+        write_transcript({"type": "assistant", "uuid": answer_uuid, "parentUuid": last_uuid,
+                          "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + ".000Z",
+                          "message": {"role": "assistant", "stop_reason": "end_turn",
+                                      "content": [{"type": "text", "text": reply}]}})
+        last_uuid = answer_uuid
     result()
+    with open(os.path.join(state, "printed.jsonl"), "a") as f:
+        f.write(json.dumps({"launch": launch, "text": text}) + "\n")
     answered = globals().get("answered", 0) + 1
     if answered == step.get("stop_reading_after"):
         time.sleep(600)

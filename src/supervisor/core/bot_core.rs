@@ -113,11 +113,14 @@ pub struct BotCore {
     /// A failed attempt the conversation holds, which the next start resumes without (issue
     /// 45, [`super::attempt`]).
     pub(super) attempt: Option<crate::runtime::Cut>,
-    /// While an agent taken over after a crash has a turn in flight: when its conversation's
-    /// file is read for the turn's end, unless it speaks first ([`super::reattach`]).
     /// A client's Stop is to be said in the chat (`stopped_with_queue`) once it ended.
     pub(super) stop_note_due: bool,
+    /// While an agent taken over after a crash has a turn in flight: when its conversation's
+    /// file is read for the turn's end, unless it speaks first ([`super::reattach`]).
     pub(super) crash_look: Option<Instant>,
+    /// The first look after a crash that found no end was said in the journal (once per
+    /// agent taken over, so that a turn that stays silent says what it waits for).
+    pub(super) crash_look_told: bool,
     /// A failed attempt whose agent is being stopped, so that its cut is read once it is.
     pub(super) recut: Option<super::turns::Inflight>,
     /// Effects of the inputs handled, not yet given to the shell ([`BotCore::poll_effect`]).
@@ -211,6 +214,7 @@ impl BotCore {
             attempt: None,
             recut: None,
             crash_look: None,
+            crash_look_told: false,
             stop_note_due: false,
             effects: std::collections::VecDeque::new(),
         }

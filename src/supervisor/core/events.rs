@@ -29,7 +29,7 @@ impl BotCore {
     pub(super) fn runtime_event(&mut self, now: Instant, event: RuntimeEvent, facts: &dyn Facts) {
         if event.is_sign_of_life() {
             self.watch.sign_of_life();
-            self.crash_spoke(now);
+            self.crash_spoke(now, facts);
         }
         match event {
             RuntimeEvent::Init { .. } | RuntimeEvent::Opened { .. } | RuntimeEvent::Ignored => {}
@@ -292,7 +292,7 @@ impl BotCore {
 
     /// The CLI replayed the message in flight: its turn began (design rule 3,
     /// [`super::turns::Turns::replayed`]).
-    fn replayed(&mut self, session_id: Option<String>, facts: &dyn Facts) {
+    pub(super) fn replayed(&mut self, session_id: Option<String>, facts: &dyn Facts) {
         if self.process.is_none() {
             return;
         }

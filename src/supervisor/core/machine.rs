@@ -339,6 +339,7 @@ impl BotCore {
             } => {
                 let effects = self.reattached(run, left, &session);
                 if crashed && self.turns.inflight.is_some() {
+                    self.crash_look_told = false;
                     self.crash_look = Some(now + super::reattach::CRASH_LOOK);
                 }
                 self.emit(effects);

@@ -79,18 +79,53 @@ impl BotCore {
         ]
     }
 
-    /// The agent spoke: the look after a crash waits again, or ends with the turn.
-    pub(super) fn crash_spoke(&mut self, now: Instant) {
+    /// The agent spoke: the look after a crash waits again, or ends with the turn. Before what
+    /// it says is handled, a message in flight that it never replayed to this botvisord is
+    /// looked for in its conversation's file ([`BotCore::began_unseen`]).
+    pub(super) fn crash_spoke(&mut self, now: Instant, facts: &dyn Facts) {
         if self.crash_look.is_some() {
+            self.began_unseen(facts);
             self.crash_look = self.turns.inflight.is_some().then(|| now + CRASH_LOOK);
         }
     }
 
-    /// The agent taken over after a crash stayed silent: when its conversation's file holds the
-    /// turn's whole answer, the turn ended before the killed botvisord handled it: what the chat
-    /// lacks of it is recorded (`recovered: true`) and it ends `success` (reason `recovered`),
-    /// once; otherwise it is looked at again later.
+    /// Design rule 8 across a crash: the message in flight was written to the agent taken over,
+    /// and its replay was read by the killed botvisord and never handled (the new one reads on
+    /// from the next whole line). When the conversation's file holds the message, written since
+    /// it was sent, its turn began: it runs, as a replay would have made it (the session
+    /// recorded, rule 3), so that the answer that follows is its answer. `true` when it did.
+    fn began_unseen(&mut self, facts: &dyn Facts) -> bool {
+        let Some(inf) = self.turns.inflight.clone().filter(|i| !i.replayed) else {
+            return false;
+        };
+        if facts.taken_turn(&inf).is_none() {
+            return false;
+        }
+        tracing::info!(turn_id = %inf.turn.id, "the agent took the message before botvisord was killed: its turn runs");
+        self.replayed(None, facts);
+        true
+    }
+
+    /// The agent taken over after a crash stayed silent:
+    /// - a message in flight it never replayed that its conversation's file holds began
+    ///   ([`BotCore::began_unseen`]); one the file does not hold yet is in the agent's stdin
+    ///   whole (a delivery not written whole is never taken over: `deliveries.whole`) and is
+    ///   looked for again later;
+    /// - when the file holds the turn's whole answer, the turn ended before the killed
+    ///   botvisord handled it: what the chat lacks of it is recorded (`recovered: true`) and it
+    ///   ends `success` (reason `recovered`), once;
+    /// - otherwise it is looked at again later.
     pub(super) fn look_after_crash(&mut self, now: Instant, facts: &dyn Facts) {
+        let Some(inf) = self.turns.inflight.clone() else {
+            return;
+        };
+        if !inf.replayed && !self.began_unseen(facts) {
+            if !std::mem::replace(&mut self.crash_look_told, true) {
+                tracing::info!(turn_id = %inf.turn.id, "the agent taken over is silent and its conversation's file does not hold the message yet; looked at again every 5 s");
+            }
+            self.crash_look = Some(now + CRASH_LOOK);
+            return;
+        }
         let Some(inf) = self.turns.inflight.clone() else {
             return;
         };
@@ -107,7 +142,12 @@ impl BotCore {
                 effects.push(Effect::Queued(self.turns.waiting()));
                 self.emit(effects);
             }
-            _ => self.crash_look = Some(now + CRASH_LOOK),
+            _ => {
+                if !std::mem::replace(&mut self.crash_look_told, true) {
+                    tracing::info!(turn_id = %inf.turn.id, "the agent taken over is silent and its conversation's file does not hold the turn's end yet; looked at again every 5 s");
+                }
+                self.crash_look = Some(now + CRASH_LOOK)
+            }
         }
     }
 }

@@ -27,6 +27,8 @@ struct Told {
     descendant: bool,
     /// The process that holds the conversation exited (likewise).
     holder_gone: bool,
+    /// What the conversation's file holds of the message in flight.
+    taken: Option<TakenTurn>,
 }
 
 impl Facts for Told {
@@ -40,7 +42,7 @@ impl Facts for Told {
         true
     }
     fn taken_turn(&self, _: &Inflight) -> Option<TakenTurn> {
-        None
+        self.taken.clone()
     }
     fn conversation_holds(&self, _: &Inflight) -> bool {
         false
@@ -462,3 +464,6 @@ mod evict;
 
 /// Where the bot stands, kept by the core: its state, its park, its hold, spend and budget.
 mod standing;
+
+/// An agent taken over after a crash, its message's replay lost with the killed botvisord.
+mod crash;

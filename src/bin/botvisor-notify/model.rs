@@ -29,11 +29,13 @@ pub enum Kind {
     State,
     /// Its turn ended while nobody was looking.
     Turn,
+    /// A schedule's fire was skipped or could not be sent (issue 49: nothing fails silently).
+    Schedule,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 3] = [Kind::Permission, Kind::State, Kind::Turn];
+    pub const ALL: [Kind; 4] = [Kind::Permission, Kind::State, Kind::Turn, Kind::Schedule];
 }
 
 /// One notification's place: a bot (its object path) and a kind.
@@ -189,6 +191,19 @@ struct TurnEnd {
     reply: String,
 }
 
+/// A schedule's fire that did not put its prompt (a `system` item `schedule_skipped` or
+/// `schedule_failed`).
+#[derive(Debug, Clone)]
+struct MissedFire {
+    /// The schedule's id and the due time it stood for: the notification's tag.
+    tag: String,
+    /// `true`: not sent (the bot `failed`); `false`: skipped (busy, budget spent).
+    failed: bool,
+    summary: String,
+    /// The item's words: why.
+    body: String,
+}
+
 /// The most characters of a reply kept for a turn's end.
 const REPLY_CHARS: usize = 4096;
 
@@ -208,6 +223,8 @@ struct Bot {
     finishing: Option<(String, String)>,
     /// A turn's end to show.
     ended: Option<TurnEnd>,
+    /// The last fire of a schedule that was skipped or not sent, to show.
+    missed: Option<MissedFire>,
     /// The state shown was dismissed or seen (until the bot enters a state again).
     state_seen: bool,
     /// Requests dismissed, seen or answered here: not shown again.
@@ -372,6 +389,7 @@ impl Model {
                 if bot.held() && !was_held {
                     // Someone is looking now: what it shows is seen.
                     bot.ended = None;
+                    bot.missed = None;
                     bot.state_seen = true;
                 }
                 if let Some(state) = new_state.filter(|s| *s != before_state) {
@@ -459,6 +477,18 @@ impl Model {
                             }
                         );
                         let body = p["text"].as_str().unwrap_or_default().to_owned();
+                        if let Some(bot) = self.bots.get_mut(&path) {
+                            bot.missed = Some(MissedFire {
+                                tag: format!(
+                                    "{}@{}",
+                                    p["schedule"]["id"].as_str().unwrap_or_default(),
+                                    p["schedule"]["due"].as_u64().unwrap_or_default()
+                                ),
+                                failed: event == "schedule_failed",
+                                summary: summary.clone(),
+                                body: note::block(&body, BODY_CHARS, BODY_LINES),
+                            });
+                        }
                         let h = self.bot_event(
                             &path,
                             &event,
@@ -467,6 +497,7 @@ impl Model {
                             json!({"schedule": p["schedule"]}),
                         );
                         out.happenings.push(h);
+                        out.touched.push(path.clone());
                     }
                     "permission_answer" => {
                         let tool = p["tool"].as_str().unwrap_or_default().to_owned();
@@ -603,6 +634,11 @@ impl Model {
                     bot.ended = None;
                 }
             }
+            Kind::Schedule => {
+                if bot.missed.as_ref().is_some_and(|m| m.tag == tag) {
+                    bot.missed = None;
+                }
+            }
         }
     }
 
@@ -640,6 +676,24 @@ impl Model {
                         "x-botvisor.turn-failed".to_owned()
                     },
                     icon,
+                    expire_ms: -1,
+                })
+            }
+            Kind::Schedule => {
+                let missed = bot.missed.as_ref()?;
+                Some(Note {
+                    tag: missed.tag.clone(),
+                    summary: missed.summary.clone(),
+                    body: missed.body.clone(),
+                    answer_line: None,
+                    actions: Vec::new(),
+                    urgency: NORMAL,
+                    category: if missed.failed {
+                        "x-botvisor.schedule-failed".to_owned()
+                    } else {
+                        "x-botvisor.schedule-skipped".to_owned()
+                    },
+                    icon: "dialog-warning",
                     expire_ms: -1,
                 })
             }

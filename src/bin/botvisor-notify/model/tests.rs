@@ -326,3 +326,52 @@ fn a_schedules_fire_skip_and_failure_are_hook_events() {
         );
     }
 }
+
+#[test]
+fn a_skipped_or_failed_fire_shows_on_the_desktop_until_dismissed_or_seen() {
+    let mut m = model();
+    let missed = |m: &mut Model, reason: &str, due: u64| {
+        m.apply(Signal::ChatItem {
+            path: BOT.into(),
+            kind: "system".into(),
+            payload: json!({
+                "text": "The scheduled prompt was skipped: demo is busy.",
+                "reason": reason,
+                "schedule": {"id": "5c4e", "due": due, "by": "timer"},
+            })
+            .to_string(),
+        })
+    };
+    assert_eq!(m.note(BOT, Kind::Schedule), None);
+    let out = missed(&mut m, "schedule_skipped", 100);
+    assert_eq!(out.touched, [BOT.to_owned()], "the desktop is told");
+    let n = m.note(BOT, Kind::Schedule).expect("a note");
+    assert_eq!(
+        (
+            n.tag.as_str(),
+            n.summary.as_str(),
+            n.body.as_str(),
+            n.category.as_str()
+        ),
+        (
+            "5c4e@100",
+            "demo: scheduled prompt skipped",
+            "The scheduled prompt was skipped: demo is busy.",
+            "x-botvisor.schedule-skipped"
+        )
+    );
+    m.dismissed(&Key::new(BOT, Kind::Schedule), "5c4e@100");
+    assert_eq!(m.note(BOT, Kind::Schedule), None, "dismissed");
+    missed(&mut m, "schedule_failed", 200);
+    let n = m.note(BOT, Kind::Schedule).expect("the next one shows");
+    assert_eq!(
+        (n.tag.as_str(), n.category.as_str()),
+        ("5c4e@200", "x-botvisor.schedule-failed")
+    );
+    // An older tag dismissed changes nothing.
+    m.dismissed(&Key::new(BOT, Kind::Schedule), "5c4e@100");
+    assert!(m.note(BOT, Kind::Schedule).is_some());
+    // Someone looks at the bot: seen.
+    changed(&mut m, props("idle", 1, vec![]));
+    assert_eq!(m.note(BOT, Kind::Schedule), None, "seen by its holder");
+}

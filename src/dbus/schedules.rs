@@ -46,8 +46,8 @@ impl Schedules {
     }
 }
 
-/// What `FireSchedule` answers: outcome (`queued`, `skipped`, `failed`, `already_fired`,
-/// `nothing_due`), the turn queued (empty: none), the due time fired (Unix seconds; 0: none).
+/// What `FireSchedule` answers: outcome (`queued`, `still_waiting`, `skipped`, `failed`,
+/// `already_fired`, `nothing_due`), the turn queued or still waiting (empty: none), the due time fired (Unix seconds; 0: none).
 type FireAnswer = (String, String, i64);
 
 fn when_busy(r: &mut OptionReader<'_>, method: &str) -> Result<Option<WhenBusy>> {
@@ -156,12 +156,17 @@ async fn fire(ctx: &Ctx, conn: &Connection, id: String, options: Options) -> Res
     };
     let fired = ctx.supervisor.fire_schedule(&id, asker).await?;
     let (due, turn) = match &fired {
-        Fired::Queued { due, turn_id } => (*due, turn_id.clone()),
+        Fired::Queued { due, turn_id } | Fired::StillWaiting { due, turn_id } => {
+            (*due, turn_id.clone())
+        }
         Fired::NotQueued { due, .. } => (*due, String::new()),
         Fired::AlreadyFired(due) => (*due, String::new()),
         Fired::NothingDue => (0, String::new()),
     };
-    if matches!(fired, Fired::Queued { .. } | Fired::NotQueued { .. }) {
+    if matches!(
+        fired,
+        Fired::Queued { .. } | Fired::NotQueued { .. } | Fired::StillWaiting { .. }
+    ) {
         // Persisted by the fire; published now (design rule 1).
         if let Ok(s) = ctx.supervisor.schedule(&id) {
             signal_fired(ctx, conn, &s, due, fired.outcome(), &turn).await;
@@ -449,8 +454,10 @@ impl Schedules {
     /// when a fire was claimed within 5 s of it; `now` claims a due time that came and was not
     /// fired, else the moment it was asked, unless a fire was claimed within 5 s of it (the
     /// same moment: nothing more is sent). Answers (outcome, turn id, due time in Unix
-    /// seconds): `queued` (the turn), `skipped` or `failed` (said in the bot's chat, with
-    /// reason `schedule_skipped` or `schedule_failed`), `already_fired`, `nothing_due`.
+    /// seconds): `queued` (the turn), `still_waiting` (the turn an earlier fire queued has not
+    /// gone yet and stands for this one: nothing more is sent), `skipped` or `failed` (said in
+    /// the bot's chat, with reason `schedule_skipped` or `schedule_failed`), `already_fired`,
+    /// `nothing_due`.
     /// Errors: NotFound (no such schedule, or its bot is gone), Busy (`now` on a paused
     /// schedule), InvalidArgument (a bad option), Failed (its calendar cannot be read),
     /// StorageUnavailable (nothing was claimed).

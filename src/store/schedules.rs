@@ -100,6 +100,18 @@ pub fn all(conn: &Connection) -> rusqlite::Result<Vec<Schedule>> {
     .collect()
 }
 
+/// The turn an earlier fire of schedule `id` queued that has not gone yet (`turns.status`
+/// `queued`: waiting behind a turn, a usage limit or a login, or written and not yet replayed),
+/// the newest; `None` when none waits.
+pub fn waiting_turn(conn: &Connection, id: &str) -> rusqlite::Result<Option<String>> {
+    conn.prepare_cached(
+        "SELECT f.turn_id FROM schedule_fires f JOIN turns t ON t.id = f.turn_id
+         WHERE f.schedule_id = ?1 AND t.status = 'queued' ORDER BY f.due DESC LIMIT 1",
+    )?
+    .query_row([id], |r| r.get(0))
+    .optional()
+}
+
 /// A fire as [`claim`] records it: the schedule, the due time claimed (Unix seconds), when
 /// (Unix seconds), whether a `run-now` made it, what became of it and the turn it queued.
 #[derive(Debug, Clone, Copy)]
@@ -112,7 +124,7 @@ pub struct Claimed<'a> {
     pub now: i64,
     /// Whether a `run-now` makes it.
     pub run_now: bool,
-    /// `queued`, `skipped: …`, `failed: …`, `coalesced: …`.
+    /// `queued`, `skipped: …`, `failed: …`, `coalesced: …`, `still waiting: …`.
     pub outcome: &'a str,
     /// The turn it queued, if it did.
     pub turn_id: Option<&'a str>,

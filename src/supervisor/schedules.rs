@@ -59,6 +59,15 @@ pub enum Fired {
         /// Why, in words.
         why: String,
     },
+    /// The fire of `due` is claimed and puts no second prompt: the one an earlier fire queued,
+    /// `turn_id`, has not gone yet (a busy bot, a usage limit, a login): it stands for both, so
+    /// that a bot held for hours gets the prompt once, not once per due time.
+    StillWaiting {
+        /// The due time fired.
+        due: i64,
+        /// The turn of the earlier fire, still queued.
+        turn_id: String,
+    },
     /// Nothing: the fire of `due` was claimed already (a second fire of the same moment).
     AlreadyFired(i64),
     /// Nothing: no due time came since the last fire, or the schedule is paused.
@@ -66,10 +75,11 @@ pub enum Fired {
 }
 
 impl Fired {
-    /// `queued`, `skipped`, `failed`, `already_fired` or `nothing_due`.
+    /// `queued`, `skipped`, `failed`, `still_waiting`, `already_fired` or `nothing_due`.
     pub fn outcome(&self) -> &'static str {
         match self {
             Fired::Queued { .. } => "queued",
+            Fired::StillWaiting { .. } => "still_waiting",
             Fired::NotQueued { outcome, .. } => outcome,
             Fired::AlreadyFired(_) => "already_fired",
             Fired::NothingDue => "nothing_due",
@@ -438,7 +448,25 @@ impl Supervisor {
             Delivery::Queue => {
                 let extra =
                     serde_json::Map::from_iter([("schedule".to_owned(), scheduled.clone())]);
-                match handle.send_with(s.prompt.clone(), extra, |tx, turn| {
+                // An earlier fire's prompt that has not gone yet stands for this one too, decided
+                // in the claim's own transaction.
+                let mut waiting: Option<(String, bool)> = None;
+                let sent = handle.send_with(s.prompt.clone(), extra, |tx, turn| {
+                    waiting = None;
+                    if let Some(earlier) = rows::waiting_turn(tx, id)? {
+                        let record = format!("still waiting: turn {earlier} has not gone yet");
+                        let claimed = rows::claim(
+                            tx,
+                            rows::Claimed {
+                                due,
+                                outcome: &record,
+                                turn_id: Some(&earlier),
+                                ..base
+                            },
+                        )?;
+                        waiting = Some((earlier, claimed));
+                        return Ok(false);
+                    }
                     rows::claim(
                         tx,
                         rows::Claimed {
@@ -448,12 +476,21 @@ impl Supervisor {
                             ..base
                         },
                     )
-                }) {
+                });
+                match sent {
                     Ok(Some(turn_id)) => {
                         tracing::info!(schedule = id, due, turn_id = %turn_id, "schedule fired");
                         return Ok(Fired::Queued { due, turn_id });
                     }
-                    Ok(None) => return Ok(Fired::AlreadyFired(due)),
+                    Ok(None) => {
+                        return Ok(match waiting {
+                            Some((turn_id, true)) => {
+                                tracing::info!(schedule = id, due, turn_id = %turn_id, "schedule fired; the prompt of an earlier fire still waits and stands for it");
+                                Fired::StillWaiting { due, turn_id }
+                            }
+                            _ => Fired::AlreadyFired(due),
+                        });
+                    }
                     Err(e @ BotError::StorageUnavailable(_)) => return Err(e),
                     Err(e) => ("failed", e.to_string()),
                 }

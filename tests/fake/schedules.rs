@@ -412,7 +412,9 @@ async fn without_a_user_manager_a_schedule_is_refused_by_name() {
 
 /// A fire into a bot waiting on a permission question never answers it: the prompt is queued
 /// behind the turn that asked, the question stays open, and the CLI gets the prompt only once a
-/// person answered; both turns end once. A schedule that skips a busy bot says so in the chat.
+/// person answered; both turns end once. A second fire while that prompt waits sends nothing
+/// more (`still_waiting`; before, it queued a second prompt). A schedule that skips a busy bot
+/// says so in the chat.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
     let plan = json!([{"mode": "normal", "ask": {"tool": "Write", "input_bytes": 10}}]);
@@ -435,6 +437,40 @@ async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
     .await
     .unwrap();
     assert_eq!(outcome, "queued");
+    // A schedule has one prompt waiting at most: its timer's fires every 2 s while the first
+    // one's prompt waits are recorded and send nothing more.
+    let mut fired = s.receive_schedule_fired().await.unwrap();
+    let often = bounded(
+        "CreateSchedule",
+        s.create_schedule(path, "*:*:0/2", "often", HashMap::new()),
+    )
+    .await
+    .unwrap();
+    let mut outcomes = Vec::new();
+    bounded("three fires of the 2 s schedule", async {
+        while outcomes.len() < 3 {
+            let f = futures_util::StreamExt::next(&mut fired).await.unwrap();
+            let a = f.args().unwrap();
+            if a.id == often {
+                outcomes.push((a.outcome.clone(), a.turn_id.clone()));
+            }
+        }
+    })
+    .await;
+    let first_often = outcomes[0].1.clone();
+    assert_eq!(
+        outcomes,
+        [
+            ("queued".to_owned(), first_often.clone()),
+            ("still_waiting".to_owned(), first_often.clone()),
+            ("still_waiting".to_owned(), first_often.clone()),
+        ],
+        "one prompt waits"
+    );
+    bounded("DeleteSchedule", s.delete_schedule(&often))
+        .await
+        .unwrap();
+    assert_eq!(bot.queued_messages().await.unwrap(), 2, "tick and often's");
     // A schedule that skips a busy bot says so in the chat, and sends nothing.
     let skipper = bounded(
         "CreateSchedule",
@@ -466,7 +502,7 @@ async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
     );
     let pending = bot.pending_permissions().await.unwrap();
     assert_eq!(pending.len(), 1, "the question is still open: {pending:?}");
-    assert_eq!(bot.queued_messages().await.unwrap(), 1, "the prompt waits");
+    assert_eq!(bot.queued_messages().await.unwrap(), 2, "the prompts wait");
     let asked: Vec<String> = json_lines(&state(env).join("messages.jsonl"))
         .iter()
         .map(|m| m["text"].as_str().unwrap_or_default().to_owned())

@@ -291,6 +291,11 @@ pub async fn fire(conn: &Connection, spec: &str, now: bool, json: bool) -> Resul
                 "the fire of {} was made already: nothing more sent",
                 when(due)
             ),
+            "still_waiting" => outln!(
+                "fired (due {}): the prompt of an earlier fire, turn {turn}, has not gone yet and \
+                 stands for this one: nothing more sent",
+                when(due)
+            ),
             "nothing_due" => outln!("nothing was due: nothing sent"),
             other => outln!("{other} (due {}): the bot's chat says why", when(due)),
         }

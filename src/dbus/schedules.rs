@@ -18,7 +18,7 @@ use super::manager::answer_with;
 use super::options::{OptionReader, Options};
 use super::paths::{bot_id, bot_path};
 use crate::schedule::claim::Asker;
-use crate::schedule::{Schedule, WhenBusy};
+use crate::schedule::{Conversation, Schedule, WhenBusy};
 use crate::supervisor::schedules::{Fired, NewSchedule};
 
 /// The Schedules interface's name.
@@ -62,6 +62,18 @@ fn when_busy(r: &mut OptionReader<'_>, method: &str) -> Result<Option<WhenBusy>>
     }
 }
 
+fn conversation(r: &mut OptionReader<'_>, method: &str) -> Result<Option<Conversation>> {
+    match r.string("conversation")? {
+        None => Ok(None),
+        Some(c) => Conversation::parse(&c).map(Some).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{method}: option `conversation` is `same` or `fresh`, not `{}`",
+                crate::text::escape(&c, false)
+            ))
+        }),
+    }
+}
+
 fn random_delay(r: &mut OptionReader<'_>, method: &str) -> Result<Option<u32>> {
     match r.seconds("random_delay_s")? {
         None => Ok(None),
@@ -81,6 +93,7 @@ async fn create(
 ) -> Result<String> {
     let mut r = OptionReader::new("CreateSchedule", &options);
     let when_busy = when_busy(&mut r, "CreateSchedule")?.unwrap_or(WhenBusy::Queue);
+    let conversation = conversation(&mut r, "CreateSchedule")?.unwrap_or(Conversation::Same);
     let random_delay_s = random_delay(&mut r, "CreateSchedule")?.unwrap_or(0);
     r.finish()?;
     let bot_id = bot_id(bot)
@@ -93,6 +106,7 @@ async fn create(
             calendar,
             prompt,
             when_busy,
+            conversation,
             random_delay_s,
         })
         .await?;
@@ -104,6 +118,7 @@ async fn update(ctx: &Ctx, id: String, options: Options) -> Result<()> {
     let calendar = r.string("calendar")?;
     let prompt = r.string("prompt")?;
     let when_busy = when_busy(&mut r, "UpdateSchedule")?;
+    let conversation = conversation(&mut r, "UpdateSchedule")?;
     let random_delay_s = random_delay(&mut r, "UpdateSchedule")?;
     let paused = r.boolean("paused")?;
     r.finish()?;
@@ -117,6 +132,9 @@ async fn update(ctx: &Ctx, id: String, options: Options) -> Result<()> {
             }
             if let Some(w) = when_busy {
                 s.when_busy = w;
+            }
+            if let Some(c) = conversation {
+                s.conversation = c;
             }
             if let Some(d) = random_delay_s {
                 s.random_delay_s = d;
@@ -297,6 +315,7 @@ fn shown(s: &Schedule, next: Option<i64>) -> HashMap<String, OwnedVariant> {
     put("prompt", super::bounds::bus_text(&preview).as_ref().into());
     put("prompt_cut", cut.into());
     put("when_busy", s.when_busy.as_str().into());
+    put("conversation", s.conversation.as_str().into());
     put("random_delay_s", s.random_delay_s.into());
     put("paused", s.paused.into());
     put("next", next.unwrap_or(0).into());
@@ -406,7 +425,9 @@ impl Schedules {
     /// checked by systemd's own parser and kept in its normalized form; `prompt` the message
     /// each fire sends, as a `Send` would. Options: `when_busy` (s: `queue`, the default: a
     /// fire into a busy bot waits behind its turn; `skip`: it is skipped, said in the chat),
-    /// `random_delay_s` (u: the timer's `RandomizedDelaySec=`, at most 86400). Returns the
+    /// `conversation` (s: `same`, the default: into the bot's conversation; `fresh`: each fire
+    /// begins a new conversation of the bot, as `Restart` with `fresh` does, and only into an
+    /// idle bot: a busy bot's fire is skipped), `random_delay_s` (u: the timer's `RandomizedDelaySec=`, at most 86400). Returns the
     /// schedule's id (32 hex digits). The prompt is at most 64 KiB (65536 bytes). Its timer and service units are written under the user's
     /// `systemd/user` folder and the timer started. Errors: InvalidArgument (a calendar systemd
     /// refuses or that never comes, an empty prompt or one over 64 KiB, a bad option), NotFound
@@ -425,7 +446,8 @@ impl Schedules {
     }
 
     /// Changes the schedule `id`. Options, each optional: `calendar` (s), `prompt` (s),
-    /// `when_busy` (s), `random_delay_s` (u), `paused` (b); as `CreateSchedule` takes them. Its
+    /// `when_busy` (s), `conversation` (s), `random_delay_s` (u), `paused` (b); as
+    /// `CreateSchedule` takes them. Its
     /// units are written again. Errors: as `CreateSchedule`, and NotFound; each changes
     /// nothing.
     async fn update_schedule(&self, id: String, options: Options) -> Result<()> {
@@ -473,7 +495,7 @@ impl Schedules {
 
     /// Every schedule, in the order they were made, each a dictionary: `id` (s), `bot` (o),
     /// `calendar` (s, systemd's normalized form), `prompt` (s, its first 500 characters, `…`
-    /// after them when cut), `prompt_cut` (b), `when_busy` (s),
+    /// after them when cut), `prompt_cut` (b), `when_busy` (s), `conversation` (s: `same` or `fresh`),
     /// `random_delay_s` (u), `paused` (b), `next` (x: the next due time in Unix seconds, 0 when
     /// not known or paused; the timer's random delay comes on top), `last_fired` (x: the due
     /// time of the last fire, 0 before the first). Changes are signalled as invalidated.

@@ -28,6 +28,8 @@ pub struct Schedule {
     pub prompt: String,
     /// What a fire does when the bot is busy.
     pub when_busy: WhenBusy,
+    /// Which conversation each fire's prompt goes to.
+    pub conversation: Conversation,
     /// The timer's `RandomizedDelaySec=`, in seconds (0: none).
     pub random_delay_s: u32,
     /// A paused schedule has no timer and no fire.
@@ -63,6 +65,36 @@ impl WhenBusy {
         match s {
             "queue" => Some(WhenBusy::Queue),
             "skip" => Some(WhenBusy::Skip),
+            _ => None,
+        }
+    }
+}
+
+/// Which conversation a fire's prompt goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conversation {
+    /// The bot's conversation, as a user's message (the default).
+    Same,
+    /// A new conversation of the bot each time, begun by the fire on an idle bot (the previous
+    /// one is kept in the CLI's files, as after `restart --fresh`); a busy bot's fire is
+    /// skipped, since a new conversation would cut into the one in use.
+    Fresh,
+}
+
+impl Conversation {
+    /// `same` or `fresh`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Conversation::Same => "same",
+            Conversation::Fresh => "fresh",
+        }
+    }
+
+    /// From [`Conversation::as_str`]'s words; `None` for any other.
+    pub fn parse(s: &str) -> Option<Conversation> {
+        match s {
+            "same" => Some(Conversation::Same),
+            "fresh" => Some(Conversation::Fresh),
             _ => None,
         }
     }

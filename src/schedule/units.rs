@@ -195,6 +195,7 @@ mod tests {
             calendar: "Mon..Fri *-*-* 09:00:00".into(),
             prompt: "check".into(),
             when_busy: WhenBusy::Queue,
+            conversation: crate::schedule::Conversation::Same,
             random_delay_s: 30,
             paused: false,
             last_due: 0,

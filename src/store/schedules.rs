@@ -3,7 +3,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::schedule::{Schedule, WhenBusy};
+use crate::schedule::{Conversation, Schedule, WhenBusy};
 use crate::time::now_rfc3339;
 
 /// How many fires of a schedule are kept (the newest, by due time).
@@ -22,18 +22,19 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Schedule> {
         last_due: r.get(7)?,
         last_fired_at: r.get(8)?,
         last_run_now: r.get(9)?,
+        conversation: Conversation::parse(&r.get::<_, String>(10)?).unwrap_or(Conversation::Same),
     })
 }
 
 const COLUMNS: &str = "id, bot_id, calendar, prompt, when_busy, random_delay_s, paused, \
-                       last_due, last_fired_at, last_run_now";
+                       last_due, last_fired_at, last_run_now, conversation";
 
 /// Adds `s` (its `last_due` and `last_fired_at` as given: 0 for a new schedule).
 pub fn insert(conn: &Connection, s: &Schedule) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT INTO schedules (id, bot_id, calendar, prompt, when_busy, random_delay_s, paused,
-                                last_due, last_fired_at, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                                last_due, last_fired_at, created_at, conversation)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )?
     .execute(params![
         s.id,
@@ -45,18 +46,20 @@ pub fn insert(conn: &Connection, s: &Schedule) -> rusqlite::Result<()> {
         s.paused,
         s.last_due,
         s.last_fired_at,
-        now_rfc3339()
+        now_rfc3339(),
+        s.conversation.as_str()
     ])?;
     Ok(())
 }
 
-/// Writes what a client may change of `s` (calendar, prompt, `when_busy`, random delay, paused);
+/// Writes what a client may change of `s` (calendar, prompt, `when_busy`, conversation, random
+/// delay, paused);
 /// false when there is no such schedule.
 pub fn update(conn: &Connection, s: &Schedule) -> rusqlite::Result<bool> {
     let n = conn
         .prepare_cached(
             "UPDATE schedules SET calendar = ?2, prompt = ?3, when_busy = ?4, random_delay_s = ?5,
-                                  paused = ?6
+                                  paused = ?6, conversation = ?7
              WHERE id = ?1",
         )?
         .execute(params![
@@ -65,7 +68,8 @@ pub fn update(conn: &Connection, s: &Schedule) -> rusqlite::Result<bool> {
             s.prompt,
             s.when_busy.as_str(),
             s.random_delay_s,
-            s.paused
+            s.paused,
+            s.conversation.as_str()
         ])?;
     Ok(n == 1)
 }
@@ -223,6 +227,7 @@ mod tests {
             calendar: "*-*-* 09:00:00".into(),
             prompt: "check".into(),
             when_busy: WhenBusy::Queue,
+            conversation: crate::schedule::Conversation::Same,
             random_delay_s: 0,
             paused: false,
             last_due: 0,

@@ -242,6 +242,12 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (schedule_id, due)
     ) WITHOUT ROWID;
     "#,
+    // 19: which conversation a schedule's fires go to (issue 49): the bot's own (`same`) or a
+    // new one each time (`fresh`).
+    r#"
+    ALTER TABLE schedules ADD COLUMN conversation TEXT NOT NULL DEFAULT 'same'
+        CHECK (conversation IN ('same', 'fresh'));
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version

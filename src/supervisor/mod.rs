@@ -258,6 +258,9 @@ pub struct Supervisor {
     /// One change of the schedules at a time, from the database to the timer units (issue 49):
     /// the units are always written from what the database says last.
     scheduling: tokio::sync::Mutex<()>,
+    /// Held by a fire into a fresh conversation from its last look at the claim to its claim,
+    /// so that two fires of one due time never both begin a conversation.
+    fresh_fires: tokio::sync::Mutex<()>,
     /// Each schedule's next due time (Unix seconds), as systemd's parser last told it:
     /// `Schedules` is read from here, never by running the parser in a client's call.
     next_dues: Mutex<BTreeMap<String, i64>>,
@@ -282,6 +285,7 @@ impl Supervisor {
             creating: tokio::sync::Mutex::new(()),
             passed: Mutex::new(BTreeMap::new()),
             scheduling: tokio::sync::Mutex::new(()),
+            fresh_fires: tokio::sync::Mutex::new(()),
             next_dues: Mutex::new(BTreeMap::new()),
         })
     }

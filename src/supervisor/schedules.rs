@@ -10,9 +10,10 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
+use super::core::RestartMode;
 use super::{BotError, BotView, State, Supervisor};
 use crate::schedule::claim::{self, Asker, Claim};
-use crate::schedule::{Schedule, WhenBusy, calendar, units};
+use crate::schedule::{Conversation, Schedule, WhenBusy, calendar, units};
 use crate::store::schedules as rows;
 use crate::systemd::timers::Timers;
 use crate::time::unix_now;
@@ -36,6 +37,8 @@ pub struct NewSchedule {
     pub prompt: String,
     /// What a fire does when the bot is busy.
     pub when_busy: WhenBusy,
+    /// Which conversation each fire goes to.
+    pub conversation: Conversation,
     /// The timer's random delay, in seconds.
     pub random_delay_s: u32,
 }
@@ -99,11 +102,12 @@ pub enum Delivery {
     Fail(String),
 }
 
-/// What a fire does with the bot `view` under `when_busy`: a `failed` bot takes no message
-/// (fail); a bot whose budget is spent starts no turn (skip: a schedule must not pile messages
-/// behind a budget); a busy bot (a turn in flight, messages waiting, or a permission request
-/// open) skips when the schedule says so; anything else queues.
-pub fn delivery(view: &BotView, when_busy: WhenBusy) -> Delivery {
+/// What a fire does with the bot `view` under `when_busy`, into `conversation`: a `failed` bot
+/// takes no message (fail); a bot whose budget is spent starts no turn (skip: a schedule must
+/// not pile messages behind a budget); a busy bot (a turn in flight, messages waiting, or a
+/// permission request open) skips when the schedule says so, or when the fire is to begin a
+/// fresh conversation (it would cut into the one in use); anything else queues.
+pub fn delivery(view: &BotView, when_busy: WhenBusy, conversation: Conversation) -> Delivery {
     if view.state == State::Failed {
         return Delivery::Fail(format!(
             "the bot is failed and takes no message until Restart: {}",
@@ -118,6 +122,11 @@ pub fn delivery(view: &BotView, when_busy: WhenBusy) -> Delivery {
     let busy = view.state == State::Busy || view.queued > 0 || !view.pending.is_empty();
     if busy && when_busy == WhenBusy::Skip {
         return Delivery::Skip("the bot was busy, and the schedule skips a busy bot".into());
+    }
+    if busy && conversation == Conversation::Fresh {
+        return Delivery::Skip(
+            "the bot was busy, and a fresh conversation would cut into the one in use".into(),
+        );
     }
     Delivery::Queue
 }
@@ -247,6 +256,7 @@ impl Supervisor {
             calendar: cal.normalized,
             prompt: new.prompt,
             when_busy: new.when_busy,
+            conversation: new.conversation,
             random_delay_s: new.random_delay_s,
             paused: false,
             // No fire claims a due time from before the schedule was made.
@@ -444,7 +454,21 @@ impl Supervisor {
             Asker::RunNow { .. } => "run_now",
         };
         let scheduled = json!({"id": s.id, "due": due, "by": by});
-        let not_queued = match delivery(&handle.snapshot(), s.when_busy) {
+        let fresh = s.conversation == Conversation::Fresh;
+        let _fresh_fire = match fresh {
+            true => Some(self.fresh_fires.lock().await),
+            false => None,
+        };
+        let not_queued = match delivery(&handle.snapshot(), s.when_busy, s.conversation) {
+            // The conversation begins only if this fire will claim its due time: none claimed
+            // it since the decision above (fresh fires hold `fresh_fires` to here).
+            Delivery::Queue if fresh && self.schedule(id)?.last_due >= due => {
+                return Ok(Fired::AlreadyFired(due));
+            }
+            Delivery::Queue if fresh && let Err(e) = handle.restart(RestartMode::Fresh) => (
+                "failed",
+                format!("a fresh conversation could not begin: {e}"),
+            ),
             Delivery::Queue => {
                 let extra =
                     serde_json::Map::from_iter([("schedule".to_owned(), scheduled.clone())]);
@@ -561,37 +585,52 @@ mod tests {
     }
 
     /// A failed bot fails the fire; a spent budget skips it; a busy bot queues it unless the
-    /// schedule skips; a limited bot queues it (it goes at the reset).
+    /// schedule skips or begins a fresh conversation; a limited bot queues it (it goes at the
+    /// reset).
     #[test]
     fn what_a_fire_does_with_the_bot_as_it_is() {
         assert!(matches!(
-            delivery(&view(State::Failed), WhenBusy::Queue),
+            delivery(&view(State::Failed), WhenBusy::Queue, Conversation::Same),
             Delivery::Fail(_)
         ));
         assert_eq!(
-            delivery(&view(State::Busy), WhenBusy::Queue),
+            delivery(&view(State::Busy), WhenBusy::Queue, Conversation::Same),
             Delivery::Queue
         );
         assert!(matches!(
-            delivery(&view(State::Busy), WhenBusy::Skip),
+            delivery(&view(State::Busy), WhenBusy::Skip, Conversation::Same),
             Delivery::Skip(_)
         ));
         let mut waiting = view(State::Idle);
         waiting.queued = 1;
         assert!(matches!(
-            delivery(&waiting, WhenBusy::Skip),
+            delivery(&waiting, WhenBusy::Skip, Conversation::Same),
             Delivery::Skip(_)
         ));
         assert_eq!(
-            delivery(&view(State::Limited), WhenBusy::Skip),
+            delivery(&view(State::Limited), WhenBusy::Skip, Conversation::Same),
             Delivery::Queue
         );
         let mut spent = view(State::Idle);
         spent.record.budget = Some(10);
         spent.record.spend.cost_nanos = 10;
         assert!(matches!(
-            delivery(&spent, WhenBusy::Queue),
+            delivery(&spent, WhenBusy::Queue, Conversation::Same),
             Delivery::Skip(_)
         ));
+        // A fresh conversation begins only on an idle bot: a busy one's fire is skipped, even
+        // by a schedule that queues.
+        assert!(matches!(
+            delivery(&view(State::Busy), WhenBusy::Queue, Conversation::Fresh),
+            Delivery::Skip(_)
+        ));
+        assert!(matches!(
+            delivery(&waiting, WhenBusy::Queue, Conversation::Fresh),
+            Delivery::Skip(_)
+        ));
+        assert_eq!(
+            delivery(&view(State::Idle), WhenBusy::Queue, Conversation::Fresh),
+            Delivery::Queue
+        );
     }
 }

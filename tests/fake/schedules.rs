@@ -114,6 +114,16 @@ struct Scheduled {
 
 /// [`Scheduled`]; `None` where no user manager can run (after the skip line).
 async fn with_schedule(plan: serde_json::Value, calendar: &str, prompt: &str) -> Option<Scheduled> {
+    with_schedule_of(plan, calendar, prompt, HashMap::new()).await
+}
+
+/// [`with_schedule`], the schedule made with `options` (`CreateSchedule`'s).
+async fn with_schedule_of(
+    plan: serde_json::Value,
+    calendar: &str,
+    prompt: &str,
+    options: HashMap<&str, zbus::Variant<'_>>,
+) -> Option<Scheduled> {
     let (env, um) = installed().await?;
     let conn = um.connect().await;
     let made = fake_bot(&env, &conn, plan).await;
@@ -128,7 +138,7 @@ async fn with_schedule(plan: serde_json::Value, calendar: &str, prompt: &str) ->
     let s = schedules(&conn).await;
     let id = bounded(
         "CreateSchedule",
-        s.create_schedule(&path, calendar, prompt, HashMap::new()),
+        s.create_schedule(&path, calendar, prompt, options),
     )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", um.log_text()));
@@ -546,4 +556,74 @@ async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
     };
     assert_eq!(ended[&first], ["success"]);
     assert_eq!(ended[&tick], ["success"]);
+}
+
+/// A schedule with `conversation` `fresh` begins a new conversation of the bot at each fire: the
+/// CLI is launched on a new session id for each fired prompt (never resuming the one before,
+/// nor the conversation the bot had), each prompt asked once and answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_schedule_begins_a_new_conversation_at_each_fire() {
+    let options = HashMap::from([("conversation", zbus::Variant::from("fresh"))]);
+    let Some(t) = with_schedule_of(json!([{"mode": "normal"}]), "*:*:0/2", "triage", options).await
+    else {
+        return;
+    };
+    let (bot, s, id, env) = (&t.bot, &t.s, &t.id, &t.env);
+    let listed = bounded("Schedules", s.schedules()).await.unwrap();
+    assert_eq!(
+        listed[0]
+            .get("conversation")
+            .and_then(|v| <&str>::try_from(&**v).ok()),
+        Some("fresh")
+    );
+    let fired = wait_scheduled(bot, "three fires", |f| f.len() >= 3).await;
+    bounded("DeleteSchedule", s.delete_schedule(id))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    loop {
+        let ended = ends(bot).await;
+        if fired
+            .values()
+            .flatten()
+            .all(|turn| ended.contains_key(turn))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "every fired turn ends: {ended:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let launches = json_lines(&state(env).join("launches.jsonl"));
+    let session_of = |launch: u64| -> (String, bool) {
+        let argv: Vec<String> = launches[launch as usize]["argv"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect();
+        let at = |flag: &str| {
+            argv.iter()
+                .position(|a| a == flag)
+                .map(|i| argv[i + 1].clone())
+        };
+        match (at("--session-id"), at("--resume")) {
+            (Some(new), _) => (new, false),
+            (None, Some(resumed)) => (resumed, true),
+            _ => panic!("{argv:?}"),
+        }
+    };
+    let asked: Vec<(String, bool)> = json_lines(&state(env).join("messages.jsonl"))
+        .iter()
+        .filter(|m| m["text"] == "triage")
+        .map(|m| session_of(m["launch"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(asked.len(), fired.len(), "each fired prompt asked once");
+    let sessions: std::collections::BTreeSet<&String> = asked.iter().map(|(s, _)| s).collect();
+    assert!(
+        sessions.len() == asked.len() && asked.iter().all(|(_, resumed)| !resumed),
+        "each fire in a conversation of its own, begun for it: {asked:?}"
+    );
 }

@@ -49,13 +49,17 @@ pub enum ScheduleCmd {
         /// open) instead of queueing it behind them.
         #[arg(long)]
         skip_when_busy: bool,
+        /// Begin a new conversation of the bot at each fire (the previous one is kept, as after
+        /// `restart --fresh`); a fire into a busy bot is then skipped.
+        #[arg(long)]
+        fresh: bool,
         /// Spread each fire over up to this many seconds (the timer's RandomizedDelaySec=).
         #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(0..=86_400))]
         random_delay: Option<u32>,
     },
     /// List the schedules: id, bot, calendar, next due time, prompt (with --json: one JSON
-    /// array of objects with id, bot, bot_path, calendar, prompt, when_busy, random_delay_s,
-    /// paused, next and last_fired, times in Unix seconds).
+    /// array of objects with id, bot, bot_path, calendar, prompt, when_busy, conversation,
+    /// random_delay_s, paused, next and last_fired, times in Unix seconds).
     List,
     /// Delete a schedule and its timer.
     Rm {

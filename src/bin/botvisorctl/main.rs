@@ -312,18 +312,15 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
                 calendar,
                 prompt,
                 skip_when_busy,
+                fresh,
                 random_delay,
             } => {
-                schedule::add(
-                    conn,
-                    &bot,
-                    &calendar,
-                    &prompt,
+                let how = schedule::How {
                     skip_when_busy,
+                    fresh,
                     random_delay,
-                    json,
-                )
-                .await
+                };
+                schedule::add(conn, &bot, &calendar, &prompt, how, json).await
             }
             ScheduleCmd::List => schedule::list(conn, json).await,
             ScheduleCmd::Rm { id } => schedule::remove(conn, &id, json).await,

@@ -107,6 +107,9 @@ pub struct ScheduleArgs {
     pub prompt: String,
     /// Skip a fire while the bot is busy instead of queueing it (default false).
     pub skip_when_busy: Option<bool>,
+    /// Begin a new conversation of the bot at each fire, skipping a fire while it is busy
+    /// (default false: into the bot's conversation).
+    pub fresh: Option<bool>,
 }
 
 /// A schedule, by its id.
@@ -660,7 +663,8 @@ impl BotvisorMcp {
                 json!({
                     "id": s.id, "bot": s.bot.rsplit('/').next().unwrap_or_default(),
                     "calendar": s.calendar, "prompt": cut(&s.prompt, 1024).0,
-                    "when_busy": s.when_busy, "paused": s.paused,
+                    "when_busy": s.when_busy, "conversation": s.conversation,
+                    "paused": s.paused,
                     "next": s.next, "last_fired": s.last_fired,
                 })
             })
@@ -681,6 +685,9 @@ impl BotvisorMcp {
         let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
         if a.skip_when_busy == Some(true) {
             options.insert("when_busy", "skip".into());
+        }
+        if a.fresh == Some(true) {
+            options.insert("conversation", "fresh".into());
         }
         let proxy = botvisor::dbus::client::SchedulesProxy::new(&self.conn)
             .await

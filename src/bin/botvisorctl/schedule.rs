@@ -26,6 +26,8 @@ pub struct Shown {
     pub prompt: String,
     /// `queue` or `skip`.
     pub when_busy: String,
+    /// `same` or `fresh`.
+    pub conversation: String,
     /// Seconds.
     pub random_delay_s: u32,
     /// Whether paused.
@@ -53,6 +55,7 @@ fn shown(m: &HashMap<String, zbus::OwnedVariant>) -> Shown {
         calendar: text("calendar"),
         prompt: text("prompt"),
         when_busy: text("when_busy"),
+        conversation: text("conversation"),
         random_delay_s: m
             .get("random_delay_s")
             .and_then(|v| u32::try_from(&**v).ok())
@@ -124,22 +127,35 @@ fn when(t: i64) -> String {
     botvisor::time::local_time(t as u64)
 }
 
+/// How a schedule made by `schedule add` fires: its options.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct How {
+    /// `--skip-when-busy`.
+    pub skip_when_busy: bool,
+    /// `--fresh`: a new conversation at each fire.
+    pub fresh: bool,
+    /// `--random-delay`, in seconds.
+    pub random_delay: Option<u32>,
+}
+
 /// `schedule add BOT CALENDAR PROMPT`.
 pub async fn add(
     conn: &Connection,
     bot: &str,
     calendar: &str,
     prompt: &str,
-    skip_when_busy: bool,
-    random_delay: Option<u32>,
+    how: How,
     json: bool,
 ) -> Result<u8, Failure> {
     let path = bots::path_of(conn, bot).await?;
     let mut options: HashMap<&str, Variant<'_>> = HashMap::new();
-    if skip_when_busy {
+    if how.skip_when_busy {
         options.insert("when_busy", "skip".into());
     }
-    if let Some(d) = random_delay {
+    if how.fresh {
+        options.insert("conversation", "fresh".into());
+    }
+    if let Some(d) = how.random_delay {
         options.insert("random_delay_s", d.into());
     }
     let p = proxy(conn).await?;
@@ -183,6 +199,7 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
                     "calendar": s.calendar,
                     "prompt": s.prompt,
                     "when_busy": s.when_busy,
+                    "conversation": s.conversation,
                     "random_delay_s": s.random_delay_s,
                     "paused": s.paused,
                     "next": s.next,
@@ -205,8 +222,13 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
             when(s.next)
         };
         let prompt: String = s.prompt.chars().take(40).collect();
+        let fresh = if s.conversation == "fresh" {
+            "  (fresh)"
+        } else {
+            ""
+        };
         outln!(
-            "{}  {}  {}  next {}  {}",
+            "{}  {}  {}  next {}  {}{fresh}",
             &s.id[..8.min(s.id.len())],
             shell_word(bot),
             s.calendar,

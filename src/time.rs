@@ -15,6 +15,13 @@ pub fn unix_now() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
+/// `at` (Unix seconds) as RFC 3339 in UTC to the second, `2027-01-01T09:00:00Z`; a negative
+/// `at` as the epoch.
+pub fn rfc3339(at: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(at.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
 /// `at` (Unix seconds) in the local time zone as `HH:MM`, or `YYYY-MM-DD HH:MM` when it is more
 /// than a day from now.
 pub fn local_time(at: u64) -> String {

@@ -94,8 +94,13 @@ async fn create(
     let mut r = OptionReader::new("CreateSchedule", &options);
     let when_busy = when_busy(&mut r, "CreateSchedule")?.unwrap_or(WhenBusy::Queue);
     let conversation = conversation(&mut r, "CreateSchedule")?.unwrap_or(Conversation::Same);
+    let until = r.string("until")?;
     let random_delay_s = random_delay(&mut r, "CreateSchedule")?.unwrap_or(0);
     r.finish()?;
+    let until = match until {
+        Some(u) => ctx.supervisor.schedule_end(&u).await?,
+        None => 0,
+    };
     let bot_id = bot_id(bot)
         .ok_or_else(|| Error::NotFound(format!("no bot at {}", crate::text::escape(bot, false))))?
         .to_owned();
@@ -108,6 +113,7 @@ async fn create(
             when_busy,
             conversation,
             random_delay_s,
+            until,
         })
         .await?;
     Ok(s.id)
@@ -119,9 +125,14 @@ async fn update(ctx: &Ctx, id: String, options: Options) -> Result<()> {
     let prompt = r.string("prompt")?;
     let when_busy = when_busy(&mut r, "UpdateSchedule")?;
     let conversation = conversation(&mut r, "UpdateSchedule")?;
+    let until = r.string("until")?;
     let random_delay_s = random_delay(&mut r, "UpdateSchedule")?;
     let paused = r.boolean("paused")?;
     r.finish()?;
+    let until = match until {
+        Some(u) => Some(ctx.supervisor.schedule_end(&u).await?),
+        None => None,
+    };
     ctx.supervisor
         .update_schedule(&id, |s| {
             if let Some(c) = calendar {
@@ -135,6 +146,9 @@ async fn update(ctx: &Ctx, id: String, options: Options) -> Result<()> {
             }
             if let Some(c) = conversation {
                 s.conversation = c;
+            }
+            if let Some(u) = until {
+                s.until = u;
             }
             if let Some(d) = random_delay_s {
                 s.random_delay_s = d;
@@ -274,6 +288,11 @@ pub(crate) async fn keep_timers(conn: Connection, ctx: Arc<Ctx>) {
                 at_start = false;
             }
             _ = nexts.tick() => {
+                if ctx.supervisor.ended_with_units()
+                    && let Err(why) = ctx.supervisor.reconcile_schedules(false).await
+                {
+                    tracing::debug!(error = %why, "an ended schedule's timer goes at the next check");
+                }
                 if ctx.supervisor.refresh_next_dues(false).await {
                     changed(&ctx, &conn).await;
                 }
@@ -316,6 +335,7 @@ fn shown(s: &Schedule, next: Option<i64>) -> HashMap<String, OwnedVariant> {
     put("prompt_cut", cut.into());
     put("when_busy", s.when_busy.as_str().into());
     put("conversation", s.conversation.as_str().into());
+    put("until", s.until.into());
     put("random_delay_s", s.random_delay_s.into());
     put("paused", s.paused.into());
     put("next", next.unwrap_or(0).into());
@@ -427,7 +447,10 @@ impl Schedules {
     /// fire into a busy bot waits behind its turn; `skip`: it is skipped, said in the chat),
     /// `conversation` (s: `same`, the default: into the bot's conversation; `fresh`: each fire
     /// begins a new conversation of the bot, as `Restart` with `fresh` does, and only into an
-    /// idle bot: a busy bot's fire is skipped), `random_delay_s` (u: the timer's `RandomizedDelaySec=`, at most 86400). Returns the
+    /// idle bot: a busy bot's fire is skipped), `until` (s: when it ends, a timestamp as
+    /// systemd reads one, `2027-01-01`, `2026-12-31 18:00 Europe/Paris`, `+2w`; no due time
+    /// after it fires, and once past it the schedule has no timer and is listed ended),
+    /// `random_delay_s` (u: the timer's `RandomizedDelaySec=`, at most 86400). Returns the
     /// schedule's id (32 hex digits). The prompt is at most 64 KiB (65536 bytes). Its timer and service units are written under the user's
     /// `systemd/user` folder and the timer started. Errors: InvalidArgument (a calendar systemd
     /// refuses or that never comes, an empty prompt or one over 64 KiB, a bad option), NotFound
@@ -446,8 +469,8 @@ impl Schedules {
     }
 
     /// Changes the schedule `id`. Options, each optional: `calendar` (s), `prompt` (s),
-    /// `when_busy` (s), `conversation` (s), `random_delay_s` (u), `paused` (b); as
-    /// `CreateSchedule` takes them. Its
+    /// `when_busy` (s), `conversation` (s), `until` (s; `""` for no end), `random_delay_s`
+    /// (u), `paused` (b); as `CreateSchedule` takes them. Its
     /// units are written again. Errors: as `CreateSchedule`, and NotFound; each changes
     /// nothing.
     async fn update_schedule(&self, id: String, options: Options) -> Result<()> {
@@ -496,6 +519,7 @@ impl Schedules {
     /// Every schedule, in the order they were made, each a dictionary: `id` (s), `bot` (o),
     /// `calendar` (s, systemd's normalized form), `prompt` (s, its first 500 characters, `…`
     /// after them when cut), `prompt_cut` (b), `when_busy` (s), `conversation` (s: `same` or `fresh`),
+    /// `until` (x: its end in Unix seconds, 0 for none; `next` is 0 once it has passed),
     /// `random_delay_s` (u), `paused` (b), `next` (x: the next due time in Unix seconds, 0 when
     /// not known or paused; the timer's random delay comes on top), `last_fired` (x: the due
     /// time of the last fire, 0 before the first). Changes are signalled as invalidated.

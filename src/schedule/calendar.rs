@@ -89,6 +89,52 @@ fn analyze(expr: &str, base: Option<i64>, iterations: usize) -> Result<String, C
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The moment `expr` says, in Unix seconds, as systemd's own parser reads a timestamp
+/// (`systemd-analyze timestamp`, `systemd.time(7)` "Parsing Timestamps": `2027-01-01`,
+/// `2026-12-31 18:00`, `tomorrow`, `+2w`, a time zone at the end), in botvisord's time zone as
+/// a calendar is. Errors: `Invalid` (systemd refuses it, or it is empty, too long or holds a
+/// control character), `NoParser`.
+pub fn timestamp(expr: &str) -> Result<i64, CalendarError> {
+    let shown = crate::text::escape(expr, false).into_owned();
+    if expr.len() > MAX_CALENDAR_BYTES
+        || expr.trim().is_empty()
+        || expr.chars().any(char::is_control)
+    {
+        return Err(CalendarError::Invalid {
+            expr: shown.chars().take(64).collect(),
+            why: format!(
+                "empty, longer than {MAX_CALENDAR_BYTES} bytes, or holds a control character"
+            ),
+        });
+    }
+    let mut cmd = Command::new(program());
+    cmd.env("LC_ALL", "C")
+        .env("SYSTEMD_COLORS", "0")
+        .args(["timestamp", "--", expr]);
+    let out =
+        run(cmd).map_err(|e| CalendarError::NoParser(format!("{}: {e}", program().display())))?;
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let seconds = printed.lines().find_map(|l| {
+        let v = l
+            .trim()
+            .strip_prefix("UNIX seconds:")?
+            .trim()
+            .strip_prefix('@')?;
+        v.split('.').next()?.parse::<i64>().ok()
+    });
+    match seconds {
+        Some(s) if out.status.success() => Ok(s),
+        _ => {
+            let why = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+            let why = why
+                .rsplit_once(": ")
+                .map(|(_, w)| w.to_owned())
+                .unwrap_or(why);
+            Err(CalendarError::Invalid { expr: shown, why })
+        }
+    }
+}
+
 /// How long one run of `systemd-analyze` may take (it answers in milliseconds).
 const RUN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -303,6 +349,27 @@ Normalized form: *-*-* 09:00:00
             Err(CalendarError::Invalid { .. })
         ));
         assert!(matches!(check("2020-01-01"), Err(CalendarError::Never(_))));
+    }
+
+    /// An end date is read by systemd's timestamp parser: a date with a zone is that moment; a
+    /// bad one is refused in its words; a relative one is from now.
+    #[test]
+    fn an_end_is_a_timestamp_systemd_reads() {
+        if !analyzer() {
+            return;
+        }
+        assert_eq!(timestamp("2027-01-01 09:00 UTC").unwrap(), 1_798_794_000);
+        assert!(matches!(
+            timestamp("bogus"),
+            Err(CalendarError::Invalid { .. })
+        ));
+        assert!(matches!(timestamp(""), Err(CalendarError::Invalid { .. })));
+        assert!(matches!(
+            timestamp("--help"),
+            Err(CalendarError::Invalid { .. })
+        ));
+        let in_a_day = timestamp("+1d").unwrap() - crate::time::unix_now();
+        assert!((86_390..=86_410).contains(&in_a_day), "{in_a_day}");
     }
 
     /// A calendar with no zone is the local time of the zone systemd-analyze runs in (the user

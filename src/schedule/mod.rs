@@ -40,6 +40,16 @@ pub struct Schedule {
     pub last_fired_at: i64,
     /// Whether a `run-now` claimed it (rather than the timer).
     pub last_run_now: bool,
+    /// When it ends, in Unix seconds (0: never): no due time after it fires, and once it has
+    /// passed the schedule has no units (it stays listed, ended).
+    pub until: i64,
+}
+
+impl Schedule {
+    /// Whether it has ended at `now` (Unix seconds): its end is set and past.
+    pub fn ended(&self, now: i64) -> bool {
+        self.until > 0 && now > self.until
+    }
 }
 
 /// What a fire does when its bot is busy with a turn or has messages waiting.

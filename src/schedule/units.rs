@@ -196,6 +196,7 @@ mod tests {
             prompt: "check".into(),
             when_busy: WhenBusy::Queue,
             conversation: crate::schedule::Conversation::Same,
+            until: 0,
             random_delay_s: 30,
             paused: false,
             last_due: 0,

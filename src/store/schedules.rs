@@ -23,18 +23,19 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Schedule> {
         last_fired_at: r.get(8)?,
         last_run_now: r.get(9)?,
         conversation: Conversation::parse(&r.get::<_, String>(10)?).unwrap_or(Conversation::Same),
+        until: r.get(11)?,
     })
 }
 
 const COLUMNS: &str = "id, bot_id, calendar, prompt, when_busy, random_delay_s, paused, \
-                       last_due, last_fired_at, last_run_now, conversation";
+                       last_due, last_fired_at, last_run_now, conversation, until";
 
 /// Adds `s` (its `last_due` and `last_fired_at` as given: 0 for a new schedule).
 pub fn insert(conn: &Connection, s: &Schedule) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT INTO schedules (id, bot_id, calendar, prompt, when_busy, random_delay_s, paused,
-                                last_due, last_fired_at, created_at, conversation)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                                last_due, last_fired_at, created_at, conversation, until)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     )?
     .execute(params![
         s.id,
@@ -47,19 +48,20 @@ pub fn insert(conn: &Connection, s: &Schedule) -> rusqlite::Result<()> {
         s.last_due,
         s.last_fired_at,
         now_rfc3339(),
-        s.conversation.as_str()
+        s.conversation.as_str(),
+        s.until
     ])?;
     Ok(())
 }
 
 /// Writes what a client may change of `s` (calendar, prompt, `when_busy`, conversation, random
-/// delay, paused);
+/// delay, paused, its end);
 /// false when there is no such schedule.
 pub fn update(conn: &Connection, s: &Schedule) -> rusqlite::Result<bool> {
     let n = conn
         .prepare_cached(
             "UPDATE schedules SET calendar = ?2, prompt = ?3, when_busy = ?4, random_delay_s = ?5,
-                                  paused = ?6, conversation = ?7
+                                  paused = ?6, conversation = ?7, until = ?8
              WHERE id = ?1",
         )?
         .execute(params![
@@ -69,7 +71,8 @@ pub fn update(conn: &Connection, s: &Schedule) -> rusqlite::Result<bool> {
             s.when_busy.as_str(),
             s.random_delay_s,
             s.paused,
-            s.conversation.as_str()
+            s.conversation.as_str(),
+            s.until
         ])?;
     Ok(n == 1)
 }
@@ -228,6 +231,7 @@ mod tests {
             prompt: "check".into(),
             when_busy: WhenBusy::Queue,
             conversation: crate::schedule::Conversation::Same,
+            until: 0,
             random_delay_s: 0,
             paused: false,
             last_due: 0,

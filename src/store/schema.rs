@@ -248,6 +248,10 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE schedules ADD COLUMN conversation TEXT NOT NULL DEFAULT 'same'
         CHECK (conversation IN ('same', 'fresh'));
     "#,
+    // 20: when a schedule ends (issue 49), in Unix seconds; 0: never.
+    r#"
+    ALTER TABLE schedules ADD COLUMN until INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// Work in Rust that a migration does after its SQL, in the same transaction: the schema version

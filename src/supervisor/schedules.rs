@@ -41,6 +41,8 @@ pub struct NewSchedule {
     pub conversation: Conversation,
     /// The timer's random delay, in seconds.
     pub random_delay_s: u32,
+    /// When it ends, Unix seconds ([`Supervisor::schedule_end`]); 0: never.
+    pub until: i64,
 }
 
 /// What a fire did.
@@ -162,7 +164,41 @@ fn calendar_error(e: calendar::CalendarError) -> BotError {
     }
 }
 
+/// InvalidArgument when a schedule ending at `until` (Unix seconds, 0: never) would not fire
+/// once more: its next due time, `next`, comes after its end.
+fn check_end(until: i64, next: i64) -> Result<(), BotError> {
+    if until > 0 && next > until {
+        return Err(BotError::InvalidArgument(format!(
+            "the schedule ends ({}) before its next due time ({}): it would never fire",
+            crate::time::rfc3339(until),
+            crate::time::rfc3339(next)
+        )));
+    }
+    Ok(())
+}
+
 impl Supervisor {
+    /// The end a client gave, `expr`, as systemd's timestamp parser reads it
+    /// ([`calendar::timestamp`]), in Unix seconds; `""` is no end (0). Errors: InvalidArgument
+    /// (systemd refuses it, or it is not in the future), NotSupported (no parser).
+    pub async fn schedule_end(&self, expr: &str) -> Result<i64, BotError> {
+        if expr.is_empty() {
+            return Ok(0);
+        }
+        let owned = expr.to_owned();
+        let until = blocking(move || calendar::timestamp(&owned))
+            .await?
+            .map_err(calendar_error)?;
+        if until <= unix_now() {
+            return Err(BotError::InvalidArgument(format!(
+                "the end `{}` ({}) is not in the future",
+                crate::text::escape(expr, false),
+                crate::time::rfc3339(until)
+            )));
+        }
+        Ok(until)
+    }
+
     /// Every schedule, in the order they were made.
     pub fn schedules(&self) -> Result<Vec<Schedule>, BotError> {
         Ok(self.store.read(rows::all)?)
@@ -200,6 +236,7 @@ impl Supervisor {
         };
         let now = unix_now();
         let known = self.next_dues();
+        let list: Vec<Schedule> = list.into_iter().filter(|s| !s.ended(now)).collect();
         let stale: Vec<(String, String)> = list
             .iter()
             .filter(|s| all || known.get(&s.id).is_none_or(|t| *t <= now))
@@ -237,6 +274,7 @@ impl Supervisor {
         let cal = blocking(move || calendar::check(&expr))
             .await?
             .map_err(calendar_error)?;
+        check_end(new.until, cal.next)?;
         let timers = Timers::find().await.map_err(|why| {
             BotError::NotSupported(format!(
                 "schedules run on the systemd user manager's timers, and {why}; botvisor runs \
@@ -258,6 +296,7 @@ impl Supervisor {
             when_busy: new.when_busy,
             conversation: new.conversation,
             random_delay_s: new.random_delay_s,
+            until: new.until,
             paused: false,
             // No fire claims a due time from before the schedule was made.
             last_due: unix_now(),
@@ -288,12 +327,13 @@ impl Supervisor {
         let before = s.clone();
         change(&mut s);
         check_prompt(&s.prompt)?;
-        if s.calendar != before.calendar {
+        if s.calendar != before.calendar || s.until != before.until {
             let expr = s.calendar.clone();
-            s.calendar = blocking(move || calendar::check(&expr))
+            let cal = blocking(move || calendar::check(&expr))
                 .await?
-                .map_err(calendar_error)?
-                .normalized;
+                .map_err(calendar_error)?;
+            check_end(s.until, cal.next)?;
+            s.calendar = cal.normalized;
         }
         let timers = Timers::find()
             .await
@@ -321,6 +361,17 @@ impl Supervisor {
             tracing::warn!(schedule = id, error = %why, "the deleted schedule's timer is removed at the next check");
         }
         Ok(())
+    }
+
+    /// Whether a schedule has ended and its timer's file is still there: its units are to go
+    /// now, not at the next minute's check (one look at the file per ended schedule).
+    pub fn ended_with_units(&self) -> bool {
+        let (Ok(list), Some(dir)) = (self.schedules(), units::unit_dir()) else {
+            return false;
+        };
+        let now = unix_now();
+        list.iter()
+            .any(|s| s.ended(now) && dir.join(units::timer_name(&s.id)).exists())
     }
 
     /// Writes the units from the database and has the user manager run them, at start
@@ -353,10 +404,13 @@ impl Supervisor {
     async fn write_units(&self, timers: &Timers, start_all: bool) -> Result<(), String> {
         let dir = units::unit_dir().ok_or("no HOME to find the user's unit folder in")?;
         let ctl = botvisorctl()?;
+        let now = unix_now();
+        // An ended schedule has no units, as a paused one.
         let wanted: Vec<(Schedule, String)> = self
             .schedules()
             .map_err(|e| e.to_string())?
             .into_iter()
+            .filter(|s| !s.ended(now))
             .map(|s| {
                 let name = self
                     .get(&s.bot_id)
@@ -400,6 +454,16 @@ impl Supervisor {
             };
         }
         let now = unix_now();
+        if s.ended(now) {
+            return match asker {
+                // A unit not yet removed when the schedule ended.
+                Asker::Timer => Ok(Fired::NothingDue),
+                Asker::RunNow { .. } => Err(BotError::Busy(format!(
+                    "schedule {id} ended at {} and fires nothing; give it a later end first",
+                    crate::time::rfc3339(s.until)
+                ))),
+            };
+        }
         let (expr, since) = (s.calendar.clone(), s.last_due);
         let latest = blocking(move || calendar::latest_due(&expr, now, since))
             .await?

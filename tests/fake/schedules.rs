@@ -627,3 +627,95 @@ async fn a_fresh_schedule_begins_a_new_conversation_at_each_fire() {
         "each fire in a conversation of its own, begun for it: {asked:?}"
     );
 }
+
+/// A schedule's end (`until`, a timestamp as systemd reads one): an end systemd refuses, one
+/// in the past, or one before the calendar's next due time is refused and writes nothing; a
+/// schedule every 2 s ending in 6 s fires only due times before its end, its timer goes within
+/// seconds of it, it stays listed with no next due time, and a `run-now` of it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_ends_at_its_end_and_its_timer_goes() {
+    let Some((env, um)) = installed().await else {
+        return;
+    };
+    let conn = um.connect().await;
+    let made = fake_bot(&env, &conn, json!([{"mode": "normal"}])).await;
+    let path = made.inner().path().to_owned();
+    let bot = BotProxy::builder(&conn)
+        .path(path.clone())
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .unwrap();
+    let s = schedules(&conn).await;
+    let until = |u: &str| HashMap::from([("until", zbus::Variant::from(u.to_owned()))]);
+    for (calendar, end) in [
+        ("*:*:0/2", "bogus"),
+        ("*:*:0/2", "2020-01-01"),
+        ("*-01-01 00:00:00", "+1h"),
+    ] {
+        let e = bounded(
+            "CreateSchedule",
+            s.create_schedule(&path, calendar, "tick", until(end)),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            error_name(&e),
+            "org.botvisor.Botvisor1.Error.InvalidArgument",
+            "{end}: {e}"
+        );
+    }
+    assert!(
+        bounded("Schedules", s.schedules())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let id = bounded(
+        "CreateSchedule",
+        s.create_schedule(&path, "*:*:0/2", "tick", until("+6s")),
+    )
+    .await
+    .unwrap();
+    let listed = bounded("Schedules", s.schedules()).await.unwrap();
+    let end = listed[0]
+        .get("until")
+        .and_then(|v| i64::try_from(&**v).ok())
+        .unwrap();
+    assert!(end > botvisor::time::unix_now(), "{end}");
+    wait_scheduled(&bot, "a fire before the end", |f| !f.is_empty()).await;
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    while unit_file(&env, &timer(&id)).exists() {
+        assert!(Instant::now() < deadline, "the ended schedule's timer goes");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gone_at = botvisor::time::unix_now();
+    assert!(
+        gone_at <= end + 7,
+        "its timer went {} s after its end",
+        gone_at - end
+    );
+    let fired = wait_scheduled(&bot, "the fires", |_| true).await;
+    assert!(
+        fired.keys().all(|due| *due <= end),
+        "only due times before the end fired: {fired:?} (end {end})"
+    );
+    // Its next due time goes with its timer (the same check, a moment after).
+    loop {
+        let listed = bounded("Schedules", s.schedules()).await.unwrap();
+        assert_eq!(listed.len(), 1, "an ended schedule stays listed");
+        let next = listed[0].get("next").and_then(|v| i64::try_from(&**v).ok());
+        if next == Some(0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no next due time: {next:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let e = bounded(
+        "FireSchedule",
+        s.fire_schedule(&id, HashMap::from([("now", zbus::Variant::from(true))])),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error_name(&e), "org.botvisor.Botvisor1.Error.Busy", "{e}");
+}

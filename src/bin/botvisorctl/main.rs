@@ -313,11 +313,13 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
                 prompt,
                 skip_when_busy,
                 fresh,
+                until,
                 random_delay,
             } => {
                 let how = schedule::How {
                     skip_when_busy,
                     fresh,
+                    until,
                     random_delay,
                 };
                 schedule::add(conn, &bot, &calendar, &prompt, how, json).await

@@ -28,6 +28,8 @@ pub struct Shown {
     pub when_busy: String,
     /// `same` or `fresh`.
     pub conversation: String,
+    /// Its end, Unix seconds (0: none).
+    pub until: i64,
     /// Seconds.
     pub random_delay_s: u32,
     /// Whether paused.
@@ -56,6 +58,7 @@ fn shown(m: &HashMap<String, zbus::OwnedVariant>) -> Shown {
         prompt: text("prompt"),
         when_busy: text("when_busy"),
         conversation: text("conversation"),
+        until: int("until"),
         random_delay_s: m
             .get("random_delay_s")
             .and_then(|v| u32::try_from(&**v).ok())
@@ -128,12 +131,14 @@ fn when(t: i64) -> String {
 }
 
 /// How a schedule made by `schedule add` fires: its options.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct How {
     /// `--skip-when-busy`.
     pub skip_when_busy: bool,
     /// `--fresh`: a new conversation at each fire.
     pub fresh: bool,
+    /// `--until`: its end, as systemd reads a timestamp.
+    pub until: Option<String>,
     /// `--random-delay`, in seconds.
     pub random_delay: Option<u32>,
 }
@@ -154,6 +159,9 @@ pub async fn add(
     }
     if how.fresh {
         options.insert("conversation", "fresh".into());
+    }
+    if let Some(u) = &how.until {
+        options.insert("until", u.as_str().into());
     }
     if let Some(d) = how.random_delay {
         options.insert("random_delay_s", d.into());
@@ -200,6 +208,7 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
                     "prompt": s.prompt,
                     "when_busy": s.when_busy,
                     "conversation": s.conversation,
+                    "until": s.until,
                     "random_delay_s": s.random_delay_s,
                     "paused": s.paused,
                     "next": s.next,
@@ -218,6 +227,10 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
         let bot = names.get(&s.bot).map(String::as_str).unwrap_or("?");
         let next = if s.paused {
             "paused".to_owned()
+        } else if s.until > 0 && s.until < botvisor::time::unix_now() {
+            format!("none: ended {}", when(s.until))
+        } else if s.until > 0 {
+            format!("{} (until {})", when(s.next), when(s.until))
         } else {
             when(s.next)
         };

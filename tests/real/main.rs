@@ -8,9 +8,10 @@
 //! `cargo test --test real claude::` runs what CI runs on every pinned Claude Code version;
 //! `cargo test --test real codex::` the Codex ones; `ui` needs both, and so does most of
 //! `survival` (issue 47: turns through restarts, upgrades and stops of the installed unit, in a
-//! real `systemd --user` of the test's own).
+//! real `systemd --user` of the test's own); `schedules` (issue 49) runs there too.
 
 mod claude;
 mod codex;
+mod schedules;
 mod survival;
 mod ui;

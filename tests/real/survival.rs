@@ -152,7 +152,10 @@ fn codex_script(arrivals: Arrivals) -> responses_api::Script {
 /// `None` when no user manager can run here (after the skip line). Declare the manager after
 /// the environment: it is dropped first, stopping botvisord and its agents before the
 /// environment looks for leftovers.
-async fn installed(claude: &Path, codex: Option<&Path>) -> Option<(TestEnv, UserManager)> {
+pub(crate) async fn installed(
+    claude: &Path,
+    codex: Option<&Path>,
+) -> Option<(TestEnv, UserManager)> {
     if !user_manager::usable() {
         return None;
     }

@@ -10,6 +10,7 @@ pub mod moments;
 pub mod other_cli;
 pub mod repeats;
 pub mod responses_api;
+pub mod schedules;
 pub mod sshd;
 pub mod stand_in_api;
 pub mod stand_ins;

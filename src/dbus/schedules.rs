@@ -503,9 +503,9 @@ impl Schedules {
     /// gone yet and stands for this one: nothing more is sent), `skipped` or `failed` (said in
     /// the bot's chat, with reason `schedule_skipped` or `schedule_failed`), `already_fired`,
     /// `nothing_due`.
-    /// Errors: NotFound (no such schedule, or its bot is gone), Busy (`now` on a paused
-    /// schedule), InvalidArgument (a bad option), Failed (its calendar cannot be read),
-    /// StorageUnavailable (nothing was claimed).
+    /// Errors: NotFound (no such schedule, or its bot is gone), InvalidArgument (`now` on a
+    /// paused schedule or one past its end: asking again changes nothing; a bad option),
+    /// Failed (its calendar cannot be read), StorageUnavailable (nothing was claimed).
     #[zbus(out_args("outcome", "turn_id", "due"))]
     async fn fire_schedule(
         &self,

@@ -31,6 +31,18 @@ pub enum CalendarError {
     /// It parses, and never comes again.
     #[error("`{0}` never comes again: a schedule would never fire")]
     Never(String),
+    /// It comes more often than once a second (`*:*:0/0.01`): a timer keeps to the second
+    /// (`AccuracySec=1s`), and a schedule fires at most once a second.
+    #[error("`{0}` comes more often than once a second; a schedule fires at most once a second")]
+    TooOften(String),
+    /// systemd's timestamp parser refused it (its words).
+    #[error("`{expr}` is not a timestamp systemd reads: {why}")]
+    InvalidTimestamp {
+        /// The text, escaped.
+        expr: String,
+        /// What `systemd-analyze timestamp` said.
+        why: String,
+    },
     /// No `systemd-analyze` to ask (no systemd on this machine).
     #[error("no systemd-analyze to read calendar expressions with: {0}")]
     NoParser(String),
@@ -100,7 +112,7 @@ pub fn timestamp(expr: &str) -> Result<i64, CalendarError> {
         || expr.trim().is_empty()
         || expr.chars().any(char::is_control)
     {
-        return Err(CalendarError::Invalid {
+        return Err(CalendarError::InvalidTimestamp {
             expr: shown.chars().take(64).collect(),
             why: format!(
                 "empty, longer than {MAX_CALENDAR_BYTES} bytes, or holds a control character"
@@ -122,17 +134,21 @@ pub fn timestamp(expr: &str) -> Result<i64, CalendarError> {
             .strip_prefix('@')?;
         v.split('.').next()?.parse::<i64>().ok()
     });
-    match seconds {
-        Some(s) if out.status.success() => Ok(s),
-        _ => {
-            let why = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-            let why = why
-                .rsplit_once(": ")
-                .map(|(_, w)| w.to_owned())
-                .unwrap_or(why);
-            Err(CalendarError::Invalid { expr: shown, why })
-        }
+    if let Some(s) = seconds.filter(|_| out.status.success()) {
+        return Ok(s);
     }
+    // systemd 252's timestamp parser takes no zone name (`2027-01-01 09:00 Europe/Paris`); its
+    // calendar parser does, and a calendar that comes once is that moment.
+    if let Ok(once) = analyze(expr, None, 2)
+        && let (_, times) = parse_output(&once)
+        && let [Some(t)] | [Some(t), None] = times[..]
+    {
+        return Ok(t);
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let first = stderr.lines().next().unwrap_or_default().trim();
+    let why = first.rsplit_once(": ").map_or(first, |(_, w)| w).to_owned();
+    Err(CalendarError::InvalidTimestamp { expr: shown, why })
 }
 
 /// How long one run of `systemd-analyze` may take (it answers in milliseconds).
@@ -224,13 +240,14 @@ fn parse_time(value: &str) -> Option<i64> {
 /// Checks `expr` with systemd's parser: its normalized form and next due time. Errors:
 /// [`CalendarError`] (refused, never comes, or no parser).
 pub fn check(expr: &str) -> Result<Calendar, CalendarError> {
-    let (normalized, times) = parse_output(&analyze(expr, None, 1)?);
+    let (normalized, times) = parse_output(&analyze(expr, None, 2)?);
     let normalized = normalized.unwrap_or_else(|| expr.to_owned());
-    match times.first() {
-        Some(Some(next)) => Ok(Calendar {
-            normalized,
-            next: *next,
-        }),
+    match times[..] {
+        // Two due times within one second print as the same second.
+        [Some(a), Some(b), ..] if a == b => Err(CalendarError::TooOften(
+            crate::text::escape(expr, false).into_owned(),
+        )),
+        [Some(next), ..] => Ok(Calendar { normalized, next }),
         _ => Err(CalendarError::Never(
             crate::text::escape(expr, false).into_owned(),
         )),
@@ -276,6 +293,9 @@ fn latest_after(expr: &str, mut t: i64, now: i64) -> Result<i64, CalendarError> 
         let times = after(expr, t, ITERATIONS)?;
         let before: Vec<i64> = times.iter().copied().filter(|x| *x <= now).collect();
         match before.last() {
+            // No step forward (due times within one second, which `check` refuses): the
+            // latest is this one.
+            Some(last) if *last == t => return Ok(t),
             Some(last) if before.len() == ITERATIONS => t = *last,
             Some(last) => return Ok(*last),
             None => return Ok(t),
@@ -349,6 +369,17 @@ Normalized form: *-*-* 09:00:00
             Err(CalendarError::Invalid { .. })
         ));
         assert!(matches!(check("2020-01-01"), Err(CalendarError::Never(_))));
+        // More often than once a second: refused (a hostile trial saw `*:*:0/0.01` loop the
+        // search for the latest due time for ever).
+        assert!(matches!(
+            check("*:*:0/0.01"),
+            Err(CalendarError::TooOften(_))
+        ));
+        let latest = latest_due("*-*-* *:*:00/0.010000", 1_796_626_840, 1_796_626_800).unwrap();
+        assert!(
+            latest.is_some_and(|t| (1_796_626_839..=1_796_626_840).contains(&t)),
+            "{latest:?}"
+        );
     }
 
     /// An end date is read by systemd's timestamp parser: a date with a zone is that moment; a
@@ -361,13 +392,22 @@ Normalized form: *-*-* 09:00:00
         assert_eq!(timestamp("2027-01-01 09:00 UTC").unwrap(), 1_798_794_000);
         assert!(matches!(
             timestamp("bogus"),
-            Err(CalendarError::Invalid { .. })
+            Err(CalendarError::InvalidTimestamp { .. })
         ));
-        assert!(matches!(timestamp(""), Err(CalendarError::Invalid { .. })));
+        assert!(matches!(
+            timestamp(""),
+            Err(CalendarError::InvalidTimestamp { .. })
+        ));
         assert!(matches!(
             timestamp("--help"),
-            Err(CalendarError::Invalid { .. })
+            Err(CalendarError::InvalidTimestamp { .. })
         ));
+        // A zone name, which systemd 252's timestamp parser does not take: read as a calendar
+        // that comes once.
+        assert_eq!(
+            timestamp("2027-01-01 09:00 Europe/Paris").unwrap(),
+            1_798_790_400
+        );
         let in_a_day = timestamp("+1d").unwrap() - crate::time::unix_now();
         assert!((86_390..=86_410).contains(&in_a_day), "{in_a_day}");
     }

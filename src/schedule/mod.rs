@@ -45,10 +45,21 @@ pub struct Schedule {
     pub until: i64,
 }
 
+/// How long past its end (and its random delay) a schedule keeps its units, in seconds: the
+/// timer's fire of a due time at or before the end, which the random delay holds back, still
+/// finds its service (a fire that reaches botvisord later still fires that due time).
+pub const END_GRACE_S: i64 = 30;
+
 impl Schedule {
-    /// Whether it has ended at `now` (Unix seconds): its end is set and past.
+    /// Whether it has ended at `now` (Unix seconds): its end is set, and past by its random
+    /// delay and [`END_GRACE_S`]; then it has no units and its timer fires nothing.
     pub fn ended(&self, now: i64) -> bool {
-        self.until > 0 && now > self.until
+        self.until > 0 && now > self.until + i64::from(self.random_delay_s) + END_GRACE_S
+    }
+
+    /// Whether it fires at `now` as it is: not paused, and not past its end.
+    pub fn firing(&self, now: i64) -> bool {
+        !self.paused && (self.until == 0 || now <= self.until)
     }
 }
 

@@ -33,6 +33,17 @@ pub fn unit_dir() -> Option<PathBuf> {
     Some(config.join("systemd").join("user"))
 }
 
+/// Where the user manager keeps a persistent timer's stamp (`Persistent=true`: when it last
+/// fired), `$XDG_DATA_HOME/systemd/timers/stamp-<timer>`, else under `~/.local/share`; `None`
+/// without either variable. The manager leaves it when the unit's files go.
+pub fn stamp_file(timer: &str) -> Option<PathBuf> {
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))?;
+    Some(data.join("systemd/timers").join(format!("stamp-{timer}")))
+}
+
 /// A bot's name as a unit's `Description=`: control characters left out, `%` doubled (a
 /// specifier otherwise), at most 200 characters, no `\\` at its end (which would join the next
 /// line).

@@ -77,6 +77,24 @@ pub fn update(conn: &Connection, s: &Schedule) -> rusqlite::Result<bool> {
     Ok(n == 1)
 }
 
+/// What became of the latest fire of schedule `id` (`schedule_fires.outcome`), if any.
+pub fn last_outcome(conn: &Connection, id: &str) -> rusqlite::Result<Option<String>> {
+    conn.prepare_cached(
+        "SELECT outcome FROM schedule_fires WHERE schedule_id = ?1 ORDER BY due DESC LIMIT 1",
+    )?
+    .query_row([id], |r| r.get(0))
+    .optional()
+}
+
+/// Moves the schedule `id`'s last due time claimed to `due` (Unix seconds) when it is earlier:
+/// no fire claims a due time up to `due` (a schedule resumed fires nothing it missed while
+/// paused).
+pub fn skip_to(conn: &Connection, id: &str, due: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE schedules SET last_due = MAX(last_due, ?2) WHERE id = ?1")?
+        .execute(params![id, due])?;
+    Ok(())
+}
+
 /// Deletes the schedule `id` and its fires; false when there was none.
 pub fn delete(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
     let n = conn

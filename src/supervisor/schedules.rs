@@ -236,19 +236,20 @@ impl Supervisor {
         };
         let now = unix_now();
         let known = self.next_dues();
-        let list: Vec<Schedule> = list.into_iter().filter(|s| !s.ended(now)).collect();
-        let stale: Vec<(String, String)> = list
+        let list: Vec<Schedule> = list.into_iter().filter(|s| s.firing(now)).collect();
+        let stale: Vec<(String, String, i64)> = list
             .iter()
             .filter(|s| all || known.get(&s.id).is_none_or(|t| *t <= now))
-            .map(|s| (s.id.clone(), s.calendar.clone()))
+            .map(|s| (s.id.clone(), s.calendar.clone(), s.until))
             .collect();
         let ids: std::collections::BTreeSet<String> = list.into_iter().map(|s| s.id).collect();
         let found = blocking(move || {
             stale
                 .into_iter()
-                .filter_map(|(id, cal)| {
+                .filter_map(|(id, cal, until)| {
                     let next = calendar::after(&cal, now, 1).ok()?.first().copied()?;
-                    Some((id, next))
+                    // None after the end.
+                    (until == 0 || next <= until).then_some((id, next))
                 })
                 .collect::<Vec<_>>()
         })
@@ -338,8 +339,17 @@ impl Supervisor {
         let timers = Timers::find()
             .await
             .map_err(|why| BotError::NotSupported(format!("no timers: {why}")))?;
-        self.store
-            .tx_durable(|tx| rows::update(tx, &s).map(|_| ()))?;
+        // A schedule that fires again (resumed, or given a later end) fires no due time from
+        // while it did not: its timer's `Persistent=` stamp would have it catch one up.
+        let now = unix_now();
+        let again = s.firing(now) && !before.firing(now);
+        self.store.tx_durable(|tx| {
+            rows::update(tx, &s)?;
+            if again {
+                rows::skip_to(tx, &s.id, now)?;
+            }
+            Ok(())
+        })?;
         if let Err(why) = self.write_units(&timers, false).await {
             self.store
                 .tx_durable(|tx| rows::update(tx, &before).map(|_| ()))?;
@@ -429,6 +439,13 @@ impl Supervisor {
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("the unit files: {e}"))?;
         timers.apply(&written).await?;
+        // A removed timer's stamp goes too: none is left behind, and a schedule resumed later
+        // has no stamp of before its pause to catch up from.
+        for timer in &written.removed {
+            if let Some(stamp) = units::stamp_file(timer) {
+                let _ = std::fs::remove_file(stamp);
+            }
+        }
         if start_all {
             timers.start_all(&active).await?;
         }
@@ -438,9 +455,11 @@ impl Supervisor {
     /// Fires the schedule `id` (asked by its timer, or by a person: `asker`): claims a due time
     /// ([`claim::decide`]) and does what [`delivery`] says, the claim and the message (or the
     /// chat item that says why not) in one transaction: each due time is fired once, whatever
-    /// fires at the same moment. Errors: NotFound (no such schedule), Busy (a `run-now` of a
-    /// paused schedule), Failed (the calendar cannot be read), StorageUnavailable (nothing
-    /// claimed: the timer's next run, or a `run-now`, fires it).
+    /// fires at the same moment. A schedule with an end fires only due times at or before it,
+    /// even when the fire comes later (a random delay, botvisord restarting). Errors: NotFound
+    /// (no such schedule), InvalidArgument (a `run-now` of a paused schedule, or of one past its
+    /// end: asking again would not change it), Failed (the calendar cannot be read),
+    /// StorageUnavailable (nothing claimed: the timer's next run, or a `run-now`, fires it).
     pub async fn fire_schedule(&self, id: &str, asker: Asker) -> Result<Fired, BotError> {
         let s = self.schedule(id)?;
         let id = s.id.as_str();
@@ -448,24 +467,24 @@ impl Supervisor {
             return match asker {
                 // A unit not yet removed when the schedule was paused.
                 Asker::Timer => Ok(Fired::NothingDue),
-                Asker::RunNow { .. } => Err(BotError::Busy(format!(
+                Asker::RunNow { .. } => Err(BotError::InvalidArgument(format!(
                     "schedule {id} is paused and fires nothing; resume it first"
                 ))),
             };
         }
         let now = unix_now();
-        if s.ended(now) {
-            return match asker {
-                // A unit not yet removed when the schedule ended.
-                Asker::Timer => Ok(Fired::NothingDue),
-                Asker::RunNow { .. } => Err(BotError::Busy(format!(
-                    "schedule {id} ended at {} and fires nothing; give it a later end first",
-                    crate::time::rfc3339(s.until)
-                ))),
-            };
+        let past_end = s.until > 0 && now > s.until;
+        if past_end && matches!(asker, Asker::RunNow { .. }) {
+            return Err(BotError::InvalidArgument(format!(
+                "schedule {id} ended at {} and fires nothing; give it a later end first",
+                crate::time::rfc3339(s.until)
+            )));
         }
+        // No due time after the end, whenever the fire comes; one at or before it that was not
+        // fired yet fires, however late its timer's fire.
+        let horizon = if s.until > 0 { now.min(s.until) } else { now };
         let (expr, since) = (s.calendar.clone(), s.last_due);
-        let latest = blocking(move || calendar::latest_due(&expr, now, since))
+        let latest = blocking(move || calendar::latest_due(&expr, horizon, since))
             .await?
             .map_err(|e| BotError::Failed(format!("schedule {id}: {e}")))?;
         let last = claim::Last {
@@ -597,8 +616,12 @@ impl Supervisor {
             "schedule": scheduled,
         });
         let record = format!("{outcome}: {why}");
+        // The same words as the fire before are not said again: an hourly schedule skipping a
+        // bot busy all day says so once, and each fire is in its record (`schedule_fires`).
+        let mut repeated = false;
         let noted = handle.note_with(&payload, |tx| {
-            rows::claim(
+            let before = rows::last_outcome(tx, id)?;
+            let claimed = rows::claim(
                 tx,
                 rows::Claimed {
                     due,
@@ -606,9 +629,11 @@ impl Supervisor {
                     turn_id: None,
                     ..base
                 },
-            )
+            )?;
+            repeated = claimed && before.as_deref() == Some(record.as_str());
+            Ok(claimed && !repeated)
         })?;
-        if !noted {
+        if !noted && !repeated {
             return Ok(Fired::AlreadyFired(due));
         }
         tracing::info!(schedule = id, due, outcome, why = %why, "schedule fired, no message");

@@ -55,15 +55,16 @@ pub enum ScheduleCmd {
         fresh: bool,
         /// End the schedule at this moment, as systemd reads a timestamp
         /// ('2027-01-01', '2026-12-31 18:00', '+2w'): no fire after it.
-        #[arg(long, value_name = "WHEN")]
+        #[arg(long, value_name = "WHEN", allow_hyphen_values = true)]
         until: Option<String>,
         /// Spread each fire over up to this many seconds (the timer's RandomizedDelaySec=).
         #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(0..=86_400))]
         random_delay: Option<u32>,
     },
     /// List the schedules: id, bot, calendar, next due time, prompt (with --json: one JSON
-    /// array of objects with id, bot, bot_path, calendar, prompt, when_busy, conversation,
-    /// until, random_delay_s, paused, next and last_fired, times in Unix seconds).
+    /// array of objects with id, bot, bot_path, calendar, prompt (its first 500 characters),
+    /// prompt_cut, when_busy, conversation, until, random_delay_s, paused, next and last_fired,
+    /// times in Unix seconds).
     List,
     /// Delete a schedule and its timer.
     Rm {

@@ -22,8 +22,10 @@ pub struct Shown {
     pub bot: String,
     /// The calendar, normalized.
     pub calendar: String,
-    /// The prompt.
+    /// The prompt: its first 500 characters, `…` after them when cut.
     pub prompt: String,
+    /// Whether `prompt` is cut.
+    pub prompt_cut: bool,
     /// `queue` or `skip`.
     pub when_busy: String,
     /// `same` or `fresh`.
@@ -65,6 +67,10 @@ fn shown(m: &HashMap<String, zbus::OwnedVariant>) -> Shown {
             .unwrap_or(0),
         paused: m
             .get("paused")
+            .and_then(|v| bool::try_from(&**v).ok())
+            .unwrap_or(false),
+        prompt_cut: m
+            .get("prompt_cut")
             .and_then(|v| bool::try_from(&**v).ok())
             .unwrap_or(false),
         next: int("next"),
@@ -206,6 +212,7 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
                     "bot_path": s.bot,
                     "calendar": s.calendar,
                     "prompt": s.prompt,
+                    "prompt_cut": s.prompt_cut,
                     "when_busy": s.when_busy,
                     "conversation": s.conversation,
                     "until": s.until,

@@ -1719,6 +1719,68 @@ async fn promise_commit(rows: &mut Vec<Row>) {
     });
 }
 
+/// 15: `CreateBot` and `Delete` at a thousand bots (issue 50): 1,000 bots made in one folder
+/// (default names `work`, `work-2`, …, the case where a new name meets every other), each call
+/// timed from the client. The figure is the median of the last 10 creates (the 991st to the
+/// 1,000th) against the baseline of the 6th to the 15th in the same run; deletes likewise, the
+/// first 10 (at a thousand bots) against the last 10.
+async fn create_at_scale(rows: &mut Vec<Row>) {
+    let dir = tempfile::tempdir().unwrap();
+    let idle_cli = dir.path().join("idle-cli");
+    std::fs::write(&idle_cli, "#!/bin/sh\nexec cat >/dev/null\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&idle_cli, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bench = Bench::start(idle_cli).await;
+    let n = if quick() { 200 } else { 1000 };
+    let manager = bench.env.manager().await;
+    let work = bench.env.work.to_str().unwrap().to_owned();
+    let env_map: HashMap<String, String> =
+        HashMap::from([("HOME".into(), bench.env.home.to_string_lossy().into_owned())]);
+    let mut creates = Vec::new();
+    let mut paths = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        let path = manager
+            .create_bot(create_options(&work, &env_map))
+            .await
+            .unwrap();
+        creates.push(t.elapsed().as_secs_f64() * 1e6);
+        paths.push(path);
+    }
+    let mut deletes = Vec::new();
+    for path in paths.iter().rev() {
+        let bot = bench.env.bot(path).await;
+        let t = Instant::now();
+        bot.delete().await.unwrap();
+        deletes.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let tenth = stats(creates[5..15].to_vec());
+    let last = stats(creates[n - 10..].to_vec());
+    let at_most = stats(deletes[..10].to_vec());
+    let at_few = stats(deletes[n - 10..].to_vec());
+    rows.push(Row {
+        name: format!("15a. `CreateBot` of the {n}th bot, one folder (median of the last 10)"),
+        goal: "within 1.2 × the 10th (issue 50)".into(),
+        figure: format!(
+            "{:.0} µs (p99 of all {n}: {:.0} µs)",
+            last.median,
+            stats(creates.clone()).p99
+        ),
+        baseline: format!("the 6th to 15th: median {:.0} µs", tenth.median),
+        verdict: format!("{:.2} ×", last.median / tenth.median),
+    });
+    rows.push(Row {
+        name: format!("15b. `Delete` at {n} bots (median of the first 10)"),
+        goal: "within 1.2 × a delete at 10 bots (issue 50)".into(),
+        figure: format!("{:.0} µs", at_most.median),
+        baseline: format!(
+            "the last 10 (10 bots down to 1): median {:.0} µs",
+            at_few.median
+        ),
+        verdict: format!("{:.2} ×", at_most.median / at_few.median),
+    });
+}
+
 /// 14: a restart of botvisord under a real systemd user manager (issue 47): from
 /// `systemctl --user restart botvisord` to the new botvisord answering `Ping`
 /// (`org.freedesktop.DBus.Peer`), and to each of 10 bots answering a message on the agent it
@@ -1942,6 +2004,9 @@ fn main() {
         }
         if selected(14) {
             restart_time(&mut rows).await;
+        }
+        if selected(15) {
+            create_at_scale(&mut rows).await;
         }
         println!();
         println!("| measure | goal | figure | baseline (same run) | against the goal |");

@@ -93,6 +93,21 @@ pub fn descends_from(pid: u32, ancestor: u32) -> bool {
     false
 }
 
+/// `pid` and its ancestors, nearest first, as [`descends_from`] follows them (parents through
+/// `/proc/<pid>/stat`, at most 64, init left out); empty for pid 0.
+pub fn ancestors(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut at = pid;
+    while at != 0 && out.len() < 64 {
+        out.push(at);
+        match super::identity::stat(at) {
+            Ok(s) if s.ppid > 1 && s.ppid != at => at = s.ppid,
+            _ => break,
+        }
+    }
+    out
+}
+
 /// Whether process `pid` carries `BOTVISOR_BOT_ID=<bot_id>` in its environment.
 #[cfg(target_os = "linux")]
 pub fn has_marker(pid: u32, bot_id: &str) -> bool {
@@ -138,6 +153,13 @@ mod tests {
             assert!(descends_from(id.pid, id.pid));
             assert!(!descends_from(child.id(), id.pid));
             assert!(!descends_from(id.pid, 0));
+            let up = ancestors(id.pid);
+            assert_eq!(up[..2], [id.pid, child.id()], "nearest first");
+            assert!(
+                up.contains(&std::process::id()),
+                "the test is an ancestor: {up:?}"
+            );
+            assert!(ancestors(0).is_empty());
             // SAFETY: kill(2) on our own test processes.
             unsafe { libc::kill(id.pid as i32, libc::SIGKILL) };
         }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::{
     BotError, BotHandle, NewBot, Supervisor, bot, canonical_cwd, check_model, check_name,
-    check_permission_mode, core, default_name, looks, memory_max,
+    check_permission_mode, core, default_name, memory_max,
 };
 use crate::store::{self, BotRecord};
 
@@ -48,32 +48,14 @@ impl Supervisor {
         runtime
             .binary()
             .map_err(|e| BotError::RuntimeUnavailable(e.to_string()))?;
-        let taken: Vec<String> = self
-            .list()
-            .iter()
-            .map(|h| h.snapshot().record.name)
-            .collect();
+        // One lookup in the registry's index of names, however many bots there are (issue 50);
+        // `creating` keeps the name free until the bot is recorded.
         let name = match new.name.filter(|n| !n.is_empty()) {
             Some(name) => {
-                check_name("option `name`", &name, &taken)?;
+                check_name("option `name`", &name, |n| self.name_like(n, None))?;
                 name
             }
-            None => {
-                let base = default_name(Path::new(&cwd));
-                (1..)
-                    .map(|i| {
-                        if i == 1 {
-                            base.clone()
-                        } else {
-                            format!("{base}-{i}")
-                        }
-                    })
-                    .find(|n| {
-                        let shown = looks(n);
-                        !taken.iter().any(|t| looks(t) == shown)
-                    })
-                    .expect("some suffix is free")
-            }
+            None => self.free_name(&default_name(Path::new(&cwd))),
         };
         let created_by = self.created_by(new.created_by_client, new.created_by_bot)?;
         let id = uuid::Uuid::new_v4().simple().to_string();

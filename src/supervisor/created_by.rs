@@ -13,18 +13,21 @@ impl Supervisor {
     /// escaped its agent's tree) when that bot exists, else a marker of a bot id's shape (32 hex
     /// digits: a deleted bot's); `None` for any other process.
     pub fn bot_of_process(&self, pid: u32, marker: Option<&str>) -> Option<String> {
-        let bots = self.list();
         // Descent first: a process under a bot's running agent is that bot's, whatever marker it
         // sets (a bot at the depth limit could otherwise name a top-level bot and go deeper).
-        if pid != 0
-            && let Some(h) = bots
-                .iter()
-                .find(|h| crate::process::tree::descends_from(pid, h.snapshot().process_id))
+        // The caller's ancestors are read once, and each bot's agent looked up among them, its
+        // view read in place (issue 50: a create costs the same at a thousand bots).
+        let ancestors = crate::process::tree::ancestors(pid);
+        if !ancestors.is_empty()
+            && let Some(h) = self.list().iter().find(|h| {
+                let agent = h.view_guard().process_id;
+                agent != 0 && ancestors.contains(&agent)
+            })
         {
             return Some(h.id.clone());
         }
         if let Some(m) = marker
-            && bots.iter().any(|h| h.id == m)
+            && self.get(m).is_ok()
         {
             return Some(m.to_owned());
         }
@@ -63,10 +66,9 @@ impl Supervisor {
             });
         };
         let bots = self.list();
-        let creator_depth = bots
-            .iter()
-            .find(|h| h.id == bot)
-            .map_or(0, |h| h.snapshot().record.created_by.depth);
+        let creator_depth = self
+            .get(&bot)
+            .map_or(0, |h| h.view_guard().record.created_by.depth);
         let depth = creator_depth.saturating_add(1);
         let max_depth = self.config.agent_max_depth;
         if depth > max_depth {
@@ -78,7 +80,7 @@ impl Supervisor {
         }
         let by_bots = bots
             .iter()
-            .filter(|h| !h.snapshot().record.created_by.bot.is_empty())
+            .filter(|h| !h.view_guard().record.created_by.bot.is_empty())
             .count();
         let max_bots = self.config.agent_max_bots as usize;
         if by_bots >= max_bots {

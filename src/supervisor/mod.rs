@@ -38,7 +38,6 @@ pub use core::prompts::{ANSWERED_KEPT, Prompt, PromptBook};
 pub use created_by::MAX_CREATED_BY_CHARS;
 pub(crate) use handle::Shared;
 pub use handle::{Answer, BotHandle};
-use names::looks;
 pub use names::{check_name, default_name, id_like};
 pub use view::{BotView, Property};
 
@@ -358,14 +357,29 @@ impl Supervisor {
         if handle.snapshot().record.name == name {
             return handle.check_alive();
         }
-        let taken: Vec<String> = self
-            .list()
-            .iter()
-            .filter(|h| h.id != id)
-            .map(|h| h.snapshot().record.name)
-            .collect();
-        check_name("the name", name, &taken)?;
-        handle.set_name(name)
+        check_name("the name", name, |n| self.name_like(n, Some(id)))?;
+        handle.set_name(name)?;
+        self.bots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .renamed(id, name);
+        Ok(())
+    }
+
+    /// The name of a bot other than `except` that looks as `name` does (the registry's index).
+    fn name_like(&self, name: &str, except: Option<&str>) -> Option<String> {
+        self.bots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .looking_like(name, except)
+    }
+
+    /// A default name from `base` that no bot's name looks like (the registry's index).
+    fn free_name(&self, base: &str) -> String {
+        self.bots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .free_name(base)
     }
 
     fn start_actor(&self, record: BotRecord, runtime: Arc<dyn Runtime>, loaded: bool) -> BotHandle {
@@ -386,11 +400,15 @@ impl Supervisor {
             bot::Loaded { loaded, passed },
             self.gate.subscribe(),
         );
-        let created_at = handle.view_guard().record.created_at.clone();
-        self.bots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(created_at, handle.clone());
+        let (created_at, name) = {
+            let view = handle.view_guard();
+            (view.record.created_at.clone(), view.record.name.clone())
+        };
+        self.bots.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            created_at,
+            &name,
+            handle.clone(),
+        );
         handle
     }
 

@@ -49,12 +49,17 @@ pub fn id_like(name: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// Whether `name` may be a bot's name beside the bots named `taken` (`what` names it in the
-/// error: "option `name`"): at most [`MAX_NAME_CHARS`] characters, none that could steer a
-/// terminal ([`crate::text::first_unsafe`]), no blank at either end, nothing that could be a
-/// bot id ([`id_like`]), and none that looks the same as one of `taken`. Errors:
-/// InvalidArgument saying which and why.
-pub fn check_name(what: &str, name: &str, taken: &[String]) -> Result<(), BotError> {
+/// Whether `name` may be a bot's name beside the other bots (`what` names it in the error:
+/// "option `name`"): at most [`MAX_NAME_CHARS`] characters, none that could steer a terminal
+/// ([`crate::text::first_unsafe`]), no blank at either end, nothing that could be a bot id
+/// ([`id_like`]), and not one that looks the same as another bot's: `alike` answers, for a
+/// name, the name of another bot that looks as it does ([`looks`], the registry's one lookup:
+/// `registry::Bots::looking_like`). Errors: InvalidArgument saying which and why.
+pub fn check_name(
+    what: &str,
+    name: &str,
+    alike: impl FnOnce(&str) -> Option<String>,
+) -> Result<(), BotError> {
     if name.is_empty() {
         return Err(BotError::InvalidArgument(format!(
             "{what} is empty; give a name"
@@ -100,12 +105,11 @@ pub fn check_name(what: &str, name: &str, taken: &[String]) -> Result<(), BotErr
     // Told apart as a terminal shows them: `x` and `x` with a variation selector are one name,
     // and so are names whose characters are confusable (Unicode's skeleton, UTS #39: `é` and
     // `e` with a combining accent, a Cyrillic `о` and a Latin `o`, fullwidth letters).
-    let shown = looks(name);
-    if let Some(same) = taken.iter().find(|t| looks(t) == shown) {
+    if let Some(same) = alike(name) {
         return Err(BotError::InvalidArgument(format!(
             "a bot named `{}` exists already and looks the same; names pick bots out, so \
              choose another",
-            crate::text::escape(same, false)
+            crate::text::escape(&same, false)
         )));
     }
     Ok(())
@@ -119,6 +123,12 @@ mod tests {
     #[test]
     fn a_name_that_looks_like_another_or_like_a_path_is_refused() {
         let taken = ["crème".to_owned(), "other".to_owned()];
+        let alike = |n: &str| {
+            taken
+                .iter()
+                .find(|t| super::looks(t) == super::looks(n))
+                .cloned()
+        };
         for name in [
             "cre\u{300}me",
             "\u{43e}ther",
@@ -126,10 +136,10 @@ mod tests {
             "/org/botvisor/Botvisor1/0123456789abcdef0123456789abcdef",
             "/mybot",
         ] {
-            assert!(check_name("name", name, &taken).is_err(), "{name}");
+            assert!(check_name("name", name, alike).is_err(), "{name}");
         }
         for name in ["creme", "others", "a/b", "Other"] {
-            assert!(check_name("name", name, &taken).is_ok(), "{name}");
+            assert!(check_name("name", name, alike).is_ok(), "{name}");
         }
     }
 

@@ -19,12 +19,12 @@ impl Supervisor {
         // view read in place (issue 50: a create costs the same at a thousand bots).
         let ancestors = crate::process::tree::ancestors(pid);
         if !ancestors.is_empty()
-            && let Some(h) = self.list().iter().find(|h| {
+            && let Some(id) = self.find_bot(|h| {
                 let agent = h.view_guard().process_id;
                 agent != 0 && ancestors.contains(&agent)
             })
         {
-            return Some(h.id.clone());
+            return Some(id);
         }
         if let Some(m) = marker
             && self.get(m).is_ok()
@@ -65,7 +65,6 @@ impl Supervisor {
                 depth: 0,
             });
         };
-        let bots = self.list();
         let creator_depth = self
             .get(&bot)
             .map_or(0, |h| h.view_guard().record.created_by.depth);
@@ -78,10 +77,7 @@ impl Supervisor {
                  `agent_max_depth` of {max_depth}"
             )));
         }
-        let by_bots = bots
-            .iter()
-            .filter(|h| !h.view_guard().record.created_by.bot.is_empty())
-            .count();
+        let by_bots = self.count_bots(|h| !h.view_guard().record.created_by.bot.is_empty());
         let max_bots = self.config.agent_max_bots as usize;
         if by_bots >= max_bots {
             return Err(BotError::LimitExceeded(format!(

@@ -422,6 +422,27 @@ impl Supervisor {
             .ok_or_else(|| BotError::NotFound(format!("no bot with id `{id}`")))
     }
 
+    /// The id of a bot for which `pred` holds, looked at in place (no bot's handle copied: a
+    /// create or a call's check costs the same at a thousand bots).
+    fn find_bot(&self, pred: impl Fn(&BotHandle) -> bool) -> Option<String> {
+        self.bots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .oldest_first()
+            .find(|h| pred(h))
+            .map(|h| h.id.clone())
+    }
+
+    /// How many bots `pred` holds for, looked at in place.
+    fn count_bots(&self, pred: impl Fn(&BotHandle) -> bool) -> usize {
+        self.bots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .oldest_first()
+            .filter(|h| pred(h))
+            .count()
+    }
+
     /// All bots, oldest first.
     pub fn list(&self) -> Vec<BotHandle> {
         self.bots

@@ -47,6 +47,24 @@ struct Scheduled {
     env: TestEnv,
 }
 
+/// A bot of the fake CLI following `plan` ([`fake_bot`]), its properties read from botvisord
+/// at each call, not from a cache; and its object path.
+async fn uncached_fake_bot(
+    env: &TestEnv,
+    conn: &zbus::Connection,
+    plan: serde_json::Value,
+) -> (BotProxy<'static>, zbus::OwnedObjectPath) {
+    let made = fake_bot(env, conn, plan).await;
+    let path: zbus::OwnedObjectPath = made.inner().path().to_owned().into();
+    let bot = BotProxy::builder(conn)
+        .path(path.clone())
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .unwrap();
+    (bot, path)
+}
+
 /// [`Scheduled`]; `None` where no user manager can run (after the skip line).
 async fn with_schedule(plan: serde_json::Value, calendar: &str, prompt: &str) -> Option<Scheduled> {
     with_schedule_of(plan, calendar, prompt, HashMap::new()).await
@@ -61,15 +79,7 @@ async fn with_schedule_of(
 ) -> Option<Scheduled> {
     let (env, um) = installed().await?;
     let conn = um.connect().await;
-    let made = fake_bot(&env, &conn, plan).await;
-    let path: zbus::OwnedObjectPath = made.inner().path().to_owned().into();
-    // Properties read from botvisord at each call, not from a cache.
-    let bot = BotProxy::builder(&conn)
-        .path(path.clone())
-        .cache_properties(zbus::proxy::CacheProperties::No)
-        .build()
-        .await
-        .unwrap();
+    let (bot, path) = uncached_fake_bot(&env, &conn, plan).await;
     let s = schedules(&conn).await;
     let id = bounded(
         "CreateSchedule",
@@ -578,14 +588,7 @@ async fn a_schedule_ends_at_its_end_and_its_timer_goes() {
         return;
     };
     let conn = um.connect().await;
-    let made = fake_bot(&env, &conn, json!([{"mode": "normal"}])).await;
-    let path = made.inner().path().to_owned();
-    let bot = BotProxy::builder(&conn)
-        .path(path.clone())
-        .cache_properties(zbus::proxy::CacheProperties::No)
-        .build()
-        .await
-        .unwrap();
+    let (bot, path) = uncached_fake_bot(&env, &conn, json!([{"mode": "normal"}])).await;
     let s = schedules(&conn).await;
     let until = |u: &str| HashMap::from([("until", zbus::Variant::from(u.to_owned()))]);
     for (calendar, end) in [

@@ -70,6 +70,20 @@ async fn schedules(conn: &zbus::Connection) -> SchedulesProxy<'static> {
         .unwrap()
 }
 
+/// A schedule of `tick` every 2 s for the bot at `path`; its id.
+async fn every_two_seconds(
+    s: &SchedulesProxy<'_>,
+    path: &zbus::OwnedObjectPath,
+    um: &support::user_manager::UserManager,
+) -> String {
+    bounded(
+        "CreateSchedule",
+        s.create_schedule(path, "*:*:0/2", "tick", HashMap::<&str, Variant<'_>>::new()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", um.log_text()))
+}
+
 /// Issue 49's exactly once on the real CLI: a schedule every 2 s fires through 5 restarts and
 /// 2 SIGKILLs of botvisord (each after two more fires), 30 fires in all; every due time fired
 /// is one message, the model is asked it once per fire (the stand-in counts), and each fired
@@ -88,17 +102,7 @@ async fn thirty_fires_through_restarts_and_kills_each_reach_the_model_once() {
     let conn = um.connect().await;
     let (bot, path) = claude_bot(&env, &conn, &api.url, false).await;
     let s = schedules(&conn).await;
-    let id = bounded(
-        "CreateSchedule",
-        s.create_schedule(
-            &path,
-            "*:*:0/2",
-            "tick",
-            HashMap::<&str, Variant<'_>>::new(),
-        ),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", um.log_text()));
+    let id = every_two_seconds(&s, &path, &um).await;
     let disruptions = [
         "restart", "kill", "restart", "restart", "kill", "restart", "restart",
     ];
@@ -223,17 +227,7 @@ async fn a_bot_limited_at_its_due_times_gets_the_prompt_once_after_the_reset() {
     }
     let s = schedules(&conn).await;
     let mut fired = s.receive_schedule_fired().await.unwrap();
-    let id = bounded(
-        "CreateSchedule",
-        s.create_schedule(
-            &path,
-            "*:*:0/2",
-            "tick",
-            HashMap::<&str, Variant<'_>>::new(),
-        ),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", um.log_text()));
+    let id = every_two_seconds(&s, &path, &um).await;
     let mut outcomes = Vec::new();
     bounded("three fires while the limit holds", async {
         while outcomes.len() < 3 {

@@ -373,7 +373,7 @@ async fn without_a_user_manager_a_schedule_is_refused_by_name() {
 /// behind the turn that asked, the question stays open, and the CLI gets the prompt only once a
 /// person answered; both turns end once. A second fire while that prompt waits sends nothing
 /// more (`still_waiting`; before, it queued a second prompt). A schedule that skips a busy bot
-/// says so in the chat.
+/// says so in the chat, once for a run of skips (before, once per fire).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
     let plan = json!([{"mode": "normal", "ask": {"tool": "Write", "input_bytes": 10}}]);
@@ -459,6 +459,42 @@ async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
             && p["schedule"]["id"] == skipper.as_str()),
         "{said:?}"
     );
+    // A run of skips for the same reason is said once: a 2 s schedule that skips, fired three
+    // times by its timer into the busy bot, leaves one chat item (each fire in its record and
+    // its signal).
+    let mut fired = s.receive_schedule_fired().await.unwrap();
+    let skips = bounded(
+        "CreateSchedule",
+        s.create_schedule(
+            path,
+            "*:*:0/2",
+            "skips",
+            HashMap::from([("when_busy", zbus::Variant::from("skip"))]),
+        ),
+    )
+    .await
+    .unwrap();
+    let mut skip_outcomes = Vec::new();
+    bounded("three skips", async {
+        while skip_outcomes.len() < 3 {
+            let f = futures_util::StreamExt::next(&mut fired).await.unwrap();
+            let a = f.args().unwrap();
+            if a.id == skips {
+                skip_outcomes.push(a.outcome.clone());
+            }
+        }
+    })
+    .await;
+    bounded("DeleteSchedule", s.delete_schedule(&skips))
+        .await
+        .unwrap();
+    assert_eq!(skip_outcomes, ["skipped", "skipped", "skipped"]);
+    let said = chat_now(bot).await.unwrap_or_default();
+    let notes = said
+        .iter()
+        .filter(|(k, p)| k == "system" && p["schedule"]["id"] == skips.as_str())
+        .count();
+    assert_eq!(notes, 1, "said once: {said:?}");
     let pending = bot.pending_permissions().await.unwrap();
     assert_eq!(pending.len(), 1, "the question is still open: {pending:?}");
     assert_eq!(bot.queued_messages().await.unwrap(), 2, "the prompts wait");

@@ -282,18 +282,38 @@ async fn turn_end(bot: &BotProxy<'_>, turn: &str) -> String {
 }
 
 /// Waits until the bot runs an agent other than `gone` (0: none); its pid, or `None` after
-/// [`EVENT_TIMEOUT`]. `pids` watches the bot's `ProcessId`.
+/// [`EVENT_TIMEOUT`]. `pids` watches the bot's `ProcessId` and wakes the wait; botvisord is also
+/// asked every 100 ms (`Properties.Get`, past any proxy's cache), so that a change the stream
+/// missed is still seen (CI saw a wait run out with the agent up, once: seed
+/// 1796630024412302336 of `a_codex_turn_killed_once_is_answered_once`, which passed replayed).
 async fn agent_other_than(
     bot: &BotProxy<'_>,
     pids: &mut zbus::proxy::PropertyStream<'_, u32>,
     gone: u32,
 ) -> Option<u32> {
+    let props = zbus::fdo::PropertiesProxy::builder(bot.inner().connection())
+        .destination(botvisor::dbus::BUS_NAME)
+        .path(bot.inner().path().to_owned())
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .unwrap();
+    let iface =
+        zbus::names::InterfaceName::from_static_str_unchecked(botvisor::dbus::BOT_INTERFACE);
     tokio::time::timeout(EVENT_TIMEOUT, async {
-        let mut pid = bot.process_id().await.unwrap();
-        while pid == 0 || pid == gone {
-            pid = pids.next().await?.get().await.unwrap();
+        loop {
+            if let Ok(v) = props.get(iface.clone(), "ProcessId").await
+                && let Ok(pid) = u32::try_from(&*v)
+                && pid != 0
+                && pid != gone
+            {
+                return Some(pid);
+            }
+            tokio::select! {
+                _ = pids.next() => {}
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
         }
-        Some(pid)
     })
     .await
     .ok()

@@ -47,6 +47,27 @@ struct Scheduled {
     env: TestEnv,
 }
 
+/// The next `n` `ScheduleFired` signals of schedule `id` on `fired`: (outcome, turn id) each,
+/// within [`EVENT_TIMEOUT`].
+async fn next_fires(
+    fired: &mut botvisor::dbus::client::ScheduleFiredStream,
+    id: &str,
+    n: usize,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    bounded("the schedule's fires", async {
+        while out.len() < n {
+            let f = futures_util::StreamExt::next(fired).await.unwrap();
+            let a = f.args().unwrap();
+            if a.id == id {
+                out.push((a.outcome.clone(), a.turn_id.clone()));
+            }
+        }
+    })
+    .await;
+    out
+}
+
 /// A bot of the fake CLI following `plan` ([`fake_bot`]), its properties read from botvisord
 /// at each call, not from a cache; and its object path.
 async fn uncached_fake_bot(
@@ -405,17 +426,7 @@ async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
     )
     .await
     .unwrap();
-    let mut outcomes = Vec::new();
-    bounded("three fires of the 2 s schedule", async {
-        while outcomes.len() < 3 {
-            let f = futures_util::StreamExt::next(&mut fired).await.unwrap();
-            let a = f.args().unwrap();
-            if a.id == often {
-                outcomes.push((a.outcome.clone(), a.turn_id.clone()));
-            }
-        }
-    })
-    .await;
+    let outcomes = next_fires(&mut fired, &often, 3).await;
     let first_often = outcomes[0].1.clone();
     assert_eq!(
         outcomes,
@@ -474,17 +485,11 @@ async fn a_fire_into_a_bot_waiting_on_a_permission_leaves_it_unanswered() {
     )
     .await
     .unwrap();
-    let mut skip_outcomes = Vec::new();
-    bounded("three skips", async {
-        while skip_outcomes.len() < 3 {
-            let f = futures_util::StreamExt::next(&mut fired).await.unwrap();
-            let a = f.args().unwrap();
-            if a.id == skips {
-                skip_outcomes.push(a.outcome.clone());
-            }
-        }
-    })
-    .await;
+    let skip_outcomes: Vec<String> = next_fires(&mut fired, &skips, 3)
+        .await
+        .into_iter()
+        .map(|(outcome, _)| outcome)
+        .collect();
     bounded("DeleteSchedule", s.delete_schedule(&skips))
         .await
         .unwrap();

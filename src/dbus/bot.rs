@@ -21,7 +21,7 @@ fn client_of(hdr: &Header<'_>) -> String {
 }
 
 mod managed;
-pub use managed::ManagedBots;
+pub use managed::{EncodedBots, ManagedBots};
 
 /// One bot object.
 #[derive(Clone)]

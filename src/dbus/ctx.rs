@@ -24,4 +24,8 @@ pub struct Ctx {
     pub descriptors: Arc<super::descriptors::DescriptorReplies>,
     /// Permits for the calls that run in a task of their own ([`super::guard::Detached`]).
     pub detached: Arc<tokio::sync::Semaphore>,
+    /// `GetManagedObjects`' answer, kept encoded bot by bot.
+    pub managed: super::bot::EncodedBots,
+    /// `ListBots`' answer, kept while no bot came or went.
+    pub listed: super::paths::ListedPaths,
 }

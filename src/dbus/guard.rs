@@ -36,6 +36,13 @@ pub trait DescriptorMethods {
         None
     }
 
+    /// The answer of a call of `name`, when botvisord keeps that answer encoded (issue 50:
+    /// `GetManagedObjects` at 500 bots): made after the caller check, as the reply's body and
+    /// its signature, and sent as it is. `None` (the default) for every other method.
+    fn encoded_call(&self, _name: &MemberName<'_>) -> Option<EncodedCall<'_>> {
+        None
+    }
+
     /// Design rule 15 (never off the bus): no call waits behind another client's slow one.
     ///
     /// The work of `msg`, a call of `name` on `conn`, when it may take long: run after the
@@ -66,6 +73,37 @@ pub const MAX_DETACHED: usize = 8;
 pub type DescriptorCall<'c> = std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<zbus::OwnedFd, super::error::Error>> + Send + 'c>,
 >;
+
+/// The work of a method whose answer botvisord keeps encoded ([`DescriptorMethods::encoded_call`]):
+/// the reply's body as bytes, with its D-Bus signature, or the error to answer with.
+pub type EncodedCall<'c> =
+    Box<dyn FnOnce() -> Result<(Vec<u8>, &'static str), super::error::Error> + Send + 'c>;
+
+/// Sends `body`, encoded with `signature`, as the reply to `call` on `conn`; nothing when the
+/// call asked for no reply. Errors: zbus's, when the body does not fit the signature or the
+/// connection cannot send.
+async fn send_encoded(
+    conn: &Connection,
+    call: &Header<'_>,
+    body: &[u8],
+    signature: &str,
+) -> zbus::Result<()> {
+    if call
+        .primary()
+        .flags()
+        .contains(zbus::message::Flags::NO_REPLY_EXPECTED)
+    {
+        return Ok(());
+    }
+    let mut builder = Message::method_return(call);
+    if let Some(name) = conn.unique_name() {
+        builder = builder.sender(name);
+    }
+    // SAFETY: `body` was encoded by zbus's own serializer for `signature`
+    // (`dbus::bot::EncodedBots`), with no file descriptor in it.
+    let reply = unsafe { builder.build_raw_body(body, signature, Vec::new()) }?;
+    conn.send(&reply).await
+}
 
 /// An interface whose every call and property read is the user's alone.
 pub struct Guarded<I> {
@@ -229,6 +267,19 @@ impl<I: Interface + DescriptorMethods> Interface for Guarded<I> {
                     drop(permit);
                 });
                 Ok(())
+            }));
+        }
+        if let Some(work) = self.inner.encoded_call(&name) {
+            return DispatchResult::Async(Box::pin(async move {
+                let _running = self.ctx.replies.begin();
+                let hdr = msg.header();
+                self.check(&hdr)
+                    .await
+                    .map_err(|e| Box::new(e) as BoxDBusError)?;
+                let (body, signature) = work().map_err(|e| Box::new(e) as BoxDBusError)?;
+                let sent = send_encoded(connection, &hdr, &body, signature).await;
+                self.ctx.replies.sent(&hdr);
+                sent.map_err(|e| Box::new(zbus::fdo::Error::from(e)) as BoxDBusError)
             }));
         }
         if let Some(work) = self.inner.descriptor_call(msg, &name) {

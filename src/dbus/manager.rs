@@ -12,7 +12,7 @@ use super::ctx::Ctx;
 use super::error::{Error, Result};
 use super::guard::{DescriptorMethods, Detached, Guarded};
 use super::options::{OptionReader, Options};
-use super::paths::bot_path;
+use super::paths::{Paths, bot_path};
 use crate::sizes::{MAX_PAGE_BYTES, MAX_SPEND_ROWS};
 use crate::supervisor::NewBot;
 
@@ -173,8 +173,9 @@ async fn create_bot(
         .await?;
     let path = bot_path(&handle.id);
     server
-        .at(&path, BotObject::guarded(handle, ctx.clone()))
+        .at(&path, BotObject::guarded(handle.clone(), ctx.clone()))
         .await?;
+    ctx.managed.served(handle);
     if let Err(e) = super::objects::announce(ctx, conn, &path).await {
         tracing::debug!(error = %e, "InterfacesAdded not sent to the user's connections");
     }
@@ -393,14 +394,8 @@ impl Manager {
 
     /// The object paths of all bots, oldest first.
     #[zbus(out_args("bots"))]
-    async fn list_bots(&self) -> Result<Vec<OwnedObjectPath>> {
-        Ok(self
-            .ctx
-            .supervisor
-            .list()
-            .iter()
-            .map(|h| bot_path(&h.id))
-            .collect())
+    async fn list_bots(&self) -> Result<Paths> {
+        Ok(self.ctx.listed.of(self.ctx.supervisor.list()))
     }
 
     /// The object path of the bot whose id or name is `id_or_name` (a unique id prefix of at

@@ -14,14 +14,13 @@ use std::sync::Arc;
 use zbus::ObjectPath;
 use zbus::names::InterfaceName;
 use zbus::object_server::{Interface, SignalEmitter};
-use zbus::{Connection, ObjectServer, Variant, interface};
+use zbus::{Connection, Variant, interface};
 
 use super::BOT_INTERFACE;
 use super::bot::{BotObject, ManagedBots};
 use super::ctx::Ctx;
 use super::error::Result;
-use super::guard::{DescriptorMethods, Guarded};
-use super::paths::bot_path;
+use super::guard::{DescriptorMethods, EncodedCall, Guarded};
 
 /// The ObjectManager of the bots.
 pub struct BotObjects {
@@ -35,7 +34,16 @@ impl BotObjects {
     }
 }
 
-impl DescriptorMethods for BotObjects {}
+impl DescriptorMethods for BotObjects {
+    fn encoded_call(&self, name: &zbus::names::MemberName<'_>) -> Option<EncodedCall<'_>> {
+        (name.as_str() == "GetManagedObjects").then(|| {
+            Box::new(move || {
+                let body = self.ctx.managed.answer(&self.ctx)?;
+                Ok((body, "a{oa{sa{sv}}}"))
+            }) as EncodedCall<'_>
+        })
+    }
+}
 
 #[interface(
     name = "org.freedesktop.DBus.ObjectManager",
@@ -44,24 +52,10 @@ impl DescriptorMethods for BotObjects {}
 )]
 impl BotObjects {
     /// Every bot's object path with its `org.botvisor.Botvisor1.Bot` properties, as `GetAll`
-    /// gives them to this caller.
-    async fn get_managed_objects(
-        &self,
-        #[zbus(object_server)] server: &ObjectServer,
-    ) -> Result<ManagedBots> {
-        let mut bots = Vec::new();
-        for handle in self.ctx.supervisor.list() {
-            let path = bot_path(&handle.id);
-            // A bot deleted meanwhile is left out. This call passed the caller check: each
-            // bot's properties are read without checking the same caller again.
-            let Ok(object) = server.interface::<_, Guarded<BotObject>>(&path).await else {
-                continue;
-            };
-            let bot = object.get().await.inner().clone();
-            bots.push((path, bot));
-        }
-        // Each property is read as the reply is written, by the getters `GetAll` uses.
-        Ok(ManagedBots(bots))
+    /// gives them to this caller. On the bus botvisord answers with the answer it keeps
+    /// encoded ([`DescriptorMethods::encoded_call`]); this is the same answer, for zbus.
+    async fn get_managed_objects(&self) -> Result<ManagedBots> {
+        Ok(self.ctx.managed.objects(&self.ctx))
     }
 
     /// An object was added (or gained interfaces): its path, and its interfaces with their

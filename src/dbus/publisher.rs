@@ -54,6 +54,7 @@ pub async fn run(
 async fn send(conn: &Connection, ctx: &Ctx, p: Publication) {
     if let Publication::BotRemoved { bot_id } = &p {
         ctx.replies.answered(bot_id).await;
+        ctx.managed.gone(bot_id);
         if let Err(e) = conn
             .object_server()
             .remove::<Guarded<BotObject>, _>(bot_path(bot_id))

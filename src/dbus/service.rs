@@ -152,6 +152,8 @@ impl Service {
             replies: Default::default(),
             descriptors: Default::default(),
             detached: Arc::new(tokio::sync::Semaphore::new(super::guard::MAX_DETACHED)),
+            managed: Default::default(),
+            listed: Default::default(),
         });
         // The root objects are served as the connection is made: zbus then returns it only
         // once its object server reads the calls. An object server started later
@@ -193,8 +195,9 @@ impl Service {
         for handle in handles {
             let path = bot_path(&handle.id);
             server
-                .at(&path, BotObject::guarded(handle, self.ctx.clone()))
+                .at(&path, BotObject::guarded(handle.clone(), self.ctx.clone()))
                 .await?;
+            self.ctx.managed.served(handle);
             if let Err(e) = super::objects::announce(&self.ctx, &self.conn, &path).await {
                 tracing::debug!(error = %e, "InterfacesAdded not sent to the user's connections");
             }

@@ -22,7 +22,7 @@ mod views;
 
 use crate::supervisor::Property;
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 pub use super::core::State;
 use super::core::stop::StopReason;
 use super::core::{BotCore, Standing};
-pub use super::view::{BotView, update_view};
+pub use super::view::{BotView, SharedView, update_view};
 use super::{BotError, BotHandle, Command, Publication, Publisher, Shared};
 use crate::config::Config;
 use crate::process::identity::ProcessIdentity;
@@ -91,7 +91,7 @@ struct Actor {
     /// The runtime, the store, the configuration and the publisher, shared with the bot's
     /// handle; and the leases and the prompt book clients change through it.
     shared: Arc<Shared>,
-    view: Arc<RwLock<BotView>>,
+    view: Arc<SharedView>,
     proc: Option<Proc>,
     generation: u64,
     proc_tx: mpsc::UnboundedSender<ProcEvent>,
@@ -221,7 +221,7 @@ pub fn spawn_actor(
     } else {
         0
     };
-    let view = Arc::new(RwLock::new(BotView {
+    let view = Arc::new(SharedView::new(BotView {
         record,
         state,
         process_id: 0,

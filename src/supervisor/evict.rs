@@ -39,7 +39,7 @@ impl Supervisor {
             .list()
             .iter()
             .map(|h| {
-                let v = h.view.read().unwrap_or_else(|p| p.into_inner());
+                let v = h.view.read();
                 Candidate {
                     bot: h.id.clone(),
                     activity: v.activity,
@@ -62,7 +62,7 @@ impl Supervisor {
                 continue;
             };
             let (memory, last_used) = {
-                let v = handle.view.read().unwrap_or_else(|p| p.into_inner());
+                let v = handle.view.read();
                 let m = v.usage.memory_current;
                 (
                     (m != Usage::UNKNOWN.memory_current).then_some(m),

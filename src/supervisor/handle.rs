@@ -5,14 +5,14 @@
 use super::core::{Cmd, RestartMode};
 use crate::supervisor::Property;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
 use std::path::Path;
 
 use super::{
-    BotError, BotView, Command, PromptBook, Publisher, State, bot, check_model,
+    BotError, BotView, Command, PromptBook, Publisher, SharedView, State, bot, check_model,
     check_permission_mode,
 };
 use crate::runtime::{ControlRequest, Grant, PermissionAnswer, Runtime, Scope};
@@ -82,7 +82,7 @@ pub struct BotHandle {
     pub id: String,
     pub(super) tx: mpsc::UnboundedSender<Command>,
     /// What clients can read without asking the actor.
-    pub view: Arc<RwLock<BotView>>,
+    pub view: Arc<SharedView>,
     pub(crate) shared: Arc<Shared>,
 }
 
@@ -518,11 +518,11 @@ impl BotHandle {
     /// The bot's current view, read in place: hold it for no longer than a copy would take
     /// (the actor waits to change it meanwhile), and across no `.await`.
     pub fn view_guard(&self) -> std::sync::RwLockReadGuard<'_, BotView> {
-        self.view.read().unwrap_or_else(|p| p.into_inner())
+        self.view.read()
     }
 
     /// A copy of the bot's current view.
     pub fn snapshot(&self) -> BotView {
-        self.view.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.view.read().clone()
     }
 }

@@ -39,7 +39,7 @@ pub use created_by::MAX_CREATED_BY_CHARS;
 pub(crate) use handle::Shared;
 pub use handle::{Answer, BotHandle};
 pub use names::{check_name, default_name, id_like};
-pub use view::{BotView, Property};
+pub use view::{BotView, Property, SharedView};
 
 /// Errors of bot operations; the D-Bus layer maps each to `org.botvisor.Botvisor1.Error.<Name>`.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
@@ -240,6 +240,8 @@ pub struct Supervisor {
     config: Arc<Config>,
     runtimes: BTreeMap<&'static str, Arc<dyn Runtime>>,
     bots: Mutex<registry::Bots>,
+    /// The registry's list oldest first, read without its lock.
+    listing: Arc<registry::Listing>,
     /// Deleted bots whose actors may still be stopping their agents: a shutdown waits for them
     /// too (design rule 9). Pruned of ended actors at each Delete.
     deleting: Mutex<Vec<BotHandle>>,
@@ -273,11 +275,13 @@ impl Supervisor {
         runtimes: Vec<Arc<dyn Runtime>>,
         publisher: Publisher,
     ) -> Arc<Supervisor> {
+        let bots = registry::Bots::default();
         Arc::new(Supervisor {
+            listing: bots.listing(),
             store,
             config,
             runtimes: runtimes.into_iter().map(|r| (r.name(), r)).collect(),
-            bots: Mutex::new(registry::Bots::default()),
+            bots: Mutex::new(bots),
             deleting: Mutex::new(Vec::new()),
             publisher,
             gate: tokio::sync::watch::Sender::new(false),
@@ -319,7 +323,7 @@ impl Supervisor {
                  written once it can; calls that must write answer StorageUnavailable meanwhile."
             )
         });
-        for h in self.list() {
+        for h in self.list().iter() {
             bot::update_view(
                 &h.view,
                 &self.publisher,
@@ -443,14 +447,13 @@ impl Supervisor {
             .count()
     }
 
-    /// All bots, oldest first.
-    pub fn list(&self) -> Vec<BotHandle> {
-        self.bots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .oldest_first()
-            .cloned()
-            .collect()
+    /// All bots, oldest first: one copy shared by every reader, read without the lock a create
+    /// or a delete holds (issue 50), except by the first read after one.
+    pub fn list(&self) -> Arc<Vec<BotHandle>> {
+        if let Some(list) = self.listing.current() {
+            return list;
+        }
+        self.bots.lock().unwrap_or_else(|p| p.into_inner()).listed()
     }
 
     /// Deletes a bot: marked deleted in the store before this call returns (a daemon that crashes
@@ -463,7 +466,7 @@ impl Supervisor {
 
     /// A client left the bus: its leases end.
     pub fn client_gone(&self, client: &str) {
-        for h in self.list() {
+        for h in self.list().iter() {
             if h.client_gone(client) {
                 tracing::info!(bot_id = %h.id, client, "lease ended: the client left the bus");
             }
@@ -543,7 +546,7 @@ impl Supervisor {
     /// still stopping their agents included, in parallel, and waits until each answered or
     /// ended (an actor that ends drops the channel).
     async fn to_every_actor(&self, command: fn(oneshot::Sender<()>) -> Command) {
-        let mut handles = self.list();
+        let mut handles = self.list().to_vec();
         handles.extend(
             self.deleting
                 .lock()

@@ -2,9 +2,14 @@
 //! `GetManagedObjects` read the order kept at each create and delete rather than sorting every
 //! bot at every call (issue 31: 500 bots); and their names by what they look like, so that a
 //! new name is checked against every other in one lookup (issue 50: the thousandth `CreateBot`
-//! costs what the tenth does).
+//! costs what the tenth does). The list oldest first is also kept as one shared copy
+//! ([`Listing`]), which `ListBots` and `GetManagedObjects` read without the registry's lock
+//! (issue 50: reads take no lock a create or a delete holds).
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
 
 use super::BotHandle;
 use super::names::looks;
@@ -17,6 +22,21 @@ pub struct Bots {
     /// Sorted by `(created_at, id)`; the same handles as `by_id`.
     oldest_first: Vec<(String, BotHandle)>,
     names: Names,
+    listing: Arc<Listing>,
+}
+
+/// Every bot oldest first, as one copy shared by the readers: read without the registry's
+/// lock; made again from the registry (under its lock) by the first read after a create or a
+/// delete, so that loading a thousand bots copies the list once, not once per bot.
+#[derive(Default)]
+pub struct Listing(ArcSwapOption<Vec<BotHandle>>);
+
+impl Listing {
+    /// The bots oldest first, when no create or delete came since the copy was made; `None`:
+    /// make it again ([`Bots::listed`]).
+    pub fn current(&self) -> Option<Arc<Vec<BotHandle>>> {
+        self.0.load_full()
+    }
 }
 
 /// The bots' names by what they look like ([`looks`]): a name is checked against every other
@@ -44,6 +64,7 @@ impl Bots {
         self.oldest_first.insert(at, (created_at, handle.clone()));
         self.names.named(&handle.id, name);
         self.by_id.insert(handle.id.clone(), handle);
+        self.listing.0.store(None);
     }
 
     /// Removes the bot `id`, returning its handle.
@@ -51,6 +72,7 @@ impl Bots {
         let handle = self.by_id.remove(id)?;
         self.oldest_first.retain(|(_, h)| h.id != id);
         self.names.unnamed(id);
+        self.listing.0.store(None);
         Some(handle)
     }
 
@@ -82,6 +104,23 @@ impl Bots {
     /// Every bot, oldest first.
     pub fn oldest_first(&self) -> impl Iterator<Item = &BotHandle> {
         self.oldest_first.iter().map(|(_, h)| h)
+    }
+
+    /// The shared copy of the list, read by [`Listing::current`] without this registry's lock.
+    pub fn listing(&self) -> Arc<Listing> {
+        self.listing.clone()
+    }
+
+    /// Every bot oldest first: the shared copy, made again here when a create or a delete came
+    /// since. Made and stored under the registry's lock (`&self` is behind it), so a copy is
+    /// never stored over a newer change.
+    pub fn listed(&self) -> Arc<Vec<BotHandle>> {
+        if let Some(list) = self.listing.current() {
+            return list;
+        }
+        let list = Arc::new(self.oldest_first().cloned().collect::<Vec<_>>());
+        self.listing.0.store(Some(list.clone()));
+        list
     }
 }
 

@@ -2,7 +2,8 @@
 //! changes with its properties published in the order of the changes ([`update_view`]).
 
 use crate::cost::usd;
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::core::State;
 use super::{PropertyValue, Publication, Publisher};
@@ -192,16 +193,82 @@ impl BotView {
     }
 }
 
+/// A bot's [`BotView`] as its actor and its handle share it, with a version that grows at each
+/// change: a reader that keeps something made from the view (`GetManagedObjects`' encoded
+/// answer, issue 50) knows whether it is still the view's without taking the view's lock.
+#[derive(Debug)]
+pub struct SharedView {
+    view: RwLock<BotView>,
+    version: AtomicU64,
+}
+
+impl SharedView {
+    /// `view` at version 0.
+    pub fn new(view: BotView) -> SharedView {
+        SharedView {
+            view: RwLock::new(view),
+            version: AtomicU64::new(0),
+        }
+    }
+
+    /// The view, read in place: hold it for no longer than a copy would take (the actor waits
+    /// to change it meanwhile), and across no `.await`. A poisoned lock is read as it stands.
+    pub fn read(&self) -> RwLockReadGuard<'_, BotView> {
+        self.view.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The view, to change: its version grows when the guard goes, before the lock is let go,
+    /// so a reader that reads the version and then the view reads a view at least that new.
+    pub fn write(&self) -> ViewWrite<'_> {
+        ViewWrite {
+            guard: self.view.write().unwrap_or_else(|p| p.into_inner()),
+            version: &self.version,
+        }
+    }
+
+    /// How many changes the view has had: a value read before [`SharedView::read`] names a view
+    /// no newer than the one read.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+}
+
+/// A [`SharedView`] being changed ([`SharedView::write`]).
+pub struct ViewWrite<'a> {
+    guard: RwLockWriteGuard<'a, BotView>,
+    version: &'a AtomicU64,
+}
+
+impl std::ops::Deref for ViewWrite<'_> {
+    type Target = BotView;
+    fn deref(&self) -> &BotView {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for ViewWrite<'_> {
+    fn deref_mut(&mut self) -> &mut BotView {
+        &mut self.guard
+    }
+}
+
+impl Drop for ViewWrite<'_> {
+    fn drop(&mut self) {
+        // Runs before the guard (a field) is dropped: the lock is still held.
+        self.version.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// Updates a bot's view and publishes the named properties with their new values, under the
 /// view's lock so that publications follow the order of the updates.
 pub fn update_view(
-    view: &RwLock<BotView>,
+    view: &SharedView,
     publisher: &Publisher,
     bot_id: &str,
     names: Vec<Property>,
     f: impl FnOnce(&mut BotView),
 ) {
-    let mut v = view.write().unwrap_or_else(|p| p.into_inner());
+    let mut v = view.write();
     f(&mut v);
     if !names.is_empty() {
         let changed = names.into_iter().map(|n| (n, v.value(n))).collect();

@@ -36,7 +36,7 @@ impl Actor {
                 Effect::ForgetKept => self.forget_kept(),
                 Effect::End => self.ended = true,
                 Effect::Queued(n) => {
-                    let changed = self.view.read().unwrap_or_else(|p| p.into_inner()).queued != n;
+                    let changed = self.view.read().queued != n;
                     if changed {
                         self.update(vec![Property::QueuedMessages], |v| v.queued = n);
                     }
@@ -135,7 +135,7 @@ impl Actor {
     pub(super) fn stream(&self, s: Streamed) {
         match s {
             Streamed::Append(text) => {
-                let mut v = self.view.write().unwrap_or_else(|p| p.into_inner());
+                let mut v = self.view.write();
                 v.partial_text.push_str(&text);
             }
             Streamed::Signal { turn_id, text } => {
@@ -146,7 +146,7 @@ impl Actor {
                 });
             }
             Streamed::Clear => {
-                let mut v = self.view.write().unwrap_or_else(|p| p.into_inner());
+                let mut v = self.view.write();
                 v.partial_text.clear();
             }
         }

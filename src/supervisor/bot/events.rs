@@ -6,10 +6,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Actor, BotView, Next, Proc, Shared, bot_env};
+use super::{Actor, BotView, Next, Proc, Shared, SharedView, bot_env};
 use crate::process::ProcEvent;
 use crate::runtime::{LimitReport, TakenTurn};
 use crate::supervisor::core::{Facts, Inflight, Input};
@@ -18,14 +18,14 @@ use std::time::Duration;
 /// What the core asks while it handles an input, answered from the bot's view, its shared
 /// handles and its process: each answer read only when asked.
 pub(super) struct ActorFacts<'a> {
-    pub(super) view: &'a Arc<RwLock<BotView>>,
+    pub(super) view: &'a Arc<SharedView>,
     pub(super) shared: &'a Shared,
     pub(super) proc: Option<&'a Proc>,
 }
 
 impl ActorFacts<'_> {
     fn view(&self) -> std::sync::RwLockReadGuard<'_, BotView> {
-        self.view.read().unwrap_or_else(|p| p.into_inner())
+        self.view.read()
     }
 
     /// The environment the bot's CLI runs with (`bot_env`: the daemon's, the bot's own, its
@@ -232,7 +232,7 @@ impl Actor {
             .rearm_idle(&activity, self.idle_timeout(), Instant::now());
         let last_used = self.core.last_used();
         let shown = {
-            let v = self.view.read().unwrap_or_else(|p| p.into_inner());
+            let v = self.view.read();
             (v.activity, v.last_used)
         };
         if shown != (activity, last_used) {

@@ -16,7 +16,7 @@ impl Actor {
     /// the state shown and the record's fields the core keeps
     /// ([`crate::supervisor::core::Input::Recorded`]).
     pub(super) fn on_record(&self) -> (State, OnRecord) {
-        let v = self.view.read().unwrap_or_else(|p| p.into_inner());
+        let v = self.view.read();
         (v.state, on_record(&v.record))
     }
 
@@ -24,7 +24,6 @@ impl Actor {
     pub(super) fn limit_holds_login(&self) -> bool {
         self.view
             .read()
-            .unwrap_or_else(|p| p.into_inner())
             .record
             .limit
             .as_ref()
@@ -32,11 +31,7 @@ impl Actor {
     }
 
     pub(super) fn record(&self) -> BotRecord {
-        self.view
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .record
-            .clone()
+        self.view.read().record.clone()
     }
 
     pub(super) fn update(&self, names: Vec<Property>, f: impl FnOnce(&mut BotView)) {
@@ -44,7 +39,7 @@ impl Actor {
     }
 
     pub(super) fn state(&self) -> State {
-        self.view.read().unwrap_or_else(|p| p.into_inner()).state
+        self.view.read().state
     }
 
     pub(super) fn publish_item(&self, item: &ChatItem) {

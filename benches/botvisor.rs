@@ -517,6 +517,187 @@ async fn scale(rows: &mut Vec<Row>) {
     }
 }
 
+/// A client of the bench's bus that hears every signal botvisord sends and counts the
+/// `ChatItemAdded` among them, by (bot path, seq): each item once.
+fn counting_client(
+    conn: zbus::Connection,
+) -> (
+    tokio::task::JoinHandle<()>,
+    tokio::sync::watch::Receiver<usize>,
+) {
+    let (tx, rx) = tokio::sync::watch::channel(0usize);
+    let task = tokio::spawn(async move {
+        let rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .sender(botvisor::dbus::BUS_NAME)
+            .build()
+            .unwrap();
+        let mut stream = zbus::MessageStream::for_match_rule(rule, &conn, None)
+            .await
+            .unwrap();
+        let mut seen = std::collections::HashSet::new();
+        while let Some(Ok(msg)) = stream.next().await {
+            let hdr = msg.header();
+            if hdr.member().map(|m| m.as_str()) != Some("ChatItemAdded") {
+                continue;
+            }
+            let (seq, _, _): (u64, String, String) = msg.body().deserialize().unwrap();
+            let path = hdr.path().map(|p| p.to_string()).unwrap_or_default();
+            if seen.insert((path, seq)) {
+                tx.send_replace(seen.len());
+            }
+        }
+    });
+    (task, rx)
+}
+
+/// One answer of the fast fake streamed item by item ("stream N MS"): for each of its items,
+/// the CLI's line → `ChatItemAdded` at this client, in µs (row 2's measure).
+async fn streamed_turn(bot: &BotProxy<'static>, items: usize, gap_ms: u64) -> Vec<f64> {
+    let mut added = bot.receive_chat_item_added().await.unwrap();
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot
+        .send(&format!("stream {items} {gap_ms}"), HashMap::new())
+        .await
+        .unwrap();
+    let mut took = Vec::new();
+    loop {
+        tokio::select! {
+            biased; // an item signalled before TurnFinished is taken first
+            Some(sig) = added.next() => {
+                let at = mono_ns();
+                let a = sig.args().unwrap();
+                if a.kind == "assistant" {
+                    let p: Value = serde_json::from_str(&a.payload).unwrap();
+                    let text = p["text"].as_str().unwrap();
+                    took.push((at - stamp(text, "emit")) as f64 / 1000.0);
+                }
+            }
+            Some(sig) = finished.next() => {
+                if sig.args().unwrap().turn_id == turn {
+                    assert_eq!(took.len(), items, "every item of the answer");
+                    return took;
+                }
+            }
+        }
+    }
+}
+
+/// 16 (issue 50): a load a desktop makes. 50 clients hear every signal of botvisord while 20
+/// bots stream answers at once, an item every 100 ms each (200 items a second in all, beside
+/// each turn's other signals), their answers begun spread over one answer's time; row 2's measure (a CLI's line → its `ChatItemAdded`) is taken on
+/// every item, and each client must have heard every item. Baseline: the same answers streamed
+/// by one of the same bots alone, with no other client, in the same run.
+async fn desktop_load(rows: &mut Vec<Row>) {
+    let bench = Bench::start(fake_fast()).await;
+    let (n_bots, n_clients) = (20, 50);
+    let (answers, items, gap_ms) = if quick() { (2, 10, 100) } else { (5, 20, 100) };
+    let mut bots = Vec::new();
+    for _ in 0..n_bots {
+        let bot = bench.bot(&[]).await;
+        for _ in 0..3 {
+            ping(&bot, "ping").await; // warm: the agent runs, caches are filled
+        }
+        bots.push(bot);
+    }
+    let mut alone = Vec::new();
+    for _ in 0..answers * 4 {
+        alone.extend(streamed_turn(&bots[0], items, gap_ms).await);
+    }
+    let mut clients = Vec::new();
+    for _ in 0..n_clients {
+        clients.push(counting_client(bench.env.bus.connect().await));
+    }
+    let (reference_task, reference) = counting_client(bench.env.bus.connect().await);
+    // Each client's match rule is in place once it heard an item: one turn on every bot first.
+    for bot in &bots {
+        ping(bot, "ping").await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (_, count) in &clients {
+        while *count.borrow() == 0 {
+            assert!(Instant::now() < deadline, "a client heard nothing");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let before: Vec<usize> = clients.iter().map(|(_, c)| *c.borrow()).collect();
+    let reference_before = *reference.borrow();
+    let t = Instant::now();
+    let mut streams = Vec::new();
+    for (k, bot) in bots.iter().enumerate() {
+        let bot = bot.clone();
+        // The bots' answers begin spread over one answer's time, as a desktop's bots are not
+        // in step: bots in step meet at each turn's start and end at once.
+        let offset = Duration::from_millis(gap_ms * items as u64 * k as u64 / n_bots as u64);
+        streams.push(tokio::spawn(async move {
+            tokio::time::sleep(offset).await;
+            let mut took = Vec::new();
+            for _ in 0..answers {
+                took.extend(streamed_turn(&bot, items, gap_ms).await);
+            }
+            took
+        }));
+    }
+    let mut loaded = Vec::new();
+    for task in streams {
+        loaded.extend(task.await.unwrap());
+    }
+    let wall = t.elapsed().as_secs_f64();
+    // Each answer's items and the user's message: every client must hear them all.
+    let expected = n_bots * answers * (items + 1);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while *reference.borrow() - reference_before < expected {
+        assert!(
+            Instant::now() < deadline,
+            "the reference client missed items"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut short = 0;
+    for ((_, count), before) in clients.iter().zip(&before) {
+        while *count.borrow() - before < expected && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if *count.borrow() - before < expected {
+            short += 1;
+        }
+    }
+    for (task, _) in clients {
+        task.abort();
+    }
+    reference_task.abort();
+    let (l, a) = (stats(loaded), stats(alone));
+    let ratio = l.p99 / a.p99;
+    rows.push(Row {
+        name: format!(
+            "16. Row 2 under a desktop's load: {n_clients} clients hear every signal while \
+             {n_bots} bots stream answers at once ({answers} answers each of {items} items \
+             {gap_ms} ms apart; {expected} items)"
+        ),
+        goal: "each client hears every item; p99 ≤ 2 × the same measure alone (issue 50)".into(),
+        figure: format!(
+            "median {:.0} µs, p99 {:.0} µs; {} of {n_clients} clients heard all {expected} \
+             items; {:.0} items/s",
+            l.median,
+            l.p99,
+            n_clients - short,
+            expected as f64 / wall
+        ),
+        baseline: format!(
+            "one of the same bots streaming alone, no other client: median {:.0} µs, p99 {:.0} µs",
+            a.median, a.p99
+        ),
+        verdict: format!(
+            "{ratio:.2} × at p99: {}",
+            if short == 0 && ratio <= 2.0 {
+                "met"
+            } else {
+                "missed"
+            }
+        ),
+    });
+}
+
 /// A service on the bench's bus that answers a call of each of `members` with the body
 /// botvisord gave it, byte for byte, and does nothing else: the bus's own share of an answer of
 /// that size (issue 50).
@@ -2098,6 +2279,9 @@ fn main() {
         }
         if selected(15) {
             create_at_scale(&mut rows).await;
+        }
+        if selected(16) {
+            desktop_load(&mut rows).await;
         }
         println!();
         println!("| measure | goal | figure | baseline (same run) | against the goal |");

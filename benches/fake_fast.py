@@ -3,7 +3,9 @@
 benchmark can tell the daemon's time from the CLI's.
 
 A user message "ping" is answered with the assistant text "recv=<ns when the line was read>
-emit=<ns just before the answer was written>". "burst N" is answered with N assistant lines.
+emit=<ns just before the answer was written>". "burst N" is answered with N assistant lines;
+"stream N MS" with N assistant lines "s<i> emit=<ns>", MS milliseconds apart (a model's answer
+arriving item by item).
 Launched with --resume, it prints Claude Code's "No conversation found" result (stamping the
 moment in $FAKE_STATE/notfound) and exits 1, like the real CLI. $FAKE_SPAWN children
 (`sleep 300`) are started in its process group at launch.
@@ -54,7 +56,14 @@ for line in sys.stdin:
     text = msg["message"]["content"]
     write({"type": "user", "isReplay": True, "session_id": session,
            "message": {"role": "user", "content": text}})
-    if text.startswith("burst "):
+    if text.startswith("stream "):
+        _, n, ms = text.split()
+        for i in range(int(n)):
+            if i:
+                time.sleep(int(ms) / 1000)
+            write({"type": "assistant", "session_id": session, "message": {
+                "content": [{"type": "text", "text": "s%d emit=%d" % (i, time.monotonic_ns())}]}})
+    elif text.startswith("burst "):
         n = int(text.split()[1])
         for i in range(n):
             out.write(json.dumps({"type": "assistant", "session_id": session, "message": {

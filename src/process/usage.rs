@@ -245,9 +245,16 @@ pub struct Watch {
 
 impl Watch {
     /// Starts sampling `source` every `interval` while active (never while inactive; the first
-    /// sample as soon as it becomes active, and a last one when it stops being active, so that
+    /// sample as soon as it becomes active, and a last one after it stops being active, so that
     /// an idle bot shows what its turn left, not what its launch had), handing each sample to
     /// `publish`. A zero interval never samples.
+    ///
+    /// At most one sample per `interval` (issue 50): a bot whose turns come faster (20 bots
+    /// answering at once, hundreds of turns a second) has its next sample at the last one's
+    /// time plus `interval`, not at each turn's start and end. Each sample walks the agent's
+    /// process tree in `/proc` and publishes three properties to every client; two per turn
+    /// were most of botvisord's time under a desktop's load. A last sample owed after a turn
+    /// is taken once that time comes, even if the bot is idle by then.
     pub fn start(
         source: Source,
         interval: Duration,
@@ -256,28 +263,39 @@ impl Watch {
         let (tx, mut rx) = watch::channel(false);
         tokio::spawn(async move {
             let mut sampler = Sampler::default();
-            if !interval.is_zero() {
-                // Ends when the sender is dropped (the process is gone).
-                'watch: while rx.wait_for(|a| *a).await.is_ok() && rx.has_changed().is_ok() {
-                    let next = tokio::time::Instant::now() + interval;
-                    publish(sampler.sample(&source));
-                    loop {
-                        tokio::select! {
-                            _ = tokio::time::sleep_until(next) => break,
-                            r = rx.changed() => {
-                                if r.is_err() {
-                                    break 'watch;
-                                }
-                                if !*rx.borrow_and_update() {
-                                    publish(sampler.sample(&source));
-                                    break;
-                                }
-                            }
+            if interval.is_zero() {
+                while rx.changed().await.is_ok() {}
+                publish(Usage::UNKNOWN);
+                return;
+            }
+            let mut last: Option<tokio::time::Instant> = None;
+            // A sample owed since the bot stopped being active.
+            let mut owed = false;
+            loop {
+                let active = *rx.borrow_and_update();
+                if !active && !owed {
+                    // Ends when the sender is dropped (the process is gone).
+                    if rx.changed().await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                let due = last.map_or_else(tokio::time::Instant::now, |l| l + interval);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due) => {
+                        publish(sampler.sample(&source));
+                        last = Some(tokio::time::Instant::now());
+                        owed = false;
+                    }
+                    r = rx.changed() => {
+                        if r.is_err() {
+                            break;
+                        }
+                        if !*rx.borrow() {
+                            owed = true;
                         }
                     }
                 }
-            } else {
-                while rx.changed().await.is_ok() {}
             }
             publish(Usage::UNKNOWN);
         });
@@ -295,33 +313,73 @@ impl Watch {
 mod tests {
     use super::*;
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn samples_when_the_bot_becomes_active_and_once_more_when_it_stops() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let source = Source::Tree {
             root: std::process::id(),
             bot_id: "usage-test".into(),
         };
+        let t0 = tokio::time::Instant::now();
         let watch = Watch::start(source, Duration::from_secs(3600), move |u| {
-            let _ = tx.send(u);
+            let _ = tx.send((tokio::time::Instant::now(), u));
         });
         watch.set_active(true);
-        assert!(
-            next(&mut rx).await.memory_current > 0,
-            "when it becomes active"
-        );
+        let (at, first) = next(&mut rx).await;
+        assert!(first.memory_current > 0, "when it becomes active");
+        assert_eq!(at, t0, "at once");
         watch.set_active(false);
-        assert!(next(&mut rx).await.memory_current > 0, "when its turn ends");
+        let (at, last) = next(&mut rx).await;
+        assert!(last.memory_current > 0, "when its turn ends");
+        assert_eq!(
+            at,
+            t0 + Duration::from_secs(3600),
+            "an interval after the first"
+        );
         drop(watch);
         assert_eq!(
-            next(&mut rx).await,
+            next(&mut rx).await.1,
             Usage::UNKNOWN,
             "once the process is gone"
         );
     }
 
-    async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Usage>) -> Usage {
-        tokio::time::timeout(Duration::from_secs(10), rx.recv())
+    /// Issue 50: turns that come faster than the interval are sampled once per interval, not
+    /// at each start and end (a hundred turns here: two samples, not two hundred).
+    #[tokio::test(start_paused = true)]
+    async fn turns_faster_than_the_interval_are_sampled_once_per_interval() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let source = Source::Tree {
+            root: std::process::id(),
+            bot_id: "usage-test".into(),
+        };
+        let t0 = tokio::time::Instant::now();
+        let watch = Watch::start(source, Duration::from_secs(2), move |u| {
+            let _ = tx.send((tokio::time::Instant::now(), u));
+        });
+        for _ in 0..100 {
+            watch.set_active(true);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            watch.set_active(false);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // 1 s of turns, then idle: the first at once, the owed one 2 s after it, no more.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        drop(watch);
+        let mut at = Vec::new();
+        while let Some((when, u)) = rx.recv().await {
+            if u == Usage::UNKNOWN {
+                break;
+            }
+            at.push(when - t0);
+        }
+        assert_eq!(at, vec![Duration::ZERO, Duration::from_secs(2)]);
+    }
+
+    async fn next(
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<(tokio::time::Instant, Usage)>,
+    ) -> (tokio::time::Instant, Usage) {
+        tokio::time::timeout(Duration::from_secs(7200), rx.recv())
             .await
             .expect("a sample")
             .expect("the watch runs")

@@ -664,7 +664,7 @@ impl BotObject {
     /// The recorded conversation (set once a turn began in it); empty when none.
     #[zbus(property)]
     fn session_id(&self) -> String {
-        self.view().record.session_id.clone().unwrap_or_default()
+        bounds::bus_text(self.view().record.session_id.as_deref().unwrap_or_default()).into_owned()
     }
 
     /// The agent's root process id; 0 when not running.
@@ -776,7 +776,7 @@ impl BotObject {
     /// exits; `Restart` with `fork` continues in a copy of the conversation instead.
     #[zbus(property)]
     fn held_by(&self) -> String {
-        self.view().held_by.clone()
+        bounds::bus_text(&self.view().held_by).into_owned()
     }
 
     /// The window of the plan's usage limit the bot waits for (`five_hour`, `seven_day`, …; as
@@ -785,7 +785,7 @@ impl BotObject {
     /// messages go by themselves at the reset.
     #[zbus(property)]
     fn limit_kind(&self) -> String {
-        self.view().limit_kind().to_owned()
+        bounds::bus_text(self.view().limit_kind()).into_owned()
     }
 
     /// When the waiting messages go, in Unix seconds: the usage limit's reset as the CLI told it,
@@ -805,7 +805,8 @@ impl BotObject {
     /// `limit_warning`), once per window.
     #[zbus(property)]
     fn plan_limit(&self) -> (String, String, f64, u64) {
-        self.view().plan_limit_value()
+        let (state, kind, used, at) = self.view().plan_limit_value();
+        (state, bounds::bus_text(&kind).into_owned(), used, at)
     }
 
     /// What the bot cost since its creation, in US dollars: the sum of its turns' costs as the

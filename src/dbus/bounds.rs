@@ -77,7 +77,11 @@ pub fn pending(
     open.into_iter()
         .map(|(id, tool, json)| {
             let json = input(store, bot_id, &id, &json, MAX_PROPERTY_BYTES);
-            (id, bus_text(&tool).into_owned(), json)
+            (
+                bus_text(&id).into_owned(),
+                bus_text(&tool).into_owned(),
+                json,
+            )
         })
         .collect()
 }

@@ -95,12 +95,15 @@ async fn send_encoded(
     {
         return Ok(());
     }
-    let mut builder = Message::method_return(call);
+    // A reply takes the call's byte order by default; the body is encoded in this machine's
+    // (`dbus::bot::EncodedBots`), and a header that says otherwise makes the bus drop
+    // botvisord's connection (a big-endian caller did).
+    let mut builder = Message::method_return(call).endian(zbus::message::NATIVE_ENDIAN_SIG.into());
     if let Some(name) = conn.unique_name() {
         builder = builder.sender(name);
     }
     // SAFETY: `body` was encoded by zbus's own serializer for `signature`
-    // (`dbus::bot::EncodedBots`), with no file descriptor in it.
+    // (`dbus::bot::EncodedBots`), in this machine's byte order, with no file descriptor in it.
     let reply = unsafe { builder.build_raw_body(body, signature, Vec::new()) }?;
     conn.send(&reply).await
 }

@@ -116,8 +116,8 @@ fn bounded(ctx: &Ctx, p: Publication) -> Publication {
         } => Publication::PermissionRequested {
             input: bounds::requested_input(store, &bot_id, &request_id, &input),
             tool: bounds::bus_text(&tool).into_owned(),
+            request_id: bounds::bus_text(&request_id).into_owned(),
             bot_id,
-            request_id,
         },
         Publication::PropertiesChanged { bot_id, changed } => {
             let changed = changed
@@ -129,6 +129,18 @@ fn bounded(ctx: &Ctx, p: Publication) -> Publication {
                         }
                         (Property::PendingPermissions, PropertyValue::Triples(v)) => {
                             PropertyValue::Triples(bounds::pending(store, &bot_id, v))
+                        }
+                        // What the CLI told (a session id, a limit's window) may hold a NUL.
+                        (_, PropertyValue::Str(s)) => {
+                            PropertyValue::Str(bounds::bus_text(&s).into_owned())
+                        }
+                        (_, PropertyValue::PlanLimit((state, kind, used, at))) => {
+                            PropertyValue::PlanLimit((
+                                bounds::bus_text(&state).into_owned(),
+                                bounds::bus_text(&kind).into_owned(),
+                                used,
+                                at,
+                            ))
                         }
                         (_, v) => v,
                     };

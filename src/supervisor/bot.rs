@@ -25,7 +25,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 pub use super::core::State;
@@ -58,8 +57,8 @@ pub const TEXT_DELTA_INTERVAL: Duration = Duration::from_millis(50);
 
 struct Proc {
     handle: ProcessHandle,
-    stdin: Option<mpsc::UnboundedSender<ToStdin>>,
-    /// The task that writes what `stdin` is sent ([`spawn_writer`]).
+    stdin: Option<stdin::StdinLink>,
+    /// The task that writes what `stdin` is sent ([`stdin::spawn_writer`]).
     writer: Option<tokio::task::JoinHandle<()>>,
     /// Its protocol: lines in and out, request ids, the conversation it holds.
     protocol: Box<dyn crate::runtime::Protocol>,
@@ -462,44 +461,11 @@ pub(crate) fn bot_env(config: &Config, record: &BotRecord) -> BTreeMap<String, S
     env
 }
 
-/// What the writer of a process's stdin is given: a line with its newline, and whether it ends
-/// a user message.
-struct ToStdin {
-    bytes: Vec<u8>,
-    /// The last line of a user message: once it is written whole, the message's delivery is
-    /// recorded whole (`store::deliveries::written_whole`), so that a botvisord killed in the
-    /// middle of a big message leaves a record that its agent's stdin holds part of a line.
-    ends_message: bool,
-}
-
-/// A task that owns a process's stdin and writes what it is sent; dropping the sender closes
-/// stdin (a stored duplicate of it, issue 47, keeps the pipe open). `whole` is called after the
-/// last line of each user message is written whole.
-/// Returns the sender and the task, which ends once the sender is dropped and every line it was
-/// given is written (or the pipe broke).
-fn spawn_writer(
-    mut stdin: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
-    whole: impl Fn() + Send + 'static,
-) -> (mpsc::UnboundedSender<ToStdin>, tokio::task::JoinHandle<()>) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<ToStdin>();
-    let task = tokio::spawn(async move {
-        while let Some(piece) = rx.recv().await {
-            if stdin.write_all(&piece.bytes).await.is_err() || stdin.flush().await.is_err() {
-                break;
-            }
-            if piece.ends_message {
-                whole();
-            }
-        }
-    });
-    (tx, task)
-}
-
 impl Actor {
     /// What the stdin writer calls once a user message's line is written whole: its delivery
     /// recorded whole. A record that cannot be written leaves the delivery "partly written",
     /// which only makes a take-over after a crash stop the agent and send the message again.
-    fn message_whole(&self) -> impl Fn() + Send + 'static {
+    fn message_whole(&self) -> impl Fn() + Send + Sync + 'static {
         let store = self.shared.store.clone();
         let id = self.id.clone();
         move || {

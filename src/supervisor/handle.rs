@@ -385,6 +385,7 @@ impl BotHandle {
             .prompts
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        let request_id = &*book.id_of(request_id);
         if let Some(open) = book.open.get(request_id) {
             // A runtime that runs the tool as it asked must not be told "allow" with a changed
             // input: the client would believe its change ran.

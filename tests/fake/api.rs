@@ -752,6 +752,111 @@ async fn the_kept_answers_follow_every_change() {
     managed_is_get_all(&env, &om, &[&a, &c, &d]).await;
 }
 
+/// A call in the other byte order (a big-endian machine's) gets `GetManagedObjects`' kept
+/// answer like any other, and botvisord stays on the bus: the answer is encoded in this
+/// machine's order and the reply's header now says so (it said the caller's, and the bus
+/// dropped botvisord's connection at the first such call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_in_the_other_byte_order_gets_the_kept_answer() {
+    use futures_util::StreamExt;
+    let env = TestEnv::new().await;
+    let _daemon = placeholder_daemon(&env).await;
+    let work = env.work.to_str().unwrap().to_owned();
+    let manager = env.manager().await;
+    let mut paths = Vec::new();
+    for name in ["one", "two"] {
+        paths.push(
+            manager
+                .create_bot(HashMap::from([
+                    ("cwd", Variant::from(work.as_str())),
+                    ("name", Variant::from(name)),
+                ]))
+                .await
+                .unwrap(),
+        );
+    }
+    let other = if cfg!(target_endian = "little") {
+        zbus::message::EndianSig::Big
+    } else {
+        zbus::message::EndianSig::Little
+    };
+    let call = zbus::Message::method_call("/org/botvisor/Botvisor1", "GetManagedObjects")
+        .endian(other.into())
+        .destination("org.botvisor.Botvisor1")
+        .interface("org.freedesktop.DBus.ObjectManager")
+        .build(&())
+        .unwrap();
+    let serial = call.primary_header().serial_num();
+    let mut replies = zbus::MessageStream::from(&env.conn);
+    env.conn.send(&call).await.unwrap();
+    let reply = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let msg = replies.next().await.unwrap().unwrap();
+            if msg.header().reply_serial() == Some(serial) {
+                break msg;
+            }
+        }
+    })
+    .await
+    .expect("an answer");
+    assert_eq!(
+        reply.message_type(),
+        zbus::message::Type::MethodReturn,
+        "{reply:?}"
+    );
+    let objects: zbus::fdo::ManagedObjects = reply.body().deserialize().unwrap();
+    assert_eq!(objects.len(), 2);
+    let om = zbus::fdo::ObjectManagerProxy::builder(&env.conn)
+        .destination("org.botvisor.Botvisor1")
+        .path("/org/botvisor/Botvisor1")
+        .build()
+        .await
+        .unwrap();
+    managed_is_get_all(&env, &om, &[&paths[0], &paths[1]]).await;
+}
+
+/// A permission request whose id the CLI wrote with a NUL in it, which the bus cannot carry
+/// (it dropped botvisord's connection): the id is shown with U+FFFD in the signal and the
+/// property, botvisord stays on the bus, and an answer given with the id as shown reaches the
+/// CLI, which ends its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_id_with_a_nul_is_shown_and_answered() {
+    use futures_util::StreamExt;
+    let s = FakeSetup::start("").await;
+    let bot = s
+        .bot(serde_json::json!([{"mode": "normal",
+            "ask": {"tool": "Write", "input_bytes": 10, "rid_prefix": "x\u{0}y-"}}]))
+        .await;
+    let mut asked = bot.receive_permission_requested().await.unwrap();
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send("write it", HashMap::new()).await.unwrap();
+    let sig = tokio::time::timeout(EVENT_TIMEOUT, asked.next())
+        .await
+        .expect("the request is signalled")
+        .unwrap();
+    let id = sig.args().unwrap().request_id.to_string();
+    assert_eq!(id, "x\u{FFFD}y-0-0");
+    assert_eq!(bot.pending_permissions().await.unwrap()[0].0, id);
+    bot.respond_permission(&id, "allow", HashMap::new())
+        .await
+        .unwrap();
+    let outcome = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let f = finished.next().await.unwrap();
+            let a = f.args().unwrap();
+            if a.turn_id == turn {
+                break a.outcome.to_string();
+            }
+        }
+    })
+    .await
+    .expect("the turn ends");
+    assert_eq!(outcome, "success");
+    let answers = std::fs::read_to_string(s.state.join("answers.jsonl")).unwrap();
+    assert!(answers.contains("\"allow\""), "{answers}");
+    assert!(bot.pending_permissions().await.unwrap().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn created_bots_appear_in_the_object_manager_and_delete_removes_them() {
     let env = TestEnv::new().await;

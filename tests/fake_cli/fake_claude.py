@@ -283,7 +283,7 @@ for line in sys.stdin:
         for _ in range(ask.get("count", 1)):
             question = globals().get("questions", 0)
             globals()["questions"] = question + 1
-            asked.append("ask-%d-%d" % (launch, question))
+            asked.append(ask.get("rid_prefix", "ask-") + "%d-%d" % (launch, question))
             request = {"subtype": "can_use_tool", "tool_name": ask["tool"],
                        "input": tool_input, "tool_use_id": "toolu_ask"}
             if "suggestions" in ask:

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{Actor, Proc, spawn_writer};
+use super::{Actor, Proc};
 use crate::process;
 use crate::process::identity::{Liveness, identify, liveness};
 use crate::store::{self, handovers::Handover};
@@ -388,7 +388,7 @@ impl Actor {
                 return false;
             }
         };
-        let (writer, task) = spawn_writer(stdin, self.message_whole());
+        let (writer, task) = super::stdin::spawn_writer(stdin, self.message_whole());
         self.launched_env = Some(taken.env.clone());
         self.proc = Some(Proc {
             handle,

@@ -2,7 +2,7 @@
 //! holds is waited for, design rule 7, [`crate::supervisor::core::Input::HolderFound`]) and
 //! writing it the next message (design rule 8: where it goes is recorded first).
 
-use super::{Actor, Proc, bot_env, spawn_writer};
+use super::{Actor, Proc, bot_env};
 use crate::process;
 use crate::process::identity::identify;
 use crate::runtime::Holder;
@@ -211,7 +211,7 @@ impl Actor {
                 let (stdin, writer) = handle
                     .stdin
                     .take()
-                    .map(|stdin| spawn_writer(stdin, whole))
+                    .map(|stdin| super::stdin::spawn_writer(stdin, whole))
                     .unzip();
                 let protocol_opening = protocol.opening();
                 let pid = handle.pid;

@@ -34,6 +34,20 @@ pub struct PromptBook {
 }
 
 impl PromptBook {
+    /// The request id a client means by `given`: `given` itself when it is open, else the open
+    /// request whose id reads `given` once each NUL is U+FFFD, as the bus shows a CLI's id
+    /// with a NUL in it (a NUL cannot go on the bus, `dbus::bounds::bus_text`); else `given`.
+    pub fn id_of(&self, given: &str) -> String {
+        if self.open.contains_key(given) {
+            return given.to_owned();
+        }
+        self.open
+            .keys()
+            .find(|id| id.contains('\0') && id.replace('\0', "\u{FFFD}") == given)
+            .cloned()
+            .unwrap_or_else(|| given.to_owned())
+    }
+
     /// The open requests as `(request_id, tool, input_json)`, the `PendingPermissions` value.
     pub fn list(&self) -> Vec<(String, String, String)> {
         self.open

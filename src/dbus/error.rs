@@ -37,7 +37,20 @@ pub enum Error {
 }
 
 impl From<BotError> for Error {
+    /// The bot's error as botvisord's D-Bus error. Its message may quote what a CLI or a file
+    /// wrote (a last error, a request id, a holder's command line): each NUL is U+FFFD
+    /// ([`super::bounds::bus_text`]), as the bus drops a connection that sends one.
     fn from(e: BotError) -> Self {
+        let e = match e {
+            BotError::NotFound(m) => BotError::NotFound(text(m)),
+            BotError::InvalidArgument(m) => BotError::InvalidArgument(text(m)),
+            BotError::Busy(m) => BotError::Busy(text(m)),
+            BotError::RuntimeUnavailable(m) => BotError::RuntimeUnavailable(text(m)),
+            BotError::StorageUnavailable(m) => BotError::StorageUnavailable(text(m)),
+            BotError::NotSupported(m) => BotError::NotSupported(text(m)),
+            BotError::LimitExceeded(m) => BotError::LimitExceeded(text(m)),
+            BotError::Failed(m) => BotError::Failed(text(m)),
+        };
         match e {
             BotError::NotFound(m) => Error::NotFound(m),
             BotError::InvalidArgument(m) => Error::InvalidArgument(m),
@@ -51,5 +64,39 @@ impl From<BotError> for Error {
     }
 }
 
+fn text(m: String) -> String {
+    match super::bounds::bus_text(&m) {
+        std::borrow::Cow::Borrowed(_) => m,
+        std::borrow::Cow::Owned(t) => t,
+    }
+}
+
 /// The result of a botvisor method.
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bot's error that quotes what a CLI wrote (a last error with a NUL, found by a hostile
+    /// helper: `Send` to a failed bot dropped botvisord) carries no NUL onto the bus.
+    #[test]
+    fn a_bot_error_quoting_a_nul_carries_none() {
+        let all = [
+            BotError::NotFound("a\0b".into()),
+            BotError::InvalidArgument("a\0b".into()),
+            BotError::Busy("a\0b".into()),
+            BotError::RuntimeUnavailable("a\0b".into()),
+            BotError::StorageUnavailable("a\0b".into()),
+            BotError::NotSupported("a\0b".into()),
+            BotError::LimitExceeded("a\0b".into()),
+            BotError::Failed("a\0b".into()),
+        ];
+        for e in all {
+            let text = zbus::DBusError::description(&Error::from(e))
+                .unwrap_or_default()
+                .to_owned();
+            assert_eq!(text, "a\u{FFFD}b");
+        }
+    }
+}

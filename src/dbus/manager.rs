@@ -8,6 +8,7 @@ use zbus::object_server::ObjectServer;
 use zbus::{Connection, OwnedObjectPath, interface};
 
 use super::bot::BotObject;
+use super::bounds::bus_text;
 use super::ctx::Ctx;
 use super::error::{Error, Result};
 use super::guard::{DescriptorMethods, Detached, Guarded};
@@ -215,11 +216,18 @@ fn list_conversations(ctx: &Arc<Ctx>, cwd: String, options: Options) -> Result<V
         {
             details.insert(
                 "held_by".into(),
-                zbus::OwnedVariant::try_from(zbus::Variant::from(held))
+                zbus::OwnedVariant::try_from(zbus::Variant::from(bus_text(&held).into_owned()))
                     .map_err(|e| Error::Failed(e.to_string()))?,
             );
         }
-        out.push((c.runtime, c.session_id, c.modified_s, c.title, details));
+        // The session id and the title are what the CLI's files say: no NUL may go on the bus.
+        out.push((
+            c.runtime,
+            bus_text(&c.session_id).into_owned(),
+            c.modified_s,
+            bus_text(&c.title).into_owned(),
+            details,
+        ));
     }
     Ok(out)
 }

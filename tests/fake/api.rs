@@ -607,13 +607,18 @@ async fn every_property_as_get_all_gives_it() {
         ]))
         .await
         .unwrap();
-    let om = zbus::fdo::ObjectManagerProxy::builder(&env.conn)
+    let om = object_manager(&env).await;
+    managed_is_get_all(&env, &om, &[&plain, &set]).await;
+}
+
+/// The daemon's ObjectManager, for this test's client.
+async fn object_manager(env: &TestEnv) -> zbus::fdo::ObjectManagerProxy<'static> {
+    zbus::fdo::ObjectManagerProxy::builder(&env.conn)
         .destination("org.botvisor.Botvisor1")
         .path("/org/botvisor/Botvisor1")
         .build()
         .await
-        .unwrap();
-    managed_is_get_all(&env, &om, &[&plain, &set]).await;
+        .unwrap()
 }
 
 /// `GetManagedObjects` names exactly the bots of `paths`, each with exactly the properties
@@ -717,12 +722,7 @@ async fn the_kept_answers_follow_every_change() {
         }
     };
     let (a, b, c) = (create("a").await, create("b").await, create("c").await);
-    let om = zbus::fdo::ObjectManagerProxy::builder(&env.conn)
-        .destination("org.botvisor.Botvisor1")
-        .path("/org/botvisor/Botvisor1")
-        .build()
-        .await
-        .unwrap();
+    let om = object_manager(&env).await;
     managed_is_get_all(&env, &om, &[&a, &b, &c]).await;
     env.bot(&a)
         .await
@@ -806,12 +806,7 @@ async fn a_caller_in_the_other_byte_order_gets_the_kept_answer() {
     );
     let objects: zbus::fdo::ManagedObjects = reply.body().deserialize().unwrap();
     assert_eq!(objects.len(), 2);
-    let om = zbus::fdo::ObjectManagerProxy::builder(&env.conn)
-        .destination("org.botvisor.Botvisor1")
-        .path("/org/botvisor/Botvisor1")
-        .build()
-        .await
-        .unwrap();
+    let om = object_manager(&env).await;
     managed_is_get_all(&env, &om, &[&paths[0], &paths[1]]).await;
 }
 
@@ -837,9 +832,26 @@ async fn a_request_id_with_a_nul_is_shown_and_answered() {
     let id = sig.args().unwrap().request_id.to_string();
     assert_eq!(id, "x\u{FFFD}y-0-0");
     assert_eq!(bot.pending_permissions().await.unwrap()[0].0, id);
+    // An answer refused names the id as shown (a raw NUL in the error dropped botvisord).
+    let refused = bot
+        .respond_permission(
+            &id,
+            "allow",
+            HashMap::from([("scope", Variant::from("always"))]),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains(&id), "{refused}");
     bot.respond_permission(&id, "allow", HashMap::new())
         .await
         .unwrap();
+    let again = bot
+        .respond_permission(&id, "deny", HashMap::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(again.contains("already answered (allow)"), "{again}");
     let outcome = tokio::time::timeout(EVENT_TIMEOUT, async {
         loop {
             let f = finished.next().await.unwrap();
@@ -861,12 +873,7 @@ async fn a_request_id_with_a_nul_is_shown_and_answered() {
 async fn created_bots_appear_in_the_object_manager_and_delete_removes_them() {
     let env = TestEnv::new().await;
     let _daemon = placeholder_daemon(&env).await;
-    let om = zbus::fdo::ObjectManagerProxy::builder(&env.conn)
-        .destination("org.botvisor.Botvisor1")
-        .path("/org/botvisor/Botvisor1")
-        .build()
-        .await
-        .unwrap();
+    let om = object_manager(&env).await;
     let mut added = om.receive_interfaces_added().await.unwrap();
     let mut removed = om.receive_interfaces_removed().await.unwrap();
     let work = env.work.to_str().unwrap().to_owned();

@@ -849,12 +849,42 @@ pub async fn stop_and_wait(bot: &BotProxy<'_>) {
     .expect("the bot stops");
 }
 
-/// Waits until the bot's property `State` reads `want`.
+/// Waits until the bot's property `State` reads `want`: a change signalled, or botvisord's own
+/// answer to `Properties.Get`, asked every 100 ms past any proxy's cache (a caching proxy built
+/// while the state changed once kept the older value and waited 90 s for a change that had come:
+/// CI, `a_busy_agent_takes_a_new_environment_once_its_turn_is_interrupted`).
 pub async fn wait_state(bot: &BotProxy<'_>, want: &str) {
+    let fresh = BotProxy::builder(bot.inner().connection())
+        .path(bot.inner().path().to_owned())
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .unwrap();
     let bot = watching(bot).await;
-    let changes = bot.receive_state_changed().await;
-    let now = bot.state().await.unwrap();
-    wait_property(changes, now, &want.to_owned(), "State").await;
+    let mut changes = bot.receive_state_changed().await;
+    if bot.state().await.unwrap() == want {
+        return;
+    }
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        let mut every = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                c = changes.next() => {
+                    let c = c.expect("the State stream ended");
+                    if c.get().await.unwrap() == want {
+                        return;
+                    }
+                }
+                _ = every.tick() => {
+                    if fresh.state().await.unwrap() == want {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("State never read {want:?}"));
 }
 
 /// Waits until the bot's agent runs (`ProcessId` not 0); returns its pid.

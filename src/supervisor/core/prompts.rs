@@ -37,13 +37,17 @@ impl PromptBook {
     /// The request id a client means by `given`: `given` itself when it is open, else the open
     /// request whose id reads `given` once each NUL is U+FFFD, as the bus shows a CLI's id
     /// with a NUL in it (a NUL cannot go on the bus, `dbus::bounds::bus_text`); else `given`.
+    /// An answered request is found the same way, so that a second answer is told who gave
+    /// the first.
     pub fn id_of(&self, given: &str) -> String {
         if self.open.contains_key(given) {
             return given.to_owned();
         }
+        let shown = |id: &&String| id.contains('\0') && id.replace('\0', "\u{FFFD}") == given;
         self.open
             .keys()
-            .find(|id| id.contains('\0') && id.replace('\0', "\u{FFFD}") == given)
+            .find(shown)
+            .or_else(|| self.answered.iter().map(|(id, _, _)| id).find(shown))
             .cloned()
             .unwrap_or_else(|| given.to_owned())
     }

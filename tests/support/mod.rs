@@ -849,10 +849,12 @@ pub async fn stop_and_wait(bot: &BotProxy<'_>) {
     .expect("the bot stops");
 }
 
-/// Waits until the bot's property `State` reads `want`: a change signalled, or botvisord's own
-/// answer to `Properties.Get`, asked every 100 ms past any proxy's cache (a caching proxy built
-/// while the state changed once kept the older value and waited 90 s for a change that had come:
-/// CI, `a_busy_agent_takes_a_new_environment_once_its_turn_is_interrupted`).
+/// Waits until the bot's property `State` reads `want` in `bot`'s own cache when it caches (a
+/// change signalled to it), so that what the test reads next from that cache is as new as the
+/// change it waited for. botvisord's own answer to `Properties.Get` is asked every 100 ms past
+/// any cache: a cache that stays behind it for 5 s is given up on and the wait returns (a
+/// caching proxy built while the state changed once kept the older value and waited 90 s for a
+/// change that had come: CI, `a_busy_agent_takes_a_new_environment_once_its_turn_is_interrupted`).
 pub async fn wait_state(bot: &BotProxy<'_>, want: &str) {
     let fresh = BotProxy::builder(bot.inner().connection())
         .path(bot.inner().path().to_owned())
@@ -867,6 +869,7 @@ pub async fn wait_state(bot: &BotProxy<'_>, want: &str) {
     }
     tokio::time::timeout(EVENT_TIMEOUT, async {
         let mut every = tokio::time::interval(Duration::from_millis(100));
+        let mut fresh_since: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 c = changes.next() => {
@@ -876,8 +879,17 @@ pub async fn wait_state(bot: &BotProxy<'_>, want: &str) {
                     }
                 }
                 _ = every.tick() => {
-                    if fresh.state().await.unwrap() == want {
+                    if bot.state().await.unwrap() == want {
                         return;
+                    }
+                    if fresh.state().await.unwrap() == want {
+                        let since = *fresh_since.get_or_insert_with(tokio::time::Instant::now);
+                        if since.elapsed() >= Duration::from_secs(5) {
+                            eprintln!("State reads {want:?} at botvisord; the proxy's cache stayed behind");
+                            return;
+                        }
+                    } else {
+                        fresh_since = None;
                     }
                 }
             }

@@ -58,18 +58,6 @@ impl ListedPaths {
     }
 }
 
-impl Paths {
-    /// How many paths.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether there is none.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
 impl Type for Paths {
     const SIGNATURE: &'static Signature = <Vec<OwnedObjectPath>>::SIGNATURE;
 }

@@ -1989,6 +1989,102 @@ async fn promise_commit(rows: &mut Vec<Row>) {
     });
 }
 
+/// 13b: promises that come together (issue 50): 20 threads, each making a `Send`'s commit a
+/// promise at the same moment, all kept; once with one fsync a commit (`synchronous = FULL`,
+/// issue 47's way: the commits queue behind each other's fsync) and once the way `Send` does it
+/// now (an ordinary commit, then the store's WAL syncer keeps every promise made before its
+/// fsync began: `store::durable`). Each round's time is from the start to the last promise kept.
+/// One promise alone is measured both ways as well.
+async fn promises_together(rows: &mut Vec<Row>) {
+    use botvisor::store::{self, BotRecord, Store};
+    let rounds = if quick() { 30 } else { 200 };
+    let together = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let db = std::sync::Arc::new(Store::open(&dir.path().join("promises.db")).unwrap());
+    db.tx(|tx| store::bots::insert(tx, &BotRecord::new("b", "b", "/", "claude")))
+        .unwrap();
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let send = move |tx: &rusqlite::Transaction<'_>, i: usize| {
+        let turn = format!("turn-{i}");
+        let payload = format!("{{\"text\":\"message {i}\",\"turn_id\":\"{turn}\"}}");
+        let item = store::chat::append(tx, "b", "user", Some(&turn), &payload)?;
+        store::turns::insert(tx, "b", &turn, item.seq)
+    };
+    // One round: `together` threads released at once, each making one promise and keeping it.
+    let round = |shared: bool| {
+        let start = std::sync::Arc::new(std::sync::Barrier::new(together + 1));
+        let threads: Vec<_> = (0..together)
+            .map(|_| {
+                let (db, next, start) = (db.clone(), next.clone(), start.clone());
+                std::thread::spawn(move || {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    start.wait();
+                    if shared {
+                        let (_, p) = db.tx_promise_then(|tx| send(tx, i), |_| {}).unwrap();
+                        db.keep_blocking(p);
+                    } else {
+                        db.tx_durable(|tx| send(tx, i)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        start.wait();
+        let t = Instant::now();
+        for th in threads {
+            th.join().unwrap();
+        }
+        t.elapsed().as_secs_f64() * 1e6
+    };
+    let (mut full, mut shared, mut alone_full, mut alone_shared) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let fsyncs_before = db.promise_fsyncs();
+    for _ in 0..rounds {
+        full.push(round(false));
+        shared.push(round(true));
+        let i = next.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+        let t = Instant::now();
+        db.tx_durable(|tx| send(tx, i)).unwrap();
+        alone_full.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        let (_, p) = db.tx_promise_then(|tx| send(tx, i + 1), |_| {}).unwrap();
+        db.keep_blocking(p);
+        alone_shared.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let fsyncs = db.promise_fsyncs() - fsyncs_before;
+    let (full, shared) = (stats(full), stats(shared));
+    let (alone_full, alone_shared) = (stats(alone_full), stats(alone_shared));
+    // Each round of promises kept by the syncer, and each promise alone, took this many fsyncs.
+    let per_round = (fsyncs as f64 - rounds as f64) / rounds as f64;
+    println!(
+        "row 13b: {together} promises at once, kept: FULL median {:.0} µs p99 {:.0} µs; shared \
+         median {:.0} µs p99 {:.0} µs, {per_round:.1} fsyncs a round; one alone: FULL median {:.0} \
+         µs, shared median {:.0} µs",
+        full.median, full.p99, shared.median, shared.p99, alone_full.median, alone_shared.median
+    );
+    rows.push(Row {
+        name: format!(
+            "13b. {together} promises made at once (20 threads, a Send's commit each), all kept; \
+             {rounds} rounds"
+        ),
+        goal: "issue 50: the Sends that arrive together share one fsync".into(),
+        figure: format!(
+            "kept by the WAL syncer: median {:.0} µs, p99 {:.0} µs a round, {per_round:.1} fsyncs \
+             a round; one promise alone: median {:.0} µs",
+            shared.median, shared.p99, alone_shared.median
+        ),
+        baseline: format!(
+            "one fsync a commit (FULL): median {:.0} µs, p99 {:.0} µs a round; one alone: median \
+             {:.0} µs",
+            full.median, full.p99, alone_full.median
+        ),
+        verdict: format!(
+            "{:.1} × faster at the median; one alone {:+.0} µs",
+            full.median / shared.median,
+            alone_shared.median - alone_full.median
+        ),
+    });
+}
+
 /// 15: `CreateBot` and `Delete` at a thousand bots (issue 50): 1,000 bots made in one folder
 /// (default names `work`, `work-2`, …, the case where a new name meets every other), each call
 /// timed from the client. The figure is the median of the last 50 creates (the 951st to the
@@ -2273,6 +2369,7 @@ fn main() {
         }
         if selected(13) {
             promise_commit(&mut rows).await;
+            promises_together(&mut rows).await;
         }
         if selected(14) {
             restart_time(&mut rows).await;

@@ -9,7 +9,7 @@ use zbus::object_server::SignalEmitter;
 use super::bounds;
 use super::ctx::Ctx;
 use super::error::{Error, Result};
-use super::guard::{DescriptorCall, DescriptorMethods, Detached, Guarded};
+use super::guard::{DescriptorCall, DescriptorMethods, Detached, Guarded, Promised, PromisedCall};
 use super::options::{OptionReader, Options};
 use crate::sizes::{MAX_PAGE_BYTES, MAX_PAGE_ITEMS, MAX_READ_BYTES, MAX_SEND_BYTES};
 use crate::store;
@@ -41,6 +41,18 @@ impl BotObject {
             },
             ctx,
         )
+    }
+
+    /// `Send`'s work: the options and the size checked, the message queued; its turn id and
+    /// the promise to keep before the answer. Errors: as `Send`'s.
+    fn queue(&self, text: String, options: &Options) -> Result<(String, store::Promise)> {
+        OptionReader::new("Send", options).finish()?;
+        if text.len() > MAX_SEND_BYTES {
+            return Err(Error::InvalidArgument(crate::sizes::send_too_long(
+                text.len(),
+            )));
+        }
+        Ok(self.handle.send(text)?)
     }
 
     /// The bot's view, read in place: a property reads the field it serves, with no copy of the
@@ -136,6 +148,28 @@ async fn delete_with(
 }
 
 impl DescriptorMethods for BotObject {
+    fn promised_call(
+        &self,
+        msg: &zbus::Message,
+        name: &zbus::names::MemberName<'_>,
+    ) -> Option<PromisedCall<'_>> {
+        if name.as_str() != "Send" {
+            return None;
+        }
+        let msg = msg.clone();
+        Some(Box::new(move || {
+            let (text, options): (String, Options) = msg.body().deserialize().map_err(|e| {
+                Error::InvalidArgument(format!("Send takes (text s, options a{{sv}}): {e}"))
+            })?;
+            let (answer, promise) = self.queue(text, &options)?;
+            let store = self.ctx.supervisor.store().clone();
+            Ok(Promised {
+                answer,
+                kept: Box::pin(async move { store.keep(promise).await }),
+            })
+        }))
+    }
+
     fn detached_call(
         &self,
         conn: &zbus::Connection,
@@ -185,15 +219,16 @@ impl BotObject {
     /// transcript exists). No options yet. Errors: InvalidArgument (empty text, or longer than
     /// 1 MiB, 1048576 bytes of UTF-8), Busy (state `failed`; or no agent runs and the working
     /// directory is gone), RuntimeUnavailable, StorageUnavailable; an error queues nothing.
+    ///
+    /// The reply comes once the message is on record durably (a power loss cannot take it back,
+    /// issue 47); the `Send`s that come together share that wait (issue 50). The guard answers
+    /// it that way ([`DescriptorMethods::promised_call`]); this body is the same for a caller
+    /// that reaches the interface unguarded.
     #[zbus(out_args("turn_id"))]
     async fn send(&self, text: String, options: Options) -> Result<String> {
-        OptionReader::new("Send", &options).finish()?;
-        if text.len() > MAX_SEND_BYTES {
-            return Err(Error::InvalidArgument(crate::sizes::send_too_long(
-                text.len(),
-            )));
-        }
-        Ok(self.handle.send(text)?)
+        let (turn_id, promise) = self.queue(text, &options)?;
+        self.ctx.supervisor.store().keep(promise).await;
+        Ok(turn_id)
     }
 
     /// Stops the agent gently (close stdin, SIGTERM to its process group, grace period,

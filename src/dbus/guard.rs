@@ -43,6 +43,15 @@ pub trait DescriptorMethods {
         None
     }
 
+    /// A call whose answer is a promise kept by the store (issue 50: `Send`): its work runs in
+    /// the object server's task after the caller check, so calls are applied in the order they
+    /// came; its answer is sent by a task of its own once the promise is kept, so the object
+    /// server reads on meanwhile and the promises made together share one fsync. `None` (the
+    /// default) for every other method.
+    fn promised_call(&self, _msg: &Message, _name: &MemberName<'_>) -> Option<PromisedCall<'_>> {
+        None
+    }
+
     /// Design rule 15 (never off the bus): no call waits behind another client's slow one.
     ///
     /// The work of `msg`, a call of `name` on `conn`, when it may take long: run after the
@@ -73,6 +82,18 @@ pub const MAX_DETACHED: usize = 8;
 pub type DescriptorCall<'c> = std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<zbus::OwnedFd, super::error::Error>> + Send + 'c>,
 >;
+
+/// The work of a method whose answer is a promise ([`DescriptorMethods::promised_call`]): what to
+/// answer once it is kept, or the error to answer at once (nothing promised).
+pub type PromisedCall<'c> = Box<dyn FnOnce() -> Result<Promised, super::error::Error> + Send + 'c>;
+
+/// A call's answer and the wait for the promise it makes.
+pub struct Promised {
+    /// The reply's body.
+    pub answer: String,
+    /// Ends once the promise is kept ([`crate::store::Store::keep`]).
+    pub kept: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>,
+}
 
 /// The work of a method whose answer botvisord keeps encoded ([`DescriptorMethods::encoded_call`]):
 /// the reply's body as bytes, with its D-Bus signature, or the error to answer with.
@@ -268,6 +289,26 @@ impl<I: Interface + DescriptorMethods> Interface for Guarded<I> {
                     work.await;
                     ctx.replies.sent(&msg.header());
                     drop(permit);
+                });
+                Ok(())
+            }));
+        }
+        if let Some(work) = self.inner.promised_call(msg, &name) {
+            return DispatchResult::Async(Box::pin(async move {
+                let running =
+                    super::replies::Replies::begin_owned(self.ctx.clone(), |c| &c.replies);
+                let hdr = msg.header();
+                self.check(&hdr)
+                    .await
+                    .map_err(|e| Box::new(e) as BoxDBusError)?;
+                let promised = work().map_err(|e| Box::new(e) as BoxDBusError)?;
+                let (ctx, conn, msg) = (self.ctx.clone(), connection.clone(), msg.clone());
+                tokio::spawn(async move {
+                    promised.kept.await;
+                    let hdr = msg.header();
+                    super::manager::answer_with(&conn, &hdr, Ok(promised.answer)).await;
+                    ctx.replies.sent(&hdr);
+                    drop(running);
                 });
                 Ok(())
             }));

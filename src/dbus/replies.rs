@@ -45,10 +45,20 @@ pub struct Running<'a>(&'a Replies);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        use std::sync::atomic::Ordering;
-        if self.0.running.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.none_running.notify_waiters();
-        }
+        self.0.end();
+    }
+}
+
+/// [`Running`] for a handler whose answer is sent by a task of its own: it holds what holds the
+/// replies ([`Replies::begin_owned`]).
+pub struct RunningOwned<C: Send + Sync + 'static> {
+    owner: std::sync::Arc<C>,
+    replies: fn(&C) -> &Replies,
+}
+
+impl<C: Send + Sync + 'static> Drop for RunningOwned<C> {
+    fn drop(&mut self) {
+        (self.replies)(&self.owner).end();
     }
 }
 
@@ -58,6 +68,25 @@ impl Replies {
         self.running
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Running(self)
+    }
+
+    /// [`Replies::begin`], the token holding `owner`, whose replies `replies` finds: for a
+    /// handler that goes on in a task of its own.
+    pub fn begin_owned<C: Send + Sync + 'static>(
+        owner: std::sync::Arc<C>,
+        replies: fn(&C) -> &Replies,
+    ) -> RunningOwned<C> {
+        replies(&owner)
+            .running
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        RunningOwned { owner, replies }
+    }
+
+    fn end(&self) {
+        use std::sync::atomic::Ordering;
+        if self.running.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.none_running.notify_waiters();
+        }
     }
 
     /// Waits until no call's handler runs, at most `bound`; whether none does. Called as

@@ -8,6 +8,7 @@
 pub mod bots;
 pub mod chat;
 pub mod deliveries;
+pub mod durable;
 pub mod fault;
 pub mod handovers;
 pub mod processes;
@@ -22,6 +23,7 @@ use std::sync::{Arc, Mutex};
 
 pub use bots::{BotRecord, WorktreeRecord};
 pub use chat::ChatItem;
+pub use durable::Promise;
 pub use rusqlite::Connection;
 pub use turns::QueuedTurn;
 
@@ -158,6 +160,8 @@ pub struct Store {
     commits: std::sync::atomic::AtomicU64,
     shared_commits: Arc<std::sync::atomic::AtomicU64>,
     checkpoint: Option<std::sync::mpsc::SyncSender<()>>,
+    /// Syncs the WAL for the promises waited for ([`durable`]); `None` in memory.
+    wal_sync: Option<durable::WalSync>,
 }
 
 impl Store {
@@ -196,6 +200,17 @@ impl Store {
             store_commits.clone(),
             store.conn.clone(),
         )?);
+        // Commits a botvisord before this one made on `NORMAL` are made durable before anything
+        // is read from them and promised again.
+        durable::sync_now(path);
+        store.wal_sync = Some(
+            durable::WalSync::start(path, store_commits.clone()).map_err(|source| {
+                StoreError::Folder {
+                    path: path.display().to_string(),
+                    source,
+                }
+            })?,
+        );
         store.shared_commits = store_commits;
         Ok(store)
     }
@@ -240,14 +255,17 @@ impl Store {
             commits: std::sync::atomic::AtomicU64::new(0),
             shared_commits: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             checkpoint: None,
+            wal_sync: None,
         })
     }
 
     fn committed(&self) {
         self.commits
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // `Release`: the WAL syncer that reads the count syncs this commit's frames
+        // (`durable`).
         self.shared_commits
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         if let Some(tx) = &self.checkpoint {
             let _ = tx.try_send(());
         }
@@ -447,6 +465,48 @@ impl Store {
         then: impl FnOnce(&R),
     ) -> Result<R, StoreError> {
         self.tx_now_then_as(true, f, then)
+    }
+
+    /// Design rule 8 (nothing sent is lost), against a power loss, for many promises at one fsync.
+    ///
+    /// Like [`Store::tx_now_then`], for a promise to a client kept once [`Store::keep`] (or
+    /// [`Store::keep_blocking`]) returns: the commit is an ordinary one, and its [`Promise`] is
+    /// kept when the WAL has been synced past it, by one fsync shared with every promise made
+    /// meanwhile (issue 50; [`durable`]). `then` runs after the commit, before the promise is
+    /// kept, in commit order. Errors: as [`Store::tx_now`].
+    pub fn tx_promise_then<R>(
+        &self,
+        f: impl FnMut(&rusqlite::Transaction<'_>) -> Result<R, rusqlite::Error>,
+        then: impl FnOnce(&R),
+    ) -> Result<(R, Promise), StoreError> {
+        let r = self.tx_now_then_as(false, f, then)?;
+        // Read after the commit was counted: at least this commit's own number.
+        let made = self
+            .shared_commits
+            .load(std::sync::atomic::Ordering::Acquire);
+        Ok((r, Promise(made)))
+    }
+
+    /// Waits, without holding a thread, until `p` is kept: the WAL synced past its commit. At
+    /// once for a store in memory, and once the store is being dropped.
+    pub async fn keep(&self, p: Promise) {
+        if let Some(sync) = &self.wal_sync {
+            sync.kept(p).await
+        }
+    }
+
+    /// [`Store::keep`], blocking the calling thread (for a bot's actor, before it writes a
+    /// promised message to its agent: about one fsync at most).
+    pub fn keep_blocking(&self, p: Promise) {
+        if let Some(sync) = &self.wal_sync {
+            sync.wait(p)
+        }
+    }
+
+    /// How many fsyncs of the WAL [`Store::keep`] has done (for the bench and the tests); 0 in
+    /// memory.
+    pub fn promise_fsyncs(&self) -> u64 {
+        self.wal_sync.as_ref().map_or(0, |s| s.fsyncs())
     }
 
     /// Like [`Store::tx_now`], durable before it returns ([`Store::tx_durable_then`]).

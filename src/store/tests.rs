@@ -113,3 +113,60 @@ async fn a_promise_commits_with_full_sync_and_nothing_else_does() {
     assert_eq!(store.tx(|tx| sync(tx)).unwrap(), normal, "back to NORMAL");
     assert_eq!(store.tx_now(|tx| sync(tx)).unwrap(), normal);
 }
+
+/// Issue 50: the promises made while no sync ran are all kept by one fsync of the WAL, whoever
+/// waits for them and in whatever order; a promise made after that fsync waits for another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promises_made_together_are_kept_by_one_fsync() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(Store::open(&dir.path().join("t.db")).unwrap());
+    let promise = |store: &Store| {
+        store
+            .tx_promise_then(
+                |tx| tx.execute("PRAGMA user_version = user_version", []),
+                |_| {},
+            )
+            .unwrap()
+            .1
+    };
+    let made: Vec<_> = (0..20).map(|_| promise(&store)).collect();
+    assert!(made.windows(2).all(|w| w[0] < w[1]), "{made:?}");
+    assert_eq!(store.promise_fsyncs(), 0, "nothing waited for: no fsync");
+    let mut waits = tokio::task::JoinSet::new();
+    for p in made.iter().rev() {
+        let (store, p) = (store.clone(), *p);
+        waits.spawn(async move { store.keep(p).await });
+    }
+    let blocking = {
+        let (store, p) = (store.clone(), made[3]);
+        std::thread::spawn(move || store.keep_blocking(p))
+    };
+    while let Some(r) = waits.join_next().await {
+        r.unwrap();
+    }
+    blocking.join().unwrap();
+    assert_eq!(store.promise_fsyncs(), 1, "one fsync for the twenty");
+    // Kept already: no new fsync.
+    store.keep(made[19]).await;
+    store.keep_blocking(made[0]);
+    assert_eq!(store.promise_fsyncs(), 1);
+    let later = promise(&store);
+    store.keep(later).await;
+    assert_eq!(
+        store.promise_fsyncs(),
+        2,
+        "a later promise waits for a sync of its own"
+    );
+}
+
+/// A store in memory has nothing to sync: its promises are kept at once.
+#[tokio::test]
+async fn a_promise_in_memory_is_kept_at_once() {
+    let store = Store::open_in_memory().unwrap();
+    let (_, p) = store
+        .tx_promise_then(|tx| tx.execute("PRAGMA user_version = 1", []), |_| {})
+        .unwrap();
+    store.keep(p).await;
+    store.keep_blocking(p);
+    assert_eq!(store.promise_fsyncs(), 0);
+}

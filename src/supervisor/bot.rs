@@ -121,6 +121,11 @@ struct Actor {
     ///
     /// [`Effect::ReportCommit`]: super::core::Effect::ReportCommit
     last_commit_ok: bool,
+    /// The latest promise among the messages queued to this bot ([`Command::Queued`]): kept
+    /// before any message is written to the agent (issue 50).
+    ///
+    /// [`Command::Queued`]: super::Command::Queued
+    promised: crate::store::Promise,
     /// A commit the core asked for failed: the core is told what stands on record before its
     /// next input ([`crate::supervisor::core::Input::Recorded`]).
     recorded_due: bool,
@@ -269,6 +274,7 @@ pub fn spawn_actor(
         copy_failing: false,
         stop_asked: None,
         last_commit_ok: true,
+        promised: crate::store::Promise::KEPT,
         recorded_due: false,
         ended: false,
         told: Default::default(),

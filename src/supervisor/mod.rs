@@ -166,6 +166,10 @@ pub enum Command {
     /// Stop, a Restart, a live setting, a permission answer, an interrupt, a budget, something
     /// the agent takes at launch changed); a stop it asks for is carried out at once.
     Core(core::Cmd),
+    /// A message queued ([`core::Cmd::Queued`]) whose `Send` was promised in `promise`: no
+    /// message is written to the agent before that promise is kept (issue 50: the commit is
+    /// synced after it was queued, with others that came together).
+    Queued(core::QueuedTurn, crate::store::Promise),
     /// Stop, then delete the bot with its history; with a removal, its git worktree goes once
     /// the agent is stopped (as [`core::worktree::removal`] allowed at the call).
     Delete(Option<core::worktree::Removal>),

@@ -26,6 +26,7 @@ mod mcp;
 mod memory;
 mod notify;
 mod notify_stand_in;
+mod promises;
 mod remote;
 mod repeats;
 mod schedules;

@@ -32,6 +32,12 @@ impl Actor {
                 self.stop_if_asked().await;
                 true
             }
+            Command::Queued(turn, promise) => {
+                self.promised = self.promised.max(promise);
+                self.handle(Input::Command(Cmd::Queued(turn)));
+                self.stop_if_asked().await;
+                true
+            }
             Command::Delete(removal) => {
                 self.handle(Input::Command(Cmd::Delete));
                 match removal {

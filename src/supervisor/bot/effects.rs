@@ -73,6 +73,8 @@ impl Actor {
                     }
                 }
                 Effect::Send(Request::Message { text }) => {
+                    // Design rule 8: what the agent is given was promised durably first.
+                    self.shared.store.keep_blocking(self.promised);
                     let ok = match self.proc.as_mut() {
                         Some(proc) => {
                             proc.before_turn = None;

@@ -8,10 +8,12 @@ use super::{BotHandle, Command};
 
 impl BotHandle {
     /// Queues a message: commits the turn and its `user` chat item, publishes the item, and
-    /// returns the turn id. Errors: InvalidArgument (empty), Busy (state `failed`; or no process
-    /// and the working directory is gone), RuntimeUnavailable (no process and no binary),
-    /// NotFound (deleted), Failed (database). An error changes nothing.
-    pub fn send(&self, text: String) -> Result<String, BotError> {
+    /// returns the turn id with the promise that the message is on record: the caller tells
+    /// the client once the store kept it ([`crate::store::Store::keep`]; issue 50: one fsync
+    /// for the `Send`s that come together). Errors: InvalidArgument (empty), Busy (state
+    /// `failed`; or no process and the working directory is gone), RuntimeUnavailable (no
+    /// process and no binary), NotFound (deleted), Failed (database). An error changes nothing.
+    pub fn send(&self, text: String) -> Result<(String, crate::store::Promise), BotError> {
         self.send_with(text, serde_json::Map::new(), |_, _| Ok(true))?
             .ok_or_else(|| BotError::Failed("the message was not queued".into()))
     }
@@ -19,13 +21,14 @@ impl BotHandle {
     /// [`BotHandle::send`], with `extra` fields in the `user` chat item's payload (a scheduled
     /// fire's `schedule`), and `claim` run in the transaction that queues the message, with the
     /// turn id: when it answers false nothing is queued and `Ok(None)` is returned (issue 49: a
-    /// fire and its message are recorded together, once, or not at all). Errors: as `send`.
+    /// fire and its message are recorded together, once, or not at all). The message reaches the
+    /// agent only once its promise is kept. Errors: as `send`.
     pub fn send_with(
         &self,
         text: String,
         extra: serde_json::Map<String, serde_json::Value>,
         mut claim: impl FnMut(&rusqlite::Transaction<'_>, &str) -> rusqlite::Result<bool>,
-    ) -> Result<Option<String>, BotError> {
+    ) -> Result<Option<(String, crate::store::Promise)>, BotError> {
         self.check_alive()?;
         if text.trim().is_empty() {
             return Err(BotError::InvalidArgument(
@@ -64,8 +67,9 @@ impl BotHandle {
         fields.insert("text".into(), text.clone().into());
         fields.insert("turn_id".into(), turn_id.clone().into());
         let payload = serde_json::Value::Object(fields).to_string();
-        // A promise (the reply says the message is queued): durable before the reply.
-        let queued = self.shared.store.tx_durable_then(
+        // A promise (the reply says the message is queued): kept before the reply, and before
+        // the agent is given it.
+        let (queued, promise) = self.shared.store.tx_promise_then(
             |tx| {
                 if !claim(tx, &turn_id)? {
                     return Ok(None);
@@ -84,16 +88,19 @@ impl BotHandle {
         if queued.is_none() {
             return Ok(None);
         }
-        let told = self.command(Command::Core(Cmd::Queued(
+        let told = self.command(Command::Queued(
             super::super::core::QueuedTurn::new(turn_id.clone(), text),
-        )));
+            promise,
+        ));
         match told {
-            Ok(()) => Ok(Some(turn_id)),
+            Ok(()) => Ok(Some((turn_id, promise))),
             // botvisord stopped or handed its agent over (issue 47) between the check above and
             // now: the message is on record, queued, and the next botvisord delivers it once, so
             // the caller is told it is taken. An error would make a client that sends it again
             // send it twice (a hostile run found refused sends answered all the same).
-            Err(BotError::Busy(_)) if self.shared.store.is_closing() => Ok(Some(turn_id)),
+            Err(BotError::Busy(_)) if self.shared.store.is_closing() => {
+                Ok(Some((turn_id, promise)))
+            }
             Err(e) => Err(e),
         }
     }

@@ -233,7 +233,8 @@ impl Supervisor {
                     )
                 });
                 match sent {
-                    Ok(Some(turn_id)) => {
+                    // The promise is the bot's to keep before its agent is given the prompt.
+                    Ok(Some((turn_id, _promise))) => {
                         tracing::info!(schedule = id, due, turn_id = %turn_id, "schedule fired");
                         return Ok(Fired::Queued { due, turn_id });
                     }

@@ -6,9 +6,11 @@
 //! twenty fsyncs one after the other. Here the promise's commit is an ordinary one
 //! (`synchronous = NORMAL`: its frames are written to the WAL, not synced), which hands back a
 //! [`Promise`], the number of commits made so far; the promise is kept once the WAL file has been
-//! synced after that many commits. One thread of the store's own syncs it: each fsync covers
-//! every commit made before it began, so the promises that wait while one runs are all kept by
-//! the next.
+//! synced after that many commits. One thread of the store's own syncs it for those who wait
+//! without a thread (a `Send`'s reply); one who waits blocking (a bot's actor, before it gives
+//! the agent the message) syncs itself when no fsync runs. Either way one fsync runs at a time
+//! and covers every commit made before it began, so the promises that wait while one runs are
+//! all kept by the next.
 //!
 //! Why a sync of the WAL file makes those commits as durable as `FULL` would: in WAL mode a commit
 //! is its frames in the WAL, the last one marked as a commit; `FULL` differs from `NORMAL` only by
@@ -43,8 +45,12 @@ struct Syncs {
     wanted: u64,
     /// Every commit up to this one is synced.
     synced: u64,
+    /// An fsync runs now (the thread's or a waiter's own): no second one begins meanwhile.
+    syncing: bool,
     /// fsyncs of the WAL done.
     fsyncs: u64,
+    /// The inode of the WAL file whose folder was synced.
+    folder_synced_for: Option<u64>,
     /// The store is gone: the thread syncs what is wanted and ends.
     closed: bool,
 }
@@ -53,10 +59,55 @@ struct Shared {
     syncs: Mutex<Syncs>,
     changed: Condvar,
     synced: tokio::sync::watch::Sender<u64>,
+    wal: PathBuf,
+    /// The writer's count of commits (incremented with `Release` after each commit).
+    commits: Arc<AtomicU64>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Syncs> {
+        self.syncs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One fsync covering every commit counted so far, by the caller, which holds `s` with no
+    /// fsync running; `s` is held again when it returns.
+    fn sync<'a>(
+        &'a self,
+        mut s: std::sync::MutexGuard<'a, Syncs>,
+    ) -> std::sync::MutexGuard<'a, Syncs> {
+        s.syncing = true;
+        let mut folder_synced_for = s.folder_synced_for;
+        drop(s);
+        // Every commit counted here wrote its frames before it was counted (`Release` there,
+        // `Acquire` here): the fsync below covers them all.
+        let target = self.commits.load(Ordering::Acquire);
+        if let Err(e) = sync_wal(&self.wal, &mut folder_synced_for) {
+            tracing::error!(
+                wal = %self.wal.display(),
+                error = %e,
+                "cannot sync the database's WAL: messages accepted since the last sync may not \
+                 survive a power loss"
+            );
+        }
+        let mut s = self.lock();
+        tracing::debug!(
+            from = s.synced,
+            to = target,
+            "synced the WAL for promises: every commit up to `to` is durable"
+        );
+        s.syncing = false;
+        s.folder_synced_for = folder_synced_for;
+        s.synced = s.synced.max(target);
+        s.fsyncs += 1;
+        self.changed.notify_all();
+        self.synced.send_replace(s.synced);
+        s
+    }
 }
 
 /// The store's WAL syncer: a thread that sleeps until a promise waits, then syncs the WAL once
-/// for all the commits made so far. With nothing waited for, no wake-up at all.
+/// for all the commits made so far. With nothing waited for, no wake-up at all. A thread that
+/// waits blocking syncs itself when no fsync runs, sparing a wake-up of the syncer.
 pub(super) struct WalSync {
     shared: Arc<Shared>,
 }
@@ -69,40 +120,41 @@ impl WalSync {
             syncs: Mutex::new(Syncs::default()),
             changed: Condvar::new(),
             synced: tokio::sync::watch::channel(0).0,
+            wal: wal_of(db),
+            commits,
         });
-        let wal = wal_of(db);
         let theirs = shared.clone();
         std::thread::Builder::new()
             .name("botvisor-wal-sync".into())
-            .spawn(move || run(&theirs, &wal, &commits))?;
+            .spawn(move || run(&theirs))?;
         Ok(WalSync { shared })
     }
 
-    /// Waits, blocking the thread, until `p` is kept.
+    /// Waits, blocking the thread, until `p` is kept: syncs itself when no fsync runs, else
+    /// waits for the one that does and, if that one began before `p`'s commit, for the next.
     pub(super) fn wait(&self, p: Promise) {
-        let mut s = self.lock();
-        if s.synced >= p.0 {
-            return;
-        }
-        s.wanted = s.wanted.max(p.0);
-        self.shared.changed.notify_all();
+        let mut s = self.shared.lock();
         while s.synced < p.0 && !s.closed {
-            s = self
-                .shared
-                .changed
-                .wait(s)
-                .unwrap_or_else(|e| e.into_inner());
+            if s.syncing {
+                s = self
+                    .shared
+                    .changed
+                    .wait(s)
+                    .unwrap_or_else(|e| e.into_inner());
+            } else {
+                s = self.shared.sync(s);
+            }
         }
     }
 
-    /// Waits, without holding a thread, until `p` is kept.
+    /// Waits, without holding a thread, until `p` is kept (the syncer's thread syncs).
     pub(super) async fn kept(&self, p: Promise) {
         let mut synced = self.shared.synced.subscribe();
         if *synced.borrow() >= p.0 {
             return;
         }
         {
-            let mut s = self.lock();
+            let mut s = self.shared.lock();
             s.wanted = s.wanted.max(p.0);
             self.shared.changed.notify_all();
         }
@@ -112,59 +164,36 @@ impl WalSync {
 
     /// fsyncs of the WAL done so far (the bench and the tests count them).
     pub(super) fn fsyncs(&self) -> u64 {
-        self.lock().fsyncs
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Syncs> {
-        self.shared.syncs.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.lock().fsyncs
     }
 }
 
 impl Drop for WalSync {
     fn drop(&mut self) {
-        self.lock().closed = true;
+        self.shared.lock().closed = true;
         self.shared.changed.notify_all();
     }
 }
 
 /// The syncer's loop: ends once the store is gone and nothing more is wanted.
-fn run(shared: &Shared, wal: &Path, commits: &AtomicU64) {
-    let mut folder_synced_for = None;
+fn run(shared: &Shared) {
+    let mut s = shared.lock();
     loop {
-        {
-            let mut s = shared.syncs.lock().unwrap_or_else(|e| e.into_inner());
-            while s.wanted <= s.synced && !s.closed {
-                s = shared.changed.wait(s).unwrap_or_else(|e| e.into_inner());
-            }
-            if s.wanted <= s.synced {
+        while (s.wanted <= s.synced || s.syncing) && !s.closed {
+            s = shared.changed.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        if s.wanted <= s.synced {
+            if s.closed {
                 return;
             }
+            continue;
         }
-        // Every commit counted here wrote its frames before it was counted (`Release` there,
-        // `Acquire` here): the fsync below covers them all.
-        let target = commits.load(Ordering::Acquire);
-        if let Err(e) = sync_wal(wal, &mut folder_synced_for) {
-            tracing::error!(
-                wal = %wal.display(),
-                error = %e,
-                "cannot sync the database's WAL: messages accepted since the last sync may not \
-                 survive a power loss"
-            );
+        if s.syncing {
+            // Closed while a waiter syncs: its fsync keeps what it can; wait for it.
+            s = shared.changed.wait(s).unwrap_or_else(|e| e.into_inner());
+            continue;
         }
-        let mut s = shared.syncs.lock().unwrap_or_else(|e| e.into_inner());
-        tracing::debug!(
-            from = s.synced,
-            to = target,
-            "synced the WAL for promises: every commit up to `to` is durable"
-        );
-        s.synced = s.synced.max(target);
-        s.fsyncs += 1;
-        // A promise counted after `target` was read stays wanted: the next round syncs it.
-        s.wanted = s.wanted.max(s.synced);
-        let synced = s.synced;
-        drop(s);
-        shared.changed.notify_all();
-        shared.synced.send_replace(synced);
+        s = shared.sync(s);
     }
 }
 

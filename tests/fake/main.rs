@@ -19,6 +19,7 @@ mod costs;
 mod ctl;
 mod doc_names;
 mod environment;
+mod fleet;
 mod group_commit;
 mod install;
 mod layers;

@@ -21,7 +21,11 @@ const CTL: &str = env!("CARGO_BIN_EXE_botvisorctl");
 
 /// botvisorctl with `bus` as its whole idea of where botvisord is (`DBUS_SESSION_BUS_ADDRESS`,
 /// or none), a `HOME` of the test's, and `extra` environment.
-fn ctl(bus: Option<&str>, home: &Path, extra: &[(&str, &str)]) -> tokio::process::Command {
+pub(crate) fn ctl(
+    bus: Option<&str>,
+    home: &Path,
+    extra: &[(&str, &str)],
+) -> tokio::process::Command {
     let mut c = tokio::process::Command::new(CTL);
     c.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -37,7 +41,7 @@ fn ctl(bus: Option<&str>, home: &Path, extra: &[(&str, &str)]) -> tokio::process
 }
 
 /// Runs botvisorctl as [`ctl`] sets it up: (exit code, stdout, stderr).
-async fn run(
+pub(crate) async fn run(
     bus: Option<&str>,
     home: &Path,
     extra: &[(&str, &str)],

@@ -19,16 +19,42 @@ pub struct Args {
     #[arg(long, global = true, value_enum, default_value_t = Color::Auto, value_name = "WHEN")]
     pub color: Color,
     /// The bus botvisord is on: any D-Bus address (`unix:path=…`, `unixexec:path=ssh,…`, `tcp:…`).
-    /// Default: DBUS_SESSION_BUS_ADDRESS, else the session bus. See docs/remote.md.
-    #[arg(long, global = true, value_name = "ADDRESS", conflicts_with = "host")]
-    pub address: Option<String>,
+    /// Default: DBUS_SESSION_BUS_ADDRESS, else the session bus. See docs/remote.md. `list`
+    /// takes several, with `--host` too.
+    #[arg(long, global = true, value_name = "ADDRESS")]
+    pub address: Vec<String>,
     /// The botvisord of another machine: its user's session bus over `ssh [USER@]HOST` and
-    /// systemd-stdio-bridge (as `busctl --host`). BOTVISOR_SSH names the ssh program to run.
-    #[arg(short = 'H', long, global = true, value_name = "[USER@]HOST")]
-    pub host: Option<String>,
+    /// systemd-stdio-bridge (as `busctl --host`), or a host's name from `hosts list` (`local`:
+    /// this machine). BOTVISOR_SSH names the ssh program to run. `list` takes several.
+    #[arg(short = 'H', long, global = true, value_name = "[USER@]HOST|NAME")]
+    pub host: Vec<String>,
+    /// Every host: this machine's bus (`local`) and each of `hosts list` (for `list`).
+    #[arg(long, global = true)]
+    pub all_hosts: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Cmd,
+}
+
+/// `hosts` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum HostsCmd {
+    /// Name a host: TARGET is `[USER@]HOST` for ssh, or a D-Bus address (`unix:…`,
+    /// `unixexec:…`, `tcp:…`).
+    Add {
+        /// Its name: letters, digits, `-`, `_`, `.` (not `local`, this machine's).
+        name: String,
+        /// `[USER@]HOST`, or a D-Bus address.
+        target: String,
+    },
+    /// Forget a host's name.
+    Rm {
+        /// Its name.
+        name: String,
+    },
+    /// The hosts: `local` and those named.
+    #[command(visible_alias = "ls")]
+    List,
 }
 
 /// `schedule` subcommands.
@@ -178,6 +204,13 @@ pub enum Cmd {
     /// (`-`: the CLI tells none, as Codex), folder.
     #[command(visible_alias = "ls")]
     List,
+    /// The hosts botvisorctl knows by name (docs/remote.md): `--host NAME` and `--all-hosts`
+    /// take them.
+    Hosts {
+        /// What to do with them.
+        #[command(subcommand)]
+        what: HostsCmd,
+    },
     /// What every bot ever made spent, deleted bots included: per bot and in all, and today's
     /// total (days are UTC). A bot whose CLI tells no cost (Codex) shows `-` and only tokens.
     Cost {

@@ -14,8 +14,8 @@ use clap_complete::engine::CompletionCandidate;
 /// How long a completion may wait for botvisord: a shell waits for it at every Tab.
 const WAIT: Duration = Duration::from_secs(2);
 
-/// The bus the command line being completed names (`--address`, `--host`/`-H`), else the
-/// environment's.
+/// The bus the command line being completed names (`--address`, `--host`/`-H`, the first of
+/// each), else the environment's.
 fn bus_of_command_line() -> Option<super::connect::Bus> {
     let args: Vec<String> = std::env::args().collect();
     let value = |names: &[&str]| {
@@ -28,8 +28,17 @@ fn bus_of_command_line() -> Option<super::connect::Bus> {
         })
     };
     let address = value(&["--address"]);
-    let host = value(&["--host", "-H"]);
-    super::connect::Bus::choose(address.as_deref(), host.as_deref(), |k| std::env::var_os(k)).ok()
+    let env = |k: &str| std::env::var_os(k);
+    match value(&["--host", "-H"]) {
+        // A host's name from `hosts list` stands for its target.
+        Some(host) => {
+            let config = super::hosts::load().unwrap_or_default();
+            super::fleet::resolve(&config, &host, env)
+                .ok()
+                .map(|m| m.bus)
+        }
+        None => super::connect::Bus::choose(address.as_deref(), None, env).ok(),
+    }
 }
 
 /// The bots whose name or short id begins with `current`: each name (with its state and folder

@@ -56,6 +56,17 @@ fn choice(host: Option<&str>, address: Option<&str>, bus: &Bus) -> Choice {
     Choice { ctl, link }
 }
 
+/// `botvisorctl` aimed at `m`, one host of several (issue 51): `--host NAME` for a configured or
+/// ssh host and for `local`, `--address 'ADDRESS'` for an address given as it is.
+pub fn ctl_for(m: &super::fleet::Member) -> String {
+    match &m.bus {
+        Bus::Address(a, _) if a.to_string() == m.name => {
+            format!("botvisorctl --address {}", shell_word(&m.name))
+        }
+        _ => format!("botvisorctl --host {}", shell_word(&m.name)),
+    }
+}
+
 /// `botvisorctl` as the hints of this run write it: with the user's `--host` or `--address`.
 pub fn ctl() -> &'static str {
     CHOICE.get().map_or("botvisorctl", |c| c.ctl.as_str())

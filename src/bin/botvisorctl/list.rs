@@ -5,7 +5,8 @@ use comfy_table::{ContentArrangement, Table, presets};
 use zbus::Connection;
 
 use super::bots::{self, BotInfo};
-use super::fail::{Failure, OK};
+use super::fail::{FAILED, Failure, OK};
+use super::fleet;
 use super::show::{self, ASK, DIM, ERROR, paint};
 
 /// `list`: one JSON object per bot and line, or a table.
@@ -24,6 +25,89 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
         );
         return Ok(OK);
     }
+    print_table(&all);
+    prompts(&all, super::hint::ctl());
+    Ok(OK)
+}
+
+/// `list` over several hosts (issue 51): every host read at once, each bounded
+/// ([`fleet::read_all`]); the bots of all in one table, each named with its host
+/// (`buildbox:demo`), then each host's state. `--json`: each bot's object with its `host`, then
+/// one object per host (`"type": "host"`, `host`, `state` `online` or `offline`, `bots`, and
+/// `error` in words when offline). Exits 1 when a host is offline (what the others hold is
+/// shown all the same), else 0.
+pub async fn fleet(members: &[fleet::Member], json: bool) -> Result<u8, Failure> {
+    let read = fleet::read_all(members).await;
+    let offline = read
+        .iter()
+        .any(|(_, got)| matches!(got, fleet::HostBots::Offline(_)));
+    if json {
+        for (m, got) in &read {
+            if let fleet::HostBots::Online(bots) = got {
+                for b in bots {
+                    let mut v = b.to_json();
+                    v["host"] = m.name.clone().into();
+                    json_line!(v);
+                }
+            }
+        }
+        for (m, got) in &read {
+            let v = match got {
+                fleet::HostBots::Online(bots) => serde_json::json!({
+                    "type": "host", "host": m.name, "state": "online", "bots": bots.len()}),
+                fleet::HostBots::Offline(why) => serde_json::json!({
+                    "type": "host", "host": m.name, "state": "offline", "error": why}),
+            };
+            json_line!(v);
+        }
+        return Ok(if offline { FAILED } else { OK });
+    }
+    let mut all = Vec::new();
+    for (m, got) in &read {
+        if let fleet::HostBots::Online(bots) = got {
+            all.extend(bots.iter().cloned().map(|mut b| {
+                b.name = format!("{}:{}", m.name, b.name);
+                b
+            }));
+        }
+    }
+    if all.is_empty() {
+        outln!("no bots on these hosts");
+    } else {
+        print_table(&all);
+    }
+    for (m, got) in &read {
+        if let fleet::HostBots::Online(bots) = got {
+            prompts(bots, &super::hint::ctl_for(m));
+        }
+    }
+    let rows = read
+        .iter()
+        .map(|(m, got)| match got {
+            fleet::HostBots::Online(bots) => vec![
+                show::safe(&m.name),
+                "online".to_owned(),
+                bots.len().to_string(),
+                String::new(),
+            ],
+            // Plain cells: the table's widths count what is in them.
+            fleet::HostBots::Offline(why) => vec![
+                show::safe(&m.name),
+                "offline".to_owned(),
+                "-".to_owned(),
+                show::safe(why),
+            ],
+        })
+        .collect();
+    outln!();
+    for line in table(&["HOST", "STATE", "BOTS", "WHY"], rows) {
+        outln!("{line}");
+    }
+    Ok(if offline { FAILED } else { OK })
+}
+
+/// The table of `all` (no line when it is empty).
+fn print_table(all: &[BotInfo]) {
     // Under 100 columns, what a person picks a bot by: its usage is `top`'s, its cost `cost`'s.
     let narrow = show::terminal_width().is_some_and(|w| w < 100);
     // A BRANCH column once any bot has a worktree of its own.
@@ -88,8 +172,6 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
     for line in table(&header, rows) {
         outln!("{line}");
     }
-    prompts(&all);
-    Ok(OK)
 }
 
 /// The lines of a table with `header` and `rows` (cells already made safe to print), fitted to
@@ -116,8 +198,9 @@ pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> Vec<String> {
     table.lines().map(|l| l.trim_end().to_owned()).collect()
 }
 
-/// Lines about open permission prompts, with how to answer each.
-fn prompts(all: &[BotInfo]) {
+/// Lines about open permission prompts, with how to answer each with `ctl` (`botvisorctl` and
+/// the bot's host).
+fn prompts(all: &[BotInfo], ctl: &str) {
     for b in all {
         for (id, tool, input) in &b.pending {
             outln!(
@@ -134,7 +217,7 @@ fn prompts(all: &[BotInfo]) {
             );
             outln!(
                 "  answer: {} answer {} {} allow|deny",
-                super::hint::ctl(),
+                ctl,
                 show::safe(&b.short),
                 show::safe(id)
             );
@@ -224,7 +307,7 @@ pub async fn status(conn: &Connection, spec: &str, json: bool) -> Result<u8, Fai
             paint(ERROR, &show::safe(&b.last_error))
         );
     }
-    prompts(std::slice::from_ref(&b));
+    prompts(std::slice::from_ref(&b), super::hint::ctl());
     Ok(OK)
 }
 

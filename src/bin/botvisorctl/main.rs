@@ -2,7 +2,8 @@
 //! docs/botvisorctl.md.
 //!
 //! One concern per module: the command line (`args`), failures and exit codes (`fail`), finding
-//! bots (`bots`), the bus and the connection to it (`connect`), how items look (`show`), the
+//! bots (`bots`), the bus and the connection to it (`connect`), the hosts known by name
+//! (`hosts`) and several of them at once (`fleet`), how items look (`show`), the
 //! terminal of `send` (`term`), `send`, `watch`, `list`/`status`, `cost`, `top`, the dashboard (`ui`),
 //! the MCP server for agents (`mcp`), and the other commands (`commands`).
 //!
@@ -50,7 +51,9 @@ mod cost;
 mod doctor;
 mod drain;
 mod fail;
+mod fleet;
 mod hint;
+mod hosts;
 mod list;
 mod mcp;
 mod schedule;
@@ -67,7 +70,7 @@ use clap::{CommandFactory, Parser};
 use serde_json::Value;
 use zbus::Connection;
 
-use args::{Args, Cmd, Color, ScheduleCmd};
+use args::{Args, Cmd, Color, HostsCmd, ScheduleCmd};
 use botvisor::dbus::client::BotProxy;
 use connect::Bus;
 use fail::{Failure, describe};
@@ -127,17 +130,44 @@ fn main() {
         }
     };
     let code = runtime.block_on(async {
-        let chosen = Bus::choose(args.address.as_deref(), args.host.as_deref(), |k| {
-            std::env::var_os(k)
-        });
+        if let Cmd::Hosts { what } = &args.command {
+            return match what {
+                HostsCmd::Add { name, target } => hosts::add(name, target, args.json),
+                HostsCmd::Rm { name } => hosts::remove(name, args.json),
+                HostsCmd::List => hosts::list(args.json),
+            };
+        }
+        let config = if args.host.is_empty() && !args.all_hosts {
+            hosts::Config::default()
+        } else {
+            hosts::load()?
+        };
+        let env = |k: &str| std::env::var_os(k);
+        if let Some(members) =
+            fleet::members(&config, &args.host, &args.address, args.all_hosts, env)?
+        {
+            return match args.command {
+                Cmd::List => list::fleet(&members, args.json).await,
+                _ => Err(Failure::usage(
+                    "only `list` takes several hosts (--all-hosts, or --host or --address given \
+                     more than once): name one host for this command",
+                )),
+            };
+        }
+        let (host, address) = (args.host.first(), args.address.first());
+        // One host at most: `--host` may name a configured host.
+        let chosen = match host {
+            Some(given) => fleet::resolve(&config, given, env).map(|m| m.bus),
+            None => Bus::choose(address.map(String::as_str), None, env),
+        };
         // A bus address that cannot be read is one of the doctor's findings too.
         let bus = match chosen {
             Err(f) if matches!(args.command, Cmd::Doctor) => {
-                return doctor::run(Err(f), args.host.is_some(), args.json).await;
+                return doctor::run(Err(f), host.is_some(), args.json).await;
             }
             chosen => chosen?,
         };
-        hint::set(args.host.as_deref(), args.address.as_deref(), &bus);
+        hint::set(host.map(String::as_str), address.map(String::as_str), &bus);
         if matches!(args.command, Cmd::Doctor) {
             // A bus that cannot be reached is one of the doctor's findings.
             let remote = matches!(bus, Bus::Host(..));
@@ -331,7 +361,7 @@ async fn run(conn: &Connection, args: Args) -> Result<u8, Failure> {
             ScheduleCmd::RunNow { id } => schedule::fire(conn, &id, true, json).await,
         },
         Cmd::Fire { id } => schedule::fire(conn, &id, false, json).await,
-        Cmd::Completions { .. } | Cmd::Man | Cmd::Doctor => Ok(fail::OK),
+        Cmd::Completions { .. } | Cmd::Man | Cmd::Doctor | Cmd::Hosts { .. } => Ok(fail::OK),
     }
 }
 

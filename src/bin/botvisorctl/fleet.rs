@@ -1,0 +1,193 @@
+//! Issue 51: several hosts at once. Which hosts a command names (`--host` and `--address` given
+//! several times, `--all-hosts`), and their bots read together: every host on a link of its
+//! own, in a task of its own, each bounded, so that a host that is gone never holds up the
+//! others.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use super::bots::{self, BotInfo};
+use super::connect::Bus;
+use super::fail::Failure;
+use super::hosts::{self, LOCAL};
+
+/// How long one host may take to be reached and to answer: an ssh login on a slow link and a
+/// `GetManagedObjects` of a thousand bots fit well inside it; past it the host is `offline`
+/// with that said. A host refusing the connection says so at once.
+pub const HOST_BOUND: Duration = Duration::from_secs(10);
+
+/// A host a command goes to: its name as rows show it, and its bus.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    /// `local`, a configured host's name, or what `--host`/`--address` said.
+    pub name: String,
+    /// Its bus.
+    pub bus: Bus,
+}
+
+/// The hosts named by `hosts_given` (`--host`, each a configured host's name or
+/// `[USER@]HOST`), `addresses` (`--address`) and `all` (`--all-hosts`: `local` and every host
+/// of `config`), in that order: `local` first, then as given, each once. `None` when they name
+/// one host at most (the command goes to one bus, as before). Errors: a malformed host or
+/// address (usage errors).
+pub fn members(
+    config: &hosts::Config,
+    hosts_given: &[String],
+    addresses: &[String],
+    all: bool,
+    env: impl Fn(&str) -> Option<OsString> + Copy,
+) -> Result<Option<Vec<Member>>, Failure> {
+    if !all && hosts_given.len() + addresses.len() <= 1 {
+        return Ok(None);
+    }
+    let mut out: Vec<Member> = Vec::new();
+    let mut push = |m: Member| {
+        if !out.iter().any(|o| o.name == m.name) {
+            out.push(m);
+        }
+    };
+    if all {
+        push(Member {
+            name: LOCAL.into(),
+            bus: Bus::choose(None, None, env)?,
+        });
+        for h in &config.hosts {
+            push(Member {
+                name: h.name.clone(),
+                bus: h.bus(env)?,
+            });
+        }
+    }
+    for given in hosts_given {
+        push(resolve(config, given, env)?);
+    }
+    for a in addresses {
+        let name = config
+            .hosts
+            .iter()
+            .find(|h| h.address.as_deref() == Some(a.as_str()))
+            .map_or_else(|| a.clone(), |h| h.name.clone());
+        push(Member {
+            name,
+            bus: Bus::choose(Some(a), None, env)?,
+        });
+    }
+    Ok(Some(out))
+}
+
+/// One `--host` value: `local`, a configured host's name, or `[USER@]HOST` for ssh.
+pub fn resolve(
+    config: &hosts::Config,
+    given: &str,
+    env: impl Fn(&str) -> Option<OsString>,
+) -> Result<Member, Failure> {
+    if given == LOCAL {
+        return Ok(Member {
+            name: LOCAL.into(),
+            bus: Bus::choose(None, None, env)?,
+        });
+    }
+    if let Some(h) = config.hosts.iter().find(|h| h.name == given) {
+        return Ok(Member {
+            name: h.name.clone(),
+            bus: h.bus(env)?,
+        });
+    }
+    Ok(Member {
+        name: given.to_owned(),
+        bus: Bus::choose(None, Some(given), env)?,
+    })
+}
+
+/// What one host answered.
+#[derive(Debug)]
+pub enum HostBots {
+    /// Reached: its bots.
+    Online(Vec<BotInfo>),
+    /// Not reached, or no answer within [`HOST_BOUND`]: why, in words.
+    Offline(String),
+}
+
+/// Every member's bots, read at once (each host on a link and a task of its own, bounded by
+/// [`HOST_BOUND`]), in the members' order.
+pub async fn read_all(members: &[Member]) -> Vec<(Member, HostBots)> {
+    let tasks: Vec<_> = members
+        .iter()
+        .cloned()
+        .map(|m| {
+            tokio::spawn(async move {
+                let read = async {
+                    let conn = m.bus.connect().await?;
+                    bots::all(&conn).await
+                };
+                let got = match tokio::time::timeout(HOST_BOUND, read).await {
+                    Ok(Ok(bots)) => HostBots::Online(bots),
+                    Ok(Err(f)) => HostBots::Offline(f.text),
+                    Err(_) => {
+                        HostBots::Offline(format!("no answer within {} s", HOST_BOUND.as_secs()))
+                    }
+                };
+                (m, got)
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (t, m) in tasks.into_iter().zip(members) {
+        out.push(t.await.unwrap_or_else(|e| {
+            (
+                m.clone(),
+                HostBots::Offline(format!("botvisorctl's task failed: {e}")),
+            )
+        }));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<OsString> {
+        None
+    }
+
+    #[test]
+    fn one_host_or_none_is_not_a_fleet() {
+        assert_eq!(
+            members(&Default::default(), &[], &[], false, no_env).unwrap(),
+            None
+        );
+        assert_eq!(
+            members(&Default::default(), &["box".into()], &[], false, no_env).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn hosts_are_taken_in_order_once_each() {
+        let config = hosts::Config {
+            hosts: vec![hosts::HostEntry {
+                name: "a".into(),
+                host: Some("me@a.example".into()),
+                address: None,
+            }],
+        };
+        let got = members(
+            &config,
+            &["a".into(), "me@b".into(), "a".into()],
+            &["unix:path=/run/x".into()],
+            false,
+            no_env,
+        )
+        .unwrap()
+        .unwrap();
+        let names: Vec<&str> = got.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["a", "me@b", "unix:path=/run/x"]);
+        assert!(matches!(&got[0].bus, Bus::Host(h, _) if h == "me@a.example"));
+        let all = members(&config, &[], &[], true, no_env).unwrap().unwrap();
+        let names: Vec<&str> = all.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["local", "a"]);
+        let bad = members(&config, &["-oX".into(), "b".into()], &[], false, no_env);
+        assert!(bad.is_err());
+    }
+}

@@ -45,14 +45,20 @@ impl BotObject {
 
     /// `Send`'s work: the options and the size checked, the message queued; its turn id and
     /// the promise to keep before the answer. Errors: as `Send`'s.
-    fn queue(&self, text: String, options: &Options) -> Result<(String, store::Promise)> {
+    /// `answered`: told once the reply is sent (the actor takes the message after it).
+    fn queue(
+        &self,
+        text: String,
+        options: &Options,
+        answered: Option<tokio::sync::oneshot::Receiver<()>>,
+    ) -> Result<(String, store::Promise)> {
         OptionReader::new("Send", options).finish()?;
         if text.len() > MAX_SEND_BYTES {
             return Err(Error::InvalidArgument(crate::sizes::send_too_long(
                 text.len(),
             )));
         }
-        Ok(self.handle.send(text)?)
+        Ok(self.handle.send(text, answered)?)
     }
 
     /// The bot's view, read in place: a property reads the field it serves, with no copy of the
@@ -161,11 +167,13 @@ impl DescriptorMethods for BotObject {
             let (text, options): (String, Options) = msg.body().deserialize().map_err(|e| {
                 Error::InvalidArgument(format!("Send takes (text s, options a{{sv}}): {e}"))
             })?;
-            let (answer, promise) = self.queue(text, &options)?;
+            let (sent, answered) = tokio::sync::oneshot::channel();
+            let (answer, promise) = self.queue(text, &options, Some(answered))?;
             let store = self.ctx.supervisor.store().clone();
             Ok(Promised {
                 answer,
                 kept: Box::pin(async move { store.keep(promise).await }),
+                sent,
             })
         }))
     }
@@ -226,7 +234,7 @@ impl BotObject {
     /// that reaches the interface unguarded.
     #[zbus(out_args("turn_id"))]
     async fn send(&self, text: String, options: Options) -> Result<String> {
-        let (turn_id, promise) = self.queue(text, &options)?;
+        let (turn_id, promise) = self.queue(text, &options, None)?;
         self.ctx.supervisor.store().keep(promise).await;
         Ok(turn_id)
     }

@@ -93,6 +93,8 @@ pub struct Promised {
     pub answer: String,
     /// Ends once the promise is kept ([`crate::store::Store::keep`]).
     pub kept: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>,
+    /// Told once the reply is sent: what the call set going waits for it (a `Send`'s turn).
+    pub sent: tokio::sync::oneshot::Sender<()>,
 }
 
 /// The work of a method whose answer botvisord keeps encoded ([`DescriptorMethods::encoded_call`]):
@@ -307,6 +309,7 @@ impl<I: Interface + DescriptorMethods> Interface for Guarded<I> {
                     promised.kept.await;
                     let hdr = msg.header();
                     super::manager::answer_with(&conn, &hdr, Ok(promised.answer)).await;
+                    let _ = promised.sent.send(());
                     ctx.replies.sent(&hdr);
                     drop(running);
                 });

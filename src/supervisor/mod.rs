@@ -168,8 +168,18 @@ pub enum Command {
     Core(core::Cmd),
     /// A message queued ([`core::Cmd::Queued`]) whose `Send` was promised in `promise`: no
     /// message is written to the agent before that promise is kept (issue 50: the commit is
-    /// synced after it was queued, with others that came together).
-    Queued(core::QueuedTurn, crate::store::Promise),
+    /// synced after it was queued, with others that came together). With `answered`, the
+    /// actor takes the message once the `Send`'s reply is sent (or that receiver is dropped;
+    /// at most [`ANSWER_WAIT`]): a client hears its turn id before anything of its turn.
+    Queued {
+        /// The message.
+        turn: core::QueuedTurn,
+        /// Kept before the message goes to the agent.
+        promise: crate::store::Promise,
+        /// Told once the `Send`'s reply is sent; `None` for a message no client waits for (a
+        /// schedule's).
+        answered: Option<oneshot::Receiver<()>>,
+    },
     /// Stop, then delete the bot with its history; with a removal, its git worktree goes once
     /// the agent is stopped (as [`core::worktree::removal`] allowed at the call).
     Delete(Option<core::worktree::Removal>),
@@ -200,6 +210,10 @@ pub enum Command {
     /// or at once, `false`, when it may not (issue 31).
     MemoryPressure(oneshot::Sender<bool>),
 }
+
+/// How long a bot's actor waits for a `Send`'s reply to be sent before it takes the message
+/// ([`Command::Queued`]): a connection that stops writing holds its bot no longer.
+pub const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What `CreateBot` asks for, validated by the D-Bus layer.
 #[derive(Debug, Clone, Default)]

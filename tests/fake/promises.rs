@@ -111,3 +111,81 @@ fn fsyncs_logged(fake: &FakeSetup) -> usize {
         .filter(|l| l.contains("synced the WAL for promises"))
         .count()
 }
+
+/// A `Send`'s reply reaches its client before anything of its turn: one connection pipelines
+/// sends to ten bots that answer at once, and reads every message it receives in the order the
+/// bus delivered them; each `TurnFinished` names a turn id a reply gave before it. (A hostile
+/// run saw one `TurnFinished` come first, once in thousands, when the reply was sent by a task
+/// of its own and the agent took the message meanwhile; the actor now takes it once the reply
+/// is sent.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_is_answered_before_its_turn_is_heard_of() {
+    use futures_util::StreamExt;
+    let fake = FakeSetup::start("").await;
+    let mut paths = Vec::new();
+    for _ in 0..10 {
+        paths.push(
+            fake.bot(json!([{"mode": "normal"}]))
+                .await
+                .inner()
+                .path()
+                .to_owned(),
+        );
+    }
+    let conn = fake.env.bus.connect().await;
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .member("TurnFinished")
+        .build()
+        .unwrap();
+    zbus::fdo::DBusProxy::new(&conn)
+        .await
+        .unwrap()
+        .add_match_rule(rule)
+        .await
+        .unwrap();
+    let mut all = zbus::MessageStream::from(&conn);
+    let mut sent = Vec::new();
+    for round in 0..5 {
+        for path in &paths {
+            let call = zbus::message::Message::method_call(path.clone(), "Send")
+                .destination(botvisor::dbus::BUS_NAME)
+                .interface(botvisor::dbus::BOT_INTERFACE)
+                .build(&(
+                    format!("round {round}"),
+                    HashMap::<&str, zbus::Variant<'_>>::new(),
+                ))
+                .unwrap();
+            sent.push(call.primary_header().serial_num());
+            conn.send(&call).await.unwrap();
+        }
+    }
+    let (mut answered, mut finished) = (std::collections::HashSet::new(), 0);
+    bounded("every reply and every turn's end", async {
+        while finished < sent.len() {
+            let m = all.next().await.unwrap().unwrap();
+            let hdr = m.header();
+            match m.message_type() {
+                zbus::message::Type::MethodReturn
+                    if hdr.reply_serial().is_some_and(|s| sent.contains(&s)) =>
+                {
+                    answered.insert(m.body().deserialize::<String>().unwrap());
+                }
+                zbus::message::Type::Error => panic!("an error: {m:?}"),
+                zbus::message::Type::Signal
+                    if hdr.member().is_some_and(|n| n == "TurnFinished") =>
+                {
+                    let (turn, _): (String, String) = m.body().deserialize().unwrap();
+                    assert!(
+                        answered.contains(&turn),
+                        "TurnFinished of {turn} came before the Send's reply that names it"
+                    );
+                    finished += 1;
+                }
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert_eq!(answered.len(), sent.len());
+}

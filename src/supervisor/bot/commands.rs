@@ -32,7 +32,15 @@ impl Actor {
                 self.stop_if_asked().await;
                 true
             }
-            Command::Queued(turn, promise) => {
+            Command::Queued {
+                turn,
+                promise,
+                answered,
+            } => {
+                if let Some(answered) = answered {
+                    // Its reply first: the client knows the turn id before it hears the turn.
+                    let _ = tokio::time::timeout(crate::supervisor::ANSWER_WAIT, answered).await;
+                }
                 self.promised = self.promised.max(promise);
                 self.handle(Input::Command(Cmd::Queued(turn)));
                 self.stop_if_asked().await;

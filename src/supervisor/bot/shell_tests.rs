@@ -253,7 +253,7 @@ async fn a_turn_is_seen_in_order_user_replay_items_session_then_its_end() {
             success(session),
         ]
     });
-    sh.bot.send("hello".into()).unwrap();
+    sh.bot.send("hello".into(), None).unwrap();
     let seen = sh
         .until("turn success", &[Property::State, Property::SessionId])
         .await;
@@ -294,7 +294,7 @@ async fn a_question_open_when_its_turn_ends_is_closed_before_the_end_is_said() {
             success(session),
         ]
     });
-    sh.bot.send("write it".into()).unwrap();
+    sh.bot.send("write it".into(), None).unwrap();
     let seen = sh.until("turn success", &[]).await;
     let asked = position(&seen, "item permission_request");
     let closed = position(&seen, "item permission_answer");
@@ -310,13 +310,13 @@ async fn a_question_open_when_its_turn_ends_is_closed_before_the_end_is_said() {
 #[tokio::test]
 async fn a_fresh_restart_forgets_the_conversation_before_the_next_agent_starts() {
     let mut sh = shell(|text, session| vec![replay(text, session), success(session)]);
-    sh.bot.send("first".into()).unwrap();
+    sh.bot.send("first".into(), None).unwrap();
     sh.until("turn success", &[]).await;
     assert_eq!(sh.bot.snapshot().record.session_id.as_deref(), Some("s1"));
     sh.bot
         .restart(crate::supervisor::core::RestartMode::Fresh)
         .unwrap();
-    sh.bot.send("second".into()).unwrap();
+    sh.bot.send("second".into(), None).unwrap();
     let seen = sh
         .until("turn success", &[Property::SessionId, Property::ProcessId])
         .await;
@@ -339,4 +339,25 @@ async fn a_fresh_restart_forgets_the_conversation_before_the_next_agent_starts()
         ],
         "the second agent starts a new conversation, never resumes the forgotten one"
     );
+}
+
+/// A `Send`'s reply reaches its client before anything of its turn (a hostile run saw a
+/// `TurnFinished` before the reply naming its turn, once the reply was sent by a task of its
+/// own): the actor takes a message once its caller says the reply is sent. Until then the turn
+/// does not begin; the window checked is many times what a scripted turn takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_is_taken_once_its_reply_is_sent() {
+    let mut sh = shell(|text, session| vec![replay(text, session), success(session)]);
+    let (sent, answered) = tokio::sync::oneshot::channel();
+    sh.bot.send("hello".into(), Some(answered)).unwrap();
+    assert_eq!(sh.until("item user", &[]).await, ["item user"]);
+    let early = tokio::time::timeout(Duration::from_millis(300), sh.publications.recv()).await;
+    if let Ok(Some(p)) = &early {
+        panic!(
+            "the turn began before its reply was sent: {:?}",
+            seen(p, &[Property::State])
+        );
+    }
+    sent.send(()).unwrap();
+    sh.until("turn success", &[]).await;
 }

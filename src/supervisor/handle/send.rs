@@ -13,8 +13,14 @@ impl BotHandle {
     /// for the `Send`s that come together). Errors: InvalidArgument (empty), Busy (state
     /// `failed`; or no process and the working directory is gone), RuntimeUnavailable (no
     /// process and no binary), NotFound (deleted), Failed (database). An error changes nothing.
-    pub fn send(&self, text: String) -> Result<(String, crate::store::Promise), BotError> {
-        self.send_with(text, serde_json::Map::new(), |_, _| Ok(true))?
+    /// The actor takes the message once `answered` is told (the caller sent the reply) or
+    /// dropped.
+    pub fn send(
+        &self,
+        text: String,
+        answered: Option<tokio::sync::oneshot::Receiver<()>>,
+    ) -> Result<(String, crate::store::Promise), BotError> {
+        self.send_with_answer(text, serde_json::Map::new(), |_, _| Ok(true), answered)?
             .ok_or_else(|| BotError::Failed("the message was not queued".into()))
     }
 
@@ -27,7 +33,17 @@ impl BotHandle {
         &self,
         text: String,
         extra: serde_json::Map<String, serde_json::Value>,
+        claim: impl FnMut(&rusqlite::Transaction<'_>, &str) -> rusqlite::Result<bool>,
+    ) -> Result<Option<(String, crate::store::Promise)>, BotError> {
+        self.send_with_answer(text, extra, claim, None)
+    }
+
+    fn send_with_answer(
+        &self,
+        text: String,
+        extra: serde_json::Map<String, serde_json::Value>,
         mut claim: impl FnMut(&rusqlite::Transaction<'_>, &str) -> rusqlite::Result<bool>,
+        answered: Option<tokio::sync::oneshot::Receiver<()>>,
     ) -> Result<Option<(String, crate::store::Promise)>, BotError> {
         self.check_alive()?;
         if text.trim().is_empty() {
@@ -88,10 +104,11 @@ impl BotHandle {
         if queued.is_none() {
             return Ok(None);
         }
-        let told = self.command(Command::Queued(
-            super::super::core::QueuedTurn::new(turn_id.clone(), text),
+        let told = self.command(Command::Queued {
+            turn: super::super::core::QueuedTurn::new(turn_id.clone(), text),
             promise,
-        ));
+            answered,
+        });
         match told {
             Ok(()) => Ok(Some((turn_id, promise))),
             // botvisord stopped or handed its agent over (issue 47) between the check above and

@@ -176,8 +176,12 @@ fn request_turn(
     .map(Option::flatten)
 }
 
-/// The texts of the bot's own messages (its `user` items not imported from elsewhere), the
-/// newest `limit` of them, newest first (whole, also for an item too big for `chat_items`).
+/// The texts of the bot's own messages (its `user` items not imported from elsewhere) that an
+/// agent may have been given, the newest `limit` of them, newest first (whole, also for an
+/// item too big for `chat_items`). A message still waiting that no agent was ever given (its
+/// turn `queued`, never written, never asked again) cannot be in a conversation and is not
+/// counted: hundreds of them waiting would otherwise push the ones in the conversation out of
+/// the window, and those would look like another process's (a hostile run of issue 50).
 pub fn own_user_texts(
     conn: &Connection,
     bot_id: &str,
@@ -186,7 +190,14 @@ pub fn own_user_texts(
     let mut st = conn.prepare_cached(
         "SELECT COALESCE(w.payload, c.payload) FROM chat_items c
          LEFT JOIN chat_wholes w ON w.bot_id = c.bot_id AND w.seq = c.seq
-         WHERE c.bot_id = ?1 AND c.kind = 'user' ORDER BY c.seq DESC LIMIT ?2",
+         WHERE c.bot_id = ?1 AND c.kind = 'user'
+           AND NOT EXISTS (
+             SELECT 1 FROM turns t
+             WHERE t.id = c.turn_id AND t.bot_id = c.bot_id AND t.status = 'queued'
+               AND t.redos = 0
+               AND NOT EXISTS (SELECT 1 FROM deliveries d
+                               WHERE d.bot_id = t.bot_id AND d.turn_id = t.id))
+         ORDER BY c.seq DESC LIMIT ?2",
     )?;
     let rows = st.query_map(params![bot_id, limit], |r| r.get::<_, String>(0))?;
     let mut texts = Vec::new();

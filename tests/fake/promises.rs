@@ -189,3 +189,39 @@ async fn a_send_is_answered_before_its_turn_is_heard_of() {
     .await;
     assert_eq!(answered.len(), sent.len());
 }
+
+/// A bot stopped with hundreds of messages waiting does not take its own messages back as
+/// another process's when it is sent the next one (a hostile run found the message in flight at
+/// the stop imported into the chat again, with its answer: the bot's own messages were looked
+/// for among its newest 200, which the waiting ones filled).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_with_many_messages_waiting_imports_none_of_its_own() {
+    let fake = FakeSetup::start("").await;
+    let bot = fake
+        .bot(json!([{"mode": "normal", "transcript_lines": true, "reply_after_s": 0.05}]))
+        .await;
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let texts: Vec<String> = (0..300).map(|i| format!("queued message {i}")).collect();
+    let turn_ids: Vec<String> = join_all(texts.iter().map(|t| bot.send(t, HashMap::new())))
+        .await
+        .into_iter()
+        .map(|r| r.expect("Send"))
+        .collect();
+    wait_turns(&mut finished, &turn_ids[..3]).await;
+    stop_and_wait(&bot).await;
+    let resumed = bot.send("after the stop", HashMap::new()).await.unwrap();
+    wait_turns(&mut finished, &turn_ids[3..4]).await;
+    let items = chat(&bot).await;
+    let imported: Vec<&serde_json::Value> = items
+        .iter()
+        .filter(|(_, _, p)| p["imported"] == true || p["reason"] == "imported_elsewhere")
+        .map(|(_, _, p)| p)
+        .collect();
+    assert!(
+        imported.is_empty(),
+        "its own messages imported: {imported:?}"
+    );
+    let users = of_kind(&items, "user");
+    assert_eq!(users.len(), 301, "each message once");
+    drop(resumed);
+}

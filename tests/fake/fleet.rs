@@ -109,7 +109,10 @@ async fn one_list_shows_every_hosts_bots_and_a_host_that_is_gone_holds_up_nobody
     )
     .await;
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("only `list` takes several hosts"), "{err}");
+    assert!(
+        err.contains("only `list` and `watch` take several hosts"),
+        "{err}"
+    );
 
     // gamma's sshd is gone: its host is offline in words, the others listed all the same.
     drop(gamma_sshd);
@@ -137,4 +140,98 @@ async fn one_list_shows_every_hosts_bots_and_a_host_that_is_gone_holds_up_nobody
     let (_, hosts) = by_host(&out);
     assert_eq!(hosts.len(), 2, "{out}");
     drop(beta_sshd);
+}
+
+/// `watch --all-hosts` follows every host live on its own link: a host that falls silent (its
+/// sshd and its sessions stopped, as a machine cut off the network) is said `offline` with why
+/// while the other host's bots keep being shown, and when it answers again it is said `online`
+/// and followed again, with no restart of the watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_follows_every_host_and_a_silent_host_goes_offline_and_comes_back() {
+    use crate::remote::{ctl, read_until};
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let local = host_with_bots(0).await;
+    let beta = host_with_bots(0).await;
+    let dir = local.env.dir.path();
+    let Some(sshd) = Sshd::start(&dir.join("ssh-beta"), &[]) else {
+        return;
+    };
+    let beta_at = sshd.unixexec(&[
+        "systemd-stdio-bridge",
+        &format!("--bus-path={}", beta.env.bus.address),
+    ]);
+    let home = &local.env.home;
+    let bus = Some(local.env.bus.address.as_str());
+    let (code, _, err) = run(bus, home, &[], &["hosts", "add", "beta", &beta_at]).await;
+    assert_eq!(code, 0, "{err}");
+    let local_bot = local.bot(json!([{"mode": "normal"}])).await;
+    let beta_bot = beta.bot(json!([{"mode": "normal"}])).await;
+
+    let mut watch = ctl(bus, home, &[])
+        .args(["--all-hosts", "--json", "watch"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let online = |host: &'static str| {
+        move |v: &Value| v["event"] == "host" && v["host"] == host && v["state"] == "online"
+    };
+    // Both hosts said online, in either order.
+    let mut said = Vec::new();
+    bounded("both hosts said", async {
+        while said.len() < 2 {
+            let line = lines.next_line().await.unwrap().expect("watch's output");
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["event"] == "host" {
+                said.push((v["host"].clone(), v["state"].clone()));
+            }
+        }
+    })
+    .await;
+    said.sort_by_key(|(h, _)| h.to_string());
+    assert_eq!(
+        said,
+        [
+            (json!("beta"), json!("online")),
+            (json!("local"), json!("online"))
+        ]
+    );
+
+    beta_bot.send("on beta", HashMap::new()).await.unwrap();
+    read_until(&mut lines, |v| {
+        v["host"] == "beta" && v["event"] == "turn_finished" && v["name"] == "work"
+    })
+    .await;
+
+    // beta falls silent: offline, said with why; local goes on being shown meanwhile.
+    sshd.signal_all(libc::SIGSTOP);
+    let t = Instant::now();
+    let seen = read_until(&mut lines, |v| {
+        v["event"] == "host" && v["host"] == "beta" && v["state"] == "offline"
+    })
+    .await;
+    println!("beta said offline {:?} after it fell silent", t.elapsed());
+    assert!(
+        seen.iter()
+            .all(|v| v["host"] != "beta" || v["event"] != "host"),
+        "{seen:?}"
+    );
+    local_bot.send("on local", HashMap::new()).await.unwrap();
+    read_until(&mut lines, |v| {
+        v["host"] == "local" && v["event"] == "turn_finished"
+    })
+    .await;
+
+    // beta answers again: online, and followed again.
+    sshd.signal_all(libc::SIGCONT);
+    read_until(&mut lines, online("beta")).await;
+    beta_bot
+        .send("on beta again", HashMap::new())
+        .await
+        .unwrap();
+    read_until(&mut lines, |v| {
+        v["host"] == "beta" && v["event"] == "turn_finished"
+    })
+    .await;
+    let _ = watch.kill().await;
 }

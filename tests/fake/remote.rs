@@ -137,7 +137,7 @@ fn normalized(shown: &str, text: &str, request: &str) -> String {
 }
 
 /// Reads JSON lines until `stop` holds for one; returns those before it.
-async fn read_until(
+pub(crate) async fn read_until(
     lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
     stop: impl Fn(&Value) -> bool,
 ) -> Vec<Value> {
@@ -375,7 +375,7 @@ async fn host_reaches_the_remote_users_session_bus_over_ssh() {
         ),
         (
             vec!["--address", "unix:path=/x", "-H", "box", "status", "demo"],
-            "only `list` takes several hosts",
+            "only `list` and `watch` take several hosts",
         ),
     ] {
         let (code, _, err) = run(None, home, &[], &args).await;

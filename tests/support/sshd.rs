@@ -188,6 +188,22 @@ impl Sshd {
         a
     }
 
+    /// Sends `signal` to the server and every process it started (its sessions): `SIGSTOP`
+    /// makes the host silent as a machine cut off the network is (nothing answers, nothing
+    /// closes), `SIGCONT` brings it back.
+    pub fn signal_all(&self, signal: i32) {
+        let mut pids = vec![self.child.id()];
+        let mut i = 0;
+        while i < pids.len() {
+            pids.extend(children_of(pids[i]));
+            i += 1;
+        }
+        for pid in pids {
+            // SAFETY: kill(2) touches no memory of ours.
+            unsafe { libc::kill(pid as i32, signal) };
+        }
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("sshd.log")).unwrap_or_default()
@@ -213,6 +229,32 @@ pub fn encode(value: &str) -> String {
             }
         })
         .collect()
+}
+
+/// The pids whose parent is `pid` (from `/proc/PID/stat`).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // The fields after the command's closing parenthesis: state, then the parent's pid.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.push(child);
+        }
+    }
+    out
 }
 
 /// Makes an ed25519 key pair without a passphrase at `path` (and `path.pub`).

@@ -143,6 +143,149 @@ pub async fn read_all(members: &[Member]) -> Vec<(Member, HostBots)> {
     out
 }
 
+/// How often a watched host's link is checked (its bus's `GetId`, answered by the bus itself:
+/// botvisord leaving is `watch`'s own news, not the link's). With [`PING_BOUND`], a host that
+/// is gone (a machine off, a network cut: nothing answers, nothing closes) is `offline` within
+/// 4 s.
+pub const PING_EVERY: Duration = Duration::from_secs(2);
+
+/// How long a check may take before the link counts as gone.
+pub const PING_BOUND: Duration = Duration::from_secs(2);
+
+/// The first wait before a host that is offline is tried again; it doubles to [`BACKOFF_MAX`].
+pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+
+/// The longest wait between two tries of a host that is offline.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// `watch` over several hosts (issue 51): every bot of every host live, each host on a link and
+/// a task of its own. A host that cannot be reached, or whose link stops answering, is said
+/// `offline` (since when, and why) and tried again by itself with backoff; when it answers
+/// again it is said `online` and followed again. Ends at Ctrl-C (exit 0).
+pub async fn watch(members: &[Member], json: bool) -> Result<u8, Failure> {
+    let tasks: Vec<_> = members
+        .iter()
+        .cloned()
+        .map(|m| tokio::spawn(follow_host(m, json)))
+        .collect();
+    let _ = tokio::signal::ctrl_c().await;
+    for t in tasks {
+        t.abort();
+    }
+    Ok(super::fail::OK)
+}
+
+/// One host of a `watch`: followed while its link lasts, then tried again, for ever.
+async fn follow_host(m: Member, json: bool) {
+    let tag = super::watch::HostTag {
+        name: m.name.clone(),
+        ctl: super::hint::ctl_for(&m),
+    };
+    let mut backoff = BACKOFF_FIRST;
+    // The offline state said last: said again only when its reason changes.
+    let mut said: Option<String> = None;
+    loop {
+        let why = match tokio::time::timeout(HOST_BOUND, m.bus.connect()).await {
+            Err(_) => format!("no answer within {} s", HOST_BOUND.as_secs()),
+            Ok(Err(f)) => f.text,
+            Ok(Ok(conn)) => {
+                let (ready, is_ready) = tokio::sync::oneshot::channel();
+                let name = m.name.clone();
+                let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let came_up = up.clone();
+                let watching =
+                    super::watch::follow(&conn, None, json, Some(tag.clone()), move || {
+                        say_online(&name, json);
+                        came_up.store(true, std::sync::atomic::Ordering::Relaxed);
+                        let _ = ready.send(());
+                    });
+                if up.load(std::sync::atomic::Ordering::Relaxed) {
+                    said = None;
+                }
+                tokio::select! {
+                    ended = watching => match ended {
+                        // Ctrl-C: the whole watch ends.
+                        Ok(_) => return,
+                        Err(f) => f.text,
+                    },
+                    why = alive(&conn, is_ready) => why,
+                }
+            }
+        };
+        if said.as_deref() != Some(why.as_str()) {
+            say_offline(&m.name, &why, json);
+            said = Some(why);
+            backoff = BACKOFF_FIRST;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// Waits until the link on `conn` stops answering (after `ready`, the watch subscribed):
+/// why, in words.
+async fn alive(conn: &zbus::Connection, ready: tokio::sync::oneshot::Receiver<()>) -> String {
+    if ready.await.is_err() {
+        return "the watch ended".into();
+    }
+    let bus = match zbus::fdo::DBusProxy::new(conn).await {
+        Ok(b) => b,
+        Err(e) => return format!("the link failed: {e}"),
+    };
+    loop {
+        tokio::time::sleep(PING_EVERY).await;
+        match tokio::time::timeout(PING_BOUND, bus.get_id()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return format!("the link failed: {e}"),
+            Err(_) => {
+                return format!(
+                    "the link stopped answering (no answer within {} s)",
+                    PING_BOUND.as_secs()
+                );
+            }
+        }
+    }
+}
+
+fn say_online(name: &str, json: bool) {
+    if json {
+        json_line!(serde_json::json!({"event": "host", "host": name, "state": "online"}));
+    } else {
+        outln!(
+            "{}",
+            super::show::paint(
+                super::show::DIM,
+                &format!("{}: online", super::show::safe(name))
+            )
+        );
+    }
+}
+
+fn say_offline(name: &str, why: &str, json: bool) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if json {
+        json_line!(
+            serde_json::json!({"event": "host", "host": name, "state": "offline",
+                                      "since": now, "error": why})
+        );
+    } else {
+        outln!(
+            "{}",
+            super::show::paint(
+                super::show::ERROR,
+                &format!(
+                    "{}: offline since {}: {}",
+                    super::show::safe(name),
+                    super::bots::local_time(now),
+                    super::show::safe(why)
+                )
+            )
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,8 +25,31 @@ struct Label {
     name: String,
 }
 
+/// The host a watch of several follows on one link (issue 51): its name, on every line, and
+/// `botvisorctl` aimed at it, in every hint.
+#[derive(Clone)]
+pub struct HostTag {
+    /// As `list` shows it (`buildbox`).
+    pub name: String,
+    /// `botvisorctl --host buildbox`.
+    pub ctl: String,
+}
+
 /// Follows the daemon's signals; returns the exit code.
 pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<u8, Failure> {
+    follow(conn, spec, json, None, || {}).await
+}
+
+/// [`run`], for the host `host` when several are watched: its lines and hints carry it, and
+/// `ready` is called once subscribed and the open prompts shown. Returns as [`run`] does: an
+/// error once the link is lost.
+pub async fn follow(
+    conn: &Connection,
+    spec: Option<String>,
+    json: bool,
+    host: Option<HostTag>,
+    ready: impl FnOnce(),
+) -> Result<u8, Failure> {
     let only: Option<String> = match &spec {
         Some(b) => Some(bots::path_of(conn, b).await?.to_string()),
         None => None,
@@ -41,6 +64,7 @@ pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<
         labels: HashMap::new(),
         streaming: None,
         streamed: 0,
+        host,
     };
     let all = bots::all(conn).await?;
     for b in &all {
@@ -53,7 +77,10 @@ pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<
         );
     }
     w.open_prompts(&all);
-    if json {
+    if w.host.is_some() {
+        // One host of several: the caller says it is watched.
+        ready();
+    } else if json {
         // Subscribed: whatever happens from now on is shown (a script can wait for this line).
         let watched = match &w.only {
             Some(path) => all.iter().filter(|b| &b.path == path).count(),
@@ -86,8 +113,8 @@ pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<
                 Some(Drained::First(Err(_))) | None => {
                     w.end_stream();
                     let again = match &spec {
-                        Some(s) => format!("{} watch {}", super::hint::ctl(), super::shell_word(s)),
-                        None => format!("{} watch", super::hint::ctl()),
+                        Some(s) => format!("{} watch {}", w.ctl(), super::shell_word(s)),
+                        None => format!("{} watch", w.ctl()),
                     };
                     return Err(Failure::failed(format!(
                         "{} was lost; what happens in botvisord goes on. Watch again with `{again}`",
@@ -99,13 +126,17 @@ pub async fn run(conn: &Connection, spec: Option<String>, json: bool) -> Result<
                     let back = a.new_owner().is_some();
                     w.end_stream();
                     if json {
-                        json_line!(json!({"event": if back { "daemon_back" } else { "daemon_left" }}));
+                        let mut j = json!({"event": if back { "daemon_back" } else { "daemon_left" }});
+                        if let Some(h) = &w.host {
+                            j["host"] = json!(h.name);
+                        }
+                        json_line!(j);
                     } else if back {
-                        outln!("{}", paint(DIM, "botvisord is back"));
+                        outln!("{}", paint(DIM, &format!("{}botvisord is back", w.host_tag(": "))));
                     } else {
                         outln!(
                             "{}",
-                            paint(ERROR, "botvisord went away; waiting for it to come back (Ctrl-C to stop)")
+                            paint(ERROR, &format!("{}botvisord went away; waiting for it to come back (Ctrl-C to stop)", w.host_tag(": ")))
                         );
                     }
                     if back {
@@ -132,14 +163,32 @@ struct Watch {
     streaming: Option<String>,
     /// How many columns of it were printed; past [`WATCH_TEXT_COLUMNS`] the rest is not.
     streamed: usize,
+    /// The host, when several are watched (issue 51).
+    host: Option<HostTag>,
 }
 
 impl Watch {
+    /// `botvisorctl` as this watch's hints write it: aimed at its host.
+    fn ctl(&self) -> &str {
+        match &self.host {
+            Some(h) => &h.ctl,
+            None => super::hint::ctl(),
+        }
+    }
+
     fn label(&self, path: &str) -> Label {
         self.labels.get(path).cloned().unwrap_or_else(|| Label {
             id: path.rsplit('/').next().unwrap_or_default().to_owned(),
             name: path.rsplit('/').next().unwrap_or_default().to_owned(),
         })
+    }
+
+    /// The host's name followed by `sep` (`buildbox:` before a bot's name, `buildbox: ` before
+    /// a sentence) when several hosts are watched, else nothing.
+    fn host_tag(&self, sep: &str) -> String {
+        self.host
+            .as_ref()
+            .map_or_else(String::new, |h| format!("{}{sep}", show::safe(&h.name)))
     }
 
     fn end_stream(&mut self) {
@@ -150,6 +199,9 @@ impl Watch {
 
     fn emit(&mut self, path: &str, mut j: Value, text: String) {
         if self.json {
+            if let Some(h) = &self.host {
+                j["host"] = json!(h.name);
+            }
             if !path.is_empty() {
                 let l = self.label(path);
                 j["bot"] = json!(path);
@@ -164,7 +216,11 @@ impl Watch {
     }
 
     fn prefix(&self, path: &str) -> String {
-        paint(NAME, &format!("[{}]", show::safe(&self.label(path).name)))
+        let name = show::safe(&self.label(path).name);
+        match &self.host {
+            Some(h) => paint(NAME, &format!("[{}:{name}]", show::safe(&h.name))),
+            None => paint(NAME, &format!("[{name}]")),
+        }
     }
 
     fn open_prompts(&mut self, all: &[BotInfo]) {
@@ -182,7 +238,7 @@ impl Watch {
                             "waiting for permission: {} {} — {} answer {} {} allow|deny",
                             show::safe(tool),
                             show::safe(&show::cut(input, 200)),
-                            super::hint::ctl(),
+                            self.ctl(),
                             show::safe(&b.short),
                             show::safe(id)
                         )
@@ -233,7 +289,7 @@ impl Watch {
                                 &format!(
                                     "#{seq} ({} in all; {} chat {} --seq {seq})",
                                     show::size(size),
-                                    super::hint::ctl(),
+                                    self.ctl(),
                                     l.id
                                 )
                             )
@@ -242,7 +298,7 @@ impl Watch {
                     return Ok(false);
                 }
                 let l = self.label(&path);
-                let read = format!("{} chat {} --seq {seq}", super::hint::ctl(), l.id);
+                let read = format!("{} chat {} --seq {seq}", self.ctl(), l.id);
                 let mut text = format!(
                     "{} {} {}",
                     self.prefix(&path),
@@ -254,7 +310,7 @@ impl Watch {
                         &text,
                         &format!(
                             " — {} answer {} {} allow|deny",
-                            super::hint::ctl(),
+                            self.ctl(),
                             show::safe(&l.id),
                             show::safe(p["request_id"].as_str().unwrap_or("?"))
                         ),
@@ -303,6 +359,8 @@ impl Watch {
                         json!({"event": "text_delta", "turn_id": turn, "text": text}),
                         String::new(),
                     );
+                } else if self.host.is_some() {
+                    // Several hosts print at once: whole lines only, the answer as its chat item.
                 } else {
                     use std::io::Write;
                     if self.streaming.as_deref() != Some(path.as_str()) {
@@ -399,7 +457,8 @@ impl Watch {
                     let text = paint(
                         DIM,
                         &format!(
-                            "bot added: {} in {}",
+                            "bot added: {}{} in {}",
+                            self.host_tag(":"),
                             show::safe(&info.name),
                             show::safe(&info.cwd)
                         ),
@@ -416,7 +475,8 @@ impl Watch {
                 let text = paint(
                     DIM,
                     &format!(
-                        "bot removed: {} ({})",
+                        "bot removed: {}{} ({})",
+                        self.host_tag(":"),
                         show::safe(&l.name),
                         show::safe(&l.id)
                     ),

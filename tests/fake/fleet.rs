@@ -235,3 +235,83 @@ async fn watch_follows_every_host_and_a_silent_host_goes_offline_and_comes_back(
     .await;
     let _ = watch.kill().await;
 }
+
+/// What runs a host's link ends with botvisorctl: a host whose program never answers (here
+/// `sleep`) is `offline` once the bound passes, and its program is ended, not left running
+/// (a hostile run found such programs orphaned after every `list` and every retry of `watch`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_never_answers_is_offline_and_its_program_ends() {
+    let local = host_with_bots(1).await;
+    let home = &local.env.home;
+    let bus = Some(local.env.bus.address.as_str());
+    let marker = "987654";
+    let hang = format!("unixexec:path=/bin/sleep,argv1={marker}");
+    let (code, _, err) = run(bus, home, &[], &["hosts", "add", "hang", &hang]).await;
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(bus, home, &[], &["--all-hosts", "--json", "list"]).await;
+    assert_eq!(code, 1, "{err}\n{out}");
+    let (bots, hosts) = by_host(&out);
+    assert_eq!(bots["local"].len(), 1);
+    assert_eq!(hosts["hang"]["state"], "offline", "{out}");
+    bounded("the link's program ends", async {
+        while sleeping(marker) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+/// Whether a `sleep SECONDS` of ours runs.
+fn sleeping(seconds: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| c.split(|b| *b == 0).any(|w| w == seconds.as_bytes()))
+    })
+}
+
+/// A host given by an address, not by a name, is named by that address in the hints: the
+/// answer `list` prints for its open question works pasted as it is (a hostile run found
+/// `--host 'unixexec:…'`, which `--host` refuses).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hint_for_a_host_given_by_address_works_as_printed() {
+    let local = host_with_bots(0).await;
+    let far = host_with_bots(0).await;
+    let home = &local.env.home;
+    let bus = Some(local.env.bus.address.as_str());
+    let asker = far
+        .bot(json!([{"mode": "normal", "ask": {"tool": "Write", "input_bytes": 10}}]))
+        .await;
+    let mut asked = asker.receive_permission_requested().await.unwrap();
+    asker.send("write it", HashMap::new()).await.unwrap();
+    bounded("the question", async {
+        futures_util::StreamExt::next(&mut asked).await.unwrap()
+    })
+    .await;
+    let at = format!(
+        "unixexec:path=/bin/sh,argv1=-c,argv2=exec systemd-stdio-bridge --bus-path%3d{}",
+        far.env.bus.address.replace(',', "%2c")
+    );
+    let (code, out, err) = run(bus, home, &[], &["-H", "local", "--address", &at, "list"]).await;
+    assert_eq!(code, 0, "{err}\n{out}");
+    let hint = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("answer: "))
+        .unwrap_or_else(|| panic!("no answer hint:\n{out}"))
+        .replace("allow|deny", "allow");
+    assert!(hint.starts_with("botvisorctl --address '"), "{hint}");
+    let ctl = std::path::Path::new(crate::remote::CTL);
+    let pasted = tokio::process::Command::new("sh")
+        .args([
+            "-c",
+            &hint.replacen("botvisorctl", &ctl.display().to_string(), 1),
+        ])
+        .env("HOME", home)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        pasted.status.success(),
+        "{hint}: {}",
+        String::from_utf8_lossy(&pasted.stderr)
+    );
+}

@@ -17,7 +17,7 @@ use support::sshd::{HOST, Sshd, encode};
 use support::terminal::IN_A_TERMINAL;
 use support::*;
 
-const CTL: &str = env!("CARGO_BIN_EXE_botvisorctl");
+pub(crate) const CTL: &str = env!("CARGO_BIN_EXE_botvisorctl");
 
 /// botvisorctl with `bus` as its whole idea of where botvisord is (`DBUS_SESSION_BUS_ADDRESS`,
 /// or none), a `HOME` of the test's, and `extra` environment.

@@ -72,8 +72,20 @@ impl Bus {
         }
     }
 
-    /// Connects to the bus; a failure says which bus and what to check.
+    /// Connects to the bus; a failure says which bus and what to check. The program of a
+    /// `unixexec:` address (`--host`'s ssh) lives until botvisorctl ends.
     pub async fn connect(&self) -> Result<Connection, Failure> {
+        self.connect_link(None).await.map(|(conn, link)| {
+            link.keep();
+            conn
+        })
+    }
+
+    /// [`Bus::connect`], with the program of a `unixexec:` address ended (SIGTERM) when the
+    /// returned [`Link`] is dropped, and its standard error's lines passed on with `label: `
+    /// before each when a label is given (one of several hosts). A program that is still
+    /// running when connecting failed is ended at once.
+    pub async fn connect_link(&self, label: Option<&str>) -> Result<(Connection, Link), Failure> {
         let address = match self {
             Bus::Session => None,
             Bus::Address(a, _) | Bus::Host(_, a) => Some(a),
@@ -81,7 +93,7 @@ impl Bus {
         let conn = match address.map(Address::transport) {
             None => Connection::session().await,
             Some(Transport::Unixexec(exec)) => {
-                let program = run_program(exec).map_err(|e| {
+                let program = run_program(exec, label).map_err(|e| {
                     let what = match self {
                         Bus::Host(..) => format!(" (the ssh program; {SSH_ENV} names another)"),
                         _ => String::new(),
@@ -93,16 +105,30 @@ impl Bus {
                     Ok(s) => zbus::connection::Builder::unix_stream(s).build().await,
                     Err(e) => Err(e),
                 };
-                return conn.map_err(|e| {
-                    Failure::failed(format!("{}; {}", self.cannot_connect(&e), program.known()))
-                });
+                return match conn {
+                    Ok(conn) => Ok((conn, program.link)),
+                    Err(e) => {
+                        let known = program.known().await;
+                        Err(Failure::failed(format!(
+                            "{}; {known}",
+                            self.cannot_connect(&e)
+                        )))
+                    }
+                };
             }
             Some(_) => {
                 let a = address.cloned().expect("an address");
                 zbus::connection::Builder::address(a).build().await
             }
         };
-        conn.map_err(|e| Failure::failed(self.cannot_connect(&e)))
+        conn.map(|c| {
+            let link = Link {
+                pid: None,
+                ended: Default::default(),
+            };
+            (c, link)
+        })
+        .map_err(|e| Failure::failed(self.cannot_connect(&e)))
     }
 
     /// Why connecting failed, in words that name this bus.
@@ -174,17 +200,10 @@ fn decode(value: &OsStr) -> Result<OsString, String> {
 /// The `unixexec:` address of the user bus of `host` over `ssh`: `ssh -xT -- HOST` and the
 /// [`REMOTE_BRIDGE`] command, as `busctl --host` builds it for the system bus.
 fn host_address(host: &str, ssh: OsString) -> Result<Address, Failure> {
-    // ssh splits a destination at its last `@`: neither side may be empty.
-    let halves_empty = host
-        .rsplit_once('@')
-        .is_some_and(|(user, name)| user.is_empty() || name.is_empty());
-    if host.is_empty()
-        || halves_empty
-        || host.starts_with('-')
-        || host.chars().any(char::is_whitespace)
-    {
+    if let Err(why) = check_destination(host) {
         return Err(Failure::usage(format!(
-            "--host takes [USER@]HOST (an ssh destination), not {host:?}"
+            "--host takes [USER@]HOST (an ssh destination), not {:?}: {why}",
+            super::show::safe(&super::show::cut(host, 80))
         )));
     }
     let args = ["-xT", "--", host, REMOTE_BRIDGE]
@@ -197,30 +216,109 @@ fn host_address(host: &str, ssh: OsString) -> Result<Address, Failure> {
     ))))
 }
 
+/// Why `dest` is not an ssh destination `[USER@]HOST`, if it is not: ssh splits it at its last
+/// `@`; the user is 1 to 64 characters with no blank, control character or `@`; the host is a
+/// name of letters, digits, `-`, `_` and `.` (at most 253, not beginning with `-` or `.`), or
+/// an IPv6 address in brackets. Anything else (an address mistyped, `host:22`, an option) is
+/// refused before ssh runs.
+fn check_destination(dest: &str) -> Result<(), String> {
+    let (user, host) = match dest.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, dest),
+    };
+    if let Some(u) = user
+        && (u.is_empty()
+            || u.chars().count() > 64
+            || u.starts_with('-')
+            || u.chars()
+                .any(|c| c.is_whitespace() || c.is_control() || c == '@'))
+    {
+        return Err("the user before `@` is empty, too long or holds a blank".into());
+    }
+    let bracketed = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .is_some_and(|h| {
+            !h.is_empty()
+                && h.chars()
+                    .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+        });
+    let name = !host.is_empty()
+        && host.len() <= 253
+        && !host.starts_with(['-', '.'])
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if bracketed || name {
+        Ok(())
+    } else if host.contains(':') {
+        Err(
+            "a host name holds no `:` (a port goes in ~/.ssh/config; a D-Bus address is given \
+             with --address)"
+                .into(),
+        )
+    } else {
+        Err("a host is a name of letters, digits, `-`, `_` and `.`, or [IPv6]".into())
+    }
+}
+
+/// The program of a `unixexec:` address that carries a connection (`ssh` for `--host`): ended
+/// with SIGTERM when this is dropped, unless kept ([`Link::keep`]). On Linux it also gets
+/// SIGTERM if botvisorctl dies first (`PR_SET_PDEATHSIG`), so no link outlives botvisorctl.
+pub struct Link {
+    /// The program's pid; `None` for a bus without one.
+    pid: Option<u32>,
+    /// Set when it is ended: what it prints from then on is not passed on.
+    ended: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Link {
+    /// The program lives on until botvisorctl ends.
+    pub fn keep(mut self) {
+        self.pid = None;
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok()) {
+            self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
+            // SAFETY: kill(2) touches no memory of ours. The pid is our own child's, which
+            // a thread of ours reaps: until then it is not reused.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+    }
+}
+
 /// The program of a `unixexec:` address, running: our end of its socket pair, and what is known
 /// of it when connecting failed.
 struct Program {
     /// Our end of the socket pair.
     stream: UnixStream,
     /// Its exit status, sent once it exited.
-    status: std::sync::mpsc::Receiver<std::io::Result<std::process::ExitStatus>>,
+    status: tokio::sync::oneshot::Receiver<std::io::Result<std::process::ExitStatus>>,
     /// Whether it wrote anything on its standard error (passed on to ours).
     printed: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// Sent when its standard error reached its end.
-    stderr_done: std::sync::mpsc::Receiver<()>,
+    /// Sent (or dropped) when its standard error reached its end.
+    stderr_done: tokio::sync::oneshot::Receiver<()>,
+    /// Ends it when dropped.
+    link: Link,
 }
 
 impl Program {
     /// What is known of the program after connecting failed: its exit status (waited for up to
-    /// 2 s: it ends when it closed the connection) and whether it printed anything (above).
-    fn known(&self) -> String {
+    /// 2 s, without holding the thread: it ends when it closed the connection) and whether it
+    /// printed anything (above). One still running then is ended.
+    async fn known(self) -> String {
         let wait = std::time::Duration::from_secs(2);
-        let status = match self.status.recv_timeout(wait) {
-            Ok(Ok(st)) => format!("the program ended ({st})"),
-            Ok(Err(e)) => format!("the program's end is not known ({e})"),
-            Err(_) => "the program still runs".to_owned(),
+        let status = match tokio::time::timeout(wait, self.status).await {
+            Ok(Ok(Ok(st))) => format!("the program ended ({st})"),
+            Ok(Ok(Err(e))) => format!("the program's end is not known ({e})"),
+            Ok(Err(_)) => "the program's end is not known".to_owned(),
+            Err(_) => "the program still ran; it was ended".to_owned(),
         };
-        let _ = self.stderr_done.recv_timeout(wait);
+        drop(self.link);
+        let _ = tokio::time::timeout(wait, self.stderr_done).await;
         if self.printed.load(std::sync::atomic::Ordering::SeqCst) {
             format!("{status}; what it printed is above")
         } else {
@@ -231,9 +329,10 @@ impl Program {
 
 /// Runs the program of a `unixexec:` address (see the module's words on SIGINT) with its
 /// standard input and output on one end of a socket pair. Its standard error is passed on to
-/// ours by a thread (which notes whether it printed anything); SIGINT is ignored in it. A thread
-/// waits for it to exit (it does when the connection closes).
-fn run_program(exec: &Unixexec) -> std::io::Result<Program> {
+/// ours by a thread (which notes whether it printed anything), each line after `label: ` when
+/// a label is given; SIGINT is ignored in it, and on Linux it gets SIGTERM when botvisorctl
+/// dies. A thread waits for it to exit (it does when the connection closes).
+fn run_program(exec: &Unixexec, label: Option<&str>) -> std::io::Result<Program> {
     let (ours, theirs) = UnixStream::pair()?;
     let mut cmd = std::process::Command::new(exec.path());
     cmd.args(exec.args())
@@ -243,34 +342,51 @@ fn run_program(exec: &Unixexec) -> std::io::Result<Program> {
     if let Some(arg0) = exec.arg0() {
         cmd.arg0(arg0);
     }
-    // SAFETY: signal(2) is async-signal-safe and touches no memory of ours.
+    // SAFETY: signal(2) and prctl(2) are async-signal-safe and touch no memory of ours.
     unsafe {
         cmd.pre_exec(|| {
             libc::signal(libc::SIGINT, libc::SIG_IGN);
+            #[cfg(target_os = "linux")]
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
             Ok(())
         });
     }
     let mut child = cmd.spawn()?;
+    let link = Link {
+        pid: Some(child.id()),
+        ended: Default::default(),
+    };
     let printed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (done_tx, stderr_done) = std::sync::mpsc::channel();
-    if let Some(mut err) = child.stderr.take() {
-        let printed = printed.clone();
+    let (done_tx, stderr_done) = tokio::sync::oneshot::channel();
+    if let Some(err) = child.stderr.take() {
+        let (printed, ended) = (printed.clone(), link.ended.clone());
+        let label = label.map(|l| format!("{}: ", super::show::safe(l)));
         std::thread::spawn(move || {
-            use std::io::{Read, Write};
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err.read(&mut buf) {
+            use std::io::{BufRead, Write};
+            let mut err = std::io::BufReader::new(err);
+            let mut line = Vec::new();
+            while let Ok(n) = err.read_until(b'\n', &mut line) {
                 if n == 0 {
                     break;
                 }
+                if ended.load(std::sync::atomic::Ordering::SeqCst) {
+                    // Ended by us: its last words are not news.
+                    line.clear();
+                    continue;
+                }
                 printed.store(true, std::sync::atomic::Ordering::SeqCst);
                 let mut out = std::io::stderr().lock();
-                let _ = out.write_all(&buf[..n]);
+                if let Some(l) = &label {
+                    let _ = out.write_all(l.as_bytes());
+                }
+                let _ = out.write_all(&line);
                 let _ = out.flush();
+                line.clear();
             }
             let _ = done_tx.send(());
         });
     }
-    let (status_tx, status) = std::sync::mpsc::channel();
+    let (status_tx, status) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         let _ = status_tx.send(child.wait());
     });
@@ -279,6 +395,7 @@ fn run_program(exec: &Unixexec) -> std::io::Result<Program> {
         status,
         printed,
         stderr_done,
+        link,
     })
 }
 

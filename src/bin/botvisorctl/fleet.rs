@@ -23,6 +23,9 @@ pub struct Member {
     pub name: String,
     /// Its bus.
     pub bus: Bus,
+    /// Named by an address given as it is (`--address`, no configured name): hints say
+    /// `--address 'NAME'`, not `--host NAME`.
+    pub by_address: bool,
 }
 
 /// The hosts named by `hosts_given` (`--host`, each a configured host's name or
@@ -41,8 +44,9 @@ pub fn members(
         return Ok(None);
     }
     let mut out: Vec<Member> = Vec::new();
+    // Each host once: by name, and by the bus it stands for (two names of one bus).
     let mut push = |m: Member| {
-        if !out.iter().any(|o| o.name == m.name) {
+        if !out.iter().any(|o| o.name == m.name || o.bus == m.bus) {
             out.push(m);
         }
     };
@@ -50,11 +54,13 @@ pub fn members(
         push(Member {
             name: LOCAL.into(),
             bus: Bus::choose(None, None, env)?,
+            by_address: false,
         });
         for h in &config.hosts {
             push(Member {
                 name: h.name.clone(),
                 bus: h.bus(env)?,
+                by_address: false,
             });
         }
     }
@@ -62,14 +68,14 @@ pub fn members(
         push(resolve(config, given, env)?);
     }
     for a in addresses {
-        let name = config
+        let configured = config
             .hosts
             .iter()
-            .find(|h| h.address.as_deref() == Some(a.as_str()))
-            .map_or_else(|| a.clone(), |h| h.name.clone());
+            .find(|h| h.address.as_deref() == Some(a.as_str()));
         push(Member {
-            name,
+            name: configured.map_or_else(|| a.clone(), |h| h.name.clone()),
             bus: Bus::choose(Some(a), None, env)?,
+            by_address: configured.is_none(),
         });
     }
     Ok(Some(out))
@@ -85,17 +91,20 @@ pub fn resolve(
         return Ok(Member {
             name: LOCAL.into(),
             bus: Bus::choose(None, None, env)?,
+            by_address: false,
         });
     }
     if let Some(h) = config.hosts.iter().find(|h| h.name == given) {
         return Ok(Member {
             name: h.name.clone(),
             bus: h.bus(env)?,
+            by_address: false,
         });
     }
     Ok(Member {
         name: given.to_owned(),
         bus: Bus::choose(None, Some(given), env)?,
+        by_address: false,
     })
 }
 
@@ -109,15 +118,16 @@ pub enum HostBots {
 }
 
 /// Every member's bots, read at once (each host on a link and a task of its own, bounded by
-/// [`HOST_BOUND`]), in the members' order.
-pub async fn read_all(members: &[Member]) -> Vec<(Member, HostBots)> {
+/// [`HOST_BOUND`]), in the members' order. Errors: Ctrl-C (exit code 130; every link ended).
+pub async fn read_all(members: &[Member]) -> Result<Vec<(Member, HostBots)>, Failure> {
     let tasks: Vec<_> = members
         .iter()
         .cloned()
         .map(|m| {
             tokio::spawn(async move {
                 let read = async {
-                    let conn = m.bus.connect().await?;
+                    // The link ends with this task (its program is ended).
+                    let (conn, _link) = m.bus.connect_link(Some(&m.name)).await?;
                     bots::all(&conn).await
                 };
                 let got = match tokio::time::timeout(HOST_BOUND, read).await {
@@ -131,16 +141,32 @@ pub async fn read_all(members: &[Member]) -> Vec<(Member, HostBots)> {
             })
         })
         .collect();
-    let mut out = Vec::new();
-    for (t, m) in tasks.into_iter().zip(members) {
-        out.push(t.await.unwrap_or_else(|e| {
-            (
-                m.clone(),
-                HostBots::Offline(format!("botvisorctl's task failed: {e}")),
-            )
-        }));
+    let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
+    let gather = async {
+        let mut out = Vec::new();
+        for (t, m) in tasks.into_iter().zip(members) {
+            out.push(t.await.unwrap_or_else(|e| {
+                (
+                    m.clone(),
+                    HostBots::Offline(format!("botvisorctl's task failed: {e}")),
+                )
+            }));
+        }
+        out
+    };
+    tokio::select! {
+        out = gather => Ok(out),
+        _ = tokio::signal::ctrl_c() => {
+            // The tasks' links end with them.
+            for a in aborts {
+                a.abort();
+            }
+            Err(Failure {
+                text: "stopped (Ctrl-C) before every host answered".into(),
+                code: super::fail::CTRL_C,
+            })
+        }
     }
-    out
 }
 
 /// How often a watched host's link is checked (its bus's `GetId`, answered by the bus itself:
@@ -185,10 +211,12 @@ async fn follow_host(m: Member, json: bool) {
     // The offline state said last: said again only when its reason changes.
     let mut said: Option<String> = None;
     loop {
-        let why = match tokio::time::timeout(HOST_BOUND, m.bus.connect()).await {
+        let link = tokio::time::timeout(HOST_BOUND, m.bus.connect_link(Some(&m.name))).await;
+        let why = match link {
             Err(_) => format!("no answer within {} s", HOST_BOUND.as_secs()),
             Ok(Err(f)) => f.text,
-            Ok(Ok(conn)) => {
+            // The link (its program) ends at the end of this round, before the next is tried.
+            Ok(Ok((conn, _link))) => {
                 let (ready, is_ready) = tokio::sync::oneshot::channel();
                 let name = m.name.clone();
                 let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -59,11 +59,10 @@ fn choice(host: Option<&str>, address: Option<&str>, bus: &Bus) -> Choice {
 /// `botvisorctl` aimed at `m`, one host of several (issue 51): `--host NAME` for a configured or
 /// ssh host and for `local`, `--address 'ADDRESS'` for an address given as it is.
 pub fn ctl_for(m: &super::fleet::Member) -> String {
-    match &m.bus {
-        Bus::Address(a, _) if a.to_string() == m.name => {
-            format!("botvisorctl --address {}", shell_word(&m.name))
-        }
-        _ => format!("botvisorctl --host {}", shell_word(&m.name)),
+    if m.by_address {
+        format!("botvisorctl --address {}", shell_word(&m.name))
+    } else {
+        format!("botvisorctl --host {}", shell_word(&m.name))
     }
 }
 

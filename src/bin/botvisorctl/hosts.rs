@@ -125,37 +125,59 @@ pub fn load() -> Result<Config, Failure> {
     Ok(config)
 }
 
-/// Writes `config` whole, through a file beside it renamed over it (never half written).
-fn save(config: &Config) -> Result<(), Failure> {
+/// Changes the file with `change` under a lock (an exclusive `flock` of `botvisorctl.toml.lock`
+/// beside it: two `hosts add` at once both land), written whole through a file beside it renamed
+/// over it (never half written), with the mode the file had (0600 for a new one). The file is
+/// written as botvisorctl writes TOML: comments in it are not kept. Errors: the file or the
+/// lock cannot be read or written; what `change` refuses (nothing is written then).
+fn change(change: impl FnOnce(&mut Config) -> Result<(), Failure>) -> Result<(), Failure> {
+    use std::os::unix::fs::PermissionsExt;
     let path = config_path();
-    let text = toml::to_string(config)
-        .map_err(|e| Failure::failed(format!("cannot write the hosts: {e}")))?;
     let failed =
         |e: std::io::Error| Failure::failed(format!("cannot write {}: {e}", path.display()));
-    if let Some(dir) = path.parent() {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(failed)?;
     }
-    let tmp = path.with_extension("toml.new");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path.with_extension("toml.lock"))
+        .map_err(failed)?;
+    // SAFETY: flock(2) on a descriptor we own; the lock ends when `lock` is closed.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
+        return Err(failed(std::io::Error::last_os_error()));
+    }
+    let mut config = load()?;
+    change(&mut config)?;
+    let text = toml::to_string(&config)
+        .map_err(|e| Failure::failed(format!("cannot write the hosts: {e}")))?;
+    let mode = std::fs::metadata(&path).map_or(0o600, |m| m.permissions().mode() & 0o7777);
+    let tmp = path.with_extension(format!("toml.{}.new", std::process::id()));
     std::fs::write(&tmp, text).map_err(failed)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).map_err(failed)?;
     std::fs::rename(&tmp, &path).map_err(failed)
 }
 
-/// Why `name` cannot name a host, if it cannot: empty, longer than 64 bytes, holding anything
-/// but ASCII letters, digits, `-`, `_` and `.`, or `local`.
+/// Why `name` cannot name a host, if it cannot: empty, longer than 64 bytes, not beginning with
+/// an ASCII letter or digit, holding anything but ASCII letters, digits, `-`, `_` and `.`, or
+/// `local` in any case.
 pub fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > MAX_NAME {
         return Err(format!("a host's name has 1 to {MAX_NAME} characters"));
     }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    if !name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
     {
         return Err(format!(
-            "the host name {:?} may hold only letters, digits, '-', '_' and '.'",
-            show::safe(name)
+            "the host name {:?} begins with a letter or a digit and holds only letters, \
+             digits, '-', '_' and '.'",
+            show::safe(&show::cut(name, 80))
         ));
     }
-    if name == LOCAL {
+    if name.eq_ignore_ascii_case(LOCAL) {
         return Err(format!(
             "{LOCAL} is the local bus's name and cannot be given to another host"
         ));
@@ -184,7 +206,6 @@ fn check_entry(h: &HostEntry) -> Result<(), String> {
 /// and a colon (`unix:`, `unixexec:`, `tcp:`, …), else `[USER@]HOST` for ssh. Errors: a name
 /// taken or not valid, a target that does not parse; nothing is written then.
 pub fn add(name: &str, target: &str, json: bool) -> Result<u8, Failure> {
-    let mut config = load()?;
     let is_address = [
         "unix:",
         "unixexec:",
@@ -201,13 +222,15 @@ pub fn add(name: &str, target: &str, json: bool) -> Result<u8, Failure> {
         address: is_address.then(|| target.to_owned()),
     };
     check_entry(&entry).map_err(Failure::usage)?;
-    if config.hosts.iter().any(|h| h.name == name) {
-        return Err(Failure::usage(format!(
-            "there is a host named {name} already; `hosts rm {name}` first"
-        )));
-    }
-    config.hosts.push(entry.clone());
-    save(&config)?;
+    change(|config| {
+        if config.hosts.iter().any(|h| h.name == name) {
+            return Err(Failure::usage(format!(
+                "there is a host named {name} already; `hosts rm {name}` first"
+            )));
+        }
+        config.hosts.push(entry.clone());
+        Ok(())
+    })?;
     if json {
         json_line!(entry_json(&entry));
     } else {
@@ -222,16 +245,22 @@ pub fn add(name: &str, target: &str, json: bool) -> Result<u8, Failure> {
 
 /// `hosts rm NAME`. Errors: no such host (nothing is written).
 pub fn remove(name: &str, json: bool) -> Result<u8, Failure> {
-    let mut config = load()?;
-    let before = config.hosts.len();
-    config.hosts.retain(|h| h.name != name);
-    if config.hosts.len() == before {
-        return Err(Failure::failed(format!(
-            "no host named {}; `hosts list` shows them",
-            show::safe(name)
+    if name == LOCAL {
+        return Err(Failure::usage(format!(
+            "{LOCAL} is this machine's bus, not a named host: it cannot be removed"
         )));
     }
-    save(&config)?;
+    change(|config| {
+        let before = config.hosts.len();
+        config.hosts.retain(|h| h.name != name);
+        if config.hosts.len() == before {
+            return Err(Failure::failed(format!(
+                "no host named {}; `hosts list` shows them",
+                show::safe(name)
+            )));
+        }
+        Ok(())
+    })?;
     if json {
         json_line!(json!({"removed": name}));
     } else {
@@ -244,7 +273,7 @@ pub fn remove(name: &str, json: bool) -> Result<u8, Failure> {
 pub fn list(json: bool) -> Result<u8, Failure> {
     let config = load()?;
     if json {
-        json_line!(json!({"name": LOCAL, "local": true}));
+        json_line!(json!({"name": LOCAL, "host": null, "address": null, "local": true}));
         for h in &config.hosts {
             json_line!(entry_json(h));
         }
@@ -268,7 +297,7 @@ pub fn list(json: bool) -> Result<u8, Failure> {
 }
 
 fn entry_json(h: &HostEntry) -> serde_json::Value {
-    json!({"name": h.name, "host": h.host, "address": h.address})
+    json!({"name": h.name, "host": h.host, "address": h.address, "local": false})
 }
 
 #[cfg(test)]
@@ -278,7 +307,18 @@ mod tests {
     #[test]
     fn a_name_is_letters_digits_and_three_marks_and_never_local() {
         assert!(check_name("build-box_2.lan").is_ok());
-        for bad in ["", "local", "a b", "a:b", "é", &"x".repeat(65)] {
+        for bad in [
+            "",
+            "local",
+            "LOCAL",
+            "-",
+            "..",
+            ".hidden",
+            "a b",
+            "a:b",
+            "é",
+            &"x".repeat(65),
+        ] {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
     }
@@ -295,6 +335,16 @@ mod tests {
         assert!(check_entry(&e(None, None)).is_err());
         assert!(check_entry(&e(Some("box"), Some("unix:path=/x"))).is_err());
         assert!(check_entry(&e(None, Some("not an address"))).is_err());
-        assert!(check_entry(&e(Some("-oProxyCommand=x"), None)).is_err());
+        for bad in [
+            "-oProxyCommand=x",
+            "me@-oX",
+            "host:22",
+            "unixexe:path=/bin/sh",
+            "a b",
+        ] {
+            assert!(check_entry(&e(Some(bad), None)).is_err(), "{bad}");
+        }
+        assert!(check_entry(&e(Some(&"h".repeat(254)), None)).is_err());
+        assert!(check_entry(&e(Some("me@[::1]"), None)).is_ok());
     }
 }

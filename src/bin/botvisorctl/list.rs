@@ -37,7 +37,7 @@ pub async fn list(conn: &Connection, json: bool) -> Result<u8, Failure> {
 /// `error` in words when offline). Exits 1 when a host is offline (what the others hold is
 /// shown all the same), else 0.
 pub async fn fleet(members: &[fleet::Member], json: bool) -> Result<u8, Failure> {
-    let read = fleet::read_all(members).await;
+    let read = fleet::read_all(members).await?;
     let offline = read
         .iter()
         .any(|(_, got)| matches!(got, fleet::HostBots::Offline(_)));
@@ -62,24 +62,33 @@ pub async fn fleet(members: &[fleet::Member], json: bool) -> Result<u8, Failure>
         }
         return Ok(if offline { FAILED } else { OK });
     }
-    let mut all = Vec::new();
-    for (m, got) in &read {
-        if let fleet::HostBots::Online(bots) = got {
-            all.extend(bots.iter().cloned().map(|mut b| {
-                b.name = format!("{}:{}", m.name, b.name);
-                b
-            }));
-        }
-    }
-    if all.is_empty() {
-        outln!("no bots on these hosts");
-    } else {
+    // Each bot named with its host (`buildbox:demo`), in the table and in its prompts' lines.
+    let named: Vec<(&fleet::Member, Vec<BotInfo>)> = read
+        .iter()
+        .filter_map(|(m, got)| match got {
+            fleet::HostBots::Online(bots) => Some((
+                m,
+                bots.iter()
+                    .cloned()
+                    .map(|mut b| {
+                        b.name = format!("{}:{}", m.name, b.name);
+                        b
+                    })
+                    .collect(),
+            )),
+            fleet::HostBots::Offline(_) => None,
+        })
+        .collect();
+    let all: Vec<BotInfo> = named.iter().flat_map(|(_, b)| b.iter().cloned()).collect();
+    if !all.is_empty() {
         print_table(&all);
+    } else if offline {
+        outln!("no bots on the hosts that answered");
+    } else {
+        outln!("no bots on these hosts");
     }
-    for (m, got) in &read {
-        if let fleet::HostBots::Online(bots) = got {
-            prompts(bots, &super::hint::ctl_for(m));
-        }
+    for (m, bots) in &named {
+        prompts(bots, &super::hint::ctl_for(m));
     }
     let rows = read
         .iter()

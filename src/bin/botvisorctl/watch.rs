@@ -110,6 +110,10 @@ pub async fn follow(
                     }
                 }
                 Some(Drained::First(Err(e))) if !super::fail::is_lost(&e) => return Err(e.into()),
+                Some(Drained::First(Err(_))) | None if w.host.is_some() => {
+                    // One host of several: the caller says it is offline and tries it again.
+                    return Err(Failure::failed("the connection to its bus was lost"));
+                }
                 Some(Drained::First(Err(_))) | None => {
                     w.end_stream();
                     let again = match &spec {

@@ -233,8 +233,10 @@ impl Supervisor {
                     )
                 });
                 match sent {
-                    // The promise is the bot's to keep before its agent is given the prompt.
-                    Ok(Some((turn_id, _promise))) => {
+                    // The fire and its prompt are on record durably before anyone is told (a
+                    // hostile run's reading: the promise was dropped here).
+                    Ok(Some((turn_id, promise))) => {
+                        self.store.keep(promise).await;
                         tracing::info!(schedule = id, due, turn_id = %turn_id, "schedule fired");
                         return Ok(Fired::Queued { due, turn_id });
                     }

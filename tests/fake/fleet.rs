@@ -89,6 +89,13 @@ async fn one_list_shows_every_hosts_bots_and_a_host_that_is_gone_holds_up_nobody
         assert!(bots[host].contains(&"work".to_owned()), "{host}");
         assert_eq!(hosts[host]["state"], "online", "{out}");
         assert_eq!(hosts[host]["bots"], 20);
+        // Which botvisord answered: its machine's boot and its own start.
+        assert_eq!(hosts[host]["boot_id"].as_str().unwrap().len(), 36, "{out}");
+        assert_eq!(
+            hosts[host]["invocation"].as_str().unwrap().len(),
+            32,
+            "{out}"
+        );
     }
     // The table names each bot with its host.
     let (code, table, err) = run(bus, home, &[], &["--all-hosts", "list"]).await;
@@ -183,6 +190,7 @@ async fn watch_follows_every_host_and_a_silent_host_goes_offline_and_comes_back(
             let line = lines.next_line().await.unwrap().expect("watch's output");
             let v: Value = serde_json::from_str(&line).unwrap();
             if v["event"] == "host" {
+                assert_eq!(v["invocation"].as_str().map(str::len), Some(32), "{v}");
                 said.push((v["host"].clone(), v["state"].clone()));
             }
         }

@@ -108,11 +108,41 @@ pub fn resolve(
     })
 }
 
+/// Which botvisord answered for a host: its machine's boot and its own start, as the Manager's
+/// `BootId` and `Invocation` say them (empty where it does not): a boot id that changed is a
+/// reboot of the host, an invocation that changed a restart of its botvisord.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Daemon {
+    /// The host kernel's boot id.
+    pub boot_id: String,
+    /// The botvisord's invocation.
+    pub invocation: String,
+}
+
+impl Daemon {
+    /// What the botvisord on `conn` says, within [`PING_BOUND`]; empty fields where it
+    /// answers nothing (an older one, none on that bus, or no answer in time).
+    pub async fn of(conn: &zbus::Connection) -> Daemon {
+        let ask = async {
+            let Ok(m) = botvisor::dbus::client::ManagerProxy::new(conn).await else {
+                return Daemon::default();
+            };
+            Daemon {
+                boot_id: m.boot_id().await.unwrap_or_default(),
+                invocation: m.invocation().await.unwrap_or_default(),
+            }
+        };
+        tokio::time::timeout(PING_BOUND, ask)
+            .await
+            .unwrap_or_default()
+    }
+}
+
 /// What one host answered.
 #[derive(Debug)]
 pub enum HostBots {
-    /// Reached: its bots.
-    Online(Vec<BotInfo>),
+    /// Reached: its bots, and which botvisord.
+    Online(Vec<BotInfo>, Daemon),
     /// Not reached, or no answer within [`HOST_BOUND`]: why, in words.
     Offline(String),
 }
@@ -128,10 +158,11 @@ pub async fn read_all(members: &[Member]) -> Result<Vec<(Member, HostBots)>, Fai
                 let read = async {
                     // The link ends with this task (its program is ended).
                     let (conn, _link) = m.bus.connect_link(Some(&m.name)).await?;
-                    bots::all(&conn).await
+                    let bots = bots::all(&conn).await?;
+                    Ok::<_, Failure>((bots, Daemon::of(&conn).await))
                 };
                 let got = match tokio::time::timeout(HOST_BOUND, read).await {
-                    Ok(Ok(bots)) => HostBots::Online(bots),
+                    Ok(Ok((bots, daemon))) => HostBots::Online(bots, daemon),
                     Ok(Err(f)) => HostBots::Offline(f.text),
                     Err(_) => {
                         HostBots::Offline(format!("no answer within {} s", HOST_BOUND.as_secs()))
@@ -221,9 +252,10 @@ async fn follow_host(m: Member, json: bool) {
                 let name = m.name.clone();
                 let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let came_up = up.clone();
+                let daemon = Daemon::of(&conn).await;
                 let watching =
                     super::watch::follow(&conn, None, json, Some(tag.clone()), move || {
-                        say_online(&name, json);
+                        say_online(&name, &daemon, json);
                         came_up.store(true, std::sync::atomic::Ordering::Relaxed);
                         let _ = ready.send(());
                     });
@@ -275,18 +307,34 @@ async fn alive(conn: &zbus::Connection, ready: tokio::sync::oneshot::Receiver<()
     }
 }
 
-fn say_online(name: &str, json: bool) {
+fn say_online(name: &str, daemon: &Daemon, json: bool) {
     if json {
-        json_line!(serde_json::json!({"event": "host", "host": name, "state": "online"}));
+        json_line!(
+            serde_json::json!({"event": "host", "host": name, "state": "online",
+                                      "boot_id": daemon.boot_id, "invocation": daemon.invocation})
+        );
     } else {
         outln!(
             "{}",
             super::show::paint(
                 super::show::DIM,
-                &format!("{}: online", super::show::safe(name))
+                &format!(
+                    "{}: online (boot {}, botvisord {})",
+                    super::show::safe(name),
+                    short(&daemon.boot_id),
+                    short(&daemon.invocation)
+                )
             )
         );
     }
+}
+
+/// The first 8 characters of an id, as people compare them (`-` for none).
+pub fn short(id: &str) -> String {
+    if id.is_empty() {
+        return "-".to_owned();
+    }
+    super::show::safe(id.get(..8).unwrap_or(id))
 }
 
 fn say_offline(name: &str, why: &str, json: bool) {

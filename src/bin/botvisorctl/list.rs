@@ -43,7 +43,7 @@ pub async fn fleet(members: &[fleet::Member], json: bool) -> Result<u8, Failure>
         .any(|(_, got)| matches!(got, fleet::HostBots::Offline(_)));
     if json {
         for (m, got) in &read {
-            if let fleet::HostBots::Online(bots) = got {
+            if let fleet::HostBots::Online(bots, _) = got {
                 for b in bots {
                     let mut v = b.to_json();
                     v["host"] = m.name.clone().into();
@@ -53,8 +53,9 @@ pub async fn fleet(members: &[fleet::Member], json: bool) -> Result<u8, Failure>
         }
         for (m, got) in &read {
             let v = match got {
-                fleet::HostBots::Online(bots) => serde_json::json!({
-                    "type": "host", "host": m.name, "state": "online", "bots": bots.len()}),
+                fleet::HostBots::Online(bots, d) => serde_json::json!({
+                    "type": "host", "host": m.name, "state": "online", "bots": bots.len(),
+                    "boot_id": d.boot_id, "invocation": d.invocation}),
                 fleet::HostBots::Offline(why) => serde_json::json!({
                     "type": "host", "host": m.name, "state": "offline", "error": why}),
             };
@@ -66,7 +67,7 @@ pub async fn fleet(members: &[fleet::Member], json: bool) -> Result<u8, Failure>
     let named: Vec<(&fleet::Member, Vec<BotInfo>)> = read
         .iter()
         .filter_map(|(m, got)| match got {
-            fleet::HostBots::Online(bots) => Some((
+            fleet::HostBots::Online(bots, _) => Some((
                 m,
                 bots.iter()
                     .cloned()
@@ -93,10 +94,12 @@ pub async fn fleet(members: &[fleet::Member], json: bool) -> Result<u8, Failure>
     let rows = read
         .iter()
         .map(|(m, got)| match got {
-            fleet::HostBots::Online(bots) => vec![
+            fleet::HostBots::Online(bots, d) => vec![
                 show::safe(&m.name),
                 "online".to_owned(),
                 bots.len().to_string(),
+                fleet::short(&d.boot_id),
+                fleet::short(&d.invocation),
                 String::new(),
             ],
             // Plain cells: the table's widths count what is in them.
@@ -104,12 +107,14 @@ pub async fn fleet(members: &[fleet::Member], json: bool) -> Result<u8, Failure>
                 show::safe(&m.name),
                 "offline".to_owned(),
                 "-".to_owned(),
+                "-".to_owned(),
+                "-".to_owned(),
                 show::safe(why),
             ],
         })
         .collect();
     outln!();
-    for line in table(&["HOST", "STATE", "BOTS", "WHY"], rows) {
+    for line in table(&["HOST", "STATE", "BOTS", "BOOT", "BOTVISORD", "WHY"], rows) {
         outln!("{line}");
     }
     Ok(if offline { FAILED } else { OK })

@@ -103,6 +103,45 @@ async fn one_list_shows_every_hosts_bots_and_a_host_that_is_gone_holds_up_nobody
     for host in ["local", "beta", "gamma"] {
         assert!(table.contains(&format!("{host}:work ")), "{table}");
     }
+    // `top` over all three, two refreshes on links kept open: every bot with its host.
+    let (code, out, err) = run(
+        bus,
+        home,
+        &[],
+        &[
+            "--all-hosts",
+            "--json",
+            "top",
+            "-n",
+            "2",
+            "--interval",
+            "0.5",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let refreshes = lines(&out);
+    assert_eq!(refreshes.len(), 2, "{out}");
+    for r in &refreshes {
+        let bots = r["bots"].as_array().unwrap();
+        assert_eq!(bots.len(), 60, "{r}");
+        for host in ["local", "beta", "gamma"] {
+            let on = bots.iter().filter(|b| b["host"] == host).count();
+            assert_eq!(on, 20, "{host}: {r}");
+        }
+        assert!(
+            bots.iter()
+                .all(|b| b["name"].as_str().unwrap().starts_with("work")),
+            "{r}"
+        );
+        let states: Vec<&Value> = r["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| &h["state"])
+            .collect();
+        assert_eq!(states, [&json!("online"); 3], "{r}");
+    }
     // A configured name stands for its host for one command too.
     let (code, out, err) = run(bus, home, &[], &["-H", "gamma", "--json", "list"]).await;
     assert_eq!(code, 0, "{err}");
@@ -117,7 +156,7 @@ async fn one_list_shows_every_hosts_bots_and_a_host_that_is_gone_holds_up_nobody
     .await;
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("only `list` and `watch` take several hosts"),
+        err.contains("only `list`, `watch` and `top` take several hosts"),
         "{err}"
     );
 
@@ -138,6 +177,17 @@ async fn one_list_shows_every_hosts_bots_and_a_host_that_is_gone_holds_up_nobody
         "{table}"
     );
     assert!(table.contains("beta:work "), "{table}");
+    let (code, out, err) = run(bus, home, &[], &["--all-hosts", "--json", "top", "-n", "1"]).await;
+    assert_eq!(code, 0, "{err}");
+    let r = &lines(&out)[0];
+    assert_eq!(r["bots"].as_array().unwrap().len(), 40, "{r}");
+    let gamma: Vec<&Value> = r["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["host"] == "gamma")
+        .collect();
+    assert_eq!(gamma[0]["state"], "offline", "{r}");
 
     // Forgotten, it is not listed any more.
     let (code, _, err) = run(bus, home, &[], &["hosts", "rm", "gamma"]).await;

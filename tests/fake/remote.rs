@@ -375,7 +375,7 @@ async fn host_reaches_the_remote_users_session_bus_over_ssh() {
         ),
         (
             vec!["--address", "unix:path=/x", "-H", "box", "status", "demo"],
-            "only `list` and `watch` take several hosts",
+            "only `list`, `watch` and `top` take several hosts",
         ),
     ] {
         let (code, _, err) = run(None, home, &[], &args).await;

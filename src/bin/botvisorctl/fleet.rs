@@ -200,6 +200,47 @@ pub async fn read_all(members: &[Member]) -> Result<Vec<(Member, HostBots)>, Fai
     }
 }
 
+/// A host's link kept open from one read to the next (`top`): made again, bounded, when it is
+/// missing or failed; dropped (its program ended) when a read fails, so the next read starts a
+/// fresh one.
+pub struct Kept {
+    /// The host.
+    pub member: Member,
+    link: Option<(zbus::Connection, super::connect::Link)>,
+}
+
+impl Kept {
+    /// `member`, not linked yet.
+    pub fn new(member: Member) -> Kept {
+        Kept { member, link: None }
+    }
+
+    /// The host's bots now, within `bound` (the link made first when there is none): online,
+    /// or offline with why.
+    pub async fn read(&mut self, bound: Duration) -> HostBots {
+        let read = async {
+            if self.link.is_none() {
+                self.link = Some(
+                    self.member
+                        .bus
+                        .connect_link(Some(&self.member.name))
+                        .await?,
+                );
+            }
+            let (conn, _) = self.link.as_ref().expect("linked just above");
+            let bots = bots::all(conn).await?;
+            Ok::<_, Failure>((bots, Daemon::of(conn).await))
+        };
+        let got = match tokio::time::timeout(bound, read).await {
+            Ok(Ok((bots, daemon))) => return HostBots::Online(bots, daemon),
+            Ok(Err(f)) => f.text,
+            Err(_) => format!("no answer within {:.1} s", bound.as_secs_f64()),
+        };
+        self.link = None;
+        HostBots::Offline(got)
+    }
+}
+
 /// How often a watched host's link is checked (its bus's `GetId`, answered by the bus itself:
 /// botvisord leaving is `watch`'s own news, not the link's). With [`PING_BOUND`], a host that
 /// is gone (a machine off, a network cut: nothing answers, nothing closes) is `offline` within

@@ -149,12 +149,16 @@ fn main() {
             return match args.command {
                 Cmd::List => list::fleet(&members, args.json).await,
                 Cmd::Watch { bot: None } => fleet::watch(&members, args.json).await,
+                Cmd::Top {
+                    interval,
+                    iterations,
+                } => top::run_fleet(&members, interval, iterations, args.json).await,
                 Cmd::Watch { bot: Some(_) } => Err(Failure::usage(
                     "`watch BOT` follows one bot: name its host with one --host",
                 )),
                 _ => Err(Failure::usage(
-                    "only `list` and `watch` take several hosts (--all-hosts, or --host or \
-                     --address given more than once): name one host for this command",
+                    "only `list`, `watch` and `top` take several hosts (--all-hosts, or --host \
+                     or --address given more than once): name one host for this command",
                 )),
             };
         }

@@ -291,6 +291,29 @@ async fn watch_follows_every_host_and_a_silent_host_goes_offline_and_comes_back(
         v["host"] == "beta" && v["event"] == "turn_finished"
     })
     .await;
+    // And again: a host that was back is said offline again when it falls silent again (a
+    // hostile run found the second time unsaid, and the retries ever slower).
+    sshd.signal_all(libc::SIGSTOP);
+    let again = bounded("beta said again", async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("watch's output");
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["event"] == "host" && v["host"] == "beta" {
+                return v;
+            }
+        }
+    })
+    .await;
+    assert_eq!(again["state"], "offline", "{again}");
+    assert!(
+        again["error"]
+            .as_str()
+            .unwrap()
+            .contains("stopped answering"),
+        "said by the link's check, not after a 10 s retry: {again}"
+    );
+    sshd.signal_all(libc::SIGCONT);
+    read_until(&mut lines, online("beta")).await;
     let _ = watch.kill().await;
 }
 
@@ -302,21 +325,38 @@ async fn a_host_that_never_answers_is_offline_and_its_program_ends() {
     let local = host_with_bots(1).await;
     let home = &local.env.home;
     let bus = Some(local.env.bus.address.as_str());
-    let marker = "987654";
-    let hang = format!("unixexec:path=/bin/sleep,argv1={marker}");
-    let (code, _, err) = run(bus, home, &[], &["hosts", "add", "hang", &hang]).await;
-    assert_eq!(code, 0, "{err}");
+    // A program that never answers; one whose own child never answers (it forks, it does not
+    // exec); one that ignores SIGTERM (a hostile run found the last two left running).
+    let hosts = [
+        ("hang", "987654", "unixexec:path=/bin/sleep,argv1=987654"),
+        (
+            "fork",
+            "987655",
+            "unixexec:path=/bin/sh,argv1=-c,argv2=sleep 987655; echo x",
+        ),
+        (
+            "deaf",
+            "987656",
+            "unixexec:path=/bin/sh,argv1=-c,argv2=trap '' TERM; exec sleep 987656",
+        ),
+    ];
+    for (name, _, at) in hosts {
+        let (code, _, err) = run(bus, home, &[], &["hosts", "add", name, at]).await;
+        assert_eq!(code, 0, "{err}");
+    }
     let (code, out, err) = run(bus, home, &[], &["--all-hosts", "--json", "list"]).await;
     assert_eq!(code, 1, "{err}\n{out}");
-    let (bots, hosts) = by_host(&out);
+    let (bots, states) = by_host(&out);
     assert_eq!(bots["local"].len(), 1);
-    assert_eq!(hosts["hang"]["state"], "offline", "{out}");
-    bounded("the link's program ends", async {
-        while sleeping(marker) {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-    })
-    .await;
+    for (name, marker, _) in hosts {
+        assert_eq!(states[name]["state"], "offline", "{out}");
+        bounded("the link's programs end", async {
+            while sleeping(marker) {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+    }
 }
 
 /// Whether a `sleep SECONDS` of ours runs.

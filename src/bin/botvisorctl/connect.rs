@@ -124,6 +124,7 @@ impl Bus {
         conn.map(|c| {
             let link = Link {
                 pid: None,
+                group: false,
                 ended: Default::default(),
             };
             (c, link)
@@ -284,8 +285,45 @@ fn check_destination(dest: &str) -> Result<(), String> {
 pub struct Link {
     /// The program's pid; `None` for a bus without one.
     pid: Option<u32>,
+    /// Whether the program leads a process group of its own (a link of one host of several),
+    /// which is ended whole: what it started too.
+    group: bool,
     /// Set when it is ended: what it prints from then on is not passed on.
     ended: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The links being ended (their grace running): botvisorctl waits for them before it exits
+/// ([`finish_links`]).
+static ENDING: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Waits until every link being ended has ended (at most [`LINK_GRACE`] each, then killed):
+/// called as botvisorctl exits, after its tasks (and their links) were dropped.
+pub fn finish_links() {
+    let ending = std::mem::take(&mut *ENDING.lock().unwrap_or_else(|p| p.into_inner()));
+    for t in ending {
+        let _ = t.join();
+    }
+}
+
+/// How long a link's program (and its process group) has to end after SIGTERM before SIGKILL.
+pub const LINK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether any process is in process group `pgid` (from `/proc/PID/stat`).
+fn group_alive(pgid: i32) -> bool {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            std::fs::read_to_string(e.path().join("stat")).is_ok_and(|stat| {
+                // After the command's closing parenthesis: state, ppid, pgrp.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(2))
+                    .and_then(|g| g.parse::<i32>().ok())
+                    == Some(pgid)
+            })
+        })
 }
 
 impl Link {
@@ -297,12 +335,41 @@ impl Link {
 
 impl Drop for Link {
     fn drop(&mut self) {
-        if let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok()) {
-            self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
+        let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok()) else {
+            return;
+        };
+        self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
+        if !self.group {
             // SAFETY: kill(2) touches no memory of ours. The pid is our own child's, which
             // a thread of ours reaps: until then it is not reused.
             unsafe { libc::kill(pid, libc::SIGTERM) };
+            return;
         }
+        // The whole group: continued (a stopped one cannot end), asked to end, and after the
+        // grace killed, whatever in it is still there. A group's id is not given to another
+        // process while a process of the group lives, which `group_alive` checks first.
+        // SAFETY: killpg(2) touches no memory of ours.
+        unsafe {
+            libc::killpg(pid, libc::SIGCONT);
+            libc::killpg(pid, libc::SIGTERM);
+        }
+        let ending = std::thread::spawn(move || {
+            let until = std::time::Instant::now() + LINK_GRACE;
+            while std::time::Instant::now() < until {
+                if !group_alive(pid) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            if group_alive(pid) {
+                // SAFETY: as above.
+                unsafe { libc::killpg(pid, libc::SIGKILL) };
+            }
+        });
+        ENDING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(ending);
     }
 }
 
@@ -358,10 +425,18 @@ fn run_program(exec: &Unixexec, label: Option<&str>) -> std::io::Result<Program>
     if let Some(arg0) = exec.arg0() {
         cmd.arg0(arg0);
     }
-    // SAFETY: signal(2) and prctl(2) are async-signal-safe and touch no memory of ours.
+    // One host of several: a process group of its own, ended whole with its link. (Not for a
+    // single `--host`, whose ssh may ask on the terminal: a program outside the terminal's
+    // foreground group is stopped when it reads it.)
+    let own_group = label.is_some();
+    // SAFETY: signal(2), setpgid(2) and prctl(2) are async-signal-safe and touch no memory of
+    // ours.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             libc::signal(libc::SIGINT, libc::SIG_IGN);
+            if own_group {
+                libc::setpgid(0, 0);
+            }
             #[cfg(target_os = "linux")]
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
             Ok(())
@@ -370,6 +445,7 @@ fn run_program(exec: &Unixexec, label: Option<&str>) -> std::io::Result<Program>
     let mut child = cmd.spawn()?;
     let link = Link {
         pid: Some(child.id()),
+        group: label.is_some(),
         ended: Default::default(),
     };
     let printed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -391,11 +467,14 @@ fn run_program(exec: &Unixexec, label: Option<&str>) -> std::io::Result<Program>
                     continue;
                 }
                 printed.store(true, std::sync::atomic::Ordering::SeqCst);
+                // What another program printed steers no terminal (escapes shown, one line).
+                let text = String::from_utf8_lossy(&line);
+                let shown = super::show::safe(text.trim_end_matches(['\n', '\r']));
                 let mut out = std::io::stderr().lock();
                 if let Some(l) = &label {
                     let _ = out.write_all(l.as_bytes());
                 }
-                let _ = out.write_all(&line);
+                let _ = writeln!(out, "{shown}");
                 let _ = out.flush();
                 line.clear();
             }

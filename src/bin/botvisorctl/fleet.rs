@@ -283,6 +283,8 @@ async fn follow_host(m: Member, json: bool) {
     // The offline state said last: said again only when its reason changes.
     let mut said: Option<String> = None;
     loop {
+        // Set once this round's link was up and followed: what was said before is old news.
+        let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let link = tokio::time::timeout(HOST_BOUND, m.bus.connect_link(Some(&m.name))).await;
         let why = match link {
             Err(_) => format!("no answer within {} s", HOST_BOUND.as_secs()),
@@ -291,7 +293,6 @@ async fn follow_host(m: Member, json: bool) {
             Ok(Ok((conn, _link))) => {
                 let (ready, is_ready) = tokio::sync::oneshot::channel();
                 let name = m.name.clone();
-                let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let came_up = up.clone();
                 let daemon = Daemon::of(&conn).await;
                 let watching =
@@ -300,9 +301,6 @@ async fn follow_host(m: Member, json: bool) {
                         came_up.store(true, std::sync::atomic::Ordering::Relaxed);
                         let _ = ready.send(());
                     });
-                if up.load(std::sync::atomic::Ordering::Relaxed) {
-                    said = None;
-                }
                 tokio::select! {
                     ended = watching => match ended {
                         // Ctrl-C: the whole watch ends.
@@ -313,6 +311,11 @@ async fn follow_host(m: Member, json: bool) {
                 }
             }
         };
+        if up.load(std::sync::atomic::Ordering::Relaxed) {
+            // It was online: its going is news, and its next try comes soon.
+            said = None;
+            backoff = BACKOFF_FIRST;
+        }
         if said.as_deref() != Some(why.as_str()) {
             say_offline(&m.name, &why, json);
             said = Some(why);

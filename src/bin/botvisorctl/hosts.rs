@@ -125,14 +125,15 @@ pub fn load() -> Result<Config, Failure> {
     Ok(config)
 }
 
-/// Changes the file with `change` under a lock (an exclusive `flock` of `botvisorctl.toml.lock`
+/// Changes the file (the file a link names, when it is a link) with `change` under a lock (an exclusive `flock` of `botvisorctl.toml.lock`
 /// beside it: two `hosts add` at once both land), written whole through a file beside it renamed
 /// over it (never half written), with the mode the file had (0600 for a new one). The file is
 /// written as botvisorctl writes TOML: comments in it are not kept. Errors: the file or the
 /// lock cannot be read or written; what `change` refuses (nothing is written then).
 fn change(change: impl FnOnce(&mut Config) -> Result<(), Failure>) -> Result<(), Failure> {
     use std::os::unix::fs::PermissionsExt;
-    let path = config_path();
+    // A file that is a link (dotfiles kept elsewhere) is changed where it is.
+    let path = std::fs::canonicalize(config_path()).unwrap_or_else(|_| config_path());
     let failed =
         |e: std::io::Error| Failure::failed(format!("cannot write {}: {e}", path.display()));
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

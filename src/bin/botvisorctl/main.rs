@@ -195,6 +195,10 @@ fn main() {
             code
         }
     };
+    // The tasks still there (hosts of several, given up or stopped) are dropped, and with them
+    // their links, whose programs end before botvisorctl does.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    connect::finish_links();
     use std::io::Write;
     let _ = std::io::stdout().flush();
     // Without waiting for a terminal line nobody will type (the reader thread of `send`).

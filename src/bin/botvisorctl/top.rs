@@ -235,7 +235,7 @@ pub async fn run(
     iterations: Option<u64>,
     json: bool,
 ) -> Result<u8, Failure> {
-    let ctrl_c = tokio::signal::ctrl_c();
+    let ctrl_c = stop_asked();
     tokio::pin!(ctrl_c);
     let on_screen = !json && std::io::stdout().is_terminal();
     let typed = on_screen && std::io::stdin().is_terminal();
@@ -337,7 +337,7 @@ pub async fn run_fleet(
     json: bool,
 ) -> Result<u8, Failure> {
     use super::fleet::{HOST_BOUND, HostBots, Kept};
-    let ctrl_c = tokio::signal::ctrl_c();
+    let ctrl_c = stop_asked();
     tokio::pin!(ctrl_c);
     let on_screen = !json && std::io::stdout().is_terminal();
     let typed = on_screen && std::io::stdin().is_terminal();
@@ -348,6 +348,7 @@ pub async fn run_fleet(
     let mut seen: HashMap<String, Seen> = HashMap::new();
     let mut done = 0u64;
     loop {
+        let began = Instant::now();
         let read = futures_util::future::join_all(kept.iter_mut().map(|k| async {
             let got = k.read(bound).await;
             (k.member.name.clone(), got)
@@ -431,7 +432,10 @@ pub async fn run_fleet(
         if iterations.is_some_and(|n| done >= n) {
             return Ok(OK);
         }
-        let sleep = tokio::time::sleep(Duration::from_secs_f64(interval));
+        // Every `interval` from the start of one refresh to the next: a host that took its
+        // whole bound does not stretch it.
+        let left = Duration::from_secs_f64(interval).saturating_sub(began.elapsed());
+        let sleep = tokio::time::sleep(left);
         tokio::pin!(sleep);
         loop {
             tokio::select! {
@@ -449,6 +453,32 @@ pub async fn run_fleet(
                 },
             }
         }
+    }
+}
+
+/// Ends when `top` is asked to stop by a signal: Ctrl-C (SIGINT), SIGTERM or SIGHUP (the
+/// terminal closed), so that the terminal is put back (`Screen`'s drop) and `top` exits 0.
+/// SIGTERM and SIGHUP are taken from this call on.
+fn stop_asked() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut hup = signal(SignalKind::hangup()).ok();
+    async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = next(&mut term) => {}
+            _ = next(&mut hup) => {}
+        }
+    }
+}
+
+/// The next delivery of `s`; never, for a signal that could not be taken.
+async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+    match s {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending::<()>().await,
     }
 }
 

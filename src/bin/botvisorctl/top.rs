@@ -17,6 +17,9 @@ use super::fail::{Failure, NOT_RUNNING, OK};
 use super::list::{bytes, count, cpu_time, table};
 use super::show;
 
+mod fleet;
+pub use fleet::run_fleet;
+
 /// What a bot's previous refresh read: when, its CPU time (ns) and its agent's pid.
 #[derive(Debug, Clone, Copy)]
 struct Seen {
@@ -258,17 +261,7 @@ pub async fn run(
                 }
                 let now = Instant::now();
                 let rows = with_cpu(all, &seen, now);
-                seen = rows
-                    .iter()
-                    .map(|(b, _)| {
-                        let s = Seen {
-                            at: now,
-                            cpu_nsec: b.cpu_usage_nsec,
-                            pid: b.process_id,
-                        };
-                        (b.id.clone(), s)
-                    })
-                    .collect();
+                seen = seen_now(&rows, now);
                 match &screen {
                     Some(screen) => screen.draw(&screen_lines(&rows, interval)),
                     None => {
@@ -302,156 +295,41 @@ pub async fn run(
             }
             Err(f) => return Err(f),
         }
-        let sleep = tokio::time::sleep(Duration::from_secs_f64(interval));
-        tokio::pin!(sleep);
-        loop {
-            tokio::select! {
-                () = &mut sleep => break,
-                _ = &mut ctrl_c => return Ok(OK),
-                key = async {
-                    match keys.as_mut() {
-                        Some(k) => k.recv().await,
-                        None => std::future::pending().await,
-                    }
-                } => match key {
-                    Some(b'q' | b'Q') => return Ok(OK),
-                    Some(_) => {}
-                    // The terminal's input ended: only Ctrl-C (or -n) ends `top` now.
-                    None => keys = None,
-                },
-            }
+        if quit_while_waiting(
+            Duration::from_secs_f64(interval),
+            ctrl_c.as_mut(),
+            &mut keys,
+        )
+        .await
+        {
+            return Ok(OK);
         }
     }
 }
 
-/// `top` over several hosts (issue 51): every host's bots in one table, each named with its
-/// host (`buildbox:demo`), refreshed every `interval` seconds on links kept open from one
-/// refresh to the next; a host that does not answer within the interval (at least 1 s, at most
-/// [`super::fleet::HOST_BOUND`]) is shown offline with why below the table, and linked again
-/// at the next refresh, while the others go on. `--json`: one line per refresh, `{"time",
-/// "bots": [… each with "host"], "hosts": [{"host", "state", "error"?}]}`. Ends as `top` does.
-pub async fn run_fleet(
-    members: &[super::fleet::Member],
-    interval: f64,
-    iterations: Option<u64>,
-    json: bool,
-) -> Result<u8, Failure> {
-    use super::fleet::{HOST_BOUND, HostBots, Kept};
-    let ctrl_c = stop_asked();
-    tokio::pin!(ctrl_c);
-    let on_screen = !json && std::io::stdout().is_terminal();
-    let typed = on_screen && std::io::stdin().is_terminal();
-    let screen = on_screen.then(|| Screen::enter(typed, iterations.is_none()));
-    let mut keys = typed.then(keys);
-    let mut kept: Vec<Kept> = members.iter().cloned().map(Kept::new).collect();
-    let bound = Duration::from_secs_f64(interval.max(1.0)).min(HOST_BOUND);
-    let mut seen: HashMap<String, Seen> = HashMap::new();
-    let mut done = 0u64;
+/// Waits `left` for the next refresh; true when `top` is to end meanwhile: `stop` ended (a
+/// signal) or `q` was typed. A terminal whose input ended leaves only the signals.
+async fn quit_while_waiting(
+    left: Duration,
+    mut stop: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+    keys: &mut Option<mpsc::UnboundedReceiver<u8>>,
+) -> bool {
+    let sleep = tokio::time::sleep(left);
+    tokio::pin!(sleep);
     loop {
-        let began = Instant::now();
-        let read = futures_util::future::join_all(kept.iter_mut().map(|k| async {
-            let got = k.read(bound).await;
-            (k.member.name.clone(), got)
-        }));
-        let read = tokio::select! {
-            r = read => r,
-            _ = &mut ctrl_c => return Ok(OK),
-        };
-        let now = Instant::now();
-        let mut all = Vec::new();
-        let mut hosts = Vec::new();
-        for (host, got) in read {
-            match got {
-                HostBots::Online(bots, _) => {
-                    hosts.push(json!({"host": host, "state": "online"}));
-                    all.extend(bots.into_iter().map(|mut b| {
-                        b.name = format!("{host}:{}", b.name);
-                        // CPU% is followed per host: ids are each host's own.
-                        b.id = format!("{host}:{}", b.id);
-                        (host.clone(), b)
-                    }));
+        tokio::select! {
+            () = &mut sleep => return false,
+            () = &mut stop => return true,
+            key = async {
+                match keys.as_mut() {
+                    Some(k) => k.recv().await,
+                    None => std::future::pending().await,
                 }
-                HostBots::Offline(why) => {
-                    hosts.push(json!({"host": host, "state": "offline", "error": why}));
-                }
-            }
-        }
-        let (hosts_of, infos): (Vec<String>, Vec<BotInfo>) = all.into_iter().unzip();
-        let rows = with_cpu(infos, &seen, now);
-        seen = rows
-            .iter()
-            .map(|(b, _)| {
-                let s = Seen {
-                    at: now,
-                    cpu_nsec: b.cpu_usage_nsec,
-                    pid: b.process_id,
-                };
-                (b.id.clone(), s)
-            })
-            .collect();
-        match &screen {
-            Some(screen) => {
-                let mut lines = screen_lines(&rows, interval);
-                for h in hosts.iter().filter(|h| h["state"] == "offline") {
-                    lines.push(show::paint(
-                        show::ERROR,
-                        &format!(
-                            "{}: offline: {}",
-                            show::safe(h["host"].as_str().unwrap_or_default()),
-                            show::safe(h["error"].as_str().unwrap_or_default())
-                        ),
-                    ));
-                }
-                screen.draw(&lines);
-            }
-            None => {
-                let bots: Vec<Value> = rows
-                    .iter()
-                    .zip(&hosts_of)
-                    .map(|((b, cpu), host)| {
-                        let mut v = row_json(b, *cpu);
-                        // The bot as its own host names it.
-                        let prefix = format!("{host}:");
-                        v["id"] = json!(b.id.strip_prefix(&prefix).unwrap_or(&b.id));
-                        v["name"] = json!(b.name.strip_prefix(&prefix).unwrap_or(&b.name));
-                        v["host"] = json!(host);
-                        v
-                    })
-                    .collect();
-                let line = json!({
-                    "time": botvisor::time::now_rfc3339(),
-                    "bots": bots,
-                    "hosts": hosts,
-                });
-                if !print_line(&line) {
-                    return Ok(OK);
-                }
-            }
-        }
-        done += 1;
-        if iterations.is_some_and(|n| done >= n) {
-            return Ok(OK);
-        }
-        // Every `interval` from the start of one refresh to the next: a host that took its
-        // whole bound does not stretch it.
-        let left = Duration::from_secs_f64(interval).saturating_sub(began.elapsed());
-        let sleep = tokio::time::sleep(left);
-        tokio::pin!(sleep);
-        loop {
-            tokio::select! {
-                () = &mut sleep => break,
-                _ = &mut ctrl_c => return Ok(OK),
-                key = async {
-                    match keys.as_mut() {
-                        Some(k) => k.recv().await,
-                        None => std::future::pending().await,
-                    }
-                } => match key {
-                    Some(b'q' | b'Q') => return Ok(OK),
-                    Some(_) => {}
-                    None => keys = None,
-                },
-            }
+            } => match key {
+                Some(b'q' | b'Q') => return true,
+                Some(_) => {}
+                None => *keys = None,
+            },
         }
     }
 }
@@ -480,6 +358,20 @@ async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
         }
         None => std::future::pending::<()>().await,
     }
+}
+
+/// What this refresh read of each bot, by id, for the next one's CPU%.
+fn seen_now(rows: &[(BotInfo, Option<f64>)], now: Instant) -> HashMap<String, Seen> {
+    rows.iter()
+        .map(|(b, _)| {
+            let s = Seen {
+                at: now,
+                cpu_nsec: b.cpu_usage_nsec,
+                pid: b.process_id,
+            };
+            (b.id.clone(), s)
+        })
+        .collect()
 }
 
 /// Each bot with its CPU% since the refresh `seen` holds.

@@ -141,6 +141,19 @@ impl Drop for Screen {
     }
 }
 
+/// Where `top` shows its refreshes: a [`Screen`] when stdout is a terminal and `--json` is not
+/// given (`-n N`: the last refresh stays on the screen, drawn in place, not in the alternate
+/// one), and the keys typed when stdin is a terminal too.
+fn terminal(
+    json: bool,
+    iterations: Option<u64>,
+) -> (Option<Screen>, Option<mpsc::UnboundedReceiver<u8>>) {
+    let on_screen = !json && std::io::stdout().is_terminal();
+    let typed = on_screen && std::io::stdin().is_terminal();
+    let screen = on_screen.then(|| Screen::enter(typed, iterations.is_none()));
+    (screen, typed.then(keys))
+}
+
 /// The keys typed at the terminal, one byte each, read by a thread for the life of the command.
 fn keys() -> mpsc::UnboundedReceiver<u8> {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -240,11 +253,7 @@ pub async fn run(
 ) -> Result<u8, Failure> {
     let ctrl_c = stop_asked();
     tokio::pin!(ctrl_c);
-    let on_screen = !json && std::io::stdout().is_terminal();
-    let typed = on_screen && std::io::stdin().is_terminal();
-    // `-n N`: the last refresh stays on the screen (drawn in place, not in the alternate one).
-    let screen = on_screen.then(|| Screen::enter(typed, iterations.is_none()));
-    let mut keys = typed.then(keys);
+    let (screen, mut keys) = terminal(json, iterations);
     let mut seen: HashMap<String, Seen> = HashMap::new();
     let mut done = 0u64;
     // Whether botvisord was away at the last refresh.

@@ -2,14 +2,13 @@
 //! ([`crate::fleet::Kept`]), one table of all their bots.
 
 use std::collections::HashMap;
-use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::{
-    Screen, Seen, keys, print_line, quit_while_waiting, row_json, screen_lines, seen_now,
-    stop_asked, with_cpu,
+    Seen, print_line, quit_while_waiting, row_json, screen_lines, seen_now, stop_asked, terminal,
+    with_cpu,
 };
 use crate::bots::BotInfo;
 use crate::fail::{Failure, OK};
@@ -30,10 +29,7 @@ pub async fn run_fleet(
     use crate::fleet::{HOST_BOUND, HostBots, Kept};
     let ctrl_c = stop_asked();
     tokio::pin!(ctrl_c);
-    let on_screen = !json && std::io::stdout().is_terminal();
-    let typed = on_screen && std::io::stdin().is_terminal();
-    let screen = on_screen.then(|| Screen::enter(typed, iterations.is_none()));
-    let mut keys = typed.then(keys);
+    let (screen, mut keys) = terminal(json, iterations);
     let mut kept: Vec<Kept> = members.iter().cloned().map(Kept::new).collect();
     let bound = Duration::from_secs_f64(interval.max(1.0)).min(HOST_BOUND);
     let mut seen: HashMap<String, Seen> = HashMap::new();

@@ -394,14 +394,21 @@ impl Program {
     /// printed anything (above). One still running then is ended.
     async fn known(self) -> String {
         let wait = std::time::Duration::from_secs(2);
-        let status = match tokio::time::timeout(wait, self.status).await {
-            Ok(Ok(Ok(st))) => format!("the program ended ({st})"),
-            Ok(Ok(Err(e))) => format!("the program's end is not known ({e})"),
-            Ok(Err(_)) => "the program's end is not known".to_owned(),
-            Err(_) => "the program still ran; it was ended".to_owned(),
+        let (status, ran_on) = match tokio::time::timeout(wait, self.status).await {
+            Ok(Ok(Ok(st))) => (format!("the program ended ({st})"), false),
+            Ok(Ok(Err(e))) => (format!("the program's end is not known ({e})"), false),
+            Ok(Err(_)) => ("the program's end is not known".to_owned(), false),
+            Err(_) => ("the program still ran; it was ended".to_owned(), true),
         };
-        drop(self.link);
-        let _ = tokio::time::timeout(wait, self.stderr_done).await;
+        if ran_on {
+            drop(self.link);
+            let _ = tokio::time::timeout(wait, self.stderr_done).await;
+        } else {
+            // It ended by itself: what it printed last is passed on whole before the link is
+            // let go (ending the link first would silence it; a CI run saw its words lost).
+            let _ = tokio::time::timeout(wait, self.stderr_done).await;
+            self.link.keep();
+        }
         if self.printed.load(std::sync::atomic::Ordering::SeqCst) {
             format!("{status}; what it printed is above")
         } else {

@@ -156,12 +156,39 @@ async fn one_list_shows_every_hosts_bots_and_a_host_that_is_gone_holds_up_nobody
     .await;
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("only `list`, `watch` and `top` take several hosts"),
+        err.contains("only `list`, `status`, `watch`, `top` and `ui` take several hosts"),
         "{err}"
     );
 
+    // `status` over several hosts: a name every host has is named with its host.
+    let (code, _, err) = run(bus, home, &[], &["--all-hosts", "status", "work"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("names a bot on several hosts") && err.contains("beta:work"),
+        "{err}"
+    );
+    let (code, out, err) = run(
+        bus,
+        home,
+        &[],
+        &["--all-hosts", "--json", "status", "beta:work"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (v["host"].as_str(), v["name"].as_str()),
+        (Some("beta"), Some("work"))
+    );
+    let (code, out, err) = run(bus, home, &[], &["--all-hosts", "status", "gamma:work"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("host: gamma"), "{out}");
+
     // gamma's sshd is gone: its host is offline in words, the others listed all the same.
     drop(gamma_sshd);
+    let (code, _, err) = run(bus, home, &[], &["--all-hosts", "status", "gamma:work"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("did not answer: gamma ("), "{err}");
     let (code, out, err) = run(bus, home, &[], &["--all-hosts", "--json", "list"]).await;
     assert_eq!(code, 1, "a host offline: {err}\n{out}");
     let (bots, hosts) = by_host(&out);
@@ -412,4 +439,156 @@ async fn a_hint_for_a_host_given_by_address_works_as_printed() {
         "{hint}: {}",
         String::from_utf8_lossy(&pasted.stderr)
     );
+}
+
+/// `ui --all-hosts` in a real terminal (tmux) over three hosts of 20 bots each: all 60 shown,
+/// each with its host; a permission question on the second host answered there with a key
+/// (Tab finds the bot that asks); one host's sshd killed with its sessions (a machine gone):
+/// its rows grey and its state says `offline` within 5 s, while the other hosts' bots go on
+/// being followed; the sshd back, the host's rows come back by themselves, with no restart of
+/// the dashboard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_every_host_answers_on_one_and_rides_out_a_host_gone() {
+    use support::terminal::{Tmux, have_tmux};
+    if !have_tmux() {
+        return;
+    }
+    let local = host_with_bots(20).await;
+    let beta = host_with_bots(19).await;
+    let gamma = host_with_bots(20).await;
+    let asker = crate::ui::bot(
+        &beta,
+        "asker",
+        json!([{"mode": "normal", "ask": {"tool": "Write", "input": {"file_path": "/tmp/x", "content": "hi"}}}]),
+    )
+    .await;
+    let dir = local.env.dir.path();
+    let Some(beta_sshd) = Sshd::start(&dir.join("ssh-beta"), &[]) else {
+        return;
+    };
+    let Some(mut gamma_sshd) = Sshd::start(&dir.join("ssh-gamma"), &[]) else {
+        return;
+    };
+    let bridge = |s: &FakeSetup| format!("--bus-path={}", s.env.bus.address);
+    let home = &local.env.home;
+    let bus = Some(local.env.bus.address.as_str());
+    for (name, sshd, s) in [("beta", &beta_sshd, &beta), ("gamma", &gamma_sshd, &gamma)] {
+        let at = sshd.unixexec(&["systemd-stdio-bridge", &bridge(s)]);
+        let (code, _, err) = run(bus, home, &[], &["hosts", "add", name, &at]).await;
+        assert_eq!(code, 0, "{err}");
+    }
+    let config = home.join(".config");
+    let t = Tmux::start(
+        dir,
+        200,
+        80,
+        &local.env.work,
+        &[
+            ("DBUS_SESSION_BUS_ADDRESS", &local.env.bus.address),
+            ("HOME", home.to_str().unwrap()),
+            ("XDG_CONFIG_HOME", config.to_str().unwrap()),
+        ],
+        &format!(
+            "{} --all-hosts ui; echo \"ui ended: $?\"; exec sleep 3600",
+            crate::remote::CTL
+        ),
+    );
+    // A row of the list (not the chat's title, which names the selected bot too).
+    let is_row = |l: &str, host: &str| {
+        l.contains(&format!("  {host}:")) || l.contains(&format!("> {host}:"))
+    };
+    let rows = |screen: &str, host: &str| screen.lines().filter(|l| is_row(l, host)).count();
+    let t0 = Instant::now();
+    let screen = t
+        .wait("60 bots, 20 on each host", |s| {
+            ["local", "beta", "gamma"].iter().all(|h| rows(s, h) == 20)
+                && s.contains("60 bot(s) on 3 hosts")
+        })
+        .await;
+    println!(
+        "ui --all-hosts showed 60 bots of 3 hosts in {:?}",
+        t0.elapsed()
+    );
+    for h in ["local", "beta", "gamma"] {
+        assert!(screen.contains(&format!("{h} online")), "{screen}");
+    }
+
+    // A permission question on beta, answered from the dashboard on this machine.
+    asker.send("write it", HashMap::new()).await.unwrap();
+    t.wait_for("1 prompt open").await;
+    t.keys(&["Tab"]);
+    t.wait("beta's question with its keys", |s| {
+        s.contains("beta:asker asks: Write") && s.contains("y allow")
+    })
+    .await;
+    t.keys(&["y"]);
+    t.wait_for("beta: allowed").await;
+    let answers = bounded("the answer on beta", async {
+        loop {
+            let items = chat(&asker).await;
+            let answers: Vec<Value> = of_kind(&items, "permission_answer")
+                .into_iter()
+                .cloned()
+                .collect();
+            if !answers.is_empty() && !of_kind(&items, "turn_finished").is_empty() {
+                return answers;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(answers.len(), 1, "answered once: {answers:?}");
+    assert_eq!(answers[0]["behavior"], "allow");
+    assert_eq!(answers[0]["client"], "botvisorctl ui");
+
+    // gamma's machine goes: its rows grey and it says offline within 5 s; beta goes on.
+    gamma_sshd.signal_all(libc::SIGKILL);
+    let gone = Instant::now();
+    t.wait_for("gamma offline since").await;
+    let took = gone.elapsed();
+    println!("gamma shown offline {took:?} after its sshd was killed");
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+    let styled = t.screen_styled();
+    let grey = styled
+        .lines()
+        .filter(|l| is_row(l, "gamma"))
+        .all(|l| l.contains("\u{1b}[90m") || l.contains("38;5;8m"));
+    assert!(grey, "gamma's rows greyed:\n{styled:?}");
+    assert!(
+        styled
+            .lines()
+            .filter(|l| is_row(l, "beta"))
+            .all(|l| !l.contains("\u{1b}[90m")),
+        "beta's rows not greyed"
+    );
+    asker.send("still here", HashMap::new()).await.unwrap();
+    // (It asks again: the fake asks at every turn.)
+    t.wait("beta's chat followed while gamma is gone", |s| {
+        s.contains("> still here") && s.contains("1 prompt open")
+    })
+    .await;
+    // Tried again (ssh refused) and failed: nothing ssh says is written over the screen.
+    let screen = t.wait_for("tried again 1×").await;
+    assert!(
+        !screen.contains("Connection refused"),
+        "nothing the link's program says is written over the screen:\n{screen}"
+    );
+
+    // gamma back: its rows come back by themselves, the dashboard still running.
+    gamma_sshd.restart();
+    t.wait("gamma back", |s| {
+        s.contains("gamma online") && rows(s, "gamma") == 20
+    })
+    .await;
+    let styled = t.screen_styled();
+    assert!(
+        styled
+            .lines()
+            .filter(|l| is_row(l, "gamma"))
+            .all(|l| !l.contains("\u{1b}[90m") && !l.contains("38;5;8m")),
+        "gamma's rows live again"
+    );
+    t.keys(&["q"]);
+    t.wait_for("ui ended: 0").await;
+    drop(beta_sshd);
 }

@@ -14,7 +14,7 @@ use support::*;
 const CTL: &str = env!("CARGO_BIN_EXE_botvisorctl");
 
 /// Creates a bot named `name` run by the fake CLI with `plan`.
-async fn bot(
+pub(crate) async fn bot(
     s: &FakeSetup,
     name: &str,
     plan: serde_json::Value,

@@ -97,40 +97,7 @@ impl Sshd {
         )
         .unwrap();
         let port = free_port();
-        let mut child = Command::new(&sshd)
-            .arg("-D")
-            .arg("-e")
-            .arg("-f")
-            .arg(&config)
-            .arg("-p")
-            .arg(port.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start sshd");
-        // The log goes to a file; the test goes on once the server says it listens.
-        let (listening, heard) = mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        let log_path = dir.join("sshd.log");
-        std::thread::spawn(move || {
-            use std::io::Write;
-            let mut log = std::fs::File::create(log_path).unwrap();
-            for line in std::io::BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let _ = writeln!(log, "{line}");
-                if line.starts_with("Server listening on") {
-                    let _ = listening.send(());
-                }
-            }
-        });
-        if heard.recv_timeout(Duration::from_secs(30)).is_err() {
-            let _ = child.kill();
-            panic!(
-                "sshd did not listen:\n{}",
-                std::fs::read_to_string(dir.join("sshd.log")).unwrap_or_default()
-            );
-        }
+        let child = serve(&sshd, dir, port);
         std::fs::write(
             dir.join("ssh_config"),
             format!(
@@ -204,10 +171,63 @@ impl Sshd {
         }
     }
 
+    /// Kills the server and every session it started (as a machine that went down), then
+    /// starts it again on the same port with the same keys (as the machine back).
+    pub fn restart(&mut self) {
+        self.signal_all(libc::SIGKILL);
+        let _ = self.child.wait();
+        let sshd = sshd_bin().expect("it ran before");
+        self.child = serve(&sshd, &self.dir, self.port);
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("sshd.log")).unwrap_or_default()
     }
+}
+
+/// Runs `sshd -D` with `dir`'s configuration on `port`, once it says it listens (its log in
+/// `dir/sshd.log`, appended to).
+fn serve(sshd: &Path, dir: &Path, port: u16) -> Child {
+    let mut child = Command::new(sshd)
+        .arg("-D")
+        .arg("-e")
+        .arg("-f")
+        .arg(dir.join("sshd_config"))
+        .arg("-p")
+        .arg(port.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start sshd");
+    // The log goes to a file; the test goes on once the server says it listens.
+    let (listening, heard) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    let log_path = dir.join("sshd.log");
+    std::thread::spawn(move || {
+        use std::io::Write;
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log_path)
+            .unwrap();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = writeln!(log, "{line}");
+            if line.starts_with("Server listening on") {
+                let _ = listening.send(());
+            }
+        }
+    });
+    if heard.recv_timeout(Duration::from_secs(30)).is_err() {
+        let _ = child.kill();
+        panic!(
+            "sshd did not listen:\n{}",
+            std::fs::read_to_string(dir.join("sshd.log")).unwrap_or_default()
+        );
+    }
+    child
 }
 
 impl Drop for Sshd {

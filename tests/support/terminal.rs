@@ -121,6 +121,13 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// What the window shows now with its colours and attributes (SGR escape sequences, as
+    /// tmux's `capture-pane -e` writes them).
+    pub fn screen_styled(&self) -> String {
+        let out = self.tmux(&["capture-pane", "-p", "-e", "-t", "0"]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// A tmux format of the window (`#{alternate_on}`, `#{pane_dead}`, …).
     pub fn format(&self, format: &str) -> String {
         let out = self.tmux(&["display-message", "-p", "-t", "0", format]);

@@ -351,6 +351,21 @@ pub fn short_ids(ids: &[&str]) -> HashMap<String, String> {
 }
 
 /// The object path of the bot `spec` names (id, id prefix, name or object path).
+/// The bot `spec` (an id, id prefix, name or object path) names on `conn`'s botvisord, or
+/// `None` when no bot there has it (an object path is taken as given). Errors: as
+/// [`path_of`]'s, but for a bot not found.
+pub async fn find(conn: &Connection, spec: &str) -> Result<Option<OwnedObjectPath>, Failure> {
+    if !spec.starts_with('/') {
+        match ManagerProxy::new(conn).await?.get_bot(spec).await {
+            Ok(p) => return Ok(Some(p)),
+            Err(e) if error_name(&e) == Some("NotFound") => return Ok(None),
+            Err(_) => {}
+        }
+    }
+    // Said in path_of's words (a path not well formed, an id prefix that fits several).
+    path_of(conn, spec).await.map(Some)
+}
+
 pub async fn path_of(conn: &Connection, spec: &str) -> Result<OwnedObjectPath, Failure> {
     if spec.starts_with('/') {
         return OwnedObjectPath::try_from(spec.to_owned()).map_err(|e| {

@@ -373,6 +373,19 @@ impl Drop for Link {
     }
 }
 
+/// Whether the links' programs' standard error is kept instead of passed on to ours: set while
+/// a full-screen dashboard owns the terminal (their words would be written over it). What a
+/// program printed is then said in the failure of its link ([`Program::known`]).
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// How many of a quiet program's last lines are kept for its failure.
+const KEPT_LINES: usize = 3;
+
+/// From now on, the links' programs' standard error is kept, not printed (see [`QUIET`]).
+pub fn quiet_programs() {
+    QUIET.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// The program of a `unixexec:` address, running: our end of its socket pair, and what is known
 /// of it when connecting failed.
 struct Program {
@@ -382,6 +395,8 @@ struct Program {
     status: tokio::sync::oneshot::Receiver<std::io::Result<std::process::ExitStatus>>,
     /// Whether it wrote anything on its standard error (passed on to ours).
     printed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Its last [`KEPT_LINES`] lines of standard error, kept while [`QUIET`] (shown safe).
+    kept: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
     /// Sent (or dropped) when its standard error reached its end.
     stderr_done: tokio::sync::oneshot::Receiver<()>,
     /// Ends it when dropped.
@@ -409,7 +424,16 @@ impl Program {
             let _ = tokio::time::timeout(wait, self.stderr_done).await;
             self.link.keep();
         }
-        if self.printed.load(std::sync::atomic::Ordering::SeqCst) {
+        let kept: Vec<String> = self
+            .kept
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        if !kept.is_empty() {
+            format!("{status}; it printed: {}", kept.join(" / "))
+        } else if self.printed.load(std::sync::atomic::Ordering::SeqCst) {
             format!("{status}; what it printed is above")
         } else {
             format!("{status} and printed nothing on its standard error")
@@ -456,9 +480,10 @@ fn run_program(exec: &Unixexec, label: Option<&str>) -> std::io::Result<Program>
         ended: Default::default(),
     };
     let printed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let kept = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
     let (done_tx, stderr_done) = tokio::sync::oneshot::channel();
     if let Some(err) = child.stderr.take() {
-        let (printed, ended) = (printed.clone(), link.ended.clone());
+        let (printed, ended, keep) = (printed.clone(), link.ended.clone(), kept.clone());
         let label = label.map(|l| format!("{}: ", super::show::safe(l)));
         std::thread::spawn(move || {
             use std::io::{BufRead, Write};
@@ -473,10 +498,19 @@ fn run_program(exec: &Unixexec, label: Option<&str>) -> std::io::Result<Program>
                     line.clear();
                     continue;
                 }
-                printed.store(true, std::sync::atomic::Ordering::SeqCst);
                 // What another program printed steers no terminal (escapes shown, one line).
                 let text = String::from_utf8_lossy(&line);
                 let shown = super::show::safe(text.trim_end_matches(['\n', '\r']));
+                if QUIET.load(std::sync::atomic::Ordering::SeqCst) {
+                    let mut kept = keep.lock().unwrap_or_else(|p| p.into_inner());
+                    kept.push_back(shown);
+                    if kept.len() > KEPT_LINES {
+                        kept.pop_front();
+                    }
+                    line.clear();
+                    continue;
+                }
+                printed.store(true, std::sync::atomic::Ordering::SeqCst);
                 let mut out = std::io::stderr().lock();
                 if let Some(l) = &label {
                     let _ = out.write_all(l.as_bytes());
@@ -496,6 +530,7 @@ fn run_program(exec: &Unixexec, label: Option<&str>) -> std::io::Result<Program>
         stream: ours,
         status,
         printed,
+        kept,
         stderr_done,
         link,
     })

@@ -150,41 +150,63 @@ pub enum HostBots {
 /// Every member's bots, read at once (each host on a link and a task of its own, bounded by
 /// [`HOST_BOUND`]), in the members' order. Errors: Ctrl-C (exit code 130; every link ended).
 pub async fn read_all(members: &[Member]) -> Result<Vec<(Member, HostBots)>, Failure> {
+    let read = on_each(members, |conn| async move {
+        let bots = bots::all(&conn).await?;
+        Ok((bots, Daemon::of(&conn).await))
+    })
+    .await?;
+    Ok(read
+        .into_iter()
+        .map(|(m, got)| match got {
+            Ok((bots, daemon)) => (m, HostBots::Online(bots, daemon)),
+            Err(why) => (m, HostBots::Offline(why)),
+        })
+        .collect())
+}
+
+/// `work` done on every member at once, each on a link and a task of its own, the link made
+/// and the work done within [`HOST_BOUND`]: what each came to, in the members' order (why in
+/// words where it failed or took too long). Errors: Ctrl-C (exit code 130; every link ended).
+pub async fn on_each<T, W, F>(
+    members: &[Member],
+    work: W,
+) -> Result<Vec<(Member, Result<T, String>)>, Failure>
+where
+    T: Send + 'static,
+    W: Fn(zbus::Connection) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Result<T, Failure>> + Send + 'static,
+{
     let tasks: Vec<_> = members
         .iter()
         .cloned()
         .map(|m| {
+            let work = work.clone();
             tokio::spawn(async move {
                 let read = async {
                     // The link ends with this task (its program is ended).
                     let (conn, _link) = m.bus.connect_link(Some(&m.name)).await?;
-                    let bots = bots::all(&conn).await?;
-                    Ok::<_, Failure>((bots, Daemon::of(&conn).await))
+                    work(conn).await
                 };
                 let got = match tokio::time::timeout(HOST_BOUND, read).await {
-                    Ok(Ok((bots, daemon))) => HostBots::Online(bots, daemon),
-                    Ok(Err(f)) => HostBots::Offline(f.text),
-                    Err(_) => {
-                        HostBots::Offline(format!("no answer within {} s", HOST_BOUND.as_secs()))
-                    }
+                    Ok(Ok(v)) => Ok(v),
+                    Ok(Err(f)) => Err(f.text),
+                    Err(_) => Err(format!("no answer within {} s", HOST_BOUND.as_secs())),
                 };
                 (m, got)
             })
         })
         .collect();
     let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
-    let gather = async {
-        let mut out = Vec::new();
-        for (t, m) in tasks.into_iter().zip(members) {
-            out.push(t.await.unwrap_or_else(|e| {
-                (
-                    m.clone(),
-                    HostBots::Offline(format!("botvisorctl's task failed: {e}")),
-                )
-            }));
-        }
-        out
-    };
+    let gather =
+        async {
+            let mut out = Vec::new();
+            for (t, m) in tasks.into_iter().zip(members) {
+                out.push(t.await.unwrap_or_else(|e| {
+                    (m.clone(), Err(format!("botvisorctl's task failed: {e}")))
+                }));
+            }
+            out
+        };
     tokio::select! {
         out = gather => Ok(out),
         _ = tokio::signal::ctrl_c() => {
@@ -332,6 +354,12 @@ async fn alive(conn: &zbus::Connection, ready: tokio::sync::oneshot::Receiver<()
     if ready.await.is_err() {
         return "the watch ended".into();
     }
+    stops_answering(conn).await
+}
+
+/// Waits until the link on `conn` stops answering: its bus's `GetId` asked every
+/// [`PING_EVERY`], failed or not answered within [`PING_BOUND`]. Why, in words.
+pub async fn stops_answering(conn: &zbus::Connection) -> String {
     let bus = match zbus::fdo::DBusProxy::new(conn).await {
         Ok(b) => b,
         Err(e) => return format!("the link failed: {e}"),

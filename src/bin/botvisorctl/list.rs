@@ -243,9 +243,103 @@ fn prompts(all: &[BotInfo], ctl: &str) {
 pub async fn status(conn: &Connection, spec: &str, json: bool) -> Result<u8, Failure> {
     let path = bots::path_of(conn, spec).await?;
     let b = bots::info(conn, path.as_str()).await?;
+    print_status(&b, None, json);
+    Ok(OK)
+}
+
+/// `status` over several hosts (issue 51): `spec` looked up on every host at once (each on a
+/// link of its own, bounded by [`fleet::HOST_BOUND`]), or on one host when it reads
+/// `HOST:BOT` and `HOST` is one of them. The one bot found is shown with its host (JSON: its
+/// `host`); hosts that did not answer are said on stderr. Errors: a bot found on several hosts
+/// (usage: it is named with its host), none found (saying which hosts did not answer), Ctrl-C.
+pub async fn status_fleet(
+    members: &[fleet::Member],
+    spec: &str,
+    json: bool,
+) -> Result<u8, Failure> {
+    let (members, spec): (Vec<fleet::Member>, &str) = match spec.split_once(':') {
+        Some((host, bot)) if members.iter().any(|m| m.name == host) => (
+            members.iter().filter(|m| m.name == host).cloned().collect(),
+            bot,
+        ),
+        _ => (members.to_vec(), spec),
+    };
+    let wanted = spec.to_owned();
+    let found = fleet::on_each(&members, move |conn| {
+        let spec = wanted.clone();
+        async move {
+            match bots::find(&conn, &spec).await? {
+                Some(path) => bots::info(&conn, path.as_str()).await.map(Some),
+                None => Ok(None),
+            }
+        }
+    })
+    .await?;
+    let mut hits = Vec::new();
+    let mut silent = Vec::new();
+    for (m, got) in found {
+        match got {
+            Ok(Some(b)) => hits.push((m, b)),
+            Ok(None) => {}
+            Err(why) => silent.push(format!("{} ({})", m.name, why)),
+        }
+    }
+    let silent = silent.join("; ");
+    match hits.as_slice() {
+        [(m, b)] => {
+            if !silent.is_empty() {
+                anstream::eprintln!(
+                    "botvisorctl: {}",
+                    paint(
+                        show::WARN,
+                        &show::safe(&format!("did not answer: {silent}"))
+                    )
+                );
+            }
+            print_status(b, Some(m), json);
+            Ok(OK)
+        }
+        [] if silent.is_empty() => Err(Failure::failed(format!(
+            "no bot has the id, id prefix or name `{}` on any of the hosts",
+            show::safe(spec)
+        ))),
+        [] => Err(Failure::failed(format!(
+            "no bot has the id, id prefix or name `{}` on the hosts that answered; did not \
+             answer: {}",
+            show::safe(spec),
+            show::safe(&silent)
+        ))),
+        several => {
+            let names: Vec<String> = several
+                .iter()
+                .map(|(m, b)| format!("{}:{}", m.name, b.name))
+                .collect();
+            Err(Failure::usage(format!(
+                "`{}` names a bot on several hosts ({}); name it with its host, as `{}`",
+                show::safe(spec),
+                show::safe(&names.join(", ")),
+                show::safe(&names[0])
+            )))
+        }
+    }
+}
+
+/// One bot in full, on `host` when over several hosts (its first row, and its hints).
+fn print_status(b: &BotInfo, host: Option<&fleet::Member>, json: bool) {
     if json {
-        json_line!(b.to_json());
-        return Ok(OK);
+        let mut v = b.to_json();
+        if let Some(m) = host {
+            v["host"] = m.name.clone().into();
+        }
+        json_line!(v);
+        return;
+    }
+    if let Some(m) = host {
+        outln!(
+            "{}{}",
+            paint(DIM, &format!("{:>16}: ", "host")),
+            show::safe(&m.name)
+        );
     }
     let or = |s: &str, empty: &str| {
         if s.is_empty() {
@@ -321,8 +415,11 @@ pub async fn status(conn: &Connection, spec: &str, json: bool) -> Result<u8, Fai
             paint(ERROR, &show::safe(&b.last_error))
         );
     }
-    prompts(std::slice::from_ref(&b), super::hint::ctl());
-    Ok(OK)
+    let ctl = host.map(super::hint::ctl_for);
+    prompts(
+        std::slice::from_ref(b),
+        ctl.as_deref().unwrap_or(super::hint::ctl()),
+    );
 }
 
 /// Bytes as people read them (`1.5G`, `230M`, `12K`); `-` when not known (`u64::MAX`).

@@ -153,12 +153,15 @@ fn main() {
                     interval,
                     iterations,
                 } => top::run_fleet(&members, interval, iterations, args.json).await,
+                Cmd::Ui => ui::run_fleet(&members).await,
+                Cmd::Status { bot } => list::status_fleet(&members, &bot, args.json).await,
                 Cmd::Watch { bot: Some(_) } => Err(Failure::usage(
                     "`watch BOT` follows one bot: name its host with one --host",
                 )),
                 _ => Err(Failure::usage(
-                    "only `list`, `watch` and `top` take several hosts (--all-hosts, or --host \
-                     or --address given more than once): name one host for this command",
+                    "only `list`, `status`, `watch`, `top` and `ui` take several hosts \
+                     (--all-hosts, or --host or --address given more than once): name one host \
+                     for this command",
                 )),
             };
         }

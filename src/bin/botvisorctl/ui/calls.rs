@@ -17,13 +17,18 @@ use crate::show;
 /// in pages: the whole read).
 pub const CALL_BOUND: Duration = Duration::from_secs(30);
 
-/// Makes `call` on a task of its own; its outcome goes to `tx`.
-pub fn spawn(conn: &Connection, call: Call, tx: UnboundedSender<Outcome>) {
+/// Makes `call` on a task of its own; its outcome goes to `tx`. `who` names the host in what
+/// is said of a call that changes a bot (`buildbox: sent`); empty on one bus.
+pub fn spawn(conn: &Connection, call: Call, tx: UnboundedSender<Outcome>, who: &str) {
     let conn = conn.clone();
+    let who = match who {
+        "" => String::new(),
+        name => format!("{}: ", show::safe(name)),
+    };
     tokio::spawn(async move {
         let what = describe_call(&call);
         let chat = match &call {
-            Call::LoadChat(path) => Some(path.clone()),
+            Call::LoadChat(key) => Some(key.clone()),
             _ => None,
         };
         let outcome = match tokio::time::timeout(CALL_BOUND, make(&conn, call)).await {
@@ -35,10 +40,15 @@ pub fn spawn(conn: &Connection, call: Call, tx: UnboundedSender<Outcome>) {
                     CALL_BOUND.as_secs()
                 );
                 match chat {
-                    Some(path) => Outcome::ChatFailed(path, why),
+                    Some(key) => Outcome::ChatFailed(key, why),
                     None => Outcome::Failed(why),
                 }
             }
+        };
+        let outcome = match outcome {
+            Outcome::Done(text) => Outcome::Done(format!("{who}{text}")),
+            Outcome::Failed(text) => Outcome::Failed(format!("{who}{text}")),
+            other => other,
         };
         let _ = tx.send(outcome);
     });
@@ -47,14 +57,14 @@ pub fn spawn(conn: &Connection, call: Call, tx: UnboundedSender<Outcome>) {
 /// The call in words, for what is said when it fails.
 fn describe_call(call: &Call) -> String {
     match call {
-        Call::LoadBots => "reading the bots".into(),
+        Call::LoadBots(_) => "reading the bots".into(),
         Call::LoadChat(_) => "reading the chat".into(),
         Call::Send { .. } => "sending".into(),
         Call::Answer { behavior, .. } => format!("answering {behavior}"),
         Call::Interrupt(_) => "interrupting".into(),
         Call::Stop(_) => "stopping".into(),
         Call::Restart(_) => "restarting".into(),
-        Call::LoadSchedules => "reading the schedules".into(),
+        Call::LoadSchedules(_) => "reading the schedules".into(),
     }
 }
 
@@ -72,7 +82,7 @@ async fn make(conn: &Connection, call: Call) -> Outcome {
     match call {
         // Each bot's soonest next fire; none where schedules cannot be read (no user manager,
         // an older botvisord): nothing to show is no failure.
-        Call::LoadSchedules => {
+        Call::LoadSchedules(host) => {
             let mut next: HashMap<String, i64> = HashMap::new();
             for s in crate::schedule::all(conn).await.unwrap_or_default() {
                 if s.paused || s.next <= 0 {
@@ -81,17 +91,17 @@ async fn make(conn: &Connection, call: Call) -> Outcome {
                 let at = next.entry(s.bot).or_insert(s.next);
                 *at = (*at).min(s.next);
             }
-            Outcome::Schedules(next)
+            Outcome::Schedules(host, next)
         }
-        Call::LoadBots => match bots::all(conn).await {
-            Ok(all) => Outcome::Bots(all),
-            Err(f) if f.text == NOT_RUNNING => Outcome::Absent,
+        Call::LoadBots(host) => match bots::all(conn).await {
+            Ok(all) => Outcome::Bots(host, all),
+            Err(f) if f.text == NOT_RUNNING => Outcome::Absent(host),
             Err(f) => Outcome::Failed(format!("{what}: {}", f.text)),
         },
-        Call::LoadChat(path) => {
-            let bot = match proxy(conn, &path).await {
+        Call::LoadChat(key) => {
+            let bot = match proxy(conn, &key.path).await {
                 Ok(b) => b,
-                Err(e) => return Outcome::ChatFailed(path, e),
+                Err(e) => return Outcome::ChatFailed(key, e),
             };
             let mut kept: VecDeque<Item> = VecDeque::new();
             let mut after = 0;
@@ -99,7 +109,7 @@ async fn make(conn: &Connection, call: Call) -> Outcome {
                 let page = match bot.get_chat(after, 0).await {
                     Ok(p) => p,
                     Err(e) => {
-                        return Outcome::ChatFailed(path, format!("{what}: {}", describe(&e)));
+                        return Outcome::ChatFailed(key, format!("{what}: {}", describe(&e)));
                     }
                 };
                 let Some(last) = page.last() else { break };
@@ -111,13 +121,13 @@ async fn make(conn: &Connection, call: Call) -> Outcome {
                     }
                 }
             }
-            Outcome::Chat(path, kept.into())
+            Outcome::Chat(key, kept.into())
         }
         Call::Send { bot, text } => {
             if text.len() > botvisor::sizes::MAX_SEND_BYTES {
                 return Outcome::Failed(botvisor::sizes::send_too_long(text.len()));
             }
-            let proxy = match proxy(conn, &bot).await {
+            let proxy = match proxy(conn, &bot.path).await {
                 Ok(b) => b,
                 Err(e) => return Outcome::Failed(e),
             };
@@ -133,7 +143,7 @@ async fn make(conn: &Connection, call: Call) -> Outcome {
             scope,
             message,
         } => {
-            let proxy = match proxy(conn, &bot).await {
+            let proxy = match proxy(conn, &bot.path).await {
                 Ok(b) => b,
                 Err(e) => return Outcome::Failed(e),
             };
@@ -154,7 +164,7 @@ async fn make(conn: &Connection, call: Call) -> Outcome {
                 Err(e) => failed(e),
             }
         }
-        Call::Interrupt(bot) => match proxy(conn, &bot).await {
+        Call::Interrupt(bot) => match proxy(conn, &bot.path).await {
             Ok(p) => match p.interrupt().await {
                 Ok(true) => Outcome::Done("interrupting the running turn".into()),
                 Ok(false) => Outcome::Done("no turn was running: nothing to interrupt".into()),
@@ -162,14 +172,14 @@ async fn make(conn: &Connection, call: Call) -> Outcome {
             },
             Err(e) => Outcome::Failed(e),
         },
-        Call::Stop(bot) => match proxy(conn, &bot).await {
+        Call::Stop(bot) => match proxy(conn, &bot.path).await {
             Ok(p) => match p.stop().await {
                 Ok(()) => Outcome::Done("stopping the agent".into()),
                 Err(e) => failed(e),
             },
             Err(e) => Outcome::Failed(e),
         },
-        Call::Restart(bot) => match proxy(conn, &bot).await {
+        Call::Restart(bot) => match proxy(conn, &bot.path).await {
             Ok(p) => match p.restart(HashMap::new()).await {
                 Ok(()) => Outcome::Done("restarting the agent".into()),
                 Err(e) => failed(e),

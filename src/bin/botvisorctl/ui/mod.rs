@@ -11,6 +11,7 @@
 //! connection, a panic.
 
 mod calls;
+mod links;
 pub mod model;
 mod view;
 
@@ -28,9 +29,10 @@ use zbus::{Connection, OwnedObjectPath};
 use botvisor::dbus::{BOT_INTERFACE, ROOT_PATH};
 
 use crate::bots::BotInfo;
-use crate::drain::{Drained, botvisor_signals};
+use crate::drain::Drained;
 use crate::fail::{Failure, OK};
-use model::{Action, Call, Item, Model, Outcome, Signal};
+use model::Link;
+use model::{Action, BotKey, Call, Host, Item, Model, Outcome, Signal};
 
 /// How many chats are read at once (the selected bot's first).
 const CHATS_AT_ONCE: usize = 3;
@@ -134,32 +136,64 @@ fn signal_of(msg: &zbus::Message) -> Option<Signal> {
     }
 }
 
-/// The calls waiting for their turn: chats are read a few at a time, the rest at once.
+/// The calls waiting for their turn: chats are read a few at a time on each host, the rest at
+/// once.
 #[derive(Default)]
 struct Calls {
-    chats: VecDeque<String>,
-    reading: usize,
+    chats: VecDeque<BotKey>,
+    reading: HashMap<usize, usize>,
 }
 
 impl Calls {
-    fn ask(&mut self, conn: &Connection, call: Call, tx: &mpsc::UnboundedSender<Outcome>) {
+    /// Asks for `call` on its host's connection (`conns`); a call for a host not linked now
+    /// is dropped when it reads (it is asked again once the host is back) and said to have
+    /// failed, with why, when it changes a bot.
+    fn ask(
+        &mut self,
+        conns: &[Option<Connection>],
+        model: &mut Model,
+        call: Call,
+        tx: &mpsc::UnboundedSender<Outcome>,
+    ) {
+        let host = call.host();
+        let Some(Some(conn)) = conns.get(host) else {
+            if !matches!(
+                call,
+                Call::LoadBots(_) | Call::LoadChat(_) | Call::LoadSchedules(_)
+            ) {
+                model.outcome(Outcome::Failed(offline(model, host)));
+            }
+            return;
+        };
+        let who = if model.is_fleet() {
+            model.hosts[host].name.as_str()
+        } else {
+            ""
+        };
         match call {
-            Call::LoadChat(path) => {
-                if !self.chats.contains(&path) {
-                    self.chats.push_back(path);
+            Call::LoadChat(key) => {
+                if !self.chats.contains(&key) {
+                    self.chats.push_back(key);
                 }
             }
-            Call::LoadBots => {
-                self.chats.clear();
-                calls::spawn(conn, Call::LoadBots, tx.clone());
+            Call::LoadBots(host) => {
+                self.chats.retain(|k| k.host != host);
+                calls::spawn(conn, Call::LoadBots(host), tx.clone(), who);
             }
-            other => calls::spawn(conn, other, tx.clone()),
+            other => calls::spawn(conn, other, tx.clone(), who),
         }
     }
 
-    /// Reads `path`'s chat before the others waiting (the bot the user chose).
-    fn prefer(&mut self, path: Option<&String>) {
-        if let Some(at) = path.and_then(|p| self.chats.iter().position(|c| c == p))
+    /// Host `host`'s link is down: its chats waiting are dropped (read again once it is back),
+    /// and those being read no longer count.
+    fn forget(&mut self, host: usize) {
+        self.chats.retain(|k| k.host != host);
+        self.reading.remove(&host);
+    }
+
+    /// Reads `key`'s chat before the others waiting (the bot the user chose).
+    fn prefer(&mut self, key: Option<&BotKey>) {
+        if let Some(at) = key.and_then(|p| self.chats.iter().position(|c| c == p))
             && at > 0
         {
             let p = self.chats.remove(at).expect("in the queue");
@@ -167,31 +201,95 @@ impl Calls {
         }
     }
 
-    fn chat_done(&mut self) {
-        self.reading = self.reading.saturating_sub(1);
+    fn chat_done(&mut self, host: usize) {
+        if let Some(n) = self.reading.get_mut(&host) {
+            *n = n.saturating_sub(1);
+        }
     }
 
-    fn next(&mut self, conn: &Connection, tx: &mpsc::UnboundedSender<Outcome>) {
-        while self.reading < CHATS_AT_ONCE {
-            let Some(path) = self.chats.pop_front() else {
-                return;
+    /// Starts the chats waiting, at most [`CHATS_AT_ONCE`] at a time on each host.
+    fn next(&mut self, conns: &[Option<Connection>], tx: &mpsc::UnboundedSender<Outcome>) {
+        let mut waiting = VecDeque::new();
+        while let Some(key) = self.chats.pop_front() {
+            let Some(Some(conn)) = conns.get(key.host) else {
+                continue;
             };
-            self.reading += 1;
-            calls::spawn(conn, Call::LoadChat(path), tx.clone());
+            let reading = self.reading.entry(key.host).or_default();
+            if *reading >= CHATS_AT_ONCE {
+                waiting.push_back(key);
+                continue;
+            }
+            *reading += 1;
+            calls::spawn(conn, Call::LoadChat(key), tx.clone(), "");
         }
+        self.chats = waiting;
     }
 }
 
-/// Runs the dashboard until `q`, Ctrl-C, SIGTERM or SIGHUP (exit 0), or a lost connection
-/// (exit 1, saying so). Usage error (exit 2) when stdin or stdout is not a terminal.
-pub async fn run(conn: &Connection) -> Result<u8, Failure> {
+/// What is said of a call to host `host` while its link is down.
+fn offline(model: &Model, host: usize) -> String {
+    let h = &model.hosts[host];
+    let name = crate::show::safe(&h.name);
+    match &h.link {
+        Link::Offline { since, why, .. } => format!(
+            "{name} is offline (since {}: {}); nothing was done there",
+            crate::bots::local_time(
+                since
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs())
+            ),
+            crate::show::safe(why)
+        ),
+        _ => format!("{name} is not reached yet; nothing was done there"),
+    }
+}
+
+/// Usage error (exit 2) when stdin or stdout is not a terminal.
+fn need_terminal() -> Result<(), Failure> {
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
         return Err(Failure::usage(
             "botvisorctl ui needs a terminal; `botvisorctl watch` and `list` work in a pipe",
         ));
     }
+    Ok(())
+}
+
+/// Runs the dashboard on `conn` until `q`, Ctrl-C, SIGTERM or SIGHUP (exit 0), or a lost
+/// connection (exit 1, saying so). Usage error (exit 2) when stdin or stdout is not a terminal.
+pub async fn run(conn: &Connection) -> Result<u8, Failure> {
+    need_terminal()?;
+    let (tx, feed) = mpsc::unbounded_channel();
     // Subscribed before the bots are read: nothing falls between.
-    let mut events = botvisor_signals(conn).await?;
+    links::one(conn, tx).await?;
+    let model = Model::new(vec![Host::new("", crate::hint::ctl())]);
+    dashboard(model, feed, true).await
+}
+
+/// Runs the dashboard over several hosts (issue 51): every bot of every member in one list,
+/// each named with its host; a host whose link is down greys its rows and is linked again by
+/// itself, the others going on. Ends as [`run`] does, but for a lost link, which is not an end.
+pub async fn run_fleet(members: &[crate::fleet::Member]) -> Result<u8, Failure> {
+    need_terminal()?;
+    let (tx, feed) = mpsc::unbounded_channel();
+    links::fleet(members, &tx);
+    drop(tx);
+    let hosts = members
+        .iter()
+        .map(|m| Host::new(&m.name, &crate::hint::ctl_for(m)))
+        .collect();
+    dashboard(Model::new(hosts), feed, false).await
+}
+
+/// The dashboard's loop over `model`, fed by the hosts' links (`feed`); `ends_when_lost`: a
+/// link down ends it (one bus).
+async fn dashboard(
+    mut model: Model,
+    mut feed: mpsc::UnboundedReceiver<links::Feed>,
+    ends_when_lost: bool,
+) -> Result<u8, Failure> {
+    // The screen is the dashboard's: the links' programs (ssh) print nothing over it; what
+    // they say is said in their links' failures.
+    crate::connect::quiet_programs();
     let (tx, mut outcomes) = mpsc::unbounded_channel();
     let mut keys = terminal_events();
     let mut term_signals = (
@@ -202,34 +300,24 @@ pub async fn run(conn: &Connection) -> Result<u8, Failure> {
     );
     let mut screen =
         Screen::enter().map_err(|e| Failure::failed(format!("cannot use the terminal: {e}")))?;
-    let mut model = Model::default();
+    let mut conns: Vec<Option<Connection>> = vec![None; model.hosts.len()];
     let mut pending = Calls::default();
-    pending.ask(conn, Call::LoadBots, &tx);
-    pending.ask(conn, Call::LoadSchedules, &tx);
     let mut tick = tokio::time::interval(TICK);
-    let ctl = crate::hint::ctl();
     loop {
         let drawn = screen
             .terminal
-            .draw(|frame| view::draw(frame, &model, ctl, SystemTime::now()));
+            .draw(|frame| view::draw(frame, &model, SystemTime::now()));
         if let Err(e) = drawn {
             drop(screen);
             return Err(Failure::failed(format!("cannot draw on the terminal: {e}")));
         }
         let mut actions = Vec::new();
+        let mut lost = None;
         // One thing, then everything else already there, before the screen is drawn again.
         tokio::select! {
-            event = events.recv() => match event {
-                Some(e) => {
-                    if let Some(lost) = on_event(&mut model, e, &mut actions) {
-                        drop(screen);
-                        return Err(lost);
-                    }
-                }
-                None => {
-                    drop(screen);
-                    return Err(lost_connection());
-                }
+            fed = feed.recv() => match fed {
+                Some(f) => lost = on_feed(&mut model, &mut conns, &mut pending, f, &mut actions),
+                None => lost = Some(String::new()),
             },
             Some(outcome) = outcomes.recv() => on_outcome(&mut model, &mut pending, outcome, &mut actions),
             Some(event) = keys.recv() => on_key(&mut model, event, &mut actions),
@@ -237,12 +325,9 @@ pub async fn run(conn: &Connection) -> Result<u8, Failure> {
             _ = term_signals.0.recv() => return Ok(OK),
             _ = term_signals.1.recv() => return Ok(OK),
         }
-        loop {
-            if let Ok(e) = events.try_recv() {
-                if let Some(lost) = on_event(&mut model, e, &mut actions) {
-                    drop(screen);
-                    return Err(lost);
-                }
+        while lost.is_none() && !actions.contains(&Action::Quit) {
+            if let Ok(f) = feed.try_recv() {
+                lost = on_feed(&mut model, &mut conns, &mut pending, f, &mut actions);
             } else if let Ok(outcome) = outcomes.try_recv() {
                 on_outcome(&mut model, &mut pending, outcome, &mut actions);
             } else if let Ok(event) = keys.try_recv() {
@@ -250,20 +335,21 @@ pub async fn run(conn: &Connection) -> Result<u8, Failure> {
             } else {
                 break;
             }
-            if actions.contains(&Action::Quit) {
-                break;
-            }
+        }
+        if lost.is_some() && ends_when_lost {
+            drop(screen);
+            return Err(lost_connection());
         }
         if actions.contains(&Action::Quit) {
             return Ok(OK);
         }
         for action in actions {
             if let Action::Call(call) = action {
-                pending.ask(conn, call, &tx);
+                pending.ask(&conns, &mut model, call, &tx);
             }
         }
         pending.prefer(model.selected.as_ref());
-        pending.next(conn, &tx);
+        pending.next(&conns, &tx);
     }
 }
 
@@ -276,19 +362,44 @@ fn lost_connection() -> Failure {
     ))
 }
 
-/// One thing read off the bus; `Some` when the connection is lost.
-fn on_event(
+/// What a link told; `Some(why)` when a host's link is down.
+fn on_feed(
     model: &mut Model,
-    event: Drained<zbus::Result<zbus::Message>, zbus::fdo::NameOwnerChanged>,
+    conns: &mut [Option<Connection>],
+    pending: &mut Calls,
+    fed: links::Feed,
     actions: &mut Vec<Action>,
-) -> Option<Failure> {
+) -> Option<String> {
+    let now = SystemTime::now();
+    match fed {
+        links::Feed::Up(host, conn, which) => {
+            if let Some(c) = conns.get_mut(host) {
+                *c = Some(conn);
+            }
+            actions.extend(model.signal(host, Signal::Linked(which), now));
+        }
+        links::Feed::Bus(host, event) => on_event(model, host, event, actions),
+        links::Feed::Down(host, why) => {
+            if let Some(c) = conns.get_mut(host) {
+                *c = None;
+            }
+            pending.forget(host);
+            actions.extend(model.signal(host, Signal::Unlinked(why.clone()), now));
+            return Some(why);
+        }
+    }
+    None
+}
+
+/// One thing read off host `host`'s bus.
+fn on_event(model: &mut Model, host: usize, event: links::Event, actions: &mut Vec<Action>) {
     match event {
         Drained::First(Ok(msg)) => {
             if let Some(signal) = signal_of(&msg) {
-                actions.extend(model.signal(signal, SystemTime::now()));
+                actions.extend(model.signal(host, signal, SystemTime::now()));
             }
         }
-        Drained::First(Err(e)) if crate::fail::is_lost(&e) => return Some(lost_connection()),
+        // A lost link is the link's news (Feed::Down); other errors are dropped.
         Drained::First(Err(_)) => {}
         Drained::Second(change) => {
             if let Ok(a) = change.args() {
@@ -297,16 +408,15 @@ fn on_event(
                 } else {
                     Signal::DaemonLeft
                 };
-                actions.extend(model.signal(signal, SystemTime::now()));
+                actions.extend(model.signal(host, signal, SystemTime::now()));
             }
         }
     }
-    None
 }
 
 fn on_outcome(model: &mut Model, pending: &mut Calls, outcome: Outcome, actions: &mut Vec<Action>) {
-    if matches!(outcome, Outcome::Chat(..) | Outcome::ChatFailed(..)) {
-        pending.chat_done();
+    if let Outcome::Chat(key, _) | Outcome::ChatFailed(key, _) = &outcome {
+        pending.chat_done(key.host);
     }
     actions.extend(model.outcome(outcome));
 }

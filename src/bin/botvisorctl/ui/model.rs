@@ -29,9 +29,31 @@ pub struct Item {
     pub time: Option<SystemTime>,
 }
 
+/// A bot as the dashboard names it: its host and its object path there (two hosts may each
+/// have a bot of the same path).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct BotKey {
+    /// Its host: an index into [`Model::hosts`] (0 for a dashboard on one bus).
+    pub host: usize,
+    /// Its object path on that host's bus.
+    pub path: String,
+}
+
+impl BotKey {
+    /// The bot at `path` on host `host`.
+    pub fn new(host: usize, path: &str) -> BotKey {
+        BotKey {
+            host,
+            path: path.to_owned(),
+        }
+    }
+}
+
 /// A bot as the dashboard knows it.
 #[derive(Debug, Clone, Default)]
 pub struct Bot {
+    /// Its host: an index into [`Model::hosts`].
+    pub host: usize,
     /// Its properties.
     pub info: BotInfo,
     /// Its newest chat items, oldest first.
@@ -58,6 +80,61 @@ pub enum Daemon {
     Away,
 }
 
+/// How the dashboard's link to a host stands (issue 51). A dashboard on one bus has one host,
+/// linked for its whole life (its link lost ends it).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Link {
+    /// Being reached, the first time.
+    Connecting,
+    /// Reached: its signals are followed.
+    Linked,
+    /// Not reached, or its link stopped answering: since when, and why in words. Tried again
+    /// by itself with backoff; its bots stay shown as they were, greyed.
+    Offline {
+        /// When it went offline.
+        since: SystemTime,
+        /// Why, in words (the last try's).
+        why: String,
+        /// How many times it was tried again since, and failed.
+        retries: u32,
+    },
+}
+
+/// A host of the dashboard.
+#[derive(Debug, Clone)]
+pub struct Host {
+    /// Its name as rows show it (`local`, `buildbox`); empty for the one host of a dashboard
+    /// on one bus (its rows show bot names alone).
+    pub name: String,
+    /// The botvisorctl command that reaches it, for the hints shown (`botvisorctl --host
+    /// buildbox`).
+    pub ctl: String,
+    /// Its link.
+    pub link: Link,
+    /// Whether its botvisord is on its bus.
+    pub daemon: Daemon,
+    /// Which botvisord answered (its machine's boot id, its invocation), where it says.
+    pub which: crate::fleet::Daemon,
+}
+
+impl Host {
+    /// A host named `name`, reached with `ctl`, not linked yet.
+    pub fn new(name: &str, ctl: &str) -> Host {
+        Host {
+            name: name.to_owned(),
+            ctl: ctl.to_owned(),
+            link: Link::Connecting,
+            daemon: Daemon::Loading,
+            which: crate::fleet::Daemon::default(),
+        }
+    }
+
+    /// Whether what it shows is live: linked, and its botvisord there.
+    pub fn is_up(&self) -> bool {
+        self.link == Link::Linked && self.daemon != Daemon::Away
+    }
+}
+
 /// What the line at the bottom is for.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Mode {
@@ -80,21 +157,21 @@ pub enum Mode {
 /// [`Outcome`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Call {
-    /// Read every bot (`GetManagedObjects`).
-    LoadBots,
+    /// Read every bot of a host (`GetManagedObjects`).
+    LoadBots(usize),
     /// Read a bot's chat (its newest [`KEPT_ITEMS`]).
-    LoadChat(String),
+    LoadChat(BotKey),
     /// `Send`.
     Send {
-        /// The bot's path.
-        bot: String,
+        /// The bot.
+        bot: BotKey,
         /// The message.
         text: String,
     },
     /// `RespondPermission`.
     Answer {
-        /// The bot's path.
-        bot: String,
+        /// The bot.
+        bot: BotKey,
         /// The request.
         request: String,
         /// `allow` or `deny`.
@@ -105,36 +182,51 @@ pub enum Call {
         message: String,
     },
     /// `Interrupt`.
-    Interrupt(String),
+    Interrupt(BotKey),
     /// `Stop`.
-    Stop(String),
+    Stop(BotKey),
     /// `Restart`.
-    Restart(String),
-    /// Read the schedules (`Schedules`): each bot's next fire.
-    LoadSchedules,
+    Restart(BotKey),
+    /// Read a host's schedules (`Schedules`): each bot's next fire.
+    LoadSchedules(usize),
+}
+
+impl Call {
+    /// The host the call goes to.
+    pub fn host(&self) -> usize {
+        match self {
+            Call::LoadBots(h) | Call::LoadSchedules(h) => *h,
+            Call::LoadChat(b)
+            | Call::Send { bot: b, .. }
+            | Call::Answer { bot: b, .. }
+            | Call::Interrupt(b)
+            | Call::Stop(b)
+            | Call::Restart(b) => b.host,
+        }
+    }
 }
 
 /// What a [`Call`] came to.
 #[derive(Debug)]
 pub enum Outcome {
-    /// Every bot.
-    Bots(Vec<BotInfo>),
+    /// Every bot of a host.
+    Bots(usize, Vec<BotInfo>),
     /// A bot's newest items.
-    Chat(String, Vec<Item>),
+    Chat(BotKey, Vec<Item>),
     /// A bot's chat could not be read: why.
-    ChatFailed(String, String),
+    ChatFailed(BotKey, String),
     /// A call did what it was asked: what to say.
     Done(String),
     /// A call failed: what to say.
     Failed(String),
-    /// The bots could not be read: botvisord is not on the bus.
-    Absent,
-    /// Each bot's next fire of a schedule, by bot path, in Unix seconds (a bot with none is
-    /// left out; schedules that cannot be read count as none).
-    Schedules(HashMap<String, i64>),
+    /// A host's bots could not be read: its botvisord is not on its bus.
+    Absent(usize),
+    /// A host's bots' next fires of a schedule, by bot path, in Unix seconds (a bot with none
+    /// is left out; schedules that cannot be read count as none).
+    Schedules(usize, HashMap<String, i64>),
 }
 
-/// A signal of botvisord, read off the bus.
+/// A signal of a host's botvisord, read off its bus, or news of its link.
 #[derive(Debug, Clone)]
 pub enum Signal {
     /// `ChatItemAdded` on a bot.
@@ -155,6 +247,10 @@ pub enum Signal {
     DaemonBack,
     /// The schedules changed (`PropertiesChanged` of `Schedules`).
     SchedulesChanged,
+    /// The host's link is up (again): which botvisord answers there.
+    Linked(crate::fleet::Daemon),
+    /// The host's link is down: why, in words.
+    Unlinked(String),
 }
 
 /// What a key (or a resize) leads to.
@@ -169,33 +265,28 @@ pub enum Action {
 /// Everything the dashboard shows.
 #[derive(Debug)]
 pub struct Model {
-    /// The bots, sorted by name.
+    /// The hosts, in the order given (one for a dashboard on one bus).
+    pub hosts: Vec<Host>,
+    /// The bots, sorted by host, then name.
     pub bots: Vec<Bot>,
-    /// The selected bot's path.
-    pub selected: Option<String>,
-    /// Whether botvisord is there.
-    pub daemon: Daemon,
+    /// The selected bot.
+    pub selected: Option<BotKey>,
     /// What the bottom line is for.
     pub mode: Mode,
     /// The last thing said about a call: `(text, is_error)`.
     pub notice: Option<(String, bool)>,
     /// How many screen lines the chat is scrolled up from its end (0: it follows).
     pub scroll: usize,
-    /// Each bot's next fire of a schedule (issue 49), by bot path, in Unix seconds.
-    pub next_fires: HashMap<String, i64>,
+    /// Each bot's next fire of a schedule (issue 49), in Unix seconds.
+    pub next_fires: HashMap<BotKey, i64>,
 }
 
 impl Default for Model {
+    /// A dashboard on one bus: one host, without a name, linked.
     fn default() -> Self {
-        Model {
-            bots: Vec::new(),
-            selected: None,
-            daemon: Daemon::Loading,
-            mode: Mode::Normal,
-            notice: None,
-            scroll: 0,
-            next_fires: HashMap::new(),
-        }
+        let mut one = Host::new("", "botvisorctl");
+        one.link = Link::Linked;
+        Model::new(vec![one])
     }
 }
 
@@ -231,11 +322,21 @@ impl Item {
 }
 
 impl Bot {
-    fn new(info: BotInfo) -> Bot {
+    fn new(host: usize, info: BotInfo) -> Bot {
         Bot {
+            host,
             info,
             ..Bot::default()
         }
+    }
+
+    /// How the dashboard names it.
+    pub fn key(&self) -> BotKey {
+        BotKey::new(self.host, &self.info.path)
+    }
+
+    fn is(&self, key: &BotKey) -> bool {
+        self.host == key.host && self.info.path == key.path
     }
 
     /// Adds an item (in `seq` order; one seen already is left out), keeping the newest
@@ -287,27 +388,58 @@ impl Bot {
 }
 
 impl Model {
-    /// The selected bot.
-    pub fn current(&self) -> Option<&Bot> {
-        let path = self.selected.as_ref()?;
-        self.bots.iter().find(|b| &b.info.path == path)
+    /// A dashboard of `hosts`, none linked yet.
+    pub fn new(hosts: Vec<Host>) -> Model {
+        Model {
+            hosts,
+            bots: Vec::new(),
+            selected: None,
+            mode: Mode::Normal,
+            notice: None,
+            scroll: 0,
+            next_fires: HashMap::new(),
+        }
     }
 
-    fn bot_mut(&mut self, path: &str) -> Option<&mut Bot> {
-        self.bots.iter_mut().find(|b| b.info.path == path)
+    /// Whether it shows several hosts (rows named `host:bot`).
+    pub fn is_fleet(&self) -> bool {
+        self.hosts.len() > 1
+    }
+
+    /// `b`'s name as the dashboard shows it: `host:name` over several hosts, else its name.
+    pub fn shown_name(&self, b: &Bot) -> String {
+        match self.hosts.get(b.host) {
+            Some(h) if self.is_fleet() => format!("{}:{}", h.name, b.info.name),
+            _ => b.info.name.clone(),
+        }
+    }
+
+    /// `b`'s host.
+    pub fn host_of(&self, b: &Bot) -> &Host {
+        &self.hosts[b.host.min(self.hosts.len() - 1)]
+    }
+
+    /// The selected bot.
+    pub fn current(&self) -> Option<&Bot> {
+        let key = self.selected.as_ref()?;
+        self.bots.iter().find(|b| b.is(key))
+    }
+
+    fn bot_mut(&mut self, key: &BotKey) -> Option<&mut Bot> {
+        self.bots.iter_mut().find(|b| b.is(key))
     }
 
     /// The selected bot's index in [`Model::bots`].
     pub fn selected_index(&self) -> Option<usize> {
-        let path = self.selected.as_ref()?;
-        self.bots.iter().position(|b| &b.info.path == path)
+        let key = self.selected.as_ref()?;
+        self.bots.iter().position(|b| b.is(key))
     }
 
     fn sort(&mut self) {
         self.bots.sort_by(|a, b| {
-            a.info
-                .name
-                .cmp(&b.info.name)
+            a.host
+                .cmp(&b.host)
+                .then(a.info.name.cmp(&b.info.name))
                 .then(a.info.id.cmp(&b.info.id))
         });
         let ids: Vec<&str> = self.bots.iter().map(|b| b.info.id.as_str()).collect();
@@ -322,7 +454,7 @@ impl Model {
     /// The calls the selected bot needs: its chat, when not read yet.
     fn chat_wanted(&self) -> Vec<Action> {
         match self.current() {
-            Some(b) if !b.loaded => vec![Action::Call(Call::LoadChat(b.info.path.clone()))],
+            Some(b) if !b.loaded => vec![Action::Call(Call::LoadChat(b.key()))],
             _ => Vec::new(),
         }
     }
@@ -330,11 +462,16 @@ impl Model {
     /// What a call came to; returns the calls that follow (the chats to read).
     pub fn outcome(&mut self, outcome: Outcome) -> Vec<Action> {
         match outcome {
-            Outcome::Bots(infos) => {
-                self.daemon = Daemon::Up;
-                let mut old: HashMap<String, Bot> = self
-                    .bots
-                    .drain(..)
+            Outcome::Bots(host, infos) => {
+                let Some(h) = self.hosts.get_mut(host) else {
+                    return Vec::new();
+                };
+                h.daemon = Daemon::Up;
+                let (theirs, others): (Vec<Bot>, Vec<Bot>) =
+                    self.bots.drain(..).partition(|b| b.host == host);
+                self.bots = others;
+                let mut old: HashMap<String, Bot> = theirs
+                    .into_iter()
                     .map(|b| (b.info.path.clone(), b))
                     .collect();
                 for info in infos {
@@ -343,26 +480,28 @@ impl Model {
                             b.info = info;
                             b
                         }
-                        None => Bot::new(info),
+                        None => Bot::new(host, info),
                     };
                     self.bots.push(bot);
                 }
                 self.sort();
                 if self.current().is_none() {
-                    self.selected = self.bots.first().map(|b| b.info.path.clone());
+                    let at = self.bots.iter().position(|b| b.host == host).unwrap_or(0);
+                    self.selected = self.bots.get(at).map(Bot::key);
                     self.scroll = 0;
                 }
-                // Every chat is read, the selected bot's first: each bot's last activity shows.
+                // Every chat of the host is read, the selected bot's first: each bot's last
+                // activity shows.
                 let mut calls = self.chat_wanted();
-                for b in &self.bots {
-                    if !b.loaded && Some(&b.info.path) != self.selected.as_ref() {
-                        calls.push(Action::Call(Call::LoadChat(b.info.path.clone())));
+                for b in self.bots.iter().filter(|b| b.host == host) {
+                    if !b.loaded && Some(&b.key()) != self.selected.as_ref() {
+                        calls.push(Action::Call(Call::LoadChat(b.key())));
                     }
                 }
                 calls
             }
-            Outcome::Chat(path, items) => {
-                if let Some(b) = self.bot_mut(&path) {
+            Outcome::Chat(key, items) => {
+                if let Some(b) = self.bot_mut(&key) {
                     let signalled: Vec<Item> = b.chat.drain(..).collect();
                     b.loaded = true;
                     for item in items {
@@ -374,12 +513,12 @@ impl Model {
                 }
                 Vec::new()
             }
-            Outcome::ChatFailed(path, why) => {
-                // While botvisord is away its chats are read again when it is back.
-                if self.daemon == Daemon::Away {
+            Outcome::ChatFailed(key, why) => {
+                // While its host is away its chats are read again when it is back.
+                if !self.hosts.get(key.host).is_some_and(Host::is_up) {
                     return Vec::new();
                 }
-                if let Some(b) = self.bot_mut(&path) {
+                if let Some(b) = self.bot_mut(&key) {
                     b.loaded = true;
                 }
                 self.notice = Some((why, true));
@@ -393,27 +532,34 @@ impl Model {
                 self.notice = Some((text, true));
                 Vec::new()
             }
-            Outcome::Absent => {
-                self.daemon = Daemon::Away;
+            Outcome::Absent(host) => {
+                if let Some(h) = self.hosts.get_mut(host) {
+                    h.daemon = Daemon::Away;
+                }
                 Vec::new()
             }
-            Outcome::Schedules(next) => {
-                self.next_fires = next;
+            Outcome::Schedules(host, next) => {
+                self.next_fires.retain(|k, _| k.host != host);
+                self.next_fires.extend(
+                    next.into_iter()
+                        .map(|(path, at)| (BotKey { host, path }, at)),
+                );
                 Vec::new()
             }
         }
     }
 
-    /// What a signal tells; returns the calls that follow.
-    pub fn signal(&mut self, signal: Signal, now: SystemTime) -> Vec<Action> {
+    /// What a signal of host `host` tells; returns the calls that follow.
+    pub fn signal(&mut self, host: usize, signal: Signal, now: SystemTime) -> Vec<Action> {
+        let key = |path: String| BotKey { host, path };
         match signal {
             Signal::Item(path, item) => {
-                if let Some(b) = self.bot_mut(&path) {
+                if let Some(b) = self.bot_mut(&key(path)) {
                     b.push(item, Some(now));
                 }
             }
             Signal::Delta(path, text) => {
-                if let Some(b) = self.bot_mut(&path) {
+                if let Some(b) = self.bot_mut(&key(path)) {
                     b.partial.push_str(&text);
                     if b.partial.len() > KEPT_TEXT * 4 {
                         let cut = b.partial.len() - KEPT_TEXT * 2;
@@ -426,12 +572,12 @@ impl Model {
                 }
             }
             Signal::TurnFinished(path) => {
-                if let Some(b) = self.bot_mut(&path) {
+                if let Some(b) = self.bot_mut(&key(path)) {
                     b.partial.clear();
                 }
             }
             Signal::Properties(path, changed) => {
-                if let Some(b) = self.bot_mut(&path) {
+                if let Some(b) = self.bot_mut(&key(path)) {
                     let mut props: HashMap<String, zbus::OwnedVariant> = HashMap::new();
                     for (k, v) in changed {
                         props.insert(k, v);
@@ -444,22 +590,23 @@ impl Model {
             }
             Signal::Added(info) => {
                 let info = *info;
-                if self.bot_mut(&info.path).is_none() {
-                    let path = info.path.clone();
-                    self.bots.push(Bot::new(info));
+                let added = key(info.path.clone());
+                if self.bot_mut(&added).is_none() {
+                    self.bots.push(Bot::new(host, info));
                     self.sort();
                     if self.selected.is_none() {
-                        self.selected = Some(path.clone());
+                        self.selected = Some(added.clone());
                     }
-                    return vec![Action::Call(Call::LoadChat(path))];
+                    return vec![Action::Call(Call::LoadChat(added))];
                 }
             }
             Signal::Removed(path) => {
+                let gone = key(path);
                 let at = self.selected_index();
-                self.bots.retain(|b| b.info.path != path);
-                if self.selected.as_deref() == Some(path.as_str()) {
+                self.bots.retain(|b| !b.is(&gone));
+                if self.selected.as_ref() == Some(&gone) {
                     let i = at.unwrap_or(0).min(self.bots.len().saturating_sub(1));
-                    self.selected = self.bots.get(i).map(|b| b.info.path.clone());
+                    self.selected = self.bots.get(i).map(Bot::key);
                     self.scroll = 0;
                     if !matches!(self.mode, Mode::Help) {
                         self.mode = Mode::Normal;
@@ -467,22 +614,60 @@ impl Model {
                     return self.chat_wanted();
                 }
             }
-            Signal::DaemonLeft => self.daemon = Daemon::Away,
-            Signal::SchedulesChanged => return vec![Action::Call(Call::LoadSchedules)],
-            Signal::DaemonBack => {
-                self.daemon = Daemon::Loading;
-                self.notice = None;
-                for b in &mut self.bots {
-                    b.loaded = false;
+            Signal::DaemonLeft => {
+                if let Some(h) = self.hosts.get_mut(host) {
+                    h.daemon = Daemon::Away;
+                }
+            }
+            Signal::SchedulesChanged => return vec![Action::Call(Call::LoadSchedules(host))],
+            Signal::DaemonBack => return self.reload(host),
+            Signal::Linked(which) => {
+                if let Some(h) = self.hosts.get_mut(host) {
+                    h.link = Link::Linked;
+                    h.which = which;
+                }
+                return self.reload(host);
+            }
+            Signal::Unlinked(why) => {
+                let Some(h) = self.hosts.get_mut(host) else {
+                    return Vec::new();
+                };
+                // Offline since it first went; a failed retry says its reason and counts.
+                let (since, retries) = match &h.link {
+                    Link::Offline { since, retries, .. } => (*since, retries + 1),
+                    _ => (now, 0),
+                };
+                if h.link == Link::Linked {
+                    self.notice = Some((format!("{}: offline: {why}", h.name), true));
+                }
+                h.link = Link::Offline {
+                    since,
+                    why,
+                    retries,
+                };
+                for b in self.bots.iter_mut().filter(|b| b.host == host) {
                     b.partial.clear();
                 }
-                return vec![
-                    Action::Call(Call::LoadBots),
-                    Action::Call(Call::LoadSchedules),
-                ];
             }
         }
         Vec::new()
+    }
+
+    /// Everything of host `host` read again (its botvisord or its link is back): its bots, its
+    /// chats, its schedules.
+    fn reload(&mut self, host: usize) -> Vec<Action> {
+        if let Some(h) = self.hosts.get_mut(host) {
+            h.daemon = Daemon::Loading;
+        }
+        self.notice = None;
+        for b in self.bots.iter_mut().filter(|b| b.host == host) {
+            b.loaded = false;
+            b.partial.clear();
+        }
+        vec![
+            Action::Call(Call::LoadBots(host)),
+            Action::Call(Call::LoadSchedules(host)),
+        ]
     }
 
     fn select(&mut self, step: isize) -> Vec<Action> {
@@ -492,12 +677,35 @@ impl Model {
         let at = self.selected_index().unwrap_or(0) as isize;
         let last = self.bots.len() as isize - 1;
         let to = (at + step).clamp(0, last) as usize;
-        let path = self.bots[to].info.path.clone();
-        if self.selected.as_ref() != Some(&path) {
-            self.selected = Some(path);
+        self.select_at(to)
+    }
+
+    fn select_at(&mut self, to: usize) -> Vec<Action> {
+        let Some(key) = self.bots.get(to).map(Bot::key) else {
+            return Vec::new();
+        };
+        if self.selected.as_ref() != Some(&key) {
+            self.selected = Some(key);
             self.scroll = 0;
         }
         self.chat_wanted()
+    }
+
+    /// Selects the next bot after the selected one (round the end) that waits for an answer to
+    /// a prompt; nothing when none does.
+    fn select_next_asking(&mut self) -> Vec<Action> {
+        let n = self.bots.len();
+        let at = self.selected_index().map_or(0, |i| i + 1);
+        let next = (0..n)
+            .map(|i| (at + i) % n)
+            .find(|&i| !self.bots[i].info.pending.is_empty());
+        match next {
+            Some(i) => self.select_at(i),
+            None => {
+                self.notice = Some(("no bot waits for an answer".into(), false));
+                Vec::new()
+            }
+        }
     }
 
     /// What `key` does; returns the calls it asks for.
@@ -531,7 +739,7 @@ impl Model {
                 self.mode = Mode::Normal;
                 self.scroll = 0;
                 if let Some(b) = self.current() {
-                    let bot = b.info.path.clone();
+                    let bot = b.key();
                     return vec![Action::Call(Call::Send { bot, text })];
                 }
             }
@@ -555,7 +763,7 @@ impl Model {
                 self.mode = Mode::Normal;
                 if let Some(b) = self.current() {
                     return vec![Action::Call(Call::Answer {
-                        bot: b.info.path.clone(),
+                        bot: b.key(),
                         request,
                         behavior: "deny",
                         scope: "once".into(),
@@ -577,7 +785,7 @@ impl Model {
     }
 
     fn normal_key(&mut self, key: KeyEvent) -> Vec<Action> {
-        let bot = self.current().map(|b| b.info.path.clone());
+        let bot = self.current().map(Bot::key);
         let request = self
             .current()
             .and_then(|b| b.open_request().map(|(id, _, _)| id.clone()));
@@ -597,6 +805,7 @@ impl Model {
             KeyCode::Up | KeyCode::Char('k') => return self.select(-1),
             KeyCode::Down | KeyCode::Char('j') => return self.select(1),
             KeyCode::Home => return self.select(isize::MIN / 2),
+            KeyCode::Tab => return self.select_next_asking(),
             KeyCode::End if self.scroll > 0 => self.scroll = 0,
             KeyCode::End => return self.select(isize::MAX / 2),
             KeyCode::PageUp => self.scroll = self.scroll.saturating_add(10),

@@ -13,7 +13,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use unicode_width::UnicodeWidthChar;
 
-use super::model::{Bot, Daemon, Mode, Model};
+use super::model::{Bot, Daemon, Host, Link, Mode, Model};
 use crate::show::{self, Detail};
 
 /// A terminal at least this wide shows the bots and the chat side by side.
@@ -92,18 +92,24 @@ fn state_words(b: &Bot) -> String {
     b.info.shown_state().replace(", waiting for permission", "")
 }
 
-/// One bot's line of the list, `width` columns wide.
-fn bot_line(b: &Bot, selected: bool, width: usize, now: SystemTime) -> Line<'static> {
+/// One bot's line of the list, `width` columns wide: `name` as the dashboard shows it; greyed
+/// when its host is not `live` (its link down or its botvisord away: shown as it was).
+fn bot_line(
+    b: &Bot,
+    name: &str,
+    live: bool,
+    selected: bool,
+    width: usize,
+    now: SystemTime,
+) -> Line<'static> {
     let prompts = match b.info.pending.len() {
         0 => String::new(),
         n => format!("{n}?"),
     };
     let cost = b.info.cost_cell();
     // name, state, then what fits: prompts, runtime, last activity, cost, folder.
-    let mut cells: Vec<(String, usize)> = vec![
-        (show::safe(&b.info.name), 16),
-        (show::safe(&state_words(b)), 12),
-    ];
+    let mut cells: Vec<(String, usize)> =
+        vec![(show::safe(name), 16), (show::safe(&state_words(b)), 12)];
     let optional = [
         (prompts, 3),
         (show::safe(&b.info.runtime), 6),
@@ -139,7 +145,9 @@ fn bot_line(b: &Bot, selected: bool, width: usize, now: SystemTime) -> Line<'sta
     if selected {
         style = style.add_modifier(Modifier::REVERSED);
     }
-    if !b.info.pending.is_empty() {
+    if !live {
+        style = style.fg(Color::DarkGray);
+    } else if !b.info.pending.is_empty() {
         style = style.fg(Color::Yellow);
     } else if b.info.state == "failed" {
         style = style.fg(Color::Red);
@@ -177,10 +185,10 @@ fn chat_lines(b: &Bot, width: usize, ctl: &str) -> Vec<Line<'static>> {
     lines
 }
 
-/// The chat's header: the bot's name, runtime, folder, mode and cost (`cost not told` for a
-/// bot whose CLI tells none: unknown is not `$0`), and its next scheduled fire (`next_fire`,
-/// Unix seconds), in local time.
-fn chat_title(b: &Bot, next_fire: Option<i64>) -> String {
+/// The chat's header: the bot's name (`name`, as the dashboard shows it), runtime, folder,
+/// mode and cost (`cost not told` for a bot whose CLI tells none: unknown is not `$0`), and its
+/// next scheduled fire (`next_fire`, Unix seconds), in local time.
+fn chat_title(b: &Bot, name: &str, next_fire: Option<i64>) -> String {
     let mut parts = vec![show::safe(&b.info.runtime)];
     if !b.info.permission_mode.is_empty() {
         parts.push(show::safe(&b.info.permission_mode));
@@ -201,14 +209,14 @@ fn chat_title(b: &Bot, next_fire: Option<i64>) -> String {
     }
     format!(
         " {} ({}) {} ",
-        show::safe(&b.info.name),
+        show::safe(name),
         parts.join(", "),
         show::safe(&b.info.cwd)
     )
 }
 
-/// The prompt box's lines: what the selected bot asks and the keys that answer it.
-fn prompt_lines(b: &Bot, width: usize) -> Vec<Line<'static>> {
+/// The prompt box's lines: what the selected bot (`name`) asks and the keys that answer it.
+fn prompt_lines(b: &Bot, name: &str, width: usize) -> Vec<Line<'static>> {
     let Some((id, tool, input)) = b.open_request() else {
         return Vec::new();
     };
@@ -218,7 +226,7 @@ fn prompt_lines(b: &Bot, width: usize) -> Vec<Line<'static>> {
     };
     let asks = format!(
         "{} asks{more}: {} {}",
-        show::safe(&b.info.name),
+        show::safe(name),
         show::safe(tool),
         show::safe(input)
     );
@@ -253,6 +261,7 @@ fn prompt_lines(b: &Bot, width: usize) -> Vec<Line<'static>> {
 /// The keys, as the help shows them.
 pub const HELP: &[(&str, &str)] = &[
     ("↑ ↓  j k", "choose a bot"),
+    ("Tab", "choose the next bot that waits for an answer"),
     ("Enter  i", "write a message to it (Enter sends, Esc drops)"),
     ("y", "allow its open prompt, once"),
     (
@@ -274,11 +283,11 @@ pub const HELP: &[(&str, &str)] = &[
     ("q  Ctrl-C", "quit"),
 ];
 
-/// Draws the whole screen. `ctl` is the botvisorctl command of the hints (with the user's bus).
-pub fn draw(frame: &mut Frame<'_>, m: &Model, ctl: &str, now: SystemTime) {
+/// Draws the whole screen.
+pub fn draw(frame: &mut Frame<'_>, m: &Model, now: SystemTime) {
     let area = frame.area();
     let prompt = m.current().map_or(Vec::new(), |b| {
-        prompt_lines(b, area.width.saturating_sub(2) as usize)
+        prompt_lines(b, &m.shown_name(b), area.width.saturating_sub(2) as usize)
     });
     let prompt_height = if prompt.is_empty() {
         0
@@ -313,7 +322,7 @@ pub fn draw(frame: &mut Frame<'_>, m: &Model, ctl: &str, now: SystemTime) {
         (parts[0], parts[1])
     };
     draw_list(frame, list_area, m, now);
-    draw_chat(frame, chat_area, m, ctl);
+    draw_chat(frame, chat_area, m);
     if !prompt.is_empty() {
         let block = Block::default()
             .borders(Borders::ALL)
@@ -329,7 +338,11 @@ pub fn draw(frame: &mut Frame<'_>, m: &Model, ctl: &str, now: SystemTime) {
 }
 
 fn draw_title(frame: &mut Frame<'_>, area: Rect, m: &Model) {
-    let (text, style) = match m.daemon {
+    if m.is_fleet() {
+        frame.render_widget(Paragraph::new(hosts_line(m)), area);
+        return;
+    }
+    let (text, style) = match m.hosts[0].daemon {
         Daemon::Away => (
             "botvisord is not running on this bus; waiting for it to come back (q quits)"
                 .to_owned(),
@@ -339,26 +352,90 @@ fn draw_title(frame: &mut Frame<'_>, area: Rect, m: &Model) {
             "botvisorctl ui: reading the bots…".to_owned(),
             Style::new().add_modifier(Modifier::BOLD),
         ),
-        Daemon::Up => {
-            let prompts: usize = m.bots.iter().map(|b| b.info.pending.len()).sum();
-            let waiting = match prompts {
-                0 => String::new(),
-                1 => ", 1 prompt open".to_owned(),
-                n => format!(", {n} prompts open"),
-            };
-            (
-                format!(
-                    "botvisorctl ui: {} bot(s){waiting}; ? keys, q quits",
-                    m.bots.len()
-                ),
-                Style::new().add_modifier(Modifier::BOLD),
-            )
-        }
+        Daemon::Up => (
+            format!(
+                "botvisorctl ui: {} bot(s){}; ? keys, q quits",
+                m.bots.len(),
+                prompts_open(m)
+            ),
+            Style::new().add_modifier(Modifier::BOLD),
+        ),
     };
     frame.render_widget(
         Paragraph::new(Line::styled(fit(&text, area.width as usize), style)),
         area,
     );
+}
+
+/// `, N prompts open` (empty for none).
+fn prompts_open(m: &Model) -> String {
+    match m.bots.iter().map(|b| b.info.pending.len()).sum::<usize>() {
+        0 => String::new(),
+        1 => ", 1 prompt open".to_owned(),
+        n => format!(", {n} prompts open"),
+    }
+}
+
+/// A host's state in a few words: `online`, `connecting`, `reading`, `botvisord away`,
+/// `offline since 14:02:05`, `offline since 14:02:05, tried again 3×`.
+pub fn host_state(h: &Host) -> String {
+    match (&h.link, h.daemon) {
+        (Link::Connecting, _) => "connecting".into(),
+        (
+            Link::Offline {
+                since: t,
+                retries: 0,
+                ..
+            },
+            _,
+        ) => format!("offline {}", since(*t)),
+        (
+            Link::Offline {
+                since: t, retries, ..
+            },
+            _,
+        ) => format!("offline {}, tried again {retries}×", since(*t)),
+        (Link::Linked, Daemon::Loading) => "reading".into(),
+        (Link::Linked, Daemon::Away) => "botvisord away".into(),
+        (Link::Linked, Daemon::Up) => "online".into(),
+    }
+}
+
+/// `since 14:02:05` (local time, as `list` says times).
+fn since(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("since {}", crate::bots::local_time(secs))
+}
+
+/// The title over several hosts: the bots and prompts, then each host with its state, a host
+/// that is not live in red.
+fn hosts_line(m: &Model) -> Line<'static> {
+    let bold = Style::new().add_modifier(Modifier::BOLD);
+    let mut spans = vec![Span::styled(
+        format!(
+            "botvisorctl ui: {} bot(s) on {} hosts{}; ? keys, q quits ·",
+            m.bots.len(),
+            m.hosts.len(),
+            prompts_open(m)
+        ),
+        bold,
+    )];
+    for h in &m.hosts {
+        let style = match (&h.link, h.is_up()) {
+            (_, true) => Style::new().fg(Color::Green),
+            (Link::Connecting, _) => Style::new().add_modifier(Modifier::DIM),
+            _ => Style::new().fg(Color::White).bg(Color::Red),
+        };
+        spans.push(Span::raw(" "));
+        spans.push(Span::styled(
+            format!("{} {}", show::safe(&h.name), host_state(h)),
+            style,
+        ));
+    }
+    // What does not fit the width is cut by the paragraph.
+    Line::from(spans)
 }
 
 fn draw_list(frame: &mut Frame<'_>, area: Rect, m: &Model, now: SystemTime) {
@@ -368,9 +445,12 @@ fn draw_list(frame: &mut Frame<'_>, area: Rect, m: &Model, now: SystemTime) {
     let width = inner.width as usize;
     let height = inner.height as usize;
     if m.bots.is_empty() {
-        let text = match m.daemon {
-            Daemon::Up => "no bots; create one with `botvisorctl create --cwd DIR`",
-            _ => "",
+        let text = if m.is_fleet() {
+            "no bots on the hosts reached so far"
+        } else if m.hosts[0].daemon == Daemon::Up {
+            "no bots; create one with `botvisorctl create --cwd DIR`"
+        } else {
+            ""
         };
         frame.render_widget(
             Paragraph::new(
@@ -392,18 +472,21 @@ fn draw_list(frame: &mut Frame<'_>, area: Rect, m: &Model, now: SystemTime) {
         .enumerate()
         .skip(first)
         .take(height)
-        .map(|(i, b)| bot_line(b, i == at, width, now))
+        .map(|(i, b)| {
+            let live = m.host_of(b).is_up();
+            bot_line(b, &m.shown_name(b), live, i == at, width, now)
+        })
         .collect();
     frame.render_widget(Paragraph::new(lines), inner);
 }
 
-fn draw_chat(frame: &mut Frame<'_>, area: Rect, m: &Model, ctl: &str) {
+fn draw_chat(frame: &mut Frame<'_>, area: Rect, m: &Model) {
     let Some(b) = m.current() else {
         frame.render_widget(Block::default().borders(Borders::ALL).title(" chat "), area);
         return;
     };
     let title = fit(
-        &chat_title(b, m.next_fires.get(&b.info.path).copied()),
+        &chat_title(b, &m.shown_name(b), m.next_fires.get(&b.key()).copied()),
         area.width.saturating_sub(4) as usize,
     );
     let block = Block::default()
@@ -411,7 +494,24 @@ fn draw_chat(frame: &mut Frame<'_>, area: Rect, m: &Model, ctl: &str) {
         .title(title.trim_end().to_owned());
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    let lines = chat_lines(b, inner.width as usize, ctl);
+    let host = m.host_of(b);
+    let mut lines = chat_lines(b, inner.width as usize, &host.ctl);
+    if m.is_fleet() && !host.is_up() {
+        // Said last, so it stays in sight at the chat's end.
+        let why = match &host.link {
+            Link::Offline { why, .. } => format!(": {why}"),
+            _ => String::new(),
+        };
+        let words = format!(
+            "{} is {}{}; shown as it was, and followed again once it is back",
+            host.name,
+            host_state(host),
+            why
+        );
+        for l in wrap(&show::safe(&words), inner.width as usize) {
+            lines.push(Line::styled(l, Style::new().fg(Color::Red)));
+        }
+    }
     let height = inner.height as usize;
     let most = lines.len().saturating_sub(height);
     let scroll = m.scroll.min(most);
@@ -427,7 +527,7 @@ fn draw_input(frame: &mut Frame<'_>, area: Rect, m: &Model) {
             format!(
                 "to {}> ",
                 m.current()
-                    .map_or(String::new(), |b| show::safe(&b.info.name))
+                    .map_or(String::new(), |b| show::safe(&m.shown_name(b)))
             ),
             t.clone(),
         ),
@@ -544,6 +644,7 @@ mod tests {
     #[test]
     fn a_cost_not_told_is_not_shown_as_zero() {
         let bot = |runtime: &str, cost_usd: f64| Bot {
+            host: 0,
             info: BotInfo {
                 name: "b".into(),
                 runtime: runtime.into(),
@@ -558,7 +659,7 @@ mod tests {
         };
         let now = SystemTime::now();
         let line = |b: &Bot| {
-            bot_line(b, false, 80, now)
+            bot_line(b, "b", true, false, 80, now)
                 .spans
                 .iter()
                 .map(|s| s.content.to_string())
@@ -566,37 +667,37 @@ mod tests {
         };
         let codex = bot("codex", 0.0);
         assert!(
-            chat_title(&codex, None).contains("cost not told"),
+            chat_title(&codex, "b", None).contains("cost not told"),
             "{}",
-            chat_title(&codex, None)
+            chat_title(&codex, "b", None)
         );
         assert!(
-            !chat_title(&codex, None).contains("$0"),
+            !chat_title(&codex, "b", None).contains("$0"),
             "{}",
-            chat_title(&codex, None)
+            chat_title(&codex, "b", None)
         );
         assert!(!line(&codex).contains("$0"), "{}", line(&codex));
         let claude = bot("claude", 0.25);
         assert!(
-            chat_title(&claude, None).contains("$0.25"),
+            chat_title(&claude, "b", None).contains("$0.25"),
             "{}",
-            chat_title(&claude, None)
+            chat_title(&claude, "b", None)
         );
         assert!(line(&claude).contains("$0.25"), "{}", line(&claude));
         let free = bot("claude", 0.0);
         assert!(
-            chat_title(&free, None).contains("$0"),
+            chat_title(&free, "b", None).contains("$0"),
             "{}",
-            chat_title(&free, None)
+            chat_title(&free, "b", None)
         );
         // Issue 49: the next fire of the bot's schedules, in local time.
         let soon = now.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 600;
-        let title = chat_title(&free, Some(soon as i64));
+        let title = chat_title(&free, "b", Some(soon as i64));
         assert!(
             title.contains(&format!("next fire {}", botvisor::time::local_time(soon))),
             "{title}"
         );
-        assert!(!chat_title(&free, None).contains("next fire"));
+        assert!(!chat_title(&free, "b", None).contains("next fire"));
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod logging;
 pub mod preview;
 pub mod process;
 pub mod queued;
+pub mod remote;
 pub mod runtime;
 pub mod schedule;
 pub mod sizes;

@@ -374,8 +374,8 @@ async fn host_reaches_the_remote_users_session_bus_over_ssh() {
             "--host takes [USER@]HOST",
         ),
         (
-            vec!["--address", "unix:path=/x", "-H", "box", "status", "demo"],
-            "only `list`, `watch` and `top` take several hosts",
+            vec!["--address", "unix:path=/x", "-H", "box", "send", "demo", "hi"],
+            "only `list`, `status`, `watch`, `top` and `ui` take several hosts",
         ),
     ] {
         let (code, _, err) = run(None, home, &[], &args).await;

@@ -59,7 +59,7 @@ pub fn members(
         for h in &config.hosts {
             push(Member {
                 name: h.name.clone(),
-                bus: h.bus(env)?,
+                bus: hosts::bus_of(h, env)?,
                 by_address: false,
             });
         }
@@ -97,7 +97,7 @@ pub fn resolve(
     if let Some(h) = config.hosts.iter().find(|h| h.name == given) {
         return Ok(Member {
             name: h.name.clone(),
-            bus: h.bus(env)?,
+            bus: hosts::bus_of(h, env)?,
             by_address: false,
         });
     }

@@ -1,128 +1,37 @@
-//! Issue 51: the hosts botvisorctl knows by name, its configuration file, and `botvisorctl hosts
-//! add|rm|list`.
-//!
-//! The file is `$XDG_CONFIG_HOME/botvisor/botvisorctl.toml` (`~/.config/…` without it), or what
-//! `BOTVISORCTL_CONFIG` names; a list of tables, each a name and what it stands for, a host for
-//! ssh or a D-Bus address:
-//!
-//! ```toml
-//! [[hosts]]
-//! name = "buildbox"
-//! host = "me@buildbox"
-//!
-//! [[hosts]]
-//! name = "lab"
-//! address = "unixexec:path=ssh,argv1=-xT,argv2=--,argv3=lab,argv4=systemd-stdio-bridge"
-//! ```
-//!
-//! The local bus is the host `local` (not in the file, and no entry may take its name).
+//! Issue 51: `botvisorctl hosts add|rm|list`, over the hosts file botvisorctl and
+//! botvisor-notify share ([`botvisor::remote::hosts`]: where it is, what it holds, what a
+//! valid entry is).
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
 use serde_json::json;
+
+pub use botvisor::remote::hosts::{HostEntry, HostsFile as Config, LOCAL, config_path};
+use botvisor::remote::hosts::{HostsError, check_entry};
 
 use super::connect::Bus;
 use super::fail::{Failure, OK};
 use super::show;
 
-/// The name of the bus botvisorctl reaches with no `--host` and no `--address`.
-pub const LOCAL: &str = "local";
-
-/// The variable naming another configuration file.
-pub const CONFIG_ENV: &str = "BOTVISORCTL_CONFIG";
-
-/// The most bytes a host's name may have.
-const MAX_NAME: usize = 64;
-
-/// One host of the file: its name and what it stands for (exactly one of `host`, `address`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HostEntry {
-    /// What rows and commands call it (`buildbox:demo`).
-    pub name: String,
-    /// `[USER@]HOST` for ssh, as `--host` takes it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-    /// A D-Bus address, as `--address` takes it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub address: Option<String>,
+/// `h`'s bus. Errors: a malformed host or address (a usage error naming the entry).
+pub fn bus_of(h: &HostEntry, env: impl Fn(&str) -> Option<OsString>) -> Result<Bus, Failure> {
+    Bus::choose(h.address.as_deref(), h.host.as_deref(), env).map_err(|f| {
+        Failure::usage(format!(
+            "host {} in {}: {}",
+            h.name,
+            config_path().display(),
+            f.text
+        ))
+    })
 }
 
-impl HostEntry {
-    /// What it stands for, as written.
-    pub fn target(&self) -> &str {
-        self.host
-            .as_deref()
-            .or(self.address.as_deref())
-            .unwrap_or_default()
-    }
-
-    /// Its bus. Errors: a malformed host or address (a usage error naming the entry).
-    pub fn bus(&self, env: impl Fn(&str) -> Option<OsString>) -> Result<Bus, Failure> {
-        Bus::choose(self.address.as_deref(), self.host.as_deref(), env).map_err(|f| {
-            Failure::usage(format!(
-                "host {} in {}: {}",
-                self.name,
-                config_path().display(),
-                f.text
-            ))
-        })
-    }
-}
-
-/// The configuration file's content.
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Config {
-    /// The hosts, in the order they were added.
-    #[serde(default)]
-    pub hosts: Vec<HostEntry>,
-}
-
-/// Where the configuration file is.
-pub fn config_path() -> PathBuf {
-    if let Some(p) = std::env::var_os(CONFIG_ENV).filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".config")
-        });
-    base.join("botvisor").join("botvisorctl.toml")
-}
-
-/// The file's hosts; none when the file does not exist. Errors: a file that cannot be read or
-/// is not such a list, or an entry that is not valid ([`check_entry`]), naming the file.
+/// The file's hosts ([`botvisor::remote::hosts::read`]). Errors: a file that cannot be read
+/// (exit 1), or not valid (a usage error, exit 2), naming the file.
 pub fn load() -> Result<Config, Failure> {
-    let path = config_path();
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
-        Err(e) => {
-            return Err(Failure::failed(format!(
-                "cannot read {}: {e}",
-                path.display()
-            )));
-        }
-    };
-    let config: Config = toml::from_str(&text)
-        .map_err(|e| Failure::usage(format!("{} is not valid: {e}", path.display())))?;
-    let mut seen = std::collections::HashSet::new();
-    for h in &config.hosts {
-        check_entry(h).map_err(|why| Failure::usage(format!("{}: {why}", path.display())))?;
-        if !seen.insert(h.name.as_str()) {
-            return Err(Failure::usage(format!(
-                "{}: the host name {} is given twice",
-                path.display(),
-                h.name
-            )));
-        }
-    }
-    Ok(config)
+    botvisor::remote::hosts::read().map_err(|e| match e {
+        HostsError::Unreadable(why) => Failure::failed(why),
+        HostsError::Invalid(why) => Failure::usage(why),
+    })
 }
 
 /// Changes the file (the file a link names, when it is a link) with `change` under a lock (an exclusive `flock` of `botvisorctl.toml.lock`
@@ -158,49 +67,6 @@ fn change(change: impl FnOnce(&mut Config) -> Result<(), Failure>) -> Result<(),
     std::fs::write(&tmp, text).map_err(failed)?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).map_err(failed)?;
     std::fs::rename(&tmp, &path).map_err(failed)
-}
-
-/// Why `name` cannot name a host, if it cannot: empty, longer than 64 bytes, not beginning with
-/// an ASCII letter or digit, holding anything but ASCII letters, digits, `-`, `_` and `.`, or
-/// `local` in any case.
-pub fn check_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name.len() > MAX_NAME {
-        return Err(format!("a host's name has 1 to {MAX_NAME} characters"));
-    }
-    if !name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        || !name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-    {
-        return Err(format!(
-            "the host name {:?} begins with a letter or a digit and holds only letters, \
-             digits, '-', '_' and '.'",
-            show::safe(&show::cut(name, 80))
-        ));
-    }
-    if name.eq_ignore_ascii_case(LOCAL) {
-        return Err(format!(
-            "{LOCAL} is the local bus's name and cannot be given to another host"
-        ));
-    }
-    Ok(())
-}
-
-/// Why `h` is not a valid entry, if it is not: its name ([`check_name`]), not exactly one of
-/// `host` and `address`, or one that does not parse.
-fn check_entry(h: &HostEntry) -> Result<(), String> {
-    check_name(&h.name)?;
-    if h.host.is_some() == h.address.is_some() {
-        return Err(format!(
-            "host {} needs exactly one of `host` and `address`",
-            h.name
-        ));
-    }
-    Bus::choose(h.address.as_deref(), h.host.as_deref(), |k| {
-        std::env::var_os(k)
-    })
-    .map(|_| ())
-    .map_err(|f| format!("host {}: {}", h.name, f.text))
 }
 
 /// `hosts add NAME TARGET`: TARGET is a D-Bus address when it begins with a transport's name
@@ -299,53 +165,4 @@ pub fn list(json: bool) -> Result<u8, Failure> {
 
 fn entry_json(h: &HostEntry) -> serde_json::Value {
     json!({"name": h.name, "host": h.host, "address": h.address, "local": false})
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_name_is_letters_digits_and_three_marks_and_never_local() {
-        assert!(check_name("build-box_2.lan").is_ok());
-        for bad in [
-            "",
-            "local",
-            "LOCAL",
-            "-",
-            "..",
-            ".hidden",
-            "a b",
-            "a:b",
-            "é",
-            &"x".repeat(65),
-        ] {
-            assert!(check_name(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn an_entry_stands_for_exactly_one_thing() {
-        let e = |host: Option<&str>, address: Option<&str>| HostEntry {
-            name: "b".into(),
-            host: host.map(Into::into),
-            address: address.map(Into::into),
-        };
-        assert!(check_entry(&e(Some("me@box"), None)).is_ok());
-        assert!(check_entry(&e(None, Some("unix:path=/run/x"))).is_ok());
-        assert!(check_entry(&e(None, None)).is_err());
-        assert!(check_entry(&e(Some("box"), Some("unix:path=/x"))).is_err());
-        assert!(check_entry(&e(None, Some("not an address"))).is_err());
-        for bad in [
-            "-oProxyCommand=x",
-            "me@-oX",
-            "host:22",
-            "unixexe:path=/bin/sh",
-            "a b",
-        ] {
-            assert!(check_entry(&e(Some(bad), None)).is_err(), "{bad}");
-        }
-        assert!(check_entry(&e(Some(&"h".repeat(254)), None)).is_err());
-        assert!(check_entry(&e(Some("me@[::1]"), None)).is_ok());
-    }
 }

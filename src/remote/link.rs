@@ -1,0 +1,225 @@
+//! The program of a `unixexec:` address (ssh to another machine and `systemd-stdio-bridge`
+//! there), run by us rather than by zbus: on one end of a socket pair, with SIGINT ignored (a
+//! Ctrl-C at the terminal is ours to handle, and must not cut the link first), its standard
+//! error read line by line, ended with its link ([`Link`]) and reaped, so that a link made again
+//! and again (a host that comes and goes) leaves no program and no zombie behind.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+
+use zbus::address::transport::Unixexec;
+
+/// The program of a `unixexec:` address that carries a connection (`ssh` for `--host`): ended
+/// with SIGTERM when this is dropped, unless kept ([`Link::keep`]). On Linux it also gets
+/// SIGTERM if its process dies first (`PR_SET_PDEATHSIG`), so no link outlives it.
+pub struct Link {
+    /// The program's pid; `None` for a bus without one.
+    pid: Option<u32>,
+    /// Whether the program leads a process group of its own (a link of one host of several),
+    /// which is ended whole: what it started too.
+    group: bool,
+    /// Set when it is ended: what it prints from then on is not passed on.
+    ended: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The links being ended (their grace running): waited for before the process exits
+/// ([`finish_links`]).
+static ENDING: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Waits until every link being ended has ended (at most [`LINK_GRACE`] each, then killed):
+/// called as a program exits, after its tasks (and their links) were dropped.
+pub fn finish_links() {
+    let ending = std::mem::take(&mut *ENDING.lock().unwrap_or_else(|p| p.into_inner()));
+    for t in ending {
+        let _ = t.join();
+    }
+}
+
+/// How long a link's program (and its process group) has to end after SIGTERM before SIGKILL.
+pub const LINK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether any process is in process group `pgid` (from `/proc/PID/stat`).
+fn group_alive(pgid: i32) -> bool {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            std::fs::read_to_string(e.path().join("stat")).is_ok_and(|stat| {
+                // After the command's closing parenthesis: state, ppid, pgrp.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(2))
+                    .and_then(|g| g.parse::<i32>().ok())
+                    == Some(pgid)
+            })
+        })
+}
+
+impl Link {
+    /// The program lives on until this process ends.
+    pub fn keep(mut self) {
+        self.pid = None;
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok()) else {
+            return;
+        };
+        self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
+        if !self.group {
+            // SAFETY: kill(2) touches no memory of ours. The pid is our own child's, which
+            // a thread of ours reaps: until then it is not reused.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            return;
+        }
+        // The whole group: continued (a stopped one cannot end), asked to end, and after the
+        // grace killed, whatever in it is still there. A group's id is not given to another
+        // process while a process of the group lives, which `group_alive` checks first.
+        // SAFETY: killpg(2) touches no memory of ours.
+        unsafe {
+            libc::killpg(pid, libc::SIGCONT);
+            libc::killpg(pid, libc::SIGTERM);
+        }
+        let ending = std::thread::spawn(move || {
+            let until = std::time::Instant::now() + LINK_GRACE;
+            while std::time::Instant::now() < until {
+                if !group_alive(pid) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            if group_alive(pid) {
+                // SAFETY: as above.
+                unsafe { libc::killpg(pid, libc::SIGKILL) };
+            }
+        });
+        ENDING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(ending);
+    }
+}
+
+/// The program of a `unixexec:` address, running: our end of its socket pair, and what is known
+/// of it when connecting failed.
+pub struct Program {
+    /// Our end of the socket pair.
+    pub stream: UnixStream,
+    /// Its exit status, sent once it exited.
+    status: tokio::sync::oneshot::Receiver<std::io::Result<std::process::ExitStatus>>,
+    /// Sent (or dropped) when its standard error reached its end.
+    stderr_done: tokio::sync::oneshot::Receiver<()>,
+    /// Ends it when dropped.
+    pub link: Link,
+}
+
+impl Program {
+    /// After connecting over it failed: its exit status in words (waited for up to 2 s, without
+    /// holding the thread: it ends when it closed the connection). One still running then is
+    /// ended; one that ended by itself has what it printed last passed on whole before its
+    /// link is let go (ending the link first would silence it; a CI run saw its words lost).
+    pub async fn end_after_failure(self) -> String {
+        let wait = std::time::Duration::from_secs(2);
+        let (status, ran_on) = match tokio::time::timeout(wait, self.status).await {
+            Ok(Ok(Ok(st))) => (format!("the program ended ({st})"), false),
+            Ok(Ok(Err(e))) => (format!("the program's end is not known ({e})"), false),
+            Ok(Err(_)) => ("the program's end is not known".to_owned(), false),
+            Err(_) => ("the program still ran; it was ended".to_owned(), true),
+        };
+        if ran_on {
+            drop(self.link);
+            let _ = tokio::time::timeout(wait, self.stderr_done).await;
+        } else {
+            let _ = tokio::time::timeout(wait, self.stderr_done).await;
+            self.link.keep();
+        }
+        status
+    }
+}
+
+/// Runs the program of `exec` with its standard input and output on one end of a socket pair.
+/// Each line of its standard error goes to `on_line` (without its line end, as read; none once
+/// its link was ended by us: its last words then are not news), from a thread. SIGINT is ignored
+/// in it, and on Linux it gets SIGTERM when this process dies. `own_group`: it leads a process
+/// group of its own, ended whole with its link (not for a program that may ask on the
+/// terminal: outside the terminal's foreground group it is stopped when it reads it). A thread
+/// waits for it to exit (it does when the connection closes). Errors: it cannot be started.
+pub fn run_program(
+    exec: &Unixexec,
+    own_group: bool,
+    mut on_line: impl FnMut(&str) + Send + 'static,
+) -> std::io::Result<Program> {
+    let (ours, theirs) = UnixStream::pair()?;
+    let mut cmd = std::process::Command::new(exec.path());
+    cmd.args(exec.args())
+        .stdin(OwnedFd::from(theirs.try_clone()?))
+        .stdout(OwnedFd::from(theirs))
+        .stderr(std::process::Stdio::piped());
+    if let Some(arg0) = exec.arg0() {
+        cmd.arg0(arg0);
+    }
+    // SAFETY: signal(2), setpgid(2) and prctl(2) are async-signal-safe and touch no memory of
+    // ours.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            if own_group {
+                libc::setpgid(0, 0);
+            }
+            #[cfg(target_os = "linux")]
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let link = Link {
+        pid: Some(child.id()),
+        group: own_group,
+        ended: Default::default(),
+    };
+    let (done_tx, stderr_done) = tokio::sync::oneshot::channel();
+    if let Some(err) = child.stderr.take() {
+        let ended = link.ended.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut err = std::io::BufReader::new(err);
+            let mut line = Vec::new();
+            while let Ok(n) = err.read_until(b'\n', &mut line) {
+                if n == 0 {
+                    break;
+                }
+                if !ended.load(std::sync::atomic::Ordering::SeqCst) {
+                    let text = String::from_utf8_lossy(&line);
+                    on_line(text.trim_end_matches(['\n', '\r']));
+                }
+                line.clear();
+            }
+            let _ = done_tx.send(());
+        });
+    }
+    let (status_tx, status) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = status_tx.send(child.wait());
+    });
+    Ok(Program {
+        stream: ours,
+        status,
+        stderr_done,
+        link,
+    })
+}
+
+impl Link {
+    /// A link with no program (a bus reached without one): dropping it does nothing.
+    pub fn none() -> Link {
+        Link {
+            pid: None,
+            group: false,
+            ended: Default::default(),
+        }
+    }
+}

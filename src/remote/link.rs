@@ -7,6 +7,7 @@
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
+use std::time::Duration;
 
 use zbus::address::transport::Unixexec;
 
@@ -220,6 +221,43 @@ impl Link {
             pid: None,
             group: false,
             ended: Default::default(),
+        }
+    }
+}
+
+/// How often a followed host's link is checked ([`stops_answering`]: its bus's `GetId`,
+/// answered by the bus itself; botvisord leaving is other news, not the link's). With [`PING_BOUND`], a host that
+/// is gone (a machine off, a network cut: nothing answers, nothing closes) is `offline` within
+/// 4 s.
+pub const PING_EVERY: Duration = Duration::from_secs(2);
+
+/// How long a check may take before the link counts as gone.
+pub const PING_BOUND: Duration = Duration::from_secs(2);
+
+/// The first wait before a host that is offline is tried again; it doubles to [`BACKOFF_MAX`].
+pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+
+/// The longest wait between two tries of a host that is offline.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Waits until the link on `conn` stops answering: its bus's `GetId` asked every
+/// [`PING_EVERY`], failed or not answered within [`PING_BOUND`]. Why, in words.
+pub async fn stops_answering(conn: &zbus::Connection) -> String {
+    let bus = match zbus::fdo::DBusProxy::new(conn).await {
+        Ok(b) => b,
+        Err(e) => return format!("the link failed: {e}"),
+    };
+    loop {
+        tokio::time::sleep(PING_EVERY).await;
+        match tokio::time::timeout(PING_BOUND, bus.get_id()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return format!("the link failed: {e}"),
+            Err(_) => {
+                return format!(
+                    "the link stopped answering (no answer within {} s)",
+                    PING_BOUND.as_secs()
+                );
+            }
         }
     }
 }

@@ -592,3 +592,143 @@ async fn the_dashboard_shows_every_host_answers_on_one_and_rides_out_a_host_gone
     t.wait_for("ui ended: 0").await;
     drop(beta_sshd);
 }
+
+/// `botvisor-notify --all-hosts` under a real dunst on this machine: a permission question on
+/// each of three hosts (this one and two over ssh, every bot named alike) is shown with its host
+/// (`beta:asker asks to use Write`) and answered from dunst's menu on that host, once. A host
+/// whose sshd is killed with its sessions has its open question withdrawn; back, the question
+/// is shown again by itself and answered there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_on_every_host_reaches_the_desktop_and_is_answered_there_once() {
+    use support::desktop::{Dunst, Notifier, Xvfb, desktop_or_skip};
+    if !desktop_or_skip() {
+        return;
+    }
+    let (local, beta, gamma) = (
+        host_with_bots(0).await,
+        host_with_bots(0).await,
+        host_with_bots(0).await,
+    );
+    let dir = local.env.dir.path();
+    let Some(beta_sshd) = Sshd::start(&dir.join("ssh-beta"), &[]) else {
+        return;
+    };
+    let Some(mut gamma_sshd) = Sshd::start(&dir.join("ssh-gamma"), &[]) else {
+        return;
+    };
+    let home = &local.env.home;
+    let bus = Some(local.env.bus.address.as_str());
+    for (name, sshd, s) in [("beta", &beta_sshd, &beta), ("gamma", &gamma_sshd, &gamma)] {
+        let at = sshd.unixexec(&[
+            "systemd-stdio-bridge",
+            &format!("--bus-path={}", s.env.bus.address),
+        ]);
+        let (code, _, err) = run(bus, home, &[], &["hosts", "add", name, &at]).await;
+        assert_eq!(code, 0, "{err}");
+    }
+    let x = Xvfb::start();
+    let dunst = Dunst::start(
+        &dir.join("dunst"),
+        &local.env.bus.address,
+        &x.display,
+        &local.env.conn,
+    )
+    .await;
+    let ask = json!([{"mode": "normal", "ask": {"tool": "Write",
+                       "input": {"file_path": "/tmp/x", "content": "hi"}}}]);
+    let mut bots = Vec::new();
+    for (name, s) in [("local", &local), ("beta", &beta), ("gamma", &gamma)] {
+        bots.push((name, crate::ui::bot(s, "asker", ask.clone()).await));
+    }
+    let mut notify = Notifier::spawn_with(
+        &local.env,
+        "[notify]\nturn_finished = false\n",
+        &["--all-hosts"],
+    );
+
+    // A question on every host: each shown with its host, each answered there once.
+    for (_, bot) in &bots {
+        bot.send("go", HashMap::new()).await.unwrap();
+    }
+    for (host, bot) in &bots {
+        let summary = format!("{host}:asker asks to use Write");
+        dunst
+            .wait_shown_where(&summary, |s| s["DUNST_SUMMARY"] == summary)
+            .await;
+        let menu = dunst.choose(&format!("#Allow once ({summary})")).await;
+        assert!(menu.contains(&summary), "{menu}");
+        let answers = bounded("the answer on its host", async {
+            loop {
+                let items = chat(bot).await;
+                if !of_kind(&items, "turn_finished").is_empty() {
+                    return of_kind(&items, "permission_answer")
+                        .into_iter()
+                        .cloned()
+                        .collect::<Vec<Value>>();
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        assert_eq!(answers.len(), 1, "{host}: answered once: {answers:?}");
+        assert_eq!(answers[0]["behavior"], "allow", "{host}");
+        assert_eq!(answers[0]["client"], "botvisor-notify", "{host}");
+    }
+
+    // gamma's machine goes while its question is open: the question is withdrawn.
+    let (_, on_gamma) = &bots[2];
+    on_gamma.send("again", HashMap::new()).await.unwrap();
+    let open = dunst
+        .wait_shown_where("gamma's second question", |s| {
+            s["DUNST_SUMMARY"] == "gamma:asker asks to use Write"
+                && dunst.history_ids().iter().all(|h| *h != s["DUNST_ID"])
+        })
+        .await;
+    gamma_sshd.signal_all(libc::SIGKILL);
+    dunst.wait_closed(&open["DUNST_ID"]).await;
+    // Back: shown again by itself, and answered there.
+    gamma_sshd.restart();
+    let shown = dunst.shown().len();
+    support::desktop::poll("gamma's question shown again", || {
+        dunst.shown()[shown..]
+            .iter()
+            .any(|s| s["DUNST_SUMMARY"] == "gamma:asker asks to use Write")
+            .then_some(())
+    })
+    .await
+    .expect("shown again once gamma is back");
+    dunst
+        .choose("#Allow once (gamma:asker asks to use Write)")
+        .await;
+    bounded("gamma's second answer", async {
+        loop {
+            let items = chat(on_gamma).await;
+            if of_kind(&items, "turn_finished").len() == 2 {
+                let answers = of_kind(&items, "permission_answer");
+                assert_eq!(answers.len(), 2, "each question answered once: {answers:?}");
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // Ended, it leaves no ssh of its links behind.
+    let config = |sshd: &Sshd| sshd.dir.join("ssh_config").display().to_string();
+    let links = [config(&beta_sshd), config(&gamma_sshd)];
+    assert!(links.iter().all(|l| running_with(l)), "its links run");
+    notify.terminate();
+    support::desktop::poll("botvisor-notify's ssh links ended", || {
+        (!links.iter().any(|l| running_with(l))).then_some(())
+    })
+    .await
+    .expect("no ssh of botvisor-notify's left running");
+    drop(beta_sshd);
+}
+
+/// Whether a process runs with `word` among its arguments.
+fn running_with(word: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| c.split(|b| *b == 0).any(|w| w == word.as_bytes()))
+    })
+}

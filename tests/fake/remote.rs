@@ -374,7 +374,15 @@ async fn host_reaches_the_remote_users_session_bus_over_ssh() {
             "--host takes [USER@]HOST",
         ),
         (
-            vec!["--address", "unix:path=/x", "-H", "box", "send", "demo", "hi"],
+            vec![
+                "--address",
+                "unix:path=/x",
+                "-H",
+                "box",
+                "send",
+                "demo",
+                "hi",
+            ],
             "only `list`, `status`, `watch`, `top` and `ui` take several hosts",
         ),
     ] {

@@ -347,6 +347,11 @@ impl Notifier {
 
     /// Starts botvisor-notify without waiting.
     pub fn spawn(env: &TestEnv, config: &str) -> Notifier {
+        Notifier::spawn_with(env, config, &[])
+    }
+
+    /// Starts botvisor-notify with `args` besides its bus and configuration, without waiting.
+    pub fn spawn_with(env: &TestEnv, config: &str, args: &[&str]) -> Notifier {
         let path = env.dir.path().join("notify.toml");
         std::fs::write(&path, config).unwrap();
         let log = env.dir.path().join("botvisor-notify.log");
@@ -355,6 +360,7 @@ impl Notifier {
             .arg(&env.bus.address)
             .arg("--config")
             .arg(&path)
+            .args(args)
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", &env.home)

@@ -34,13 +34,16 @@ const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(30);
 /// at once unless it is gone.
 const BUS_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What the main loop is told.
+/// What the main loop is told. A host is an index into the hosts followed: 0 is this machine's
+/// bus (the one the notification server is on), the others those of `--all-hosts`.
 pub enum Input {
-    /// A signal of botvisord: where the connection received it, its sender (a unique name),
-    /// and what it says.
-    Signal(Sequence, String, Signal),
-    /// botvisord took the name (its unique name) or left.
-    DaemonOwner(Option<String>),
+    /// A signal of a host's botvisord: where the connection received it, its sender (a unique
+    /// name), and what it says.
+    Signal(usize, Sequence, String, Signal),
+    /// A host's botvisord took the name (its unique name) or left.
+    DaemonOwner(usize, Option<String>),
+    /// Another host's link is up, subscribed: its connection (answers to it go there).
+    Linked(usize, Connection),
     /// An action of a notification was invoked.
     Action {
         /// The notification.
@@ -55,8 +58,8 @@ pub enum Input {
         /// What it showed (`Note::tag`).
         tag: String,
     },
-    /// The connection ended, and why.
-    Lost(String),
+    /// A host's connection ended, and why.
+    Lost(usize, String),
 }
 
 /// What the desktop task is told of the notification server.
@@ -157,8 +160,9 @@ pub async fn daemon_owner(conn: &Connection) -> Option<String> {
 
 /// Reads every message of `stream`, the whole connection's (`MessageStream::from`, made before
 /// the match rules are added: nothing falls between), until the connection ends (see the
-/// module).
+/// module). Its inputs are host `host`'s.
 pub async fn read(
+    host: usize,
     mut stream: zbus::MessageStream,
     tx: UnboundedSender<Input>,
     server: UnboundedSender<ServerEvent>,
@@ -167,7 +171,7 @@ pub async fn read(
         let m = match m {
             Ok(m) => m,
             Err(e) => {
-                let _ = tx.send(Input::Lost(e.to_string()));
+                let _ = tx.send(Input::Lost(host, e.to_string()));
                 return;
             }
         };
@@ -188,7 +192,7 @@ pub async fn read(
                 };
                 let new = (!new.is_empty()).then_some(new);
                 if name == BUS_NAME {
-                    let _ = tx.send(Input::DaemonOwner(new));
+                    let _ = tx.send(Input::DaemonOwner(host, new));
                 } else if name == NOTIFICATIONS {
                     let _ = server.send(ServerEvent::Owner(new));
                 }
@@ -205,13 +209,13 @@ pub async fn read(
             }
             _ if path == ROOT_PATH || path.starts_with(&format!("{ROOT_PATH}/")) => {
                 if let Some(signal) = decode(path, iface.as_str(), member.as_str(), &m) {
-                    let _ = tx.send(Input::Signal(m.recv_position(), sender, signal));
+                    let _ = tx.send(Input::Signal(host, m.recv_position(), sender, signal));
                 }
             }
             _ => {}
         }
     }
-    let _ = tx.send(Input::Lost("its stream ended".to_owned()));
+    let _ = tx.send(Input::Lost(host, "its stream ended".to_owned()));
 }
 
 /// A signal of botvisord, decoded; `None` for those botvisor-notify does not use (`TextDelta`,

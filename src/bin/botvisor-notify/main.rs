@@ -17,6 +17,7 @@
 mod bus;
 mod desktop;
 mod hooks;
+mod hosts;
 mod model;
 mod note;
 mod open;
@@ -50,6 +51,12 @@ struct Args {
     /// the session bus, DBUS_SESSION_BUS_ADDRESS].
     #[arg(long, value_name = "ADDRESS")]
     address: Option<String>,
+    /// Also follow every host botvisorctl knows by name (`botvisorctl hosts add`; its hosts
+    /// file), each on a link of its own: a permission question from any host is shown here
+    /// with Allow and Deny, and answered on that host. A host that is gone is tried again by
+    /// itself; the others go on.
+    #[arg(long)]
+    all_hosts: bool,
     /// Check the configuration file and exit: 0 when valid, 1 with the error otherwise.
     #[arg(long)]
     check_config: bool,
@@ -110,26 +117,56 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(config, args.address)) {
+    let hosts = if args.all_hosts {
+        match botvisor::remote::hosts::read() {
+            Ok(file) => file.hosts,
+            Err(e) => {
+                eprintln!("botvisor-notify: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let code = match runtime.block_on(run(config, args.address, hosts)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
             eprintln!("botvisor-notify: {e}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // The hosts' tasks are dropped, and with them their links, whose programs (ssh) end
+    // before botvisor-notify does.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    botvisor::remote::link::finish_links();
+    code
 }
 
-/// Connects, follows botvisord until SIGTERM or SIGINT (then closes its notifications) or until
-/// the bus connection ends (an error, so that a service manager starts it again).
-async fn run(config: Config, address: Option<String>) -> Result<(), String> {
+/// What is known of one host followed: its name (`local` for this machine's bus), its
+/// connection while linked, its botvisord, and its bots.
+struct Side {
+    name: String,
+    conn: Option<Connection>,
+    daemon: bus::Daemon,
+    model: Model,
+}
+
+/// Connects, follows botvisord (and, with `--all-hosts`, every one of `hosts`: index 1 on) until
+/// SIGTERM or SIGINT (then closes its notifications) or until this machine's bus connection
+/// ends (an error, so that a service manager starts it again).
+async fn run(
+    config: Config,
+    address: Option<String>,
+    hosts: Vec<botvisor::remote::hosts::HostEntry>,
+) -> Result<(), String> {
     let conn = bus::connect(address.as_deref()).await?;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (server_tx, server_rx) = mpsc::unbounded_channel();
     // The stream is read from before the rules are added, and both before anything is read
     // from botvisord: nothing falls between.
     let stream = zbus::MessageStream::from(&conn);
-    let reader = tokio::spawn(bus::read(stream, tx.clone(), server_tx));
+    let reader = tokio::spawn(bus::read(0, stream, tx.clone(), server_tx));
     bus::subscribe(&conn).await?;
     let desk = Arc::new(Desk::default());
     let opener = open::Opener::new(config.notify.open_command.clone(), address.clone());
@@ -141,16 +178,32 @@ async fn run(config: Config, address: Option<String>) -> Result<(), String> {
         config.notify.desktop,
     ));
     let hooks = hooks::Hooks::start(&config.hooks);
-    let mut model = Model::new(config.notify.clone());
-    let mut daemon = bus::Daemon::default();
+    let mut sides = vec![Side {
+        name: botvisor::remote::hosts::LOCAL.to_owned(),
+        conn: Some(conn.clone()),
+        daemon: bus::Daemon::default(),
+        model: Model::new(config.notify.clone()),
+    }];
+    let mut followers = Vec::new();
+    for (i, entry) in hosts.into_iter().enumerate() {
+        sides.push(Side {
+            name: entry.name.clone(),
+            conn: None,
+            daemon: bus::Daemon::default(),
+            model: Model::new(config.notify.clone()),
+        });
+        followers.push(tokio::spawn(hosts::follow(i + 1, entry, tx.clone())));
+    }
+    let fleet = sides.len() > 1;
     if let Some(owner) = bus::daemon_owner(&conn).await {
-        tx.send(Input::DaemonOwner(Some(owner))).ok();
+        tx.send(Input::DaemonOwner(0, Some(owner))).ok();
     } else {
         tracing::info!("botvisord is not on the bus; waiting for it");
     }
     tracing::info!(
         hooks = config.hooks.len(),
         desktop = config.notify.desktop,
+        hosts = sides.len(),
         "botvisor-notify watches the bots"
     );
 
@@ -168,61 +221,144 @@ async fn run(config: Config, address: Option<String>) -> Result<(), String> {
             break Err("the bus connection ended".to_owned());
         };
         match input {
-            Input::Lost(why) => break Err(format!("the bus connection ended: {why}")),
-            Input::Signal(pos, sender, signal) => {
-                if !daemon.accepts(&sender, pos) {
+            Input::Lost(0, why) => break Err(format!("the bus connection ended: {why}")),
+            Input::Lost(host, why) => {
+                let Some(side) = sides.get_mut(host) else {
+                    continue;
+                };
+                side.conn = None;
+                side.daemon.left();
+                let out = side.model.daemon_left();
+                tracing::warn!(host = %side.name, "its notifications are withdrawn: {why}");
+                tell(&hooks, side, &out.happenings, fleet);
+                show(&sides, host, &desk, &out.touched, fleet);
+            }
+            Input::Linked(host, link) => {
+                if let Some(side) = sides.get_mut(host) {
+                    side.conn = Some(link);
+                }
+            }
+            Input::Signal(host, pos, sender, signal) => {
+                let Some(side) = sides.get_mut(host) else {
+                    continue;
+                };
+                if !side.daemon.accepts(&sender, pos) {
                     continue;
                 }
-                let out = model.apply(signal);
-                hooks.send(&out.happenings);
-                show(&model, &desk, &out.touched);
+                let out = side.model.apply(signal);
+                tell(&hooks, side, &out.happenings, fleet);
+                show(&sides, host, &desk, &out.touched, fleet);
             }
-            Input::DaemonOwner(owner) => {
-                let out = match owner {
-                    Some(owner) => match daemon.snapshot(&conn, owner).await {
-                        Some(bots) => model.daemon_back(bots),
+            Input::DaemonOwner(host, owner) => {
+                let Some(side) = sides.get_mut(host) else {
+                    continue;
+                };
+                let out = match (owner, side.conn.clone()) {
+                    (Some(owner), Some(link)) => match side.daemon.snapshot(&link, owner).await {
+                        Some(bots) => side.model.daemon_back(bots),
                         None => continue,
                     },
-                    None => {
-                        daemon.left();
-                        model.daemon_left()
+                    (Some(_), None) => continue,
+                    (None, _) => {
+                        side.daemon.left();
+                        side.model.daemon_left()
                     }
                 };
-                hooks.send(&out.happenings);
-                show(&model, &desk, &out.touched);
+                tell(&hooks, side, &out.happenings, fleet);
+                show(&sides, host, &desk, &out.touched, fleet);
             }
-            Input::Action { key, action } => match model.action(&key, &action) {
-                Some(model::Do::Answer {
-                    path,
-                    request_id,
-                    behavior,
-                }) => {
-                    answer(&conn, &daemon, path, request_id, behavior);
-                    show(&model, &desk, std::slice::from_ref(&key.bot));
+            Input::Action { key, action } => {
+                let Some(side) = sides.get_mut(key.host) else {
+                    continue;
+                };
+                match side.model.action(&key, &action) {
+                    Some(model::Do::Answer {
+                        path,
+                        request_id,
+                        behavior,
+                    }) => {
+                        match &side.conn {
+                            Some(link) => answer(link, &side.daemon, path, request_id, behavior),
+                            None => tracing::warn!(
+                                host = %side.name, bot = %path,
+                                "cannot answer: the host is offline"
+                            ),
+                        }
+                        show(
+                            &sides,
+                            key.host,
+                            &desk,
+                            std::slice::from_ref(&key.bot),
+                            fleet,
+                        );
+                    }
+                    Some(model::Do::Open(bot)) => {
+                        let on = (key.host > 0).then_some(side.name.as_str());
+                        opener.open(&bot, on);
+                    }
+                    None => {}
                 }
-                Some(model::Do::Open(bot)) => opener.open(&bot),
-                None => {}
-            },
+            }
             Input::Dismissed { key, tag } => {
-                model.dismissed(&key, &tag);
-                show(&model, &desk, std::slice::from_ref(&key.bot));
+                let Some(side) = sides.get_mut(key.host) else {
+                    continue;
+                };
+                side.model.dismissed(&key, &tag);
+                show(
+                    &sides,
+                    key.host,
+                    &desk,
+                    std::slice::from_ref(&key.bot),
+                    fleet,
+                );
             }
         }
     };
     reader.abort();
+    for f in followers {
+        f.abort();
+    }
     // Notifications nobody can act on once botvisor-notify is gone are taken away.
     desk.close_all_and_stop();
     let _ = tokio::time::timeout(desktop::CALL_TIMEOUT * 2, desktop).await;
     ended
 }
 
-/// Hands what each bot in `touched` should show now to the desktop task.
-fn show(model: &Model, desk: &Desk, touched: &[String]) {
+/// Hands what each bot of host `host` in `touched` should show now to the desktop task; over
+/// several hosts (`fleet`) each summary begins with the bot's host (`buildbox:demo asks …`).
+fn show(sides: &[Side], host: usize, desk: &Desk, touched: &[String], fleet: bool) {
+    let Some(side) = sides.get(host) else {
+        return;
+    };
     for path in touched {
         for kind in Kind::ALL {
-            desk.set(model::Key::new(path, kind), model.note(path, kind));
+            let note = side.model.note(path, kind).map(|mut n| {
+                if fleet {
+                    n.summary = format!("{}:{}", side.name, n.summary);
+                }
+                n
+            });
+            desk.set(model::Key::on(host, path, kind), note);
         }
     }
+}
+
+/// Tells the hooks what happened on `side`; over several hosts (`fleet`) each event names its
+/// host (`host`).
+fn tell(hooks: &hooks::Hooks, side: &Side, happenings: &[model::Happening], fleet: bool) {
+    if !fleet {
+        hooks.send(happenings);
+        return;
+    }
+    let named: Vec<model::Happening> = happenings
+        .iter()
+        .cloned()
+        .map(|mut h| {
+            h.json["host"] = side.name.clone().into();
+            h
+        })
+        .collect();
+    hooks.send(&named);
 }
 
 /// Answers a permission request in a task of its own (bounded by [`ANSWER_TIMEOUT`]); the

@@ -38,9 +38,11 @@ impl Kind {
     pub const ALL: [Kind; 4] = [Kind::Permission, Kind::State, Kind::Turn, Kind::Schedule];
 }
 
-/// One notification's place: a bot (its object path) and a kind.
+/// One notification's place: a host, a bot (its object path there) and a kind.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
+    /// The host (0: this machine's bus; see `bus::Input`). The model of one host ignores it.
+    pub host: usize,
     /// The bot's object path.
     pub bot: String,
     /// The kind.
@@ -48,9 +50,16 @@ pub struct Key {
 }
 
 impl Key {
-    /// The key of `bot`'s notification of `kind`.
+    /// The key of `bot`'s notification of `kind` on this machine's bus.
+    #[cfg(test)]
     pub fn new(bot: &str, kind: Kind) -> Key {
+        Key::on(0, bot, kind)
+    }
+
+    /// The key of `bot`'s notification of `kind` on host `host`.
+    pub fn on(host: usize, bot: &str, kind: Kind) -> Key {
         Key {
+            host,
             bot: bot.to_owned(),
             kind,
         }

@@ -33,9 +33,11 @@ impl Opener {
         }
     }
 
-    /// The command for `bot`: the configured one with its placeholders replaced, else a
-    /// terminal on `botvisorctl watch ID`; `None` when no terminal is found.
-    pub fn command(&self, bot: &BotRef) -> Option<Vec<String>> {
+    /// The command for `bot`, on another host named `host` (`--all-hosts`) or on this
+    /// machine's bus (`None`): the configured one with its placeholders replaced (`{host}` is
+    /// the host's name, `local` for this machine), else a terminal on `botvisorctl watch ID`
+    /// (`botvisorctl --host HOST watch ID` for another host); `None` when no terminal is found.
+    pub fn command(&self, bot: &BotRef, host: Option<&str>) -> Option<Vec<String>> {
         if let Some(words) = &self.configured {
             return Some(
                 words
@@ -44,6 +46,7 @@ impl Opener {
                         w.replace("{bot}", &bot.id)
                             .replace("{name}", &bot.name)
                             .replace("{path}", &bot.path)
+                            .replace("{host}", host.unwrap_or(botvisor::remote::hosts::LOCAL))
                     })
                     .collect(),
             );
@@ -53,7 +56,10 @@ impl Opener {
             .find(|t| botvisor::config::notify::find_program(t[0]).is_some())?;
         let mut cmd: Vec<String> = terminal.iter().map(|w| (*w).to_owned()).collect();
         cmd.push(botvisorctl());
-        if let Some(a) = &self.address {
+        if let Some(h) = host {
+            cmd.push("--host".to_owned());
+            cmd.push(h.to_owned());
+        } else if let Some(a) = &self.address {
             cmd.push("--address".to_owned());
             cmd.push(a.clone());
         }
@@ -62,9 +68,10 @@ impl Opener {
         Some(cmd)
     }
 
-    /// Runs the command for `bot`, without waiting for it; a failure is logged.
-    pub fn open(&self, bot: &BotRef) {
-        let Some(cmd) = self.command(bot) else {
+    /// Runs the command for `bot` (on `host`, as [`Opener::command`] takes it), without
+    /// waiting for it; a failure is logged.
+    pub fn open(&self, bot: &BotRef, host: Option<&str>) {
+        let Some(cmd) = self.command(bot, host) else {
             tracing::warn!(
                 "no terminal found (xdg-terminal-exec, x-terminal-emulator, gnome-terminal, \
                  konsole, xterm): set [notify] open_command"
@@ -114,6 +121,7 @@ mod tests {
                 "-t".into(),
                 "{name}".into(),
                 "{bot}".into(),
+                "{host}".into(),
             ]),
             None,
         );
@@ -123,8 +131,9 @@ mod tests {
             name: "x; rm -rf ~ $(id)".into(),
         };
         assert_eq!(
-            o.command(&bot).unwrap(),
-            ["term", "-t", "x; rm -rf ~ $(id)", "ab"]
+            o.command(&bot, None).unwrap(),
+            ["term", "-t", "x; rm -rf ~ $(id)", "ab", "local"]
         );
+        assert_eq!(o.command(&bot, Some("buildbox")).unwrap()[4], "buildbox");
     }
 }

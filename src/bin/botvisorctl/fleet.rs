@@ -263,20 +263,9 @@ impl Kept {
     }
 }
 
-/// How often a watched host's link is checked (its bus's `GetId`, answered by the bus itself:
-/// botvisord leaving is `watch`'s own news, not the link's). With [`PING_BOUND`], a host that
-/// is gone (a machine off, a network cut: nothing answers, nothing closes) is `offline` within
-/// 4 s.
-pub const PING_EVERY: Duration = Duration::from_secs(2);
+pub use botvisor::remote::link::{PING_BOUND, stops_answering};
 
-/// How long a check may take before the link counts as gone.
-pub const PING_BOUND: Duration = Duration::from_secs(2);
-
-/// The first wait before a host that is offline is tried again; it doubles to [`BACKOFF_MAX`].
-pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
-
-/// The longest wait between two tries of a host that is offline.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+pub use botvisor::remote::link::{BACKOFF_FIRST, BACKOFF_MAX};
 
 /// `watch` over several hosts (issue 51): every bot of every host live, each host on a link and
 /// a task of its own. A host that cannot be reached, or whose link stops answering, is said
@@ -355,28 +344,6 @@ async fn alive(conn: &zbus::Connection, ready: tokio::sync::oneshot::Receiver<()
         return "the watch ended".into();
     }
     stops_answering(conn).await
-}
-
-/// Waits until the link on `conn` stops answering: its bus's `GetId` asked every
-/// [`PING_EVERY`], failed or not answered within [`PING_BOUND`]. Why, in words.
-pub async fn stops_answering(conn: &zbus::Connection) -> String {
-    let bus = match zbus::fdo::DBusProxy::new(conn).await {
-        Ok(b) => b,
-        Err(e) => return format!("the link failed: {e}"),
-    };
-    loop {
-        tokio::time::sleep(PING_EVERY).await;
-        match tokio::time::timeout(PING_BOUND, bus.get_id()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return format!("the link failed: {e}"),
-            Err(_) => {
-                return format!(
-                    "the link stopped answering (no answer within {} s)",
-                    PING_BOUND.as_secs()
-                );
-            }
-        }
-    }
 }
 
 fn say_online(name: &str, daemon: &Daemon, json: bool) {

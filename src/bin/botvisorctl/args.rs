@@ -19,16 +19,18 @@ pub struct Args {
     #[arg(long, global = true, value_enum, default_value_t = Color::Auto, value_name = "WHEN")]
     pub color: Color,
     /// The bus botvisord is on: any D-Bus address (`unix:path=…`, `unixexec:path=ssh,…`, `tcp:…`).
-    /// Default: DBUS_SESSION_BUS_ADDRESS, else the session bus. See docs/remote.md. `list`
-    /// takes several, with `--host` too.
+    /// Default: DBUS_SESSION_BUS_ADDRESS, else the session bus. See docs/remote.md. `list`,
+    /// `status`, `watch`, `top` and `ui` take several, with `--host` too.
     #[arg(long, global = true, value_name = "ADDRESS")]
     pub address: Vec<String>,
     /// The botvisord of another machine: its user's session bus over `ssh [USER@]HOST` and
     /// systemd-stdio-bridge (as `busctl --host`), or a host's name from `hosts list` (`local`:
-    /// this machine). BOTVISOR_SSH names the ssh program to run. `list` takes several.
+    /// this machine). BOTVISOR_SSH names the ssh program to run. `list`, `status`, `watch`,
+    /// `top` and `ui` take several.
     #[arg(short = 'H', long, global = true, value_name = "[USER@]HOST|NAME")]
     pub host: Vec<String>,
-    /// Every host: this machine's bus (`local`) and each of `hosts list` (for `list`).
+    /// Every host: this machine's bus (`local`) and each of `hosts list` (for `list`, `status`,
+    /// `watch`, `top` and `ui`).
     #[arg(long, global = true)]
     pub all_hosts: bool,
     /// What to do.

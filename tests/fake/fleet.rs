@@ -573,6 +573,27 @@ async fn the_dashboard_shows_every_host_answers_on_one_and_rides_out_a_host_gone
         !screen.contains("Connection refused"),
         "nothing the link's program says is written over the screen:\n{screen}"
     );
+    // A message to a bot of gamma fails at once, in words, from the dashboard and from a
+    // command alike.
+    t.keys(&["End"]);
+    t.wait(
+        "gamma's bot chosen, its host said offline in its chat",
+        |s| s.contains("> gamma:work-9") && s.contains("gamma is offline since"),
+    )
+    .await;
+    t.keys(&["Enter"]);
+    t.wait_for("to gamma:work-9>").await;
+    t.text("hello gamma");
+    t.keys(&["Enter"]);
+    t.wait_for("gamma is offline (since").await;
+    let sent = Instant::now();
+    let (code, _, err) = run(bus, home, &[], &["-H", "gamma", "send", "work", "hi"]).await;
+    println!("send to gamma's bot failed in {:?}", sent.elapsed());
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("Connection refused") && err.contains("(from the hosts file)"),
+        "{err}"
+    );
 
     // gamma back: its rows come back by themselves, the dashboard still running.
     gamma_sshd.restart();

@@ -55,6 +55,12 @@ impl Bus {
         }
     }
 
+    /// The bus of a host the hosts file gives by its D-Bus address (what failures name it by).
+    /// Errors: an address that does not parse (a usage error).
+    pub fn from_hosts_file(address: &str) -> Result<Bus, Failure> {
+        parse(address, "the hosts file").map(|a| Bus::Address(a, "the hosts file"))
+    }
+
     /// Connects to the bus; a failure says which bus and what to check. The program of a
     /// `unixexec:` address (`--host`'s ssh) lives until botvisorctl ends.
     pub async fn connect(&self) -> Result<Connection, Failure> {

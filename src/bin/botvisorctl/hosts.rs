@@ -15,7 +15,11 @@ use super::show;
 
 /// `h`'s bus. Errors: a malformed host or address (a usage error naming the entry).
 pub fn bus_of(h: &HostEntry, env: impl Fn(&str) -> Option<OsString>) -> Result<Bus, Failure> {
-    Bus::choose(h.address.as_deref(), h.host.as_deref(), env).map_err(|f| {
+    let bus = match &h.address {
+        Some(a) => Bus::from_hosts_file(a),
+        None => Bus::choose(None, h.host.as_deref(), env),
+    };
+    bus.map_err(|f| {
         Failure::usage(format!(
             "host {} in {}: {}",
             h.name,

@@ -1259,6 +1259,16 @@ async fn bridge(rows: &mut Vec<Row>) {
     });
 }
 
+/// The human's pause between opening a chat (`Hold`) and sending: `BENCH_WARM_PAUSE_MS`, 1 s
+/// by default.
+fn warm_pause() -> Duration {
+    let ms: u64 = std::env::var("BENCH_WARM_PAUSE_MS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    Duration::from_millis(ms)
+}
+
 /// One runtime's column of row 10: a turn with the CLI running, a launch (a new bot's first
 /// turn, the CLI started for it), a resume (the turn after `Stop`, which resumes the
 /// conversation), and a warm start (issue 31: the bot stopped for idleness, `Hold` as a client
@@ -1308,12 +1318,7 @@ where
     for i in 0..resumes {
         wait_state(&idle, "stopped").await;
         idle.hold().await.unwrap();
-        // The human's pause between opening the chat and sending.
-        let pause: u64 = std::env::var("BENCH_WARM_PAUSE_MS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(1000);
-        tokio::time::sleep(Duration::from_millis(pause)).await;
+        tokio::time::sleep(warm_pause()).await;
         warm.push(since(ping(&idle, &format!("warm {i}")).await));
         idle.release().await.unwrap();
     }
@@ -1368,6 +1373,7 @@ async fn real_clis(rows: &mut Vec<Row>) {
     };
     let mut figures = Vec::new();
     let mut side_by_side = None;
+    let mut by_hand = None;
     if let Some(claude) = &claude {
         let api = stand_in_api::StandInApi::start(stand_in_api::echo_script()).await;
         let bot_env = claude_env(&env.home, &api.url, &env.marker);
@@ -1382,6 +1388,15 @@ async fn real_clis(rows: &mut Vec<Row>) {
         })
         .await;
         figures.push(format!("Claude Code: {}", show(&column)));
+        // Row 10c: the same first turn driven by hand, in the same run.
+        let mut o = create_options(work, bot_env);
+        o.insert("idle_timeout_s", zbus::Variant::from(1u32));
+        let path = env.manager().await.create_bot(o).await.unwrap();
+        let idle = env.bot(&path).await;
+        ping(&idle, "warm-up").await;
+        let rounds = if quick() { 3 } else { 10 };
+        let hand = first_turn_by_hand(&idle, warm_pause(), rounds).await;
+        by_hand = Some((column.warm, hand));
         // The same follow-up as a per-prompt supervisor sends it, on a conversation the bot
         // began and left (stopped).
         let path = env
@@ -1426,6 +1441,31 @@ async fn real_clis(rows: &mut Vec<Row>) {
         baseline: "the CLI's own time dominates; botvisor's share is rows 1 and 2".into(),
         verdict: "—".into(),
     });
+    if let Some((warm, hand)) = by_hand {
+        let over = warm.median / 1000.0 - hand.median / 1000.0;
+        rows.push(Row {
+            name:
+                "10c. Claude Code's first turn after a warm start (issue 50): botvisor's (`Send` → \
+                   the reply's `ChatItemAdded`) beside the CLI's own, driven by hand in a process \
+                   started the same way (its message written → its `assistant` line)"
+                    .into(),
+            goal: "within the CLI's own first turn + 10 ms".into(),
+            figure: format!(
+                "botvisor after a warm start: median {:.1} ms, p99 {:.1} ms",
+                warm.median / 1000.0,
+                warm.p99 / 1000.0
+            ),
+            baseline: format!(
+                "by hand: median {:.1} ms, p99 {:.1} ms",
+                hand.median / 1000.0,
+                hand.p99 / 1000.0
+            ),
+            verdict: format!(
+                "{over:+.1} ms at the median: {}",
+                if over <= 10.0 { "met" } else { "missed" }
+            ),
+        });
+    }
     if let Some((turn, wall, peak)) = side_by_side {
         rows.push(Row {
             name: "10b. Side by side: a follow-up as a per-prompt supervisor sends it \
@@ -1447,6 +1487,103 @@ async fn real_clis(rows: &mut Vec<Row>) {
             verdict: format!("{:.0} × faster at the median", wall.median / turn.median),
         });
     }
+}
+
+/// Row 10c (issue 50): the CLI's own first turn in a process that is already running, driven
+/// by hand as botvisor drives it after a warm start: the same program, arguments, environment
+/// and folder as the agent botvisor warm-started for `idle` (read from /proc while it runs),
+/// `initialize` answered, a pause of `pause`, then a user message on stdin; from the message's
+/// write to the reply's `assistant` line on stdout. A fresh process each round; `rounds` of
+/// them.
+async fn first_turn_by_hand(idle: &BotProxy<'static>, pause: Duration, rounds: usize) -> Stats {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    wait_state(idle, "stopped").await;
+    idle.hold().await.unwrap();
+    let pid = {
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            let pid = idle.process_id().await.unwrap();
+            if pid != 0 {
+                break pid;
+            }
+            assert!(Instant::now() < end, "no agent after Hold");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let words = |file: &str| -> Vec<String> {
+        std::fs::read(format!("/proc/{pid}/{file}"))
+            .unwrap()
+            .split(|b| *b == 0)
+            .filter(|w| !w.is_empty())
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect()
+    };
+    let argv = words("cmdline");
+    let env: Vec<(String, String)> = words("environ")
+        .into_iter()
+        .filter_map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        })
+        .collect();
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap();
+    idle.release().await.unwrap();
+    stop_and_wait(idle).await;
+    let mut took = Vec::new();
+    for i in 0..rounds {
+        let mut child = tokio::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&cwd)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let init = r#"{"type":"control_request","request_id":"hand-init","request":{"subtype":"initialize"}}"#;
+        stdin
+            .write_all(format!("{init}\n").as_bytes())
+            .await
+            .unwrap();
+        let bound = Duration::from_secs(60);
+        tokio::time::timeout(bound, async {
+            while let Some(l) = lines.next_line().await.unwrap() {
+                if l.contains("control_response") && l.contains("hand-init") {
+                    return;
+                }
+            }
+            panic!("the CLI ended before answering initialize");
+        })
+        .await
+        .expect("initialize answered");
+        tokio::time::sleep(pause).await;
+        let message = serde_json::json!({"type": "user",
+            "message": {"role": "user", "content": format!("by hand {i}")}});
+        let t0 = Instant::now();
+        stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+        tokio::time::timeout(bound, async {
+            while let Some(l) = lines.next_line().await.unwrap() {
+                let v: Value = serde_json::from_str(&l).unwrap_or(Value::Null);
+                if v["type"] == "assistant" {
+                    return;
+                }
+            }
+            panic!("the CLI ended before it answered");
+        })
+        .await
+        .expect("answered");
+        took.push(t0.elapsed().as_secs_f64() * 1e6);
+        drop(stdin);
+        let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    }
+    stats(took)
 }
 
 /// `rounds` follow-ups to conversation `session` the way a per-prompt supervisor sends them:

@@ -132,7 +132,7 @@ pub fn read() -> Result<HostsFile, HostsError> {
     let mut seen = std::collections::HashSet::new();
     for h in &file.hosts {
         check_entry(h).map_err(|why| HostsError::Invalid(format!("{}: {why}", path.display())))?;
-        if !seen.insert(h.name.as_str()) {
+        if !seen.insert(h.name.to_ascii_lowercase()) {
             return Err(HostsError::Invalid(format!(
                 "{}: the host name {} is given twice",
                 path.display(),
@@ -156,7 +156,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
     {
         return Err(format!(
-            "the host name {:?} begins with a letter or a digit and holds only letters, \
+            "the host name \"{}\" begins with a letter or a digit and holds only letters, \
              digits, '-', '_' and '.'",
             crate::text::escape(&name.chars().take(80).collect::<String>(), false)
         ));

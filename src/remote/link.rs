@@ -98,10 +98,11 @@ impl Drop for Link {
                 unsafe { libc::killpg(pid, libc::SIGKILL) };
             }
         });
-        ENDING
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(ending);
+        let mut all = ENDING.lock().unwrap_or_else(|p| p.into_inner());
+        // Those that ended are let go (a finished thread not joined keeps its stack mapped: a
+        // hostile run saw a host coming and going grow the maps without end).
+        all.retain(|t| !t.is_finished());
+        all.push(ending);
     }
 }
 
@@ -145,10 +146,12 @@ impl Program {
 /// Runs the program of `exec` with its standard input and output on one end of a socket pair.
 /// Each line of its standard error goes to `on_line` (without its line end, as read; none once
 /// its link was ended by us: its last words then are not news), from a thread. SIGINT is ignored
-/// in it, and on Linux it gets SIGTERM when this process dies. `own_group`: it leads a process
-/// group of its own, ended whole with its link (not for a program that may ask on the
-/// terminal: outside the terminal's foreground group it is stopped when it reads it). A thread
-/// waits for it to exit (it does when the connection closes). Errors: it cannot be started.
+/// in it, and on Linux it gets SIGTERM when this process dies. `own_group`: it leads a session
+/// (and so a process group) of its own, with no controlling terminal, ended whole with its
+/// link (not for a program that may ask on the terminal: ssh's host key, a passphrase). A
+/// line longer than [`MAX_LINE`] bytes is passed on cut to that, the rest of it dropped. A
+/// thread waits for it to exit (it does when the connection closes). Errors: it cannot be
+/// started.
 pub fn run_program(
     exec: &Unixexec,
     own_group: bool,
@@ -163,13 +166,16 @@ pub fn run_program(
     if let Some(arg0) = exec.arg0() {
         cmd.arg0(arg0);
     }
-    // SAFETY: signal(2), setpgid(2) and prctl(2) are async-signal-safe and touch no memory of
+    // SAFETY: signal(2), setsid(2) and prctl(2) are async-signal-safe and touch no memory of
     // ours.
     unsafe {
         cmd.pre_exec(move || {
             libc::signal(libc::SIGINT, libc::SIG_IGN);
             if own_group {
-                libc::setpgid(0, 0);
+                // A session of its own: a process group of its own, and no controlling
+                // terminal, so that nothing it runs writes over a screen of ours or waits on a
+                // question there (ssh then fails at once, saying why).
+                libc::setsid();
             }
             #[cfg(target_os = "linux")]
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
@@ -186,18 +192,12 @@ pub fn run_program(
     if let Some(err) = child.stderr.take() {
         let ended = link.ended.clone();
         std::thread::spawn(move || {
-            use std::io::BufRead;
             let mut err = std::io::BufReader::new(err);
-            let mut line = Vec::new();
-            while let Ok(n) = err.read_until(b'\n', &mut line) {
-                if n == 0 {
-                    break;
-                }
+            while let Some(line) = bounded_line(&mut err) {
                 if !ended.load(std::sync::atomic::Ordering::SeqCst) {
                     let text = String::from_utf8_lossy(&line);
                     on_line(text.trim_end_matches(['\n', '\r']));
                 }
-                line.clear();
             }
             let _ = done_tx.send(());
         });
@@ -212,6 +212,38 @@ pub fn run_program(
         stderr_done,
         link,
     })
+}
+
+/// The most bytes of one line of a link program's standard error that are kept: a program
+/// that writes without a newline is not buffered without end.
+pub const MAX_LINE: usize = 4096;
+
+/// The next line of `from` (its newline included when it has one), at most [`MAX_LINE`] bytes;
+/// what a longer line has past that is read and dropped. `None` at the end (or an error).
+fn bounded_line(from: &mut impl std::io::BufRead) -> Option<Vec<u8>> {
+    let mut line = Vec::new();
+    let mut any = false;
+    loop {
+        let got = match from.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return any.then_some(line),
+        };
+        if got.is_empty() {
+            return any.then_some(line);
+        }
+        any = true;
+        let (take, done) = match got.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (got.len(), false),
+        };
+        let room = MAX_LINE.saturating_sub(line.len());
+        line.extend_from_slice(&got[..take.min(room)]);
+        from.consume(take);
+        if done {
+            return Some(line);
+        }
+    }
 }
 
 impl Link {
@@ -259,5 +291,22 @@ pub async fn stops_answering(conn: &zbus::Connection) -> String {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_without_end_is_kept_to_its_bound() {
+        let mut text = vec![b'x'; MAX_LINE * 3];
+        text.extend_from_slice(b"\nnext\nlast");
+        let mut from = std::io::BufReader::with_capacity(64, &text[..]);
+        let first = bounded_line(&mut from).unwrap();
+        assert_eq!(first.len(), MAX_LINE);
+        assert_eq!(bounded_line(&mut from).unwrap(), b"next\n");
+        assert_eq!(bounded_line(&mut from).unwrap(), b"last");
+        assert_eq!(bounded_line(&mut from), None);
     }
 }

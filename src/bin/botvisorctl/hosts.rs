@@ -105,9 +105,15 @@ pub fn add(name: &str, target: &str, json: bool) -> Result<u8, Failure> {
     };
     check_entry(&entry).map_err(Failure::usage)?;
     change(|config, doc| {
-        if config.hosts.iter().any(|h| h.name == name) {
+        // Names differ by more than case: `beta` and `BETA` would be one host to a person.
+        if let Some(h) = config
+            .hosts
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+        {
             return Err(Failure::usage(format!(
-                "there is a host named {name} already; `hosts rm {name}` first"
+                "there is a host named {} already; `hosts rm {}` first",
+                h.name, h.name
             )));
         }
         add_to(doc, &entry).map_err(Failure::usage)

@@ -250,19 +250,37 @@ pub async fn status(conn: &Connection, spec: &str, json: bool) -> Result<u8, Fai
 /// `status` over several hosts (issue 51): `spec` looked up on every host at once (each on a
 /// link of its own, bounded by [`fleet::HOST_BOUND`]), or on one host when it reads
 /// `HOST:BOT` and `HOST` is one of them. The one bot found is shown with its host (JSON: its
-/// `host`); hosts that did not answer are said on stderr. Errors: a bot found on several hosts
-/// (usage: it is named with its host), none found (saying which hosts did not answer), Ctrl-C.
+/// `host`). Errors: a bot found on several hosts (usage: it is named with its host); one found
+/// while a host did not answer (shown all the same, exit 1: that host may have one too); none
+/// found (saying which hosts did not answer); `HOST:` with no bot (usage); Ctrl-C.
 pub async fn status_fleet(
     members: &[fleet::Member],
     spec: &str,
     json: bool,
 ) -> Result<u8, Failure> {
     let (members, spec): (Vec<fleet::Member>, &str) = match spec.split_once(':') {
+        Some((host, "")) if members.iter().any(|m| m.name == host) => {
+            return Err(Failure::usage(format!(
+                "`{}` names a host but no bot: give one after the `:` (`{}:demo`)",
+                show::safe(spec),
+                show::safe(host)
+            )));
+        }
         Some((host, bot)) if members.iter().any(|m| m.name == host) => (
             members.iter().filter(|m| m.name == host).cloned().collect(),
             bot,
         ),
         _ => (members.to_vec(), spec),
+    };
+    // `nosuch:demo`: said when nothing is found, in case the host was meant.
+    let unknown_host = match spec.split_once(':') {
+        Some((host, _)) if !members.iter().any(|m| m.name == host) && members.len() > 1 => {
+            format!(
+                " (and no host is named `{}`: `hosts list` names them)",
+                show::safe(host)
+            )
+        }
+        _ => String::new(),
     };
     let wanted = spec.to_owned();
     let found = fleet::on_each(&members, move |conn| {
@@ -286,26 +304,33 @@ pub async fn status_fleet(
     }
     let silent = silent.join("; ");
     match hits.as_slice() {
+        // Found, but a host that did not answer may have one of that name too: shown, and the
+        // exit says it is not sure (1), as `list` does with a host offline.
+        [(m, b)] if !silent.is_empty() => {
+            print_status(b, Some(m), json);
+            Err(Failure::failed(format!(
+                "did not answer: {}; `{}` may name a bot there too (`{}:{}` names this one)",
+                show::safe(&silent),
+                show::safe(spec),
+                show::safe(&m.name),
+                show::safe(&b.name)
+            )))
+        }
         [(m, b)] => {
-            if !silent.is_empty() {
-                anstream::eprintln!(
-                    "botvisorctl: {}",
-                    paint(
-                        show::WARN,
-                        &show::safe(&format!("did not answer: {silent}"))
-                    )
-                );
-            }
             print_status(b, Some(m), json);
             Ok(OK)
         }
         [] if silent.is_empty() => Err(Failure::failed(format!(
-            "no bot has the id, id prefix or name `{}` on any of the hosts",
-            show::safe(spec)
+            "no bot has the id, id prefix or name `{}` on {}{unknown_host}",
+            show::safe(spec),
+            match members.as_slice() {
+                [one] => show::safe(&one.name),
+                _ => "any of the hosts".to_owned(),
+            }
         ))),
         [] => Err(Failure::failed(format!(
-            "no bot has the id, id prefix or name `{}` on the hosts that answered; did not \
-             answer: {}",
+            "no bot has the id, id prefix or name `{}` on the hosts that answered{unknown_host}; \
+             did not answer: {}",
             show::safe(spec),
             show::safe(&silent)
         ))),

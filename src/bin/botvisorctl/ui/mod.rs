@@ -7,7 +7,7 @@
 //! for the bus itself: botvisord's signals (moved on at once by a task of their own,
 //! [`crate::drain`]), the outcomes of the calls a key asked for (each made by a task of its own
 //! with a bound, [`calls`]), and the keys and resizes of the terminal (read by a thread). The
-//! terminal is put back as it was on every way out: `q`, Ctrl-C, SIGTERM, SIGHUP, a lost
+//! terminal is put back as it was on every way out: `q`, Ctrl-C, SIGTERM, SIGHUP, SIGINT, a lost
 //! connection, a panic.
 
 mod calls;
@@ -254,7 +254,7 @@ fn need_terminal() -> Result<(), Failure> {
     Ok(())
 }
 
-/// Runs the dashboard on `conn` until `q`, Ctrl-C, SIGTERM or SIGHUP (exit 0), or a lost
+/// Runs the dashboard on `conn` until `q`, Ctrl-C, SIGTERM, SIGHUP or SIGINT (exit 0), or a lost
 /// connection (exit 1, saying so). Usage error (exit 2) when stdin or stdout is not a terminal.
 pub async fn run(conn: &Connection) -> Result<u8, Failure> {
     need_terminal()?;
@@ -297,6 +297,10 @@ async fn dashboard(
             .map_err(|e| Failure::failed(format!("cannot watch SIGTERM: {e}")))?,
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .map_err(|e| Failure::failed(format!("cannot watch SIGHUP: {e}")))?,
+        // Ctrl-C at the keyboard is a key in raw mode; a SIGINT from another program (`kill
+        // -INT`, `timeout -s INT`) ends the dashboard as SIGTERM does, the terminal put back.
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map_err(|e| Failure::failed(format!("cannot watch SIGINT: {e}")))?,
     );
     let mut screen =
         Screen::enter().map_err(|e| Failure::failed(format!("cannot use the terminal: {e}")))?;
@@ -324,6 +328,7 @@ async fn dashboard(
             _ = tick.tick() => {}
             _ = term_signals.0.recv() => return Ok(OK),
             _ = term_signals.1.recv() => return Ok(OK),
+            _ = term_signals.2.recv() => return Ok(OK),
         }
         while lost.is_none() && !actions.contains(&Action::Quit) {
             if let Ok(f) = feed.try_recv() {

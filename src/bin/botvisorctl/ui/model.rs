@@ -692,13 +692,14 @@ impl Model {
     }
 
     /// Selects the next bot after the selected one (round the end) that waits for an answer to
-    /// a prompt; nothing when none does.
+    /// a prompt, on a host that is live (an answer can reach it); nothing when none does.
     fn select_next_asking(&mut self) -> Vec<Action> {
         let n = self.bots.len();
         let at = self.selected_index().map_or(0, |i| i + 1);
-        let next = (0..n)
-            .map(|i| (at + i) % n)
-            .find(|&i| !self.bots[i].info.pending.is_empty());
+        let next = (0..n).map(|i| (at + i) % n).find(|&i| {
+            let b = &self.bots[i];
+            !b.info.pending.is_empty() && self.host_of(b).is_up()
+        });
         match next {
             Some(i) => self.select_at(i),
             None => {

@@ -286,9 +286,14 @@ pub const HELP: &[(&str, &str)] = &[
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame<'_>, m: &Model, now: SystemTime) {
     let area = frame.area();
-    let prompt = m.current().map_or(Vec::new(), |b| {
-        prompt_lines(b, &m.shown_name(b), area.width.saturating_sub(2) as usize)
-    });
+    // A bot of a host that is not live shows no prompt to answer (the answer could not reach
+    // it); its chat says why.
+    let prompt = match m.current() {
+        Some(b) if m.host_of(b).is_up() => {
+            prompt_lines(b, &m.shown_name(b), area.width.saturating_sub(2) as usize)
+        }
+        _ => Vec::new(),
+    };
     let prompt_height = if prompt.is_empty() {
         0
     } else {
@@ -367,9 +372,16 @@ fn draw_title(frame: &mut Frame<'_>, area: Rect, m: &Model) {
     );
 }
 
-/// `, N prompts open` (empty for none).
+/// `, N prompts open` (empty for none): those of hosts that are live (an offline host's are
+/// shown as they were, and cannot be answered until it is back).
 fn prompts_open(m: &Model) -> String {
-    match m.bots.iter().map(|b| b.info.pending.len()).sum::<usize>() {
+    let open: usize = m
+        .bots
+        .iter()
+        .filter(|b| m.host_of(b).is_up())
+        .map(|b| b.info.pending.len())
+        .sum();
+    match open {
         0 => String::new(),
         1 => ", 1 prompt open".to_owned(),
         n => format!(", {n} prompts open"),
@@ -409,26 +421,30 @@ fn since(t: SystemTime) -> String {
     format!("since {}", crate::bots::local_time(secs))
 }
 
-/// The title over several hosts: the bots and prompts, then each host with its state, a host
-/// that is not live in red.
+/// The title over several hosts: the bots and prompts, how many hosts are online, then each
+/// host that is not, with its state in red (a host connecting dimmed): what needs a look fits
+/// first, however many hosts there are.
 fn hosts_line(m: &Model) -> Line<'static> {
     let bold = Style::new().add_modifier(Modifier::BOLD);
-    let mut spans = vec![Span::styled(
-        format!(
-            "botvisorctl ui: {} bot(s) on {} hosts{}; ? keys, q quits ·",
-            m.bots.len(),
-            m.hosts.len(),
-            prompts_open(m)
+    let online = m.hosts.iter().filter(|h| h.is_up()).count();
+    let mut spans = vec![
+        Span::styled(
+            format!(
+                "botvisorctl ui: {} bot(s) on {} hosts{}; ? keys, q quits ·",
+                m.bots.len(),
+                m.hosts.len(),
+                prompts_open(m)
+            ),
+            bold,
         ),
-        bold,
-    )];
-    for h in &m.hosts {
-        let style = match (&h.link, h.is_up()) {
-            (_, true) => Style::new().fg(Color::Green),
-            (Link::Connecting, _) => Style::new().add_modifier(Modifier::DIM),
+        Span::styled(format!(" {online} online"), Style::new().fg(Color::Green)),
+    ];
+    for h in m.hosts.iter().filter(|h| !h.is_up()) {
+        let style = match &h.link {
+            Link::Connecting => Style::new().add_modifier(Modifier::DIM),
             _ => Style::new().fg(Color::White).bg(Color::Red),
         };
-        spans.push(Span::raw(" "));
+        spans.push(Span::raw(" · "));
         spans.push(Span::styled(
             format!("{} {}", show::safe(&h.name), host_state(h)),
             style,
@@ -438,12 +454,38 @@ fn hosts_line(m: &Model) -> Line<'static> {
     Line::from(spans)
 }
 
+/// Over several hosts, a line for each host that is not live and shows no bot (never reached,
+/// or with none): its state and why, so that every host's trouble is in sight.
+fn silent_hosts(m: &Model, width: usize) -> Vec<Line<'static>> {
+    if !m.is_fleet() {
+        return Vec::new();
+    }
+    m.hosts
+        .iter()
+        .enumerate()
+        .filter(|(i, h)| !h.is_up() && !m.bots.iter().any(|b| b.host == *i))
+        .map(|(_, h)| {
+            let why = match &h.link {
+                Link::Offline { why, .. } => format!(": {why}"),
+                _ => String::new(),
+            };
+            let text = format!("  {}: {}{}", h.name, host_state(h), why);
+            let style = match h.link {
+                Link::Connecting => Style::new().add_modifier(Modifier::DIM),
+                _ => Style::new().fg(Color::Red),
+            };
+            Line::styled(fit(&show::safe(&text), width), style)
+        })
+        .collect()
+}
+
 fn draw_list(frame: &mut Frame<'_>, area: Rect, m: &Model, now: SystemTime) {
     let block = Block::default().borders(Borders::ALL).title(" bots ");
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let width = inner.width as usize;
     let height = inner.height as usize;
+    let silent = silent_hosts(m, width);
     if m.bots.is_empty() {
         let text = if m.is_fleet() {
             "no bots on the hosts reached so far"
@@ -452,21 +494,17 @@ fn draw_list(frame: &mut Frame<'_>, area: Rect, m: &Model, now: SystemTime) {
         } else {
             ""
         };
-        frame.render_widget(
-            Paragraph::new(
-                wrap(text, width)
-                    .into_iter()
-                    .map(Line::raw)
-                    .collect::<Vec<_>>(),
-            ),
-            inner,
-        );
+        let mut lines: Vec<Line<'static>> = wrap(text, width).into_iter().map(Line::raw).collect();
+        lines.extend(silent);
+        frame.render_widget(Paragraph::new(lines), inner);
         return;
     }
+    // The hosts without a bot to show take the list's last lines; the bots the rest.
+    let height = height.saturating_sub(silent.len().min(height / 2));
     let at = m.selected_index().unwrap_or(0);
     // The selected bot stays in sight.
     let first = at.saturating_sub(height.saturating_sub(1));
-    let lines: Vec<Line<'static>> = m
+    let mut lines: Vec<Line<'static>> = m
         .bots
         .iter()
         .enumerate()
@@ -477,6 +515,7 @@ fn draw_list(frame: &mut Frame<'_>, area: Rect, m: &Model, now: SystemTime) {
             bot_line(b, &m.shown_name(b), live, i == at, width, now)
         })
         .collect();
+    lines.extend(silent.into_iter().take(inner.height as usize / 2));
     frame.render_widget(Paragraph::new(lines), inner);
 }
 

@@ -1492,9 +1492,9 @@ async fn real_clis(rows: &mut Vec<Row>) {
 /// Row 10c (issue 50): the CLI's own first turn in a process that is already running, driven
 /// by hand as botvisor drives it after a warm start: the same program, arguments, environment
 /// and folder as the agent botvisor warm-started for `idle` (read from /proc while it runs),
-/// `initialize` answered, a pause of `pause`, then a user message on stdin; from the message's
-/// write to the reply's `assistant` line on stdout. A fresh process each round; `rounds` of
-/// them.
+/// `initialize` written at its start, then `pause` later a user message on stdin (as botvisor
+/// writes it, without waiting for `initialize`'s answer); from the message's write to the
+/// reply's `assistant` line on stdout. A fresh process each round; `rounds` of them.
 async fn first_turn_by_hand(idle: &BotProxy<'static>, pause: Duration, rounds: usize) -> Stats {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     wait_state(idle, "stopped").await;
@@ -1544,22 +1544,15 @@ async fn first_turn_by_hand(idle: &BotProxy<'static>, pause: Duration, rounds: u
             .unwrap();
         let mut stdin = child.stdin.take().unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        // As botvisor does at a warm start: `initialize` written at once, the message when it
+        // comes (here `pause` after the start, the user's pause after `Hold`), without waiting
+        // for the CLI to answer `initialize` first.
         let init = r#"{"type":"control_request","request_id":"hand-init","request":{"subtype":"initialize"}}"#;
         stdin
             .write_all(format!("{init}\n").as_bytes())
             .await
             .unwrap();
         let bound = Duration::from_secs(60);
-        tokio::time::timeout(bound, async {
-            while let Some(l) = lines.next_line().await.unwrap() {
-                if l.contains("control_response") && l.contains("hand-init") {
-                    return;
-                }
-            }
-            panic!("the CLI ended before answering initialize");
-        })
-        .await
-        .expect("initialize answered");
         tokio::time::sleep(pause).await;
         let message = serde_json::json!({"type": "user",
             "message": {"role": "user", "content": format!("by hand {i}")}});

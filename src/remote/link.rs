@@ -193,11 +193,15 @@ pub fn run_program(
         let ended = link.ended.clone();
         std::thread::spawn(move || {
             let mut err = std::io::BufReader::new(err);
+            let mut pace = Pace::new();
             while let Some(line) = bounded_line(&mut err) {
                 if !ended.load(std::sync::atomic::Ordering::SeqCst) {
                     let text = String::from_utf8_lossy(&line);
                     on_line(text.trim_end_matches(['\n', '\r']));
                 }
+                // Past its burst, a program that writes without end is read at the pace's
+                // rate: it waits on its full pipe, and no log or CPU goes with it.
+                std::thread::sleep(pace.wait());
             }
             let _ = done_tx.send(());
         });
@@ -217,6 +221,43 @@ pub fn run_program(
 /// The most bytes of one line of a link program's standard error that are kept: a program
 /// that writes without a newline is not buffered without end.
 pub const MAX_LINE: usize = 4096;
+
+/// How many lines of a link program's standard error are read at once before they are read at
+/// [`LINES_PER_SECOND`]: an ssh's banner and its errors fit; a program that floods its
+/// standard error (a hostile run saw 17 MB of log a second and a whole core) is slowed to that
+/// pace by its own full pipe.
+pub const LINES_BURST: f64 = 200.0;
+
+/// The pace at which a link program's lines are read past [`LINES_BURST`].
+pub const LINES_PER_SECOND: f64 = 5.0;
+
+/// A token bucket: [`LINES_BURST`] lines at once, then [`LINES_PER_SECOND`].
+struct Pace {
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+impl Pace {
+    fn new() -> Pace {
+        Pace {
+            tokens: LINES_BURST,
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// One line taken: how long to wait before the next may be read.
+    fn wait(&mut self) -> Duration {
+        let now = std::time::Instant::now();
+        let earned = now.duration_since(self.at).as_secs_f64() * LINES_PER_SECOND;
+        self.at = now;
+        self.tokens = (self.tokens + earned).min(LINES_BURST) - 1.0;
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / LINES_PER_SECOND)
+        }
+    }
+}
 
 /// The next line of `from` (its newline included when it has one), at most [`MAX_LINE`] bytes;
 /// what a longer line has past that is read and dropped. `None` at the end (or an error).
@@ -297,6 +338,18 @@ pub async fn stops_answering(conn: &zbus::Connection) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flood_of_lines_is_read_at_a_pace_past_its_burst() {
+        let mut pace = Pace::new();
+        let burst = LINES_BURST as usize;
+        assert!((0..burst).all(|_| pace.wait() == Duration::ZERO));
+        let wait = pace.wait();
+        assert!(
+            wait > Duration::from_millis(150) && wait <= Duration::from_millis(200),
+            "{wait:?}"
+        );
+    }
 
     #[test]
     fn a_line_without_end_is_kept_to_its_bound() {

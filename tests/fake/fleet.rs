@@ -793,3 +793,71 @@ fn running_with(word: &str) -> bool {
             .is_ok_and(|c| c.split(|b| *b == 0).any(|w| w == word.as_bytes()))
     })
 }
+
+/// A host whose botvisord is stuck (stopped: its bus and link answer, it does not) holds up
+/// nothing of the others: a question on this machine is shown while that host is still being
+/// read (a hostile run saw the whole desktop wait 28 s for it). A host that was never reached
+/// tells the hooks nothing at each try (a hostile run saw a `daemon_left` at every retry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_or_unreachable_host_holds_up_and_tells_nothing() {
+    use support::desktop::{Notifier, StandInServer};
+    let (local, beta) = (host_with_bots(0).await, host_with_bots(0).await);
+    let home = &local.env.home;
+    let bus = Some(local.env.bus.address.as_str());
+    for (name, at) in [
+        ("beta", beta.env.bus.address.as_str()),
+        ("gone", "unix:path=/nonexistent/bus"),
+    ] {
+        let (code, _, err) = run(bus, home, &[], &["hosts", "add", name, at]).await;
+        assert_eq!(code, 0, "{err}");
+    }
+    let server = StandInServer::start(&local.env.bus.address, &["actions", "body"]).await;
+    let ask = json!([{"mode": "normal", "ask": {"tool": "Write",
+                       "input": {"file_path": "/tmp/x", "content": "hi"}}}]);
+    let on_local = crate::ui::bot(&local, "asker", ask.clone()).await;
+    let beta_daemon = beta.daemon.pid() as i32;
+    // SAFETY: kill(2) on the test's own botvisord.
+    unsafe { libc::kill(beta_daemon, libc::SIGSTOP) };
+    let events = local.env.dir.path().join("events.jsonl");
+    let config = format!(
+        "[notify]\nturn_finished = false\n\n[[hooks]]\nname = \"all\"\n\
+         command = [\"sh\", \"-c\", \"cat >> {}\"]\nevents = [\"*\"]\n",
+        events.display()
+    );
+    let notify = Notifier::spawn_with(&local.env, &config, &["--all-hosts"]);
+    notify.wait_log("linked host=beta").await;
+    on_local.send("go", HashMap::new()).await.unwrap();
+    server
+        .wait("this machine's question", |r| {
+            r.notified
+                .iter()
+                .any(|n| n.summary == "local:asker asks to use Write")
+                .then_some(())
+        })
+        .await;
+    assert!(
+        !notify
+            .log_text()
+            .contains("did not answer GetManagedObjects"),
+        "shown only once beta's read gave up:\n{}",
+        notify.log_text()
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(beta_daemon, libc::SIGCONT) };
+    // `gone` tried again (1 s, then 2 s later): still nothing told of it.
+    support::desktop::poll("gone tried twice", || {
+        (notify.log_text().matches("still offline").count() >= 2).then_some(())
+    })
+    .await
+    .expect("gone tried again");
+    let told = std::fs::read_to_string(&events).unwrap_or_default();
+    assert!(
+        told.lines().all(|l| !l.contains("daemon_left")),
+        "a host never reached was said to have left:\n{told}"
+    );
+    assert!(
+        told.lines()
+            .any(|l| l.contains("permission_requested") && l.contains("\"host\":\"local\"")),
+        "{told}"
+    );
+}

@@ -60,6 +60,9 @@ pub enum Input {
     },
     /// A host's connection ended, and why.
     Lost(usize, String),
+    /// What a host's botvisord had when it was read ([`snapshot`]), for the read numbered
+    /// `generation` of that host (an older read's is dropped); `None` when it did not answer.
+    Snapshot(usize, u64, Option<Snapshot>),
 }
 
 /// What the desktop task is told of the notification server.
@@ -327,50 +330,62 @@ impl Daemon {
         self.since = None;
     }
 
-    /// Every bot of botvisord (`owner`), with its properties: `GetManagedObjects`, bounded by
-    /// [`SNAPSHOT_TIMEOUT`]. `None` when it did not answer (it left, or is stuck: logged), and
-    /// botvisor-notify waits for it to come back.
-    pub async fn snapshot(
-        &mut self,
-        conn: &Connection,
-        owner: String,
-    ) -> Option<Vec<(String, Props)>> {
-        self.left();
-        let call = conn.call_method(
-            Some(owner.as_str()),
-            ROOT_PATH,
-            Some("org.freedesktop.DBus.ObjectManager"),
-            "GetManagedObjects",
-            &(),
-        );
-        let reply = match tokio::time::timeout(SNAPSHOT_TIMEOUT, call).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                tracing::warn!("cannot list the bots: {e}");
-                return None;
-            }
-            Err(_) => {
-                tracing::warn!(
-                    "botvisord did not answer GetManagedObjects within {SNAPSHOT_TIMEOUT:?}"
-                );
-                return None;
-            }
-        };
-        type Objects = HashMap<OwnedObjectPath, HashMap<String, HashMap<String, OwnedValue>>>;
-        let objects: Objects = match reply.body().deserialize() {
-            Ok(o) => o,
-            Err(e) => {
-                tracing::warn!("GetManagedObjects answered something else: {e}");
-                return None;
-            }
-        };
-        self.owner = Some(owner);
-        self.since = Some(reply.recv_position());
-        let bots: Vec<(String, Props)> = objects
-            .iter()
-            .filter_map(|(p, ifaces)| Some((p.to_string(), props_of(ifaces.get(BOT_INTERFACE)?))))
-            .collect();
-        tracing::info!(bots = bots.len(), "botvisord is on the bus");
-        Some(bots)
+    /// From now on, the signals of `snapshot`'s owner received after it apply.
+    pub fn took(&mut self, snapshot: &Snapshot) {
+        self.owner = Some(snapshot.owner.clone());
+        self.since = Some(snapshot.since);
     }
+}
+
+/// What botvisord had when it was read: its unique name, where the connection received the
+/// answer, and every bot with its properties.
+pub struct Snapshot {
+    /// Its unique name.
+    pub owner: String,
+    /// Where the connection received the answer.
+    pub since: Sequence,
+    /// Every bot: its path and properties.
+    pub bots: Vec<(String, Props)>,
+}
+
+/// Every bot of botvisord (`owner`), with its properties, and where the connection received
+/// the answer: `GetManagedObjects`, bounded by [`SNAPSHOT_TIMEOUT`]. `None` when it did not
+/// answer (it left, or is stuck: logged), and botvisor-notify waits for it to come back. Made
+/// by a task of its own: a botvisord that is stuck holds up nothing else.
+pub async fn snapshot(conn: &Connection, owner: String) -> Option<Snapshot> {
+    let call = conn.call_method(
+        Some(owner.as_str()),
+        ROOT_PATH,
+        Some("org.freedesktop.DBus.ObjectManager"),
+        "GetManagedObjects",
+        &(),
+    );
+    let reply = match tokio::time::timeout(SNAPSHOT_TIMEOUT, call).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            tracing::warn!("cannot list the bots: {e}");
+            return None;
+        }
+        Err(_) => {
+            tracing::warn!(
+                "botvisord did not answer GetManagedObjects within {SNAPSHOT_TIMEOUT:?}"
+            );
+            return None;
+        }
+    };
+    type Objects = HashMap<OwnedObjectPath, HashMap<String, HashMap<String, OwnedValue>>>;
+    let objects: Objects = match reply.body().deserialize() {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::warn!("GetManagedObjects answered something else: {e}");
+            return None;
+        }
+    };
+    let since = reply.recv_position();
+    let bots: Vec<(String, Props)> = objects
+        .iter()
+        .filter_map(|(p, ifaces)| Some((p.to_string(), props_of(ifaces.get(BOT_INTERFACE)?))))
+        .collect();
+    tracing::info!(bots = bots.len(), "botvisord is on the bus");
+    Some(Snapshot { owner, since, bots })
 }

@@ -150,6 +150,32 @@ struct Side {
     conn: Option<Connection>,
     daemon: bus::Daemon,
     model: Model,
+    /// The number of the last read of its botvisord asked for (`Input::Snapshot`).
+    generation: u64,
+    /// While a read is under way, the signals received meanwhile, in order, to be taken once
+    /// it is in (those it holds already are then skipped). Bounded by what botvisord signals in
+    /// the read's bound (30 s).
+    reading: Option<Vec<(zbus::message::Sequence, String, model::Signal)>>,
+}
+
+impl Side {
+    fn new(name: &str, conn: Option<Connection>, config: &Config) -> Side {
+        Side {
+            name: name.to_owned(),
+            conn,
+            daemon: bus::Daemon::default(),
+            model: Model::new(config.notify.clone()),
+            generation: 0,
+            reading: None,
+        }
+    }
+
+    /// Its botvisord is gone, or another one came: what was being read is not awaited.
+    fn forget(&mut self) {
+        self.daemon.left();
+        self.generation += 1;
+        self.reading = None;
+    }
 }
 
 /// Connects, follows botvisord (and, with `--all-hosts`, every one of `hosts`: index 1 on) until
@@ -178,20 +204,14 @@ async fn run(
         config.notify.desktop,
     ));
     let hooks = hooks::Hooks::start(&config.hooks);
-    let mut sides = vec![Side {
-        name: botvisor::remote::hosts::LOCAL.to_owned(),
-        conn: Some(conn.clone()),
-        daemon: bus::Daemon::default(),
-        model: Model::new(config.notify.clone()),
-    }];
+    let mut sides = vec![Side::new(
+        botvisor::remote::hosts::LOCAL,
+        Some(conn.clone()),
+        &config,
+    )];
     let mut followers = Vec::new();
     for (i, entry) in hosts.into_iter().enumerate() {
-        sides.push(Side {
-            name: entry.name.clone(),
-            conn: None,
-            daemon: bus::Daemon::default(),
-            model: Model::new(config.notify.clone()),
-        });
+        sides.push(Side::new(&entry.name, None, &config));
         followers.push(tokio::spawn(hosts::follow(i + 1, entry, tx.clone())));
     }
     let fleet = sides.len() > 1;
@@ -226,10 +246,15 @@ async fn run(
                 let Some(side) = sides.get_mut(host) else {
                     continue;
                 };
-                side.conn = None;
-                side.daemon.left();
+                // A host never reached, or already down, has nothing to withdraw or tell.
+                let was_linked = side.conn.take().is_some();
+                side.forget();
+                if !was_linked {
+                    tracing::info!(host = %side.name, "still offline: {why}");
+                    continue;
+                }
                 let out = side.model.daemon_left();
-                tracing::warn!(host = %side.name, "its notifications are withdrawn: {why}");
+                tracing::warn!(host = %side.name, "its questions are withdrawn: {why}");
                 tell(&hooks, side, &out.happenings, fleet);
                 show(&sides, host, &desk, &out.touched, fleet);
             }
@@ -242,6 +267,10 @@ async fn run(
                 let Some(side) = sides.get_mut(host) else {
                     continue;
                 };
+                if let Some(waiting) = &mut side.reading {
+                    waiting.push((pos, sender, signal));
+                    continue;
+                }
                 if !side.daemon.accepts(&sender, pos) {
                     continue;
                 }
@@ -253,17 +282,47 @@ async fn run(
                 let Some(side) = sides.get_mut(host) else {
                     continue;
                 };
-                let out = match (owner, side.conn.clone()) {
-                    (Some(owner), Some(link)) => match side.daemon.snapshot(&link, owner).await {
-                        Some(bots) => side.model.daemon_back(bots),
-                        None => continue,
-                    },
-                    (Some(_), None) => continue,
-                    (None, _) => {
-                        side.daemon.left();
-                        side.model.daemon_left()
+                side.forget();
+                match (owner, side.conn.clone()) {
+                    // Read by a task of its own: a botvisord that is stuck holds up no other
+                    // host, and no notification (a hostile run saw 28 s of nothing).
+                    (Some(owner), Some(link)) => {
+                        side.reading = Some(Vec::new());
+                        let (generation, tx) = (side.generation, tx.clone());
+                        tokio::spawn(async move {
+                            let read = bus::snapshot(&link, owner).await;
+                            let _ = tx.send(Input::Snapshot(host, generation, read));
+                        });
                     }
+                    (Some(_), None) => {}
+                    (None, _) => {
+                        let out = side.model.daemon_left();
+                        tell(&hooks, side, &out.happenings, fleet);
+                        show(&sides, host, &desk, &out.touched, fleet);
+                    }
+                }
+            }
+            Input::Snapshot(host, generation, read) => {
+                let Some(side) = sides.get_mut(host) else {
+                    continue;
                 };
+                if generation != side.generation {
+                    continue;
+                }
+                let waiting = side.reading.take().unwrap_or_default();
+                // Not answered: it waits for botvisord to come back, as before.
+                let Some(read) = read else {
+                    continue;
+                };
+                side.daemon.took(&read);
+                let mut out = side.model.daemon_back(read.bots);
+                for (pos, sender, signal) in waiting {
+                    if side.daemon.accepts(&sender, pos) {
+                        let more = side.model.apply(signal);
+                        out.happenings.extend(more.happenings);
+                        out.touched.extend(more.touched);
+                    }
+                }
                 tell(&hooks, side, &out.happenings, fleet);
                 show(&sides, host, &desk, &out.touched, fleet);
             }
@@ -334,7 +393,9 @@ fn show(sides: &[Side], host: usize, desk: &Desk, touched: &[String], fleet: boo
         for kind in Kind::ALL {
             let note = side.model.note(path, kind).map(|mut n| {
                 if fleet {
-                    n.summary = format!("{}:{}", side.name, n.summary);
+                    // Cut again with the host: a summary stays within its bound.
+                    n.summary =
+                        note::line(&format!("{}:{}", side.name, n.summary), note::SUMMARY_CHARS);
                 }
                 n
             });

@@ -533,6 +533,20 @@ async fn the_dashboard_shows_every_host_answers_on_one_and_rides_out_a_host_gone
     );
     assert!(screen.contains("3 online"), "{screen}");
     assert!(screen.contains("noisy connecting"), "{screen}");
+    // `?`: the keys, and each host with which botvisord answered there.
+    t.keys(&["?"]);
+    let help = t
+        .wait("the hosts in the help", |s| s.contains("keys and hosts"))
+        .await;
+    for h in ["local", "beta", "gamma"] {
+        assert!(
+            help.contains(&format!("{h}  online (boot ")),
+            "{h}:\n{help}"
+        );
+    }
+    t.keys(&["Escape"]);
+    t.wait("the help closed", |s| !s.contains("keys and hosts"))
+        .await;
 
     // A permission question on beta, answered from the dashboard on this machine.
     asker.send("write it", HashMap::new()).await.unwrap();

@@ -338,7 +338,7 @@ pub fn draw(frame: &mut Frame<'_>, m: &Model, now: SystemTime) {
     draw_input(frame, rows[3], m);
     draw_status(frame, rows[4], m);
     if m.mode == Mode::Help {
-        draw_help(frame, area);
+        draw_help(frame, area, m);
     }
 }
 
@@ -629,31 +629,55 @@ fn draw_status(frame: &mut Frame<'_>, area: Rect, m: &Model) {
     frame.render_widget(Paragraph::new(line), area);
 }
 
-fn draw_help(frame: &mut Frame<'_>, area: Rect) {
-    let w = area.width.min(76);
-    let h = (HELP.len() as u16 + 4).min(area.height);
+/// The keys, and over several hosts each host: its state, which botvisord answered there (the
+/// first 8 characters of its machine's boot id and of its invocation, where it says them) and,
+/// offline, why.
+fn draw_help(frame: &mut Frame<'_>, area: Rect, m: &Model) {
+    let w = area.width.min(96);
+    let inner = w.saturating_sub(2) as usize;
+    let mut lines: Vec<Line<'static>> = HELP
+        .iter()
+        .map(|(k, what)| Line::raw(fit(&format!("{k:>14}  {what}"), inner)))
+        .collect();
+    if m.is_fleet() {
+        lines.push(Line::raw(""));
+        for h in &m.hosts {
+            let which = if h.which.boot_id.is_empty() && h.which.invocation.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (boot {}, botvisord {})",
+                    crate::fleet::short(&h.which.boot_id),
+                    crate::fleet::short(&h.which.invocation)
+                )
+            };
+            let why = match &h.link {
+                Link::Offline { why, .. } => format!(": {why}"),
+                _ => String::new(),
+            };
+            let text = format!("{:>14}  {}{which}{why}", h.name, host_state(h));
+            lines.push(Line::raw(fit(&show::safe(&text), inner)));
+        }
+    }
+    lines.push(Line::styled(
+        "any key closes this",
+        Style::new().add_modifier(Modifier::DIM),
+    ));
+    let h = (lines.len() as u16 + 2).min(area.height);
     let popup = Rect {
         x: area.x + (area.width - w) / 2,
         y: area.y + (area.height - h) / 2,
         width: w,
         height: h,
     };
-    let lines: Vec<Line<'static>> = HELP
-        .iter()
-        .map(|(k, what)| {
-            Line::raw(fit(
-                &format!("{k:>14}  {what}"),
-                w.saturating_sub(2) as usize,
-            ))
-        })
-        .chain(std::iter::once(Line::styled(
-            "any key closes this",
-            Style::new().add_modifier(Modifier::DIM),
-        )))
-        .collect();
+    let title = if m.is_fleet() {
+        " keys and hosts "
+    } else {
+        " keys "
+    };
     frame.render_widget(Clear, popup);
     frame.render_widget(
-        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" keys ")),
+        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(title)),
         popup,
     );
 }

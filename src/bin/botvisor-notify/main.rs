@@ -343,13 +343,7 @@ async fn run(
                                 "cannot answer: the host is offline"
                             ),
                         }
-                        show(
-                            &sides,
-                            key.host,
-                            &desk,
-                            std::slice::from_ref(&key.bot),
-                            fleet,
-                        );
+                        show_key(&sides, &desk, &key, fleet);
                     }
                     Some(model::Do::Open(bot)) => {
                         let on = (key.host > 0).then_some(side.name.as_str());
@@ -363,13 +357,7 @@ async fn run(
                     continue;
                 };
                 side.model.dismissed(&key, &tag);
-                show(
-                    &sides,
-                    key.host,
-                    &desk,
-                    std::slice::from_ref(&key.bot),
-                    fleet,
-                );
+                show_key(&sides, &desk, &key, fleet);
             }
         }
     };
@@ -402,6 +390,11 @@ fn show(sides: &[Side], host: usize, desk: &Desk, touched: &[String], fleet: boo
             desk.set(model::Key::on(host, path, kind), note);
         }
     }
+}
+
+/// [`show`] for the bot of `key` alone (an action on its notification, or its dismissal).
+fn show_key(sides: &[Side], desk: &Desk, key: &model::Key, fleet: bool) {
+    show(sides, key.host, desk, std::slice::from_ref(&key.bot), fleet);
 }
 
 /// Tells the hooks what happened on `side`; over several hosts (`fleet`) each event names its

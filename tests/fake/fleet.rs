@@ -146,6 +146,10 @@ async fn one_list_shows_every_hosts_bots_and_a_host_that_is_gone_holds_up_nobody
     let (code, out, err) = run(bus, home, &[], &["-H", "gamma", "--json", "list"]).await;
     assert_eq!(code, 0, "{err}");
     assert_eq!(lines(&out).len(), 20);
+    // A row's name copied into a command for one host says how to name the bot on its host.
+    let (code, _, err) = run(bus, home, &[], &["send", "beta:work", "hello"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("name its host with `-H beta`"), "{err}");
     // A command that changes a bot goes to one host.
     let (code, _, err) = run(
         bus,

@@ -366,6 +366,26 @@ pub async fn find(conn: &Connection, spec: &str) -> Result<Option<OwnedObjectPat
     path_of(conn, spec).await.map(Some)
 }
 
+/// For a bot not found: when `spec` reads `HOST:BOT` as a row over several hosts names it
+/// (`buildbox:demo`) and `HOST` is a host of the hosts file (or `local`), how to name it on its
+/// host (` (it reads as bot demo of host buildbox: -H buildbox … demo)`); else nothing.
+fn on_named_host(spec: &str) -> String {
+    let Some((host, bot)) = spec.split_once(':') else {
+        return String::new();
+    };
+    let known = host == super::hosts::LOCAL
+        || super::hosts::load().is_ok_and(|c| c.hosts.iter().any(|h| h.name == host));
+    if !known || bot.is_empty() {
+        return String::new();
+    }
+    format!(
+        " (it reads as the bot {} of host {}: name its host with `-H {}` and the bot alone)",
+        show::safe(bot),
+        show::safe(host),
+        show::safe(host)
+    )
+}
+
 pub async fn path_of(conn: &Connection, spec: &str) -> Result<OwnedObjectPath, Failure> {
     if spec.starts_with('/') {
         return OwnedObjectPath::try_from(spec.to_owned()).map_err(|e| {
@@ -383,9 +403,9 @@ pub async fn path_of(conn: &Connection, spec: &str) -> Result<OwnedObjectPath, F
             let short_prefix =
                 (1..4).contains(&spec.len()) && spec.bytes().all(|b| b.is_ascii_hexdigit());
             let why = if short_prefix {
-                " (an id prefix takes 4 characters or more)"
+                " (an id prefix takes 4 characters or more)".to_owned()
             } else {
-                ""
+                on_named_host(spec)
             };
             Err(Failure::failed(format!(
                 "no bot has the id, id prefix or name `{}`{why}; `{} list` shows them all",

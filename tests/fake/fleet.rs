@@ -394,20 +394,12 @@ async fn a_host_that_never_answers_is_offline_and_its_program_ends() {
     for (name, marker, _) in hosts {
         assert_eq!(states[name]["state"], "offline", "{out}");
         bounded("the link's programs end", async {
-            while sleeping(marker) {
+            while running_with(marker) {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         })
         .await;
     }
-}
-
-/// Whether a `sleep SECONDS` of ours runs.
-fn sleeping(seconds: &str) -> bool {
-    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-        std::fs::read(e.path().join("cmdline"))
-            .is_ok_and(|c| c.split(|b| *b == 0).any(|w| w == seconds.as_bytes()))
-    })
 }
 
 /// A host given by an address, not by a name, is named by that address in the hints: the
@@ -665,7 +657,7 @@ async fn the_dashboard_shows_every_host_answers_on_one_and_rides_out_a_host_gone
     let config = |sshd: &Sshd| sshd.dir.join("ssh_config").display().to_string();
     let links = [config(&beta_sshd), config(&gamma_sshd)];
     support::desktop::poll("the dashboard's links ended", || {
-        (!links.iter().any(|l| running_with(l)) && !sleeping("1000")).then_some(())
+        (!links.iter().any(|l| running_with(l)) && !running_with("1000")).then_some(())
     })
     .await
     .expect("no link of the dashboard left running");

@@ -114,6 +114,26 @@ impl Drop for Bench {
 
 /// Sends `text` and returns (ns before the call, the assistant payload text, ns the signal came).
 async fn ping(bot: &BotProxy<'static>, text: &str) -> (u64, String, u64) {
+    let p = ping_keyed(bot, text).await;
+    (p.called, p.text, p.heard)
+}
+
+/// One `Send` and its answer, with what keys them in botvisord's profile (`botvisor::profile`).
+struct Pinged {
+    /// CLOCK_MONOTONIC ns just before the call.
+    called: u64,
+    /// The assistant item's text.
+    text: String,
+    /// CLOCK_MONOTONIC ns its `ChatItemAdded` came.
+    heard: u64,
+    /// The turn's id.
+    turn: String,
+    /// The assistant item's seq.
+    seq: u64,
+}
+
+/// [`ping`], with the turn id and the assistant item's seq.
+async fn ping_keyed(bot: &BotProxy<'static>, text: &str) -> Pinged {
     let mut items = bot.receive_chat_item_added().await.unwrap();
     let mut finished = bot.receive_turn_finished().await.unwrap();
     let t0 = mono_ns();
@@ -127,13 +147,13 @@ async fn ping(bot: &BotProxy<'static>, text: &str) -> (u64, String, u64) {
                 let a = sig.args().unwrap();
                 if a.kind == "assistant" {
                     let p: Value = serde_json::from_str(&a.payload).unwrap();
-                    reply = Some((p["text"].as_str().unwrap().to_owned(), at));
+                    reply = Some((p["text"].as_str().unwrap().to_owned(), at, a.seq));
                 }
             }
             Some(sig) = finished.next() => {
                 if sig.args().unwrap().turn_id == turn {
-                    let (text, at) = reply.expect("an assistant item");
-                    return (t0, text, at);
+                    let (text, heard, seq) = reply.expect("an assistant item");
+                    return Pinged { called: t0, text, heard, turn, seq };
                 }
             }
         }
@@ -159,10 +179,12 @@ async fn latency(rows: &mut Vec<Row>) {
     }
     let mut send = Vec::new();
     let mut event = Vec::new();
+    let mut pinged = Vec::with_capacity(rounds);
     for _ in 0..rounds {
-        let (t0, text, at) = ping(&bot, "ping").await;
-        send.push((stamp(&text, "recv") - t0) as f64 / 1000.0);
-        event.push((at - stamp(&text, "emit")) as f64 / 1000.0);
+        let p = ping_keyed(&bot, "ping").await;
+        send.push((stamp(&p.text, "recv") - p.called) as f64 / 1000.0);
+        event.push((p.heard - stamp(&p.text, "emit")) as f64 / 1000.0);
+        pinged.push(p);
     }
     // Baselines: a method round trip to the daemon (Peer.Ping), a bare signal between clients.
     let peer = zbus::fdo::PeerProxy::builder(&bench.env.conn)
@@ -221,6 +243,12 @@ async fn latency(rows: &mut Vec<Row>) {
         ),
         verdict: format!("{:+.0} µs at p99", e.p99 - b.p99),
     });
+    if cfg!(feature = "profile") {
+        let mut bench = bench;
+        bench.daemon.take(); // botvisord writes its stamps as it exits
+        let file = bench.env.home.join("run").join(botvisor::profile::FILE);
+        print_profile(&file, &pinged);
+    }
     let (t, f) = (stats(to_cli), stats(from_cli));
     rows.push(Row {
         name: "1–2 context: a pipe to / from the fake CLI alone".into(),
@@ -232,6 +260,72 @@ async fn latency(rows: &mut Vec<Row>) {
         baseline: "part of rows 1 and 2".into(),
         verdict: "—".into(),
     });
+}
+
+/// Rows 1 and 2's profile (`--features profile`, issue 50): each step of a `Send`'s way and of
+/// a line's, from botvisord's stamps in `file` (`botvisor::profile`) joined with the client's
+/// and the fake CLI's of each round: the median, p90 and p99 of each step in µs.
+fn print_profile(file: &std::path::Path, pinged: &[Pinged]) {
+    let text = std::fs::read_to_string(file)
+        .unwrap_or_else(|e| panic!("botvisord's profile {}: {e}", file.display()));
+    let mut at: HashMap<(String, String), u64> = HashMap::new();
+    for line in text.lines() {
+        let mut f = line.split('\t');
+        if let (Some(point), Some(key), Some(ns)) = (f.next(), f.next(), f.next()) {
+            at.insert((point.to_owned(), key.to_owned()), ns.parse().unwrap());
+        }
+    }
+    let mut send_way = vec!["client.call"];
+    send_way.extend(botvisor::profile::SEND_POINTS);
+    send_way.push("cli.read");
+    let mut line_way = vec!["cli.emit"];
+    line_way.extend(botvisor::profile::LINE_POINTS);
+    line_way.push("client.heard");
+    for p in pinged {
+        let (turn, item) = (format!("turn:{}", p.turn), format!("item:{}", p.seq));
+        at.insert(("client.call".into(), turn.clone()), p.called);
+        at.insert(("cli.read".into(), turn), stamp(&p.text, "recv"));
+        at.insert(("cli.emit".into(), item.clone()), stamp(&p.text, "emit"));
+        at.insert(("client.heard".into(), item), p.heard);
+    }
+    println!(
+        "\nProfile of rows 1 and 2 ({} rounds; µs between stamps):\n",
+        pinged.len()
+    );
+    println!("| step | rounds | median | p90 | p99 |\n| --- | --- | --- | --- | --- |");
+    for (way, prefix) in [(&send_way, "turn:"), (&line_way, "item:")] {
+        for pair in way.windows(2) {
+            let steps: Vec<f64> = pinged
+                .iter()
+                .filter_map(|p| {
+                    let key = match prefix {
+                        "turn:" => format!("turn:{}", p.turn),
+                        _ => format!("item:{}", p.seq),
+                    };
+                    let a = at.get(&(pair[0].to_owned(), key.clone()))?;
+                    let b = at.get(&(pair[1].to_owned(), key))?;
+                    Some((*b as f64 - *a as f64) / 1000.0)
+                })
+                .collect();
+            if steps.is_empty() {
+                println!("| {} → {} | 0 | — | — | — |", pair[0], pair[1]);
+                continue;
+            }
+            let n = steps.len();
+            let mut v = steps;
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            let q = |q: f64| v[((n as f64 - 1.0) * q).round() as usize];
+            println!(
+                "| {} → {} | {n} | {:.0} | {:.0} | {:.0} |",
+                pair[0],
+                pair[1],
+                q(0.5),
+                q(0.9),
+                q(0.99)
+            );
+        }
+    }
+    println!();
 }
 
 /// A pipe to a Python process that stamps what it reads, and back: the share of rows 1 and 2

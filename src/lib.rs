@@ -18,6 +18,7 @@ pub mod files;
 pub mod logging;
 pub mod preview;
 pub mod process;
+pub mod profile;
 pub mod queued;
 pub mod remote;
 pub mod runtime;

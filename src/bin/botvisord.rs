@@ -69,7 +69,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(botvisor::daemon::run(config, database)) {
+    let ran = runtime.block_on(botvisor::daemon::run(config, database));
+    botvisor::profile::dump();
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("botvisord: {e}");

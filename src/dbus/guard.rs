@@ -22,6 +22,7 @@ use zbus::object_server::{DispatchResult, Interface, SignalEmitter};
 use zbus::{BoxDBusError, Connection, ObjectServer, OwnedVariant, Variant};
 
 use super::ctx::Ctx;
+use crate::profile;
 
 /// The methods of an interface whose answer is a file descriptor: botvisord sends those answers
 /// itself ([`super::descriptors`]), so that a client that cannot take one is told so.
@@ -297,6 +298,7 @@ impl<I: Interface + DescriptorMethods> Interface for Guarded<I> {
         }
         if let Some(work) = self.inner.promised_call(msg, &name) {
             return DispatchResult::Async(Box::pin(async move {
+                let began = profile::now();
                 let running =
                     super::replies::Replies::begin_owned(self.ctx.clone(), |c| &c.replies);
                 let hdr = msg.header();
@@ -304,11 +306,19 @@ impl<I: Interface + DescriptorMethods> Interface for Guarded<I> {
                     .await
                     .map_err(|e| Box::new(e) as BoxDBusError)?;
                 let promised = work().map_err(|e| Box::new(e) as BoxDBusError)?;
+                profile::stamp_at(
+                    "send.handler",
+                    || format!("turn:{}", promised.answer),
+                    began,
+                );
+                profile::stamp("send.committed", || format!("turn:{}", promised.answer));
                 let (ctx, conn, msg) = (self.ctx.clone(), connection.clone(), msg.clone());
                 tokio::spawn(async move {
                     promised.kept.await;
+                    profile::stamp("send.kept", || format!("turn:{}", promised.answer));
                     let hdr = msg.header();
-                    super::manager::answer_with(&conn, &hdr, Ok(promised.answer)).await;
+                    super::manager::answer_with(&conn, &hdr, Ok(promised.answer.clone())).await;
+                    profile::stamp("send.replied", || format!("turn:{}", promised.answer));
                     let _ = promised.sent.send(());
                     ctx.replies.sent(&hdr);
                     drop(running);

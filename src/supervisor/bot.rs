@@ -372,6 +372,7 @@ impl Actor {
     fn read_group(&mut self, first: ProcEvent) -> Next {
         self.group.open = true;
         self.group.ended = false;
+        self.group.began = Some(crate::profile::now());
         let mut ev = first;
         let mut read = 0;
         let next = loop {
@@ -391,6 +392,7 @@ impl Actor {
         };
         self.group.open = false;
         self.commit_group();
+        self.group.began = None;
         next
     }
 

@@ -41,6 +41,7 @@ impl Actor {
                     // Its reply first: the client knows the turn id before it hears the turn.
                     let _ = tokio::time::timeout(crate::supervisor::ANSWER_WAIT, answered).await;
                 }
+                crate::profile::stamp("actor.queued", || format!("turn:{}", turn.id));
                 self.promised = self.promised.max(promise);
                 self.handle(Input::Command(Cmd::Queued(turn)));
                 self.stop_if_asked().await;

@@ -6,6 +6,7 @@
 //! wins, [`crate::supervisor::core::prompts`]).
 
 use super::Actor;
+use crate::profile;
 use crate::store;
 use crate::supervisor::Property;
 use crate::supervisor::Publication;
@@ -72,7 +73,8 @@ impl Actor {
                         self.write_lines(lines);
                     }
                 }
-                Effect::Send(Request::Message { text }) => {
+                Effect::Send(Request::Message { turn_id, text }) => {
+                    profile::stamp("actor.delivery", || format!("turn:{turn_id}"));
                     // Design rule 8: what the agent is given was promised durably first.
                     self.shared.store.keep_blocking(self.promised);
                     let ok = match self.proc.as_mut() {
@@ -83,6 +85,7 @@ impl Actor {
                         }
                         None => false,
                     };
+                    profile::stamp("actor.written", || format!("turn:{turn_id}"));
                     self.handle(Input::Written { ok });
                 }
                 Effect::Send(Request::Refuse {

@@ -37,6 +37,9 @@ pub(super) struct Group {
     pub(super) ended: bool,
     /// What waits for the group's commit.
     pub(super) held: Vec<Held>,
+    /// When the group's first line was taken (the bench's profile, `crate::profile`): set
+    /// while its items are committed and published.
+    pub(super) began: Option<crate::profile::Mark>,
 }
 
 /// Whether `effect` may wait for the group's commit ([`Held`]): a commit that writes and

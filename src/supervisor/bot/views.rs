@@ -43,6 +43,10 @@ impl Actor {
     }
 
     pub(super) fn publish_item(&self, item: &ChatItem) {
+        if let Some(line) = self.group.began {
+            crate::profile::stamp_at("actor.line", || format!("item:{}", item.seq), line);
+            crate::profile::stamp("actor.committed", || format!("item:{}", item.seq));
+        }
         publish_item(&self.shared.publisher, &self.id, item);
     }
 

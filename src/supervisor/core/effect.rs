@@ -173,6 +173,8 @@ pub enum Request {
     /// The message in flight, written to the agent's stdin as the runtime's user message; the
     /// shell says how the write went with `Input::Written`.
     Message {
+        /// The turn whose message it is.
+        turn_id: String,
         /// The message as the user sent it.
         text: String,
     },

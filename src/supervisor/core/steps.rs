@@ -154,8 +154,8 @@ impl BotCore {
             return;
         }
         if let Some(i) = &self.turns.inflight {
-            let text = i.turn.text.clone();
-            self.emit([Effect::Send(Request::Message { text })]);
+            let (turn_id, text) = (i.turn.id.clone(), i.turn.text.clone());
+            self.emit([Effect::Send(Request::Message { turn_id, text })]);
         }
     }
 

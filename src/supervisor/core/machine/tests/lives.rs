@@ -303,6 +303,7 @@ fn rule_8_a_message_is_written_only_once_where_it_goes_is_durable() {
     assert_eq!(
         drain(&mut core),
         [Effect::Send(Request::Message {
+            turn_id: "t".into(),
             text: "hello".into()
         })]
     );

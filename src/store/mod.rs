@@ -157,6 +157,7 @@ pub struct Store {
     closing_until: std::sync::OnceLock<std::time::Instant>,
     /// Writes being retried now.
     retrying: std::sync::atomic::AtomicUsize,
+    /// Transactions committed ([`Store::commits`]).
     commits: std::sync::atomic::AtomicU64,
     shared_commits: Arc<std::sync::atomic::AtomicU64>,
     checkpoint: Option<std::sync::mpsc::SyncSender<()>>,
@@ -493,6 +494,12 @@ impl Store {
         if let Some(sync) = &self.wal_sync {
             sync.kept(p).await
         }
+    }
+
+    /// How many transactions this store committed since it was opened (the tests count the
+    /// commits a turn takes).
+    pub fn commits(&self) -> u64 {
+        self.commits.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// [`Store::keep`], blocking the calling thread (for a bot's actor, before it writes a

@@ -36,12 +36,7 @@ impl Actor {
                 }
                 Effect::ForgetKept => self.forget_kept(),
                 Effect::End => self.ended = true,
-                Effect::Queued(n) => {
-                    let changed = self.view.read().queued != n;
-                    if changed {
-                        self.update(vec![Property::QueuedMessages], |v| v.queued = n);
-                    }
-                }
+                Effect::Queued(n) => self.show_queued(n),
                 Effect::State(state) => self.update(vec![Property::State], |v| v.state = state),
                 Effect::HeldBy(by) => self.update(vec![Property::HeldBy], |v| v.held_by = by),
                 Effect::Pending(list) => {
@@ -261,6 +256,14 @@ impl Actor {
 
     /// One publication of a commit, once it is durable: `items` are the chat items it appended,
     /// in order.
+    /// `n` messages wait (`QueuedMessages`), said when it changed.
+    pub(super) fn show_queued(&self, n: u32) {
+        let changed = self.view.read().queued != n;
+        if changed {
+            self.update(vec![Property::QueuedMessages], |v| v.queued = n);
+        }
+    }
+
     pub(super) fn publish(&self, p: &Publish, items: &[store::ChatItem]) {
         match p {
             Publish::Item(n) => {

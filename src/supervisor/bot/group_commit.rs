@@ -4,10 +4,13 @@
 //! burst instead of one per line, and a line that arrives alone is committed as before.
 //!
 //! Only what cannot change what the core reads back is held for the group: a commit of chat
-//! items alone, and the streamed text around them (`PartialText`, `TextDelta`). Any other effect
-//! (a turn's end, a session recorded, a state, a prompt, a stop, a wait for a commit) first
-//! commits and publishes what is held, then is carried out as before, and ends the group: what
-//! follows it is read as before, one line at a time.
+//! items, of a turn that began and of its delivery done (the CLI's replay of the message, issue
+//! 50: it came just before the first answer and took a commit of its own, ahead of it), the
+//! streamed text around them (`PartialText`, `TextDelta`) and the count of queued messages. The
+//! look at the agent's descendants when a turn begins is taken at once and does not end the
+//! group. Any other effect (a turn's end, a session recorded, a state, a prompt, a stop, a wait
+//! for a commit) first commits and publishes what is held, then is carried out as before, and
+//! ends the group: what follows it is read as before, one line at a time.
 
 use super::Actor;
 use crate::supervisor::core::Streamed;
@@ -26,6 +29,8 @@ pub(super) enum Held {
     },
     /// Streamed text, carried out after the commits before it.
     Stream(Streamed),
+    /// The count of queued messages, shown after the commits before it.
+    Queued(u32),
 }
 
 /// The group being read: on while the actor reads lines that arrived together.
@@ -42,29 +47,58 @@ pub(super) struct Group {
     pub(super) began: Option<crate::profile::Mark>,
 }
 
-/// Whether `effect` may wait for the group's commit ([`Held`]): a commit that writes and
-/// publishes chat items only, or streamed text.
-fn holdable(effect: &Effect) -> bool {
+/// What an effect is to the group being read.
+#[derive(Debug, PartialEq)]
+enum Fit {
+    /// It waits for the group's commit ([`Held`]).
+    Held,
+    /// It is carried out at once and the group goes on: it neither reads nor writes the store
+    /// nor publishes.
+    AtOnce,
+    /// It ends the group.
+    Ends,
+}
+
+/// What `effect` is to a group ([`Fit`]): a commit that writes chat items, a turn running and
+/// its delivery done, and publishes chat items only, streamed text and the queued count are
+/// held; the look at the agent's descendants as a turn begins is taken at once; the rest ends
+/// the group.
+fn fit(effect: &Effect) -> Fit {
     match effect {
-        Effect::Commit { writes, publish } => {
-            writes.iter().all(|w| matches!(w, Write::Chat { .. }))
-                && publish.iter().all(|p| matches!(p, Publish::Item(_)))
+        Effect::Commit { writes, publish }
+            if writes.iter().all(|w| {
+                matches!(
+                    w,
+                    Write::Chat { .. } | Write::TurnRunning(_) | Write::DeliveryDone(_)
+                )
+            }) && publish.iter().all(|p| matches!(p, Publish::Item(_))) =>
+        {
+            Fit::Held
         }
-        Effect::Stream(_) => true,
-        _ => false,
+        Effect::Stream(_) | Effect::Queued(_) => Fit::Held,
+        Effect::TurnBegan => Fit::AtOnce,
+        _ => Fit::Ends,
     }
 }
 
 impl Actor {
     /// Carries out `effect`, or holds it for the group's commit while a group is read.
     pub(super) fn group_or_apply(&mut self, effect: Effect) {
-        if self.group.open && holdable(&effect) {
-            self.group.held.push(match effect {
-                Effect::Commit { writes, publish } => Held::Items { writes, publish },
-                Effect::Stream(s) => Held::Stream(s),
-                _ => unreachable!("holdable"),
-            });
-            return;
+        match (self.group.open, fit(&effect)) {
+            (true, Fit::Held) => {
+                self.group.held.push(match effect {
+                    Effect::Commit { writes, publish } => Held::Items { writes, publish },
+                    Effect::Stream(s) => Held::Stream(s),
+                    Effect::Queued(n) => Held::Queued(n),
+                    _ => unreachable!("held"),
+                });
+                return;
+            }
+            (true, Fit::AtOnce) => {
+                self.apply(vec![effect]);
+                return;
+            }
+            _ => {}
         }
         if self.group.open {
             self.group.ended = true;
@@ -111,6 +145,7 @@ impl Actor {
                                 }
                             }
                             Held::Stream(s) => self.stream(s.clone()),
+                            Held::Queued(n) => self.show_queued(*n),
                         }
                     }
                 },
@@ -133,7 +168,56 @@ impl Actor {
                     self.apply(vec![Effect::Commit { writes, publish }]);
                 }
                 Held::Stream(s) => self.stream(s),
+                Held::Queued(n) => self.show_queued(n),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::supervisor::State;
+
+    /// What the core asks when the CLI replays the message in flight of a conversation already
+    /// recorded (`core::turns::Turns::replayed`, `core::events`): none of it ends a group, so
+    /// the first answer read with the replay is committed with it (issue 50).
+    #[test]
+    fn a_replay_of_a_recorded_conversation_does_not_end_the_group() {
+        let replay = [
+            Effect::TurnBegan,
+            Effect::Commit {
+                writes: vec![
+                    Write::TurnRunning("t".into()),
+                    Write::DeliveryDone("t".into()),
+                ],
+                publish: vec![],
+            },
+            Effect::Queued(0),
+        ];
+        let fits: Vec<Fit> = replay.iter().map(fit).collect();
+        assert_eq!(fits, [Fit::AtOnce, Fit::Held, Fit::Held]);
+    }
+
+    #[test]
+    fn what_the_core_reads_back_or_a_client_must_see_in_order_ends_the_group() {
+        let session = Effect::Commit {
+            writes: vec![
+                Write::TurnRunning("t".into()),
+                Write::Session(Some("s".into())),
+            ],
+            publish: vec![Publish::SessionId(Some("s".into()))],
+        };
+        assert_eq!(fit(&session), Fit::Ends);
+        assert_eq!(fit(&Effect::State(State::Busy)), Fit::Ends);
+        let item = Effect::Commit {
+            writes: vec![Write::Chat {
+                kind: "assistant".into(),
+                turn_id: Some("t".into()),
+                payload: "{}".into(),
+            }],
+            publish: vec![Publish::Item(0)],
+        };
+        assert_eq!(fit(&item), Fit::Held);
     }
 }

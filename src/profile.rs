@@ -13,7 +13,11 @@
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Mark(#[cfg(feature = "profile")] u64);
 
-/// The points a `Send` passes, in order (key `turn:ID`).
+/// The points a `Send` passes, in order (key `turn:ID`): the call at the guard, its commit
+/// made (a promise), the promise kept (the fsync), the reply sent, the bot's actor given the
+/// message, where it goes committed, the message written to the agent and its delivery
+/// recorded whole (the CLI may read the message before that last record: the step after it
+/// can be negative).
 pub const SEND_POINTS: &[&str] = &[
     "send.handler",
     "send.committed",
@@ -24,7 +28,9 @@ pub const SEND_POINTS: &[&str] = &[
     "actor.written",
 ];
 
-/// The points a chat item of a CLI's line passes, in order (key `item:SEQ`).
+/// The points a chat item of a CLI's line passes, in order (key `item:SEQ`): the actor takes
+/// the group of lines it came in (the group's first line), the item committed, the publisher
+/// takes it, its signal written.
 pub const LINE_POINTS: &[&str] = &[
     "actor.line",
     "actor.committed",

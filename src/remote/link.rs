@@ -313,6 +313,36 @@ pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 /// The longest wait between two tries of a host that is offline.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
+/// The wait before a host that is offline is tried again: [`BACKOFF_FIRST`], doubling at each
+/// try to [`BACKOFF_MAX`], and the first again once the host answered ([`Backoff::reset`]).
+/// The one rule `ui`, `watch` and `botvisor-notify` keep their links by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff(BACKOFF_FIRST)
+    }
+}
+
+impl Backoff {
+    /// The host answered: the next wait is the first.
+    pub fn reset(&mut self) {
+        self.0 = BACKOFF_FIRST;
+    }
+
+    /// The wait the next [`Backoff::wait`] takes.
+    pub fn next(&self) -> Duration {
+        self.0
+    }
+
+    /// Waits [`Backoff::next`], and doubles it for the try after (at most [`BACKOFF_MAX`]).
+    pub async fn wait(&mut self) {
+        tokio::time::sleep(self.0).await;
+        self.0 = (self.0 * 2).min(BACKOFF_MAX);
+    }
+}
+
 /// Waits until the link on `conn` stops answering: its bus's `GetId` asked every
 /// [`PING_EVERY`], failed or not answered within [`PING_BOUND`]. Why, in words.
 pub async fn stops_answering(conn: &zbus::Connection) -> String {
@@ -338,6 +368,20 @@ pub async fn stops_answering(conn: &zbus::Connection) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backoff_doubles_to_its_longest_and_starts_again_once_reset() {
+        let mut b = Backoff::default();
+        let mut waits = Vec::new();
+        for _ in 0..7 {
+            let at = tokio::time::Instant::now();
+            b.wait().await;
+            waits.push(at.elapsed().as_secs());
+        }
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30]);
+        b.reset();
+        assert_eq!(b.next(), BACKOFF_FIRST);
+    }
 
     #[test]
     fn a_flood_of_lines_is_read_at_a_pace_past_its_burst() {

@@ -13,7 +13,7 @@ use zbus::Connection;
 use zbus::address::transport::Transport;
 
 use botvisor::remote::hosts::HostEntry;
-use botvisor::remote::link::{BACKOFF_FIRST, BACKOFF_MAX, Link, run_program, stops_answering};
+use botvisor::remote::link::{Backoff, Link, run_program, stops_answering};
 
 use super::bus::{self, Input};
 
@@ -23,7 +23,7 @@ pub const LINK_BOUND: Duration = Duration::from_secs(10);
 
 /// Follows `entry` as host `host` until `tx`'s receiver is dropped (see the module).
 pub async fn follow(host: usize, entry: HostEntry, tx: UnboundedSender<Input>) {
-    let mut backoff = BACKOFF_FIRST;
+    let mut backoff = Backoff::default();
     loop {
         let why = match tokio::time::timeout(LINK_BOUND, link(&entry)).await {
             Err(_) => Some(format!("no answer within {} s", LINK_BOUND.as_secs())),
@@ -33,7 +33,7 @@ pub async fn follow(host: usize, entry: HostEntry, tx: UnboundedSender<Input>) {
                 if tx.send(Input::Linked(host, conn.clone())).is_err() {
                     return;
                 }
-                backoff = BACKOFF_FIRST;
+                backoff.reset();
                 tracing::info!(host = %entry.name, "linked");
                 if let Some(owner) = bus::daemon_owner(&conn).await {
                     let _ = tx.send(Input::DaemonOwner(host, Some(owner)));
@@ -49,7 +49,7 @@ pub async fn follow(host: usize, entry: HostEntry, tx: UnboundedSender<Input>) {
         };
         match why {
             Some(why) => {
-                tracing::warn!(host = %entry.name, "offline: {why}; tried again in {backoff:?}");
+                tracing::warn!(host = %entry.name, "offline: {why}; tried again in {:?}", backoff.next());
                 if tx.send(Input::Lost(host, why)).is_err() {
                     return;
                 }
@@ -59,8 +59,7 @@ pub async fn follow(host: usize, entry: HostEntry, tx: UnboundedSender<Input>) {
         if tx.is_closed() {
             return;
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(BACKOFF_MAX);
+        backoff.wait().await;
     }
 }
 

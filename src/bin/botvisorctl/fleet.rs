@@ -263,9 +263,7 @@ impl Kept {
     }
 }
 
-pub use botvisor::remote::link::{PING_BOUND, stops_answering};
-
-pub use botvisor::remote::link::{BACKOFF_FIRST, BACKOFF_MAX};
+pub use botvisor::remote::link::{Backoff, PING_BOUND, stops_answering};
 
 /// `watch` over several hosts (issue 51): every bot of every host live, each host on a link and
 /// a task of its own. A host that cannot be reached, or whose link stops answering, is said
@@ -290,7 +288,7 @@ async fn follow_host(m: Member, json: bool) {
         name: m.name.clone(),
         ctl: super::hint::ctl_for(&m),
     };
-    let mut backoff = BACKOFF_FIRST;
+    let mut backoff = Backoff::default();
     // The offline state said last: said again only when its reason changes.
     let mut said: Option<String> = None;
     loop {
@@ -325,15 +323,14 @@ async fn follow_host(m: Member, json: bool) {
         if up.load(std::sync::atomic::Ordering::Relaxed) {
             // It was online: its going is news, and its next try comes soon.
             said = None;
-            backoff = BACKOFF_FIRST;
+            backoff.reset();
         }
         if said.as_deref() != Some(why.as_str()) {
             say_offline(&m.name, &why, json);
             said = Some(why);
-            backoff = BACKOFF_FIRST;
+            backoff.reset();
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(BACKOFF_MAX);
+        backoff.wait().await;
     }
 }
 

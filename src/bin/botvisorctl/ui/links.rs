@@ -12,7 +12,7 @@ use zbus::Connection;
 
 use crate::drain::{BotvisorSignals, Drained, botvisor_signals};
 use crate::fail::{Failure, describe, is_lost};
-use crate::fleet::{BACKOFF_FIRST, BACKOFF_MAX, Daemon, HOST_BOUND, Member, stops_answering};
+use crate::fleet::{Backoff, Daemon, HOST_BOUND, Member, stops_answering};
 
 /// One of botvisord's signals, or a change of its bus name's owner, as [`botvisor_signals`]
 /// gives them.
@@ -52,10 +52,10 @@ pub fn fleet(members: &[Member], tx: &UnboundedSender<Feed>) {
 }
 
 /// One host of several, for ever: linked within [`HOST_BOUND`], followed while its link
-/// answers ([`stops_answering`]), then, down, tried again after a wait that doubles from
-/// [`BACKOFF_FIRST`] to [`BACKOFF_MAX`] (back to the first once it was up).
+/// answers ([`stops_answering`]), then, down, tried again after a wait that doubles
+/// ([`Backoff`]; back to the first once it was up).
 async fn keep(host: usize, m: Member, tx: UnboundedSender<Feed>) {
-    let mut backoff = BACKOFF_FIRST;
+    let mut backoff = Backoff::default();
     loop {
         let reach = async {
             let (conn, link) = m.bus.connect_link(Some(&m.name)).await?;
@@ -71,15 +71,14 @@ async fn keep(host: usize, m: Member, tx: UnboundedSender<Feed>) {
                 if tx.send(Feed::Up(host, conn.clone(), which)).is_err() {
                     return;
                 }
-                backoff = BACKOFF_FIRST;
+                backoff.reset();
                 follow(host, signals, stops_answering(&conn), &tx).await
             }
         };
         if tx.send(Feed::Down(host, why)).is_err() {
             return;
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(BACKOFF_MAX);
+        backoff.wait().await;
     }
 }
 

@@ -232,12 +232,8 @@ fn offline(model: &Model, host: usize) -> String {
     let name = crate::show::safe(&h.name);
     match &h.link {
         Link::Offline { since, why, .. } => format!(
-            "{name} is offline (since {}: {}); nothing was done there",
-            crate::bots::local_time(
-                since
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs())
-            ),
+            "{name} is offline ({}: {}); nothing was done there",
+            view::since(*since),
             crate::show::safe(why)
         ),
         _ => format!("{name} is not reached yet; nothing was done there"),

@@ -414,7 +414,7 @@ pub fn host_state(h: &Host) -> String {
 }
 
 /// `since 14:02:05` (local time, as `list` says times).
-fn since(t: SystemTime) -> String {
+pub(super) fn since(t: SystemTime) -> String {
     let secs = t
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

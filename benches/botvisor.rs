@@ -132,31 +132,48 @@ struct Pinged {
     seq: u64,
 }
 
-/// [`ping`], with the turn id and the assistant item's seq.
+/// [`ping`], with the turn id and the assistant item's seq. The items and `TurnFinished` come
+/// on two streams, two queues: a `TurnFinished` may be taken before an item botvisord sent
+/// before it (the client's thread descheduled between polling the two, while zbus's reader
+/// fills both: a hostile run reproduced it at will, with the bus's order right), so the
+/// turn's assistant item is waited for after its end too.
 async fn ping_keyed(bot: &BotProxy<'static>, text: &str) -> Pinged {
     let mut items = bot.receive_chat_item_added().await.unwrap();
     let mut finished = bot.receive_turn_finished().await.unwrap();
     let t0 = mono_ns();
     let turn = bot.send(text, HashMap::new()).await.unwrap();
     let mut reply = None;
-    loop {
-        tokio::select! {
-            biased; // an item signalled before TurnFinished is taken first
-            Some(sig) = items.next() => {
-                let at = mono_ns();
-                let a = sig.args().unwrap();
-                if a.kind == "assistant" {
-                    let p: Value = serde_json::from_str(&a.payload).unwrap();
-                    reply = Some((p["text"].as_str().unwrap().to_owned(), at, a.seq));
-                }
+    let mut ended = false;
+    let answered = async {
+        loop {
+            if ended && let Some((text, heard, seq)) = reply.take() {
+                return (text, heard, seq);
             }
-            Some(sig) = finished.next() => {
-                if sig.args().unwrap().turn_id == turn {
-                    let (text, heard, seq) = reply.expect("an assistant item");
-                    return Pinged { called: t0, text, heard, turn, seq };
+            tokio::select! {
+                biased; // an item signalled before TurnFinished is taken first
+                Some(sig) = items.next() => {
+                    let at = mono_ns();
+                    let a = sig.args().unwrap();
+                    if a.kind == "assistant" {
+                        let p: Value = serde_json::from_str(&a.payload).unwrap();
+                        reply = Some((p["text"].as_str().unwrap().to_owned(), at, a.seq));
+                    }
+                }
+                Some(sig) = finished.next(), if !ended => {
+                    ended = sig.args().unwrap().turn_id == turn;
                 }
             }
         }
+    };
+    let (text, heard, seq) = tokio::time::timeout(Duration::from_secs(30), answered)
+        .await
+        .expect("the turn's assistant item and its end within 30 s");
+    Pinged {
+        called: t0,
+        text,
+        heard,
+        turn,
+        seq,
     }
 }
 

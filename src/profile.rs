@@ -6,7 +6,7 @@
 //! for a `Send`, `item:SEQ` for a chat item) and the CLOCK_MONOTONIC nanoseconds, in memory;
 //! botvisord writes them to `$XDG_RUNTIME_DIR/botvisord-profile.tsv` (one `point key ns` a
 //! line) as it exits, and the bench joins them with its own and its fake CLI's stamps. Without
-//! the feature, [`Mark`] is `()`, the keys are never made and every call compiles to nothing.
+//! the feature, [`Mark`] is zero-sized, the keys are never made and every call compiles to nothing.
 
 /// An instant taken by [`now`]: CLOCK_MONOTONIC nanoseconds with the feature, nothing (a
 /// zero-sized value) without.

@@ -317,7 +317,7 @@ impl<I: Interface + DescriptorMethods> Interface for Guarded<I> {
                     promised.kept.await;
                     profile::stamp("send.kept", || format!("turn:{}", promised.answer));
                     let hdr = msg.header();
-                    super::manager::answer_with(&conn, &hdr, Ok(promised.answer.clone())).await;
+                    super::manager::answer_with(&conn, &hdr, Ok(promised.answer.as_str())).await;
                     profile::stamp("send.replied", || format!("turn:{}", promised.answer));
                     let _ = promised.sent.send(());
                     ctx.replies.sent(&hdr);

@@ -149,6 +149,9 @@ struct Actor {
     /// Stdout lines that arrived together, read as one group: their chat items are committed
     /// in one transaction ([`group_commit`]).
     group: group_commit::Group,
+    /// Turns whose end is committed and not said yet (turn id, outcome): `TurnFinished` goes out
+    /// once every other effect of the same input is carried out ([`Actor::say_turn_ends`]).
+    turn_ends: Vec<(String, &'static str)>,
 }
 
 /// Publishes a committed chat item.
@@ -283,6 +286,7 @@ pub fn spawn_actor(
         clean_up_asked: None,
         scope_dir: Default::default(),
         group: group_commit::Group::default(),
+        turn_ends: Vec::new(),
     };
     let span = tracing::info_span!("bot", bot_id = %id);
     let guarded = {
@@ -393,6 +397,7 @@ impl Actor {
         self.group.open = false;
         self.commit_group();
         self.group.began = None;
+        self.say_turn_ends();
         next
     }
 

@@ -21,15 +21,17 @@ impl Actor {
         let mut committed = true;
         for effect in effects {
             match effect {
-                Effect::Commit { writes, publish } => match self.commit(&writes, &publish) {
-                    Ok(()) => self.last_commit_ok = true,
-                    Err(e) => {
-                        tracing::error!(bot_id = %self.id, error = %e, ?writes, "cannot commit");
-                        committed = false;
-                        self.last_commit_ok = false;
-                        self.recorded_due = true;
+                Effect::Commit { writes, publish } => {
+                    match self.commit_then_end(&writes, publish) {
+                        Ok(()) => self.last_commit_ok = true,
+                        Err(e) => {
+                            tracing::error!(bot_id = %self.id, error = %e, ?writes, "cannot commit");
+                            committed = false;
+                            self.last_commit_ok = false;
+                            self.recorded_due = true;
+                        }
                     }
-                },
+                }
                 Effect::ReportCommit(awaited) => {
                     let ok = self.last_commit_ok;
                     self.handle(Input::Committed { awaited, ok });
@@ -149,6 +151,37 @@ impl Actor {
                 let mut v = self.view.write();
                 v.partial_text.clear();
             }
+        }
+    }
+
+    /// [`Actor::commit`], except that a turn's end it publishes is said last, once every other
+    /// effect of the input is carried out ([`Actor::say_turn_ends`]).
+    fn commit_then_end(
+        &mut self,
+        writes: &[Write],
+        mut publish: Vec<Publish>,
+    ) -> Result<(), store::StoreError> {
+        let mut ends = Vec::new();
+        publish.retain(|p| match p {
+            Publish::TurnFinished { turn_id, outcome } => {
+                ends.push((turn_id.clone(), outcome.as_str()));
+                false
+            }
+            _ => true,
+        });
+        self.commit(writes, &publish)?;
+        self.turn_ends.extend(ends);
+        Ok(())
+    }
+
+    /// Design rule 1's last step for a turn: the `TurnFinished` of every turn whose end was
+    /// committed is sent, in order, after everything else the same input did (an agent's crash
+    /// says its `error` item after the turn's end is committed; a turn's result keeps the
+    /// conversation's copy after it). A client that reads the bot on the signal finds all of
+    /// it. Called when the core's effects are drained and when a group of lines is committed.
+    pub(super) fn say_turn_ends(&mut self) {
+        for (turn_id, outcome) in std::mem::take(&mut self.turn_ends) {
+            self.publish_turn(&turn_id, outcome);
         }
     }
 

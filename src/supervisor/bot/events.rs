@@ -195,6 +195,9 @@ impl Actor {
             self.feed(input);
         }
         self.applying = false;
+        if !self.group.open {
+            self.say_turn_ends();
+        }
     }
 
     /// The `PlanLimit` the CLI told, shown to clients.

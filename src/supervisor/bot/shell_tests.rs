@@ -29,6 +29,8 @@ type Script = fn(&str, &str) -> Vec<RuntimeEvent>;
 
 struct ScriptedRuntime {
     script: Script,
+    /// A shell script the agent runs instead of `cat` (its stdin is the actor's lines).
+    agent: Option<&'static str>,
     /// How each process was started, in order.
     launches: Arc<Mutex<Vec<SessionStart>>>,
     /// Conversations started so far (their ids are `s1`, `s2`, …).
@@ -43,7 +45,10 @@ impl Runtime for ScriptedRuntime {
         true
     }
     fn binary(&self) -> Result<PathBuf, RuntimeError> {
-        Ok(PathBuf::from("/bin/cat"))
+        Ok(PathBuf::from(match self.agent {
+            Some(_) => "/bin/sh",
+            None => "/bin/cat",
+        }))
     }
     fn permission_modes(&self) -> &'static [&'static str] {
         &["default"]
@@ -69,7 +74,10 @@ impl Runtime for ScriptedRuntime {
     fn command(&self, program: PathBuf, spec: &LaunchSpec<'_>) -> LaunchCommand {
         LaunchCommand {
             program,
-            args: Vec::new(),
+            args: self
+                .agent
+                .map(|script| vec!["-c".to_owned(), script.to_owned()])
+                .unwrap_or_default(),
             cwd: spec.cwd.to_owned(),
             env: spec.env.clone(),
         }
@@ -156,11 +164,17 @@ struct Shell {
 }
 
 fn shell(script: Script) -> Shell {
+    shell_running(script, None)
+}
+
+/// [`shell`] with an agent that runs the shell script `agent` instead of `cat`.
+fn shell_running(script: Script, agent: Option<&'static str>) -> Shell {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(&dir.path().join("botvisor.db")).unwrap());
     let launches = Arc::new(Mutex::new(Vec::new()));
     let runtime = Arc::new(ScriptedRuntime {
         script,
+        agent,
         launches: launches.clone(),
         started: Mutex::new(0),
     });
@@ -360,4 +374,31 @@ async fn a_message_is_taken_once_its_reply_is_sent() {
     }
     sent.send(()).unwrap();
     sh.until("turn success", &[]).await;
+}
+
+/// A client that hears a turn's end finds everything of it: the `error` item that says why the
+/// agent crashed is published before `TurnFinished` (it was after: a client that read the chat
+/// on the signal could miss it, as two real Claude Code tests did once the publisher ran apart
+/// from the actor, issue 50).
+#[tokio::test]
+async fn a_crashed_turn_says_its_error_before_its_end() {
+    let mut sh = shell_running(
+        |text, session| {
+            vec![
+                replay(text, session),
+                RuntimeEvent::Chat(ChatPayload {
+                    kind: "assistant",
+                    payload: json!({"text": "half an answer"}),
+                }),
+            ]
+        },
+        // Gives the message back (the scripted CLI's replay and answer), then crashes.
+        Some("read line; printf '%s\\n' \"$line\"; exit 3"),
+    );
+    sh.bot.send("hello".into(), None).unwrap();
+    let seen = sh.until("turn crashed", &[Property::State]).await;
+    // The turn's own (`Turns::finish`) and the crash's, with its exit status (`crash_or_failure`).
+    let errors = seen.iter().filter(|s| *s == "item error").count();
+    assert_eq!(errors, 2, "{seen:?}");
+    assert!(seen.contains(&"State=stopped".to_owned()), "{seen:?}");
 }

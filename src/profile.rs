@@ -20,6 +20,8 @@ pub struct Mark(#[cfg(feature = "profile")] u64);
 /// can be negative).
 pub const SEND_POINTS: &[&str] = &[
     "send.handler",
+    "send.checked",
+    "send.looked",
     "send.committed",
     "send.kept",
     "send.replied",

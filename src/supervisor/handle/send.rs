@@ -45,6 +45,7 @@ impl BotHandle {
         mut claim: impl FnMut(&rusqlite::Transaction<'_>, &str) -> rusqlite::Result<bool>,
         answered: Option<tokio::sync::oneshot::Receiver<()>>,
     ) -> Result<Option<(String, crate::store::Promise)>, BotError> {
+        let checked = crate::profile::now();
         self.check_alive()?;
         if text.trim().is_empty() {
             return Err(BotError::InvalidArgument(
@@ -79,6 +80,8 @@ impl BotHandle {
             }
         }
         let turn_id = uuid::Uuid::new_v4().to_string();
+        crate::profile::stamp_at("send.checked", || format!("turn:{turn_id}"), checked);
+        crate::profile::stamp("send.looked", || format!("turn:{turn_id}"));
         let mut fields = extra;
         fields.insert("text".into(), text.clone().into());
         fields.insert("turn_id".into(), turn_id.clone().into());

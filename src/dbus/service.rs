@@ -205,7 +205,8 @@ impl Service {
         Ok(())
     }
 
-    /// Starts the task that turns committed changes into signals (design rule 1), the one
+    /// Starts the publisher, which turns committed changes into signals (design rule 1) on a
+    /// thread of its own ([`super::publisher::spawn`]), the task
     /// that says when the database cannot be written (rule 15), and the one that keeps the
     /// schedules' timers (issue 49).
     pub fn publish(
@@ -213,12 +214,7 @@ impl Service {
         publications: mpsc::UnboundedReceiver<crate::supervisor::Publication>,
     ) {
         let (flush_tx, flush_rx) = mpsc::unbounded_channel();
-        tokio::spawn(super::publisher::run(
-            self.conn.clone(),
-            self.ctx.clone(),
-            publications,
-            flush_rx,
-        ));
+        super::publisher::spawn(self.conn.clone(), self.ctx.clone(), publications, flush_rx);
         self.flush = Some(flush_tx);
         tokio::spawn(watch_storage(self.conn.clone(), self.ctx.clone()));
         tokio::spawn(super::schedules::keep_timers(

@@ -7,8 +7,94 @@ use zbus::{OwnedVariant, Variant};
 
 use super::error::Error;
 
-/// A method's options.
-pub type Options = HashMap<String, OwnedVariant>;
+/// A method's options, `a{sv}`: a map with the keys a caller gave more than once kept apart.
+/// The bus carries a dictionary as a list of entries, so a client can send a key twice; a map
+/// would keep one of them silently. [`OptionReader::finish`] refuses such a call, naming the
+/// key. A dictionary inside an option's variant (`dict`, `string_map`) is read by zbus, which
+/// keeps the last of a key given twice there.
+#[derive(Debug, Default)]
+pub struct Options {
+    map: HashMap<String, OwnedVariant>,
+    /// The keys given more than once, each once, in the order they were seen again.
+    repeated: Vec<String>,
+}
+
+impl Options {
+    /// No options.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The keys the caller gave more than once.
+    pub fn repeated(&self) -> &[String] {
+        &self.repeated
+    }
+}
+
+impl std::ops::Deref for Options {
+    type Target = HashMap<String, OwnedVariant>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for Options {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
+}
+
+impl From<HashMap<String, OwnedVariant>> for Options {
+    fn from(map: HashMap<String, OwnedVariant>) -> Self {
+        Options {
+            map,
+            repeated: Vec::new(),
+        }
+    }
+}
+
+impl<const N: usize> From<[(String, OwnedVariant); N]> for Options {
+    fn from(entries: [(String, OwnedVariant); N]) -> Self {
+        HashMap::from(entries).into()
+    }
+}
+
+impl zbus::Type for Options {
+    const SIGNATURE: &'static zbus::Signature =
+        <HashMap<String, OwnedVariant> as zbus::Type>::SIGNATURE;
+}
+
+impl serde::Serialize for Options {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.map.serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Options {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = Options;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a dictionary of options, a{sv}")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Options, A::Error> {
+                let mut out = Options::new();
+                while let Some((key, value)) = a.next_entry::<String, OwnedVariant>()? {
+                    if out.map.insert(key.clone(), value).is_some() && !out.repeated.contains(&key)
+                    {
+                        out.repeated.push(key);
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(Entries)
+    }
+}
 
 /// Typed access to options, remembering which keys were read.
 pub struct OptionReader<'a> {
@@ -147,11 +233,24 @@ impl<'a> OptionReader<'a> {
         let copy = owned.try_clone().map_err(|_| bad())?;
         let map: HashMap<String, zbus::OwnedVariant> =
             HashMap::try_from(copy).map_err(|_| bad())?;
-        Ok(Some(map))
+        Ok(Some(map.into()))
     }
 
-    /// Fails on keys no getter asked for, naming them and the known ones.
+    /// Fails on a key given more than once (naming it) and on keys no getter asked for, naming
+    /// them and the known ones.
     pub fn finish(self) -> Result<(), Error> {
+        if !self.options.repeated.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "{}: option(s) {} given more than once; give each option once",
+                self.method,
+                self.options
+                    .repeated
+                    .iter()
+                    .map(|k| format!("`{}`", crate::text::escape(k, false)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )));
+        }
         let mut unknown: Vec<&str> = self
             .options
             .keys()

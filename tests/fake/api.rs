@@ -502,6 +502,110 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
     assert_eq!(mode, 0o600, "the database is readable by others");
 }
 
+/// `busctl call` on the private bus: `Ok(stdout)` or `Err(stderr)`, bounded by its own timeout.
+async fn busctl(address: &str, path: &str, args: &[&str]) -> Result<String, String> {
+    let out = tokio::process::Command::new("busctl")
+        .arg(format!("--address={address}"))
+        .args(["--timeout=30", "call", botvisor::dbus::BUS_NAME, path])
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| format!("busctl: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// The bus carries a dictionary as a list of entries, so a client can give an option twice (as
+/// `busctl` does here); a map keeps one of them silently, and a bot was made in the second
+/// folder. The call is refused, naming the key, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_option_given_twice_is_refused_by_name() {
+    let env = TestEnv::new().await;
+    let _daemon = placeholder_daemon(&env).await;
+    let work = env.work.to_str().unwrap().to_owned();
+    let other = env.dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let other = other.to_str().unwrap().to_owned();
+    let manager = "/org/botvisor/Botvisor1";
+    let twice = busctl(
+        &env.bus.address,
+        manager,
+        &[
+            "org.botvisor.Botvisor1.Manager",
+            "CreateBot",
+            "a{sv}",
+            "3",
+            "cwd",
+            "s",
+            &work,
+            "name",
+            "s",
+            "first",
+            "cwd",
+            "s",
+            &other,
+        ],
+    )
+    .await
+    .expect_err("a key given twice is refused");
+    assert!(
+        twice.contains("`cwd`") && twice.contains("more than once"),
+        "{twice}"
+    );
+    assert_eq!(bot_count(&env).await, 0, "nothing was made");
+
+    // A bot's method too, and once refused, the same call with each key once is taken.
+    let path = busctl(
+        &env.bus.address,
+        manager,
+        &[
+            "org.botvisor.Botvisor1.Manager",
+            "CreateBot",
+            "a{sv}",
+            "1",
+            "cwd",
+            "s",
+            &work,
+        ],
+    )
+    .await
+    .unwrap();
+    let path = path
+        .trim()
+        .trim_start_matches("o ")
+        .trim_matches('"')
+        .to_owned();
+    let bot = env
+        .bot(&zbus::OwnedObjectPath::try_from(path.clone()).unwrap())
+        .await;
+    let twice = busctl(
+        &env.bus.address,
+        &path,
+        &[
+            "org.botvisor.Botvisor1.Bot",
+            "Restart",
+            "a{sv}",
+            "2",
+            "fresh",
+            "b",
+            "true",
+            "fresh",
+            "b",
+            "false",
+        ],
+    )
+    .await
+    .expect_err("a key given twice is refused");
+    assert!(
+        twice.contains("`fresh`") && twice.contains("more than once"),
+        "{twice}"
+    );
+    assert_eq!(bot.state().await.unwrap(), "stopped", "nothing was started");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_cli_binary_is_runtime_unavailable_on_create_and_send() {
     let env = TestEnv::new().await;

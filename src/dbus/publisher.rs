@@ -25,60 +25,6 @@ use crate::supervisor::{Property, PropertyValue, Publication};
 /// signalled before the bus name is released.
 pub type Flush = tokio::sync::oneshot::Sender<()>;
 
-/// Starts [`run`] on a thread of its own, with a runtime of its own (one thread), so that a
-/// publication is sent as soon as it is committed. On the daemon's shared workers, a task woken
-/// by another waits in that worker's next-task slot until the waking task yields: the
-/// publisher waited for the bot's actor to finish handling its input, 169 µs at the median
-/// between a line's commit and the publisher taking it (issue 50's profile, `crate::profile`).
-/// The connection's socket stays with the daemon's runtime, which watches it for both. Falls
-/// back to a task of the daemon's runtime when no thread can be started (said in the log).
-pub fn spawn(
-    conn: Connection,
-    ctx: Arc<Ctx>,
-    rx: mpsc::UnboundedReceiver<Publication>,
-    flush: mpsc::UnboundedReceiver<Flush>,
-) {
-    let daemon = tokio::runtime::Handle::current();
-    // What the thread takes; still here when it could not start.
-    let parts = Arc::new(std::sync::Mutex::new(Some((conn, ctx, rx, flush))));
-    let taken = parts.clone();
-    let spawned = std::thread::Builder::new()
-        .name("botvisord-publisher".into())
-        .spawn(move || {
-            let Some((conn, ctx, rx, flush)) = take(&taken) else {
-                return;
-            };
-            match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => runtime.block_on(run(conn, ctx, rx, flush)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "the publisher runs on the daemon's own threads");
-                    daemon.spawn(run(conn, ctx, rx, flush));
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::warn!(error = %e, "the publisher runs on the daemon's own threads");
-        if let Some((conn, ctx, rx, flush)) = take(&parts) {
-            tokio::spawn(run(conn, ctx, rx, flush));
-        }
-    }
-}
-
-/// What [`spawn`]'s thread is to run with, taken once.
-type Parts = (
-    Connection,
-    Arc<Ctx>,
-    mpsc::UnboundedReceiver<Publication>,
-    mpsc::UnboundedReceiver<Flush>,
-);
-
-fn take(parts: &std::sync::Mutex<Option<Parts>>) -> Option<Parts> {
-    parts.lock().ok().and_then(|mut p| p.take())
-}
-
 /// Runs until the channel closes. A [`Flush`] request on `flush` is answered once everything
 /// queued before it is sent.
 pub async fn run(

@@ -205,8 +205,7 @@ impl Service {
         Ok(())
     }
 
-    /// Starts the publisher, which turns committed changes into signals (design rule 1) on a
-    /// thread of its own ([`super::publisher::spawn`]), the task
+    /// Starts the task that turns committed changes into signals (design rule 1), the one
     /// that says when the database cannot be written (rule 15), and the one that keeps the
     /// schedules' timers (issue 49).
     pub fn publish(
@@ -214,7 +213,12 @@ impl Service {
         publications: mpsc::UnboundedReceiver<crate::supervisor::Publication>,
     ) {
         let (flush_tx, flush_rx) = mpsc::unbounded_channel();
-        super::publisher::spawn(self.conn.clone(), self.ctx.clone(), publications, flush_rx);
+        tokio::spawn(super::publisher::run(
+            self.conn.clone(),
+            self.ctx.clone(),
+            publications,
+            flush_rx,
+        ));
         self.flush = Some(flush_tx);
         tokio::spawn(watch_storage(self.conn.clone(), self.ctx.clone()));
         tokio::spawn(super::schedules::keep_timers(

@@ -62,10 +62,15 @@ struct Proc {
     writer: Option<tokio::task::JoinHandle<()>>,
     /// Its protocol: lines in and out, request ids, the conversation it holds.
     protocol: Box<dyn crate::runtime::Protocol>,
-    /// Its descendants when the turn in flight began (its replay): what an interrupted turn
-    /// started is what is new since (`crate::supervisor::core::interrupt`). `None` before
-    /// the replay: what the agent starts at launch (MCP servers) is not the turn's.
+    /// Its descendants when the turn in flight began: what an interrupted turn started is what
+    /// is new since (`crate::supervisor::core::interrupt`). Looked at as the message is written
+    /// to a process that began a turn before (`began_a_turn`), else at the turn's beginning
+    /// (its replay): what the agent starts at launch (MCP servers) is not the turn's. `None`
+    /// until then.
     before_turn: Option<Vec<ProcessIdentity>>,
+    /// A turn began on this process: it is past its launch, and what it runs between turns
+    /// was started before the next message.
+    began_a_turn: bool,
     /// Samples its resource use while the bot is active; dropped with it.
     usage: process::usage::Watch,
     /// The environment it was started with (where its files are, whatever the bot's record

@@ -703,6 +703,81 @@ async fn an_interrupt_stops_what_the_interrupted_turn_left_running() {
     fake.env.assert_no_leftovers();
 }
 
+/// Issue 50: the look at what an agent runs before a turn is taken as the message is written
+/// to an agent that began a turn before, not at the CLI's replay: Claude Code prints the replay
+/// only once the model answered, so what the turn started by then (here a hook's processes,
+/// 50 ms after the message, before the replay) was taken for the agent's own and left running
+/// by an interrupt; the turn's first answer waited behind the look too. An interrupt of such a
+/// later turn stops what that turn started and nothing from before it: the helper the agent
+/// started at launch runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_of_a_later_turn_stops_only_what_that_turn_left_running() {
+    let fake = start_fake().await;
+    let plan = json!([{"mode": "normal", "spawn": ["exec sleep 305"], "tools_on_message": 2,
+                       "tools_before_replay": true, "tools_after_s": 0.05,
+                       "run_until_interrupt": ["exec sleep 303", "sleep 304 &"]}]);
+    let bot = fake.bot(plan).await;
+    assert_eq!(send_and_wait(&bot, "first").await.outcome, "success");
+    let mut finished = bot.receive_turn_finished().await.unwrap();
+    let turn = bot.send("run the tools", HashMap::new()).await.unwrap();
+    let (helper, tool, orphan) = bounded("the helper and the tools start", async {
+        loop {
+            let marked = fake.env.leftovers();
+            let pid_of = |what: &str| {
+                marked
+                    .iter()
+                    .find(|(_, c)| c.starts_with(what))
+                    .map(|m| m.0)
+            };
+            if let (Some(h), Some(t), Some(o)) = (
+                pid_of("sleep 305"),
+                pid_of("sleep 303"),
+                pid_of("sleep 304"),
+            ) {
+                return (h, t, o);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let mut items = bot.receive_chat_item_added().await.unwrap();
+    assert!(bot.interrupt().await.unwrap());
+    let done = bounded("the interrupted turn's end", finished.next())
+        .await
+        .unwrap();
+    assert_eq!(done.args().unwrap().turn_id, turn);
+    assert_eq!(done.args().unwrap().outcome, "interrupted");
+    let note = bounded("the note on what the turn left", async {
+        loop {
+            let sig = items.next().await.unwrap();
+            let p: serde_json::Value = serde_json::from_str(&sig.args().unwrap().payload).unwrap();
+            if p["reason"] == "interrupted_processes" {
+                return p;
+            }
+        }
+    })
+    .await;
+    let pids: Vec<u64> = note["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    assert!(
+        pids.contains(&u64::from(tool)) && pids.contains(&u64::from(orphan)),
+        "tool {tool}, orphan {orphan}, helper {helper}: {note}"
+    );
+    assert!(!pids.contains(&u64::from(helper)), "{note}");
+    let still: Vec<u32> = fake.env.leftovers().into_iter().map(|(p, _)| p).collect();
+    assert!(
+        !still.contains(&tool) && !still.contains(&orphan),
+        "{still:?}"
+    );
+    assert!(still.contains(&helper), "the agent's own helper runs on");
+    stop_and_wait(&bot).await;
+    fake.env.assert_no_leftovers();
+}
+
 /// Design rule 9: botvisord shut down while a deleted bot's agent is still being stopped waits
 /// for that stop, so no agent is left running (a Delete used to take the bot off the list the
 /// shutdown stops before its agent was gone; found as a leftover fake CLI in a loaded run).

@@ -49,6 +49,10 @@ Environment:
   replay, as a model's answer would come, the turn runs these as
   children (pids in tools.jsonl) and waits; an `interrupt` control request ends the turn (an
   `error_during_execution` result) and leaves them running, as Codex was seen to (issue 23).
+  "tools_on_message": N (default 1): the Nth message of the launch is the one that runs them;
+  the ones before are answered as usual. "tools_before_replay": true: they start
+  "tools_after_s" after the message is read and before its replay, as a hook the prompt ran
+  would (Claude Code prints the replay only once the model answered).
   Big output, in "normal" mode:
     "echo_bytes": N    the reply is the message repeated and cut to N characters (N bytes for
                        an ASCII message), e.g. 12 MiB of assistant text from a short message
@@ -182,6 +186,14 @@ if mode == "garbage":
     out("[1, 2, 3]")
     out("x" * 300000)
 
+def start_tools(cmds):
+    for cmd in cmds:
+        tool = subprocess.Popen(["/bin/sh", "-c", cmd], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(os.path.join(state, "tools.jsonl"), "a") as f:
+            f.write(json.dumps({"launch": launch, "pid": tool.pid, "cmd": cmd}) + "\n")
+
+
 for line in sys.stdin:
     line = line.strip()
     if not line:
@@ -196,6 +208,7 @@ for line in sys.stdin:
     if msg.get("type") != "user":
         continue
     text = msg["message"]["content"]
+    messages_read = globals().get("messages_read", 0) + 1
     with open(os.path.join(state, "messages.jsonl"), "a") as f:
         f.write(json.dumps({"launch": launch, "text": text}) + "\n")
     if mode == "die_before_replay":
@@ -217,6 +230,10 @@ for line in sys.stdin:
                           "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + ".000Z",
                           "message": {"role": "user", "content": text}})
         last_uuid = prompt_uuid
+    if (step.get("tools_before_replay") and not globals().get("tools_ran")
+            and messages_read == step.get("tools_on_message", 1)):
+        time.sleep(step.get("tools_after_s", 1))
+        start_tools(step["run_until_interrupt"])
     time.sleep(step.get("replay_after_s", 0))
     out({"type": "system", "subtype": "init", "session_id": reported, "model": "fake",
          "permissionMode": "default", "cwd": os.getcwd(), "tools": []})
@@ -235,15 +252,13 @@ for line in sys.stdin:
         sys.stderr.flush()
         sys.exit(1)
     write_transcript()
-    if step.get("run_until_interrupt") and not globals().get("tools_ran"):
+    if (step.get("run_until_interrupt") and not globals().get("tools_ran")
+            and messages_read == step.get("tools_on_message", 1)):
         tools_ran = True
-        # The model's round trip: a tool starts well after the replay.
-        time.sleep(step.get("tools_after_s", 1))
-        for cmd in step["run_until_interrupt"]:
-            tool = subprocess.Popen(["/bin/sh", "-c", cmd], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            with open(os.path.join(state, "tools.jsonl"), "a") as f:
-                f.write(json.dumps({"launch": launch, "pid": tool.pid, "cmd": cmd}) + "\n")
+        if not step.get("tools_before_replay"):
+            # The model's round trip: a tool starts well after the replay.
+            time.sleep(step.get("tools_after_s", 1))
+            start_tools(step["run_until_interrupt"])
         while True:
             request = sys.stdin.readline()
             if not request:

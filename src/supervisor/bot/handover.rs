@@ -396,6 +396,7 @@ impl Actor {
             writer: Some(task),
             protocol: taken.protocol,
             before_turn: None,
+            began_a_turn: false,
             usage: self.watch_usage(pid, None),
             env: taken.env,
             forked_from: taken.forked_from,

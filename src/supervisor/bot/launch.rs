@@ -227,6 +227,7 @@ impl Actor {
                     writer,
                     protocol,
                     before_turn: None,
+                    began_a_turn: false,
                     usage: self.watch_usage(pid, cgroup),
                     env: env.clone(),
                     forked_from,

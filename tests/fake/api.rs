@@ -502,22 +502,6 @@ async fn invalid_calls_get_named_errors_and_change_nothing() {
     assert_eq!(mode, 0o600, "the database is readable by others");
 }
 
-/// `busctl call` on the private bus: `Ok(stdout)` or `Err(stderr)`, bounded by its own timeout.
-async fn busctl(address: &str, path: &str, args: &[&str]) -> Result<String, String> {
-    let out = tokio::process::Command::new("busctl")
-        .arg(format!("--address={address}"))
-        .args(["--timeout=30", "call", botvisor::dbus::BUS_NAME, path])
-        .args(args)
-        .output()
-        .await
-        .map_err(|e| format!("busctl: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
-
 /// The bus carries a dictionary as a list of entries, so a client can give an option twice (as
 /// `busctl` does here); a map keeps one of them silently, and a bot was made in the second
 /// folder. The call is refused, naming the key, and changes nothing.
@@ -530,8 +514,9 @@ async fn an_option_given_twice_is_refused_by_name() {
     std::fs::create_dir_all(&other).unwrap();
     let other = other.to_str().unwrap().to_owned();
     let manager = "/org/botvisor/Botvisor1";
-    let twice = busctl(
+    let twice = busctl_call(
         &env.bus.address,
+        30,
         manager,
         &[
             "org.botvisor.Botvisor1.Manager",
@@ -558,8 +543,9 @@ async fn an_option_given_twice_is_refused_by_name() {
     assert_eq!(bot_count(&env).await, 0, "nothing was made");
 
     // A bot's method too, and once refused, the same call with each key once is taken.
-    let path = busctl(
+    let path = busctl_call(
         &env.bus.address,
+        30,
         manager,
         &[
             "org.botvisor.Botvisor1.Manager",
@@ -581,8 +567,9 @@ async fn an_option_given_twice_is_refused_by_name() {
     let bot = env
         .bot(&zbus::OwnedObjectPath::try_from(path.clone()).unwrap())
         .await;
-    let twice = busctl(
+    let twice = busctl_call(
         &env.bus.address,
+        30,
         &path,
         &[
             "org.botvisor.Botvisor1.Bot",

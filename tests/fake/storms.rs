@@ -183,10 +183,11 @@ fn starts() -> usize {
 /// `CreateBot` through `busctl`, bounded by its own `--timeout`: `Ok(elapsed)` or what it said.
 async fn create_with_busctl(address: &str, cwd: &str) -> Result<Duration, String> {
     let sent = Instant::now();
-    let out = tokio::process::Command::new("busctl")
-        .arg(format!("--address={address}"))
-        .args(["--timeout=60", "call", BUS_NAME, "/org/botvisor/Botvisor1"])
-        .args([
+    busctl_call(
+        address,
+        60,
+        "/org/botvisor/Botvisor1",
+        &[
             "org.botvisor.Botvisor1.Manager",
             "CreateBot",
             "a{sv}",
@@ -194,15 +195,10 @@ async fn create_with_busctl(address: &str, cwd: &str) -> Result<Duration, String
             "cwd",
             "s",
             cwd,
-        ])
-        .output()
-        .await
-        .map_err(|e| format!("busctl: {e}"))?;
-    if out.status.success() {
-        Ok(sent.elapsed())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+        ],
+    )
+    .await?;
+    Ok(sent.elapsed())
 }
 
 /// Issue 23, point 2: a client's first call the moment the daemon owns its name. Starts the

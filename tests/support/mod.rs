@@ -750,6 +750,30 @@ pub async fn environ(pid: u32) -> HashMap<String, String> {
     .await
 }
 
+/// `busctl call` of botvisord's `path` on the bus at `address` with `args` (interface, method,
+/// signature, values), bounded by busctl's own `--timeout` of `timeout_s` seconds: `Ok(stdout)`
+/// or `Err(stderr)`.
+pub async fn busctl_call(
+    address: &str,
+    timeout_s: u32,
+    path: &str,
+    args: &[&str],
+) -> Result<String, String> {
+    let out = tokio::process::Command::new("busctl")
+        .arg(format!("--address={address}"))
+        .arg(format!("--timeout={timeout_s}"))
+        .args(["call", botvisor::dbus::BUS_NAME, path])
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| format!("busctl: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
 /// `call`, or a panic that names it after [`EVENT_TIMEOUT`]: a client call that never returns
 /// fails its test instead of holding up the whole run (seen once in many runs: a CreateBot that
 /// the daemon never received, on a bus that answered every other call).

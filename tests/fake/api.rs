@@ -513,25 +513,11 @@ async fn an_option_given_twice_is_refused_by_name() {
     let other = env.dir.path().join("other");
     std::fs::create_dir_all(&other).unwrap();
     let other = other.to_str().unwrap().to_owned();
-    let manager = "/org/botvisor/Botvisor1";
-    let twice = busctl_call(
+    let twice = busctl_create_bot(
         &env.bus.address,
         30,
-        manager,
         &[
-            "org.botvisor.Botvisor1.Manager",
-            "CreateBot",
-            "a{sv}",
-            "3",
-            "cwd",
-            "s",
-            &work,
-            "name",
-            "s",
-            "first",
-            "cwd",
-            "s",
-            &other,
+            "3", "cwd", "s", &work, "name", "s", "first", "cwd", "s", &other,
         ],
     )
     .await
@@ -543,22 +529,9 @@ async fn an_option_given_twice_is_refused_by_name() {
     assert_eq!(bot_count(&env).await, 0, "nothing was made");
 
     // A bot's method too, and once refused, the same call with each key once is taken.
-    let path = busctl_call(
-        &env.bus.address,
-        30,
-        manager,
-        &[
-            "org.botvisor.Botvisor1.Manager",
-            "CreateBot",
-            "a{sv}",
-            "1",
-            "cwd",
-            "s",
-            &work,
-        ],
-    )
-    .await
-    .unwrap();
+    let path = busctl_create_bot(&env.bus.address, 30, &["1", "cwd", "s", &work])
+        .await
+        .unwrap();
     let path = path
         .trim()
         .trim_start_matches("o ")

@@ -183,21 +183,7 @@ fn starts() -> usize {
 /// `CreateBot` through `busctl`, bounded by its own `--timeout`: `Ok(elapsed)` or what it said.
 async fn create_with_busctl(address: &str, cwd: &str) -> Result<Duration, String> {
     let sent = Instant::now();
-    busctl_call(
-        address,
-        60,
-        "/org/botvisor/Botvisor1",
-        &[
-            "org.botvisor.Botvisor1.Manager",
-            "CreateBot",
-            "a{sv}",
-            "1",
-            "cwd",
-            "s",
-            cwd,
-        ],
-    )
-    .await?;
+    busctl_create_bot(address, 60, &["1", "cwd", "s", cwd]).await?;
     Ok(sent.elapsed())
 }
 

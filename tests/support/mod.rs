@@ -750,6 +750,18 @@ pub async fn environ(pid: u32) -> HashMap<String, String> {
     .await
 }
 
+/// `CreateBot` through `busctl` ([`busctl_call`]) with `options` as busctl takes an `a{sv}`:
+/// the count, then each key, type and value.
+pub async fn busctl_create_bot(
+    address: &str,
+    timeout_s: u32,
+    options: &[&str],
+) -> Result<String, String> {
+    let mut args = vec!["org.botvisor.Botvisor1.Manager", "CreateBot", "a{sv}"];
+    args.extend(options);
+    busctl_call(address, timeout_s, "/org/botvisor/Botvisor1", &args).await
+}
+
 /// `busctl call` of botvisord's `path` on the bus at `address` with `args` (interface, method,
 /// signature, values), bounded by busctl's own `--timeout` of `timeout_s` seconds: `Ok(stdout)`
 /// or `Err(stderr)`.

@@ -271,9 +271,11 @@ impl BotObject {
     /// unknown option), NotFound, StorageUnavailable; each changes nothing.
     async fn set_environment(
         &self,
-        env: std::collections::BTreeMap<String, String>,
+        env: crate::dbus::options::Dict<String>,
         options: crate::dbus::options::Options,
     ) -> Result<()> {
+        env.refuse_repeated("SetEnvironment: variable(s) of `env`")?;
+        let env: std::collections::BTreeMap<String, String> = env.into_map().into_iter().collect();
         let mut r = crate::dbus::options::OptionReader::new("SetEnvironment", &options);
         let merge = r.boolean("merge")?;
         let unset = r.strings("unset")?.unwrap_or_default();

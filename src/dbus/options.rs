@@ -7,20 +7,33 @@ use zbus::{OwnedVariant, Variant};
 
 use super::error::Error;
 
-/// A method's options, `a{sv}`: a map with the keys a caller gave more than once kept apart.
-/// The bus carries a dictionary as a list of entries, so a client can send a key twice; a map
-/// would keep one of them silently. [`OptionReader::finish`] refuses such a call, naming the
-/// key. A dictionary inside an option's variant (`dict`, `string_map`) is read by zbus, which
-/// keeps the last of a key given twice there.
-#[derive(Debug, Default)]
-pub struct Options {
-    map: HashMap<String, OwnedVariant>,
+/// A dictionary argument (`a{sv}` options, `a{ss}` variables) with the keys a caller gave more
+/// than once kept apart. The bus carries a dictionary as a list of entries, so a client can send
+/// a key twice; a map would keep one of them silently. [`Dict::refuse_repeated`] (and for
+/// options [`OptionReader::finish`]) refuses such a call, naming the key. A dictionary inside
+/// an option's variant (`dict`, `string_map`) is read by zbus, which keeps the last of a key
+/// given twice there.
+#[derive(Debug)]
+pub struct Dict<V> {
+    map: HashMap<String, V>,
     /// The keys given more than once, each once, in the order they were seen again.
     repeated: Vec<String>,
 }
 
-impl Options {
-    /// No options.
+/// A method's options.
+pub type Options = Dict<OwnedVariant>;
+
+impl<V> Default for Dict<V> {
+    fn default() -> Self {
+        Dict {
+            map: HashMap::new(),
+            repeated: Vec::new(),
+        }
+    }
+}
+
+impl<V> Dict<V> {
+    /// An empty dictionary.
     pub fn new() -> Self {
         Self::default()
     }
@@ -29,61 +42,94 @@ impl Options {
     pub fn repeated(&self) -> &[String] {
         &self.repeated
     }
+
+    /// `InvalidArgument` naming the keys given more than once (`what`: the method and the
+    /// argument, as "SetEnvironment: `env`"); `Ok` when each came once.
+    pub fn refuse_repeated(&self, what: &str) -> Result<(), Error> {
+        if self.repeated.is_empty() {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "{what}: {} given more than once; give each once",
+            name_keys(self.repeated.iter().map(String::as_str))
+        )))
+    }
+
+    /// The entries, as a map.
+    pub fn into_map(self) -> HashMap<String, V> {
+        self.map
+    }
 }
 
-impl std::ops::Deref for Options {
-    type Target = HashMap<String, OwnedVariant>;
+/// The most keys an error names; the rest are counted.
+const KEYS_NAMED: usize = 10;
+
+/// `keys` quoted and escaped, at most [`KEYS_NAMED`] of them, then how many more (a call with
+/// twenty thousand unknown keys got an error of 200 KB).
+fn name_keys<'k>(keys: impl ExactSizeIterator<Item = &'k str>) -> String {
+    let n = keys.len();
+    let mut named: Vec<String> = keys
+        .take(KEYS_NAMED)
+        .map(|k| format!("`{}`", crate::text::escape(k, false)))
+        .collect();
+    if n > KEYS_NAMED {
+        named.push(format!("and {} more", n - KEYS_NAMED));
+    }
+    named.join(", ")
+}
+
+impl<V> std::ops::Deref for Dict<V> {
+    type Target = HashMap<String, V>;
     fn deref(&self) -> &Self::Target {
         &self.map
     }
 }
 
-impl std::ops::DerefMut for Options {
+impl<V> std::ops::DerefMut for Dict<V> {
     fn deref_mut(&mut self) -> &mut Self::Target {
         &mut self.map
     }
 }
 
-impl From<HashMap<String, OwnedVariant>> for Options {
-    fn from(map: HashMap<String, OwnedVariant>) -> Self {
-        Options {
+impl<V> From<HashMap<String, V>> for Dict<V> {
+    fn from(map: HashMap<String, V>) -> Self {
+        Dict {
             map,
             repeated: Vec::new(),
         }
     }
 }
 
-impl<const N: usize> From<[(String, OwnedVariant); N]> for Options {
-    fn from(entries: [(String, OwnedVariant); N]) -> Self {
+impl<V, const N: usize> From<[(String, V); N]> for Dict<V> {
+    fn from(entries: [(String, V); N]) -> Self {
         HashMap::from(entries).into()
     }
 }
 
-impl zbus::Type for Options {
-    const SIGNATURE: &'static zbus::Signature =
-        <HashMap<String, OwnedVariant> as zbus::Type>::SIGNATURE;
+impl<V: zbus::Type> zbus::Type for Dict<V> {
+    const SIGNATURE: &'static zbus::Signature = <HashMap<String, V> as zbus::Type>::SIGNATURE;
 }
 
-impl serde::Serialize for Options {
+impl<V: serde::Serialize> serde::Serialize for Dict<V> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         self.map.serialize(s)
     }
 }
 
-impl<'de> serde::Deserialize<'de> for Options {
+impl<'de, V: serde::Deserialize<'de>> serde::Deserialize<'de> for Dict<V> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Entries;
-        impl<'de> serde::de::Visitor<'de> for Entries {
-            type Value = Options;
+        struct Entries<V>(std::marker::PhantomData<V>);
+        impl<'de, V: serde::Deserialize<'de>> serde::de::Visitor<'de> for Entries<V> {
+            type Value = Dict<V>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a dictionary of options, a{sv}")
+                f.write_str("a dictionary with string keys")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
                 mut a: A,
-            ) -> Result<Options, A::Error> {
-                let mut out = Options::new();
-                while let Some((key, value)) = a.next_entry::<String, OwnedVariant>()? {
+            ) -> Result<Dict<V>, A::Error> {
+                let mut out = Dict::new();
+                while let Some((key, value)) = a.next_entry::<String, V>()? {
                     if out.map.insert(key.clone(), value).is_some() && !out.repeated.contains(&key)
                     {
                         out.repeated.push(key);
@@ -92,7 +138,7 @@ impl<'de> serde::Deserialize<'de> for Options {
                 Ok(out)
             }
         }
-        d.deserialize_map(Entries)
+        d.deserialize_map(Entries(std::marker::PhantomData))
     }
 }
 
@@ -239,18 +285,8 @@ impl<'a> OptionReader<'a> {
     /// Fails on a key given more than once (naming it) and on keys no getter asked for, naming
     /// them and the known ones.
     pub fn finish(self) -> Result<(), Error> {
-        if !self.options.repeated.is_empty() {
-            return Err(Error::InvalidArgument(format!(
-                "{}: option(s) {} given more than once; give each option once",
-                self.method,
-                self.options
-                    .repeated
-                    .iter()
-                    .map(|k| format!("`{}`", crate::text::escape(k, false)))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            )));
-        }
+        self.options
+            .refuse_repeated(&format!("{}: option(s)", self.method))?;
         let mut unknown: Vec<&str> = self
             .options
             .keys()
@@ -269,11 +305,7 @@ impl<'a> OptionReader<'a> {
         Err(Error::InvalidArgument(format!(
             "{}: unknown option(s) {}; {known}",
             self.method,
-            unknown
-                .iter()
-                .map(|k| format!("`{}`", crate::text::escape(k, false)))
-                .collect::<Vec<_>>()
-                .join(", "),
+            name_keys(unknown.into_iter()),
         )))
     }
 }
@@ -307,5 +339,19 @@ mod tests {
     fn a_method_with_options_lists_them() {
         let text = unknown_option_error(&["name", "cwd"]);
         assert!(text.ends_with("; known options: name, cwd"), "{text}");
+    }
+
+    /// A hostile run sent twenty thousand unknown keys and got an error of 200 KB back.
+    #[test]
+    fn an_error_names_ten_keys_and_counts_the_rest() {
+        let options: Options = (0..25)
+            .map(|i| (format!("k{i:02}"), OwnedVariant::from(true)))
+            .collect::<HashMap<_, _>>()
+            .into();
+        let Err(Error::InvalidArgument(text)) = OptionReader::new("Send", &options).finish() else {
+            panic!("refused");
+        };
+        assert!(text.contains("`k09`, and 15 more;"), "{text}");
+        assert!(!text.contains("k10"), "{text}");
     }
 }

@@ -564,6 +564,25 @@ async fn an_option_given_twice_is_refused_by_name() {
         "{twice}"
     );
     assert_eq!(bot.state().await.unwrap(), "stopped", "nothing was started");
+
+    // A dictionary that is an argument itself: SetEnvironment's `env` (`a{ss}`).
+    let set_env = |entries: &'static [&'static str]| {
+        let (address, path) = (env.bus.address.clone(), path.clone());
+        async move {
+            let mut args = vec!["org.botvisor.Botvisor1.Bot", "SetEnvironment", "a{ss}a{sv}"];
+            args.extend(entries);
+            args.push("0");
+            busctl_call(&address, 30, &path, &args).await
+        }
+    };
+    let twice = set_env(&["2", "FRUIT", "apple", "FRUIT", "pear"])
+        .await
+        .expect_err("a variable given twice is refused");
+    assert!(
+        twice.contains("`FRUIT`") && twice.contains("more than once"),
+        "{twice}"
+    );
+    set_env(&["1", "FRUIT", "apple"]).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

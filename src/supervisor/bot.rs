@@ -64,9 +64,9 @@ struct Proc {
     protocol: Box<dyn crate::runtime::Protocol>,
     /// Its descendants when the turn in flight began: what an interrupted turn started is what
     /// is new since (`crate::supervisor::core::interrupt`). Looked at as the message is written
-    /// to a process that began a turn before (`began_a_turn`), else at the turn's beginning
-    /// (its replay): what the agent starts at launch (MCP servers) is not the turn's. `None`
-    /// until then.
+    /// to a process that began a turn before (`began_a_turn`), else once the CLI says it took
+    /// the message (`Effect::LookBeforeTurn`), else at its replay: what the agent starts at
+    /// launch (MCP servers) is not the turn's. `None` until then.
     before_turn: Option<Vec<ProcessIdentity>>,
     /// A turn began on this process: it is past its launch, and what it runs between turns
     /// was started before the next message.

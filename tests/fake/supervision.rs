@@ -737,6 +737,24 @@ async fn an_interrupt_of_a_later_turn_stops_only_what_that_turn_left_running() {
     fake.env.assert_no_leftovers();
 }
 
+/// The first turn of an agent: what the agent runs is looked at once the CLI says it took the
+/// message (Claude Code's `system`/`init`, printed before it asks the model), not only at its
+/// replay, which Claude Code prints once the model answered: a hook's processes started in
+/// between were taken for the agent's own and an interrupt left them running (a hostile run
+/// found it). The helper the agent started at launch runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_of_a_first_turn_stops_what_it_started_before_its_replay() {
+    let fake = start_fake().await;
+    let plan = json!([{"mode": "normal", "spawn": ["exec sleep 308"], "init_at_read": true,
+                       "tools_before_replay": true, "tools_after_s": 0.05,
+                       "run_until_interrupt": ["exec sleep 306", "sleep 307 &"]}]);
+    let bot = fake.bot(plan).await;
+    let commands = ["sleep 308", "sleep 306", "sleep 307"];
+    interrupt_what_the_turn_left(&fake, &bot, "run the tools", commands).await;
+    stop_and_wait(&bot).await;
+    fake.env.assert_no_leftovers();
+}
+
 /// Design rule 9: botvisord shut down while a deleted bot's agent is still being stopped waits
 /// for that stop, so no agent is left running (a Delete used to take the bot off the list the
 /// shutdown stops before its agent was gone; found as a leftover fake CLI in a loaded run).

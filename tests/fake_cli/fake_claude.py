@@ -52,7 +52,9 @@ Environment:
   "tools_on_message": N (default 1): the Nth message of the launch is the one that runs them;
   the ones before are answered as usual. "tools_before_replay": true: they start
   "tools_after_s" after the message is read and before its replay, as a hook the prompt ran
-  would (Claude Code prints the replay only once the model answered).
+  would (Claude Code prints the replay only once the model answered). "init_at_read": true:
+  the turn's `system`/`init` is printed as the message is read, before those and the replay,
+  as Claude Code 2.1.328 prints it before it asks the model (tests/facts/claude.rs).
   Big output, in "normal" mode:
     "echo_bytes": N    the reply is the message repeated and cut to N characters (N bytes for
                        an ASCII message), e.g. 12 MiB of assistant text from a short message
@@ -230,13 +232,17 @@ for line in sys.stdin:
                           "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + ".000Z",
                           "message": {"role": "user", "content": text}})
         last_uuid = prompt_uuid
+    init_line = {"type": "system", "subtype": "init", "session_id": reported, "model": "fake",
+                 "permissionMode": "default", "cwd": os.getcwd(), "tools": []}
+    if step.get("init_at_read"):
+        out(init_line)
     if (step.get("tools_before_replay") and not globals().get("tools_ran")
             and messages_read == step.get("tools_on_message", 1)):
         time.sleep(step.get("tools_after_s", 1))
         start_tools(step["run_until_interrupt"])
     time.sleep(step.get("replay_after_s", 0))
-    out({"type": "system", "subtype": "init", "session_id": reported, "model": "fake",
-         "permissionMode": "default", "cwd": os.getcwd(), "tools": []})
+    if not step.get("init_at_read"):
+        out(init_line)
     out({"type": "user", "isReplay": True, "session_id": reported,
          "message": {"role": "user", "content": text}})
     if mode == "hang_after_replay":

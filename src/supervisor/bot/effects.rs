@@ -102,12 +102,21 @@ impl Actor {
                     let answer = self.look(look);
                     self.handle(Input::Looked(answer));
                 }
-                Effect::TurnBegan => {
+                Effect::LookBeforeTurn => {
                     if self.proc.as_ref().is_some_and(|p| p.before_turn.is_none()) {
                         let before = self.agent_descendants();
                         if let Some(proc) = self.proc.as_mut() {
                             proc.before_turn = Some(before);
-                            proc.began_a_turn = true;
+                        }
+                    }
+                }
+                Effect::TurnBegan => {
+                    let look = self.proc.as_ref().is_some_and(|p| p.before_turn.is_none());
+                    let before = look.then(|| self.agent_descendants());
+                    if let Some(proc) = self.proc.as_mut() {
+                        proc.began_a_turn = true;
+                        if before.is_some() {
+                            proc.before_turn = before;
                         }
                     }
                 }
@@ -143,8 +152,8 @@ impl Actor {
     /// wait behind it at the replay (a `/proc` read of each thread's children: 72 µs at the
     /// median, p99 305 µs on the 2-core bench machine; issue 50). Nothing of the turn can run
     /// yet: a tool needs the model's answer. A process that never began a turn is looked at
-    /// at the replay instead ([`Effect::TurnBegan`]): what it starts at launch is not the
-    /// turn's.
+    /// once it says it took the message ([`Effect::LookBeforeTurn`]), else at the replay
+    /// ([`Effect::TurnBegan`]): what it starts at launch is not the turn's.
     fn look_before_turn(&mut self) {
         if !self.proc.as_ref().is_some_and(|p| p.began_a_turn) {
             return;

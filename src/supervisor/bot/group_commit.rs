@@ -76,7 +76,7 @@ fn fit(effect: &Effect) -> Fit {
             Fit::Held
         }
         Effect::Stream(_) | Effect::Queued(_) => Fit::Held,
-        Effect::TurnBegan => Fit::AtOnce,
+        Effect::TurnBegan | Effect::LookBeforeTurn => Fit::AtOnce,
         _ => Fit::Ends,
     }
 }

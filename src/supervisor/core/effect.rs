@@ -255,6 +255,12 @@ pub enum Effect {
     /// A turn began: what the agent runs from now on is the turn's (an interrupt stops what it
     /// left: [`Effect::InterruptEnded`]).
     TurnBegan,
+    /// The CLI took the message in flight and has not replayed it yet (Claude Code: its
+    /// `system`/`init`, printed before it asks the model: 475 ms after the spawn against 517 ms
+    /// for the request and 1,522 ms for the replay in `tests/facts/claude.rs`' first turn on
+    /// 2.1.328): what the agent runs now is its own, what appears from now on the turn's. The
+    /// shell looks unless it did as the message was written.
+    LookBeforeTurn,
     /// The turn an interrupt was sent for ended: what it started and left running is stopped
     /// (`core::interrupt::left_by_turn`).
     InterruptEnded(String),

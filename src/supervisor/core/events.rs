@@ -32,7 +32,12 @@ impl BotCore {
             self.crash_spoke(now, facts);
         }
         match event {
-            RuntimeEvent::Init { .. } | RuntimeEvent::Opened { .. } | RuntimeEvent::Ignored => {}
+            RuntimeEvent::Init { .. } => {
+                if self.turns.inflight.as_ref().is_some_and(|i| !i.replayed) {
+                    self.emit([Effect::LookBeforeTurn]);
+                }
+            }
+            RuntimeEvent::Opened { .. } | RuntimeEvent::Ignored => {}
             RuntimeEvent::Tokens { input, output } => self.turns.meter.tokens(input, output),
             RuntimeEvent::Limit(report) => self.limit_told(report),
             RuntimeEvent::TextDelta(text) => self.text_delta(now, text),

@@ -38,11 +38,6 @@ impl<V> Dict<V> {
         Self::default()
     }
 
-    /// The keys the caller gave more than once.
-    pub fn repeated(&self) -> &[String] {
-        &self.repeated
-    }
-
     /// `InvalidArgument` naming the keys given more than once (`what`: the method and the
     /// argument, as "SetEnvironment: `env`"); `Ok` when each came once.
     pub fn refuse_repeated(&self, what: &str) -> Result<(), Error> {

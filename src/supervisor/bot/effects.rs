@@ -83,7 +83,9 @@ impl Actor {
                         None => false,
                     };
                     profile::stamp("actor.written", || format!("turn:{turn_id}"));
-                    self.look_before_turn();
+                    if self.proc.as_ref().is_some_and(|p| p.began_a_turn) {
+                        self.look_before_turn();
+                    }
                     self.handle(Input::Written { ok });
                 }
                 Effect::Send(Request::Refuse {
@@ -102,22 +104,11 @@ impl Actor {
                     let answer = self.look(look);
                     self.handle(Input::Looked(answer));
                 }
-                Effect::LookBeforeTurn => {
-                    if self.proc.as_ref().is_some_and(|p| p.before_turn.is_none()) {
-                        let before = self.agent_descendants();
-                        if let Some(proc) = self.proc.as_mut() {
-                            proc.before_turn = Some(before);
-                        }
-                    }
-                }
+                Effect::LookBeforeTurn => self.look_before_turn(),
                 Effect::TurnBegan => {
-                    let look = self.proc.as_ref().is_some_and(|p| p.before_turn.is_none());
-                    let before = look.then(|| self.agent_descendants());
+                    self.look_before_turn();
                     if let Some(proc) = self.proc.as_mut() {
                         proc.began_a_turn = true;
-                        if before.is_some() {
-                            proc.before_turn = before;
-                        }
                     }
                 }
                 Effect::InterruptEnded(turn) => {
@@ -146,16 +137,16 @@ impl Actor {
         committed
     }
 
-    /// What the agent runs as a message goes to it, once it began a turn before: the turn's
-    /// "before" (what an interrupt of it leaves alone). Taken right after the write, while the
-    /// agent reads the message and waits for the model, so that the turn's first answer does not
-    /// wait behind it at the replay (a `/proc` read of each thread's children: 72 µs at the
-    /// median, p99 305 µs on the 2-core bench machine; issue 50). Nothing of the turn can run
-    /// yet: a tool needs the model's answer. A process that never began a turn is looked at
-    /// once it says it took the message ([`Effect::LookBeforeTurn`]), else at the replay
-    /// ([`Effect::TurnBegan`]): what it starts at launch is not the turn's.
+    /// What the agent runs before the turn in flight, looked at once: the turn's "before" (what
+    /// an interrupt of it leaves alone). Asked as the message is written to an agent that began
+    /// a turn before, while it reads the message and waits for the model (issue 50: at the
+    /// replay, the turn's first answer waited behind it, a `/proc` read of each thread's
+    /// children, 72 µs at the median and p99 305 µs on the 2-core bench machine); else once the
+    /// CLI says it took the message ([`Effect::LookBeforeTurn`]); else at its replay
+    /// ([`Effect::TurnBegan`]): what an agent starts at launch is not the turn's. Nothing of the
+    /// turn runs before any of these: a tool needs the model's answer.
     fn look_before_turn(&mut self) {
-        if !self.proc.as_ref().is_some_and(|p| p.began_a_turn) {
+        if self.proc.as_ref().is_none_or(|p| p.before_turn.is_some()) {
             return;
         }
         let before = self.agent_descendants();
